@@ -1,0 +1,61 @@
+// Package conformance is the test suite every outboxkit adapter must pass. An adapter calls Run
+// from its own test file:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Harness[*sql.Tx]{
+//			New:         func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx] { ... },
+//			Effect:      func(ctx context.Context, tx *sql.Tx, key string) error { ... },
+//			EffectCount: func(ctx context.Context, key string) (int, error) { ... },
+//		})
+//	}
+//
+// The suite drives the adapter through the real core.Outbox, core.Relay, core.Inbox and
+// core.CleanupOutbox, with a recording, fault-injecting sink, so what it proves is what users
+// get. Subtests have stable names (area/case); each runs under a watchdog that turns a hang into
+// a failure. The package imports only core and the standard library.
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Adapter is everything the suite drives: the writer, relay, inbox, cleanup and admin
+// contracts of package core.
+type Adapter[TTx any] interface {
+	core.OutboxStore[TTx]
+	core.RelayStore
+	core.InboxStore[TTx]
+	core.Pruner
+	core.Admin
+}
+
+// Harness builds fresh fixtures for each subtest.
+type Harness[TTx any] struct {
+	// New returns an adapter on a freshly migrated, empty outbox and inbox with the given lane
+	// count, isolated from every other subtest (subtests may run in parallel). Release resources
+	// with t.Cleanup. Required.
+	New func(t *testing.T, lanes int) Adapter[TTx]
+	// Effect applies a domain change in tx: it adds 1 to the counter named key (creating it at
+	// 1), in a table of the same database. The suite uses it to prove that domain rows and
+	// outbox rows commit together and that the inbox applies an effect exactly once. Required.
+	Effect func(ctx context.Context, tx TTx, key string) error
+	// EffectCount returns the committed value of the counter named key (0 when absent), as seen
+	// by the adapter that New returned last in this subtest. Required.
+	EffectCount func(ctx context.Context, a Adapter[TTx], key string) (int, error)
+	// Features declares optional behaviour; a subtest that needs a missing feature skips with
+	// its reason.
+	Features Features
+	// Timeout bounds each subtest (the watchdog). Default 2 minutes.
+	Timeout time.Duration
+}
+
+// Features declares what an adapter supports beyond the required contracts.
+type Features struct {
+	// SerialWriters: the database admits one writing transaction at a time (SQLite). Tests of
+	// concurrent writers still run, with less parallelism expected.
+	SerialWriters bool
+}

@@ -1,0 +1,55 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// CleanupOptions bounds an outbox cleanup. Zero fields take their defaults.
+type CleanupOptions struct {
+	// Retention keeps published rows at least this long after publication. Default 24h.
+	Retention time.Duration
+	// BatchSize is the most rows one statement deletes. Default 1000.
+	BatchSize int
+	// BelowSeq, when > 0, is an extra watermark: only rows with Seq < BelowSeq are deleted (a
+	// CDC relay passes its checkpoint so that rows it may still replay are kept).
+	BelowSeq int64
+	// Now replaces time.Now for the retention cut-off (tests).
+	Now func() time.Time
+}
+
+// CleanupOutbox deletes published rows older than the retention window and behind the relay's
+// evidence watermark (the lowest unpublished Seq, and opts.BelowSeq), in batches, until none is
+// left. Unpublished and parked rows are never deleted. It returns how many rows it deleted.
+func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, error) {
+	var o CleanupOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Retention < 0 {
+		return 0, &OptionError{Field: "Retention", Reason: "must not be negative"}
+	}
+	if o.Retention == 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 1000
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	params := PruneParams{PublishedBefore: now().Add(-o.Retention), BelowSeq: o.BelowSeq, Limit: o.BatchSize}
+	total := 0
+	for {
+		n, err := p.PruneOutbox(ctx, params)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("outbox: cleanup: %w", err)
+		}
+		if n < o.BatchSize {
+			return total, nil
+		}
+	}
+}

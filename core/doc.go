@@ -1,0 +1,38 @@
+// Package core holds outboxkit's contracts and engines: the transactional outbox writer
+// (Outbox), the polling relay (Relay), the transactional inbox (Inbox) and outbox cleanup. It
+// imports no database driver, adapter, sink or AWS package; adapters implement the small
+// interfaces in store.go and sinks implement Sink.
+//
+// # Guarantees
+//
+//   - Atomic append: Outbox.Write appends events inside the caller's own transaction (TTx is the
+//     caller's transaction type). They are published if and only if that transaction commits.
+//     An invalid event (a *ValidationError, errors.Is ErrInvalidEvent) writes nothing.
+//   - At-least-once delivery: a record is marked published only after the sink acknowledged it,
+//     and no database transaction is held open while a sink call is in flight. A crash between
+//     send and mark produces a duplicate, never a loss. Messages carry the event ID as their
+//     deduplication id.
+//   - Order per partition key: records of one key are sent in write (Seq) order; a failed record
+//     holds back only the later records of its key. No order is promised across keys.
+//   - Fenced leases: the outbox is split into lanes (LaneOf: FNV-1a of the partition key modulo
+//     the lane count). A relay worker leases lanes; each lease has a generation that increases
+//     whenever the lane changes hands, and every mark is checked against (owner, generation,
+//     unexpired) in the same database transaction: a stale worker's mark fails with
+//     ErrClaimLost and changes nothing. Each worker holds at most ceil(lanes / live workers).
+//   - Retries: exponential backoff with jitter per record, up to a retry budget; then the record
+//     (and so its key) is parked until Admin.Unpark. Permanent errors park at once. A circuit
+//     breaker pauses fetching while every send fails.
+//   - Inbox: Inbox.Process records (consumer, event id, payload SHA-256), checks the entity
+//     version and applies the handler's effect in one local transaction. A redelivery is a
+//     no-op (Duplicate); the same id with another payload is ErrDigestMismatch; concurrent
+//     deliveries of one id apply the effect once.
+//   - Retention: CleanupOutbox deletes only published rows older than the retention window and
+//     below the lowest unpublished Seq. Inbox.Prune raises a horizon before deleting records;
+//     messages older than the horizon are rejected with ErrBeyondRetention, never reapplied.
+//
+// # Not guaranteed
+//
+//   - Exactly-once delivery to the broker: consumers deduplicate (use Inbox).
+//   - Order across partition keys, or across lanes.
+//   - Delivery of a parked key before an operator unparks it.
+package core

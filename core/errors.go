@@ -1,0 +1,128 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Adapters and sinks wrap them (fmt.Errorf("sqlite: settle: %w", ErrClaimLost));
+// callers test them with errors.Is.
+var (
+	// ErrInvalidEvent is wrapped by every *ValidationError: an event failed validation and nothing
+	// of that Write call was written.
+	ErrInvalidEvent = errors.New("outbox: invalid event")
+
+	// ErrDuplicateEvent means an event with the same ID (or, when the adapter enforces it, the same
+	// aggregate type, aggregate id, aggregate version and type) is already in the outbox.
+	ErrDuplicateEvent = errors.New("outbox: duplicate event")
+
+	// ErrClaimLost means a lane lease no longer belongs to the caller (another owner, a newer
+	// generation, or an expired lease). The fenced call changed nothing.
+	ErrClaimLost = errors.New("outbox: lane claim lost")
+
+	// ErrPermanent marks a sink error that retrying cannot fix: the relay parks the event at once.
+	ErrPermanent = errors.New("outbox: permanent delivery error")
+
+	// ErrUnknownDestination means the router has no configured destination for an event. It is
+	// permanent.
+	ErrUnknownDestination = errors.New("outbox: unknown destination")
+
+	// ErrNotAcknowledged is the outcome a sink reports for a message it did not get an
+	// acknowledgement for (e.g. an entry missing from a batch response, or an event held back
+	// because an earlier event of its partition key failed). It is retryable.
+	ErrNotAcknowledged = errors.New("outbox: not acknowledged")
+
+	// ErrDigestMismatch means an inbox already recorded this event ID with a different payload
+	// digest. The message was not applied.
+	ErrDigestMismatch = errors.New("inbox: event id seen with a different payload")
+
+	// ErrVersionGap means a message's entity version skips past the next expected version and the
+	// inbox's gap policy is GapReject. Nothing was recorded.
+	ErrVersionGap = errors.New("inbox: entity version gap")
+
+	// ErrBeyondRetention means a message is older than the consumer's retention horizon: its inbox
+	// record may have been deleted, so it can be neither applied nor recognised as a duplicate.
+	ErrBeyondRetention = errors.New("inbox: message older than the retention horizon")
+
+	// ErrInvalidOptions is wrapped by errors from constructors given invalid options.
+	ErrInvalidOptions = errors.New("outbox: invalid options")
+
+	// ErrSchemaMismatch means the database schema does not match what the adapter expects (for
+	// example a lane count other than the one recorded at migration).
+	ErrSchemaMismatch = errors.New("outbox: schema mismatch")
+)
+
+// ValidationError says which field of which event (its index in the Write call) is invalid.
+// errors.Is(err, ErrInvalidEvent) is true for it.
+type ValidationError struct {
+	Index  int    // index of the event in the Write call
+	Field  string // Go field name, e.g. "AggregateID" or "Headers"
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("outbox: invalid event %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidEvent) true.
+func (e *ValidationError) Unwrap() error { return ErrInvalidEvent }
+
+// OptionError names the option that is invalid. errors.Is(err, ErrInvalidOptions) is true for it.
+type OptionError struct {
+	Field  string
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("outbox: invalid option %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidOptions) true.
+func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
+
+// LanesLostError is returned by RelayStore.Settle when one or more of the given leases are no
+// longer held. errors.Is(err, ErrClaimLost) is true for it; Settle changed nothing.
+type LanesLostError struct {
+	Lanes []int
+}
+
+func (e *LanesLostError) Error() string {
+	parts := make([]string, len(e.Lanes))
+	for i, l := range e.Lanes {
+		parts[i] = fmt.Sprint(l)
+	}
+	return "outbox: lane claim lost: lanes " + strings.Join(parts, ",")
+}
+
+// Unwrap makes errors.Is(err, ErrClaimLost) true.
+func (e *LanesLostError) Unwrap() error { return ErrClaimLost }
+
+// Permanent wraps err so that IsPermanent reports true: the relay parks the event instead of
+// retrying it. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
+// IsPermanent reports whether a delivery error must not be retried: it wraps ErrPermanent or
+// ErrUnknownDestination, or some error in its chain has a method Permanent() bool that returns
+// true. Every other error is retryable: when in doubt the relay retries, because a duplicate is
+// allowed and a loss is not.
+func IsPermanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrPermanent) || errors.Is(err, ErrUnknownDestination) {
+		return true
+	}
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
+}

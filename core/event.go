@@ -1,0 +1,238 @@
+package core
+
+import (
+	"hash/fnv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Event is what a producer appends to the outbox inside its own transaction.
+type Event struct {
+	// ID identifies the event everywhere (outbox row, sink deduplication id, inbox record).
+	// Empty means a new UUIDv7 is assigned at write time. At most 128 printable ASCII characters,
+	// no spaces.
+	ID string
+	// AggregateType and AggregateID name the entity that changed. Required.
+	// AggregateType uses [A-Za-z0-9._-]; AggregateID any printable text.
+	AggregateType string
+	AggregateID   string
+	// AggregateVersion is the entity version this event produces; 0 means unversioned.
+	AggregateVersion int64
+	// Type is the event type, e.g. "order.created". Required; [A-Za-z0-9._-].
+	Type string
+	// SchemaID optionally names the payload schema; [A-Za-z0-9._-].
+	SchemaID string
+	// PartitionKey orders events: events of one key are published in write order. Empty means
+	// AggregateType + "/" + AggregateID.
+	PartitionKey string
+	// Destination is the logical destination a Router maps to a sink address; [A-Za-z0-9._-].
+	// Empty means the router decides by Type.
+	Destination string
+	// Payload is opaque bytes (JSON, protobuf, ...). At most Limits.MaxPayloadBytes.
+	Payload []byte
+	// Headers are string metadata, bounded by Limits.MaxHeaders and Limits.MaxHeaderBytes.
+	// Keys use [A-Za-z0-9._-].
+	Headers map[string]string
+	// Tenant, CausationID and CorrelationID are optional printable text.
+	Tenant        string
+	CausationID   string
+	CorrelationID string
+}
+
+// Record is an event as stored in the outbox, with the relay's bookkeeping.
+// Zero times mean NULL.
+type Record struct {
+	Event
+	Seq           int64     // insertion order, assigned by the database
+	Lane          int       // LaneOf(PartitionKey, lanes), computed at write time
+	CreatedAt     time.Time // database clock at insert
+	PublishedAt   time.Time // set when the sink acknowledged it (mark mode "set")
+	Attempts      int       // failed delivery attempts so far
+	NextAttemptAt time.Time // not delivered before this time (after a failure)
+	LastError     string    // the last delivery error, truncated
+	ParkedAt      time.Time // set when retries are exhausted or the error was permanent
+}
+
+// Limits bound what one event may carry. The zero value of a field means its default.
+type Limits struct {
+	MaxPayloadBytes int // default 1 MiB
+	MaxHeaders      int // default 32
+	MaxHeaderBytes  int // total bytes of keys and values; default 16 KiB
+}
+
+// Default limits.
+const (
+	DefaultMaxPayloadBytes = 1 << 20
+	DefaultMaxHeaders      = 32
+	DefaultMaxHeaderBytes  = 16 << 10
+	maxNameLen             = 255
+	maxIDLen               = 128
+	maxErrorLen            = 1024
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxPayloadBytes <= 0 {
+		l.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if l.MaxHeaders <= 0 {
+		l.MaxHeaders = DefaultMaxHeaders
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return l
+}
+
+// Normalize validates ev against limits and returns the copy that is stored: ID and
+// PartitionKey filled in when empty. index is reported in a *ValidationError.
+func Normalize(index int, ev Event, limits Limits) (Event, error) {
+	limits = limits.withDefaults()
+	bad := func(field, reason string) (Event, error) {
+		return Event{}, &ValidationError{Index: index, Field: field, Reason: reason}
+	}
+	if ev.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return Event{}, err
+		}
+		ev.ID = id.String()
+	} else if r := checkID(ev.ID); r != "" {
+		return bad("ID", r)
+	}
+	for _, f := range []struct {
+		name, v  string
+		required bool
+	}{
+		{"AggregateType", ev.AggregateType, true},
+		{"Type", ev.Type, true},
+		{"SchemaID", ev.SchemaID, false},
+		{"Destination", ev.Destination, false},
+	} {
+		if r := checkName(f.v, f.required); r != "" {
+			return bad(f.name, r)
+		}
+	}
+	for _, f := range []struct {
+		name, v  string
+		required bool
+	}{
+		{"AggregateID", ev.AggregateID, true},
+		{"PartitionKey", ev.PartitionKey, false},
+		{"Tenant", ev.Tenant, false},
+		{"CausationID", ev.CausationID, false},
+		{"CorrelationID", ev.CorrelationID, false},
+	} {
+		if r := checkText(f.v, f.required); r != "" {
+			return bad(f.name, r)
+		}
+	}
+	if ev.AggregateVersion < 0 {
+		return bad("AggregateVersion", "must not be negative")
+	}
+	if len(ev.Payload) > limits.MaxPayloadBytes {
+		return bad("Payload", "larger than the payload limit")
+	}
+	if len(ev.Headers) > limits.MaxHeaders {
+		return bad("Headers", "more headers than the limit")
+	}
+	size := 0
+	for k, v := range ev.Headers {
+		if r := checkName(k, true); r != "" {
+			return bad("Headers", "key "+r)
+		}
+		if r := checkText(v, false); r != "" {
+			return bad("Headers", "value of "+k+" "+r)
+		}
+		size += len(k) + len(v)
+	}
+	if size > limits.MaxHeaderBytes {
+		return bad("Headers", "larger than the header size limit")
+	}
+	if ev.PartitionKey == "" {
+		ev.PartitionKey = ev.AggregateType + "/" + ev.AggregateID
+		if len(ev.PartitionKey) > maxNameLen {
+			return bad("PartitionKey", "default (AggregateType/AggregateID) is longer than 255 bytes")
+		}
+	}
+	return ev, nil
+}
+
+func checkID(s string) string {
+	if len(s) > maxIDLen {
+		return "longer than 128 bytes"
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return "must be printable ASCII without spaces"
+		}
+	}
+	return ""
+}
+
+func checkName(s string, required bool) string {
+	if s == "" {
+		if required {
+			return "required"
+		}
+		return ""
+	}
+	if len(s) > maxNameLen {
+		return "longer than 255 bytes"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return "may contain only A-Z a-z 0-9 . _ -"
+		}
+	}
+	return ""
+}
+
+func checkText(s string, required bool) string {
+	if s == "" {
+		if required {
+			return "required"
+		}
+		return ""
+	}
+	if len(s) > maxNameLen {
+		return "longer than 255 bytes"
+	}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range s {
+		if r < ' ' || r == 0x7f {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
+
+// DefaultLanes is the lane count a migration records when none is configured.
+const DefaultLanes = 64
+
+// MaxLanes bounds the lane count.
+const MaxLanes = 4096
+
+// LaneOf returns the lane of a partition key: FNV-1a (32 bit) of the key's bytes modulo lanes.
+// Every adapter stores this value, so the mapping is identical across databases.
+func LaneOf(partitionKey string, lanes int) int {
+	h := fnv.New32a()
+	h.Write([]byte(partitionKey))
+	return int(h.Sum32() % uint32(lanes))
+}
+
+// TruncateError shortens a delivery error message to what an outbox row stores (1 KiB).
+func TruncateError(msg string) string {
+	if len(msg) <= maxErrorLen {
+		return msg
+	}
+	cut := maxErrorLen
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
+}

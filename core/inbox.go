@@ -1,0 +1,210 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Outcome is what Inbox.Process did with a message.
+type Outcome int
+
+// Outcomes of Inbox.Process. Applied and Stale are recorded; Duplicate reports the recorded one.
+const (
+	// Applied: the handler ran and its effect committed with the inbox record.
+	Applied Outcome = iota + 1
+	// Duplicate: this consumer already processed this event ID with the same payload; nothing ran.
+	Duplicate
+	// Stale: the message's entity version is not newer than the last applied one; it was recorded
+	// and the handler did not run.
+	Stale
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	case Stale:
+		return "stale"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// InboxMessage is one delivery handed to Inbox.Process.
+type InboxMessage struct {
+	// EventID is the producer's event ID. Required.
+	EventID string
+	// Payload is the event's payload bytes; their SHA-256 is recorded and compared on redelivery.
+	Payload []byte
+	// Entity and Version, when Version > 0, gate the message by entity version (usually the
+	// aggregate type/id and aggregate version). Entity is required when Version > 0.
+	Entity  string
+	Version int64
+	// OccurredAt is when the event was written (the outbox CreatedAt). It is compared against the
+	// retention horizon; the zero time is older than any horizon.
+	OccurredAt time.Time
+	// SourcePosition says where the message came from (queue and receipt, offset, ...). Recorded.
+	SourcePosition string
+}
+
+// GapPolicy says what to do when a version skips ahead of the next expected one.
+type GapPolicy int
+
+const (
+	// GapAllow applies a newer version even if versions in between were never seen (default).
+	GapAllow GapPolicy = iota
+	// GapReject returns ErrVersionGap and records nothing, so the message can be retried after
+	// the missing versions arrived. The first version seen of an entity is always accepted.
+	GapReject
+)
+
+// InboxOptions configures an Inbox. The zero value is ready to use.
+type InboxOptions struct {
+	// Gap is the version gap policy. Default GapAllow.
+	Gap GapPolicy
+}
+
+// InboxResult is what Process reports.
+type InboxResult struct {
+	Outcome Outcome
+	// Prior is the recorded outcome (Applied or Stale) when Outcome is Duplicate.
+	Prior Outcome
+}
+
+// Handler applies a message's effect in tx, the same transaction that records it.
+type Handler[TTx any] func(ctx context.Context, tx TTx, msg InboxMessage) error
+
+// Inbox processes each message of a consumer at most once, with its effect, in one local
+// transaction. TTx is the adapter's transaction type.
+type Inbox[TTx any] struct {
+	store InboxStore[TTx]
+	o     InboxOptions
+}
+
+// NewInbox returns an Inbox on store. opts may be nil.
+func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
+	if store == nil {
+		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
+	}
+	var o InboxOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Gap != GapAllow && o.Gap != GapReject {
+		return nil, &OptionError{Field: "Gap", Reason: "unknown gap policy"}
+	}
+	return &Inbox[TTx]{store: store, o: o}, nil
+}
+
+// ErrInvalidMessage is wrapped by Process errors for a message that cannot be processed as
+// given (e.g. no EventID).
+var ErrInvalidMessage = errors.New("inbox: invalid message")
+
+// Process runs, in ONE transaction: the retention check, the version check, recording
+// (consumer, event id, payload digest, position, outcome), and handler when the outcome is
+// Applied; then it commits. A redelivery with the same digest runs nothing and returns
+// Duplicate with the prior outcome. The same ID with another digest returns ErrDigestMismatch.
+// A handler error rolls everything back (nothing is recorded) and is returned as is.
+// Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
+// (consumer, event id) makes the later ones wait and then see the record.
+func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (InboxResult, error) {
+	if r := checkText(consumer, true); r != "" {
+		return InboxResult{}, fmt.Errorf("%w: consumer %s", ErrInvalidMessage, r)
+	}
+	if r := checkID(msg.EventID); r != "" || msg.EventID == "" {
+		if r == "" {
+			r = "required"
+		}
+		return InboxResult{}, fmt.Errorf("%w: event id %s", ErrInvalidMessage, r)
+	}
+	if msg.Version < 0 || (msg.Version > 0 && msg.Entity == "") {
+		return InboxResult{}, fmt.Errorf("%w: a versioned message needs an Entity and a positive Version", ErrInvalidMessage)
+	}
+	if handler == nil {
+		return InboxResult{}, fmt.Errorf("%w: nil handler", ErrInvalidMessage)
+	}
+	digest := sha256.Sum256(msg.Payload)
+	var res InboxResult
+	err := in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		res = InboxResult{}
+		horizon, err := in.store.Horizon(ctx, tx, consumer)
+		if err != nil {
+			return fmt.Errorf("inbox: horizon: %w", err)
+		}
+		if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
+			return fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
+				msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
+		}
+		outcome, gap := Applied, false
+		if msg.Version > 0 {
+			last, ok, err := in.store.LockVersion(ctx, tx, consumer, msg.Entity)
+			if err != nil {
+				return fmt.Errorf("inbox: lock version: %w", err)
+			}
+			switch {
+			case ok && msg.Version <= last:
+				outcome = Stale
+			case ok && in.o.Gap == GapReject && msg.Version > last+1:
+				gap = true
+			}
+		}
+		existing, inserted, err := in.store.InsertRecord(ctx, tx, InboxRecord{
+			Consumer: consumer, EventID: msg.EventID, Digest: digest,
+			SourcePosition: msg.SourcePosition, Outcome: outcome, OccurredAt: msg.OccurredAt,
+		})
+		if err != nil {
+			return fmt.Errorf("inbox: record: %w", err)
+		}
+		if !inserted {
+			if existing.Digest != digest {
+				return fmt.Errorf("%w: consumer %q event %s", ErrDigestMismatch, consumer, msg.EventID)
+			}
+			res = InboxResult{Outcome: Duplicate, Prior: existing.Outcome}
+			return nil
+		}
+		if gap {
+			return fmt.Errorf("%w: consumer %q entity %q version %d", ErrVersionGap, consumer, msg.Entity, msg.Version)
+		}
+		res.Outcome = outcome
+		if outcome == Stale {
+			return nil
+		}
+		if err := handler(ctx, tx, msg); err != nil {
+			return err
+		}
+		if msg.Version > 0 {
+			if err := in.store.SetVersion(ctx, tx, consumer, msg.Entity, msg.Version); err != nil {
+				return fmt.Errorf("inbox: set version: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return InboxResult{}, err
+	}
+	return res, nil
+}
+
+// Prune raises consumer's retention horizon to before and deletes its records of messages that
+// occurred earlier, limit at a time, until none is left. Messages older than the horizon are
+// rejected afterwards with ErrBeyondRetention. It returns how many records it deleted.
+func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	total := 0
+	for {
+		n, err := in.store.PruneInbox(ctx, consumer, before, limit)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("inbox: prune: %w", err)
+		}
+		if n < limit {
+			return total, nil
+		}
+	}
+}

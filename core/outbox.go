@@ -1,0 +1,83 @@
+package core
+
+import (
+	"context"
+	"fmt"
+)
+
+// OutboxOptions configures an Outbox. The zero value is ready to use.
+type OutboxOptions struct {
+	// Limits bound each event; zero fields take the documented defaults.
+	Limits Limits
+}
+
+// Outbox appends events inside the caller's own transaction. TTx is the caller's transaction
+// type (*sql.Tx, pgx.Tx, ...). It is safe for concurrent use.
+type Outbox[TTx any] struct {
+	store  OutboxStore[TTx]
+	lanes  int
+	limits Limits
+}
+
+// NewOutbox reads the lane count recorded at migration and returns an Outbox writing to store.
+// opts may be nil.
+func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *OutboxOptions) (*Outbox[TTx], error) {
+	if store == nil {
+		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
+	}
+	var o OutboxOptions
+	if opts != nil {
+		o = *opts
+	}
+	lanes, err := store.LaneCount(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: lane count: %w", err)
+	}
+	if lanes < 1 || lanes > MaxLanes {
+		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
+	}
+	return &Outbox[TTx]{store: store, lanes: lanes, limits: o.Limits.withDefaults()}, nil
+}
+
+// Write validates every event, then appends them all in tx, in order. It returns the events as
+// stored (ID and PartitionKey filled in). An invalid event returns a *ValidationError and
+// writes nothing; a database error writes nothing of this call either. The events become
+// visible to relays when tx commits, and never if it rolls back.
+func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	recs := make([]Record, len(events))
+	out := make([]Event, len(events))
+	seen := make(map[string]int, len(events))
+	for i, ev := range events {
+		n, err := Normalize(i, ev, o.limits)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[n.ID]; dup {
+			return nil, &ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf("same ID as event %d of this call", j)}
+		}
+		seen[n.ID] = i
+		out[i] = n
+		recs[i] = Record{Event: n, Lane: LaneOf(n.PartitionKey, o.lanes)}
+	}
+	if err := o.store.Insert(ctx, tx, recs); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Lanes returns the outbox's lane count.
+func (o *Outbox[TTx]) Lanes() int { return o.lanes }
+
+// Notify wakes relays after the caller's transaction committed, when the store supports it
+// (Notifier); otherwise it does nothing. Call it after Commit, never inside the transaction:
+// a notification sent from inside every producer transaction serialises commits. A lost
+// notification only delays delivery until the relay's next poll.
+func (o *Outbox[TTx]) Notify(ctx context.Context) error {
+	if n, ok := o.store.(Notifier); ok {
+		return n.Notify(ctx)
+	}
+	return nil
+}

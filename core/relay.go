@@ -1,0 +1,515 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RelayOptions configures a Relay. Zero fields take their documented defaults.
+type RelayOptions struct {
+	// Owner names this worker in lane leases. Default: "<hostname>-<pid>-<random hex>".
+	// Two running relays must never share an owner.
+	Owner string
+	// LeaseTTL is how long a lane lease and the worker's heartbeat last without renewal.
+	// Default 30s.
+	LeaseTTL time.Duration
+	// RenewInterval is how often leases are renewed and lanes rebalanced. Default LeaseTTL/3.
+	// Must be shorter than LeaseTTL.
+	RenewInterval time.Duration
+	// PollInterval is how long the relay sleeps when it found nothing to deliver (a wake-up ends
+	// the sleep early). Default 100ms.
+	PollInterval time.Duration
+	// BatchSize is the most records fetched and sent at once. Default 500.
+	BatchSize int
+	// Retry decides backoff and parking of failed events.
+	Retry RetryPolicy
+	// BreakerThreshold is how many sends in a row must fail entirely (retryable errors) before
+	// the relay stops fetching for a while. Default 5.
+	BreakerThreshold int
+	// BreakerMaxDelay caps the pause of an open breaker; it starts at PollInterval and doubles.
+	// Default 30s.
+	BreakerMaxDelay time.Duration
+	// DeleteOnPublish deletes rows once acknowledged instead of setting PublishedAt.
+	// Default false.
+	DeleteOnPublish bool
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now, when set, replaces the database clock in every store call (tests). Default nil: the
+	// database decides time.
+	Now func() time.Time
+}
+
+// RelayStats counts what a relay did since it was created.
+type RelayStats struct {
+	Sends     uint64 // Sink.Send calls
+	Published uint64 // records marked published
+	Failures  uint64 // failed attempts recorded
+	Parked    uint64 // records parked
+	ClaimLost uint64 // settles refused because a lease was lost
+	Lanes     int    // lanes held now
+}
+
+// Relay delivers committed outbox events to a sink, at least once, in order per partition key.
+// Run several relays (processes or goroutines) against one outbox: lanes are leased so that
+// each lane has one publisher at a time, and every mark is fenced by the lease generation.
+type Relay struct {
+	store  RelayStore
+	sink   Sink
+	router Router
+	o      RelayOptions
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	leases map[int]Lease
+	lanes  int
+	kick   chan struct{}
+
+	consecutiveFail int
+	stats           struct {
+		sends, published, failures, parked, claimLost atomic.Uint64
+	}
+}
+
+// NewRelay returns a relay that reads store and sends to sink through router. opts may be nil.
+func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*Relay, error) {
+	if store == nil {
+		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
+	}
+	if sink == nil {
+		return nil, &OptionError{Field: "sink", Reason: "must not be nil"}
+	}
+	if router == nil {
+		return nil, &OptionError{Field: "router", Reason: "must not be nil"}
+	}
+	var o RelayOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Owner == "" {
+		o.Owner = defaultOwner()
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 30 * time.Second
+	}
+	if o.LeaseTTL < 0 {
+		return nil, &OptionError{Field: "LeaseTTL", Reason: "must be positive"}
+	}
+	if o.RenewInterval == 0 {
+		o.RenewInterval = o.LeaseTTL / 3
+	}
+	if o.RenewInterval <= 0 || o.RenewInterval >= o.LeaseTTL {
+		return nil, &OptionError{Field: "RenewInterval", Reason: "must be positive and shorter than LeaseTTL"}
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 100 * time.Millisecond
+	}
+	if o.PollInterval < 0 {
+		return nil, &OptionError{Field: "PollInterval", Reason: "must be positive"}
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 500
+	}
+	if o.BatchSize < 0 {
+		return nil, &OptionError{Field: "BatchSize", Reason: "must be positive"}
+	}
+	if o.BreakerThreshold <= 0 {
+		o.BreakerThreshold = 5
+	}
+	if o.BreakerMaxDelay <= 0 {
+		o.BreakerMaxDelay = 30 * time.Second
+	}
+	o.Retry = o.Retry.withDefaults()
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Relay{
+		store: store, sink: sink, router: router, o: o,
+		log:    o.Logger.With("owner", o.Owner),
+		leases: map[int]Lease{},
+		kick:   make(chan struct{}, 1),
+	}, nil
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Owner returns the name this relay uses in lane leases.
+func (r *Relay) Owner() string { return r.o.Owner }
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() RelayStats {
+	r.mu.Lock()
+	n := len(r.leases)
+	r.mu.Unlock()
+	return RelayStats{
+		Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
+		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(),
+		ClaimLost: r.stats.claimLost.Load(), Lanes: n,
+	}
+}
+
+func (r *Relay) now() time.Time {
+	if r.o.Now != nil {
+		return r.o.Now()
+	}
+	return time.Time{}
+}
+
+// Run delivers events until ctx is cancelled, then releases its leases and returns nil.
+// Store and sink errors are logged and retried; Run returns an error only when it cannot start
+// (e.g. the schema's lane count is invalid).
+func (r *Relay) Run(ctx context.Context) error {
+	lanes, err := r.store.LaneCount(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("outbox: relay: lane count: %w", err)
+	}
+	if lanes < 1 || lanes > MaxLanes {
+		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
+	}
+	r.lanes = lanes
+
+	var wake <-chan struct{}
+	if w, ok := r.store.(Waker); ok {
+		if wake, err = w.Wakeups(ctx); err != nil {
+			r.log.Warn("relay_wakeups_unavailable", "error", err)
+			wake = nil
+		}
+	}
+
+	r.maintain(ctx)
+	mctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.maintainLoop(mctx) })
+	defer func() {
+		stop()
+		wg.Wait()
+		r.leave(context.WithoutCancel(ctx))
+	}()
+
+	for ctx.Err() == nil {
+		n, err := r.cycle(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("relay_cycle_failed", "error", err)
+		}
+		if err == nil && n >= r.o.BatchSize && r.consecutiveFail == 0 {
+			continue // a full batch: more is probably waiting
+		}
+		delay := r.o.PollInterval
+		if r.consecutiveFail >= r.o.BreakerThreshold {
+			delay = r.breakerDelay()
+			r.log.Warn("relay_breaker_open", "consecutive_failures", r.consecutiveFail, "pause", delay)
+		} else if err != nil {
+			delay = max(delay, time.Second)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-r.kick:
+		case <-wake:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+func (r *Relay) breakerDelay() time.Duration {
+	d := r.o.PollInterval
+	for i := r.o.BreakerThreshold; i < r.consecutiveFail && d < r.o.BreakerMaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, r.o.BreakerMaxDelay)
+}
+
+func (r *Relay) maintainLoop(ctx context.Context) {
+	t := time.NewTicker(r.o.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.maintain(ctx)
+		}
+	}
+}
+
+// maintain heartbeats, renews held leases, and claims or releases lanes towards the fair share
+// ceil(lanes / live workers).
+func (r *Relay) maintain(ctx context.Context) {
+	live, err := r.store.Heartbeat(ctx, HeartbeatParams{Owner: r.o.Owner, TTL: r.o.LeaseTTL, Now: r.now()})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("relay_heartbeat_failed", "error", err)
+		}
+		live = 0
+	}
+	held := r.snapshot()
+	if len(held) > 0 {
+		renewed, err := r.store.RenewLanes(ctx, RenewParams{Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("relay_renew_failed", "error", err)
+			}
+			return
+		}
+		r.mu.Lock()
+		got := map[int]bool{}
+		for _, l := range renewed {
+			got[l.Lane] = true
+			if cur, ok := r.leases[l.Lane]; ok && cur.Generation == l.Generation {
+				r.leases[l.Lane] = l
+			}
+		}
+		for _, l := range held {
+			if !got[l.Lane] {
+				if cur, ok := r.leases[l.Lane]; ok && cur.Generation == l.Generation {
+					delete(r.leases, l.Lane)
+				}
+				r.log.Warn("relay_lane_lost", "lane", l.Lane, "generation", l.Generation)
+			}
+		}
+		r.mu.Unlock()
+	}
+	if live < 1 {
+		return
+	}
+	share := (r.lanes + live - 1) / live
+	held = r.snapshot()
+	switch {
+	case len(held) < share:
+		claimed, err := r.store.ClaimLanes(ctx, ClaimParams{Owner: r.o.Owner, Max: share - len(held), TTL: r.o.LeaseTTL, Now: r.now()})
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("relay_claim_failed", "error", err)
+			}
+			return
+		}
+		if len(claimed) > 0 {
+			r.mu.Lock()
+			for _, l := range claimed {
+				r.leases[l.Lane] = l
+			}
+			r.mu.Unlock()
+			r.log.Debug("relay_lanes_claimed", "count", len(claimed), "live_workers", live)
+			select {
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
+	case len(held) > share:
+		slices.SortFunc(held, func(a, b Lease) int { return b.Lane - a.Lane })
+		extra := held[:len(held)-share]
+		r.mu.Lock()
+		for _, l := range extra {
+			delete(r.leases, l.Lane)
+		}
+		r.mu.Unlock()
+		if err := r.store.ReleaseLanes(ctx, extra); err != nil && ctx.Err() == nil {
+			r.log.Warn("relay_release_failed", "error", err)
+		}
+		r.log.Debug("relay_lanes_released", "count", len(extra), "live_workers", live)
+	}
+}
+
+func (r *Relay) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held := r.snapshot()
+	r.mu.Lock()
+	clear(r.leases)
+	r.mu.Unlock()
+	if len(held) > 0 {
+		if err := r.store.ReleaseLanes(ctx, held); err != nil {
+			r.log.Warn("relay_release_failed", "error", err)
+		}
+	}
+	if _, err := r.store.Heartbeat(ctx, HeartbeatParams{Owner: r.o.Owner, TTL: 0, Now: r.now()}); err != nil {
+		r.log.Warn("relay_deregister_failed", "error", err)
+	}
+}
+
+func (r *Relay) snapshot() []Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Lease, 0, len(r.leases))
+	for _, l := range r.leases {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return a.Lane - b.Lane })
+	return out
+}
+
+func (r *Relay) dropLanes(lanes []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range lanes {
+		delete(r.leases, l)
+	}
+}
+
+// cycle fetches one batch from the held lanes, sends it and settles the outcomes.
+// It returns how many records it fetched.
+func (r *Relay) cycle(ctx context.Context) (int, error) {
+	leases := r.snapshot()
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	recs, err := r.store.Fetch(ctx, FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
+	if err != nil {
+		return 0, fmt.Errorf("fetch: %w", err)
+	}
+	if len(recs) == 0 {
+		return 0, nil
+	}
+
+	// Route; an unroutable record fails permanently and holds back the rest of its key.
+	outcome := make([]error, len(recs))
+	msgs := make([]Message, 0, len(recs))
+	idx := make([]int, 0, len(recs))
+	blocked := map[string]bool{}
+	for i := range recs {
+		rec := &recs[i]
+		if blocked[rec.PartitionKey] {
+			outcome[i] = ErrNotAcknowledged
+			continue
+		}
+		dest, err := r.router.Route(&rec.Event)
+		if err != nil {
+			outcome[i] = err
+			blocked[rec.PartitionKey] = true
+			continue
+		}
+		msgs = append(msgs, Message{Record: *rec, Destination: dest, DedupID: rec.ID, GroupID: rec.PartitionKey})
+		idx = append(idx, i)
+	}
+	if len(msgs) > 0 {
+		r.stats.sends.Add(1)
+		res := r.sink.Send(ctx, msgs)
+		if err := CheckOutcomes(msgs, res); err != nil {
+			r.log.Error("relay_sink_contract_violated", "error", err)
+			if len(res) != len(msgs) {
+				res = Outcomes(len(msgs), fmt.Errorf("%w: %v", ErrNotAcknowledged, err))
+			}
+		}
+		for j, i := range idx {
+			outcome[i] = res[j]
+		}
+	}
+
+	// Decide per record: published, failed (the first failure of its key) or left alone.
+	failedKey := map[string]bool{}
+	decisions := make([]decision, 0, len(recs))
+	allFailed := true
+	for i := range recs {
+		rec := &recs[i]
+		if failedKey[rec.PartitionKey] {
+			continue // held back behind an earlier failure of its key; not its fault
+		}
+		if outcome[i] == nil {
+			decisions = append(decisions, decision{seq: rec.Seq, lane: rec.Lane})
+			allFailed = false
+			continue
+		}
+		failedKey[rec.PartitionKey] = true
+		attempts := rec.Attempts + 1
+		permanent := IsPermanent(outcome[i])
+		if permanent {
+			allFailed = false // the broker answered; not a reason to open the breaker
+		}
+		f := &Failure{
+			Seq: rec.Seq, Lane: rec.Lane, Error: TruncateError(outcome[i].Error()),
+			Delay: r.o.Retry.Delay(attempts), Park: permanent || r.o.Retry.Exhausted(attempts),
+		}
+		if f.Park {
+			r.log.Warn("relay_event_parked", "event_id", rec.ID, "partition_key", rec.PartitionKey,
+				"attempts", attempts, "error", outcome[i])
+		}
+		decisions = append(decisions, decision{seq: rec.Seq, lane: rec.Lane, failure: f})
+	}
+	if err := r.settle(ctx, leases, decisions); err != nil {
+		return len(recs), err
+	}
+	if allFailed {
+		r.consecutiveFail++
+	} else {
+		r.consecutiveFail = 0
+	}
+	return len(recs), nil
+}
+
+// decision is the settlement of one record: published when failure is nil.
+type decision struct {
+	seq     int64
+	lane    int
+	failure *Failure
+}
+
+// settle records decisions with Store.Settle, fenced by the leases of the lanes involved. When
+// some lanes were lost it drops them (their records stay unpublished for the new owner, who
+// resends them) and settles the rest once more.
+func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision) error {
+	gone := map[int]bool{}
+	for try := 0; try < 2; try++ {
+		p := SettleParams{Delete: r.o.DeleteOnPublish, Now: r.now()}
+		used := map[int]bool{}
+		for _, d := range decisions {
+			if gone[d.lane] {
+				continue
+			}
+			used[d.lane] = true
+			if d.failure == nil {
+				p.Published = append(p.Published, d.seq)
+			} else {
+				p.Failed = append(p.Failed, *d.failure)
+			}
+		}
+		for _, l := range leases {
+			if used[l.Lane] {
+				p.Leases = append(p.Leases, l)
+			}
+		}
+		if len(p.Leases) == 0 {
+			return nil
+		}
+		err := r.store.Settle(ctx, p)
+		var lost *LanesLostError
+		if errors.As(err, &lost) {
+			r.stats.claimLost.Add(1)
+			r.dropLanes(lost.Lanes)
+			r.log.Warn("relay_claim_lost", "lanes", lost.Lanes)
+			for _, l := range lost.Lanes {
+				gone[l] = true
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		r.stats.published.Add(uint64(len(p.Published)))
+		r.stats.failures.Add(uint64(len(p.Failed)))
+		for _, f := range p.Failed {
+			if f.Park {
+				r.stats.parked.Add(1)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("settle: %w", ErrClaimLost)
+}

@@ -1,0 +1,97 @@
+package core
+
+import (
+	"context"
+	"fmt"
+)
+
+// Message is one event on its way to a sink.
+type Message struct {
+	Record
+	// Destination is the sink address the Router chose (queue URL, topic ARN, ...).
+	Destination string
+	// DedupID is the deduplication id a broker should use: the event ID.
+	DedupID string
+	// GroupID is the ordering group: the partition key.
+	GroupID string
+}
+
+// Sink delivers messages to a broker.
+//
+// Send returns exactly one outcome per message, in order: nil means the broker durably
+// acknowledged that message; an error means it did not (IsPermanent tells whether a retry can
+// help). Sinks never retry on their own; the relay owns retries, backoff and batching.
+//
+// Order under partial failure: per GroupID, the acknowledged messages must form a prefix of
+// the messages given. Once one message of a group fails, no later message of that group in the
+// same call may be sent; report ErrNotAcknowledged for them. A sink that cannot promise this
+// sends one message per group per call. The relay resends from the first unacknowledged
+// message of each group.
+type Sink interface {
+	Send(ctx context.Context, msgs []Message) []error
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(ctx context.Context, msgs []Message) []error
+
+// Send calls f.
+func (f SinkFunc) Send(ctx context.Context, msgs []Message) []error { return f(ctx, msgs) }
+
+// Outcomes returns n copies of err: the outcome of a call that failed as a whole.
+func Outcomes(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+// Router maps an event to a sink address from trusted configuration, never from the payload.
+// An event it cannot route gets an error wrapping ErrUnknownDestination (permanent).
+type Router interface {
+	Route(ev *Event) (string, error)
+}
+
+// StaticRouter routes by the event's logical Destination, then by its Type, then to Default.
+type StaticRouter struct {
+	ByDestination map[string]string
+	ByType        map[string]string
+	Default       string // empty: unrouted events are an error
+}
+
+// Route implements Router.
+func (r StaticRouter) Route(ev *Event) (string, error) {
+	if ev.Destination != "" {
+		if d, ok := r.ByDestination[ev.Destination]; ok {
+			return d, nil
+		}
+	} else if d, ok := r.ByType[ev.Type]; ok {
+		return d, nil
+	}
+	if r.Default != "" {
+		return r.Default, nil
+	}
+	return "", fmt.Errorf("%w: destination %q type %q", ErrUnknownDestination, ev.Destination, ev.Type)
+}
+
+// CheckOutcomes verifies a sink's answer against the sink contract: one outcome per message
+// and, per group, acknowledged messages forming a prefix. It returns the first violation.
+// The relay applies it to every Send; sink conformance tests use it too.
+func CheckOutcomes(msgs []Message, outcomes []error) error {
+	if len(outcomes) != len(msgs) {
+		return fmt.Errorf("outbox: sink returned %d outcomes for %d messages", len(outcomes), len(msgs))
+	}
+	failed := map[string]string{}
+	for i, m := range msgs {
+		if outcomes[i] != nil {
+			if _, ok := failed[m.GroupID]; !ok {
+				failed[m.GroupID] = m.ID
+			}
+			continue
+		}
+		if first, ok := failed[m.GroupID]; ok {
+			return fmt.Errorf("outbox: sink acknowledged event %s of group %q after event %s of that group failed", m.ID, m.GroupID, first)
+		}
+	}
+	return nil
+}

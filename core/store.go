@@ -1,0 +1,216 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// The interfaces in this file are what a database adapter implements. Each is sized for its one
+// caller in this package: OutboxStore for Outbox, RelayStore for Relay, InboxStore for Inbox,
+// Pruner for Cleanup. Admin and Notifier are optional capabilities.
+//
+// Time: every call that compares against "now" takes a Now field. The zero value means the
+// database clock (the default and what production uses); a non-zero value is used instead, so
+// tests can move time without sleeping (River's coalesce(@now, now()) pattern).
+
+// Transactor runs fn in one local transaction of the adapter's database: commit when fn returns
+// nil, roll back otherwise (and when fn panics). It returns fn's error, or the commit error.
+type Transactor[TTx any] interface {
+	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+}
+
+// OutboxStore appends records inside the caller's transaction.
+type OutboxStore[TTx any] interface {
+	// LaneCount returns the number of lanes recorded when the outbox was migrated.
+	LaneCount(ctx context.Context) (int, error)
+	// Insert appends the records (Event and Lane filled in; the adapter assigns Seq and
+	// CreatedAt) in tx. It is all or nothing: on error none of them is written. A duplicate ID
+	// returns an error wrapping ErrDuplicateEvent.
+	Insert(ctx context.Context, tx TTx, records []Record) error
+}
+
+// Lease is a worker's hold on one lane. Generation increases every time the lane changes hands;
+// (Lane, Owner, Generation) is the fencing token of every mark.
+type Lease struct {
+	Lane       int
+	Owner      string
+	Generation int64
+	Until      time.Time // lease expiry, by the clock that made it
+}
+
+// HeartbeatParams registers a relay worker as live.
+type HeartbeatParams struct {
+	Owner string
+	TTL   time.Duration // live until now+TTL; TTL <= 0 deregisters the owner
+	Now   time.Time
+}
+
+// ClaimParams asks for free or expired lanes.
+type ClaimParams struct {
+	Owner string
+	Max   int           // claim at most this many lanes
+	TTL   time.Duration // lease length
+	Now   time.Time
+}
+
+// RenewParams extends leases the owner still holds.
+type RenewParams struct {
+	Leases []Lease
+	TTL    time.Duration
+	Now    time.Time
+}
+
+// FetchParams reads deliverable records of held lanes.
+type FetchParams struct {
+	Leases []Lease
+	Limit  int
+	Now    time.Time
+}
+
+// Failure records a failed delivery attempt of one record.
+type Failure struct {
+	Seq   int64
+	Lane  int
+	Error string        // stored in LastError (already truncated)
+	Delay time.Duration // NextAttemptAt = now + Delay
+	Park  bool          // set ParkedAt = now: the key stops until Unpark
+}
+
+// SettleParams records the result of one send. Every Published seq and Failure must belong to
+// one of Leases' lanes.
+type SettleParams struct {
+	Leases    []Lease
+	Published []int64 // seqs the sink acknowledged
+	Failed    []Failure
+	Delete    bool // delete published rows instead of setting PublishedAt
+	Now       time.Time
+}
+
+// RelayStore is what the polling relay needs from an adapter.
+type RelayStore interface {
+	// LaneCount is as for OutboxStore.
+	LaneCount(ctx context.Context) (int, error)
+	// Heartbeat registers p.Owner as live until now+TTL (TTL <= 0 removes it) and returns the
+	// number of live workers, the caller included when TTL > 0.
+	Heartbeat(ctx context.Context, p HeartbeatParams) (live int, err error)
+	// ClaimLanes takes up to p.Max lanes whose lease is free or expired at now, lowest lane first,
+	// for p.Owner: each taken lane's generation is incremented and its lease runs until now+TTL.
+	// Two concurrent callers never get the same lane.
+	ClaimLanes(ctx context.Context, p ClaimParams) ([]Lease, error)
+	// RenewLanes extends, to now+TTL, each given lease whose lane still has the same owner and
+	// generation and has not expired at now. It returns the renewed leases; lost ones are omitted.
+	RenewLanes(ctx context.Context, p RenewParams) ([]Lease, error)
+	// ReleaseLanes frees each given lease that is still held (same owner and generation) so that
+	// another worker may claim it at once. Leases no longer held are ignored.
+	ReleaseLanes(ctx context.Context, leases []Lease) error
+	// Fetch returns up to p.Limit records of the leased lanes, in Seq order, that are
+	// unpublished, not parked and due (NextAttemptAt empty or <= now), and whose partition key has
+	// no earlier unpublished record that is parked or not yet due.
+	Fetch(ctx context.Context, p FetchParams) ([]Record, error)
+	// Settle, in one transaction, first checks that every lease in p.Leases is still held (same
+	// owner and generation, Until > now); if any is not, it changes nothing and returns a
+	// *LanesLostError naming those lanes. Otherwise it marks p.Published (PublishedAt = now, or
+	// deletes them when p.Delete) and records p.Failed (Attempts+1, LastError, NextAttemptAt =
+	// now+Delay, ParkedAt = now when Park). Only unpublished records of the leased lanes change.
+	Settle(ctx context.Context, p SettleParams) error
+}
+
+// InboxRecord is one processed message of one consumer.
+type InboxRecord struct {
+	Consumer       string
+	EventID        string
+	Digest         [32]byte // SHA-256 of the payload
+	SourcePosition string   // where the message came from (queue, offset, ...), informational
+	Outcome        Outcome  // Applied or Stale
+	OccurredAt     time.Time
+	ProcessedAt    time.Time // set by the adapter (database clock)
+}
+
+// InboxStore is what Inbox needs from an adapter. All methods but PruneInbox run inside a
+// transaction begun with InTx.
+type InboxStore[TTx any] interface {
+	Transactor[TTx]
+	// Horizon returns the consumer's retention horizon (zero when never pruned) and holds it
+	// against a concurrent PruneInbox until tx ends (e.g. a shared row lock).
+	Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error)
+	// InsertRecord inserts rec unless (Consumer, EventID) exists. When it exists it returns the
+	// existing record and inserted=false; when a concurrent transaction holds the same key it
+	// waits for that transaction to end first.
+	InsertRecord(ctx context.Context, tx TTx, rec InboxRecord) (existing InboxRecord, inserted bool, err error)
+	// LockVersion returns the last applied version of (consumer, entity), ok=false when none, and
+	// holds it against concurrent changes until tx ends.
+	LockVersion(ctx context.Context, tx TTx, consumer, entity string) (version int64, ok bool, err error)
+	// SetVersion stores the last applied version of (consumer, entity).
+	SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error
+	// PruneInbox, in one transaction, raises the consumer's horizon to before (never lowers it)
+	// and deletes up to limit of its records with OccurredAt < the horizon. It returns how many
+	// it deleted.
+	PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
+}
+
+// PruneParams bounds one outbox cleanup batch.
+type PruneParams struct {
+	// PublishedBefore: only rows published before this time are deleted.
+	PublishedBefore time.Time
+	// BelowSeq, when > 0, is an extra exclusive watermark (e.g. a CDC checkpoint): only rows with
+	// Seq < BelowSeq are deleted.
+	BelowSeq int64
+	Limit    int
+}
+
+// Pruner deletes published outbox rows.
+type Pruner interface {
+	// PruneOutbox deletes up to p.Limit published rows that were published before
+	// p.PublishedBefore and whose Seq is below both p.BelowSeq (when > 0) and the lowest Seq of
+	// any unpublished row (the relay's evidence watermark). Unpublished and parked rows are never
+	// deleted. It returns how many rows it deleted.
+	PruneOutbox(ctx context.Context, p PruneParams) (int, error)
+}
+
+// ListParams selects records for operators.
+type ListParams struct {
+	AfterSeq int64
+	Limit    int
+	State    RecordState
+}
+
+// RecordState filters records in ListParams.
+type RecordState int
+
+// Record states.
+const (
+	StateAll     RecordState = iota
+	StatePending             // unpublished and not parked
+	StateParked
+	StatePublished
+)
+
+// Stats counts outbox rows.
+type Stats struct {
+	Pending   int64 // unpublished, not parked
+	Parked    int64
+	Published int64 // still present (mark mode "set")
+	// OldestPendingAt is the CreatedAt of the oldest pending record (zero when none).
+	OldestPendingAt time.Time
+}
+
+// Admin is the operator capability: look at records, count them, and release parked keys.
+type Admin interface {
+	List(ctx context.Context, p ListParams) ([]Record, error)
+	Stats(ctx context.Context) (Stats, error)
+	// Unpark clears ParkedAt, NextAttemptAt and Attempts of the unpublished records of one
+	// partition key, so the relay delivers them again in order. It returns how many changed.
+	Unpark(ctx context.Context, partitionKey string) (int, error)
+}
+
+// Notifier is an optional capability: Notify tells relays (in this process or elsewhere) that
+// events were committed. Lost notifications cost latency only; relays still poll.
+type Notifier interface {
+	Notify(ctx context.Context) error
+}
+
+// Waker is an optional RelayStore capability: Wakeups returns a channel that receives when new
+// events may have been committed. It stops receiving when ctx ends.
+type Waker interface {
+	Wakeups(ctx context.Context) (<-chan struct{}, error)
+}
