@@ -59,8 +59,9 @@ func (p RetryPolicy) base(attempt int) time.Duration {
 	return time.Duration(d)
 }
 
-// Delay returns the jittered delay after the attempt-th failure.
+// Delay returns the jittered delay after the attempt-th failure (defaults applied).
 func (p RetryPolicy) Delay(attempt int) time.Duration {
+	p = p.withDefaults()
 	d := p.base(attempt)
 	if p.Jitter > 0 {
 		f := 1 + p.Jitter*(2*rand.Float64()-1)
@@ -72,6 +73,7 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 // Exhausted reports whether an event that has now failed attempts times has used its budget:
 // the scheduled delays of its earlier failures already add up to Deadline.
 func (p RetryPolicy) Exhausted(attempts int) bool {
+	p = p.withDefaults()
 	var sum time.Duration
 	for i := 1; i < attempts; i++ {
 		sum += p.base(i)
