@@ -5,7 +5,7 @@
 //		conformance.Run(t, conformance.Harness[*sql.Tx]{
 //			New:         func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx] { ... },
 //			Effect:      func(ctx context.Context, tx *sql.Tx, key string) error { ... },
-//			EffectCount: func(ctx context.Context, key string) (int, error) { ... },
+//			EffectCount: func(ctx context.Context, a conformance.Adapter[*sql.Tx], key string) (int, error) { ... },
 //		})
 //	}
 //
@@ -13,10 +13,21 @@
 // core.CleanupOutbox, with a recording, fault-injecting sink, so what it proves is what users
 // get. Subtests have stable names (area/case); each runs under a watchdog that turns a hang into
 // a failure. The package imports only core and the standard library.
+//
+// The suite proves itself: its own tests run it, in child processes, against the in-memory
+// reference adapter (which must pass) and against variants of it that break one guarantee
+// each — an unfenced Settle, a Settle that checks its leases and applies in two steps,
+// non-exclusive lanes, a Fetch without per-key blocking, an inbox without its unique key, a
+// cleanup that deletes unpublished rows, a horizon that does not hold off PruneInbox — each of
+// which must fail in the subtests that check that guarantee.
+//
+// Sink, the recording and fault-injecting core.Sink the suite uses, is exported for tests of
+// relays and sinks elsewhere.
 package conformance
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -51,6 +62,8 @@ type Harness[TTx any] struct {
 	Features Features
 	// Timeout bounds each subtest (the watchdog). Default 2 minutes.
 	Timeout time.Duration
+	// Logger receives the logs of the relays the suite runs. Default: discarded.
+	Logger *slog.Logger
 }
 
 // Features declares what an adapter supports beyond the required contracts.

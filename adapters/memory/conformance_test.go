@@ -1,0 +1,27 @@
+package memory_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/outboxkit/outbox/adapters/memory"
+	"github.com/outboxkit/outbox/conformance"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Harness[*memory.Tx]{
+		New: func(t *testing.T, lanes int) conformance.Adapter[*memory.Tx] {
+			s, err := memory.New(&memory.Options{Lanes: lanes, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			return s
+		},
+		Effect: func(ctx context.Context, tx *memory.Tx, key string) error {
+			return tx.Incr(key)
+		},
+		EffectCount: func(ctx context.Context, a conformance.Adapter[*memory.Tx], key string) (int, error) {
+			return a.(*memory.Store).Counter(key), nil
+		},
+	})
+}

@@ -1,0 +1,299 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+func inboxCases[TTx any]() []tcase[TTx] {
+	return []tcase[TTx]{
+		{name: "concurrent-once", run: testInboxConcurrent[TTx]},
+		{name: "digest-mismatch", run: testInboxDigest[TTx]},
+		{name: "handler-error", run: testInboxHandlerError[TTx]},
+		{name: "versions", run: testInboxVersions[TTx]},
+		{name: "gap-reject", run: testInboxGapReject[TTx]},
+		{name: "retention", run: testInboxRetention[TTx]},
+		{name: "consumers", run: testInboxConsumers[TTx]},
+		{name: "horizon-blocks-prune", run: testInboxHorizonBlocksPrune[TTx]},
+	}
+}
+
+// inboxFixture is an Inbox with a counting handler that applies Harness.Effect.
+type inboxFixture[TTx any] struct {
+	e     *env[TTx]
+	in    *core.Inbox[TTx]
+	calls atomic.Int64
+}
+
+func (e *env[TTx]) inbox(o *core.InboxOptions) *inboxFixture[TTx] {
+	e.t.Helper()
+	in, err := core.NewInbox(core.InboxStore[TTx](e.a), o)
+	e.must(err, "NewInbox")
+	return &inboxFixture[TTx]{e: e, in: in}
+}
+
+// handler applies the effect named key.
+func (f *inboxFixture[TTx]) handler(key string) core.Handler[TTx] {
+	return func(ctx context.Context, tx TTx, msg core.InboxMessage) error {
+		f.calls.Add(1)
+		return f.e.h.Effect(ctx, tx, key)
+	}
+}
+
+func (f *inboxFixture[TTx]) process(consumer string, msg core.InboxMessage, key string) (core.InboxResult, error) {
+	return f.in.Process(f.e.ctx, consumer, msg, f.handler(key))
+}
+
+// expect processes msg and checks the outcome (and Prior, for Duplicate).
+func (f *inboxFixture[TTx]) expect(what, consumer string, msg core.InboxMessage, key string, outcome, prior core.Outcome) {
+	f.e.t.Helper()
+	res, err := f.process(consumer, msg, key)
+	if err != nil {
+		f.e.fatalf("%s: Process: %v", what, err)
+	}
+	if res.Outcome != outcome || (outcome == core.Duplicate && res.Prior != prior) {
+		f.e.fatalf("%s: got %v (prior %v), want %v (prior %v)", what, res.Outcome, res.Prior, outcome, prior)
+	}
+}
+
+func (f *inboxFixture[TTx]) expectErr(what, consumer string, msg core.InboxMessage, key string, want error) {
+	f.e.t.Helper()
+	calls := f.calls.Load()
+	res, err := f.process(consumer, msg, key)
+	if !errors.Is(err, want) {
+		f.e.fatalf("%s: Process returned %v, %v; want an error wrapping %v", what, res, err, want)
+	}
+	if f.calls.Load() != calls {
+		f.e.fatalf("%s: the handler ran although the message was refused", what)
+	}
+}
+
+func (e *env[TTx]) expectEffect(key string, want int) {
+	e.t.Helper()
+	if n := e.effectCount(key); n != want {
+		e.fatalf("effect %s applied %d times, want %d", key, n, want)
+	}
+}
+
+func msg(id string, payload string) core.InboxMessage {
+	return core.InboxMessage{EventID: id, Payload: []byte(payload), OccurredAt: t0, SourcePosition: "queue/" + id}
+}
+
+// testInboxConcurrent: many concurrent deliveries of one event apply its effect exactly once:
+// one Applied, the others Duplicate with Prior Applied.
+func testInboxConcurrent[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	const rounds, deliveries = 5, 10
+	for round := range rounds {
+		id, key := fmt.Sprintf("evt-%d", round), fmt.Sprintf("eff-%d", round)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			applied int
+			dups    int
+			errs    []error
+		)
+		start := make(chan struct{})
+		for range deliveries {
+			wg.Go(func() {
+				<-start
+				res, err := f.in.Process(e.ctx, "c1", msg(id, "same payload"), func(ctx context.Context, tx TTx, m core.InboxMessage) error {
+					f.calls.Add(1)
+					runtime.Gosched() // widen the window between record and commit
+					return e.h.Effect(ctx, tx, key)
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case res.Outcome == core.Applied:
+					applied++
+				case res.Outcome == core.Duplicate && res.Prior == core.Applied:
+					dups++
+				default:
+					errs = append(errs, fmt.Errorf("unexpected result %+v", res))
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(errs) > 0 {
+			e.fatalf("round %d: concurrent deliveries failed: %v", round, errors.Join(errs...))
+		}
+		if applied != 1 || dups != deliveries-1 {
+			e.fatalf("round %d: %d Applied and %d Duplicate of %d deliveries, want 1 and %d", round, applied, dups, deliveries, deliveries-1)
+		}
+		e.expectEffect(key, 1)
+	}
+}
+
+// testInboxDigest: the same event ID with another payload is refused and applies nothing.
+func testInboxDigest[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	f.expect("first delivery", "c1", msg("x", "p1"), "eff", core.Applied, 0)
+	f.expectErr("same id, other payload", "c1", msg("x", "p2"), "eff", core.ErrDigestMismatch)
+	e.expectEffect("eff", 1)
+	f.expect("redelivery", "c1", msg("x", "p1"), "eff", core.Duplicate, core.Applied)
+	e.expectEffect("eff", 1)
+}
+
+var errHandler = errors.New("conformance: handler failed")
+
+// testInboxHandlerError: a failing handler records nothing; a retry applies.
+func testInboxHandlerError[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	_, err := f.in.Process(e.ctx, "c1", msg("h", "p"), func(ctx context.Context, tx TTx, m core.InboxMessage) error {
+		if err := e.h.Effect(ctx, tx, "eff"); err != nil {
+			return err
+		}
+		return errHandler
+	})
+	if !errors.Is(err, errHandler) {
+		e.fatalf("Process returned %v, want the handler's error", err)
+	}
+	e.expectEffect("eff", 0)
+	f.expect("retry after the handler failed", "c1", msg("h", "p"), "eff", core.Applied, 0)
+	e.expectEffect("eff", 1)
+	f.expect("redelivery", "c1", msg("h", "p"), "eff", core.Duplicate, core.Applied)
+}
+
+func versioned(id, entity string, v int64) core.InboxMessage {
+	m := msg(id, "payload of "+id)
+	m.Entity, m.Version = entity, v
+	return m
+}
+
+// testInboxVersions: a version not above the last applied one is recorded Stale and its handler
+// does not run; with GapAllow a newer version applies even across a gap.
+func testInboxVersions[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	f.expect("v1", "c1", versioned("a", "order/1", 1), "eff", core.Applied, 0)
+	calls := f.calls.Load()
+	f.expect("v1 again, new id", "c1", versioned("b", "order/1", 1), "eff", core.Stale, 0)
+	if f.calls.Load() != calls {
+		e.fatalf("the handler ran for a stale message")
+	}
+	f.expect("v3 across a gap", "c1", versioned("c", "order/1", 3), "eff", core.Applied, 0)
+	f.expect("v2 after v3", "c1", versioned("d", "order/1", 2), "eff", core.Stale, 0)
+	f.expect("redelivery of a stale message", "c1", versioned("b", "order/1", 1), "eff", core.Duplicate, core.Stale)
+	f.expect("another entity", "c1", versioned("e", "order/2", 1), "eff", core.Applied, 0)
+	e.expectEffect("eff", 3)
+}
+
+// testInboxGapReject: with GapReject a version past the next one is ErrVersionGap and not
+// recorded; in order it applies.
+func testInboxGapReject[TTx any](e *env[TTx]) {
+	f := e.inbox(&core.InboxOptions{Gap: core.GapReject})
+	f.expect("v1", "c1", versioned("s1", "e", 1), "eff", core.Applied, 0)
+	f.expectErr("v3 before v2", "c1", versioned("s3", "e", 3), "eff", core.ErrVersionGap)
+	f.expectErr("v3 before v2, again (not recorded)", "c1", versioned("s3", "e", 3), "eff", core.ErrVersionGap)
+	f.expect("v2", "c1", versioned("s2", "e", 2), "eff", core.Applied, 0)
+	f.expect("v3 in order", "c1", versioned("s3", "e", 3), "eff", core.Applied, 0)
+	e.expectEffect("eff", 3)
+}
+
+// testInboxRetention: after Prune, a message older than the horizon is ErrBeyondRetention and
+// not applied; newer ones are still deduplicated; the horizon never goes down.
+func testInboxRetention[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	at := func(id string, d time.Duration) core.InboxMessage {
+		m := msg(id, "p")
+		m.OccurredAt = t0.Add(d)
+		return m
+	}
+	f.expect("old", "c1", at("m1", 0), "eff", core.Applied, 0)
+	f.expect("new", "c1", at("m2", 2*time.Hour), "eff", core.Applied, 0)
+	for i := range 5 {
+		f.expect("older", "c1", at(fmt.Sprintf("o%d", i), -time.Duration(i+1)*time.Minute), "eff", core.Applied, 0)
+	}
+	n, err := f.in.Prune(e.ctx, "c1", t0.Add(time.Hour), 2)
+	e.must(err, "Inbox.Prune")
+	if n != 6 {
+		e.fatalf("Prune deleted %d records, want 6 (m1 and o0-o4)", n)
+	}
+	f.expectErr("pruned message redelivered", "c1", at("m1", 0), "eff", core.ErrBeyondRetention)
+	f.expectErr("new message older than the horizon", "c1", at("m3", 30*time.Minute), "eff", core.ErrBeyondRetention)
+	f.expect("newer message redelivered", "c1", at("m2", 2*time.Hour), "eff", core.Duplicate, core.Applied)
+	e.expectEffect("eff", 7)
+	n, err = f.in.Prune(e.ctx, "c1", t0, 10)
+	e.must(err, "Inbox.Prune (lower)")
+	if n != 0 {
+		e.fatalf("a lower Prune deleted %d records", n)
+	}
+	f.expectErr("after a lower Prune the horizon stays", "c1", at("m4", 30*time.Minute), "eff", core.ErrBeyondRetention)
+	f.expect("another consumer has its own horizon", "c2", at("m1", 0), "eff", core.Applied, 0)
+	e.expectEffect("eff", 8)
+}
+
+// testInboxConsumers: deduplication is per consumer.
+func testInboxConsumers[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	f.expect("consumer a", "a", msg("same", "p"), "eff-a", core.Applied, 0)
+	f.expect("consumer b", "b", msg("same", "p"), "eff-b", core.Applied, 0)
+	f.expect("consumer a again", "a", msg("same", "p"), "eff-a", core.Duplicate, core.Applied)
+	e.expectEffect("eff-a", 1)
+	e.expectEffect("eff-b", 1)
+}
+
+// testInboxHorizonBlocksPrune: a transaction that read the horizon holds it: a concurrent
+// PruneInbox cannot delete a record between the horizon check and the duplicate check (which
+// would let an old message apply twice). It completes once the transaction ended.
+func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	for _, consumer := range []string{"never-pruned", "pruned"} {
+		if consumer == "pruned" {
+			_, err := f.in.Prune(e.ctx, consumer, t0.Add(-time.Hour), 10)
+			e.must(err, "Inbox.Prune")
+		}
+		f.expect("first delivery", consumer, msg("m", "p"), "eff-"+consumer, core.Applied, 0)
+		pruned := make(chan error, 1)
+		var n int
+		var inserted bool
+		err := e.a.InTx(e.ctx, func(ctx context.Context, tx TTx) error {
+			h, err := e.a.Horizon(ctx, tx, consumer)
+			if err != nil {
+				return err
+			}
+			if !h.IsZero() && !h.Before(t0) {
+				return fmt.Errorf("horizon %v before the prune, want before %v", h, t0)
+			}
+			go func() {
+				var err error
+				n, err = e.a.PruneInbox(e.ctx, consumer, t0.Add(time.Hour), 10)
+				pruned <- err
+			}()
+			// Give a PruneInbox that does not wait every chance to delete the record now.
+			select {
+			case err := <-pruned:
+				pruned <- err
+			case <-time.After(50 * time.Millisecond):
+			}
+			_, inserted, err = e.a.InsertRecord(ctx, tx, core.InboxRecord{Consumer: consumer, EventID: "m",
+				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: t0})
+			return err
+		})
+		e.must(err, consumer+": transaction reading the horizon")
+		if inserted {
+			e.fatalf("%s: a PruneInbox that ran while a transaction held the horizon deleted the record, so the old message was inserted again", consumer)
+		}
+		select {
+		case err := <-pruned:
+			e.must(err, consumer+": PruneInbox")
+		case <-e.ctx.Done():
+			e.fatalf("%s: PruneInbox did not complete after the transaction ended", consumer)
+		}
+		if n != 1 {
+			e.fatalf("%s: PruneInbox deleted %d records, want 1", consumer, n)
+		}
+		f.expectErr("redelivery after the prune", consumer, msg("m", "p"), "eff-"+consumer, core.ErrBeyondRetention)
+		e.expectEffect("eff-"+consumer, 1)
+	}
+}

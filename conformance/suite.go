@@ -1,0 +1,317 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// defaultTimeout is the watchdog of one subtest when Harness.Timeout is zero.
+const defaultTimeout = 2 * time.Minute
+
+// tcase is one case of an area: its subtest name, lane count and body.
+type tcase[TTx any] struct {
+	name  string
+	lanes int // 0 means 8
+	run   func(e *env[TTx])
+}
+
+// env is the fixture of one subtest: a fresh adapter, an Outbox on it, and a context that the
+// watchdog cancels.
+type env[TTx any] struct {
+	t     *testing.T
+	ctx   context.Context
+	h     Harness[TTx]
+	a     Adapter[TTx]
+	ob    *core.Outbox[TTx]
+	lanes int
+	seq   atomic.Int64 // unique names within the subtest
+}
+
+// runArea runs the cases of one area as parallel subtests "area/case", each under a watchdog.
+func runArea[TTx any](t *testing.T, h Harness[TTx], area string, cases []tcase[TTx]) {
+	t.Run(area, func(t *testing.T) {
+		t.Parallel()
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := watchdog(t, h.Timeout)
+				lanes := c.lanes
+				if lanes == 0 {
+					lanes = 8
+				}
+				c.run(newEnv(t, ctx, h, lanes))
+			})
+		}
+	})
+}
+
+func newEnv[TTx any](t *testing.T, ctx context.Context, h Harness[TTx], lanes int) *env[TTx] {
+	a := h.New(t, lanes)
+	if a == nil {
+		t.Fatal("conformance: Harness.New returned nil")
+	}
+	ob, err := core.NewOutbox(ctx, core.OutboxStore[TTx](a), nil)
+	if err != nil {
+		t.Fatalf("conformance: NewOutbox: %v", err)
+	}
+	return &env[TTx]{t: t, ctx: ctx, h: h, a: a, ob: ob, lanes: lanes}
+}
+
+// watchdog returns a context that ends when the subtest has run for d (default 2 minutes). Then
+// the subtest fails with a dump of every goroutine; the body sees its context end and returns.
+// If it is still running 15s later, the process panics so that a hang never stalls the run.
+func watchdog(t *testing.T, d time.Duration) context.Context {
+	if d <= 0 {
+		d = defaultTimeout
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		done bool
+		hard *time.Timer
+	)
+	name := t.Name()
+	timer := time.AfterFunc(d, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		t.Errorf("conformance: %s did not finish within %v (watchdog); goroutines:\n%s", name, d, stacks())
+		cancel()
+		hard = time.AfterFunc(15*time.Second, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !done {
+				panic(fmt.Sprintf("conformance: %s still hangs 15s after its watchdog fired", name))
+			}
+		})
+	})
+	t.Cleanup(func() {
+		mu.Lock()
+		done = true
+		if hard != nil {
+			hard.Stop()
+		}
+		mu.Unlock()
+		timer.Stop()
+		cancel()
+	})
+	return ctx
+}
+
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	const max = 256 << 10
+	if n > max {
+		return string(buf[:max]) + "\n... (truncated)"
+	}
+	return string(buf[:n])
+}
+
+// fatalf fails the subtest; when the watchdog fired it says so.
+func (e *env[TTx]) fatalf(format string, args ...any) {
+	e.t.Helper()
+	if e.ctx.Err() != nil {
+		e.t.Fatalf("(after the watchdog fired) "+format, args...)
+	}
+	e.t.Fatalf(format, args...)
+}
+
+func (e *env[TTx]) must(err error, what string) {
+	e.t.Helper()
+	if err != nil {
+		e.fatalf("%s: %v", what, err)
+	}
+}
+
+// waitFor polls cond until it returns true; only the watchdog bounds the wait.
+func (e *env[TTx]) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	for !cond() {
+		select {
+		case <-e.ctx.Done():
+			e.fatalf("gave up waiting for %s", what)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// name returns a name unique within the subtest.
+func (e *env[TTx]) name(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, e.seq.Add(1))
+}
+
+// event returns a valid event of partition key key.
+func event(key string, i int) core.Event {
+	return core.Event{
+		AggregateType: "order",
+		AggregateID:   fmt.Sprintf("%s-%d", key, i),
+		Type:          "order.changed",
+		PartitionKey:  key,
+		Payload:       fmt.Appendf(nil, `{"key":%q,"n":%d}`, key, i),
+	}
+}
+
+// write appends events in one committed transaction and returns them as stored.
+func (e *env[TTx]) write(evs ...core.Event) []core.Event {
+	e.t.Helper()
+	var out []core.Event
+	err := e.a.InTx(e.ctx, func(ctx context.Context, tx TTx) error {
+		var err error
+		out, err = e.ob.Write(ctx, tx, evs...)
+		return err
+	})
+	e.must(err, "write events")
+	return out
+}
+
+// list returns every record in state, in Seq order.
+func (e *env[TTx]) list(state core.RecordState) []core.Record {
+	e.t.Helper()
+	var out []core.Record
+	var after int64
+	for {
+		page, err := e.a.List(e.ctx, core.ListParams{AfterSeq: after, Limit: 500, State: state})
+		e.must(err, "Admin.List")
+		out = append(out, page...)
+		if len(page) < 500 {
+			return out
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// byID returns the records of list(StateAll) by event ID.
+func (e *env[TTx]) byID() map[string]core.Record {
+	e.t.Helper()
+	m := map[string]core.Record{}
+	for _, r := range e.list(core.StateAll) {
+		m[r.ID] = r
+	}
+	return m
+}
+
+func (e *env[TTx]) stats() core.Stats {
+	e.t.Helper()
+	st, err := e.a.Stats(e.ctx)
+	e.must(err, "Admin.Stats")
+	return st
+}
+
+func (e *env[TTx]) effectCount(key string) int {
+	e.t.Helper()
+	n, err := e.h.EffectCount(e.ctx, e.a, key)
+	e.must(err, "Harness.EffectCount")
+	return n
+}
+
+// keyForLane returns the n-th partition key (n >= 0) whose lane is lane.
+func keyForLane(lanes, lane, n int) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if core.LaneOf(k, lanes) == lane {
+			if n == 0 {
+				return k
+			}
+			n--
+		}
+	}
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// relayOptions are the suite's fast relay settings.
+func relayOptions(owner string) *core.RelayOptions {
+	return &core.RelayOptions{
+		Owner:           owner,
+		LeaseTTL:        time.Second,
+		PollInterval:    5 * time.Millisecond,
+		BatchSize:       50,
+		BreakerMaxDelay: 20 * time.Millisecond,
+		Retry:           core.RetryPolicy{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1, Deadline: time.Hour},
+		Logger:          discard,
+	}
+}
+
+// running is a relay started by the suite.
+type running struct {
+	r      *core.Relay
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// startRelay runs a relay on store until stop (or the end of the subtest). o may be nil.
+func (e *env[TTx]) startRelay(store core.RelayStore, sink core.Sink, o *core.RelayOptions) *running {
+	e.t.Helper()
+	if o == nil {
+		o = relayOptions(e.name("relay"))
+	}
+	if e.h.Logger != nil && o.Logger == discard {
+		o.Logger = e.h.Logger
+	}
+	r, err := core.NewRelay(store, sink, core.StaticRouter{Default: "queue"}, o)
+	e.must(err, "NewRelay")
+	return e.run(r)
+}
+
+func (e *env[TTx]) run(r *core.Relay) *running {
+	ctx, cancel := context.WithCancel(e.ctx)
+	rr := &running{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rr.done <- r.Run(ctx) }()
+	e.t.Cleanup(func() { _ = rr.stop() })
+	return rr
+}
+
+// stop cancels the relay and waits for Run to return; it returns Run's error.
+func (rr *running) stop() error {
+	rr.once.Do(func() {
+		rr.cancel()
+		select {
+		case rr.err = <-rr.done:
+		case <-time.After(30 * time.Second):
+			rr.err = fmt.Errorf("relay %s did not return 30s after its context was cancelled", rr.r.Owner())
+		}
+	})
+	return rr.err
+}
+
+func (e *env[TTx]) stopRelay(rr *running) {
+	e.t.Helper()
+	if err := rr.stop(); err != nil {
+		e.fatalf("relay Run: %v", err)
+	}
+}
+
+// ids returns the IDs of evs.
+func ids(evs []core.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.ID
+	}
+	return out
+}
+
+func sortedLanes(ls []core.Lease) []int {
+	out := make([]int, len(ls))
+	for i, l := range ls {
+		out[i] = l.Lane
+	}
+	slices.Sort(out)
+	return out
+}
+
+// t0 is the base of injected clocks: far from the real clock, microsecond aligned.
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
