@@ -463,10 +463,10 @@ type decision struct {
 
 // settle records decisions with Store.Settle, fenced by the leases of the lanes involved. When
 // some lanes were lost it drops them (their records stay unpublished for the new owner, who
-// resends them) and settles the rest once more.
+// resends them) and settles the rest again. Losing lanes is a normal hand-over, not an error.
 func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision) error {
 	gone := map[int]bool{}
-	for try := 0; try < 2; try++ {
+	for {
 		p := SettleParams{Delete: r.o.DeleteOnPublish, Now: r.now()}
 		used := map[int]bool{}
 		for _, d := range decisions {
@@ -494,8 +494,13 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 			r.stats.claimLost.Add(1)
 			r.dropLanes(lost.Lanes)
 			r.log.Warn("relay_claim_lost", "lanes", lost.Lanes)
+			progress := false
 			for _, l := range lost.Lanes {
+				progress = progress || (used[l] && !gone[l])
 				gone[l] = true
+			}
+			if !progress { // the store named no lane of this settle: do not loop forever
+				return fmt.Errorf("settle: %w", err)
 			}
 			continue
 		}
@@ -511,5 +516,4 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 		}
 		return nil
 	}
-	return fmt.Errorf("settle: %w", ErrClaimLost)
 }
