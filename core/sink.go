@@ -24,9 +24,10 @@ type Message struct {
 //
 // Order under partial failure: per GroupID, the acknowledged messages must form a prefix of
 // the messages given. Once one message of a group fails, no later message of that group in the
-// same call may be sent; report ErrNotAcknowledged for them. A sink that cannot promise this
-// sends one message per group per call. The relay resends from the first unacknowledged
-// message of each group.
+// same call may be acknowledged: a sink does not send it once the failure is known, and reports
+// ErrNotAcknowledged for it even when it was already part of the same broker request (brokers
+// such as SQS handle the entries of one request independently, so such a message may arrive as
+// a duplicate later). The relay resends from the first unacknowledged message of each group.
 type Sink interface {
 	Send(ctx context.Context, msgs []Message) []error
 }

@@ -1,0 +1,144 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/internal/batch"
+)
+
+func TestPlanRespectsLimitsAndGroupOrder(t *testing.T) {
+	t.Parallel()
+	var items []batch.Item
+	for i := 0; i < 25; i++ {
+		items = append(items, batch.Item{Group: fmt.Sprint("g", i%3), Dest: "q", Size: 100})
+	}
+	bs, out := batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 1 << 20})
+	require.Len(t, bs, 3)
+	for _, e := range out {
+		require.NoError(t, e)
+	}
+	bs, _ = batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 350})
+	require.Len(t, bs, 9) // 3 per request by size
+	bs, _ = batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 1 << 20, OnePerGroup: true})
+	require.Len(t, bs, 9)
+	for _, b := range bs {
+		seen := map[string]bool{}
+		for _, i := range b.Items {
+			require.False(t, seen[items[i].Group])
+			seen[items[i].Group] = true
+		}
+	}
+}
+
+func TestPlanHoldsBackBehindPrefailedItem(t *testing.T) {
+	t.Parallel()
+	bad := core.Permanent(errors.New("too big"))
+	items := []batch.Item{
+		{Group: "a", Dest: "q"}, {Group: "a", Dest: "q", Err: bad}, {Group: "a", Dest: "q"}, {Group: "b", Dest: "q"},
+	}
+	bs, out := batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 100})
+	require.Len(t, bs, 1)
+	require.Equal(t, []int{0, 3}, bs[0].Items)
+	require.NoError(t, out[0])
+	require.ErrorIs(t, out[1], bad)
+	require.ErrorIs(t, out[2], core.ErrNotAcknowledged)
+}
+
+// TestRunKeepsContractUnderRandomFailures drives Run with a sender that fails, drops and
+// accepts entries at random and checks every invariant the sinks rely on.
+func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 200; seed++ {
+		rnd := rand.New(rand.NewPCG(seed, seed))
+		n := 1 + rnd.IntN(120)
+		groups := 1 + rnd.IntN(12)
+		items := make([]batch.Item, n)
+		msgs := make([]core.Message, n)
+		for i := range items {
+			g := fmt.Sprint("g", rnd.IntN(groups))
+			items[i] = batch.Item{Group: g, Dest: fmt.Sprint("q", rnd.IntN(3)), Size: 1 + rnd.IntN(300)}
+			if rnd.IntN(60) == 0 {
+				items[i].Err = core.Permanent(errors.New("bad"))
+			}
+			msgs[i] = core.Message{Record: core.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: g}
+		}
+		var (
+			mu       sync.Mutex
+			inflight = map[string]bool{}
+			lastSent = map[string]int{}
+			rmu      sync.Mutex
+		)
+		o := batch.Options{MaxEntries: 1 + rnd.IntN(10), MaxBytes: 300 + rnd.IntN(1000), Concurrency: 1 + rnd.IntN(8), OnePerGroup: rnd.IntN(4) == 0}
+		out := batch.Run(context.Background(), items, o, func(ctx context.Context, dest string, idx []int) []error {
+			require.LessOrEqual(t, len(idx), o.MaxEntries)
+			size := 0
+			mu.Lock()
+			gs := map[string]bool{}
+			for _, i := range idx {
+				size += items[i].Size
+				require.Equal(t, dest, items[i].Dest)
+				g := items[i].Group
+				if !gs[g] {
+					require.False(t, inflight[g], "two requests of group %s in flight", g)
+				}
+				gs[g] = true
+				inflight[g] = true
+				if l, ok := lastSent[g]; ok {
+					require.Greater(t, i, l, "group %s sent out of order", g)
+				}
+				lastSent[g] = i
+				require.Nil(t, items[i].Err)
+			}
+			mu.Unlock()
+			require.LessOrEqual(t, size, o.MaxBytes)
+			res := make([]error, len(idx))
+			rmu.Lock()
+			for k := range res {
+				switch rnd.IntN(10) {
+				case 0:
+					res[k] = errors.New("entry failed")
+				case 1:
+					res[k] = core.ErrNotAcknowledged
+				}
+			}
+			rmu.Unlock()
+			mu.Lock()
+			for g := range gs {
+				inflight[g] = false
+			}
+			mu.Unlock()
+			return res
+		})
+		require.NoError(t, core.CheckOutcomes(msgs, out), "seed %d", seed)
+		for i, it := range items {
+			if it.Err != nil && !errors.Is(out[i], it.Err) {
+				require.ErrorIs(t, out[i], core.ErrNotAcknowledged, "seed %d: a pre-failed item is its own error or held back", seed)
+			}
+		}
+	}
+}
+
+func TestRunCancelledContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	items := []batch.Item{{Group: "a", Dest: "q", Size: 1}, {Group: "b", Dest: "q", Size: 1}}
+	called := false
+	out := batch.Run(ctx, items, batch.Options{MaxEntries: 10, MaxBytes: 100, Concurrency: 2}, func(context.Context, string, []int) []error {
+		called = true
+		return nil
+	})
+	require.False(t, called)
+	for _, e := range out {
+		require.ErrorIs(t, e, context.Canceled)
+		require.False(t, core.IsPermanent(e))
+	}
+}

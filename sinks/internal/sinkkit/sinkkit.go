@@ -1,0 +1,166 @@
+// Package sinkkit is what the SQS and SNS sinks share: encoding messages (with the optional
+// claim check), planning and running batches (package batch), and classifying AWS errors.
+package sinkkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/internal/batch"
+	"github.com/outboxkit/outbox/sinks/internal/wire"
+)
+
+// Config is a sink's validated configuration.
+type Config struct {
+	Name        string // "sqs" or "sns", prefixes errors
+	MaxBytes    int
+	MaxEntries  int
+	Concurrency int
+	OnePerGroup bool
+	// Claim check; S3 nil means off.
+	S3        *s3.Client
+	Bucket    string
+	Prefix    string
+	Threshold int // payloads above this many bytes always go to S3; 0: only when needed
+}
+
+// Entry is one message of a request.
+type Entry struct {
+	Index int // in the Send call
+	Msg   *core.Message
+	Enc   *wire.Encoded
+}
+
+// Sender sends one request of entries (all for dest) and returns one outcome per entry.
+type Sender func(ctx context.Context, dest string, entries []Entry) []error
+
+type prepared struct {
+	enc     wire.Encoded
+	ref     *wire.ClaimCheck // upload needed before sending
+	payload []byte
+}
+
+// Send encodes msgs, plans batches and runs them with sender, keeping the sink contract.
+func Send(ctx context.Context, cfg *Config, msgs []core.Message, sender Sender) []error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	preps := make([]prepared, len(msgs))
+	items := make([]batch.Item, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		items[i] = batch.Item{Group: m.GroupID, Dest: m.Destination}
+		p, err := cfg.prepare(m)
+		if err != nil {
+			items[i].Err = core.Permanent(fmt.Errorf("%s: event %s: %w", cfg.Name, m.ID, err))
+			continue
+		}
+		if m.Destination == "" {
+			items[i].Err = core.Permanent(fmt.Errorf("%s: event %s: %w: empty destination", cfg.Name, m.ID, core.ErrUnknownDestination))
+			continue
+		}
+		preps[i] = p
+		items[i].Size = p.enc.Size()
+	}
+	return batch.Run(ctx, items, batch.Options{
+		MaxEntries: cfg.MaxEntries, MaxBytes: cfg.MaxBytes, Concurrency: cfg.Concurrency, OnePerGroup: cfg.OnePerGroup,
+	}, func(ctx context.Context, dest string, idx []int) []error {
+		res := make([]error, len(idx))
+		entries := make([]Entry, 0, len(idx))
+		pos := make([]int, 0, len(idx))
+		held := map[string]bool{}
+		for k, i := range idx {
+			m := &msgs[i]
+			if held[m.GroupID] {
+				res[k] = core.ErrNotAcknowledged
+				continue
+			}
+			if p := &preps[i]; p.ref != nil {
+				if err := wire.PutClaimCheck(ctx, cfg.S3, p.ref, p.payload); err != nil {
+					res[k] = fmt.Errorf("%s: event %s: %w", cfg.Name, m.ID, err)
+					held[m.GroupID] = true
+					continue
+				}
+			}
+			entries = append(entries, Entry{Index: i, Msg: m, Enc: &preps[i].enc})
+			pos = append(pos, k)
+		}
+		if len(entries) == 0 {
+			return res
+		}
+		out := sender(ctx, dest, entries)
+		for e, k := range pos {
+			res[k] = out[e]
+		}
+		return res
+	})
+}
+
+func (cfg *Config) prepare(m *core.Message) (prepared, error) {
+	if cfg.S3 != nil && cfg.Threshold > 0 && len(m.Payload) > cfg.Threshold {
+		return cfg.claimCheck(m)
+	}
+	enc, err := wire.Encode(m, nil)
+	if err != nil {
+		return prepared{}, err
+	}
+	if enc.Size() <= cfg.MaxBytes {
+		return prepared{enc: enc}, nil
+	}
+	if cfg.S3 == nil {
+		return prepared{}, fmt.Errorf("%w: %d bytes, limit %d (no claim check configured)", wire.ErrMessageTooLarge, enc.Size(), cfg.MaxBytes)
+	}
+	return cfg.claimCheck(m)
+}
+
+func (cfg *Config) claimCheck(m *core.Message) (prepared, error) {
+	ref := wire.NewClaimCheck(cfg.Bucket, cfg.Prefix, m.Payload)
+	enc, err := wire.Encode(m, &ref)
+	if err != nil {
+		return prepared{}, err
+	}
+	if enc.Size() > cfg.MaxBytes {
+		return prepared{}, fmt.Errorf("%w: %d bytes even with the payload in S3, limit %d", wire.ErrMessageTooLarge, enc.Size(), cfg.MaxBytes)
+	}
+	return prepared{enc: enc, ref: &ref, payload: m.Payload}, nil
+}
+
+// EntryError is a per-entry failure reported in a batch response.
+type EntryError struct {
+	Code        string
+	Message     string
+	SenderFault bool
+}
+
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("entry failed: %s: %s (sender fault: %t)", e.Code, e.Message, e.SenderFault)
+}
+
+// Permanent makes core.IsPermanent true for sender faults (invalid or oversize entries) except
+// throttling; service faults are retryable.
+func (e *EntryError) Permanent() bool {
+	return e.SenderFault && !throttling[e.Code]
+}
+
+var throttling = map[string]bool{
+	"Throttling": true, "ThrottlingException": true, "ThrottledException": true, "RequestThrottled": true,
+	"TooManyRequestsException": true, "RequestLimitExceeded": true, "KmsThrottled": true,
+	"KMSThrottlingException": true, "SlowDown": true,
+}
+
+// Classify wraps a request error: permanent when its API error code is in permanent (or the
+// error is one of the typed errors the caller tested), else as is (retryable: throttling, 5xx,
+// timeouts, cancellation, anything unknown).
+func Classify(name, op string, err error, permanent map[string]bool) error {
+	err = fmt.Errorf("%s: %s: %w", name, op, err)
+	var ae smithy.APIError
+	if errors.As(err, &ae) && permanent[ae.ErrorCode()] {
+		return core.Permanent(err)
+	}
+	return err
+}

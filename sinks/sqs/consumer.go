@@ -1,0 +1,484 @@
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/internal/wire"
+)
+
+// Delivery is one received message, decoded.
+type Delivery struct {
+	// Event is the event as the producer wrote it; Payload is the verified payload (fetched from
+	// S3 for a claim-checked message).
+	Event core.Event
+	// CreatedAt is the outbox CreatedAt (zero when the producer did not send it).
+	CreatedAt time.Time
+	// QueueURL, MessageID and ReceiveCount describe the SQS delivery. GroupID is the FIFO
+	// MessageGroupId ("" on a standard queue).
+	QueueURL     string
+	MessageID    string
+	ReceiveCount int
+	GroupID      string
+}
+
+// Handler applies a delivery's effect in tx, the transaction that records it in the inbox.
+type Handler[TTx any] func(ctx context.Context, tx TTx, d *Delivery) error
+
+// ConsumerOptions configures a Consumer. The zero value (or nil) is ready to use.
+type ConsumerOptions struct {
+	// MaxMessages is the most messages one ReceiveMessage returns, 1 to 10. Default 10.
+	MaxMessages int
+	// WaitTime is the long-polling wait of ReceiveMessage, 0 to 20s (whole seconds). Default 20s.
+	WaitTime time.Duration
+	// VisibilityTimeout is requested on every receive and renewed while messages are being
+	// processed, 1s to 12h (whole seconds). Default 30s.
+	VisibilityTimeout time.Duration
+	// ExtendEvery is how often the visibility of messages still being processed is renewed.
+	// Default VisibilityTimeout/3; must be below VisibilityTimeout.
+	ExtendEvery time.Duration
+	// Concurrency is the most groups (FIFO message groups; single messages on a standard
+	// queue) processed at once, over all pollers. Default 4.
+	Concurrency int
+	// Pollers is the number of receive loops. Default 1.
+	Pollers int
+	// S3 reads claim-checked payloads. Default nil: a claim-checked message fails with
+	// ErrClaimCheckBucket and is not deleted.
+	S3 *s3.Client
+	// ClaimCheckBuckets lists the buckets claim-checked payloads may be read from. Default nil:
+	// any bucket.
+	ClaimCheckBuckets []string
+	// Entity maps an event to the inbox's version gate (core.InboxMessage Entity and
+	// Version; version 0 disables the gate). Default: AggregateType + "/" + AggregateID and
+	// AggregateVersion.
+	Entity func(ev *core.Event) (entity string, version int64)
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
+func NoVersionGate(*core.Event) (string, int64) { return "", 0 }
+
+// ConsumerStats counts what a Consumer did.
+type ConsumerStats struct {
+	Received  uint64 // messages received
+	Applied   uint64 // inbox outcome Applied
+	Duplicate uint64 // inbox outcome Duplicate
+	Stale     uint64 // inbox outcome Stale
+	Failed    uint64 // not processed (undecodable, claim check, inbox or handler error): not deleted
+	Deleted   uint64 // deleted after their inbox transaction committed
+	Released  uint64 // visibility reset to 0 on shutdown
+}
+
+// Consumer receives messages from one SQS queue and processes each through a core.Inbox.
+type Consumer[TTx any] struct {
+	client   *awssqs.Client
+	queueURL string
+	inbox    *core.Inbox[TTx]
+	name     string
+	handler  Handler[TTx]
+	o        ConsumerOptions
+	log      *slog.Logger
+	sem      chan struct{}
+
+	received, applied, duplicate, stale, failed, deleted, released atomic.Uint64
+}
+
+// NewConsumer returns a consumer named consumer (the inbox's consumer name) of queueURL that
+// processes every message with handler through inbox. opts may be nil.
+func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.Inbox[TTx], consumer string, handler Handler[TTx], opts *ConsumerOptions) (*Consumer[TTx], error) {
+	switch {
+	case client == nil:
+		return nil, &core.OptionError{Field: "client", Reason: "must not be nil"}
+	case queueURL == "":
+		return nil, &core.OptionError{Field: "queueURL", Reason: "required"}
+	case inbox == nil:
+		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
+	case consumer == "":
+		return nil, &core.OptionError{Field: "consumer", Reason: "required"}
+	case handler == nil:
+		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
+	}
+	var o ConsumerOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.MaxMessages == 0:
+		o.MaxMessages = 10
+	case o.MaxMessages < 1 || o.MaxMessages > 10:
+		return nil, &core.OptionError{Field: "MaxMessages", Reason: "must be between 1 and 10"}
+	}
+	switch {
+	case o.WaitTime == 0:
+		o.WaitTime = 20 * time.Second
+	case o.WaitTime < 0 || o.WaitTime > 20*time.Second:
+		return nil, &core.OptionError{Field: "WaitTime", Reason: "must be between 0 and 20s"}
+	}
+	switch {
+	case o.VisibilityTimeout == 0:
+		o.VisibilityTimeout = 30 * time.Second
+	case o.VisibilityTimeout < time.Second || o.VisibilityTimeout > 12*time.Hour:
+		return nil, &core.OptionError{Field: "VisibilityTimeout", Reason: "must be between 1s and 12h"}
+	}
+	switch {
+	case o.ExtendEvery == 0:
+		o.ExtendEvery = o.VisibilityTimeout / 3
+	case o.ExtendEvery < 0 || o.ExtendEvery >= o.VisibilityTimeout:
+		return nil, &core.OptionError{Field: "ExtendEvery", Reason: "must be positive and below VisibilityTimeout"}
+	}
+	switch {
+	case o.Concurrency == 0:
+		o.Concurrency = 4
+	case o.Concurrency < 0:
+		return nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
+	}
+	switch {
+	case o.Pollers == 0:
+		o.Pollers = 1
+	case o.Pollers < 0:
+		return nil, &core.OptionError{Field: "Pollers", Reason: "must not be negative"}
+	}
+	if o.Entity == nil {
+		o.Entity = func(ev *core.Event) (string, int64) {
+			if ev.AggregateVersion <= 0 {
+				return "", 0
+			}
+			return ev.AggregateType + "/" + ev.AggregateID, ev.AggregateVersion
+		}
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Consumer[TTx]{client: client, queueURL: queueURL, inbox: inbox, name: consumer, handler: handler,
+		o: o, log: log, sem: make(chan struct{}, o.Concurrency)}, nil
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer[TTx]) Stats() ConsumerStats {
+	return ConsumerStats{Received: c.received.Load(), Applied: c.applied.Load(), Duplicate: c.duplicate.Load(),
+		Stale: c.stale.Load(), Failed: c.failed.Load(), Deleted: c.deleted.Load(), Released: c.released.Load()}
+}
+
+// Run receives and processes messages until ctx is cancelled, then returns nil once every
+// received message is either processed (and deleted) or released (visibility 0). Receive
+// errors are logged and retried after a pause.
+func (c *Consumer[TTx]) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range c.o.Pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.poll(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *Consumer[TTx]) poll(ctx context.Context) {
+	pause := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		out, err := c.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(c.queueURL),
+			MaxNumberOfMessages:         int32(c.o.MaxMessages),
+			WaitTimeSeconds:             int32(c.o.WaitTime / time.Second),
+			VisibilityTimeout:           int32(c.o.VisibilityTimeout / time.Second),
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("sqs_consumer_receive_failed", "queue_url", c.queueURL, "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 10*time.Second)
+			continue
+		}
+		pause = 100 * time.Millisecond
+		if len(out.Messages) > 0 {
+			c.received.Add(uint64(len(out.Messages)))
+			c.processBatch(ctx, out.Messages)
+		}
+	}
+}
+
+// message states within a batch.
+const (
+	pending int32 = iota
+	succeeded
+	failedState
+	release
+)
+
+func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) {
+	state := make([]atomic.Int32, len(msgs))
+	// Groups in receive order: a FIFO group's messages are processed one after another.
+	var order []string
+	groups := map[string][]int{}
+	for i := range msgs {
+		g := msgs[i].Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+		if g == "" {
+			g = "\x00" + strconv.Itoa(i) // standard queue: every message on its own
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+
+	stopExtend := make(chan struct{})
+	extended := make(chan struct{})
+	go func() {
+		defer close(extended)
+		c.extend(ctx, msgs, state, stopExtend)
+	}()
+
+	var wg sync.WaitGroup
+	for _, g := range order {
+		idx := groups[g]
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			for _, i := range idx {
+				state[i].Store(release)
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-c.sem }()
+			for k, i := range idx {
+				if ctx.Err() != nil {
+					for _, j := range idx[k:] {
+						state[j].Store(release)
+					}
+					return
+				}
+				if err := c.process(ctx, &msgs[i]); err != nil {
+					if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+						state[i].Store(release)
+						for _, j := range idx[k+1:] {
+							state[j].Store(release)
+						}
+						return
+					}
+					state[i].Store(failedState)
+					c.failed.Add(1)
+					// Later messages of the group stay in flight untouched: they become visible
+					// again with this one, after it, so the group's order holds.
+					for _, j := range idx[k+1:] {
+						state[j].Store(failedState)
+					}
+					return
+				}
+				state[i].Store(succeeded)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopExtend)
+	<-extended
+
+	// Settle with a context that outlives a shutdown: a committed message must be deleted.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	var del, rel []types.Message
+	for i := range msgs {
+		switch state[i].Load() {
+		case succeeded:
+			del = append(del, msgs[i])
+		case release, pending:
+			rel = append(rel, msgs[i])
+		}
+	}
+	if len(del) > 0 {
+		c.deleteAll(sctx, del)
+	}
+	if len(rel) > 0 {
+		c.changeVisibility(sctx, rel, 0)
+		c.released.Add(uint64(len(rel)))
+	}
+}
+
+// extend renews the visibility of the batch's pending messages every ExtendEvery until stop.
+func (c *Consumer[TTx]) extend(ctx context.Context, msgs []types.Message, state []atomic.Int32, stop <-chan struct{}) {
+	t := time.NewTicker(c.o.ExtendEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var live []types.Message
+		for i := range msgs {
+			if state[i].Load() == pending {
+				live = append(live, msgs[i])
+			}
+		}
+		if len(live) == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ExtendEvery)
+		c.changeVisibility(cctx, live, c.o.VisibilityTimeout)
+		cancel()
+	}
+}
+
+func (c *Consumer[TTx]) changeVisibility(ctx context.Context, msgs []types.Message, to time.Duration) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(msgs))
+	for k := range msgs {
+		entries[k] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(k)),
+			ReceiptHandle: msgs[k].ReceiptHandle, VisibilityTimeout: int32(to / time.Second)}
+	}
+	out, err := c.client.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(c.queueURL), Entries: entries})
+	if err != nil {
+		c.log.Warn("sqs_consumer_change_visibility_failed", "queue_url", c.queueURL, "messages", len(msgs), "error", err)
+		return
+	}
+	for _, f := range out.Failed {
+		c.log.Warn("sqs_consumer_change_visibility_failed", "queue_url", c.queueURL, "entry", aws.ToString(f.Id),
+			"code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+	}
+}
+
+func (c *Consumer[TTx]) deleteAll(ctx context.Context, msgs []types.Message) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(msgs))
+	for k := range msgs {
+		entries[k] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k)), ReceiptHandle: msgs[k].ReceiptHandle}
+	}
+	out, err := c.client.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(c.queueURL), Entries: entries})
+	if err != nil {
+		// Redelivered later and then recognised by the inbox as a duplicate.
+		c.log.Warn("sqs_consumer_delete_failed", "queue_url", c.queueURL, "messages", len(msgs), "error", err)
+		return
+	}
+	c.deleted.Add(uint64(len(out.Successful)))
+	for _, f := range out.Failed {
+		c.log.Warn("sqs_consumer_delete_failed", "queue_url", c.queueURL, "entry", aws.ToString(f.Id),
+			"code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+	}
+}
+
+// process decodes m and runs it through the inbox. A nil error means the inbox transaction
+// committed (Applied, Duplicate or Stale).
+func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
+	d, err := c.decode(ctx, m)
+	if err != nil {
+		c.log.Error("sqs_consumer_undecodable", "queue_url", c.queueURL, "message_id", aws.ToString(m.MessageId),
+			"receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], "error", err)
+		return err
+	}
+	entity, version := c.o.Entity(&d.Event)
+	im := core.InboxMessage{
+		EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
+		OccurredAt: d.CreatedAt, SourcePosition: "sqs:" + queueName(c.queueURL) + "/" + d.MessageID,
+	}
+	res, err := c.inbox.Process(ctx, c.name, im, func(ctx context.Context, tx TTx, _ core.InboxMessage) error {
+		return c.handler(ctx, tx, d)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("sqs_consumer_process_failed", "queue_url", c.queueURL, "message_id", d.MessageID,
+				"event_id", d.Event.ID, "receive_count", d.ReceiveCount, "error", err)
+		}
+		return err
+	}
+	switch res.Outcome {
+	case core.Applied:
+		c.applied.Add(1)
+	case core.Duplicate:
+		c.duplicate.Add(1)
+	case core.Stale:
+		c.stale.Add(1)
+	}
+	return nil
+}
+
+func (c *Consumer[TTx]) decode(ctx context.Context, m *types.Message) (*Delivery, error) {
+	body := aws.ToString(m.Body)
+	attr := func(name string) (string, bool) {
+		v, ok := m.MessageAttributes[name]
+		if !ok || v.StringValue == nil {
+			return "", false
+		}
+		return *v.StringValue, true
+	}
+	if _, ok := m.MessageAttributes[wire.AttrID]; !ok {
+		if env, ok := snsEnvelope(body); ok {
+			body, attr = env.Message, env.attr
+		}
+	}
+	dec, err := wire.Decode(body, attr)
+	if err != nil {
+		return nil, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
+	}
+	if ref := dec.ClaimCheck; ref != nil {
+		if c.o.S3 == nil || (c.o.ClaimCheckBuckets != nil && !slices.Contains(c.o.ClaimCheckBuckets, ref.Bucket)) {
+			return nil, fmt.Errorf("%w: message %s: s3://%s/%s", ErrClaimCheckBucket, aws.ToString(m.MessageId), ref.Bucket, ref.Key)
+		}
+		p, err := wire.FetchClaimCheck(ctx, c.o.S3, ref)
+		if err != nil {
+			return nil, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
+		}
+		dec.Event.Payload = p
+	}
+	n, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	return &Delivery{
+		Event: dec.Event, CreatedAt: dec.CreatedAt, QueueURL: c.queueURL, MessageID: aws.ToString(m.MessageId),
+		ReceiveCount: n, GroupID: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+	}, nil
+}
+
+// envelope is the JSON body SNS delivers to SQS without raw message delivery.
+type envelope struct {
+	Type              string
+	Message           string
+	MessageAttributes map[string]struct{ Type, Value string }
+}
+
+func (e *envelope) attr(name string) (string, bool) {
+	a, ok := e.MessageAttributes[name]
+	return a.Value, ok
+}
+
+func snsEnvelope(body string) (*envelope, bool) {
+	if !strings.HasPrefix(strings.TrimSpace(body), "{") {
+		return nil, false
+	}
+	var e envelope
+	if json.Unmarshal([]byte(body), &e) != nil || e.Type != "Notification" {
+		return nil, false
+	}
+	return &e, true
+}
+
+func queueName(url string) string {
+	if i := strings.LastIndexByte(url, '/'); i >= 0 {
+		return url[i+1:]
+	}
+	return url
+}

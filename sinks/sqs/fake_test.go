@@ -1,0 +1,153 @@
+package sqs_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/sqs"
+)
+
+// fakeSQS answers SendMessageBatch with whatever answer returns (status, JSON body), so that the
+// responses the emulator never gives (missing entries, throttling, 5xx) can be tested. No
+// emulator needed.
+func fakeSQS(t *testing.T, answer func(ids []string) (int, string)) (*awssqs.Client, *[][]string) {
+	t.Helper()
+	var mu sync.Mutex
+	var calls [][]string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var in struct{ Entries []struct{ Id string } }
+		_ = json.Unmarshal(body, &in)
+		ids := make([]string, len(in.Entries))
+		for i, e := range in.Entries {
+			ids[i] = e.Id
+		}
+		mu.Lock()
+		calls = append(calls, ids)
+		mu.Unlock()
+		status, out := answer(ids)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, out)
+	}))
+	t.Cleanup(srv.Close)
+	client := awssqs.New(awssqs.Options{
+		Region: testRegion, BaseEndpoint: aws.String(srv.URL), RetryMaxAttempts: 1,
+		Credentials:                      credentials.NewStaticCredentialsProvider(testKey, testSecret, ""),
+		DisableMessageChecksumValidation: true,
+	})
+	return client, &calls
+}
+
+func plainMsgs(url string, groups ...string) []core.Message {
+	var out []core.Message
+	for i, g := range groups {
+		out = append(out, event(url, g, i, []byte(fmt.Sprint("m", i))))
+	}
+	return out
+}
+
+func TestEntryMissingFromResponseIsNotAcknowledged(t *testing.T) {
+	t.Parallel()
+	client, _ := fakeSQS(t, func(ids []string) (int, string) {
+		// Acknowledge every entry but the second; report nothing about it.
+		var ok []string
+		for i, id := range ids {
+			if i != 1 {
+				ok = append(ok, fmt.Sprintf(`{"Id":%q,"MessageId":"m-%s","MD5OfMessageBody":"x"}`, id, id))
+			}
+		}
+		return 200, fmt.Sprintf(`{"Successful":[%s],"Failed":[]}`, join(ok))
+	})
+	sink, err := sqs.New(client, nil)
+	require.NoError(t, err)
+	msgs := plainMsgs("http://q/queue", "a", "a", "a", "b")
+	out := send(t, sink, msgs)
+	require.NoError(t, out[0])
+	require.ErrorIs(t, out[1], core.ErrNotAcknowledged)
+	require.False(t, core.IsPermanent(out[1]))
+	require.ErrorIs(t, out[2], core.ErrNotAcknowledged, "acknowledged behind an unacknowledged message of its group")
+	require.NoError(t, out[3])
+}
+
+func TestServiceFaultsAreRetryableSenderFaultsPermanent(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		status    int
+		body      string
+		permanent bool
+	}{
+		"throttling":     {400, `{"__type":"com.amazonaws.sqs#RequestThrottled","message":"slow down"}`, false},
+		"internal error": {500, `{"__type":"InternalError","message":"oops"}`, false},
+		"unavailable":    {503, `{"__type":"ServiceUnavailable","message":"later"}`, false},
+		"invalid param":  {400, `{"__type":"com.amazonaws.sqs#InvalidParameterValue","message":"bad"}`, true},
+		"no queue":       {400, `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			client, _ := fakeSQS(t, func([]string) (int, string) { return tc.status, tc.body })
+			sink, err := sqs.New(client, nil)
+			require.NoError(t, err)
+			out := send(t, sink, plainMsgs("http://q/queue", "a", "b"))
+			for _, err := range out {
+				require.Error(t, err)
+				require.Equal(t, tc.permanent, core.IsPermanent(err), "%v", err)
+			}
+		})
+	}
+}
+
+func TestFailedEntryClassifiedBySenderFault(t *testing.T) {
+	t.Parallel()
+	client, calls := fakeSQS(t, func(ids []string) (int, string) {
+		var ok, failed []string
+		for i, id := range ids {
+			switch i {
+			case 0:
+				failed = append(failed, fmt.Sprintf(`{"Id":%q,"Code":"InternalError","Message":"try again","SenderFault":false}`, id))
+			case 1:
+				failed = append(failed, fmt.Sprintf(`{"Id":%q,"Code":"InvalidParameterValue","Message":"bad","SenderFault":true}`, id))
+			default:
+				ok = append(ok, fmt.Sprintf(`{"Id":%q,"MessageId":"m","MD5OfMessageBody":"x"}`, id))
+			}
+		}
+		return 200, fmt.Sprintf(`{"Successful":[%s],"Failed":[%s]}`, join(ok), join(failed))
+	})
+	sink, err := sqs.New(client, &sqs.Options{MaxBatchEntries: 3})
+	require.NoError(t, err)
+	// Requests of at most 3: [a0 b0 c0] then [a1 b1 c1]; a and b fail in the first request, so
+	// the second request carries only c1.
+	out := send(t, sink, plainMsgs("http://q/queue", "a", "b", "c", "a", "b", "c"))
+	require.False(t, core.IsPermanent(out[0]))
+	require.True(t, core.IsPermanent(out[1]))
+	require.NoError(t, out[2])
+	require.ErrorIs(t, out[3], core.ErrNotAcknowledged)
+	require.ErrorIs(t, out[4], core.ErrNotAcknowledged)
+	require.Equal(t, 2, len(*calls))
+	require.Equal(t, 1, len((*calls)[1]), "held-back groups are not sent")
+	// c1 is entry 0 of the second request: the fake fails it as a service fault.
+	require.Error(t, out[5])
+	require.False(t, core.IsPermanent(out[5]))
+}
+
+func join(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += x
+	}
+	return out
+}
