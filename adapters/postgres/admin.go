@@ -1,0 +1,66 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// PruneOutbox deletes up to p.Limit published rows published before p.PublishedBefore and below
+// both p.BelowSeq (when > 0) and the lowest unpublished seq. One statement.
+func (s *Store[TTx]) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	below := p.BelowSeq
+	if below <= 0 {
+		below = math.MaxInt64
+	}
+	n, err := s.db.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: prune outbox: %w", err)
+	}
+	return int(n), nil
+}
+
+// List returns records after p.AfterSeq in seq order, filtered by p.State.
+func (s *Store[TTx]) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
+	if p.State < core.StateAll || p.State > core.StatePublished {
+		return nil, fmt.Errorf("postgres: list: unknown state %d", p.State)
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], p.AfterSeq, limit))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list: %w", err)
+	}
+	return recs, nil
+}
+
+// Stats counts the outbox rows (a full scan: an operator's call, not a hot path).
+func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
+	var st core.Stats
+	var oldest pgtype.Timestamptz
+	if err := queryRow(ctx, s.db, s.q.stats, nil, &st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+		return core.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+	}
+	st.OldestPendingAt = tsOut(oldest)
+	return st, nil
+}
+
+// Unpark clears ParkedAt, NextAttemptAt and Attempts of the key's unpublished records that have
+// any of them set, and returns how many changed.
+func (s *Store[TTx]) Unpark(ctx context.Context, partitionKey string) (int, error) {
+	n, err := s.db.exec(ctx, s.q.unpark, partitionKey)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: unpark: %w", err)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/conformance"
+)
+
+const counterTable = `CREATE TABLE counters (key text PRIMARY KEY, n integer NOT NULL)`
+const counterBump = `INSERT INTO counters AS c (key, n) VALUES ($1, 1)
+	ON CONFLICT (key) DO UPDATE SET n = c.n + 1`
+const counterGet = `SELECT coalesce((SELECT n FROM counters WHERE key = $1), 0)`
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	testDSN(t)
+	for _, c := range []struct {
+		name     string
+		mode     pgx.QueryExecMode
+		strategy ClaimStrategy
+	}{
+		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked},
+		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock},
+		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked},
+		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			conformance.Run(t, conformance.Harness[pgx.Tx]{
+				New: func(t *testing.T, lanes int) conformance.Adapter[pgx.Tx] {
+					s, d := migratedStore(t, dbOptions{mode: c.mode}, &Options{Lanes: lanes, ClaimStrategy: c.strategy})
+					_, err := d.pool.Exec(context.Background(), counterTable)
+					require.NoError(t, err)
+					return s
+				},
+				Effect: func(ctx context.Context, tx pgx.Tx, key string) error {
+					_, err := tx.Exec(ctx, counterBump, key)
+					return err
+				},
+				EffectCount: func(ctx context.Context, a conformance.Adapter[pgx.Tx], key string) (int, error) {
+					var n int
+					err := queryRow(ctx, a.(*Store[pgx.Tx]).db, counterGet, []any{key}, &n)
+					return n, err
+				},
+			})
+		})
+	}
+	t.Run("database_sql/skip_locked", func(t *testing.T) {
+		t.Parallel()
+		conformance.Run(t, conformance.Harness[*sql.Tx]{
+			New: func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx] {
+				d := newTestDB(t, dbOptions{})
+				s, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema, Lanes: lanes})
+				require.NoError(t, err)
+				require.NoError(t, s.Migrate(context.Background()))
+				_, err = d.pool.Exec(context.Background(), counterTable)
+				require.NoError(t, err)
+				return s
+			},
+			Effect: func(ctx context.Context, tx *sql.Tx, key string) error {
+				_, err := tx.ExecContext(ctx, counterBump, key)
+				return err
+			},
+			EffectCount: func(ctx context.Context, a conformance.Adapter[*sql.Tx], key string) (int, error) {
+				var n int
+				err := queryRow(ctx, a.(*Store[*sql.Tx]).db, counterGet, []any{key}, &n)
+				return n, err
+			},
+		})
+	})
+}

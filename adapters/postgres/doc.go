@@ -1,0 +1,44 @@
+// Package postgres is the PostgreSQL adapter of outboxkit, on github.com/jackc/pgx/v5.
+//
+// [New] takes a *pgxpool.Pool and returns a [Store] whose writer and inbox run in the caller's
+// pgx.Tx; [NewSQL] takes a *sql.DB opened with pgx's stdlib driver and returns one that runs
+// in the caller's *sql.Tx. Both run the same SQL statements (one file, queries.go) and
+// implement core.OutboxStore, core.RelayStore, core.InboxStore, core.Pruner, core.Admin,
+// core.Notifier and core.Waker. [Store.Migrate] creates or checks the schema (embedded,
+// idempotent migrations; the lane count is recorded and a different one is refused with
+// core.ErrSchemaMismatch).
+//
+// # Guarantees
+//
+//   - Insert is one statement in the caller's transaction: the outbox rows commit or roll back
+//     with the domain change. A duplicate event ID returns an error wrapping
+//     core.ErrDuplicateEvent (PostgreSQL then aborts the transaction, as for any failed
+//     statement).
+//   - Lanes are leased exclusively: ClaimLanes locks free lane rows with FOR UPDATE SKIP LOCKED
+//     ([ClaimSkipLocked], default) or takes transaction-scoped advisory locks
+//     ([ClaimAdvisoryLock]); every lease carries a generation that fences later calls. Claims
+//     keep their LIMIT however stale the table statistics are (= ANY(ARRAY(subquery))).
+//   - Settle is a single statement, hence a single transaction: it locks the leased lane rows,
+//     and changes outbox rows only when every lease is still held (owner, generation and
+//     lease_until > now); otherwise it returns *core.LanesLostError and changes nothing.
+//   - The relay's fetch reads unpublished rows only, through a partial index on seq WHERE
+//     published_at IS NULL; failed and parked rows have their own tiny partial index.
+//   - Semantic columns cannot change after insert: a trigger refuses any UPDATE that changes
+//     them (it fires only for UPDATEs naming them, so the relay does not pay for it). The file
+//     grants.sql gives an application role INSERT only and a relay role SELECT plus UPDATE of
+//     the status columns.
+//   - Time: every statement uses coalesce($now, now()), so the database clock decides unless
+//     a caller injects Now; times are stored with microsecond precision.
+//   - Wake-ups: Notify, called after the producer committed, returns at once; a background
+//     sender issues NOTIFY from its own small transaction with synchronous_commit off, merging
+//     the calls that arrive while one is in flight, so notifications never cap producer
+//     throughput. Wakeups LISTENs on a dedicated connection and reconnects on failure. A lost
+//     notification costs latency only: relays still poll.
+//   - Inbox: Horizon holds the consumer's horizon row FOR SHARE until the transaction ends, so
+//     PruneInbox (which updates it) waits; InsertRecord uses INSERT ... ON CONFLICT DO NOTHING,
+//     so a concurrent duplicate waits on the unique index and then reads the committed row.
+//
+// Identifiers (schema, table names, notification channel) are validated and quoted once, when
+// the Store is built. Statements work in every pgx query execution mode, including
+// QueryExecModeSimpleProtocol (for transaction-pooling proxies).
+package postgres

@@ -1,0 +1,30 @@
+-- Least-privilege roles for the outboxkit PostgreSQL adapter, for the default table names
+-- (outbox, inbox). Run after Store.Migrate, as the tables' owner, with psql:
+--
+--   psql -v schema=public -v app_role=orders_app -v relay_role=orders_relay -f grants.sql
+--
+-- The roles must exist. The application role may append to the outbox (and use its sequence)
+-- and run the inbox; it can neither read nor change outbox rows. The relay role may read the
+-- outbox and change only the relay's status columns (plus delete published rows for cleanup),
+-- and owns the lanes and workers tables. Semantic columns are also protected by the
+-- outbox_immutable trigger, whatever the role.
+
+GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role";
+
+-- Application: INSERT only, on the columns a writer sets.
+GRANT SELECT ON :"schema".outbox_meta TO :"app_role";
+GRANT INSERT (id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
+    destination, payload, headers, tenant, causation_id, correlation_id, lane)
+    ON :"schema".outbox TO :"app_role";
+GRANT USAGE ON SEQUENCE :"schema".outbox_seq_seq TO :"app_role";
+-- The inbox runs in the application's transactions.
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".inbox, :"schema".inbox_horizons,
+    :"schema".inbox_versions TO :"app_role";
+
+-- Relay: read the outbox, update the status columns, delete published rows (cleanup).
+GRANT SELECT ON :"schema".outbox, :"schema".outbox_meta TO :"relay_role";
+GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
+    ON :"schema".outbox TO :"relay_role";
+GRANT DELETE ON :"schema".outbox TO :"relay_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_lanes, :"schema".outbox_workers TO :"relay_role";
+GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch(integer[], timestamptz, integer) TO :"relay_role";

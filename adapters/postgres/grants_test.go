@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// requireSQLState asserts that err is a server error with the given SQLSTATE.
+func requireSQLState(t *testing.T, err error, code string) {
+	t.Helper()
+	require.Error(t, err)
+	pe := pgError(err)
+	require.NotNil(t, pe, "not a server error: %v", err)
+	require.Equal(t, code, pe.Code, "%v", err)
+}
+
+func TestImmutableColumnsTrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t", Payload: []byte("x")})
+		return err
+	}))
+
+	for _, set := range []string{
+		"payload = 'changed'", "id = 'other'", "aggregate_id = 'x'", "lane = lane + 1",
+		"created_at = created_at - interval '1 day'", "headers = '{\"a\":\"b\"}'", "seq = seq + 100",
+		"type = 'x', published_at = now()",
+	} {
+		_, err := d.pool.Exec(ctx, "UPDATE outbox SET "+set)
+		requireSQLState(t, err, "23001") // restrict_violation
+	}
+	// Status columns may change, and naming a semantic column without changing it is allowed.
+	for _, set := range []string{
+		"published_at = now()", "attempts = attempts + 1, last_error = 'boom'",
+		"next_attempt_at = now(), parked_at = now()", "id = id, payload = payload",
+	} {
+		tag, err := d.pool.Exec(ctx, "UPDATE outbox SET "+set)
+		require.NoError(t, err, set)
+		require.EqualValues(t, 1, tag.RowsAffected())
+	}
+}
+
+func TestGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
+	a := admin(t)
+	appRole, relayRole := randomName("okt_app_"), randomName("okt_relay_")
+	for _, r := range []string{appRole, relayRole} {
+		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" NOLOGIN")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
+			if err != nil {
+				t.Errorf("drop role %s: %v", r, err)
+			}
+		})
+	}
+	grants, err := os.ReadFile("grants.sql")
+	require.NoError(t, err)
+	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
+		`:"relay_role"`, quote(relayRole)).Replace(string(grants))
+	_, err = d.pool.Exec(ctx, script)
+	require.NoError(t, err)
+
+	appPool := newPool(t, d.schema, dbOptions{role: appRole})
+	relayPool := newPool(t, d.schema, dbOptions{role: relayRole})
+	app, err := New(appPool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+	relay, err := New(relayPool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+
+	// The application appends, runs the inbox and notifies...
+	ob, err := core.NewOutbox(ctx, app, nil)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx,
+			core.Event{AggregateType: "a", AggregateID: "1", Type: "t", Payload: []byte("p1")},
+			core.Event{AggregateType: "a", AggregateID: "2", Type: "t", Payload: []byte("p2")})
+		return err
+	}))
+	require.NoError(t, ob.Notify(ctx))
+	in, err := core.NewInbox(app, nil)
+	require.NoError(t, err)
+	res, err := in.Process(ctx, "c", core.InboxMessage{EventID: "e1", Entity: "a/1", Version: 1, OccurredAt: time.Now()},
+		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, core.Applied, res.Outcome)
+	_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 10)
+	require.NoError(t, err)
+	// ...but can neither read nor change outbox rows, nor touch the lanes.
+	for _, sql := range []string{
+		"SELECT count(*) FROM outbox", "UPDATE outbox SET published_at = now()", "DELETE FROM outbox",
+		"UPDATE outbox_lanes SET owner = 'x'",
+	} {
+		_, err := appPool.Exec(ctx, sql)
+		requireSQLState(t, err, "42501")
+	}
+	_, err = app.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	requireSQLState(t, err, "42501")
+
+	// The relay claims, fetches, settles, unparks and prunes...
+	live, err := relay.Heartbeat(ctx, core.HeartbeatParams{Owner: "w", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, 1, live)
+	leases, err := relay.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 4, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, leases, 4)
+	recs, err := relay.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	require.NoError(t, relay.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[0].Seq},
+		Failed: []core.Failure{{Seq: recs[1].Seq, Lane: recs[1].Lane, Error: "x", Park: true}}}))
+	n, err := relay.Unpark(ctx, recs[1].PartitionKey)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = relay.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 10})
+	require.NoError(t, err)
+	require.NoError(t, relay.ReleaseLanes(ctx, leases))
+	// ...but cannot insert, change semantic columns, or read the inbox.
+	for _, sql := range []string{
+		"INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane) VALUES ('x', 'a', '1', 't', 'a/1', 0)",
+		"UPDATE outbox SET payload = 'changed'",
+		"SELECT count(*) FROM inbox",
+	} {
+		_, err := relayPool.Exec(ctx, sql)
+		requireSQLState(t, err, "42501")
+	}
+	requireRowCount(t, s, 1)
+}
+
+func requireRowCount(t *testing.T, s *Store[pgx.Tx], want int) {
+	t.Helper()
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, want, st.Pending+st.Parked+st.Published)
+}

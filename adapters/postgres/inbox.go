@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Horizon returns the consumer's retention horizon and holds its row FOR SHARE until tx ends,
+// so a concurrent PruneInbox (which updates the row) waits. The row is created first when
+// missing, so that there is always something to lock.
+func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error) {
+	q := s.txq(tx)
+	var h pgtype.Timestamptz
+	err := queryRow(ctx, q, s.q.horizonGet, []any{consumer}, &h)
+	if errors.Is(err, errNoRows) {
+		if _, err = q.exec(ctx, s.q.horizonEnsure, consumer); err == nil {
+			err = queryRow(ctx, q, s.q.horizonGet, []any{consumer}, &h)
+		}
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("postgres: horizon: %w", err)
+	}
+	return tsOut(h), nil
+}
+
+// InsertRecord inserts rec with INSERT ... ON CONFLICT DO NOTHING. A concurrent transaction
+// inserting the same key makes it wait on the unique index; when the key exists the existing
+// record is read (a new snapshot, read committed) and returned with inserted=false.
+func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+	q := s.txq(tx)
+	var processed time.Time
+	err := queryRow(ctx, q, s.q.inboxInsert, []any{rec.Consumer, rec.EventID, rec.Digest[:],
+		rec.SourcePosition, int16(rec.Outcome), occurredIn(rec.OccurredAt)}, &processed)
+	if err == nil {
+		return core.InboxRecord{}, true, nil
+	}
+	if !errors.Is(err, errNoRows) {
+		return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", err)
+	}
+	var (
+		digest   []byte
+		outcome  int64
+		occurred time.Time
+	)
+	ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
+	err = queryRow(ctx, q, s.q.inboxGet, []any{rec.Consumer, rec.EventID},
+		&digest, &ex.SourcePosition, &outcome, &occurred, &processed)
+	if err != nil {
+		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", err)
+	}
+	if len(digest) != len(ex.Digest) {
+		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: digest of %d bytes", len(digest))
+	}
+	copy(ex.Digest[:], digest)
+	ex.Outcome = core.Outcome(outcome)
+	ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
+	return ex, false, nil
+}
+
+// occurredIn stores the zero time as 0001-01-01 UTC, which is older than any horizon.
+func occurredIn(t time.Time) time.Time {
+	return t.Truncate(time.Microsecond).UTC()
+}
+
+// LockVersion returns the entity's last applied version and holds its row FOR UPDATE until tx
+// ends (creating a row without a version first when missing).
+func (s *Store[TTx]) LockVersion(ctx context.Context, tx TTx, consumer, entity string) (int64, bool, error) {
+	q := s.txq(tx)
+	var v pgtype.Int8
+	err := queryRow(ctx, q, s.q.versionGet, []any{consumer, entity}, &v)
+	if errors.Is(err, errNoRows) {
+		if _, err = q.exec(ctx, s.q.versionEnsure, consumer, entity); err == nil {
+			err = queryRow(ctx, q, s.q.versionGet, []any{consumer, entity}, &v)
+		}
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: lock version: %w", err)
+	}
+	return v.Int64, v.Valid, nil
+}
+
+// SetVersion stores the entity's last applied version.
+func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error {
+	if _, err := s.txq(tx).exec(ctx, s.q.version, consumer, entity, version); err != nil {
+		return fmt.Errorf("postgres: set version: %w", err)
+	}
+	return nil
+}
+
+// PruneInbox raises the consumer's horizon to before (never lowers it) and deletes up to limit
+// of its records that occurred earlier, in one statement.
+func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var n int64
+	if err := queryRow(ctx, s.db, s.q.pruneInbox, []any{consumer, occurredIn(before), limit}, &n); err != nil {
+		return 0, fmt.Errorf("postgres: prune inbox: %w", err)
+	}
+	return int(n), nil
+}

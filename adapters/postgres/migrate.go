@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+//go:embed migrations/0001_outbox.sql
+var migration0001 string
+
+//go:embed migrations/0002_inbox.sql
+var migration0002 string
+
+// Migrate creates the outbox, lanes, workers and inbox tables, indexes and the immutability
+// trigger, in one transaction serialised by an advisory lock, and records the lane count. It is
+// idempotent: each embedded migration runs once (recorded in the meta table), so running it at
+// every start takes no lock on the outbox table. An outbox migrated with another lane count
+// returns an error wrapping core.ErrSchemaMismatch and changes nothing. The schema must exist.
+func (s *Store[TTx]) Migrate(ctx context.Context) error {
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if _, err := q.exec(ctx, s.q.migrateLock, s.n.migrateKey); err != nil {
+			return err
+		}
+		if _, err := q.exec(ctx, s.q.metaTable); err != nil {
+			return err
+		}
+		// The lane count first: a mismatch must change nothing.
+		var recorded string
+		err := queryRow(ctx, q, s.q.metaGet, []any{"lanes"}, &recorded)
+		switch {
+		case errors.Is(err, errNoRows):
+			if _, err := q.exec(ctx, s.q.metaPut, "lanes", strconv.Itoa(s.o.Lanes)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case recorded != strconv.Itoa(s.o.Lanes):
+			return fmt.Errorf("%w: outbox %s was migrated with %s lanes, options ask for %d",
+				core.ErrSchemaMismatch, s.n.outbox, recorded, s.o.Lanes)
+		}
+		for _, m := range s.q.migrations {
+			var done string
+			err := queryRow(ctx, q, s.q.metaGet, []any{m.name}, &done)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errNoRows) {
+				return err
+			}
+			if _, err := q.exec(ctx, m.sql); err != nil { // no arguments: simple protocol, many statements
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			if _, err := q.exec(ctx, s.q.metaPut, m.name, "applied"); err != nil {
+				return err
+			}
+		}
+		if _, err := q.exec(ctx, s.q.lanesFill, s.o.Lanes); err != nil {
+			return err
+		}
+		var n int64
+		if err := queryRow(ctx, q, s.q.laneCount, nil, &n); err != nil {
+			return err
+		}
+		if n != int64(s.o.Lanes) {
+			return fmt.Errorf("%w: lanes table has %d rows, %d recorded", core.ErrSchemaMismatch, n, s.o.Lanes)
+		}
+		if s.o.UniqueAggregateVersion {
+			var exists bool
+			idx := s.n.schema + "." + s.n.aggverIdx
+			if err := queryRow(ctx, q, s.q.indexExists, []any{idx}, &exists); err != nil {
+				return err
+			}
+			if !exists {
+				if _, err := q.exec(ctx, s.q.aggverIdx); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
+// withTx runs fn in a transaction of the store's pool or database.
+func (s *Store[TTx]) withTx(ctx context.Context, fn func(ctx context.Context, q querier) error) error {
+	return s.inTx(ctx, func(ctx context.Context, tx TTx) error { return fn(ctx, s.txq(tx)) })
+}

@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Insert appends records in tx with one statement (all or nothing). A duplicate ID (or, with
+// UniqueAggregateVersion, a duplicate entity version) returns an error wrapping
+// core.ErrDuplicateEvent. As with any failed statement, PostgreSQL then aborts tx.
+func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	n := len(records)
+	var (
+		ids, aggTypes, aggIDs, types, schemaIDs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		keys, dests, headers, tenants           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		causations, correlations                = make([]string, n), make([]string, n)
+		versions                                = make([]int64, n)
+		payloads                                = make([][]byte, n)
+		lanes                                   = make([]int32, n)
+	)
+	for i := range records {
+		r := &records[i]
+		ids[i], aggTypes[i], aggIDs[i], types[i], schemaIDs[i] = r.ID, r.AggregateType, r.AggregateID, r.Type, r.SchemaID
+		keys[i], dests[i], tenants[i] = r.PartitionKey, r.Destination, r.Tenant
+		causations[i], correlations[i] = r.CausationID, r.CorrelationID
+		versions[i], lanes[i] = r.AggregateVersion, int32(r.Lane)
+		payloads[i] = r.Payload
+		if payloads[i] == nil {
+			payloads[i] = []byte{} // NOT NULL
+		}
+		headers[i] = "{}"
+		if len(r.Headers) > 0 {
+			b, err := json.Marshal(r.Headers)
+			if err != nil {
+				return fmt.Errorf("postgres: insert: headers: %w", err)
+			}
+			headers[i] = string(b)
+		}
+	}
+	_, err := s.txq(tx).exec(ctx, s.q.insert, ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
+		dests, payloads, headers, tenants, causations, correlations, lanes)
+	if err != nil {
+		if pe := pgError(err); pe != nil && pe.Code == "23505" {
+			return fmt.Errorf("postgres: insert: %w: %s (%w)", core.ErrDuplicateEvent, pe.ConstraintName, err)
+		}
+		return fmt.Errorf("postgres: insert: %w", err)
+	}
+	return nil
+}
+
+// scanRecord reads one row of recordCols.
+func scanRecord(r rows) (core.Record, error) {
+	var (
+		rec               core.Record
+		headers           string
+		created           time.Time
+		pub, next, parked pgtype.Timestamptz
+		lane, attempts    int64
+		payload           []byte
+	)
+	err := r.Scan(&rec.Seq, &rec.ID, &rec.AggregateType, &rec.AggregateID, &rec.AggregateVersion,
+		&rec.Type, &rec.SchemaID, &rec.PartitionKey, &rec.Destination, &payload, &headers,
+		&rec.Tenant, &rec.CausationID, &rec.CorrelationID, &lane, &created, &pub, &attempts, &next,
+		&rec.LastError, &parked)
+	if err != nil {
+		return core.Record{}, err
+	}
+	if len(payload) > 0 {
+		rec.Payload = payload
+	}
+	if headers != "" && headers != "{}" {
+		if err := json.Unmarshal([]byte(headers), &rec.Headers); err != nil {
+			return core.Record{}, fmt.Errorf("headers of seq %d: %w", rec.Seq, err)
+		}
+	}
+	rec.Lane, rec.Attempts = int(lane), int(attempts)
+	rec.CreatedAt = created.UTC()
+	rec.PublishedAt, rec.NextAttemptAt, rec.ParkedAt = tsOut(pub), tsOut(next), tsOut(parked)
+	return rec, nil
+}
+
+func scanRecords(r rows, err error) ([]core.Record, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []core.Record
+	for r.Next() {
+		rec, err := scanRecord(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	r.Close()
+	return out, r.Err()
+}
+
+// tsIn is a time parameter: nil (NULL, the database clock) for the zero time, else the time cut
+// to microseconds (what PostgreSQL stores) in UTC.
+func tsIn(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}
+
+func tsOut(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}

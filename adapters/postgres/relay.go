@@ -1,0 +1,161 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Heartbeat registers p.Owner until now+TTL (TTL <= 0 removes it) and returns the number of live
+// workers, the caller included when TTL > 0. One statement.
+func (s *Store[TTx]) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+	var live int64
+	var err error
+	if p.TTL > 0 {
+		err = queryRow(ctx, s.db, s.q.heartbeat, []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds()}, &live)
+	} else {
+		err = queryRow(ctx, s.db, s.q.heartbeatLeave, []any{p.Owner, tsIn(p.Now)}, &live)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: heartbeat: %w", err)
+	}
+	return int(live), nil
+}
+
+// ClaimLanes takes up to p.Max free or expired lanes, lowest first, with the configured
+// ClaimStrategy. One statement.
+func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	if p.Owner == "" {
+		return nil, fmt.Errorf("postgres: claim lanes: empty owner")
+	}
+	args := []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds(), p.Max}
+	sql := s.q.claimSkipLocked
+	if s.o.ClaimStrategy == ClaimAdvisoryLock {
+		sql = s.q.claimAdvisory
+		args = append(args, s.n.lockKey)
+	}
+	leases, err := s.leases(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claim lanes: %w", err)
+	}
+	return leases, nil
+}
+
+// RenewLanes extends the leases still held. One statement.
+func (s *Store[TTx]) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+	if len(p.Leases) == 0 {
+		return nil, nil
+	}
+	lanes, owners, gens := leaseArrays(p.Leases)
+	leases, err := s.leases(ctx, s.q.renew, lanes, owners, gens, tsIn(p.Now), p.TTL.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: renew lanes: %w", err)
+	}
+	return leases, nil
+}
+
+// ReleaseLanes frees the leases still held. One statement.
+func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	lanes, owners, gens := leaseArrays(leases)
+	if _, err := s.db.exec(ctx, s.q.release, lanes, owners, gens); err != nil {
+		return fmt.Errorf("postgres: release lanes: %w", err)
+	}
+	return nil
+}
+
+func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]core.Lease, error) {
+	r, err := s.db.query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []core.Lease
+	for r.Next() {
+		var l core.Lease
+		var lane int64
+		if err := r.Scan(&lane, &l.Owner, &l.Generation, &l.Until); err != nil {
+			return nil, err
+		}
+		l.Lane, l.Until = int(lane), l.Until.UTC()
+		out = append(out, l)
+	}
+	r.Close()
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	return out, nil
+}
+
+func leaseArrays(leases []core.Lease) (lanes []int32, owners []string, gens []int64) {
+	lanes, owners, gens = make([]int32, len(leases)), make([]string, len(leases)), make([]int64, len(leases))
+	for i, l := range leases {
+		lanes[i], owners[i], gens[i] = int32(l.Lane), l.Owner, l.Generation
+	}
+	return lanes, owners, gens
+}
+
+// Fetch returns up to p.Limit deliverable records of the leased lanes in seq order. One
+// statement on the pending index.
+func (s *Store[TTx]) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+	if len(p.Leases) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	lanes, _, _ := leaseArrays(p.Leases)
+	recs, err := scanRecords(s.db.query(ctx, s.q.fetch, lanes, tsIn(p.Now), p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: fetch: %w", err)
+	}
+	return recs, nil
+}
+
+// Settle checks every lease and records the outcomes in one statement (one round trip, one
+// transaction). A lease not held returns *core.LanesLostError and changes nothing.
+func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
+	if len(p.Leases) == 0 {
+		return nil
+	}
+	lanes, owners, gens := leaseArrays(p.Leases)
+	pub := p.Published
+	if pub == nil {
+		pub = []int64{}
+	}
+	n := len(p.Failed)
+	fSeq, fErr, fDelay, fPark := make([]int64, n), make([]string, n), make([]int64, n), make([]bool, n)
+	for i, f := range p.Failed {
+		fSeq[i], fErr[i], fDelay[i], fPark[i] = f.Seq, core.TruncateError(f.Error), max(f.Delay, 0).Microseconds(), f.Park
+	}
+	sql := s.q.settleMark
+	if p.Delete {
+		sql = s.q.settleDelete
+	}
+	r, err := s.db.query(ctx, sql, lanes, owners, gens, tsIn(p.Now), pub, fSeq, fErr, fDelay, fPark)
+	if err != nil {
+		return fmt.Errorf("postgres: settle: %w", err)
+	}
+	var lost []int
+	for r.Next() {
+		var lane int64
+		if err := r.Scan(&lane); err != nil {
+			r.Close()
+			return fmt.Errorf("postgres: settle: %w", err)
+		}
+		lost = append(lost, int(lane))
+	}
+	r.Close()
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("postgres: settle: %w", err)
+	}
+	if len(lost) > 0 {
+		return &core.LanesLostError{Lanes: lost}
+	}
+	return nil
+}

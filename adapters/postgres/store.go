@@ -1,0 +1,174 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Store is the PostgreSQL adapter. TTx is the caller's transaction type: pgx.Tx for New,
+// *sql.Tx for NewSQL. Both run the same SQL. A Store is safe for concurrent use.
+type Store[TTx any] struct {
+	o   Options
+	n   names
+	q   *queries
+	log *slog.Logger
+
+	db     querier           // autocommit statements
+	txq    func(TTx) querier // statements in the caller's transaction
+	inTx   func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+	listen func(ctx context.Context, fn func(l listener) error) error // a dedicated connection
+
+	lanes atomic.Int64 // recorded lane count, cached once read
+
+	notifyPending, notifyRunning atomic.Bool
+	notifySent                   atomic.Int64 // NOTIFY statements sent (tests)
+}
+
+// Interface checks.
+var (
+	_ core.OutboxStore[pgx.Tx]  = (*Store[pgx.Tx])(nil)
+	_ core.InboxStore[pgx.Tx]   = (*Store[pgx.Tx])(nil)
+	_ core.OutboxStore[*sql.Tx] = (*Store[*sql.Tx])(nil)
+	_ core.InboxStore[*sql.Tx]  = (*Store[*sql.Tx])(nil)
+	_ core.RelayStore           = (*Store[pgx.Tx])(nil)
+	_ core.Pruner               = (*Store[pgx.Tx])(nil)
+	_ core.Admin                = (*Store[pgx.Tx])(nil)
+	_ core.Notifier             = (*Store[pgx.Tx])(nil)
+	_ core.Waker                = (*Store[pgx.Tx])(nil)
+	_ core.RelayStore           = (*Store[*sql.Tx])(nil)
+	_ core.Waker                = (*Store[*sql.Tx])(nil)
+)
+
+// New returns a Store on a pgx pool; writers and the inbox use pgx.Tx. opts may be nil.
+// It does not touch the database: call Migrate to create or check the schema.
+func New(pool *pgxpool.Pool, opts *Options) (*Store[pgx.Tx], error) {
+	if pool == nil {
+		return nil, &core.OptionError{Field: "pool", Reason: "must not be nil"}
+	}
+	s, err := newStore[pgx.Tx](opts)
+	if err != nil {
+		return nil, err
+	}
+	s.db = pgxQ{pool}
+	s.txq = func(tx pgx.Tx) querier { return pgxQ{tx} }
+	s.inTx = func(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	}
+	s.listen = func(ctx context.Context, fn func(listener) error) error {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conn := c.Hijack() // LISTEN state must not go back to the pool
+		defer conn.Close(context.WithoutCancel(ctx))
+		return fn(pgxListener{conn})
+	}
+	return s, nil
+}
+
+// NewSQL returns a Store on a database/sql handle opened with pgx's stdlib driver
+// (github.com/jackc/pgx/v5/stdlib); writers and the inbox use *sql.Tx. opts may be nil.
+func NewSQL(db *sql.DB, opts *Options) (*Store[*sql.Tx], error) {
+	if db == nil {
+		return nil, &core.OptionError{Field: "db", Reason: "must not be nil"}
+	}
+	if _, ok := db.Driver().(*stdlib.Driver); !ok {
+		return nil, &core.OptionError{Field: "db", Reason: "must use the pgx stdlib driver (github.com/jackc/pgx/v5/stdlib)"}
+	}
+	s, err := newStore[*sql.Tx](opts)
+	if err != nil {
+		return nil, err
+	}
+	s.db = sqlQ{db}
+	s.txq = func(tx *sql.Tx) querier { return sqlQ{tx} }
+	s.inTx = func(ctx context.Context, fn func(context.Context, *sql.Tx) error) (err error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		done := false
+		defer func() {
+			if !done {
+				_ = tx.Rollback()
+			}
+		}()
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		done = true
+		return tx.Commit()
+	}
+	s.listen = func(ctx context.Context, fn func(listener) error) error {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		var ferr error
+		err = c.Raw(func(dc any) error {
+			sc, ok := dc.(*stdlib.Conn)
+			if !ok {
+				ferr = fmt.Errorf("unexpected driver connection %T", dc)
+				return nil
+			}
+			ferr = fn(pgxListener{sc.Conn()})
+			// Close it (a pool-backed *sql.DB would otherwise put it back in the pool, still
+			// LISTENing) and tell database/sql to discard it.
+			_ = sc.Conn().Close(context.WithoutCancel(ctx))
+			return driver.ErrBadConn
+		})
+		if ferr != nil {
+			return ferr
+		}
+		if err != nil && !errors.Is(err, driver.ErrBadConn) {
+			return err
+		}
+		return nil
+	}
+	return s, nil
+}
+
+func newStore[TTx any](opts *Options) (*Store[TTx], error) {
+	o, n, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &Store[TTx]{o: o, n: n, q: buildQueries(n), log: o.Logger}, nil
+}
+
+// InTx runs fn in one transaction (read committed): commit when fn returns nil, roll back
+// otherwise and when fn panics. It implements core.Transactor.
+func (s *Store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	return s.inTx(ctx, fn)
+}
+
+// LaneCount returns the lane count recorded by Migrate.
+func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
+	if n := s.lanes.Load(); n > 0 {
+		return int(n), nil
+	}
+	var v string
+	if err := queryRow(ctx, s.db, s.q.metaGet, []any{"lanes"}, &v); err != nil {
+		if errors.Is(err, errNoRows) {
+			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
+		}
+		return 0, fmt.Errorf("postgres: lane count: %w", err)
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > core.MaxLanes {
+		return 0, fmt.Errorf("postgres: lane count: %w: recorded lane count %q", core.ErrSchemaMismatch, v)
+	}
+	s.lanes.Store(int64(n))
+	return n, nil
+}
