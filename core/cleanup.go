@@ -21,7 +21,8 @@ type CleanupOptions struct {
 
 // CleanupOutbox deletes published rows older than the retention window and behind the relay's
 // evidence watermark (the lowest unpublished Seq, and opts.BelowSeq), in batches, until none is
-// left. Unpublished and parked rows are never deleted. It returns how many rows it deleted.
+// left. Unpublished and parked rows are never deleted. When p is also a PartitionPruner, whole
+// partitions that qualify are dropped first. It returns how many rows it deleted.
 func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, error) {
 	var o CleanupOptions
 	if opts != nil {
@@ -42,6 +43,13 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 	}
 	params := PruneParams{PublishedBefore: now().Add(-o.Retention), BelowSeq: o.BelowSeq, Limit: o.BatchSize}
 	total := 0
+	if pp, ok := p.(PartitionPruner); ok {
+		n, err := pp.DropPartitions(ctx, params)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("outbox: cleanup: drop partitions: %w", err)
+		}
+	}
 	for {
 		n, err := p.PruneOutbox(ctx, params)
 		total += n

@@ -25,7 +25,8 @@ type OutboxStore[TTx any] interface {
 	LaneCount(ctx context.Context) (int, error)
 	// Insert appends the records (Event and Lane filled in; the adapter assigns Seq and
 	// CreatedAt) in tx. It is all or nothing: on error none of them is written. A duplicate ID
-	// returns an error wrapping ErrDuplicateEvent.
+	// returns an error wrapping ErrDuplicateEvent. On some databases (PostgreSQL) any failed
+	// statement aborts the caller's transaction, so after an error roll tx back.
 	Insert(ctx context.Context, tx TTx, records []Record) error
 }
 
@@ -165,6 +166,16 @@ type Pruner interface {
 	// any unpublished row (the relay's evidence watermark). Unpublished and parked rows are never
 	// deleted. It returns how many rows it deleted.
 	PruneOutbox(ctx context.Context, p PruneParams) (int, error)
+}
+
+// PartitionPruner is an optional Pruner capability of outboxes partitioned by time: whole
+// partitions are dropped instead of deleting their rows one by one.
+type PartitionPruner interface {
+	// DropPartitions drops every partition that holds only rows PruneOutbox would delete under p
+	// (all published before p.PublishedBefore, every Seq below both p.BelowSeq when > 0 and the
+	// lowest unpublished Seq) and that can receive no new rows. It returns how many rows the
+	// dropped partitions held. p.Limit does not apply.
+	DropPartitions(ctx context.Context, p PruneParams) (int, error)
 }
 
 // ListParams selects records for operators.
