@@ -1,0 +1,97 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// DefaultListLimit is the page size of List when ListParams.Limit <= 0.
+const DefaultListLimit = 100
+
+// PruneOutbox implements core.Pruner. In one transaction it reads the lowest unpublished seq
+// (from the pending index) and deletes up to p.Limit published rows below it (and below
+// p.BelowSeq when > 0) that were published before p.PublishedBefore (a zero PublishedBefore
+// means now). A Limit <= 0 means 1000.
+func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		below := int64(math.MaxInt64)
+		var minPending sql.NullInt64
+		if err := s.queryRow(ctx, tx, s.q.minPending).Scan(&minPending); err != nil {
+			return err
+		}
+		if minPending.Valid {
+			below = minPending.Int64
+		}
+		if p.BelowSeq > 0 {
+			below = min(below, p.BelowSeq)
+		}
+		res, err := s.exec(ctx, tx, s.q.prune, nowMicros(p.PublishedBefore), below, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune outbox: %w", err)
+	}
+	return int(n), nil
+}
+
+// List implements core.Admin: records with Seq > p.AfterSeq in seq order, filtered by p.State,
+// at most p.Limit (DefaultListLimit when <= 0).
+func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
+	if p.State < core.StateAll || p.State > core.StatePublished {
+		return nil, fmt.Errorf("sqlite: list: unknown state %d", p.State)
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.list[p.State], p.AfterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", err)
+	}
+	recs, err := scanRecords(rows, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", err)
+	}
+	return recs, nil
+}
+
+// Stats implements core.Admin. It scans the outbox table.
+func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+	var st core.Stats
+	var oldest sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+		return core.Stats{}, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	st.OldestPendingAt = fromNullMicros(oldest)
+	return st, nil
+}
+
+// Unpark implements core.Admin. It returns how many unpublished records of the key were
+// parked or waiting for a retry.
+func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
+	res, err := s.db.ExecContext(ctx, s.q.unpark, partitionKey)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: unpark: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: unpark: %w", err)
+	}
+	if n > 0 {
+		_ = s.Notify(ctx) // the key is deliverable again: wake local relays
+	}
+	return int(n), nil
+}

@@ -1,0 +1,67 @@
+// Package sqlite is outboxkit's SQLite adapter, on the pure-Go driver modernc.org/sqlite
+// (driver name "sqlite"). Its transaction type is *sql.Tx: producers write events with
+// core.Outbox[*sql.Tx] inside their own transactions, and core.Relay, core.Inbox[*sql.Tx],
+// core.CleanupOutbox and operators use the same *Store.
+//
+//	db, err := sqlite.OpenDB(ctx, "app.db")
+//	store, err := sqlite.New(db, nil)
+//	err = store.Migrate(ctx)
+//	out, err := core.NewOutbox[*sql.Tx](ctx, store, nil)
+//	// in a producer transaction: out.Write(ctx, tx, events...); tx.Commit(); out.Notify(ctx)
+//
+// # Guarantees
+//
+//   - Insert is all or nothing: a batch larger than one statement's parameter limit is split
+//     into several INSERTs inside a SAVEPOINT that is rolled back on error, so the caller's
+//     transaction stays usable. A duplicate event ID (or aggregate version, with
+//     Options.UniqueAggregateVersion) returns an error wrapping core.ErrDuplicateEvent.
+//   - Every lease change (ClaimLanes, RenewLanes, ReleaseLanes, Heartbeat), every Settle,
+//     PruneOutbox, PruneInbox and every inbox transaction (InTx) runs in a transaction that
+//     takes SQLite's write lock with its first statement, as BEGIN IMMEDIATE does, even when
+//     the caller's *sql.DB was opened without _txlock=immediate. SQLite admits one writer at a
+//     time, so claims are exclusive, Settle checks all its leases and marks its records with no
+//     concurrent takeover in between, and concurrent deliveries of one inbox message run one
+//     after the other (the later one sees the record and reports Duplicate). Within one
+//     process a Store queues its own write transactions in Go before asking SQLite, so they
+//     do not spin in SQLite's sleep-and-retry busy handler; across processes busy_timeout
+//     decides.
+//   - Settle is one transaction of at most four statements whatever the batch size: a lease
+//     check, one UPDATE (or DELETE) of every published seq, one UPDATE of every failure (seqs
+//     and failures are bound as a single JSON array and read with json_each).
+//   - Fetch is one SELECT that walks a partial index of unpublished rows, (seq, lane), in seq
+//     order, tests the lane from the index alone and stops after the limit; per-key blocking
+//     probes a second, tiny covering partial index of failed and parked rows. Its cost is the
+//     number of unpublished rows it passes: about limit x (lanes / leased lanes) when keys are
+//     spread evenly. Seqs come from an AUTOINCREMENT key and are never reused, even after rows
+//     are deleted.
+//   - Stats scans the outbox table; List pages by seq.
+//
+// # Clock
+//
+// Times are stored as INTEGER unix microseconds (UTC), so comparisons and an injected Now are
+// exact. When a call's Now is zero the adapter uses "the database clock", which for an
+// embedded database is this process's clock: time.Now. Processes sharing one database file
+// must have synchronised clocks, as they must share a clock with any other database server.
+//
+// # Configuring the database
+//
+// OpenDB opens a file with the settings the adapter relies on: WAL journal mode, a 10s
+// busy_timeout, foreign keys, _txlock=immediate (every read-write transaction, including the
+// producer's, begins IMMEDIATE and cannot fail on a lock upgrade) and synchronous=NORMAL.
+// With synchronous=NORMAL in WAL mode commits are atomic and survive an application crash,
+// but the last transactions before a power loss or operating-system crash may be lost. When
+// they must survive that too, open the *sql.DB yourself with DSN's settings but
+// _pragma=synchronous(FULL), e.g. "file:app.db?_txlock=immediate&_pragma=busy_timeout(10000)&
+// _pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)". A caller
+// that opens its own *sql.DB must use the same settings (see DSN); without _txlock=immediate
+// the adapter's own transactions are still safe, but the caller's deferred transactions that
+// read before writing may fail with SQLITE_BUSY under concurrency.
+//
+// Inside InTx (and so inside an inbox handler) use the given *sql.Tx only: a write through the
+// *sql.DB would wait for the write lock that transaction holds.
+//
+// # Wake-ups
+//
+// Store embeds core.Broadcast: core.Outbox.Notify, called after a producer commits, wakes the
+// relays of this process at once. Relays in other processes find new events by polling.
+package sqlite

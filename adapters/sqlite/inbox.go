@@ -1,0 +1,131 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// InTx implements core.Transactor. The transaction takes SQLite's write lock with its first
+// statement (whatever the DSN's _txlock), so inbox transactions, including concurrent
+// deliveries of one message, run one at a time and never fail on a lock upgrade. fn must use
+// tx, not the *sql.DB, and must not call the Store's other write methods (InTx, Settle,
+// ClaimLanes, ...): they wait for the write lock this transaction holds.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	defer s.unlockWrite()
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	committed = true
+	return nil
+}
+
+// Horizon implements core.InboxStore. Inside InTx the transaction holds the write lock, which
+// keeps PruneInbox out until it ends.
+func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.Time, error) {
+	var h int64
+	err := s.queryRow(ctx, tx, s.q.horizon, consumer).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: horizon: %w", err)
+	}
+	return fromMicros(h), nil
+}
+
+// InsertRecord implements core.InboxStore.
+func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+	res, err := s.exec(ctx, tx, s.q.insertInbox, rec.Consumer, rec.EventID, rec.Digest[:],
+		rec.SourcePosition, int(rec.Outcome), nullMicros(rec.OccurredAt), nowMicros(time.Time{}))
+	if err != nil {
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
+	}
+	if n == 1 {
+		return core.InboxRecord{}, true, nil
+	}
+	ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
+	var (
+		digest    []byte
+		outcome   int
+		occurred  sql.NullInt64
+		processed int64
+	)
+	if err := s.queryRow(ctx, tx, s.q.selectInbox, rec.Consumer, rec.EventID).
+		Scan(&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", err)
+	}
+	copy(ex.Digest[:], digest)
+	ex.Outcome = core.Outcome(outcome)
+	ex.OccurredAt = fromNullMicros(occurred)
+	ex.ProcessedAt = fromMicros(processed)
+	return ex, false, nil
+}
+
+// LockVersion implements core.InboxStore. Inside InTx the write lock holds the version.
+func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity string) (int64, bool, error) {
+	var v int64
+	err := s.queryRow(ctx, tx, s.q.lockVersion, consumer, entity).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("sqlite: lock version: %w", err)
+	}
+	return v, true, nil
+}
+
+// SetVersion implements core.InboxStore.
+func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
+	if _, err := s.exec(ctx, tx, s.q.setVersion, consumer, entity, version); err != nil {
+		return fmt.Errorf("sqlite: set version: %w", err)
+	}
+	return nil
+}
+
+// PruneInbox implements core.InboxStore: in one write transaction it raises the consumer's
+// horizon to before (never lowers it) and deletes up to limit records that occurred before the
+// horizon (records without OccurredAt count as older than any horizon).
+func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var h int64
+		if err := s.queryRow(ctx, tx, s.q.raiseHorizon, consumer, before.UnixMicro()).Scan(&h); err != nil {
+			return err
+		}
+		res, err := s.exec(ctx, tx, s.q.pruneInbox, consumer, h, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune inbox: %w", err)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,90 @@
+package sqlite
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Options configures a Store. A nil *Options means every default.
+type Options struct {
+	// Table is the outbox table. The adapter's other outbox tables and indexes derive their
+	// names from it: <Table>_lanes, <Table>_workers, <Table>_meta, <Table>_migrations and
+	// <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
+	// It and every derived name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Default "outbox".
+	Table string
+	// InboxTable is the inbox table; <InboxTable>_horizons, <InboxTable>_versions,
+	// <InboxTable>_migrations and <InboxTable>_occurred derive from it. Same rules as Table.
+	// Several inboxes (different InboxTable) may share one outbox. Default "inbox".
+	InboxTable string
+	// Lanes is the lane count Migrate records the first time it runs. A later Migrate with a
+	// different count fails with an error wrapping core.ErrSchemaMismatch; LaneCount always
+	// returns the recorded count. 1..core.MaxLanes. Default core.DefaultLanes (0 means default).
+	Lanes int
+	// UniqueAggregateVersion makes Migrate create a unique index on (aggregate_type,
+	// aggregate_id, aggregate_version, type) for aggregate_version > 0, so that a second event
+	// of one aggregate version fails with core.ErrDuplicateEvent. Setting it to false later
+	// does not drop the index. Default false.
+	UniqueAggregateVersion bool
+	// Logger receives the adapter's logs (migrations). Default slog.Default().
+	Logger *slog.Logger
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// names holds every identifier the adapter uses, validated and quoted once.
+type names struct {
+	outbox, lanes, workers, meta, migrations              string
+	outboxID, outboxPending, outboxBlocked, outboxPublish string
+	outboxAggVersion                                      string
+	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
+	inboxMigrations                                       string
+}
+
+func quote(id string) string { return `"` + id + `"` }
+
+func buildNames(table, inbox string) (names, error) {
+	var n names
+	check := func(field, id string) (string, error) {
+		if !identRE.MatchString(id) {
+			return "", &core.OptionError{Field: field, Reason: fmt.Sprintf("identifier %q must match %s", id, identRE)}
+		}
+		return quote(id), nil
+	}
+	var err error
+	seen := map[string]string{}
+	for _, f := range []struct {
+		dst          *string
+		field, ident string
+	}{
+		{&n.outbox, "Table", table},
+		{&n.lanes, "Table", table + "_lanes"},
+		{&n.workers, "Table", table + "_workers"},
+		{&n.meta, "Table", table + "_meta"},
+		{&n.migrations, "Table", table + "_migrations"},
+		{&n.outboxID, "Table", table + "_id"},
+		{&n.outboxPending, "Table", table + "_pending"},
+		{&n.outboxBlocked, "Table", table + "_blocked"},
+		{&n.outboxPublish, "Table", table + "_published"},
+		{&n.outboxAggVersion, "Table", table + "_aggregate_version"},
+		{&n.inbox, "InboxTable", inbox},
+		{&n.inboxHorizons, "InboxTable", inbox + "_horizons"},
+		{&n.inboxVersions, "InboxTable", inbox + "_versions"},
+		{&n.inboxOccurred, "InboxTable", inbox + "_occurred"},
+		{&n.inboxMigrations, "InboxTable", inbox + "_migrations"},
+	} {
+		if *f.dst, err = check(f.field, f.ident); err != nil {
+			return names{}, err
+		}
+		// SQLite identifiers are case-insensitive: the outbox and inbox names must not collide.
+		key := strings.ToLower(f.ident)
+		if other, dup := seen[key]; dup {
+			return names{}, &core.OptionError{Field: f.field, Reason: fmt.Sprintf("identifier %q collides with %q", f.ident, other)}
+		}
+		seen[key] = f.ident
+	}
+	return n, nil
+}

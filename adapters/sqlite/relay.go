@@ -1,0 +1,314 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Heartbeat implements core.RelayStore. It registers p.Owner until now+TTL (TTL <= 0 removes
+// it), forgets workers that expired at now, and returns how many are live.
+func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+	if p.Owner == "" {
+		return 0, fmt.Errorf("sqlite: heartbeat: empty owner")
+	}
+	now := nowMicros(p.Now)
+	var live int
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if p.TTL > 0 {
+			if _, err := s.exec(ctx, tx, s.q.heartbeatUpsert, p.Owner, now+p.TTL.Microseconds()); err != nil {
+				return err
+			}
+		} else if _, err := s.exec(ctx, tx, s.q.heartbeatDelete, p.Owner); err != nil {
+			return err
+		}
+		if _, err := s.exec(ctx, tx, s.q.heartbeatExpired, now); err != nil {
+			return err
+		}
+		return s.queryRow(ctx, tx, s.q.heartbeatCount, now).Scan(&live)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: heartbeat: %w", err)
+	}
+	return live, nil
+}
+
+// ClaimLanes implements core.RelayStore. The write lock taken at the start of its transaction
+// makes concurrent claims run one after the other, so no lane is handed out twice.
+func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	if p.Owner == "" {
+		return nil, fmt.Errorf("sqlite: claim lanes: empty owner")
+	}
+	now := nowMicros(p.Now)
+	until := now + p.TTL.Microseconds()
+	var out []core.Lease
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := s.query(ctx, tx, s.q.claim, p.Owner, until, now, p.Max)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			l := core.Lease{Owner: p.Owner, Until: fromMicros(until)}
+			if err := rows.Scan(&l.Lane, &l.Generation); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim lanes: %w", err)
+	}
+	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	return out, nil
+}
+
+// RenewLanes implements core.RelayStore.
+func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+	if len(p.Leases) == 0 {
+		return nil, nil
+	}
+	now := nowMicros(p.Now)
+	until := now + p.TTL.Microseconds()
+	var out []core.Lease
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		for _, l := range p.Leases {
+			res, err := s.exec(ctx, tx, s.q.renew, until, l.Lane, l.Owner, l.Generation, now)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				l.Until = fromMicros(until)
+				out = append(out, l)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: renew lanes: %w", err)
+	}
+	return out, nil
+}
+
+// ReleaseLanes implements core.RelayStore.
+func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		for _, l := range leases {
+			if _, err := s.exec(ctx, tx, s.q.releaseLane, l.Lane, l.Owner, l.Generation); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: release lanes: %w", err)
+	}
+	return nil
+}
+
+// Fetch implements core.RelayStore with one SELECT: it walks the partial index of unpublished
+// rows in seq order and stops after p.Limit deliverable rows, probing the small index of
+// failed and parked rows for per-key blocking.
+func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+	if len(p.Leases) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	lanes := make([]int, len(p.Leases))
+	for i, l := range p.Leases {
+		lanes[i] = l.Lane
+	}
+	rows, err := s.dbQuery(ctx, s.q.fetch, intList(lanes), nowMicros(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: fetch: %w", err)
+	}
+	recs, err := scanRecords(rows, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: fetch: %w", err)
+	}
+	return recs, nil
+}
+
+// Settle implements core.RelayStore: one transaction, holding the write lock from its first
+// statement, that checks every lease and then marks all published seqs with one statement and
+// records all failures with another.
+func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
+	if len(p.Leases) == 0 {
+		if len(p.Published) == 0 && len(p.Failed) == 0 {
+			return nil
+		}
+		return fmt.Errorf("sqlite: settle: records given without leases")
+	}
+	now := nowMicros(p.Now)
+	lanes := make([]int, len(p.Leases))
+	for i, l := range p.Leases {
+		lanes[i] = l.Lane
+	}
+	laneList := intList(lanes)
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := s.checkLeases(ctx, tx, p.Leases, laneList, now); err != nil {
+			return err
+		}
+		if len(p.Published) > 0 {
+			seqs := int64List(p.Published)
+			var err error
+			if p.Delete {
+				_, err = s.exec(ctx, tx, s.q.deletePublished, seqs, laneList)
+			} else {
+				_, err = s.exec(ctx, tx, s.q.publish, now, seqs, laneList)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if len(p.Failed) > 0 {
+			list, err := failureList(p.Failed)
+			if err != nil {
+				return err
+			}
+			if _, err := s.exec(ctx, tx, s.q.fail, now, list, laneList); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: settle: %w", err)
+	}
+	return nil
+}
+
+// checkLeases returns a *core.LanesLostError naming every lease not held at now.
+func (s *Store) checkLeases(ctx context.Context, tx *sql.Tx, leases []core.Lease, laneList string, now int64) error {
+	type state struct {
+		owner string
+		gen   int64
+		until int64
+	}
+	cur := make(map[int]state, len(leases))
+	rows, err := s.query(ctx, tx, s.q.leaseState, laneList)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var lane int
+		var st state
+		if err := rows.Scan(&lane, &st.owner, &st.gen, &st.until); err != nil {
+			return err
+		}
+		cur[lane] = st
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var lost []int
+	for _, l := range leases {
+		st, ok := cur[l.Lane]
+		if !ok || st.owner == "" || st.owner != l.Owner || st.gen != l.Generation || st.until <= now {
+			lost = append(lost, l.Lane)
+		}
+	}
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		return &core.LanesLostError{Lanes: slices.Compact(lost)}
+	}
+	return nil
+}
+
+func intList(v []int) string {
+	var b strings.Builder
+	b.Grow(len(v)*4 + 2)
+	b.WriteByte('[')
+	for i, x := range v {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(x))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func int64List(v []int64) string {
+	var b strings.Builder
+	b.Grow(len(v)*8 + 2)
+	b.WriteByte('[')
+	for i, x := range v {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(x, 10))
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+type failureJSON struct {
+	Seq   int64  `json:"s"`
+	Delay int64  `json:"d"` // microseconds
+	Park  int    `json:"p"`
+	Error string `json:"e"`
+}
+
+func failureList(fs []core.Failure) (string, error) {
+	out := make([]failureJSON, len(fs))
+	for i, f := range fs {
+		out[i] = failureJSON{Seq: f.Seq, Delay: max(f.Delay.Microseconds(), 0), Error: f.Error}
+		if f.Park {
+			out[i].Park = 1
+		}
+	}
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+func scanRecords(rows *sql.Rows, capHint int) ([]core.Record, error) {
+	defer rows.Close()
+	out := make([]core.Record, 0, min(capHint, 1024))
+	for rows.Next() {
+		var (
+			r                       core.Record
+			payload                 []byte
+			headers                 sql.NullString
+			created                 int64
+			published, next, parked sql.NullInt64
+		)
+		if err := rows.Scan(&r.Seq, &r.ID, &r.AggregateType, &r.AggregateID, &r.AggregateVersion,
+			&r.Type, &r.SchemaID, &r.PartitionKey, &r.Destination, &payload, &headers, &r.Tenant,
+			&r.CausationID, &r.CorrelationID, &r.Lane, &created, &published, &r.Attempts, &next,
+			&r.LastError, &parked); err != nil {
+			return nil, err
+		}
+		if len(payload) > 0 {
+			r.Payload = payload
+		}
+		h, err := decodeHeaders(headers)
+		if err != nil {
+			return nil, fmt.Errorf("seq %d: headers: %w", r.Seq, err)
+		}
+		r.Headers = h
+		r.CreatedAt = fromMicros(created)
+		r.PublishedAt = fromNullMicros(published)
+		r.NextAttemptAt = fromNullMicros(next)
+		r.ParkedAt = fromNullMicros(parked)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// errCrashed is what a crashed worker's store calls return: the process is "dead", so it can
+// neither mark nor release anything; its leases expire and other workers take over.
+var errCrashed = errors.New("demo: worker crashed")
+
+// crashable wraps a RelayStore so that a worker can be crashed at any point: after crash(),
+// every store call fails, as if the process had died between two statements.
+type crashable struct {
+	core.RelayStore
+	dead atomic.Bool
+}
+
+func (c *crashable) err() error {
+	if c.dead.Load() {
+		return errCrashed
+	}
+	return nil
+}
+
+func (c *crashable) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+	if err := c.err(); err != nil {
+		return 0, err
+	}
+	return c.RelayStore.Heartbeat(ctx, p)
+}
+
+func (c *crashable) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return c.RelayStore.ClaimLanes(ctx, p)
+}
+
+func (c *crashable) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return c.RelayStore.RenewLanes(ctx, p)
+}
+
+func (c *crashable) ReleaseLanes(ctx context.Context, l []core.Lease) error {
+	if err := c.err(); err != nil {
+		return err
+	}
+	return c.RelayStore.ReleaseLanes(ctx, l)
+}
+
+func (c *crashable) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return c.RelayStore.Fetch(ctx, p)
+}
+
+func (c *crashable) Settle(ctx context.Context, p core.SettleParams) error {
+	if err := c.err(); err != nil {
+		return err
+	}
+	return c.RelayStore.Settle(ctx, p)
+}
+
+// Wakeups forwards the wake-up capability of the wrapped store.
+func (c *crashable) Wakeups(ctx context.Context) (<-chan struct{}, error) {
+	if w, ok := c.RelayStore.(core.Waker); ok {
+		return w.Wakeups(ctx)
+	}
+	return nil, errors.New("demo: store has no wake-ups")
+}
+
+type worker struct {
+	relay  *core.Relay
+	store  *crashable
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// supervisor keeps cfg.workers relays running; with chaos it kills one at random every few
+// hundred milliseconds (half the time a crash that leaves its leases to expire, half a clean
+// stop that releases them) and starts a replacement with a new owner name.
+type supervisor struct {
+	store  core.RelayStore
+	sink   core.Sink
+	router core.Router
+	logger *slog.Logger
+	cfg    demoConfig
+	rnd    *rand.Rand
+
+	mu       sync.Mutex
+	workers  []*worker
+	retired  []*core.Relay
+	started  int
+	kills    atomic.Int64
+	chaosOff chan struct{}
+	loop     sync.WaitGroup
+}
+
+func (s *supervisor) spawn(ctx context.Context) (*worker, error) {
+	s.started++
+	store := &crashable{RelayStore: s.store}
+	r, err := core.NewRelay(store, s.sink, s.router, &core.RelayOptions{
+		Owner:         fmt.Sprintf("worker-%d", s.started),
+		LeaseTTL:      2 * time.Second,
+		RenewInterval: 400 * time.Millisecond,
+		PollInterval:  20 * time.Millisecond,
+		BatchSize:     s.cfg.batch,
+		Retry:         core.RetryPolicy{Initial: 5 * time.Millisecond, Max: 200 * time.Millisecond, Deadline: time.Hour},
+		Logger:        s.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &worker{relay: r, store: store, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		if err := r.Run(wctx); err != nil {
+			s.logger.Error("demo_relay_failed", "error", err)
+		}
+	}()
+	return w, nil
+}
+
+func (s *supervisor) start(ctx context.Context) {
+	s.chaosOff = make(chan struct{})
+	s.mu.Lock()
+	for i := 0; i < s.cfg.workers; i++ {
+		w, err := s.spawn(ctx)
+		if err != nil {
+			panic(err) // options are constants; a failure here is a programming error
+		}
+		s.workers = append(s.workers, w)
+	}
+	s.mu.Unlock()
+	if !s.cfg.chaos {
+		return
+	}
+	s.loop.Go(func() {
+		for {
+			t := time.NewTimer(time.Duration(150+s.rnd.IntN(450)) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-s.chaosOff:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			i := s.rnd.IntN(len(s.workers))
+			old := s.workers[i]
+			if s.rnd.IntN(2) == 0 {
+				old.store.dead.Store(true) // crash: nothing more reaches the database
+			}
+			old.cancel()
+			<-old.done
+			s.kills.Add(1)
+			s.retired = append(s.retired, old.relay)
+			w, err := s.spawn(ctx)
+			if err != nil {
+				panic(err)
+			}
+			s.workers[i] = w
+			s.mu.Unlock()
+		}
+	})
+}
+
+func (s *supervisor) stopChaos() {
+	if s.cfg.chaos {
+		close(s.chaosOff)
+		s.loop.Wait()
+	}
+}
+
+func (s *supervisor) wait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.workers {
+		w.cancel()
+		<-w.done
+	}
+}
+
+func (s *supervisor) claimLost() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n uint64
+	for _, w := range s.workers {
+		n += w.relay.Stats().ClaimLost
+	}
+	for _, r := range s.retired {
+		n += r.Stats().ClaimLost
+	}
+	return n
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+var verdictOK = regexp.MustCompile(`^verdict: ok written=(\d+) published=(\d+) delivered=(\d+) duplicates_absorbed=(\d+) lost=0 order_violations=0$`)
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+func runDemoForTest(t *testing.T, cfg demoConfig) (bool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	ok, err := demo(ctx, cfg, &out, &errb)
+	require.NoError(t, err, "stderr: %s", errb.String())
+	return ok, out.String()
+}
+
+func testConfig() demoConfig {
+	return demoConfig{duration: 2 * time.Second, producers: 3, workers: 3, accounts: 20, lanes: 8, batch: 100,
+		seed: 42, drainTimeout: 40 * time.Second}
+}
+
+func TestDemoVerdictOK(t *testing.T) {
+	t.Parallel()
+	ok, out := runDemoForTest(t, testConfig())
+	require.True(t, ok, out)
+	m := verdictOK.FindStringSubmatch(lastLine(out))
+	require.NotNil(t, m, "last line: %s", lastLine(out))
+	require.Equal(t, m[1], m[2], "every written event published")
+	require.Equal(t, m[1], m[3], "every written event delivered")
+	require.NotEqual(t, "0", m[1])
+}
+
+func TestDemoChaosVerdictOK(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.chaos = true
+	ok, out := runDemoForTest(t, cfg)
+	require.True(t, ok, out)
+	m := verdictOK.FindStringSubmatch(lastLine(out))
+	require.NotNil(t, m, "last line: %s", lastLine(out))
+	require.Equal(t, m[1], m[3])
+	require.NotEqual(t, "0", m[4], "chaos must produce duplicates that the inbox absorbs")
+	require.Contains(t, out, "kills=")
+	require.NotContains(t, out, "kills=0 claim_lost=0\nverdict", "chaos must kill workers")
+}
+
+// The verdict is a safety check: a broker that acknowledges messages it dropped must make the
+// demo fail with lost > 0.
+func TestDemoVerdictCatchesLoss(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.drainTimeout = 3 * time.Second
+	var n atomic.Int64
+	cfg.wrapSink = func(s core.Sink) core.Sink {
+		return core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
+			out := make([]error, len(msgs)) // a dropped message keeps its nil: acknowledged
+			var keep []core.Message
+			var idx []int
+			for i, m := range msgs {
+				if n.Add(1)%50 == 0 {
+					continue // drop every 50th message
+				}
+				keep, idx = append(keep, m), append(idx, i)
+			}
+			for j, err := range s.Send(ctx, keep) {
+				out[idx[j]] = err
+			}
+			return out
+		})
+	}
+	ok, out := runDemoForTest(t, cfg)
+	require.False(t, ok, out)
+	line := lastLine(out)
+	require.True(t, strings.HasPrefix(line, "verdict: FAIL "), line)
+	require.NotContains(t, line, " lost=0 ", line)
+}
+
+func TestRunUsage(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), nil, &out, &errb))
+	require.Contains(t, errb.String(), "usage: outboxkit")
+	require.Equal(t, 2, run(context.Background(), []string{"nope"}, &out, &errb))
+	require.Equal(t, 2, run(context.Background(), []string{"demo", "--duration", "0s"}, &out, &errb))
+	require.Equal(t, 2, run(context.Background(), []string{"stats"}, &out, &errb))
+}
