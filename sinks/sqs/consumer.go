@@ -80,7 +80,7 @@ type ConsumerStats struct {
 	Applied   uint64 // inbox outcome Applied
 	Duplicate uint64 // inbox outcome Duplicate
 	Stale     uint64 // inbox outcome Stale
-	Failed    uint64 // not processed (undecodable, claim check, inbox or handler error): not deleted
+	Failed    uint64 // processing failed (undecodable, claim check, inbox or handler error): not deleted; the later messages of its FIFO group in that batch stay in flight uncounted
 	Deleted   uint64 // deleted after their inbox transaction committed
 	Released  uint64 // visibility reset to 0 on shutdown
 }
@@ -323,7 +323,8 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 	}
 }
 
-// extend renews the visibility of the batch's pending messages every ExtendEvery until stop.
+// extend renews the visibility of the batch's pending and committed-but-not-deleted messages
+// every ExtendEvery until stop.
 func (c *Consumer[TTx]) extend(ctx context.Context, msgs []types.Message, state []atomic.Int32, stop <-chan struct{}) {
 	t := time.NewTicker(c.o.ExtendEvery)
 	defer t.Stop()
@@ -333,9 +334,11 @@ func (c *Consumer[TTx]) extend(ctx context.Context, msgs []types.Message, state 
 			return
 		case <-t.C:
 		}
+		// Committed messages wait for the batch's delete: renew them too, or a slow group in
+		// the same batch would make them reappear (the inbox would absorb them, as wasted work).
 		var live []types.Message
 		for i := range msgs {
-			if state[i].Load() == pending {
+			if s := state[i].Load(); s == pending || s == succeeded {
 				live = append(live, msgs[i])
 			}
 		}
