@@ -20,10 +20,10 @@ import (
 
 // Size limits of a request.
 const (
-	DefaultMaxRequestBytes = 256 << 10
-	MaxRequestBytesLimit   = 1 << 20
-	MaxBatchEntries        = 10
-	DefaultConcurrency     = 8
+	DefaultMaxRequestBytes = sinkkit.DefaultMaxRequestBytes
+	MaxRequestBytesLimit   = sinkkit.MaxRequestBytesLimit
+	MaxBatchEntries        = sinkkit.MaxBatchEntries
+	DefaultConcurrency     = sinkkit.DefaultConcurrency
 )
 
 // ErrMessageTooLarge: a message does not fit in Options.MaxRequestBytes and no claim check is
@@ -83,41 +83,14 @@ func New(client *awssns.Client, opts *Options) (*Sink, error) {
 	if opts != nil {
 		o = *opts
 	}
-	cfg := sinkkit.Config{Name: "sns", MaxBytes: o.MaxRequestBytes, MaxEntries: o.MaxBatchEntries,
-		Concurrency: o.Concurrency, OnePerGroup: o.StrictGroupOrder}
-	switch {
-	case cfg.MaxBytes == 0:
-		cfg.MaxBytes = DefaultMaxRequestBytes
-	case cfg.MaxBytes < 1024 || cfg.MaxBytes > MaxRequestBytesLimit:
-		return nil, &core.OptionError{Field: "MaxRequestBytes", Reason: "must be between 1 KiB and 1 MiB"}
-	}
-	switch {
-	case cfg.MaxEntries == 0:
-		cfg.MaxEntries = MaxBatchEntries
-	case cfg.MaxEntries < 1 || cfg.MaxEntries > MaxBatchEntries:
-		return nil, &core.OptionError{Field: "MaxBatchEntries", Reason: "must be between 1 and 10"}
-	}
-	switch {
-	case cfg.Concurrency == 0:
-		cfg.Concurrency = DefaultConcurrency
-	case cfg.Concurrency < 0:
-		return nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
-	}
+	s := sinkkit.Settings{MaxRequestBytes: o.MaxRequestBytes, MaxBatchEntries: o.MaxBatchEntries,
+		Concurrency: o.Concurrency, StrictGroupOrder: o.StrictGroupOrder, Logger: o.Logger}
 	if c := o.ClaimCheck; c != nil {
-		if c.Client == nil {
-			return nil, &core.OptionError{Field: "ClaimCheck.Client", Reason: "must not be nil"}
-		}
-		if c.Bucket == "" {
-			return nil, &core.OptionError{Field: "ClaimCheck.Bucket", Reason: "required"}
-		}
-		if c.Threshold < 0 {
-			return nil, &core.OptionError{Field: "ClaimCheck.Threshold", Reason: "must not be negative"}
-		}
-		cfg.S3, cfg.Bucket, cfg.Prefix, cfg.Threshold = c.Client, c.Bucket, c.Prefix, c.Threshold
+		s.ClaimCheck, s.S3, s.Bucket, s.Prefix, s.Threshold = true, c.Client, c.Bucket, c.Prefix, c.Threshold
 	}
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
+	cfg, log, err := sinkkit.Configure("sns", s)
+	if err != nil {
+		return nil, err
 	}
 	return &Sink{client: client, cfg: cfg, log: log}, nil
 }

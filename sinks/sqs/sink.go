@@ -20,10 +20,10 @@ import (
 
 // Size limits of a request.
 const (
-	DefaultMaxRequestBytes = 256 << 10
-	MaxRequestBytesLimit   = 1 << 20
-	MaxBatchEntries        = 10
-	DefaultConcurrency     = 8
+	DefaultMaxRequestBytes = sinkkit.DefaultMaxRequestBytes
+	MaxRequestBytesLimit   = sinkkit.MaxRequestBytesLimit
+	MaxBatchEntries        = sinkkit.MaxBatchEntries
+	DefaultConcurrency     = sinkkit.DefaultConcurrency
 )
 
 // Options configures a Sink. The zero value (or nil) is ready to use.
@@ -93,43 +93,12 @@ func config(name string, opts *Options) (sinkkit.Config, *slog.Logger, error) {
 	if opts != nil {
 		o = *opts
 	}
-	cfg := sinkkit.Config{Name: name, MaxBytes: o.MaxRequestBytes, MaxEntries: o.MaxBatchEntries,
-		Concurrency: o.Concurrency, OnePerGroup: o.StrictGroupOrder}
-	switch {
-	case cfg.MaxBytes == 0:
-		cfg.MaxBytes = DefaultMaxRequestBytes
-	case cfg.MaxBytes < 1024 || cfg.MaxBytes > MaxRequestBytesLimit:
-		return cfg, nil, &core.OptionError{Field: "MaxRequestBytes", Reason: "must be between 1 KiB and 1 MiB"}
-	}
-	switch {
-	case cfg.MaxEntries == 0:
-		cfg.MaxEntries = MaxBatchEntries
-	case cfg.MaxEntries < 1 || cfg.MaxEntries > MaxBatchEntries:
-		return cfg, nil, &core.OptionError{Field: "MaxBatchEntries", Reason: "must be between 1 and 10"}
-	}
-	switch {
-	case cfg.Concurrency == 0:
-		cfg.Concurrency = DefaultConcurrency
-	case cfg.Concurrency < 0:
-		return cfg, nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
-	}
+	s := sinkkit.Settings{MaxRequestBytes: o.MaxRequestBytes, MaxBatchEntries: o.MaxBatchEntries,
+		Concurrency: o.Concurrency, StrictGroupOrder: o.StrictGroupOrder, Logger: o.Logger}
 	if c := o.ClaimCheck; c != nil {
-		if c.Client == nil {
-			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Client", Reason: "must not be nil"}
-		}
-		if c.Bucket == "" {
-			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Bucket", Reason: "required"}
-		}
-		if c.Threshold < 0 {
-			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Threshold", Reason: "must not be negative"}
-		}
-		cfg.S3, cfg.Bucket, cfg.Prefix, cfg.Threshold = c.Client, c.Bucket, c.Prefix, c.Threshold
+		s.ClaimCheck, s.S3, s.Bucket, s.Prefix, s.Threshold = true, c.Client, c.Bucket, c.Prefix, c.Threshold
 	}
-	log := o.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return cfg, log, nil
+	return sinkkit.Configure(name, s)
 }
 
 // IsFIFO reports whether a queue URL (or name) names a FIFO queue.

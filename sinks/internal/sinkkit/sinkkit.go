@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -27,6 +28,69 @@ type Config struct {
 	Bucket    string
 	Prefix    string
 	Threshold int // payloads above this many bytes always go to S3; 0: only when needed
+}
+
+// Limits and defaults shared by the SQS and SNS sinks.
+const (
+	DefaultMaxRequestBytes = 256 << 10
+	MaxRequestBytesLimit   = 1 << 20
+	MaxBatchEntries        = 10
+	DefaultConcurrency     = 8
+)
+
+// Settings are the options both sinks take, as the user gave them.
+type Settings struct {
+	MaxRequestBytes  int
+	MaxBatchEntries  int
+	Concurrency      int
+	StrictGroupOrder bool
+	ClaimCheck       bool // S3, Bucket, Prefix and Threshold apply only when set
+	S3               *s3.Client
+	Bucket           string
+	Prefix           string
+	Threshold        int
+	Logger           *slog.Logger
+}
+
+// Configure validates s (errors name the option), applies the defaults and returns the
+// sink's Config and logger.
+func Configure(name string, s Settings) (Config, *slog.Logger, error) {
+	cfg := Config{Name: name, MaxBytes: s.MaxRequestBytes, MaxEntries: s.MaxBatchEntries,
+		Concurrency: s.Concurrency, OnePerGroup: s.StrictGroupOrder}
+	switch {
+	case cfg.MaxBytes == 0:
+		cfg.MaxBytes = DefaultMaxRequestBytes
+	case cfg.MaxBytes < 1024 || cfg.MaxBytes > MaxRequestBytesLimit:
+		return cfg, nil, &core.OptionError{Field: "MaxRequestBytes", Reason: "must be between 1 KiB and 1 MiB"}
+	}
+	switch {
+	case cfg.MaxEntries == 0:
+		cfg.MaxEntries = MaxBatchEntries
+	case cfg.MaxEntries < 1 || cfg.MaxEntries > MaxBatchEntries:
+		return cfg, nil, &core.OptionError{Field: "MaxBatchEntries", Reason: "must be between 1 and 10"}
+	}
+	switch {
+	case cfg.Concurrency == 0:
+		cfg.Concurrency = DefaultConcurrency
+	case cfg.Concurrency < 0:
+		return cfg, nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
+	}
+	if s.ClaimCheck {
+		switch {
+		case s.S3 == nil:
+			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Client", Reason: "must not be nil"}
+		case s.Bucket == "":
+			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Bucket", Reason: "required"}
+		case s.Threshold < 0:
+			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Threshold", Reason: "must not be negative"}
+		}
+		cfg.S3, cfg.Bucket, cfg.Prefix, cfg.Threshold = s.S3, s.Bucket, s.Prefix, s.Threshold
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return cfg, log, nil
 }
 
 // Entry is one message of a request.
