@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,28 +17,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testenv"
 )
 
-// need returns the value of an environment variable naming a test server, skipping the test
-// when it is unset (failing under CI, which must never skip).
-func need(tb testing.TB, name, how string) string {
-	tb.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("%s is not set (CI requires it; %s)", name, how)
-		}
-		tb.Skipf("%s is not set: %s", name, how)
-	}
-	return v
-}
-
 func dsn(tb testing.TB) string {
-	return need(tb, "OUTBOXKIT_POSTGRES_DSN", "start PostgreSQL with `source scripts/lib/postgres.sh && pg_start`")
+	return testenv.Need(tb, testenv.PostgresDSN)
 }
 
 func awsEndpoint(tb testing.TB) string {
-	return need(tb, "OUTBOXKIT_AWS_ENDPOINT", "start the emulator with `source scripts/lib/awsemu.sh && awsemu_start`")
+	return testenv.Need(tb, testenv.AWSEndpoint)
 }
 
 func randName(prefix string) string {

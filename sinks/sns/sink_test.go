@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testenv"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
@@ -37,13 +37,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	ep := os.Getenv("OUTBOXKIT_AWS_ENDPOINT")
-	if ep == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("OUTBOXKIT_AWS_ENDPOINT is not set (CI requires the AWS emulator; scripts/test starts it)")
-		}
-		t.Skip("OUTBOXKIT_AWS_ENDPOINT is not set: start the emulator with scripts/lib/awsemu.sh (awsemu_start)")
-	}
+	ep := testenv.Need(t, testenv.AWSEndpoint)
 	e := &env{}
 	count := func(s *middleware.Stack) error {
 		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("count_publish_batch",

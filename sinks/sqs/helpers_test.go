@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testenv"
 )
 
 const (
@@ -31,14 +31,7 @@ const (
 // endpoint returns the emulator endpoint, skipping (or failing under CI) when it is unset.
 func endpoint(t testing.TB) string {
 	t.Helper()
-	ep := os.Getenv("OUTBOXKIT_AWS_ENDPOINT")
-	if ep == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("OUTBOXKIT_AWS_ENDPOINT is not set (CI requires the AWS emulator; scripts/test starts it)")
-		}
-		t.Skip("OUTBOXKIT_AWS_ENDPOINT is not set: start the emulator with scripts/lib/awsemu.sh (awsemu_start)")
-	}
-	return ep
+	return testenv.Need(t, testenv.AWSEndpoint)
 }
 
 // counter counts requests per AWS operation (X-Amz-Target for JSON protocols).

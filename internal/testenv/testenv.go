@@ -1,0 +1,40 @@
+// Package testenv gives tests the addresses of the servers that scripts/test starts.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// The environment variables scripts/test exports, and how to start each server by hand.
+const (
+	PostgresDSN = "OUTBOXKIT_POSTGRES_DSN" // source scripts/lib/postgres.sh && pg_start
+	MySQLDSN    = "OUTBOXKIT_MYSQL_DSN"    // source scripts/lib/mariadb.sh && mariadb_start
+	AWSEndpoint = "OUTBOXKIT_AWS_ENDPOINT" // source scripts/lib/awsemu.sh && awsemu_start
+)
+
+var howTo = map[string]string{
+	PostgresDSN: "source scripts/lib/postgres.sh && pg_start",
+	MySQLDSN:    "source scripts/lib/mariadb.sh && mariadb_start",
+	AWSEndpoint: "source scripts/lib/awsemu.sh && awsemu_start",
+}
+
+// Need returns the value of the environment variable name, which addresses a test server.
+// When it is unset the test is skipped, or fails when CI is set: CI must never silently skip a
+// test whose server is missing.
+func Need(tb testing.TB, name string) string {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v != "" {
+		return v
+	}
+	how := howTo[name]
+	if how == "" {
+		how = "see scripts/test"
+	}
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("%s is not set: CI requires this server (scripts/test starts it; by hand: %s)", name, how)
+	}
+	tb.Skipf("%s is not set: start the server with `%s`, or run ./scripts/test", name, how)
+	return ""
+}

@@ -1,0 +1,35 @@
+package testenv_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/outbox/internal/testenv"
+)
+
+// TestNeed runs a child test with the variable unset, with and without CI, and checks that it
+// skips outside CI and fails under CI.
+func TestNeed(t *testing.T) {
+	if os.Getenv("TESTENV_CHILD") == "1" {
+		testenv.Need(t, "OUTBOXKIT_TESTENV_UNSET")
+		t.Log("reached after Need: the variable was set")
+		return
+	}
+	t.Setenv("OUTBOXKIT_TESTENV_UNSET", "value")
+	if got := testenv.Need(t, "OUTBOXKIT_TESTENV_UNSET"); got != "value" {
+		t.Fatalf("Need = %q, want value", got)
+	}
+	for _, ci := range []string{"", "true"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNeed$", "-test.v")
+		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", "CI="+ci, "OUTBOXKIT_TESTENV_UNSET=")
+		out, err := cmd.CombinedOutput()
+		switch {
+		case ci == "" && (err != nil || !strings.Contains(string(out), "--- SKIP")):
+			t.Fatalf("without CI the child must skip; err=%v\n%s", err, out)
+		case ci != "" && (err == nil || !strings.Contains(string(out), "--- FAIL")):
+			t.Fatalf("under CI the child must fail; err=%v\n%s", err, out)
+		}
+	}
+}
