@@ -12,13 +12,21 @@ package postgres
 // and delete modes) into a null sink, and, in the same run, the raw-SQL ceiling (a bare
 // DELETE ... RETURNING loop, 1,000 rows per statement). BenchmarkProduce measures producer
 // transactions: one domain row, versus one domain row plus one outbox row, versus that plus a
-// Notify after each commit (with a listener connected).
+// Notify after each commit (with a listener connected). BenchmarkDrain also runs the relays
+// with Options.AsyncSettle and a raw UPDATE ... RETURNING loop (the ceiling of marking rows).
+//
+// BenchmarkLatency measures commit-to-publish latency at 1,000 events/s (wake-ups versus
+// polling); BenchmarkDrainBacklog compares the drain rate of a 10k and a 1M backlog:
+//
+//	OUTBOXKIT_BENCH_SECONDS=30 go test ./adapters/postgres -run '^$' -bench Latency -benchtime 1x
+//	go test ./adapters/postgres -run '^$' -bench DrainBacklog -benchtime 1x -timeout 60m
 
 import (
 	"context"
 	"crypto/rand"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -75,16 +83,20 @@ func BenchmarkDrain(b *testing.B) {
 	for _, c := range []struct {
 		workers int
 		delete  bool
-	}{{1, false}, {2, false}, {4, false}, {1, true}} {
+		async   bool
+	}{{1, false, false}, {1, false, true}, {2, false, false}, {4, false, false}, {1, true, false}, {1, true, true}} {
 		mode := "mark"
 		if c.delete {
 			mode = "delete"
+		}
+		if c.async {
+			mode += "/async_settle"
 		}
 		b.Run(fmt.Sprintf("relay/%s/workers=%d", mode, c.workers), func(b *testing.B) {
 			var total time.Duration
 			for range b.N {
 				b.StopTimer()
-				s, d := migratedStore(b, dbOptions{maxConns: int32(4 * c.workers)}, &Options{})
+				s, d := migratedStore(b, dbOptions{maxConns: int32(4 * c.workers)}, &Options{AsyncSettle: c.async})
 				seed(b, d, core.DefaultLanes, n)
 				b.StartTimer()
 				total += drainWithRelays(b, s, c.workers, c.delete, n)
@@ -92,36 +104,48 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
 		})
 	}
-	b.Run("raw_delete_returning", func(b *testing.B) {
-		var total time.Duration
-		for range b.N {
-			b.StopTimer()
-			_, d := migratedStore(b, dbOptions{maxConns: 2}, &Options{})
-			seed(b, d, core.DefaultLanes, n)
-			b.StartTimer()
-			start := time.Now()
-			got := 0
-			for {
-				rows, err := d.pool.Query(context.Background(), `DELETE FROM outbox WHERE seq IN (
-					SELECT seq FROM outbox ORDER BY seq LIMIT 1000) RETURNING `+recordCols)
+	for _, raw := range []struct{ name, sql string }{
+		{"raw_delete_returning", `DELETE FROM outbox WHERE seq IN (
+					SELECT seq FROM outbox ORDER BY seq LIMIT 1000) RETURNING ` + recordCols},
+		// The ceiling of marking by rewriting rows: the same loop, setting published_at.
+		{"raw_update_returning", `UPDATE outbox SET published_at = now() WHERE seq = ANY(ARRAY(
+					SELECT seq FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1000))
+					AND published_at IS NULL RETURNING ` + recordCols},
+	} {
+		b.Run(raw.name, func(b *testing.B) { rawDrain(b, n, raw.sql) })
+	}
+}
+
+// rawDrain runs sql (one batch of at most 1,000 rows, returning recordCols) until it returns no
+// row, on n seeded events, and reports the rate.
+func rawDrain(b *testing.B, n int, sql string) {
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		_, d := migratedStore(b, dbOptions{maxConns: 2}, &Options{})
+		seed(b, d, core.DefaultLanes, n)
+		b.StartTimer()
+		start := time.Now()
+		got := 0
+		for {
+			rows, err := d.pool.Query(context.Background(), sql)
+			require.NoError(b, err)
+			k := 0
+			for rows.Next() {
+				_, err := scanRecord(rows)
 				require.NoError(b, err)
-				k := 0
-				for rows.Next() {
-					_, err := scanRecord(rows)
-					require.NoError(b, err)
-					k++
-				}
-				require.NoError(b, rows.Err())
-				got += k
-				if k == 0 {
-					break
-				}
+				k++
 			}
-			total += time.Since(start)
-			require.Equal(b, n, got)
+			require.NoError(b, rows.Err())
+			got += k
+			if k == 0 {
+				break
+			}
 		}
-		b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
-	})
+		total += time.Since(start)
+		require.Equal(b, n, got)
+	}
+	b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
 }
 
 // drainWithRelays runs workers relays until n events were marked, and returns the time taken.
@@ -242,4 +266,292 @@ func produce(b *testing.B, pool *pgxpool.Pool, clients int, notify bool, notifyF
 		b.Fatal(err)
 	}
 	return elapsed
+}
+
+// benchSeconds is the producing time of BenchmarkLatency: OUTBOXKIT_BENCH_SECONDS, default 30.
+func benchSeconds() time.Duration {
+	if n, err := strconv.ParseFloat(os.Getenv("OUTBOXKIT_BENCH_SECONDS"), 64); err == nil && n > 0 {
+		return time.Duration(n * float64(time.Second))
+	}
+	return 30 * time.Second
+}
+
+// pollOnly hides the store's Waker capability: the relay can only poll.
+type pollOnly struct{ core.RelayStore }
+
+// latencyHeader carries the time (Unix µs) at which the producer issued COMMIT.
+const latencyHeader = "bench-commit-us"
+
+// BenchmarkLatency measures commit-to-publish latency at a steady 1,000 events/s (8 producer
+// goroutines, one event per transaction, each followed by Outbox.Notify), for
+// OUTBOXKIT_BENCH_SECONDS (default 30) per variant:
+//
+//   - wakeups: relays woken by LISTEN/NOTIFY, PollInterval 1s (latency comes from NOTIFY);
+//   - wakeups/async_settle: the same with Options.AsyncSettle (the relay's marks do not wait
+//     for the WAL flush);
+//   - polling: the store's Waker hidden, PollInterval 100ms.
+//
+// Latency is the sink's receive time minus the time COMMIT returned to the producer (clamped at
+// 0: a relay may see a commit before its producer does), reported as p50/p99/max in ms; the
+// "commit-" metrics are the same from the moment COMMIT was issued (an upper bound including the
+// commit's own WAL flush).
+func BenchmarkLatency(b *testing.B) {
+	testDSN(b)
+	for _, c := range []struct {
+		name    string
+		workers int
+		poll    time.Duration
+		wake    bool
+		async   bool
+	}{
+		{"wakeups/workers=1", 1, time.Second, true, false},
+		{"wakeups/workers=1/async_settle", 1, time.Second, true, true},
+		{"wakeups/workers=2", 2, time.Second, true, false},
+		{"polling_100ms/workers=1", 1, 100 * time.Millisecond, false, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var fromCommit, fromIssue []time.Duration
+			var rate float64
+			for range b.N {
+				a, z, r := latencyRun(b, c.workers, c.poll, c.wake, c.async, benchSeconds())
+				fromCommit, fromIssue = append(fromCommit, a...), append(fromIssue, z...)
+				rate += r
+			}
+			rep := func(prefix string, d []time.Duration) {
+				slices.Sort(d)
+				ms := func(q float64) float64 {
+					return float64(d[min(len(d)-1, int(q*float64(len(d))))].Microseconds()) / 1000
+				}
+				b.ReportMetric(ms(0.50), prefix+"p50-ms")
+				b.ReportMetric(ms(0.99), prefix+"p99-ms")
+				b.ReportMetric(float64(d[len(d)-1].Microseconds())/1000, prefix+"max-ms")
+			}
+			rep("", fromCommit)
+			rep("commit-", fromIssue)
+			b.ReportMetric(rate/float64(b.N), "produced/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// latencyRun produces at 1,000 events/s for dur with relays running, waits until every event
+// was published, and returns the latencies (from commit return and from commit issue) and the
+// achieved production rate.
+func latencyRun(b *testing.B, workers int, poll time.Duration, wake, async bool, dur time.Duration) (fromCommit, fromIssue []time.Duration, rate float64) {
+	b.StopTimer()
+	defer b.StartTimer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, d := migratedStore(b, dbOptions{maxConns: 16}, &Options{AsyncSettle: async})
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(b, err)
+	n := int(dur / time.Millisecond)
+	committed := make([]time.Time, n)
+	issued := make([]time.Time, n)
+	received := make([]time.Time, n)
+	var recvMu sync.Mutex
+	var got atomic.Int64
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		now := time.Now()
+		recvMu.Lock()
+		for _, m := range msgs {
+			i, err := strconv.Atoi(m.Record.AggregateID)
+			if err == nil && i >= 0 && i < n && received[i].IsZero() {
+				received[i] = now
+				got.Add(1)
+			}
+		}
+		recvMu.Unlock()
+		return make([]error, len(msgs))
+	})
+	var store core.RelayStore = s
+	if !wake {
+		store = pollOnly{s}
+	}
+	var wg sync.WaitGroup
+	relays := make([]*core.Relay, workers)
+	for i := range relays {
+		r, err := core.NewRelay(store, sink, core.StaticRouter{Default: "null"}, &core.RelayOptions{
+			Owner: fmt.Sprintf("lat-%d", i), PollInterval: poll,
+		})
+		require.NoError(b, err)
+		relays[i] = r
+		wg.Go(func() { _ = r.Run(ctx) })
+	}
+	defer wg.Wait()
+	defer cancel()
+	// Wait until the lanes are balanced (each relay holds its share; with several relays the
+	// first one releases lanes at its next renewal, up to RenewInterval later, and the others
+	// claim them at theirs), so that neither claiming nor rebalancing is measured.
+	share := (core.DefaultLanes + workers - 1) / workers
+	for {
+		time.Sleep(10 * time.Millisecond)
+		held, balanced := 0, true
+		for _, r := range relays {
+			l := r.Stats().Lanes
+			held += l
+			balanced = balanced && l <= share
+		}
+		balanced = balanced && held == core.DefaultLanes
+		if balanced {
+			break
+		}
+	}
+	payload := make([]byte, 1024)
+	_, _ = rand.Read(payload)
+	var next atomic.Int64
+	var failed atomic.Value
+	var pwg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		pwg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				time.Sleep(time.Until(start.Add(time.Duration(i) * time.Millisecond)))
+				var t0 time.Time
+				err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+					t0 = time.Now()
+					_, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i),
+						Type: "order.created", Payload: payload,
+						Headers: map[string]string{latencyHeader: strconv.FormatInt(t0.UnixMicro(), 10)}})
+					t0 = time.Now()
+					return err
+				})
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				committed[i], issued[i] = time.Now(), t0
+				if err := ob.Notify(ctx); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	pwg.Wait()
+	rate = float64(n) / time.Since(start).Seconds()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for got.Load() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got.Load() < int64(n) {
+		st, err := s.Stats(ctx)
+		for _, r := range relays {
+			b.Logf("relay %s: %+v", r.Owner(), r.Stats())
+		}
+		b.Fatalf("%d of %d events published a minute after the last commit (outbox stats %+v, %v)", got.Load(), n, st, err)
+	}
+	recvMu.Lock()
+	defer recvMu.Unlock()
+	for i := range n {
+		fromCommit = append(fromCommit, max(0, received[i].Sub(committed[i])))
+		fromIssue = append(fromIssue, received[i].Sub(issued[i]))
+	}
+	return fromCommit, fromIssue, rate
+}
+
+// seedSeries writes n events like seed, with one INSERT ... SELECT over generate_series (same
+// ~1 KiB payload in every row, keys and lanes as core.Outbox assigns them), then vacuums,
+// analyses and checkpoints.
+func seedSeries(b *testing.B, d *testDB, n int) {
+	b.Helper()
+	ctx := context.Background()
+	payload := make([]byte, 1024)
+	_, _ = rand.Read(payload)
+	lanes := make([]int32, benchKeys)
+	for i := range lanes {
+		lanes[i] = int32(core.LaneOf("order/"+strconv.Itoa(i), core.DefaultLanes))
+	}
+	_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, lane)
+		SELECT 'ev-' || g, 'order', (g % $3)::text, 'order.created', 'order/' || (g % $3), $1::bytea, ($2::int[])[g % $3 + 1]
+		FROM generate_series(0, $4::int - 1) AS g`, payload, lanes, benchKeys, n)
+	require.NoError(b, err)
+	for _, sql := range []string{"VACUUM ANALYZE outbox", "CHECKPOINT"} {
+		_, err := d.pool.Exec(ctx, sql)
+		require.NoError(b, err)
+	}
+}
+
+// drainRate runs one relay (mark mode, batch 1,000, null sink) until want more events were
+// published and returns the steady rate: events per second between the first settled batch and
+// the last, so that start-up (lease claim) is not counted.
+func drainRate(b *testing.B, s core.RelayStore, want int) float64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const batch = 1000
+	r, err := core.NewRelay(s, nullSink, core.StaticRouter{Default: "null"}, &core.RelayOptions{
+		Owner: randomName("drain-"), BatchSize: batch, PollInterval: 10 * time.Millisecond,
+	})
+	require.NoError(b, err)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	var t1 time.Time
+	var first uint64
+	for {
+		p := r.Stats().Published
+		if t1.IsZero() && p > 0 {
+			t1, first = time.Now(), p
+		}
+		if p >= uint64(want) {
+			return float64(p-first) / time.Since(t1).Seconds()
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+}
+
+// BenchmarkDrainBacklog compares the steady drain rate of one relay (mark mode, null sink,
+// ~1 KiB payloads) on a 10,000-event backlog (all of it drained) with the rate over 50,000
+// events of a 1,000,000-event backlog, in OUTBOXKIT_BENCH_ROUNDS (default 3) interleaved rounds
+// (small, large, small, large, ...; the large table is seeded once and each round drains its
+// next 50,000 events). It reports the medians and their ratio (large/small), and logs each
+// round. OUTBOXKIT_BENCH_LARGE overrides the large backlog size.
+func BenchmarkDrainBacklog(b *testing.B) {
+	testDSN(b)
+	rounds := 3
+	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	large := 1000000
+	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_LARGE")); err == nil && n > 0 {
+		large = n
+	}
+	const small, window = 10000, 50000
+	require.GreaterOrEqual(b, large, rounds*window)
+	for range b.N {
+		b.StopTimer()
+		big, bd := migratedStore(b, dbOptions{maxConns: 4}, &Options{})
+		seedSeries(b, bd, large)
+		var rs, rl []float64
+		for i := range rounds {
+			s, d := migratedStore(b, dbOptions{maxConns: 4}, &Options{})
+			seedSeries(b, d, small)
+			b.StartTimer()
+			rs = append(rs, drainRate(b, s, small))
+			rl = append(rl, drainRate(b, big, window))
+			b.StopTimer()
+			b.Logf("round %d: backlog=%d %.0f events/s, backlog=%d %.0f events/s", i+1, small, rs[i], large, rl[i])
+		}
+		ms, ml := median(rs), median(rl)
+		b.ReportMetric(ms, "small-events/s")
+		b.ReportMetric(ml, "large-events/s")
+		b.ReportMetric(ml/ms, "large/small")
+	}
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }

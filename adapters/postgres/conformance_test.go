@@ -23,17 +23,21 @@ func TestConformance(t *testing.T) {
 		name     string
 		mode     pgx.QueryExecMode
 		strategy ClaimStrategy
+		async    bool
+		part     *Partitioning
 	}{
-		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked},
-		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock},
-		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked},
-		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock},
+		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil},
+		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock, false, nil},
+		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked, false, nil},
+		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock, false, nil},
+		{"pgx/cache_statement/skip_locked/async_settle", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, true, nil},
+		{"pgx/cache_statement/skip_locked/partitioned", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, &Partitioning{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			conformance.Run(t, conformance.Harness[pgx.Tx]{
 				New: func(t *testing.T, lanes int) conformance.Adapter[pgx.Tx] {
-					s, d := migratedStore(t, dbOptions{mode: c.mode}, &Options{Lanes: lanes, ClaimStrategy: c.strategy})
+					s, d := migratedStore(t, dbOptions{mode: c.mode}, &Options{Lanes: lanes, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part})
 					_, err := d.pool.Exec(context.Background(), counterTable)
 					require.NoError(t, err)
 					return s

@@ -23,6 +23,16 @@
 //     lease_until > now); otherwise it returns *core.LanesLostError and changes nothing.
 //   - The relay's fetch reads unpublished rows only, through a partial index on seq WHERE
 //     published_at IS NULL; failed and parked rows have their own tiny partial index.
+//   - With Options.AsyncSettle, Settle's transaction commits without waiting for its WAL flush:
+//     the relay no longer waits for the disk between batches (and no longer doubles the
+//     producers' fsync load). A server crash may lose the last marks; those events are
+//     delivered again, so delivery stays at least once and in order per key.
+//   - With Options.Partitioning, the outbox is partitioned by created_at ranges (daily by
+//     default); event IDs stay unique through a side table. The Store is a
+//     core.PartitionPruner: core.CleanupOutbox first drops sealed partitions whose rows are all
+//     published before the cut-off and below the watermarks (checked again under an exclusive
+//     table lock, so a partition holding an unpublished row is never dropped), and creates
+//     partitions ahead ([Store.EnsurePartitions]).
 //   - Semantic columns cannot change after insert: a trigger refuses any UPDATE that changes
 //     them (it fires only for UPDATEs naming them, so the relay does not pay for it). The file
 //     grants.sql gives an application role INSERT only and a relay role SELECT plus UPDATE of

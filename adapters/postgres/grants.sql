@@ -8,6 +8,10 @@
 -- outbox and change only the relay's status columns (plus delete published rows for cleanup),
 -- and owns the lanes and workers tables. Semantic columns are also protected by the
 -- outbox_immutable trigger, whatever the role.
+--
+-- A partitioned outbox (Options.Partitioning) also needs, for the application role,
+--   GRANT INSERT (id) ON :"schema".outbox_ids TO :"app_role";
+-- and its cleanup (which creates and drops partitions) runs as the tables' owner.
 
 GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role";
 

@@ -10,6 +10,9 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
+//go:embed migrations/0000_outbox_partitioned.sql
+var migration0000 string
+
 //go:embed migrations/0001_outbox.sql
 var migration0001 string
 
@@ -17,10 +20,13 @@ var migration0001 string
 var migration0002 string
 
 // Migrate creates the outbox, lanes, workers and inbox tables, indexes and the immutability
-// trigger, in one transaction serialised by an advisory lock, and records the lane count. It is
-// idempotent: each embedded migration runs once (recorded in the meta table), so running it at
-// every start takes no lock on the outbox table. An outbox migrated with another lane count
-// returns an error wrapping core.ErrSchemaMismatch and changes nothing. The schema must exist.
+// trigger, in one transaction serialised by an advisory lock, and records the lane count and
+// whether the outbox is partitioned (Options.Partitioning; it then also creates the partitions
+// ahead, as EnsurePartitions does). It is idempotent: each embedded migration runs once
+// (recorded in the meta table), so running it at every start takes no lock on the outbox table
+// (with partitioning, a new partition is created at most once per interval). An outbox migrated with another lane count
+// (or another partitioning) returns an error wrapping core.ErrSchemaMismatch and changes
+// nothing. The schema must exist.
 func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		if _, err := q.exec(ctx, s.q.migrateLock, s.n.migrateKey); err != nil {
@@ -42,6 +48,34 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		case recorded != strconv.Itoa(s.o.Lanes):
 			return fmt.Errorf("%w: outbox %s was migrated with %s lanes, options ask for %d",
 				core.ErrSchemaMismatch, s.n.outbox, recorded, s.o.Lanes)
+		}
+		// Partitioning is decided at the first migration, and never changes.
+		want := "none"
+		if s.o.Partitioning != nil {
+			want = "interval=" + s.o.Partitioning.Interval.String()
+		}
+		err = queryRow(ctx, q, s.q.metaGet, []any{"partitioning"}, &recorded)
+		switch {
+		case errors.Is(err, errNoRows):
+			var done string
+			err := queryRow(ctx, q, s.q.metaGet, []any{"migration:0001_outbox"}, &done)
+			switch {
+			case err == nil: // migrated before this option existed: a plain table
+				if want != "none" {
+					return fmt.Errorf("%w: outbox %s is not partitioned, options ask for partitioning",
+						core.ErrSchemaMismatch, s.n.outbox)
+				}
+			case !errors.Is(err, errNoRows):
+				return err
+			}
+			if _, err := q.exec(ctx, s.q.metaPut, "partitioning", want); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case recorded != want:
+			return fmt.Errorf("%w: outbox %s was migrated with partitioning %q, options ask for %q",
+				core.ErrSchemaMismatch, s.n.outbox, recorded, want)
 		}
 		for _, m := range s.q.migrations {
 			var done string
@@ -80,6 +114,9 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 					return err
 				}
 			}
+		}
+		if s.o.Partitioning != nil {
+			return s.ensurePartitions(ctx, q)
 		}
 		return nil
 	})

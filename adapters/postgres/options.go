@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"regexp"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -52,11 +53,43 @@ type Options struct {
 	// aggregate_version, type) for aggregate_version > 0: a second event for the same entity
 	// version fails with core.ErrDuplicateEvent. Migrate never drops the index. Default false.
 	UniqueAggregateVersion bool
+	// AsyncSettle makes Settle commit without waiting for its WAL flush (synchronous_commit off
+	// for that one transaction; producers' transactions are not affected). The relay then does
+	// not wait for the disk between batches. If the server crashes, the marks of the last
+	// moments (up to three times wal_writer_delay) may be lost: those events are delivered again
+	// and failed attempts may be counted once less — at-least-once delivery and per-key order
+	// still hold, and lease fencing is unchanged (it happens before the commit). Default false.
+	AsyncSettle bool
+	// Partitioning, when set, makes Migrate create the outbox partitioned by created_at (see
+	// Partitioning). It is decided when the outbox is first migrated: migrating an existing
+	// outbox with another choice (or another Interval) fails with core.ErrSchemaMismatch. It
+	// cannot be combined with UniqueAggregateVersion. Default nil: one plain table.
+	Partitioning *Partitioning
 	// NotifyChannel is the LISTEN/NOTIFY channel of Notify and Wakeups. Default
 	// Schema+"."+Table (cut to 63 bytes).
 	NotifyChannel string
 	// Logger receives the store's logs (wake-up connection failures). Default slog.Default().
 	Logger *slog.Logger
+}
+
+// Partitioning configures an outbox partitioned by time ranges of created_at. Partitions are
+// named Table+"_p"+YYYYMMDDHH (their lower bound, UTC); ranges are aligned to multiples of
+// Interval since the Unix epoch. Migrate and EnsurePartitions create the current partition and
+// Ahead more; CleanupOutbox (through DropPartitions) drops whole partitions instead of deleting
+// rows, and creates partitions ahead on the way.
+//
+// Trade-offs: event IDs stay unique through a side table (Table+"_ids": one narrow row and
+// index entry per event, removed with its partition, so an ID is refused again for as long as
+// the partition of its first event exists); published rows get an index on published_at, so
+// that a drop checks a partition with index lookups; statements that find rows by seq (Settle)
+// probe every partition; and an insert fails when no partition covers its created_at, so
+// EnsurePartitions (or CleanupOutbox) must run at least once every Ahead intervals.
+type Partitioning struct {
+	// Interval is the time range of one partition: a whole number of hours, at most 31 days.
+	// Default 24h (daily partitions starting at midnight UTC).
+	Interval time.Duration
+	// Ahead is how many partitions after the current one are kept created. Default 7.
+	Ahead int
 }
 
 var (
@@ -70,6 +103,7 @@ type names struct {
 	inbox, horizons, versions                 string
 	fn, fetchFn                               string // functions, qualified
 	trigger, pendingIdx, failedIdx, aggverIdx string // bare quoted names
+	ids, idsIdx, pubIdx                       string // partitioned outbox: ids qualified, indexes bare
 	seqName                                   string // the serial sequence, qualified
 	inboxIdx                                  string
 	channel                                   string // quoted identifier
@@ -106,13 +140,33 @@ func (o *Options) resolve() (Options, names, error) {
 	if r.Lanes < 1 || r.Lanes > core.MaxLanes {
 		return bad("Lanes", fmt.Sprintf("must be between 1 and %d", core.MaxLanes))
 	}
+	if r.Partitioning != nil {
+		p := *r.Partitioning
+		if p.Interval == 0 {
+			p.Interval = 24 * time.Hour
+		}
+		if p.Ahead == 0 {
+			p.Ahead = 7
+		}
+		if p.Interval < time.Hour || p.Interval > 31*24*time.Hour || p.Interval%time.Hour != 0 {
+			return bad("Partitioning.Interval", "must be a whole number of hours between 1h and 744h")
+		}
+		if p.Ahead < 1 || p.Ahead > 1000 {
+			return bad("Partitioning.Ahead", "must be between 1 and 1000")
+		}
+		if r.UniqueAggregateVersion {
+			return bad("Partitioning", "cannot be combined with UniqueAggregateVersion (a unique index of a partitioned table must contain created_at)")
+		}
+		r.Partitioning = &p
+	}
 	if r.ClaimStrategy != ClaimSkipLocked && r.ClaimStrategy != ClaimAdvisoryLock {
 		return bad("ClaimStrategy", "unknown claim strategy")
 	}
 	if !identRE.MatchString(r.Schema) {
 		return bad("Schema", "must match "+identRE.String())
 	}
-	for _, suffix := range []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq"} {
+	for _, suffix := range []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215"} {
 		if !identRE.MatchString(r.Table + suffix) {
 			return bad("Table", fmt.Sprintf("must match %s with room for the suffix %q", identRE, suffix))
 		}
@@ -145,6 +199,9 @@ func (o *Options) resolve() (Options, names, error) {
 		failedIdx:  quote(r.Table + "_failed_idx"),
 		aggverIdx:  quote(r.Table + "_aggver_key"),
 		seqName:    s + quote(r.Table+"_seq_seq"),
+		ids:        s + quote(r.Table+"_ids"),
+		idsIdx:     quote(r.Table + "_ids_idx"),
+		pubIdx:     quote(r.Table + "_pub_idx"),
 		inbox:      s + quote(r.InboxTable),
 		horizons:   s + quote(r.InboxTable+"_horizons"),
 		versions:   s + quote(r.InboxTable+"_versions"),

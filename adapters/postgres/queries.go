@@ -25,6 +25,7 @@ type queries struct {
 	renew, release            string
 	fetch                     string
 	settleMark, settleDelete  string
+	settleAsync               [2]string // settleMark, settleDelete with synchronous_commit off
 
 	horizonGet, horizonEnsure          string
 	inboxInsert, inboxGet              string
@@ -38,6 +39,8 @@ type queries struct {
 
 	notify, listen string
 
+	partitions, partCheck, partIDs string // partitioned outbox; partCheck has a %s
+
 	migrations []migration
 	aggverIdx  string
 }
@@ -47,7 +50,7 @@ type migration struct {
 	sql  string
 }
 
-func buildQueries(n names) *queries {
+func buildQueries(n names, partitioned bool) *queries {
 	r := strings.NewReplacer(
 		"{{schema}}", n.schema,
 		"{{outbox}}", n.outbox,
@@ -61,6 +64,9 @@ func buildQueries(n names) *queries {
 		"{{pending_idx}}", n.pendingIdx,
 		"{{failed_idx}}", n.failedIdx,
 		"{{aggver_idx}}", n.aggverIdx,
+		"{{ids}}", n.ids,
+		"{{ids_idx}}", n.idsIdx,
+		"{{pub_idx}}", n.pubIdx,
 		"{{inbox}}", n.inbox,
 		"{{horizons}}", n.horizons,
 		"{{versions}}", n.versions,
@@ -85,6 +91,9 @@ func buildQueries(n names) *queries {
 		{name: "migration:0001_outbox", sql: s(migration0001)},
 		{name: "migration:0002_inbox:" + n.rawInbox, sql: s(migration0002)},
 	}
+	if partitioned {
+		q.migrations = append([]migration{{name: "migration:0000_outbox_partitioned", sql: s(migration0000)}}, q.migrations...)
+	}
 
 	// One statement for any number of records: arrays unnested in order, so seq follows the
 	// order of the call.
@@ -97,6 +106,11 @@ func buildQueries(n names) *queries {
 		WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 			partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 	ORDER BY ord`)
+	if partitioned {
+		// The IDs first, in the same statement: a duplicate violates the side table's key.
+		q.insert = s(`WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]))
+	`) + q.insert
+	}
 
 	// $1 owner, $2 now, $3 ttl (µs). Expired registrations older than an hour are removed on the
 	// way, skipping rows another heartbeat holds.
@@ -169,7 +183,7 @@ func buildQueries(n names) *queries {
 	// that list is empty. $1 lanes, $2 owners, $3 generations, $4 now, $5 published seqs,
 	// $6..$9 failures (seq, error, delay µs, park). It returns the lost lanes.
 	settle := `WITH want AS (
-		SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+		SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 	), locked AS (
 		SELECT lane, owner, generation, lease_until FROM {{lanes}}
 		WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE
@@ -198,6 +212,19 @@ func buildQueries(n names) *queries {
 		WHERE seq = ANY($5::bigint[]) AND published_at IS NULL AND lane = ANY($1::int[])
 		  AND NOT EXISTS (SELECT 1 FROM lost)
 		RETURNING 1`, 1))
+	// Options.AsyncSettle: the statement is its own transaction, so a transaction-local
+	// set_config, evaluated with the leases (always at least one row), still holds when it
+	// commits: the commit does not wait for its WAL flush.
+	async := func(sql string) string {
+		return strings.Replace(sql, `AS w(lane, owner, generation)
+	), locked`, `AS w(lane, owner, generation)
+		CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS async
+	), locked`, 1)
+	}
+	q.settleAsync = [2]string{async(q.settleMark), async(q.settleDelete)}
+	if q.settleAsync[0] == q.settleMark || q.settleAsync[1] == q.settleDelete {
+		panic("postgres: settle statement without its lease list")
+	}
 
 	q.horizonGet = s(`SELECT horizon FROM {{horizons}} WHERE consumer = $1 FOR SHARE`)
 	q.horizonEnsure = s(`INSERT INTO {{horizons}} (consumer) VALUES ($1) ON CONFLICT (consumer) DO NOTHING`)
@@ -261,5 +288,19 @@ func buildQueries(n names) *queries {
 	// does not wait for the WAL flush.
 	q.notify = s(`BEGIN; SET LOCAL synchronous_commit = off; NOTIFY {{channel}}; COMMIT`)
 	q.listen = s(`LISTEN {{channel}}`)
+
+	// Partitioned outbox. $1 the outbox (regclass text).
+	q.partitions = `SELECT c.relname::text FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+	WHERE i.inhparent = $1::regclass ORDER BY c.relname`
+	// Whether partition %s holds only rows PruneOutbox would delete: none unpublished, none
+	// published at or after $1, every seq below $2 and below the lowest unpublished seq. Index
+	// lookups only (pending index, published_at index, primary key), so that it is cheap under
+	// the table lock. Also returns whether the partition is empty.
+	q.partCheck = s(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s WHERE published_at IS NULL)
+	   AND NOT EXISTS (SELECT 1 FROM %[1]s WHERE published_at IS NOT NULL AND published_at >= $1::timestamptz)
+	   AND coalesce((SELECT max(seq) FROM %[1]s), 0) < $2::bigint
+	   AND coalesce((SELECT max(seq) FROM %[1]s), 0)
+	       < coalesce((SELECT min(seq) FROM {{outbox}} WHERE published_at IS NULL), $2::bigint)`)
+	q.partIDs = s(`DELETE FROM {{ids}} WHERE created_at >= $1::timestamptz AND created_at < $2::timestamptz`)
 	return q
 }

@@ -43,6 +43,8 @@ var (
 	_ core.InboxStore[*sql.Tx]  = (*Store[*sql.Tx])(nil)
 	_ core.RelayStore           = (*Store[pgx.Tx])(nil)
 	_ core.Pruner               = (*Store[pgx.Tx])(nil)
+	_ core.PartitionPruner      = (*Store[pgx.Tx])(nil)
+	_ core.PartitionPruner      = (*Store[*sql.Tx])(nil)
 	_ core.Admin                = (*Store[pgx.Tx])(nil)
 	_ core.Notifier             = (*Store[pgx.Tx])(nil)
 	_ core.Waker                = (*Store[pgx.Tx])(nil)
@@ -144,7 +146,7 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store[TTx]{o: o, n: n, q: buildQueries(n), log: o.Logger}, nil
+	return &Store[TTx]{o: o, n: n, q: buildQueries(n, o.Partitioning != nil), log: o.Logger}, nil
 }
 
 // InTx runs fn in one transaction (read committed): commit when fn returns nil, roll back

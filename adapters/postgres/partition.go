@@ -1,0 +1,200 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// partitionLayout is the time part of a partition name: its lower bound, UTC, to the hour.
+const partitionLayout = "2006010215"
+
+// partition is one time range of a partitioned outbox.
+type partition struct {
+	name   string // bare
+	lo, hi time.Time
+}
+
+func (s *Store[TTx]) partitionNamed(name string) (partition, bool) {
+	prefix := s.n.rawTable + "_p"
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok || len(rest) != len(partitionLayout) {
+		return partition{}, false
+	}
+	lo, err := time.ParseInLocation(partitionLayout, rest, time.UTC)
+	if err != nil {
+		return partition{}, false
+	}
+	return partition{name: name, lo: lo, hi: lo.Add(s.o.Partitioning.Interval)}, true
+}
+
+func (s *Store[TTx]) partitionAt(t time.Time) partition {
+	iv := s.o.Partitioning.Interval
+	lo := time.Unix(0, 0).UTC().Add(t.UTC().Sub(time.Unix(0, 0)).Truncate(iv))
+	if lo.After(t) {
+		lo = lo.Add(-iv)
+	}
+	return partition{name: s.n.rawTable + "_p" + lo.Format(partitionLayout), lo: lo, hi: lo.Add(iv)}
+}
+
+func (p partition) qualified(schema string) string { return schema + "." + quote(p.name) }
+
+func tsLiteral(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05") + "+00'" }
+
+// EnsurePartitions creates, when the outbox is partitioned (Options.Partitioning), the
+// partition holding the database's current time and the Ahead partitions after it, unless they
+// exist. Migrate and DropPartitions (hence core.CleanupOutbox) call it; run one of them at least
+// once every Ahead intervals, or inserts fail once time passes the last partition. Creating a
+// partition briefly locks the outbox table exclusively (once per interval). It does nothing on
+// a plain outbox.
+func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
+	if s.o.Partitioning == nil {
+		return nil
+	}
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if _, err := q.exec(ctx, s.q.migrateLock, s.n.migrateKey); err != nil {
+			return err
+		}
+		return s.ensurePartitions(ctx, q)
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: ensure partitions: %w", err)
+	}
+	return nil
+}
+
+// ensurePartitions runs in a transaction that holds the migration lock.
+func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier) error {
+	existing, err := s.listPartitions(ctx, q)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, p := range existing {
+		have[p.name] = true
+	}
+	var now time.Time
+	if err := queryRow(ctx, q, `SELECT now()`, nil, &now); err != nil {
+		return err
+	}
+	p := s.partitionAt(now)
+	for range s.o.Partitioning.Ahead + 1 {
+		if !have[p.name] {
+			sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM (%s) TO (%s)`,
+				p.qualified(s.n.schema), s.n.outbox, tsLiteral(p.lo), tsLiteral(p.hi))
+			if _, err := q.exec(ctx, sql); err != nil {
+				return fmt.Errorf("create partition %s: %w", p.name, err)
+			}
+		}
+		p = s.partitionAt(p.hi)
+	}
+	return nil
+}
+
+func (s *Store[TTx]) listPartitions(ctx context.Context, q querier) ([]partition, error) {
+	r, err := q.query(ctx, s.q.partitions, s.n.outbox)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []partition
+	for r.Next() {
+		var name string
+		if err := r.Scan(&name); err != nil {
+			return nil, err
+		}
+		if p, ok := s.partitionNamed(name); ok {
+			out = append(out, p)
+		}
+	}
+	r.Close()
+	return out, r.Err()
+}
+
+// DropPartitions implements core.PartitionPruner (core.CleanupOutbox calls it before
+// PruneOutbox). On a partitioned outbox it drops, oldest first, every partition that is sealed
+// (its range ends before both the database's current time and p.PublishedBefore, so no new
+// transaction can insert into it) and holds only rows PruneOutbox would delete: none
+// unpublished, all published before p.PublishedBefore, every seq below p.BelowSeq (when > 0)
+// and below the lowest unpublished seq. The IDs of its events leave the side table. It returns
+// how many rows the dropped partitions held. p.Limit does not apply. It then creates partitions
+// ahead (EnsurePartitions). On a plain outbox it does nothing.
+//
+// Each partition is checked twice: first without a lock (and counted), then again, with index
+// lookups only, while holding an ACCESS EXCLUSIVE lock on the outbox (taken with a 5 s lock
+// timeout): writers and relays wait for that check and the drop, and the lock first waits for
+// every transaction that wrote the outbox, so a late insert into the partition is either seen
+// by the check or fails for want of a partition; never silently dropped.
+func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (int, error) {
+	if s.o.Partitioning == nil {
+		return 0, nil
+	}
+	parts, err := s.listPartitions(ctx, s.db)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
+	}
+	var now time.Time
+	if err := queryRow(ctx, s.db, `SELECT now()`, nil, &now); err != nil {
+		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
+	}
+	below := p.BelowSeq
+	if below <= 0 {
+		below = math.MaxInt64
+	}
+	cut := occurredIn(p.PublishedBefore)
+	total := 0
+	for _, part := range parts {
+		if part.hi.After(now) || part.hi.After(p.PublishedBefore) {
+			break // partitions are sorted by lower bound: the rest are not sealed either
+		}
+		check := fmt.Sprintf(s.q.partCheck, part.qualified(s.n.schema))
+		var ok bool
+		if err := queryRow(ctx, s.db, check, []any{cut, below}, &ok); err != nil {
+			return total, fmt.Errorf("postgres: drop partitions: check %s: %w", part.name, err)
+		}
+		if !ok {
+			continue
+		}
+		var rows int64
+		if err := queryRow(ctx, s.db, `SELECT count(*) FROM `+part.qualified(s.n.schema), nil, &rows); err != nil {
+			return total, fmt.Errorf("postgres: drop partitions: count %s: %w", part.name, err)
+		}
+		dropped := false
+		err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+			dropped = false
+			if _, err := q.exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+				return err
+			}
+			if _, err := q.exec(ctx, `LOCK TABLE `+s.n.outbox+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
+			}
+			var ok bool
+			if err := queryRow(ctx, q, check, []any{cut, below}, &ok); err != nil || !ok {
+				return err
+			}
+			if _, err := q.exec(ctx, `DROP TABLE `+part.qualified(s.n.schema)); err != nil {
+				return err
+			}
+			if _, err := q.exec(ctx, s.q.partIDs, part.lo, part.hi); err != nil {
+				return err
+			}
+			dropped = true
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("postgres: drop partitions: %s: %w", part.name, err)
+		}
+		if dropped {
+			total += int(rows)
+			s.log.Info("postgres_partition_dropped", "partition", part.name, "rows", rows)
+		}
+	}
+	if err := s.EnsurePartitions(ctx); err != nil {
+		return total, fmt.Errorf("postgres: drop partitions: %w", err)
+	}
+	return total, nil
+}
