@@ -1,0 +1,98 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// DefaultListLimit is the page size of List when ListParams.Limit <= 0.
+const DefaultListLimit = 100
+
+// List implements core.Admin: records after p.AfterSeq in seq order.
+func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	q := s.q.listPrefix
+	switch p.State {
+	case core.StateAll:
+	case core.StatePending:
+		q += " AND published_at IS NULL AND parked_at IS NULL"
+	case core.StateParked:
+		q += " AND published_at IS NULL AND parked_at IS NOT NULL"
+	case core.StatePublished:
+		q += " AND published_at IS NOT NULL"
+	default:
+		return nil, fmt.Errorf("mysql: list: unknown state %d", p.State)
+	}
+	rows, err := s.db.QueryContext(ctx, q+" ORDER BY seq LIMIT ?", p.AfterSeq, limit)
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	return recs, nil
+}
+
+// Stats implements core.Admin. It scans the outbox table.
+func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+	var st core.Stats
+	var oldest sql.NullTime
+	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+		return core.Stats{}, wrap("stats", err)
+	}
+	st.OldestPendingAt = nullTime(oldest)
+	return st, nil
+}
+
+// Unpark implements core.Admin. The key's lane is computed from the recorded lane count.
+func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
+	lanes, err := s.LaneCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.exec(ctx, s.q.unpark, core.LaneOf(partitionKey, lanes), partitionKey)
+	if err != nil {
+		return 0, wrap("unpark", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, wrap("unpark", err)
+	}
+	return int(n), nil
+}
+
+// PruneOutbox implements core.Pruner: it deletes, in seq order, up to p.Limit rows published
+// before p.PublishedBefore whose seq is below p.BelowSeq (when > 0) and below the lowest
+// unpublished seq.
+func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+	if p.Limit <= 0 || p.PublishedBefore.IsZero() {
+		return 0, nil
+	}
+	var low sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.q.minUnpublished).Scan(&low); err != nil {
+		return 0, wrap("prune outbox", err)
+	}
+	below := int64(1<<63 - 1)
+	if low.Valid {
+		below = low.Int64
+	}
+	if p.BelowSeq > 0 && p.BelowSeq < below {
+		below = p.BelowSeq
+	}
+	res, err := s.exec(ctx, s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.Limit)
+	if err != nil {
+		return 0, wrap("prune outbox", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, wrap("prune outbox", err)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,33 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/conformance"
+)
+
+func harness(strategy mysql.ClaimStrategy) conformance.Harness[*sql.Tx] {
+	return conformance.Harness[*sql.Tx]{
+		New: func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx] {
+			return newStore(t, &mysql.Options{Lanes: lanes, ClaimStrategy: strategy})
+		},
+		Effect: effect,
+		EffectCount: func(ctx context.Context, a conformance.Adapter[*sql.Tx], key string) (int, error) {
+			return effectCount(ctx, a.(*mysql.Store).DB(), key)
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	testConfig(t)
+	for _, strategy := range []mysql.ClaimStrategy{mysql.ClaimSkipLocked, mysql.ClaimGetLock} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			t.Parallel()
+			conformance.Run(t, harness(strategy))
+		})
+	}
+}

@@ -1,0 +1,59 @@
+// Package mysql is the outboxkit adapter for MySQL 8.0+ and MariaDB 10.6+ on
+// github.com/go-sql-driver/mysql. Its transaction type is *sql.Tx: producers write outbox rows
+// in their own transaction, and the inbox records a message in the transaction of its effect.
+//
+// A *Store implements core.OutboxStore[*sql.Tx], core.RelayStore, core.InboxStore[*sql.Tx],
+// core.Pruner and core.Admin, and wakes relays of the same process after core.Outbox.Notify
+// (core.Notifier, core.Waker). It passes the conformance suite with both claim strategies.
+//
+// # Connection requirements
+//
+// The DSN must select a database and set parseTime=true; loc must stay UTC (the driver's
+// default). New checks all three and returns an error wrapping ErrConnection otherwise, and
+// refuses servers older than MySQL 8.0 or MariaDB 10.6 with ErrUnsupportedServer.
+// interpolateParams=true is recommended: without it every statement with parameters costs
+// extra round trips to prepare and close it. Tables are InnoDB, utf8mb4 with binary
+// collations (partition keys and ids that differ only in case are different). With
+// ClaimGetLock every owner holding lanes keeps one connection of the pool open.
+//
+// # Guarantees
+//
+//   - Insert is one multi-row INSERT (split into statements under a savepoint for very large
+//     writes) in the caller's transaction: all or nothing. A duplicate ID, or with
+//     Options.UniqueAggregateVersion a duplicate (aggregate type, id, version > 0, type),
+//     returns an error wrapping core.ErrDuplicateEvent.
+//   - Time is the database clock (UTC_TIMESTAMP(6)) unless a call injects Now; all times are
+//     DATETIME(6) in UTC, microsecond precision.
+//   - ClaimLanes is exclusive: ClaimSkipLocked locks candidate lane rows with FOR UPDATE SKIP
+//     LOCKED; ClaimGetLock does the same and ties each lease to a GET_LOCK held by the owner's
+//     session, so that a dead session's lanes can be taken at once. Either way every lease is
+//     fenced by (owner, generation, lease_until > now): Settle locks the leased lane rows
+//     FOR UPDATE and checks every lease before it changes anything, and returns a
+//     *core.LanesLostError (changing nothing) when one is lost.
+//   - Fetch honours per-key blocking: a record is skipped when an earlier-or-same unpublished
+//     record of its partition key is parked or not yet due. MariaDB has no partial indexes:
+//     stored generated columns stand in for them (ix_unpublished holds unpublished rows in seq
+//     order with their lane; ix_failed holds only rows that failed), so the common path walks
+//     the unpublished rows in seq order without touching published ones.
+//   - Inbox: the (consumer, event_id) primary key, written with INSERT IGNORE in the effect's
+//     transaction, makes concurrent duplicate deliveries wait and then see the record; the
+//     effect is applied once. Horizon holds the consumer's horizon row LOCK IN SHARE MODE and
+//     PruneInbox takes it FOR UPDATE. Entity versions are locked with INSERT ... ON DUPLICATE
+//     KEY UPDATE (an exclusive lock even for a new entity), so concurrent versions queue.
+//   - Concurrent duplicate deliveries that all commit cost no deadlock (the later ones wait
+//     for the first and then read its record). When the first delivery rolls back (its handler
+//     failed) while others wait on its key, InnoDB picks deadlock victims among the waiters
+//     (about one per waiter); they are retried as below and the effect is still applied once.
+//   - Fetch skips a blocked key's rows by walking past them: a key parked with a very large
+//     backlog behind it slows every Fetch of its lane's holder until it is unparked.
+//   - Deadlocks (error 1213) in claim, renew, release, settle, prune and InTx transactions are
+//     retried as whole transactions, at most Options.DeadlockRetries times, and counted
+//     (Store.DeadlockRetries); beyond that the error wraps ErrDeadlock. Lock wait timeouts
+//     (1205) wrap ErrLockWaitTimeout and are not retried.
+//
+// # Tests
+//
+// The tests need a server: OUTBOXKIT_MYSQL_DSN names it (e.g. "root@tcp(127.0.0.1:3306)/");
+// each test creates and drops its own database. scripts/lib/mariadb.sh starts a throwaway
+// MariaDB and exports the variable.
+package mysql

@@ -1,0 +1,52 @@
+package mysql
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	driver "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		number   uint16
+		sentinel error
+	}{
+		{errLockDeadlock, ErrDeadlock},
+		{errLockWaitTimeout, ErrLockWaitTimeout},
+	} {
+		raw := &driver.MySQLError{Number: c.number, Message: "x"}
+		err := wrap("settle", fmt.Errorf("inner: %w", raw))
+		require.ErrorIs(t, err, c.sentinel)
+		var me *driver.MySQLError
+		require.True(t, errors.As(err, &me), "the driver error stays reachable")
+		require.Equal(t, c.number, me.Number)
+	}
+	dup := &driver.MySQLError{Number: errDupEntry, Message: "Duplicate entry"}
+	require.NotErrorIs(t, wrap("x", dup), core.ErrDuplicateEvent, "1062 means a duplicate event only for outbox inserts")
+	require.ErrorIs(t, duplicate(dup), core.ErrDuplicateEvent)
+	other := errors.New("plain")
+	require.Equal(t, other, classify(other))
+	require.True(t, isDeadlock(fmt.Errorf("a: %w", &driver.MySQLError{Number: 1213})))
+}
+
+func TestSplitSQL(t *testing.T) {
+	t.Parallel()
+	got := splitSQL("-- a; comment\nCREATE TABLE a (x INT);\n\n  -- b\nCREATE TABLE b (y INT);\n")
+	require.Equal(t, []string{"CREATE TABLE a (x INT)", "CREATE TABLE b (y INT)"}, got)
+	// Every migration statement survives the split (no ';' inside comments or strings).
+	files, err := migrationFS.ReadDir("migrations")
+	require.NoError(t, err)
+	for _, f := range files {
+		b, err := migrationFS.ReadFile("migrations/" + f.Name())
+		require.NoError(t, err)
+		for _, stmt := range splitSQL(string(b)) {
+			require.Regexp(t, `^CREATE TABLE IF NOT EXISTS \{[a-z]+\} \(`, stmt)
+		}
+	}
+}

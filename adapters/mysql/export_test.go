@@ -1,0 +1,11 @@
+package mysql
+
+// FetchPlanQueries returns Fetch's main statement for tests (EXPLAIN): for lanes of total,
+// with blocked keys (more than maxInlineBlocked switches to the NOT EXISTS form).
+func (s *Store) FetchPlanQueries(lanes []int, total, blocked int) (string, []any) {
+	var keys []blockedKey
+	for i := range blocked {
+		keys = append(keys, blockedKey{key: "k" + string(rune('a'+i%26)), seq: int64(i)})
+	}
+	return s.fetchQuery(lanes, total, keys, nil, 500)
+}

@@ -1,0 +1,124 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	driver "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+)
+
+// testConfig returns the driver config of OUTBOXKIT_MYSQL_DSN (a server; the tests create
+// their own databases). Without it the test skips, or fails when CI is set.
+func testConfig(tb testing.TB) *driver.Config {
+	tb.Helper()
+	dsn := os.Getenv("OUTBOXKIT_MYSQL_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			tb.Fatal("OUTBOXKIT_MYSQL_DSN is not set (CI must not skip the MySQL adapter tests)")
+		}
+		tb.Skip("OUTBOXKIT_MYSQL_DSN is not set; source scripts/lib/mariadb.sh and run mariadb_start")
+	}
+	cfg, err := driver.ParseDSN(dsn)
+	require.NoError(tb, err)
+	return cfg
+}
+
+var (
+	adminOnce sync.Once
+	adminDB   *sql.DB
+	adminErr  error
+)
+
+func admin(tb testing.TB) *sql.DB {
+	cfg := testConfig(tb)
+	adminOnce.Do(func() {
+		c := cfg.Clone()
+		c.DBName = ""
+		adminDB, adminErr = sql.Open("mysql", c.FormatDSN())
+	})
+	require.NoError(tb, adminErr)
+	return adminDB
+}
+
+// newDB creates a fresh database, dropped when the test ends, and returns a pool on it with
+// the settings the adapter requires (parseTime, loc=UTC) plus interpolateParams.
+func newDB(tb testing.TB) (*sql.DB, string) {
+	tb.Helper()
+	cfg := testConfig(tb)
+	adm := admin(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "obk_" + hex.EncodeToString(b[:])
+	_, err := adm.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	require.NoError(tb, err)
+	c := cfg.Clone()
+	c.DBName = name
+	c.ParseTime = true
+	c.Loc = time.UTC
+	c.InterpolateParams = true
+	db, err := sql.Open("mysql", c.FormatDSN())
+	require.NoError(tb, err)
+	db.SetMaxOpenConns(100)
+	db.SetMaxIdleConns(20)
+	tb.Cleanup(func() {
+		_ = db.Close()
+		_, err := adm.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+		if err != nil {
+			tb.Logf("drop database %s: %v", name, err)
+		}
+	})
+	return db, name
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newStore returns a migrated store on a fresh database, with an effects table.
+func newStore(tb testing.TB, opts *mysql.Options) *mysql.Store {
+	tb.Helper()
+	db, _ := newDB(tb)
+	return storeOn(tb, db, opts)
+}
+
+func storeOn(tb testing.TB, db *sql.DB, opts *mysql.Options) *mysql.Store {
+	tb.Helper()
+	ctx := context.Background()
+	var o mysql.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = quietLogger()
+	}
+	s, err := mysql.New(ctx, db, &o)
+	require.NoError(tb, err)
+	require.NoError(tb, s.Migrate(ctx))
+	_, err = db.Exec("CREATE TABLE IF NOT EXISTS effects (name VARCHAR(255) NOT NULL PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB")
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func effect(ctx context.Context, tx *sql.Tx, key string) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO effects (name, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1", key)
+	return err
+}
+
+func effectCount(ctx context.Context, db *sql.DB, key string) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT n FROM effects WHERE name = ?", key).Scan(&n)
+	if err == sql.ErrNoRows {
+		return 0, nil
+	}
+	return n, err
+}

@@ -1,0 +1,151 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// InTx implements core.Transactor: fn runs in one transaction (the *sql.DB's default
+// isolation, REPEATABLE READ unless configured otherwise). When the server picks the
+// transaction as a deadlock victim, the whole of fn runs again in a new transaction, at most
+// Options.DeadlockRetries times; fn must therefore keep its effects inside tx.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return fn(ctx, tx) })
+	if err != nil && isDeadlock(err) {
+		return fmt.Errorf("mysql: transaction: %w", classify(err))
+	}
+	return err
+}
+
+// Horizon implements core.InboxStore: it makes sure the consumer's horizon row exists (INSERT
+// IGNORE, once per consumer and process) and reads it LOCK IN SHARE MODE, so that PruneInbox
+// (FOR UPDATE) waits until tx ends.
+func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.Time, error) {
+	if _, known := s.horizonKnown.Load(consumer); !known {
+		if _, err := tx.ExecContext(ctx, s.q.horizonEnsure, consumer); err != nil {
+			return time.Time{}, wrap("horizon", err)
+		}
+	}
+	var h sql.NullTime
+	err := tx.QueryRowContext(ctx, s.q.horizonLock, consumer).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) {
+		// The row was removed behind the cache's back: create it and read again.
+		s.horizonKnown.Delete(consumer)
+		if _, err := tx.ExecContext(ctx, s.q.horizonEnsure, consumer); err != nil {
+			return time.Time{}, wrap("horizon", err)
+		}
+		err = tx.QueryRowContext(ctx, s.q.horizonLock, consumer).Scan(&h)
+	}
+	if err != nil {
+		return time.Time{}, wrap("horizon", err)
+	}
+	s.horizonKnown.Store(consumer, struct{}{})
+	return nullTime(h), nil
+}
+
+// InsertRecord implements core.InboxStore with INSERT IGNORE: a concurrent transaction holding
+// the same (consumer, event_id) makes it wait; when the row exists it is read with a shared
+// lock (the latest committed version, whatever tx's snapshot).
+func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+	res, err := tx.ExecContext(ctx, s.q.insertRecord, rec.Consumer, rec.EventID, rec.Digest[:], rec.SourcePosition,
+		int(rec.Outcome), timeArg(rec.OccurredAt))
+	if err != nil {
+		return core.InboxRecord{}, false, wrap("insert record", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return core.InboxRecord{}, false, wrap("insert record", err)
+	}
+	if n == 1 {
+		return core.InboxRecord{}, true, nil
+	}
+	ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
+	var digest []byte
+	var outcome int
+	var occurred sql.NullTime
+	err = tx.QueryRowContext(ctx, s.q.readRecord, rec.Consumer, rec.EventID).Scan(&digest, &ex.SourcePosition,
+		&outcome, &occurred, &ex.ProcessedAt)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return core.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q event %s", rec.Consumer, rec.EventID)
+		}
+		return core.InboxRecord{}, false, wrap("insert record", err)
+	}
+	if len(digest) != len(ex.Digest) {
+		return core.InboxRecord{}, false, fmt.Errorf("mysql: insert record: stored digest has %d bytes", len(digest))
+	}
+	copy(ex.Digest[:], digest)
+	ex.Outcome = core.Outcome(outcome)
+	ex.OccurredAt = nullTime(occurred)
+	ex.ProcessedAt = ex.ProcessedAt.UTC()
+	return ex, false, nil
+}
+
+// LockVersion implements core.InboxStore. It creates the (consumer, entity) row when missing
+// (version NULL) with INSERT ... ON DUPLICATE KEY UPDATE, which takes an exclusive row lock in
+// both cases, so concurrent messages of one entity queue up instead of deadlocking.
+func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity string) (int64, bool, error) {
+	if _, err := tx.ExecContext(ctx, s.q.versionEnsure, consumer, entity); err != nil {
+		return 0, false, wrap("lock version", err)
+	}
+	var v sql.NullInt64
+	if err := tx.QueryRowContext(ctx, s.q.versionRead, consumer, entity).Scan(&v); err != nil {
+		return 0, false, wrap("lock version", err)
+	}
+	return v.Int64, v.Valid, nil
+}
+
+// SetVersion implements core.InboxStore.
+func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
+	if _, err := tx.ExecContext(ctx, s.q.versionSet, consumer, entity, version); err != nil {
+		return wrap("set version", err)
+	}
+	return nil
+}
+
+// PruneInbox implements core.InboxStore: in one transaction it locks the consumer's horizon
+// row FOR UPDATE (waiting for deliveries holding it), raises it to before, and deletes up to
+// limit records that occurred before the horizon.
+func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	var deleted int
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		deleted = 0
+		if _, err := tx.ExecContext(ctx, s.q.horizonEnsure, consumer); err != nil {
+			return err
+		}
+		var h sql.NullTime
+		if err := tx.QueryRowContext(ctx, s.q.horizonLockX, consumer).Scan(&h); err != nil {
+			return err
+		}
+		horizon := nullTime(h)
+		if before.After(horizon) {
+			horizon = before
+			if _, err := tx.ExecContext(ctx, s.q.horizonSet, timeArg(horizon), consumer); err != nil {
+				return err
+			}
+		}
+		if horizon.IsZero() {
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, s.q.pruneInbox, consumer, timeArg(horizon), limit)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		deleted = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, wrap("prune inbox", err)
+	}
+	s.horizonKnown.Store(consumer, struct{}{})
+	return deleted, nil
+}

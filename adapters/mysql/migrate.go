@@ -1,0 +1,145 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrate creates the outbox and inbox tables when missing (idempotent), records the lane
+// count and creates the lane rows. Concurrent Migrate calls are serialised by a GET_LOCK. An
+// outbox migrated earlier with another lane count returns an error wrapping
+// core.ErrSchemaMismatch and changes nothing.
+func (s *Store) Migrate(ctx context.Context) (err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return wrap("migrate", err)
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 60)`, s.lockPrefix+"migrate").Scan(&got); err != nil {
+		return wrap("migrate: lock", err)
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("mysql: migrate: another migration holds the lock")
+	}
+	defer func() {
+		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, s.lockPrefix+"migrate")
+		if err == nil && rerr != nil {
+			err = wrap("migrate: unlock", rerr)
+		}
+	}()
+
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	r := s.replacer()
+	for _, f := range files {
+		b, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for _, stmt := range splitSQL(string(b)) {
+			if _, err := conn.ExecContext(ctx, r.Replace(stmt)); err != nil {
+				return wrap("migrate: "+f, err)
+			}
+		}
+	}
+	if s.o.UniqueAggregateVersion {
+		var n int
+		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.STATISTICS
+			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'ux_aggregate_version'`,
+			s.names.outbox).Scan(&n); err != nil {
+			return wrap("migrate: unique aggregate version", err)
+		}
+		if n == 0 {
+			if _, err := conn.ExecContext(ctx, r.Replace(`CREATE UNIQUE INDEX ux_aggregate_version
+				ON {outbox} (aggregate_type, aggregate_id, aggregate_version_key, type)`)); err != nil {
+				return wrap("migrate: unique aggregate version", err)
+			}
+		}
+	}
+	return s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		var recorded string
+		err := tx.QueryRowContext(ctx, s.q.metaGet+" FOR UPDATE", "lanes").Scan(&recorded)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return wrap("migrate: lanes", err)
+		default:
+			if n, _ := strconv.Atoi(recorded); n != s.o.Lanes {
+				return fmt.Errorf("mysql: migrate: %w: outbox %s has %s lanes, options ask for %d",
+					core.ErrSchemaMismatch, s.names.outbox, recorded, s.o.Lanes)
+			}
+		}
+		for start := 0; start < s.o.Lanes; start += 500 {
+			end := min(start+500, s.o.Lanes)
+			args := make([]any, 0, end-start)
+			for l := start; l < end; l++ {
+				args = append(args, l)
+			}
+			if _, err := tx.ExecContext(ctx, s.q.laneInsert+strings.Repeat("(?),", len(args)-1)+"(?)", args...); err != nil {
+				return wrap("migrate: lanes", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, "lanes", strconv.Itoa(s.o.Lanes)); err != nil {
+			return wrap("migrate: lanes", err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, "schema_version", strconv.Itoa(len(files))); err != nil {
+			return wrap("migrate: schema version", err)
+		}
+		return nil
+	})
+}
+
+// splitSQL drops comment lines and splits a migration file into statements.
+func splitSQL(src string) []string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(src, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	var out []string
+	for stmt := range strings.SplitSeq(b.String(), ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			out = append(out, stmt)
+		}
+	}
+	return out
+}
+
+// LaneCount returns the lane count recorded by Migrate.
+func (s *Store) LaneCount(ctx context.Context) (int, error) {
+	if n := s.lanes.Load(); n > 0 {
+		return int(n), nil
+	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, s.q.laneCount).Scan(&v); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("mysql: lane count: %w: outbox %s is not migrated", core.ErrSchemaMismatch, s.names.outbox)
+		}
+		return 0, wrap("lane count", err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > core.MaxLanes {
+		return 0, fmt.Errorf("mysql: lane count: %w: recorded value %q", core.ErrSchemaMismatch, v)
+	}
+	s.lanes.Store(int64(n))
+	return n, nil
+}

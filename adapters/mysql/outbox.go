@@ -1,0 +1,140 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Insert statements are split so that none exceeds these bounds (placeholders and
+// max_allowed_packet, 16 MiB by default on MariaDB, 64 MiB on MySQL 8).
+const (
+	insertMaxRows  = 500
+	insertMaxBytes = 4 << 20
+)
+
+// Insert implements core.OutboxStore: a multi-row INSERT in tx. When the records need more
+// than one statement a savepoint makes the call all or nothing. A duplicate ID (or, with
+// UniqueAggregateVersion, a duplicate aggregate version) wraps core.ErrDuplicateEvent.
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return fmt.Errorf("mysql: insert: nil transaction")
+	}
+	var chunks [][]core.Record
+	start, size := 0, 0
+	for i := range records {
+		n := len(records[i].Payload) + 512
+		for k, v := range records[i].Headers {
+			n += len(k) + len(v) + 8
+		}
+		if i > start && (i-start >= insertMaxRows || size+n > insertMaxBytes) {
+			chunks = append(chunks, records[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	chunks = append(chunks, records[start:])
+	if len(chunks) == 1 {
+		return s.insertChunk(ctx, tx, chunks[0])
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT outboxkit_insert"); err != nil {
+		return wrap("insert", err)
+	}
+	for _, c := range chunks {
+		if err := s.insertChunk(ctx, tx, c); err != nil {
+			if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT outboxkit_insert"); rerr != nil {
+				return fmt.Errorf("%w (and rolling back to the savepoint failed: %v)", err, rerr)
+			}
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT outboxkit_insert"); err != nil {
+		return wrap("insert", err)
+	}
+	return nil
+}
+
+func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []core.Record) error {
+	var b strings.Builder
+	b.WriteString(s.q.insertPrefix)
+	args := make([]any, 0, 14*len(recs))
+	for i := range recs {
+		r := &recs[i]
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s.q.insertRow)
+		headers := "{}"
+		if len(r.Headers) > 0 {
+			h, err := json.Marshal(r.Headers)
+			if err != nil {
+				return fmt.Errorf("mysql: insert: headers: %w", err)
+			}
+			headers = string(h)
+		}
+		payload := r.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		args = append(args, r.ID, r.AggregateType, r.AggregateID, r.AggregateVersion, r.Type, r.SchemaID,
+			r.PartitionKey, r.Destination, payload, headers, r.Tenant, r.CausationID, r.CorrelationID, r.Lane)
+	}
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("mysql: insert: %w", classify(duplicate(err)))
+	}
+	return nil
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(sc scanner) (core.Record, error) {
+	var r core.Record
+	var headers string
+	var published, next, parked sql.NullTime
+	var lastErr sql.NullString
+	if err := sc.Scan(&r.Seq, &r.ID, &r.AggregateType, &r.AggregateID, &r.AggregateVersion, &r.Type,
+		&r.SchemaID, &r.PartitionKey, &r.Destination, &r.Payload, &headers, &r.Tenant, &r.CausationID,
+		&r.CorrelationID, &r.Lane, &r.CreatedAt, &published, &r.Attempts, &next, &lastErr, &parked); err != nil {
+		return core.Record{}, err
+	}
+	if headers != "" && headers != "{}" {
+		if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
+			return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
+		}
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+	r.PublishedAt = nullTime(published)
+	r.NextAttemptAt = nullTime(next)
+	r.ParkedAt = nullTime(parked)
+	r.LastError = lastErr.String
+	return r, nil
+}
+
+func nullTime(t sql.NullTime) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}
+
+func scanRecords(rows *sql.Rows) ([]core.Record, error) {
+	defer rows.Close()
+	var out []core.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,402 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Heartbeat implements core.RelayStore.
+func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+	now := timeArg(p.Now)
+	if p.TTL <= 0 {
+		if _, err := s.exec(ctx, s.q.heartbeatDelete, p.Owner); err != nil {
+			return 0, wrap("heartbeat", err)
+		}
+		s.dropLockConn(p.Owner)
+	} else if _, err := s.exec(ctx, s.q.heartbeatUpsert, p.Owner, now, micros(p.TTL)); err != nil {
+		return 0, wrap("heartbeat", err)
+	}
+	var live int
+	if err := s.db.QueryRowContext(ctx, s.q.heartbeatCount, now).Scan(&live); err != nil {
+		return 0, wrap("heartbeat", err)
+	}
+	return live, nil
+}
+
+// ClaimLanes implements core.RelayStore with the configured ClaimStrategy.
+func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	if p.Owner == "" {
+		return nil, fmt.Errorf("mysql: claim lanes: empty owner")
+	}
+	if p.TTL <= 0 {
+		return nil, fmt.Errorf("mysql: claim lanes: TTL must be positive")
+	}
+	if s.o.ClaimStrategy == ClaimGetLock {
+		return s.claimGetLock(ctx, p)
+	}
+	now := timeArg(p.Now)
+	var leases []core.Lease
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		leases = nil
+		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, p.Max)
+		if err != nil || len(lanes) == 0 {
+			return err
+		}
+		leases, err = s.takeLanes(ctx, tx, p, lanes, nil)
+		return err
+	})
+	if err != nil {
+		return nil, wrap("claim lanes", err)
+	}
+	return leases, nil
+}
+
+// takeLanes gives lanes (locked by tx) to p.Owner and returns the new leases.
+func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p core.ClaimParams, lanes []int, lockSession any) ([]core.Lease, error) {
+	args := []any{p.Owner, timeArg(p.Now), micros(p.TTL), lockSession}
+	args = appendInts(args, lanes)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimUpdate, placeholders(len(lanes))), args...); err != nil {
+		return nil, err
+	}
+	return s.readLeases(ctx, tx, p.Owner, lanes)
+}
+
+func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes []int) ([]core.Lease, error) {
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.lanesRead, placeholders(len(lanes))), appendInts(nil, lanes)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []core.Lease
+	for rows.Next() {
+		l := core.Lease{Owner: owner}
+		var until sql.NullTime
+		if err := rows.Scan(&l.Lane, &l.Generation, &until); err != nil {
+			return nil, err
+		}
+		l.Until = nullTime(until)
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// laneState is a lanes row locked by Settle or RenewLanes.
+type laneState struct {
+	owner      string
+	generation int64
+	live       bool // lease_until > now
+}
+
+// lockLanes locks the lane rows of leases (in lane order) and returns which leases are held.
+func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, now any) (held, lost []core.Lease, err error) {
+	lanes := make([]int, 0, len(leases))
+	for _, l := range leases {
+		lanes = append(lanes, l.Lane)
+	}
+	slices.Sort(lanes)
+	lanes = slices.Compact(lanes)
+	args := appendInts([]any{now}, lanes)
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.lanesLock, placeholders(len(lanes))), args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	state := map[int]laneState{}
+	for rows.Next() {
+		var lane int
+		var st laneState
+		if err := rows.Scan(&lane, &st.owner, &st.generation, &st.live); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		state[lane] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	for _, l := range leases {
+		st, ok := state[l.Lane]
+		if ok && st.owner == l.Owner && l.Owner != "" && st.generation == l.Generation && st.live {
+			held = append(held, l)
+		} else {
+			lost = append(lost, l)
+		}
+	}
+	return held, lost, nil
+}
+
+// RenewLanes implements core.RelayStore.
+func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+	if len(p.Leases) == 0 {
+		return nil, nil
+	}
+	if p.TTL <= 0 {
+		return nil, fmt.Errorf("mysql: renew lanes: TTL must be positive")
+	}
+	now := timeArg(p.Now)
+	var renewed []core.Lease
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		renewed = nil
+		held, _, err := s.lockLanes(ctx, tx, p.Leases, now)
+		if err != nil || len(held) == 0 {
+			return err
+		}
+		lanes := make([]int, len(held))
+		for i, l := range held {
+			lanes[i] = l.Lane
+		}
+		args := appendInts([]any{now, micros(p.TTL)}, lanes)
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.renewUpdate, placeholders(len(lanes))), args...); err != nil {
+			return err
+		}
+		got, err := s.readLeases(ctx, tx, "", lanes)
+		if err != nil {
+			return err
+		}
+		for i := range got {
+			got[i].Owner = held[i].Owner
+		}
+		// readLeases is in lane order; held may not be.
+		byLane := map[int]core.Lease{}
+		for _, l := range got {
+			byLane[l.Lane] = l
+		}
+		for _, l := range held {
+			n := byLane[l.Lane]
+			n.Owner = l.Owner
+			renewed = append(renewed, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("renew lanes", err)
+	}
+	if s.o.ClaimStrategy == ClaimGetLock {
+		s.syncLocks(ctx, p.Leases, renewed)
+	}
+	return renewed, nil
+}
+
+// ReleaseLanes implements core.RelayStore.
+func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(leases)
+	slices.SortFunc(sorted, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		for _, l := range sorted {
+			if _, err := tx.ExecContext(ctx, s.q.release, l.Lane, l.Owner, l.Generation); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return wrap("release lanes", err)
+	}
+	if s.o.ClaimStrategy == ClaimGetLock {
+		s.releaseLocks(ctx, sorted)
+	}
+	return nil
+}
+
+// maxInlineBlocked is the most blocked keys Fetch excludes with inline conditions; beyond it
+// the exclusion is a NOT EXISTS subquery per row.
+const maxInlineBlocked = 64
+
+// Fetch implements core.RelayStore. It first reads the blocked keys of the leased lanes (a
+// tiny index of failed rows), then walks the unpublished rows in seq order, skipping other
+// lanes in the index and the blocked keys' rows from their first blocking seq on.
+func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+	if len(p.Leases) == 0 || p.Limit <= 0 {
+		return nil, nil
+	}
+	lanes := make([]int, 0, len(p.Leases))
+	for _, l := range p.Leases {
+		lanes = append(lanes, l.Lane)
+	}
+	slices.Sort(lanes)
+	lanes = slices.Compact(lanes)
+	now := timeArg(p.Now)
+
+	var blocked []blockedKey
+	rows, err := s.db.QueryContext(ctx, fmt.Sprintf(s.q.fetchBlocked, placeholders(len(lanes))), append(appendInts(nil, lanes), now)...)
+	if err != nil {
+		return nil, wrap("fetch", err)
+	}
+	for rows.Next() {
+		var b blockedKey
+		if err := rows.Scan(&b.key, &b.seq); err != nil {
+			rows.Close()
+			return nil, wrap("fetch", err)
+		}
+		blocked = append(blocked, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, wrap("fetch", err)
+	}
+
+	total, _ := s.LaneCount(ctx)
+	query, args := s.fetchQuery(lanes, total, blocked, now, p.Limit)
+	rows, err = s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, wrap("fetch", err)
+	}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, wrap("fetch", err)
+	}
+	return recs, nil
+}
+
+// blockedKey is a partition key held back from seq on.
+type blockedKey struct {
+	key string
+	seq int64
+}
+
+// fetchQuery builds Fetch's main statement: unpublished, due, unparked rows of lanes (all
+// lanes when len(lanes) == total) in seq order, without the blocked keys' rows.
+func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any, limit int) (string, []any) {
+	var q strings.Builder
+	q.WriteString(s.q.fetchPrefix)
+	args := []any{now}
+	if total == 0 || len(lanes) < total {
+		q.WriteString(" AND o.lane IN (" + placeholders(len(lanes)) + ")")
+		args = appendInts(args, lanes)
+	}
+	if len(blocked) > maxInlineBlocked {
+		q.WriteString(s.q.fetchNotExists)
+		args = append(args, now)
+	} else {
+		for _, b := range blocked {
+			q.WriteString(" AND NOT (o.partition_key = ? AND o.seq >= ?)")
+			args = append(args, b.key, b.seq)
+		}
+	}
+	q.WriteString(" ORDER BY o.seq LIMIT ?")
+	args = append(args, limit)
+	return q.String(), args
+}
+
+// Settle implements core.RelayStore: one transaction that locks the leased lane rows, checks
+// every lease (owner, generation, lease_until > now) and only then marks the records.
+func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
+	if len(p.Leases) == 0 {
+		if len(p.Published) == 0 && len(p.Failed) == 0 {
+			return nil
+		}
+		return fmt.Errorf("mysql: settle: records given without leases")
+	}
+	now := timeArg(p.Now)
+	lanes := make([]int, 0, len(p.Leases))
+	for _, l := range p.Leases {
+		lanes = append(lanes, l.Lane)
+	}
+	slices.Sort(lanes)
+	lanes = slices.Compact(lanes)
+	var lostErr *core.LanesLostError
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		lostErr = nil
+		_, lost, err := s.lockLanes(ctx, tx, p.Leases, now)
+		if err != nil {
+			return err
+		}
+		if len(lost) > 0 {
+			l := &core.LanesLostError{}
+			for _, x := range lost {
+				l.Lanes = append(l.Lanes, x.Lane)
+			}
+			slices.Sort(l.Lanes)
+			l.Lanes = slices.Compact(l.Lanes)
+			lostErr = l
+			return l
+		}
+		for start := 0; start < len(p.Published); start += 1000 {
+			seqs := p.Published[start:min(start+1000, len(p.Published))]
+			var query string
+			var args []any
+			if p.Delete {
+				query = fmt.Sprintf(s.q.settleDelete, placeholders(len(seqs)), placeholders(len(lanes)))
+			} else {
+				query = fmt.Sprintf(s.q.settlePublish, placeholders(len(seqs)), placeholders(len(lanes)))
+				args = append(args, now)
+			}
+			args = appendInt64s(args, seqs)
+			args = appendInts(args, lanes)
+			if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+				return err
+			}
+		}
+		if len(p.Failed) > 0 {
+			query := fmt.Sprintf(s.q.settleFail, placeholders(len(lanes)))
+			for _, f := range p.Failed {
+				args := []any{f.Error, now, micros(f.Delay), f.Park, now, f.Seq}
+				args = appendInts(args, lanes)
+				if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if lostErr != nil && errors.Is(err, lostErr) {
+		if s.o.ClaimStrategy == ClaimGetLock {
+			var gone []core.Lease
+			for _, l := range p.Leases {
+				if slices.Contains(lostErr.Lanes, l.Lane) {
+					gone = append(gone, l)
+				}
+			}
+			s.releaseLostLocks(ctx, gone)
+		}
+		return fmt.Errorf("mysql: settle: %w", lostErr)
+	}
+	return wrap("settle", err)
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func queryInts(ctx context.Context, q querier, query string, args ...any) ([]int, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func appendInts(args []any, v []int) []any {
+	for _, x := range v {
+		args = append(args, x)
+	}
+	return args
+}
+
+func appendInt64s(args []any, v []int64) []any {
+	for _, x := range v {
+		args = append(args, x)
+	}
+	return args
+}

@@ -1,0 +1,126 @@
+# shellcheck shell=bash
+# Throwaway MariaDB server for the MySQL adapter's tests. Sourced by scripts/test.
+#
+#   mariadb_start   install mariadb-server when missing, start a private server on a free
+#                   loopback port, export OUTBOXKIT_MYSQL_DSN
+#   mariadb_stop    shut it down and remove its directory
+#
+# Environment (optional):
+#   OUTBOXKIT_MARIADB_DURABLE=1  keep innodb_flush_log_at_trx_commit=1 and sync_binlog=1
+#                                (default: 2 and 0, faster and fine for tests)
+#   OUTBOXKIT_MARIADB_ARGS="..."  extra mariadbd flags, split on spaces
+#                                (e.g. --innodb-buffer-pool-size=1G for benchmarks)
+
+_mariadb_dir=""
+_mariadb_pid=""
+
+_mariadb_free_port() {
+	if command -v python3 >/dev/null 2>&1; then
+		python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+		return
+	fi
+	local p
+	for _ in $(seq 1 50); do
+		p=$((20000 + RANDOM % 30000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+	echo "mariadb: no free port found" >&2
+	return 1
+}
+
+_mariadb_fail() {
+	echo "mariadb: $1" >&2
+	if [ -n "$_mariadb_dir" ] && [ -f "$_mariadb_dir/error.log" ]; then
+		echo "---- tail of $_mariadb_dir/error.log ----" >&2
+		tail -n 40 "$_mariadb_dir/error.log" >&2
+	fi
+	return 1
+}
+
+mariadb_start() {
+	if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+		echo "mariadb: installing mariadb-server" >&2
+		apt-get update -q >/dev/null || { echo "mariadb: apt-get update failed" >&2; return 1; }
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/dev/null ||
+			{ echo "mariadb: apt-get install mariadb-server failed" >&2; return 1; }
+	fi
+	local mariadbd=mariadbd
+	command -v mariadbd >/dev/null 2>&1 || mariadbd=/usr/sbin/mariadbd
+
+	_mariadb_dir=$(mktemp -d /tmp/outboxkit-mariadb.XXXX) || return 1
+	mkdir -p "$_mariadb_dir/data"
+	chown -R mysql: "$_mariadb_dir"
+
+	if ! mariadb-install-db --no-defaults --user=mysql --datadir="$_mariadb_dir/data" \
+		--auth-root-authentication-method=normal --skip-test-db >"$_mariadb_dir/install.log" 2>&1; then
+		tail -n 40 "$_mariadb_dir/install.log" >&2
+		_mariadb_fail "mariadb-install-db failed"
+		return 1
+	fi
+
+	local port
+	port=$(_mariadb_free_port) || return 1
+	local durability=(--innodb-flush-log-at-trx-commit=2 --sync-binlog=0)
+	if [ "${OUTBOXKIT_MARIADB_DURABLE:-}" = 1 ]; then
+		durability=(--innodb-flush-log-at-trx-commit=1 --sync-binlog=1)
+	fi
+	"$mariadbd" --no-defaults --user=mysql --datadir="$_mariadb_dir/data" --port="$port" \
+		--bind-address=127.0.0.1 --socket="$_mariadb_dir/mysqld.sock" \
+		--pid-file="$_mariadb_dir/mysqld.pid" --log-error="$_mariadb_dir/error.log" \
+		--server-id=1 --log-bin="$_mariadb_dir/data/binlog" --binlog-format=ROW \
+		--binlog-row-image=FULL --binlog-row-metadata=FULL --skip-name-resolve \
+		--max-connections=500 "${durability[@]}" ${OUTBOXKIT_MARIADB_ARGS:-} >/dev/null 2>&1 &
+	_mariadb_pid=$!
+
+	local i
+	for i in $(seq 1 120); do
+		if mariadb-admin --no-defaults --protocol=TCP -h 127.0.0.1 -P "$port" -u root ping >/dev/null 2>&1; then
+			break
+		fi
+		if ! kill -0 "$_mariadb_pid" 2>/dev/null; then
+			_mariadb_fail "mariadbd exited during start-up"
+			return 1
+		fi
+		sleep 0.25
+	done
+	if ! mariadb-admin --no-defaults --protocol=TCP -h 127.0.0.1 -P "$port" -u root ping >/dev/null 2>&1; then
+		_mariadb_fail "mariadbd did not answer ping within 30s"
+		mariadb_stop
+		return 1
+	fi
+	# root@localhost only; tests connect over TCP from 127.0.0.1 (skip-name-resolve): a
+	# dedicated passwordless user with every privilege on the throwaway server.
+	if ! mariadb --no-defaults --protocol=SOCKET -S "$_mariadb_dir/mysqld.sock" -u root -e \
+		"CREATE USER IF NOT EXISTS 'outboxkit'@'127.0.0.1'; GRANT ALL ON *.* TO 'outboxkit'@'127.0.0.1';" \
+		>"$_mariadb_dir/grant.log" 2>&1; then
+		cat "$_mariadb_dir/grant.log" >&2
+		_mariadb_fail "cannot create the test user"
+		mariadb_stop
+		return 1
+	fi
+	export OUTBOXKIT_MYSQL_DSN="outboxkit@tcp(127.0.0.1:$port)/"
+	echo "mariadb: ready on 127.0.0.1:$port ($_mariadb_dir)" >&2
+}
+
+mariadb_stop() {
+	if [ -n "$_mariadb_pid" ] && kill -0 "$_mariadb_pid" 2>/dev/null; then
+		kill -TERM "$_mariadb_pid" 2>/dev/null || true
+		local i
+		for i in $(seq 1 120); do
+			kill -0 "$_mariadb_pid" 2>/dev/null || break
+			sleep 0.25
+		done
+		kill -KILL "$_mariadb_pid" 2>/dev/null || true
+		wait "$_mariadb_pid" 2>/dev/null || true
+	fi
+	_mariadb_pid=""
+	if [ -n "$_mariadb_dir" ]; then
+		rm -rf "$_mariadb_dir" || true
+	fi
+	_mariadb_dir=""
+	unset OUTBOXKIT_MYSQL_DSN
+	return 0
+}
