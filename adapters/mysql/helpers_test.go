@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,20 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/internal/testenv"
 )
 
 // testConfig returns the driver config of OUTBOXKIT_MYSQL_DSN (a server; the tests create
 // their own databases). Without it the test skips, or fails when CI is set.
 func testConfig(tb testing.TB) *driver.Config {
 	tb.Helper()
-	dsn := os.Getenv("OUTBOXKIT_MYSQL_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			tb.Fatal("OUTBOXKIT_MYSQL_DSN is not set (CI must not skip the MySQL adapter tests)")
-		}
-		tb.Skip("OUTBOXKIT_MYSQL_DSN is not set; source scripts/lib/mariadb.sh and run mariadb_start")
-	}
-	cfg, err := driver.ParseDSN(dsn)
+	cfg, err := driver.ParseDSN(testenv.Need(tb, testenv.MySQLDSN))
 	require.NoError(tb, err)
 	return cfg
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"os"
 	"sync"
 	"testing"
 
@@ -13,21 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
-)
 
-const dsnEnv = "OUTBOXKIT_POSTGRES_DSN"
+	"github.com/outboxkit/outbox/internal/testenv"
+)
 
 // testDSN returns the test server's DSN, skipping the test when it is unset (failing under CI).
 func testDSN(tb testing.TB) string {
 	tb.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("%s is not set (CI must not skip PostgreSQL tests; see scripts/lib/postgres.sh)", dsnEnv)
-		}
-		tb.Skipf("%s is not set: start a server with `source scripts/lib/postgres.sh && pg_start`", dsnEnv)
-	}
-	return dsn
+	return testenv.Need(tb, testenv.PostgresDSN)
 }
 
 var (
