@@ -13,6 +13,9 @@
 # log) and waits for GET /health. On failure it prints the end of the emulator's log and returns 1.
 # Environment: AWSEMU_START_TIMEOUT (seconds, default 60).
 
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 _AWSEMU_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../awsemu" && pwd)"
 
 _awsemu_log_tail() {
@@ -20,27 +23,6 @@ _awsemu_log_tail() {
 		echo "--- last lines of $OUTBOXKIT_AWSEMU_LOG ---" >&2
 		tail -n 30 "$OUTBOXKIT_AWSEMU_LOG" >&2
 	fi
-}
-
-# _awsemu_free_port prints a loopback TCP port that was free a moment ago (bind port 0, read it back).
-_awsemu_free_port() {
-	if command -v python3 >/dev/null 2>&1; then
-		python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-		return
-	fi
-	local p i
-	for i in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	return 1
 }
 
 # _awsemu_health PORT succeeds when GET /health answers 200.
@@ -78,7 +60,7 @@ awsemu_start() {
 
 	local port attempt i pid
 	for attempt in 1 2 3; do
-		port="$(_awsemu_free_port)" || { echo "awsemu_start: no free port" >&2; return 1; }
+		port="$(outboxkit_free_port)" || { echo "awsemu_start: no free port" >&2; return 1; }
 		(cd "$_AWSEMU_DIR" && exec "$node" --disable-warning=ExperimentalWarning start.mjs "$port") \
 			>>"$OUTBOXKIT_AWSEMU_LOG" 2>&1 &
 		pid=$!

@@ -11,25 +11,11 @@
 #   OUTBOXKIT_MARIADB_ARGS="..."  extra mariadbd flags, split on spaces
 #                                (e.g. --innodb-buffer-pool-size=1G for benchmarks)
 
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 _mariadb_dir=""
 _mariadb_pid=""
-
-_mariadb_free_port() {
-	if command -v python3 >/dev/null 2>&1; then
-		python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-		return
-	fi
-	local p
-	for _ in $(seq 1 50); do
-		p=$((20000 + RANDOM % 30000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	echo "mariadb: no free port found" >&2
-	return 1
-}
 
 _mariadb_fail() {
 	echo "mariadb: $1" >&2
@@ -62,7 +48,7 @@ mariadb_start() {
 	fi
 
 	local port
-	port=$(_mariadb_free_port) || return 1
+	port=$(outboxkit_free_port) || return 1
 	local durability=(--innodb-flush-log-at-trx-commit=2 --sync-binlog=0)
 	if [ "${OUTBOXKIT_MARIADB_DURABLE:-}" = 1 ]; then
 		durability=(--innodb-flush-log-at-trx-commit=1 --sync-binlog=1)

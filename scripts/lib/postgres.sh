@@ -12,6 +12,9 @@
 # full_page_writes off) unless PG_DURABLE=1: use that for benchmarks that claim durability.
 # Environment: PG_BIN (default /usr/lib/postgresql/15/bin), PG_START_TIMEOUT (seconds, default 60).
 
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 
 _pg_log_tail() {
@@ -22,28 +25,6 @@ _pg_log_tail() {
 			tail -n 30 "$OUTBOXKIT_PG_DIR/$f" >&2
 		fi
 	done
-}
-
-# _pg_free_port prints a loopback TCP port that was free a moment ago (bind port 0, read it back).
-_pg_free_port() {
-	if command -v python3 >/dev/null 2>&1; then
-		python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-		return
-	fi
-	# Fallback: probe random high ports with bash's /dev/tcp until one refuses connections.
-	local p i
-	for i in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	return 1
 }
 
 # _pg_kill stops a server that may still be starting (pg_ctl gave up waiting but the postmaster
@@ -98,7 +79,7 @@ pg_start() {
 	fi
 	local port attempt
 	for attempt in 1 2 3; do
-		port="$(_pg_free_port)" || { _pg_fail "no free port"; return 1; }
+		port="$(outboxkit_free_port)" || { _pg_fail "no free port"; return 1; }
 		# shellcheck disable=SC2086
 		if runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
 			-t "${PG_START_TIMEOUT:-60}" start -o "-c port=$port -c listen_addresses=127.0.0.1 \
