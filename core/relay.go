@@ -203,6 +203,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	for ctx.Err() == nil {
+		began := time.Now()
 		n, err := r.cycle(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("relay_cycle_failed", "error", err)
@@ -210,7 +211,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err == nil && n >= r.o.BatchSize && r.consecutiveFail == 0 {
 			continue // a full batch: more is probably waiting
 		}
-		delay := r.o.PollInterval
+		// Poll every PollInterval, the cycle included, not PollInterval after each cycle.
+		delay := max(r.o.PollInterval-time.Since(began), 0)
 		if r.consecutiveFail >= r.o.BreakerThreshold {
 			delay = r.breakerDelay()
 			r.log.Warn("relay_breaker_open", "consecutive_failures", r.consecutiveFail, "pause", delay)
@@ -237,22 +239,34 @@ func (r *Relay) breakerDelay() time.Duration {
 	return min(d, r.o.BreakerMaxDelay)
 }
 
+// maintainLoop renews and rebalances every RenewInterval. While this relay holds more or fewer
+// lanes than its fair share, and during its first RenewInterval (when relays started together
+// discover each other), it does so every fastMaintain instead, so that a lane another relay
+// released, or one this relay must give up, changes hands within a fraction of a second.
 func (r *Relay) maintainLoop(ctx context.Context) {
-	t := time.NewTicker(r.o.RenewInterval)
+	fast := min(r.o.RenewInterval, max(r.o.PollInterval, 250*time.Millisecond))
+	started := time.Now()
+	t := time.NewTimer(fast)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.maintain(ctx)
 		}
+		balanced := r.maintain(ctx)
+		next := r.o.RenewInterval
+		if !balanced || time.Since(started) < r.o.RenewInterval {
+			next = fast
+		}
+		t.Reset(next)
 	}
 }
 
 // maintain heartbeats, renews held leases, and claims or releases lanes towards the fair share
-// ceil(lanes / live workers).
-func (r *Relay) maintain(ctx context.Context) {
+// ceil(lanes / live workers). It reports whether the relay now holds exactly its share (or the
+// store could not tell).
+func (r *Relay) maintain(ctx context.Context) bool {
 	live, err := r.store.Heartbeat(ctx, HeartbeatParams{Owner: r.o.Owner, TTL: r.o.LeaseTTL, Now: r.now()})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -267,7 +281,7 @@ func (r *Relay) maintain(ctx context.Context) {
 			if ctx.Err() == nil {
 				r.log.Warn("relay_renew_failed", "error", err)
 			}
-			return
+			return true
 		}
 		r.mu.Lock()
 		got := map[int]bool{}
@@ -288,7 +302,7 @@ func (r *Relay) maintain(ctx context.Context) {
 		r.mu.Unlock()
 	}
 	if live < 1 {
-		return
+		return true
 	}
 	share := (r.lanes + live - 1) / live
 	held = r.snapshot()
@@ -299,7 +313,7 @@ func (r *Relay) maintain(ctx context.Context) {
 			if ctx.Err() == nil {
 				r.log.Warn("relay_claim_failed", "error", err)
 			}
-			return
+			return false
 		}
 		if len(claimed) > 0 {
 			r.mu.Lock()
@@ -313,6 +327,7 @@ func (r *Relay) maintain(ctx context.Context) {
 			default:
 			}
 		}
+		return len(held)+len(claimed) >= share
 	case len(held) > share:
 		slices.SortFunc(held, func(a, b Lease) int { return b.Lane - a.Lane })
 		extra := held[:len(held)-share]
@@ -326,6 +341,7 @@ func (r *Relay) maintain(ctx context.Context) {
 		}
 		r.log.Debug("relay_lanes_released", "count", len(extra), "live_workers", live)
 	}
+	return true
 }
 
 func (r *Relay) leave(ctx context.Context) {
