@@ -44,7 +44,8 @@ type Adapter[TTx any] interface {
 	core.Admin
 }
 
-// Harness builds fresh fixtures for each subtest.
+// Harness builds fresh fixtures for each subtest. Optional capabilities (core.Notifier and
+// core.Waker for wake-ups) are found by type assertion on the adapter and tested when present.
 type Harness[TTx any] struct {
 	// New returns an adapter on a freshly migrated, empty outbox and inbox with the given lane
 	// count, isolated from every other subtest (subtests may run in parallel). Release resources
@@ -57,18 +58,8 @@ type Harness[TTx any] struct {
 	// EffectCount returns the committed value of the counter named key (0 when absent), as seen
 	// by the adapter that New returned last in this subtest. Required.
 	EffectCount func(ctx context.Context, a Adapter[TTx], key string) (int, error)
-	// Features declares optional behaviour; a subtest that needs a missing feature skips with
-	// its reason.
-	Features Features
 	// Timeout bounds each subtest (the watchdog). Default 2 minutes.
 	Timeout time.Duration
 	// Logger receives the logs of the relays the suite runs. Default: discarded.
 	Logger *slog.Logger
-}
-
-// Features declares what an adapter supports beyond the required contracts.
-type Features struct {
-	// SerialWriters: the database admits one writing transaction at a time (SQLite). Tests of
-	// concurrent writers still run, with less parallelism expected.
-	SerialWriters bool
 }

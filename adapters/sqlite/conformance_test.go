@@ -85,6 +85,5 @@ func TestConformance(t *testing.T) {
 			}
 			return n, err
 		},
-		Features: conformance.Features{SerialWriters: true},
 	})
 }
