@@ -253,17 +253,7 @@ func TestFetchWithStaleStatistics(t *testing.T) {
 	// fetched (index and bitmap scans) and read (sequential scans, index entries).
 	lanes, _, _ := leaseArrays(leases)
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.q.fetch, lanes, nil, 10)
-		if err != nil {
-			return err
-		}
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		rows.Close()
-		require.NoError(t, rows.Err())
-		require.Equal(t, 10, n)
+		require.Equal(t, 10, fetchCount(ctx, t, tx, s.q.fetch, lanes, 10))
 		var fetched, seqRead int64
 		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_fetched('outbox'::regclass),
 			coalesce((SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relid = 'outbox'::regclass), 0)`).Scan(&fetched, &seqRead))
@@ -465,17 +455,7 @@ func TestFetchAnalysedAfterDrain(t *testing.T) {
 	}
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		before := reads(tx)
-		rows, err := tx.Query(ctx, s.q.fetch, lanes, nil, 500)
-		if err != nil {
-			return err
-		}
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		rows.Close()
-		require.NoError(t, rows.Err())
-		require.Equal(t, 500, n)
+		require.Equal(t, 500, fetchCount(ctx, t, tx, s.q.fetch, lanes, 500))
 		read := reads(tx) - before
 		// Bound: the 5,000 dead entries of the drained rows (VACUUM cannot remove them while
 		// parallel tests hold older snapshots) plus three entries per result. The per-row probe
@@ -484,4 +464,19 @@ func TestFetchAnalysedAfterDrain(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// fetchCount runs the relay's fetch query in tx (database clock) and returns how many records
+// it returned.
+func fetchCount(ctx context.Context, t *testing.T, tx pgx.Tx, fetch string, lanes any, limit int) int {
+	t.Helper()
+	rows, err := tx.Query(ctx, fetch, lanes, nil, limit)
+	require.NoError(t, err)
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	require.NoError(t, rows.Err())
+	return n
 }
