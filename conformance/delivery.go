@@ -144,20 +144,10 @@ func testDeliveryParallel[TTx any](e *env[TTx]) {
 // still holds and everything arrives.
 func testDeliveryOrder[TTx any](e *env[TTx]) {
 	sink := NewSink()
-	want := map[string][]string{}
-	var all []string
-	for k := range 10 {
-		key := fmt.Sprintf("order-%d", k)
-		var evs []core.Event
-		for i := range 30 {
-			evs = append(evs, event(key, i))
-		}
-		for _, ev := range e.write(evs...) {
-			want[key] = append(want[key], ev.ID)
-			all = append(all, ev.ID)
-			if rand.IntN(6) == 0 {
-				sink.FailOnce(ev.ID)
-			}
+	want, all := e.writeKeys("order", 10, 30)
+	for _, id := range all {
+		if rand.IntN(6) == 0 {
+			sink.FailOnce(id)
 		}
 	}
 	e.startRelay(e.a, sink, nil)
@@ -287,19 +277,7 @@ func testDeliveryCrash[TTx any](e *env[TTx]) {
 		cs.crashed.Store(true)
 		r1.cancel()
 	})
-	want := map[string][]string{}
-	var all []string
-	for k := range 5 {
-		key := fmt.Sprintf("crash-%d", k)
-		var evs []core.Event
-		for i := range 10 {
-			evs = append(evs, event(key, i))
-		}
-		for _, ev := range e.write(evs...) {
-			want[key] = append(want[key], ev.ID)
-			all = append(all, ev.ID)
-		}
-	}
+	want, all := e.writeKeys("crash", 5, 10)
 	e.waitFor("the first relay to send a batch and crash", cs.crashed.Load)
 	e.stopRelay(r1)
 	crashed := map[string]bool{}
@@ -332,19 +310,7 @@ func testDeliveryDelete[TTx any](e *env[TTx]) {
 	sink := NewSink()
 	o := relayOptions(e.name("deleting"))
 	o.DeleteOnPublish = true
-	want := map[string][]string{}
-	var all []string
-	for k := range 5 {
-		key := fmt.Sprintf("del-%d", k)
-		var evs []core.Event
-		for i := range 20 {
-			evs = append(evs, event(key, i))
-		}
-		for _, ev := range e.write(evs...) {
-			want[key] = append(want[key], ev.ID)
-			all = append(all, ev.ID)
-		}
-	}
+	want, all := e.writeKeys("del", 5, 20)
 	e.startRelay(e.a, sink, o)
 	e.waitFor("all 100 events to be delivered", func() bool { return sink.AllAcked(all) })
 	e.checkOrder(sink, want)
@@ -382,4 +348,23 @@ func testDeliveryWakeup[TTx any](e *env[TTx]) {
 			return sink.Acks(ev[0].ID) > 0
 		})
 	}
+}
+
+// writeKeys commits perKey events for each of keys partition keys named prefix-0, prefix-1, ...
+// (one transaction per key) and returns the event IDs per key in write order, and all of them.
+func (e *env[TTx]) writeKeys(prefix string, keys, perKey int) (map[string][]string, []string) {
+	want := map[string][]string{}
+	var all []string
+	for k := range keys {
+		key := fmt.Sprintf("%s-%d", prefix, k)
+		evs := make([]core.Event, perKey)
+		for i := range evs {
+			evs[i] = event(key, i)
+		}
+		for _, ev := range e.write(evs...) {
+			want[key] = append(want[key], ev.ID)
+			all = append(all, ev.ID)
+		}
+	}
+	return want, all
 }
