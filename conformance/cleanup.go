@@ -92,13 +92,7 @@ func testCleanupRetention[TTx any](e *env[TTx]) {
 
 // testCleanupBelowSeq: the BelowSeq watermark bounds the cleanup.
 func testCleanupBelowSeq[TTx any](e *env[TTx]) {
-	seq := e.writeNumbered(6)
-	ls := e.claim("w", 1, 24*time.Hour, t0)
-	var all []int64
-	for _, s := range seq {
-		all = append(all, s)
-	}
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: ls, Published: all, Now: t0}), "Settle")
+	seq := e.writePublished(6)
 	n := e.cleanup(core.CleanupOptions{Retention: time.Hour, BelowSeq: seq["e4"], Now: func() time.Time { return t0.Add(2 * time.Hour) }})
 	if n != 3 {
 		e.fatalf("cleanup below e4's seq deleted %d rows, want 3", n)
@@ -108,13 +102,7 @@ func testCleanupBelowSeq[TTx any](e *env[TTx]) {
 
 // testCleanupBatches: a batch size smaller than the eligible rows still deletes them all.
 func testCleanupBatches[TTx any](e *env[TTx]) {
-	seq := e.writeNumbered(250)
-	ls := e.claim("w", 1, 24*time.Hour, t0)
-	var all []int64
-	for _, s := range seq {
-		all = append(all, s)
-	}
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: ls, Published: all, Now: t0}), "Settle")
+	e.writePublished(250)
 	if n := e.cleanup(core.CleanupOptions{Retention: time.Hour, BatchSize: 40, Now: func() time.Time { return t0.Add(2 * time.Hour) }}); n != 250 {
 		e.fatalf("cleanup in batches of 40 deleted %d rows, want 250", n)
 	}
@@ -122,4 +110,17 @@ func testCleanupBatches[TTx any](e *env[TTx]) {
 	if st := e.stats(); st != (core.Stats{}) {
 		e.fatalf("Stats after cleanup = %+v, want zero", st)
 	}
+}
+
+// writePublished writes n numbered events (see writeNumbered) and publishes them all at t0 on a
+// one-lane outbox. It returns their seqs by name.
+func (e *env[TTx]) writePublished(n int) map[string]int64 {
+	seq := e.writeNumbered(n)
+	ls := e.claim("w", 1, 24*time.Hour, t0)
+	var all []int64
+	for _, s := range seq {
+		all = append(all, s)
+	}
+	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: ls, Published: all, Now: t0}), "Settle")
+	return seq
 }
