@@ -400,7 +400,14 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 		EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
 		OccurredAt: d.CreatedAt, SourcePosition: "sqs:" + queueName(c.queueURL) + "/" + d.MessageID,
 	}
-	res, err := c.inbox.Process(ctx, c.name, im, func(ctx context.Context, tx TTx, _ core.InboxMessage) error {
+	res, err := c.inbox.Process(ctx, c.name, im, func(ctx context.Context, tx TTx, _ core.InboxMessage) (err error) {
+		// A panicking handler fails this message like an error: the inbox transaction rolls
+		// back, the message stays on the queue, and the consumer goes on with the others.
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
+			}
+		}()
 		return c.handler(ctx, tx, d)
 	})
 	if err != nil {

@@ -308,3 +308,30 @@ func TestConsumerOptionsValidated(t *testing.T) {
 	_, err = sqs.NewConsumer[*memory.Tx](client, "u", nil, "c", h, nil)
 	require.ErrorIs(t, err, core.ErrInvalidOptions)
 }
+
+// A panicking handler fails its message like an error: nothing is applied, the consumer keeps
+// running, and the redelivered message is applied once.
+func TestConsumerRecoversHandlerPanic(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	url := e.queue(t, randName("panic"), nil)
+	sink, err := sqs.New(e.sqs, nil)
+	require.NoError(t, err)
+	a := event(url, "a", 0, []byte(`{"a":1}`))
+	for _, err := range send(t, sink, []core.Message{a}) {
+		require.NoError(t, err)
+	}
+	var calls sync.Map
+	cb := startConsumer(t, e, url, &sqs.ConsumerOptions{VisibilityTimeout: time.Second},
+		func(ctx context.Context, tx *memory.Tx, d *sqs.Delivery) error {
+			if _, again := calls.LoadOrStore(d.Event.ID, true); !again {
+				panic("handler bug")
+			}
+			return nil
+		})
+	eventually(t, "the redelivered message applied and deleted", func() bool { return cb.consumer.Stats().Deleted == 1 })
+	st := cb.consumer.Stats()
+	require.Equal(t, uint64(1), st.Failed, "the panicking attempt counts as failed")
+	require.Equal(t, uint64(1), st.Applied)
+	require.Equal(t, 1, cb.store.Counter("applied:"+a.ID), "applied once, by the second attempt")
+}

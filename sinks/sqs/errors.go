@@ -20,4 +20,8 @@ var (
 	// ErrClaimCheckBucket: a message points to a bucket that ConsumerOptions.ClaimCheckBuckets
 	// does not allow, or the consumer has no S3 client. The consumer does not delete it.
 	ErrClaimCheckBucket = errors.New("sqs: claim-check bucket not allowed")
+	// ErrHandlerPanic: the consumer's handler panicked. The message is treated as failed: its
+	// inbox transaction rolls back and it is not deleted, so it is received again (and, past
+	// the queue's maxReceiveCount, moved to its dead-letter queue).
+	ErrHandlerPanic = errors.New("sqs: handler panicked")
 )
