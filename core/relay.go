@@ -241,8 +241,10 @@ func (r *Relay) breakerDelay() time.Duration {
 
 // maintainLoop renews and rebalances every RenewInterval. While this relay holds more or fewer
 // lanes than its fair share, and during its first RenewInterval (when relays started together
-// discover each other), it does so every fastMaintain instead, so that a lane another relay
-// released, or one this relay must give up, changes hands within a fraction of a second.
+// discover each other), it does so every max(PollInterval, 250ms) instead, so that a lane
+// another relay released, or one this relay must give up, changes hands within a fraction of a
+// second. Lanes given up while one of their batches is in flight make that batch's settle fail
+// (ErrClaimLost): the new owner resends it, a duplicate and never a loss.
 func (r *Relay) maintainLoop(ctx context.Context) {
 	fast := min(r.o.RenewInterval, max(r.o.PollInterval, 250*time.Millisecond))
 	started := time.Now()
