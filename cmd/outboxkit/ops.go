@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
+	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -17,7 +20,6 @@ func runOps(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("db", "", "SQLite database file holding the outbox (required)")
-	lanes := fs.Int("lanes", core.DefaultLanes, "lane count the outbox was migrated with")
 	retention := fs.Duration("retention", 24*time.Hour, "cleanup: keep published events this long")
 	limit := fs.Int("limit", 100, "parked: most events to list")
 	if err := fs.Parse(args); err != nil {
@@ -34,7 +36,7 @@ func runOps(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		fmt.Fprintln(stderr, "outboxkit unpark: give exactly one partition key")
 		return 2
 	}
-	db, store, err := openSQLite(ctx, *path, *lanes, slog.New(slog.DiscardHandler))
+	db, store, err := openExisting(ctx, *path)
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxkit %s: %v\n", cmd, err)
 		return 1
@@ -79,4 +81,25 @@ func runOps(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	}
 	fmt.Fprintf(stderr, "outboxkit %s: %v\n", cmd, err)
 	return 1
+}
+
+// openExisting opens the outbox of an existing SQLite file as it is: operators never migrate,
+// and the lane count is read from the database.
+func openExisting(ctx context.Context, path string) (*sql.DB, *sqlite.Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, nil, err
+	}
+	db, err := sqlite.OpenDB(ctx, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := sqlite.New(db, &sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		_, err = store.LaneCount(ctx) // fails clearly when the file holds no outbox
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, store, nil
 }
