@@ -136,20 +136,15 @@ func (s *Sink) publishBatch(ctx context.Context, topicARN string, es []sinkkit.E
 	}
 	res := core.Outcomes(len(es), core.ErrNotAcknowledged)
 	for _, ok := range out.Successful {
-		if k, good := entryIndex(ok.Id, len(es)); good {
+		if k, good := sinkkit.EntryIndex(ok.Id, len(es)); good {
 			res[k] = nil
 		}
 	}
 	for _, f := range out.Failed {
-		if k, good := entryIndex(f.Id, len(es)); good {
+		if k, good := sinkkit.EntryIndex(f.Id, len(es)); good {
 			res[k] = fmt.Errorf("sns: event %s: %w", es[k].Msg.ID,
 				&sinkkit.EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault})
 		}
 	}
 	return res
-}
-
-func entryIndex(id *string, n int) (int, bool) {
-	k, err := strconv.Atoi(aws.ToString(id))
-	return k, err == nil && k >= 0 && k < n
 }

@@ -145,12 +145,12 @@ func (s *Sink) sendBatch(ctx context.Context, queueURL string, es []sinkkit.Entr
 	}
 	res := core.Outcomes(len(es), core.ErrNotAcknowledged)
 	for _, ok := range out.Successful {
-		if k, good := entryIndex(ok.Id, len(es)); good {
+		if k, good := sinkkit.EntryIndex(ok.Id, len(es)); good {
 			res[k] = nil
 		}
 	}
 	for _, f := range out.Failed {
-		if k, good := entryIndex(f.Id, len(es)); good {
+		if k, good := sinkkit.EntryIndex(f.Id, len(es)); good {
 			res[k] = errorf(es[k], &sinkkit.EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault})
 		}
 	}
@@ -159,9 +159,4 @@ func (s *Sink) sendBatch(ctx context.Context, queueURL string, es []sinkkit.Entr
 
 func errorf(e sinkkit.Entry, ee *sinkkit.EntryError) error {
 	return fmt.Errorf("sqs: event %s: %w", e.Msg.ID, ee)
-}
-
-func entryIndex(id *string, n int) (int, bool) {
-	k, err := strconv.Atoi(aws.ToString(id))
-	return k, err == nil && k >= 0 && k < n
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
@@ -227,4 +229,11 @@ func Classify(name, op string, err error, permanent map[string]bool) error {
 		return core.Permanent(err)
 	}
 	return err
+}
+
+// EntryIndex parses the Id of a batch response entry (the sinks number entries 0..n-1) and
+// reports whether it names one of the n entries sent. An unknown Id acknowledges nothing.
+func EntryIndex(id *string, n int) (int, bool) {
+	k, err := strconv.Atoi(aws.ToString(id))
+	return k, err == nil && k >= 0 && k < n
 }
