@@ -62,4 +62,23 @@ type Harness[TTx any] struct {
 	Timeout time.Duration
 	// Logger receives the logs of the relays the suite runs. Default: discarded.
 	Logger *slog.Logger
+	// CDC, when set, also runs the "cdc" area: core.CDCRelay on the adapter's own change log
+	// (delivery in commit order, crash points, lost positions and Backfill, cutover between
+	// polling and CDC, shadow mode). The adapter must then implement core.CheckpointStore.
+	CDC *CDCHarness[TTx]
+}
+
+// CDCHarness gives the suite an adapter's change log.
+type CDCHarness[TTx any] struct {
+	// Source returns a change source on the outbox of a (an adapter New returned in this
+	// subtest). name is unique within the subtest: two sources of one outbox with different
+	// names must not share server-side state (a PostgreSQL replication slot), so that a shadow
+	// relay can read beside the active one. Release resources with t.Cleanup. Required.
+	Source func(t *testing.T, a Adapter[TTx], name string) core.ChangeSource
+	// LosePosition makes the position the relay last checkpointed unavailable while no relay
+	// runs, as an operator or the server would: purge the binary logs, drop the slot. Required.
+	LosePosition func(t *testing.T, a Adapter[TTx], src core.ChangeSource)
+	// Serial runs the area's cases one after another instead of in parallel (when LosePosition
+	// acts on the whole server, as PURGE BINARY LOGS does).
+	Serial bool
 }

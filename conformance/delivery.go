@@ -221,6 +221,20 @@ func (c *crashStore) LaneCount(ctx context.Context) (int, error) {
 	return c.inner.LaneCount(ctx)
 }
 
+func (c *crashStore) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+	if err := c.check(); err != nil {
+		return core.Publisher{}, err
+	}
+	return c.inner.AcquireGeneration(ctx, p)
+}
+
+func (c *crashStore) Generation(ctx context.Context) (core.Publisher, error) {
+	if err := c.check(); err != nil {
+		return core.Publisher{}, err
+	}
+	return c.inner.Generation(ctx)
+}
+
 func (c *crashStore) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
 	if err := c.check(); err != nil {
 		return 0, err

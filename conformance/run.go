@@ -35,4 +35,11 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	runArea(t, h, "retry", retryCases[TTx]())
 	runArea(t, h, "cleanup", cleanupCases[TTx]())
 	runArea(t, h, "inbox", inboxCases[TTx]())
+	runArea(t, h, "publisher", publisherCases[TTx]())
+	if h.CDC != nil {
+		if h.CDC.Source == nil || h.CDC.LosePosition == nil {
+			t.Fatal("conformance: CDCHarness.Source and LosePosition are required")
+		}
+		runAreaSerial(t, h, "cdc", cdcCases[TTx](), h.CDC.Serial)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
+	"github.com/outboxkit/outbox/core"
 )
 
 // The suite proves itself: it must pass the in-memory reference adapter and fail adapters
@@ -22,14 +23,17 @@ import (
 const variantEnv = "OUTBOXKIT_CONFORMANCE_SELFTEST_VARIANT"
 
 var variants = map[string]memory.Fault{
-	"healthy":           memory.NoFault,
-	"unfenced-settle":   memory.FaultUnfencedSettle,
-	"shared-lanes":      memory.FaultSharedLanes,
-	"no-inbox-key":      memory.FaultNoInboxKey,
-	"prune-unpublished": memory.FaultPruneUnpublished,
-	"unheld-horizon":    memory.FaultUnheldHorizon,
-	"racy-settle":       memory.FaultRacySettle,
-	"no-key-blocking":   memory.FaultNoKeyBlocking,
+	"healthy":             memory.NoFault,
+	"unfenced-settle":     memory.FaultUnfencedSettle,
+	"shared-lanes":        memory.FaultSharedLanes,
+	"no-inbox-key":        memory.FaultNoInboxKey,
+	"prune-unpublished":   memory.FaultPruneUnpublished,
+	"unheld-horizon":      memory.FaultUnheldHorizon,
+	"racy-settle":         memory.FaultRacySettle,
+	"no-key-blocking":     memory.FaultNoKeyBlocking,
+	"unfenced-generation": memory.FaultUnfencedGeneration,
+	"resume-at-head":      memory.FaultResumeAtHead,
+	"position-ahead":      memory.FaultPositionAhead,
 }
 
 func harness(fault memory.Fault) conformance.Harness[*memory.Tx] {
@@ -42,6 +46,14 @@ func harness(fault memory.Fault) conformance.Harness[*memory.Tx] {
 			return s
 		},
 		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
+		CDC: &conformance.CDCHarness[*memory.Tx]{
+			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) core.ChangeSource {
+				return a.(*memory.Store).ChangeSource()
+			},
+			LosePosition: func(t *testing.T, a conformance.Adapter[*memory.Tx], src core.ChangeSource) {
+				a.(*memory.Store).PurgeLog()
+			},
+		},
 		EffectCount: func(ctx context.Context, a conformance.Adapter[*memory.Tx], key string) (int, error) {
 			return a.(*memory.Store).Counter(key), nil
 		},
@@ -83,6 +95,9 @@ func TestSuiteProvesItself(t *testing.T) {
 		{"unheld-horizon", []string{"inbox/horizon-blocks-prune"}},
 		{"racy-settle", []string{"fencing/race"}},
 		{"no-key-blocking", []string{"retry/fetch-blocking", "delivery/order"}},
+		{"unfenced-generation", []string{"publisher/stale-claim-and-renew", "publisher/checkpoint-fenced", "publisher/polling-relay-fenced", "cdc/cutover"}},
+		{"resume-at-head", []string{"cdc/lost-position-backfill"}},
+		{"position-ahead", []string{"cdc/crash-points"}},
 	} {
 		t.Run(c.variant, func(t *testing.T) {
 			t.Parallel()

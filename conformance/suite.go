@@ -38,11 +38,19 @@ type env[TTx any] struct {
 
 // runArea runs the cases of one area as parallel subtests "area/case", each under a watchdog.
 func runArea[TTx any](t *testing.T, h Harness[TTx], area string, cases []tcase[TTx]) {
+	runAreaSerial(t, h, area, cases, false)
+}
+
+// runAreaSerial is runArea whose cases run one after another when serial is true (the area
+// itself still runs in parallel with the others).
+func runAreaSerial[TTx any](t *testing.T, h Harness[TTx], area string, cases []tcase[TTx], serial bool) {
 	t.Run(area, func(t *testing.T) {
 		t.Parallel()
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				t.Parallel()
+				if !serial {
+					t.Parallel()
+				}
 				ctx := watchdog(t, h.Timeout)
 				lanes := c.lanes
 				if lanes == 0 {

@@ -12,8 +12,10 @@ type CleanupOptions struct {
 	Retention time.Duration
 	// BatchSize is the most rows one statement deletes. Default 1000.
 	BatchSize int
-	// BelowSeq, when > 0, is an extra watermark: only rows with Seq < BelowSeq are deleted (a
-	// CDC relay passes its checkpoint so that rows it may still replay are kept).
+	// BelowSeq, when > 0, is an extra watermark: only rows with Seq < BelowSeq are deleted. A CDC
+	// relay needs none: it marks rows published only after the sink acknowledged them and
+	// checkpoints only after marking, so every row after its checkpoint that was not delivered
+	// is unpublished, and cleanup never deletes an unpublished row.
 	BelowSeq int64
 	// Now replaces time.Now for the retention cut-off (tests).
 	Now func() time.Time

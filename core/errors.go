@@ -48,6 +48,21 @@ var (
 	// ErrInvalidOptions is wrapped by errors from constructors given invalid options.
 	ErrInvalidOptions = errors.New("outbox: invalid options")
 
+	// ErrFenced means a newer publisher generation took the outbox over (core.RelayStore's
+	// AcquireGeneration): the caller's generation may no longer claim or renew lanes or write a
+	// CDC checkpoint. The fenced call changed nothing; a relay that sees it stops publishing.
+	ErrFenced = errors.New("outbox: publisher generation fenced")
+
+	// ErrPositionLost means the change log no longer holds the position a CDC relay must resume
+	// from (a purged binary log, a dropped or invalidated replication slot, another server). The
+	// relay stops instead of skipping the gap; CDCRelay.Backfill republishes what the gap may hold.
+	// It is wrapped by *PositionLostError.
+	ErrPositionLost = errors.New("outbox: cdc position lost")
+
+	// ErrRetentionExceeded means the change log the database retains for a CDC relay grew past
+	// CDCOptions.MaxRetainedBytes. It is wrapped by *RetentionError.
+	ErrRetentionExceeded = errors.New("outbox: cdc log retention over its cap")
+
 	// ErrSchemaMismatch means the database schema does not match what the adapter expects (for
 	// example a lane count other than the one recorded at migration).
 	ErrSchemaMismatch = errors.New("outbox: schema mismatch")
@@ -126,3 +141,34 @@ func IsPermanent(err error) bool {
 	var p interface{ Permanent() bool }
 	return errors.As(err, &p) && p.Permanent()
 }
+
+// PositionLostError names the gap a CDC relay cannot stream across: the checkpoint it had and
+// what the log offers now. errors.Is(err, ErrPositionLost) is true for it.
+type PositionLostError struct {
+	Source     string // the source identity of the checkpoint
+	Checkpoint string // the position the relay needed (its last checkpoint)
+	Available  string // the oldest position the log still holds, or what replaced it ("" unknown)
+	Reason     string // what the database said
+}
+
+func (e *PositionLostError) Error() string {
+	return fmt.Sprintf("outbox: cdc position lost: source %s: checkpoint %q, log now starts at %q: %s (run Backfill)",
+		e.Source, e.Checkpoint, e.Available, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrPositionLost) true.
+func (e *PositionLostError) Unwrap() error { return ErrPositionLost }
+
+// RetentionError reports a change log retained past its cap. errors.Is(err, ErrRetentionExceeded)
+// is true for it.
+type RetentionError struct {
+	Retention Retention
+	Cap       int64
+}
+
+func (e *RetentionError) Error() string {
+	return fmt.Sprintf("outbox: cdc log retention %d bytes is over its cap of %d bytes", e.Retention.RetainedBytes, e.Cap)
+}
+
+// Unwrap makes errors.Is(err, ErrRetentionExceeded) true.
+func (e *RetentionError) Unwrap() error { return ErrRetentionExceeded }

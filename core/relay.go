@@ -56,6 +56,8 @@ type RelayStats struct {
 	Parked    uint64 // records parked
 	ClaimLost uint64 // settles refused because a lease was lost
 	Lanes     int    // lanes held now
+	// Generation is the publisher generation the relay runs under (0 before Run acquired it).
+	Generation int64
 }
 
 // Relay delivers committed outbox events to a sink, at least once, in order per partition key.
@@ -72,6 +74,10 @@ type Relay struct {
 	leases map[int]Lease
 	lanes  int
 	kick   chan struct{}
+
+	gen       atomic.Int64
+	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
+	fenceOnce sync.Once
 
 	consecutiveFail int
 	stats           struct {
@@ -136,6 +142,7 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 		log:    o.Logger.With("owner", o.Owner),
 		leases: map[int]Lease{},
 		kick:   make(chan struct{}, 1),
+		fenced: make(chan struct{}),
 	}, nil
 }
 
@@ -157,7 +164,7 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(),
-		ClaimLost: r.stats.claimLost.Load(), Lanes: n,
+		ClaimLost: r.stats.claimLost.Load(), Lanes: n, Generation: r.gen.Load(),
 	}
 }
 
@@ -170,7 +177,12 @@ func (r *Relay) now() time.Time {
 
 // Run delivers events until ctx is cancelled, then releases its leases and returns nil.
 // Store and sink errors are logged and retried; Run returns an error only when it cannot start
-// (e.g. the schema's lane count is invalid).
+// (e.g. the schema's lane count is invalid) or when it was fenced.
+//
+// At start the relay joins the outbox's polling publisher generation, or takes a new one when
+// the current publisher is a CDC relay (which is thereby fenced: it stops at its next renewal and
+// hands its lanes over). When a newer generation fences this relay in turn (a CDC relay started),
+// it finishes the batch in flight, releases its lanes and returns an error wrapping ErrFenced.
 func (r *Relay) Run(ctx context.Context) error {
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
@@ -183,10 +195,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
 	r.lanes = lanes
+	pub, err := r.store.AcquireGeneration(ctx, AcquireParams{Kind: KindPolling, Holder: r.o.Owner, Join: true, Now: r.now()})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("outbox: relay: acquire generation: %w", err)
+	}
+	r.gen.Store(pub.Generation)
+	r.log = r.log.With("generation", pub.Generation)
+	r.log.Info("relay_started", "lanes", lanes, "publisher_since", pub.Since)
 
 	var wake <-chan struct{}
 	if w, ok := r.store.(Waker); ok {
-		if wake, err = w.Wakeups(ctx); err != nil {
+		// The listener must end with Run, which can return before ctx ends (fenced).
+		wctx, stopWake := context.WithCancel(ctx)
+		defer stopWake()
+		if wake, err = w.Wakeups(wctx); err != nil {
 			r.log.Warn("relay_wakeups_unavailable", "error", err)
 			wake = nil
 		}
@@ -203,6 +228,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 
 	for ctx.Err() == nil {
+		if r.isFenced() {
+			return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
+		}
 		began := time.Now()
 		n, err := r.cycle(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -225,10 +253,34 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-r.kick:
 		case <-wake:
+		case <-r.fenced:
 		}
 		t.Stop()
 	}
 	return nil
+}
+
+func (r *Relay) isFenced() bool {
+	select {
+	case <-r.fenced:
+		return true
+	default:
+		return false
+	}
+}
+
+// storeFailed logs a failed lane call; ErrFenced fences the relay instead.
+func (r *Relay) storeFailed(ctx context.Context, event string, err error) {
+	if errors.Is(err, ErrFenced) {
+		r.fenceOnce.Do(func() {
+			r.log.Warn("relay_fenced", "error", err)
+			close(r.fenced)
+		})
+		return
+	}
+	if ctx.Err() == nil {
+		r.log.Warn(event, "error", err)
+	}
 }
 
 func (r *Relay) breakerDelay() time.Duration {
@@ -278,11 +330,9 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	}
 	held := r.snapshot()
 	if len(held) > 0 {
-		renewed, err := r.store.RenewLanes(ctx, RenewParams{Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
 		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("relay_renew_failed", "error", err)
-			}
+			r.storeFailed(ctx, "relay_renew_failed", err)
 			return true
 		}
 		r.mu.Lock()
@@ -310,11 +360,9 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	held = r.snapshot()
 	switch {
 	case len(held) < share:
-		claimed, err := r.store.ClaimLanes(ctx, ClaimParams{Owner: r.o.Owner, Max: share - len(held), TTL: r.o.LeaseTTL, Now: r.now()})
+		claimed, err := r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: share - len(held), TTL: r.o.LeaseTTL, Now: r.now()})
 		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("relay_claim_failed", "error", err)
-			}
+			r.storeFailed(ctx, "relay_claim_failed", err)
 			return false
 		}
 		if len(claimed) > 0 {

@@ -48,17 +48,22 @@ type HeartbeatParams struct {
 
 // ClaimParams asks for free or expired lanes.
 type ClaimParams struct {
-	Owner string
-	Max   int           // claim at most this many lanes
-	TTL   time.Duration // lease length
-	Now   time.Time
+	// Generation is the caller's publisher generation (AcquireGeneration). When the outbox's
+	// current generation differs, ClaimLanes claims nothing and returns an error wrapping ErrFenced.
+	Generation int64
+	Owner      string
+	Max        int           // claim at most this many lanes
+	TTL        time.Duration // lease length
+	Now        time.Time
 }
 
 // RenewParams extends leases the owner still holds.
 type RenewParams struct {
-	Leases []Lease
-	TTL    time.Duration
-	Now    time.Time
+	// Generation is as for ClaimParams: a stale generation renews nothing and gets ErrFenced.
+	Generation int64
+	Leases     []Lease
+	TTL        time.Duration
+	Now        time.Time
 }
 
 // FetchParams reads deliverable records of held lanes.
@@ -87,8 +92,43 @@ type SettleParams struct {
 	Now       time.Time
 }
 
+// Publisher kinds.
+const (
+	KindPolling = "polling"
+	KindCDC     = "cdc"
+)
+
+// AcquireParams asks for the outbox's publisher generation.
+type AcquireParams struct {
+	Kind   string // KindPolling or KindCDC
+	Holder string // who asks (a relay owner), informational
+	// Join, when true and the current generation has the same Kind, returns it unchanged: the
+	// workers of one polling fleet share a generation. Otherwise the generation is incremented.
+	Join bool
+	Now  time.Time
+}
+
+// Publisher is the outbox's current publisher generation. A fresh outbox has generation 0, kind
+// "" and no holder.
+type Publisher struct {
+	Generation int64
+	Kind       string
+	Holder     string
+	Since      time.Time // when the generation was taken
+}
+
 // RelayStore is what the polling relay needs from an adapter.
 type RelayStore interface {
+	// AcquireGeneration makes the caller the outbox's publisher: unless p.Join applies, it
+	// increments the generation and records p.Kind, p.Holder and now as Since, in one
+	// transaction, and returns the result. From then on ClaimLanes and RenewLanes of any older
+	// generation fail with ErrFenced, so the previous publisher stops at its next renewal and its
+	// lanes come free (released or expired) for the new one. Leases already held stay valid until
+	// then: the old publisher may finish the batch it is sending, so lanes never have two
+	// publishers at once.
+	AcquireGeneration(ctx context.Context, p AcquireParams) (Publisher, error)
+	// Generation returns the current publisher generation.
+	Generation(ctx context.Context) (Publisher, error)
 	// LaneCount is as for OutboxStore.
 	LaneCount(ctx context.Context) (int, error)
 	// Heartbeat registers p.Owner as live until now+TTL (TTL <= 0 removes it) and returns the
@@ -96,17 +136,22 @@ type RelayStore interface {
 	Heartbeat(ctx context.Context, p HeartbeatParams) (live int, err error)
 	// ClaimLanes takes up to p.Max lanes whose lease is free or expired at now, lowest lane first,
 	// for p.Owner: each taken lane's generation is incremented and its lease runs until now+TTL.
-	// Two concurrent callers never get the same lane.
+	// Two concurrent callers never get the same lane. A p.Generation other than the current one
+	// claims nothing and returns an error wrapping ErrFenced.
 	ClaimLanes(ctx context.Context, p ClaimParams) ([]Lease, error)
 	// RenewLanes extends, to now+TTL, each given lease whose lane still has the same owner and
 	// generation and has not expired at now. It returns the renewed leases; lost ones are omitted.
+	// A p.Generation other than the current one renews nothing and returns an error wrapping
+	// ErrFenced.
 	RenewLanes(ctx context.Context, p RenewParams) ([]Lease, error)
 	// ReleaseLanes frees each given lease that is still held (same owner and generation) so that
 	// another worker may claim it at once. Leases no longer held are ignored.
 	ReleaseLanes(ctx context.Context, leases []Lease) error
 	// Fetch returns up to p.Limit records of the leased lanes, in Seq order, that are
 	// unpublished, not parked and due (NextAttemptAt empty or <= now), and whose partition key has
-	// no earlier unpublished record that is parked or not yet due.
+	// no earlier unpublished record that is parked or not yet due. Leases are not checked here
+	// (Settle is fenced) and p.Now is used for the due test only: CDC backfill passes a far
+	// future Now to ignore retry schedules.
 	Fetch(ctx context.Context, p FetchParams) ([]Record, error)
 	// Settle, in one transaction, first checks that every lease in p.Leases is still held (same
 	// owner and generation, Until > now); if any is not, it changes nothing and returns a

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
+	"github.com/outboxkit/outbox/core"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,6 +23,14 @@ func TestConformance(t *testing.T) {
 		},
 		EffectCount: func(ctx context.Context, a conformance.Adapter[*memory.Tx], key string) (int, error) {
 			return a.(*memory.Store).Counter(key), nil
+		},
+		CDC: &conformance.CDCHarness[*memory.Tx]{
+			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) core.ChangeSource {
+				return a.(*memory.Store).ChangeSource()
+			},
+			LosePosition: func(t *testing.T, a conformance.Adapter[*memory.Tx], src core.ChangeSource) {
+				a.(*memory.Store).PurgeLog()
+			},
 		},
 	})
 }

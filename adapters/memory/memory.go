@@ -49,6 +49,15 @@ const (
 	// FaultNoKeyBlocking: Fetch ignores failed and parked records when choosing later records
 	// of their partition key.
 	FaultNoKeyBlocking
+	// FaultUnfencedGeneration: ClaimLanes, RenewLanes and SaveCheckpoint ignore the publisher
+	// generation.
+	FaultUnfencedGeneration
+	// FaultResumeAtHead: a change stream resumed from a position the log no longer holds starts
+	// at the oldest position still held instead of failing (it skips the gap).
+	FaultResumeAtHead
+	// FaultPositionAhead: a change stream reports each transaction's position as the one after
+	// the next transaction, so resuming from a checkpoint skips a transaction.
+	FaultPositionAhead
 )
 
 // Store is an in-memory outbox, lane table, worker table, inbox and a tiny domain table of
@@ -73,6 +82,10 @@ type Store struct {
 	horizons map[string]time.Time
 	versions map[inboxKey]int64
 	counters map[string]int
+
+	publisher  core.Publisher
+	checkpoint *core.Checkpoint
+	changes    changeLog
 }
 
 type laneState struct {
@@ -95,7 +108,7 @@ func New(opts *Options) (*Store, error) {
 	if o.Lanes < 1 || o.Lanes > core.MaxLanes {
 		return nil, &core.OptionError{Field: "Lanes", Reason: fmt.Sprintf("must be between 1 and %d", core.MaxLanes)}
 	}
-	if o.Fault < NoFault || o.Fault > FaultNoKeyBlocking {
+	if o.Fault < NoFault || o.Fault > FaultPositionAhead {
 		return nil, &core.OptionError{Field: "Fault", Reason: "unknown fault"}
 	}
 	if o.Logger == nil {
@@ -126,6 +139,7 @@ var (
 	_ core.Admin            = (*Store)(nil)
 	_ core.Notifier         = (*Store)(nil)
 	_ core.Waker            = (*Store)(nil)
+	_ core.CDCStore         = (*Store)(nil)
 )
 
 // clock returns t (or time.Now() when t is zero) in UTC, truncated to microseconds.
@@ -205,6 +219,7 @@ func (tx *Tx) commit() {
 	}
 	maps.Copy(s.inbox, tx.inbox)
 	maps.Copy(s.versions, tx.versions)
+	s.changes.append(tx.inserts)
 }
 
 func (tx *Tx) check(ctx context.Context) error {
@@ -317,6 +332,42 @@ func (s *Store) held(l core.Lease, now time.Time) bool {
 	return st.owner != "" && st.owner == l.Owner && st.generation == l.Generation && st.until.After(now)
 }
 
+// AcquireGeneration implements core.RelayStore.
+func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Publisher{}, fmt.Errorf("memory: acquire generation: %w", err)
+	}
+	if p.Kind != core.KindPolling && p.Kind != core.KindCDC {
+		return core.Publisher{}, &core.OptionError{Field: "Kind", Reason: fmt.Sprintf("unknown publisher kind %q", p.Kind)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.Join && s.publisher.Kind == p.Kind {
+		return s.publisher, nil
+	}
+	s.publisher = core.Publisher{Generation: s.publisher.Generation + 1, Kind: p.Kind, Holder: p.Holder, Since: clock(p.Now)}
+	return s.publisher, nil
+}
+
+// Generation implements core.RelayStore.
+func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Publisher{}, fmt.Errorf("memory: generation: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publisher, nil
+}
+
+// fenced returns an error wrapping core.ErrFenced unless gen is the current generation.
+// s.mu must be held.
+func (s *Store) fenced(what string, gen int64) error {
+	if gen != s.publisher.Generation && s.fault != FaultUnfencedGeneration {
+		return fmt.Errorf("memory: %s: generation %d, current %d: %w", what, gen, s.publisher.Generation, core.ErrFenced)
+	}
+	return nil
+}
+
 // ClaimLanes implements core.RelayStore.
 func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
 	if err := ctx.Err(); err != nil {
@@ -329,6 +380,9 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	until := now.Add(p.TTL).Truncate(time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.fenced("claim lanes", p.Generation); err != nil {
+		return nil, err
+	}
 	var out []core.Lease
 	for lane := 0; lane < s.lanes && len(out) < p.Max; lane++ {
 		st := &s.leases[lane]
@@ -352,6 +406,9 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	until := now.Add(p.TTL).Truncate(time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.fenced("renew lanes", p.Generation); err != nil {
+		return nil, err
+	}
 	var out []core.Lease
 	for _, l := range p.Leases {
 		if !s.held(l, now) {

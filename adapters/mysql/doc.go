@@ -3,8 +3,10 @@
 // in their own transaction, and the inbox records a message in the transaction of its effect.
 //
 // A *Store implements core.OutboxStore[*sql.Tx], core.RelayStore, core.InboxStore[*sql.Tx],
-// core.Pruner and core.Admin, and wakes relays of the same process after core.Outbox.Notify
-// (core.Notifier, core.Waker). It passes the conformance suite with both claim strategies.
+// core.Pruner, core.Admin and core.CheckpointStore (so core.CDCStore), and wakes relays of the
+// same process after core.Outbox.Notify (core.Notifier, core.Waker). It passes the conformance
+// suite with both claim strategies. NewChangeSource reads the outbox's inserts from the
+// server's binary log for core.CDCRelay (see ChangeSource).
 //
 // # Connection requirements
 //
@@ -35,6 +37,16 @@
 //     stored generated columns stand in for them (ix_unpublished holds unpublished rows in seq
 //     order with their lane; ix_failed holds only rows that failed), so the common path walks
 //     the unpublished rows in seq order without touching published ones.
+//   - Publisher generations live in one row of Table+"_pub" (generation 0 on a fresh outbox).
+//     AcquireGeneration locks it FOR UPDATE; ClaimLanes, RenewLanes and SaveCheckpoint read it
+//     LOCK IN SHARE MODE in their own transaction, so a call of an older generation either
+//     commits before the new generation exists or changes nothing and returns an error
+//     wrapping core.ErrFenced. Settle is fenced by its leases only.
+//   - CDC: the checkpoint is one row of Table+"_cdc". ChangeSource streams committed
+//     transactions in commit order over the binlog replication protocol
+//     (github.com/go-mysql-org/go-mysql/replication), with positions "file:<log>:<offset>" or
+//     "gtid:<set>;file:<log>:<offset>"; a purged position is a *core.PositionLostError, from
+//     Resume (file positions) or the first Next (GTID positions, server error 1236).
 //   - Inbox: the (consumer, event_id) primary key, written with INSERT IGNORE in the effect's
 //     transaction, makes concurrent duplicate deliveries wait and then see the record; the
 //     effect is applied once. Horizon holds the consumer's horizon row LOCK IN SHARE MODE and
@@ -55,5 +67,7 @@
 //
 // The tests need a server: OUTBOXKIT_MYSQL_DSN names it (e.g. "root@tcp(127.0.0.1:3306)/");
 // each test creates and drops its own database. scripts/lib/mariadb.sh starts a throwaway
-// MariaDB and exports the variable.
+// MariaDB and exports the variable. The CDC tests read the server's binary log, and one of
+// them purges it (PURGE BINARY LOGS): do not point the tests at a server whose binary logs
+// matter.
 package mysql

@@ -155,6 +155,9 @@ func (s *Store) claimGetLock(ctx context.Context, p core.ClaimParams) ([]core.Le
 	var fresh []int // locks taken by this call
 	err = s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		leases = nil
+		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
+			return err
+		}
 		rows, err := tx.QueryContext(ctx, s.q.claimGetLockCandidates, now, now, s.lockPrefix)
 		if err != nil {
 			return err

@@ -17,8 +17,8 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migrate creates the outbox and inbox tables when missing (idempotent), records the lane
-// count and creates the lane rows. Concurrent Migrate calls are serialised by a GET_LOCK. An
+// Migrate creates the outbox, inbox, publisher and CDC checkpoint tables when missing
+// (idempotent), records the lane count and creates the lane rows and the publisher row. Concurrent Migrate calls are serialised by a GET_LOCK. An
 // outbox migrated earlier with another lane count returns an error wrapping
 // core.ErrSchemaMismatch and changes nothing.
 func (s *Store) Migrate(ctx context.Context) (err error) {
@@ -94,6 +94,10 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 			if _, err := tx.ExecContext(ctx, s.q.laneInsert+strings.Repeat("(?),", len(args)-1)+"(?)", args...); err != nil {
 				return wrap("migrate: lanes", err)
 			}
+		}
+		// A fresh outbox is at publisher generation 0 with no kind and no holder.
+		if _, err := tx.ExecContext(ctx, s.q.publisherInit); err != nil {
+			return wrap("migrate: publisher", err)
 		}
 		if _, err := tx.ExecContext(ctx, s.q.metaPut, "lanes", strconv.Itoa(s.o.Lanes)); err != nil {
 			return wrap("migrate: lanes", err)

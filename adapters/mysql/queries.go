@@ -36,6 +36,9 @@ type queries struct {
 
 	horizonLock, horizonEnsure, horizonLockX, horizonSet, pruneInbox string
 	insertRecord, readRecord, versionEnsure, versionRead, versionSet string
+
+	publisherInit, publisherRead, publisherLockX, publisherLockS, publisherBump string
+	checkpointRead, checkpointPut                                               string
 }
 
 func newQueries(r *strings.Replacer) queries {
@@ -131,6 +134,20 @@ func newQueries(r *strings.Replacer) queries {
 		versionRead: r.Replace(`SELECT version FROM {versions} WHERE consumer = ? AND entity = ? FOR UPDATE`),
 		versionSet: r.Replace(`INSERT INTO {versions} (consumer, entity, version) VALUES (?, ?, ?)
 	ON DUPLICATE KEY UPDATE version = VALUES(version)`),
+
+		publisherInit:  r.Replace(`INSERT IGNORE INTO {publisher} (id) VALUES (1)`),
+		publisherRead:  r.Replace(`SELECT generation, kind, holder, since FROM {publisher} WHERE id = 1`),
+		publisherLockX: r.Replace(`SELECT generation, kind, holder, since FROM {publisher} WHERE id = 1 FOR UPDATE`),
+		// The fence of ClaimLanes, RenewLanes and SaveCheckpoint: a shared lock that
+		// AcquireGeneration's exclusive one waits for (and the other way round).
+		publisherLockS: r.Replace(`SELECT generation FROM {publisher} WHERE id = 1 LOCK IN SHARE MODE`),
+		publisherBump: r.Replace(`UPDATE {publisher} SET generation = generation + 1, kind = ?, holder = ?,
+	since = ` + nowExpr + ` WHERE id = 1`),
+		checkpointRead: r.Replace(`SELECT source, position, generation, updated_at FROM {checkpoint} WHERE id = 1`),
+		checkpointPut: r.Replace(`INSERT INTO {checkpoint} (id, source, position, generation, updated_at)
+	VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6))
+	ON DUPLICATE KEY UPDATE source = VALUES(source), position = VALUES(position),
+	generation = VALUES(generation), updated_at = VALUES(updated_at)`),
 	}
 }
 

@@ -29,7 +29,9 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 	return live, nil
 }
 
-// ClaimLanes implements core.RelayStore with the configured ClaimStrategy.
+// ClaimLanes implements core.RelayStore with the configured ClaimStrategy. Its transaction
+// first checks p.Generation against the publisher row (shared lock): a stale generation claims
+// nothing and gets an error wrapping core.ErrFenced.
 func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
 	if p.Max <= 0 {
 		return nil, nil
@@ -47,6 +49,9 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	var leases []core.Lease
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		leases = nil
+		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
+			return err
+		}
 		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, p.Max)
 		if err != nil || len(lanes) == 0 {
 			return err
@@ -134,7 +139,7 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, 
 	return held, lost, nil
 }
 
-// RenewLanes implements core.RelayStore.
+// RenewLanes implements core.RelayStore. Like ClaimLanes it is fenced by p.Generation.
 func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
 	if len(p.Leases) == 0 {
 		return nil, nil
@@ -146,6 +151,9 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	var renewed []core.Lease
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		renewed = nil
+		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
+			return err
+		}
 		held, _, err := s.lockLanes(ctx, tx, p.Leases, now)
 		if err != nil || len(held) == 0 {
 			return err

@@ -48,8 +48,9 @@ func (c ClaimStrategy) String() string {
 
 // Options configures a Store. A nil *Options means every default.
 type Options struct {
-	// Table is the outbox table. The adapter also uses Table+"_lanes", Table+"_workers" and
-	// Table+"_meta". Default "outbox". It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$ (MySQL
+	// Table is the outbox table. The adapter also uses Table+"_lanes", Table+"_workers",
+	// Table+"_meta", Table+"_pub" (the publisher generation) and Table+"_cdc" (the CDC
+	// checkpoint). Default "outbox". It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$ (MySQL
 	// identifiers are at most 64 characters, suffixes included).
 	Table string
 	// InboxTable is the inbox table; the adapter also uses InboxTable+"_horizons" and
@@ -76,7 +77,7 @@ type Options struct {
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
 
 // Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx], core.RelayStore,
-// core.InboxStore[*sql.Tx], core.Pruner and core.Admin, plus in-process wake-ups
+// core.InboxStore[*sql.Tx], core.Pruner, core.Admin and core.CheckpointStore, plus in-process wake-ups
 // (core.Notifier and core.Waker). It is safe for concurrent use.
 type Store struct {
 	core.Broadcast
@@ -104,6 +105,7 @@ type Store struct {
 
 type tableNames struct {
 	outbox, lanes, workers, meta, inbox, horizons, versions string // unquoted
+	publisher, checkpoint                                   string // unquoted
 }
 
 // New checks the server and the connection settings and returns a Store on db. It does not
@@ -175,6 +177,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	s.names = tableNames{
 		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
 		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
+		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
 	}
 	s.q = newQueries(s.replacer())
 	sum := sha256.Sum256([]byte(s.database + "." + o.Table))
@@ -187,7 +190,8 @@ func (s *Store) replacer() *strings.Replacer {
 	return strings.NewReplacer(
 		"{outbox}", qt(s.names.outbox), "{lanes}", qt(s.names.lanes), "{workers}", qt(s.names.workers),
 		"{meta}", qt(s.names.meta), "{inbox}", qt(s.names.inbox), "{horizons}", qt(s.names.horizons),
-		"{versions}", qt(s.names.versions),
+		"{versions}", qt(s.names.versions), "{publisher}", qt(s.names.publisher),
+		"{checkpoint}", qt(s.names.checkpoint),
 	)
 }
 

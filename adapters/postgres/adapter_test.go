@@ -31,7 +31,7 @@ func TestOptionsValidation(t *testing.T) {
 		{"NotifyChannel", Options{NotifyChannel: "chan'nel"}},
 		{"Lanes", Options{Lanes: -1}},
 		{"Lanes", Options{Lanes: core.MaxLanes + 1}},
-		{"Table", Options{Table: strings.Repeat("t", 52)}},
+		{"Table", Options{Table: strings.Repeat("t", 49)}},
 		{"InboxTable", Options{InboxTable: strings.Repeat("i", 51)}},
 		{"ClaimStrategy", Options{ClaimStrategy: ClaimStrategy(7)}},
 	} {
@@ -53,7 +53,7 @@ func TestOptionsValidation(t *testing.T) {
 	require.Equal(t, "public.outbox", o.NotifyChannel)
 	require.Equal(t, `"public"."outbox_lanes"`, n.lanes)
 
-	_, _, err = (&Options{Table: strings.Repeat("t", 51), InboxTable: strings.Repeat("i", 50)}).resolve()
+	_, _, err = (&Options{Table: strings.Repeat("t", 48), InboxTable: strings.Repeat("i", 50)}).resolve()
 	require.NoError(t, err, "the longest names that leave room for every suffix")
 
 	_, err = New(nil, nil)
@@ -96,7 +96,13 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
 	require.Equal(t, 8, lanes)
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_meta WHERE name LIKE 'migration:%'`).Scan(&migrations))
-	require.Equal(t, 2, migrations)
+	require.Equal(t, 3, migrations)
+	var pubRows int
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_publisher`).Scan(&pubRows))
+	require.Equal(t, 1, pubRows, "one publisher row however often Migrate runs")
+	pub, err := s.Generation(ctx)
+	require.NoError(t, err)
+	require.Equal(t, core.Publisher{}, pub, "a fresh outbox: generation 0, no kind, no holder")
 	var idx []string
 	rows, err := d.pool.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox' ORDER BY 1`, d.schema)
 	require.NoError(t, err)
@@ -180,7 +186,7 @@ func TestClaimKeepsLimitWithStaleStatistics(t *testing.T) {
 			tx, err := d.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
-			args := []any{"w1", nil, time.Minute.Microseconds(), 3}
+			args := []any{"w1", nil, time.Minute.Microseconds(), 3, int64(0)}
 			sql := s.q.claimSkipLocked
 			if strategy == ClaimAdvisoryLock {
 				sql, args = s.q.claimAdvisory, append(args, s.n.lockKey)
@@ -192,7 +198,8 @@ func TestClaimKeepsLimitWithStaleStatistics(t *testing.T) {
 				var owner string
 				var gen int64
 				var until time.Time
-				return lane, r.Scan(&lane, &owner, &gen, &until)
+				var fenced bool
+				return lane, r.Scan(&lane, &owner, &gen, &until, &fenced)
 			})
 			require.NoError(t, err)
 			require.ElementsMatch(t, []int{0, 1, 2}, got)

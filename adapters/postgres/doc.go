@@ -3,10 +3,11 @@
 // [New] takes a *pgxpool.Pool and returns a [Store] whose writer and inbox run in the caller's
 // pgx.Tx; [NewSQL] takes a *sql.DB opened with pgx's stdlib driver and returns one that runs
 // in the caller's *sql.Tx. Both run the same SQL statements (one file, queries.go) and
-// implement core.OutboxStore, core.RelayStore, core.InboxStore, core.Pruner, core.Admin,
-// core.Notifier and core.Waker. [Store.Migrate] creates or checks the schema (embedded,
-// idempotent migrations; the lane count is recorded and a different one is refused with
-// core.ErrSchemaMismatch).
+// implement core.OutboxStore, core.RelayStore, core.CheckpointStore, core.InboxStore,
+// core.Pruner, core.Admin, core.Notifier and core.Waker. [Store.Migrate] creates or checks the
+// schema (embedded, idempotent migrations; the lane count is recorded and a different one is
+// refused with core.ErrSchemaMismatch). [Store.ChangeSource] returns the outbox's change log
+// (logical replication with pgoutput) for core.CDCRelay.
 //
 // # Guarantees
 //
@@ -33,6 +34,23 @@
 //     published before the cut-off and below the watermarks (checked again under an exclusive
 //     table lock, so a partition holding an unpublished row is never dropped), and creates
 //     partitions ahead ([Store.EnsurePartitions]).
+//   - Publisher generations: one row per outbox (Table+"_publisher"). AcquireGeneration locks
+//     it FOR UPDATE and increments it in one transaction; ClaimLanes, RenewLanes and
+//     SaveCheckpoint lock it FOR SHARE in the same statement as their work and change nothing
+//     unless the caller's generation is the current one (else an error wrapping
+//     core.ErrFenced), so a claim either completes before a takeover or sees it.
+//   - CDC ([ChangeSource]): a logical replication slot (pgoutput) on a publication of the
+//     outbox's inserts (publish_via_partition_root for a partitioned outbox), on its own
+//     replication connection. Start re-creates the slot and returns its consistent point;
+//     Resume refuses, with *core.PositionLostError, a missing or invalidated slot, a slot
+//     re-created after the checkpoint, or a missing publication. Transactions arrive in
+//     commit order with their outbox rows in statement order, decoded to the records
+//     Admin.List returns; rolled-back transactions never appear. Between transactions the
+//     server's keepalive positions are returned too (at most one per half StandbyTimeout), so
+//     the checkpoint, and the WAL the slot retains, move on when only other tables are
+//     written. The server only ever gets confirmed positions as flushed, sent without waiting
+//     for a keepalive. The checkpoint (Table+"_cdc_checkpoint") is saved under the publisher
+//     fence.
 //   - Semantic columns cannot change after insert: a trigger refuses any UPDATE that changes
 //     them (it fires only for UPDATEs naming them, so the relay does not pay for it). The file
 //     grants.sql gives an application role INSERT only and a relay role SELECT plus UPDATE of

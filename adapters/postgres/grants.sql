@@ -9,6 +9,17 @@
 -- and owns the lanes and workers tables. Semantic columns are also protected by the
 -- outbox_immutable trigger, whatever the role.
 --
+-- The relay role also takes publisher generations (outbox_publisher: it updates the row and
+-- locks it FOR SHARE, which needs UPDATE) and writes the CDC checkpoint (outbox_cdc_checkpoint).
+-- A CDC relay (Store.ChangeSource) additionally needs a role with the REPLICATION attribute for
+-- its replication connection (ALTER ROLE ... REPLICATION; a role attribute, not a grant), and
+-- the publication, which only the outbox's owner may create. Either run the relay's first
+-- ChangeSource.Start as the owner, or create it by hand (names are CDCOptions' defaults):
+--
+--   CREATE PUBLICATION outboxkit_<schema>_outbox FOR TABLE <schema>.outbox WITH (publish = 'insert');
+--
+-- (a partitioned outbox adds publish_via_partition_root = true to the WITH list).
+--
 -- A partitioned outbox (Options.Partitioning) also needs, for the application role,
 --   GRANT INSERT (id) ON :"schema".outbox_ids TO :"app_role";
 -- and its cleanup (which creates and drops partitions) runs as the tables' owner.
@@ -32,3 +43,5 @@ GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
 GRANT DELETE ON :"schema".outbox TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_lanes, :"schema".outbox_workers TO :"relay_role";
 GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch(integer[], timestamptz, integer) TO :"relay_role";
+GRANT SELECT, UPDATE ON :"schema".outbox_publisher TO :"relay_role";
+GRANT SELECT, INSERT, UPDATE ON :"schema".outbox_cdc_checkpoint TO :"relay_role";

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
@@ -110,14 +111,30 @@ func TestGrants(t *testing.T) {
 	}
 	_, err = app.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 	requireSQLState(t, err, "42501")
+	_, err = app.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w"})
+	requireSQLState(t, err, "42501")
+	require.Error(t, app.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/0"}))
 
-	// The relay claims, fetches, settles, unparks and prunes...
+	// The relay takes a generation, claims, fetches, settles, unparks and prunes, and writes
+	// the CDC checkpoint...
+	pub, err := relay.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, pub.Generation)
 	live, err := relay.Heartbeat(ctx, core.HeartbeatParams{Owner: "w", TTL: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, 1, live)
-	leases, err := relay.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 4, TTL: time.Minute})
+	leases, err := relay.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, leases, 4)
+	leases, err = relay.RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, leases, 4)
+	require.NoError(t, relay.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/1", Generation: pub.Generation}))
+	require.NoError(t, relay.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/2", Generation: pub.Generation}))
+	cp, ok, err := relay.LoadCheckpoint(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "0/2", cp.Position)
 	recs, err := relay.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
@@ -146,4 +163,74 @@ func requireRowCount(t *testing.T, s *Store[pgx.Tx], want int) {
 	st, err := s.Stats(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, want, st.Pending+st.Parked+st.Published)
+}
+
+// TestGrantsCDC: a relay role with the grants of grants.sql plus LOGIN and REPLICATION runs a
+// change source; only the publication needs the owner.
+func TestGrantsCDC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
+	a := admin(t)
+	appRole, relayRole := randomName("okt_app_"), randomName("okt_relay_")
+	for _, r := range []string{appRole, relayRole} {
+		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" LOGIN")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
+			if err != nil {
+				t.Errorf("drop role %s: %v", r, err)
+			}
+		})
+	}
+	_, err := a.Exec(ctx, "ALTER ROLE "+quote(relayRole)+" REPLICATION")
+	require.NoError(t, err)
+	grants, err := os.ReadFile("grants.sql")
+	require.NoError(t, err)
+	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
+		`:"relay_role"`, quote(relayRole)).Replace(string(grants))
+	_, err = d.pool.Exec(ctx, script)
+	require.NoError(t, err)
+
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.User = relayRole
+	cfg.ConnConfig.RuntimeParams["search_path"] = quote(d.schema)
+	relayPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+	relay, err := New(relayPool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+	src, err := relay.ChangeSource(&CDCOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	holdSlot(t, src)
+
+	// The relay role cannot create the publication: Start says so.
+	_, _, err = src.Start(ctx)
+	require.ErrorContains(t, err, "ownership")
+	requireSQLState(t, err, "42501")
+	// Created by the owner (as grants.sql shows), the relay role streams, checkpoints and reads
+	// its retention.
+	_, err = d.pool.Exec(ctx, `CREATE PUBLICATION `+quote(src.Publication())+` FOR TABLE outbox WITH (publish = 'insert')`)
+	require.NoError(t, err)
+	st, pos := start(t, src)
+	id, err := src.Identity(ctx)
+	require.NoError(t, err)
+	pub, err := relay.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "c"})
+	require.NoError(t, err)
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"})
+		return err
+	}))
+	txs := nextRecords(t, st, pos, 1)
+	require.Len(t, txs[0].Records, 1)
+	require.NoError(t, relay.SaveCheckpoint(ctx, core.Checkpoint{Source: id, Position: txs[0].Position, Generation: pub.Generation}))
+	require.NoError(t, st.Confirm(ctx, txs[0].Position))
+	ret, err := src.Retention(ctx, txs[0].Position)
+	require.NoError(t, err)
+	require.Positive(t, ret.RetainedBytes)
+	require.NoError(t, st.Close())
+	require.NoError(t, src.DropSlot(ctx))
 }

@@ -19,7 +19,10 @@ var migration0001 string
 //go:embed migrations/0002_inbox.sql
 var migration0002 string
 
-// Migrate creates the outbox, lanes, workers and inbox tables, indexes and the immutability
+//go:embed migrations/0003_publisher.sql
+var migration0003 string
+
+// Migrate creates the outbox, lanes, workers, publisher, CDC checkpoint and inbox tables, indexes and the immutability
 // trigger, in one transaction serialised by an advisory lock, and records the lane count and
 // whether the outbox is partitioned (Options.Partitioning; it then also creates the partitions
 // ahead, as EnsurePartitions does). It is idempotent: each embedded migration runs once

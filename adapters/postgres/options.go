@@ -36,9 +36,10 @@ func (s ClaimStrategy) String() string {
 type Options struct {
 	// Schema holds every table. It must exist. Default "public".
 	Schema string
-	// Table is the outbox table. The lanes, workers and meta tables, the indexes, the trigger
-	// and the fetch function are named after it (Table+"_lanes", Table+"_workers",
-	// Table+"_meta", Table+"_fetch", ...), so it may be at most 51 bytes. Default "outbox".
+	// Table is the outbox table. The lanes, workers, meta, publisher and checkpoint tables, the
+	// indexes, the trigger and the fetch function are named after it (Table+"_lanes",
+	// Table+"_workers", Table+"_meta", Table+"_publisher", Table+"_cdc_checkpoint",
+	// Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; InboxTable+"_horizons" and InboxTable+"_versions" go with
 	// it (at most 50 bytes, for the suffixes). Default "inbox".
@@ -100,6 +101,7 @@ var (
 // names holds every identifier, validated and quoted once.
 type names struct {
 	schema, outbox, lanes, workers, meta      string // quoted and schema-qualified
+	publisher, checkpoint                     string
 	inbox, horizons, versions                 string
 	fn, fetchFn                               string // functions, qualified
 	trigger, pendingIdx, failedIdx, aggverIdx string // bare quoted names
@@ -166,7 +168,7 @@ func (o *Options) resolve() (Options, names, error) {
 		return bad("Schema", "must match "+identRE.String())
 	}
 	for _, suffix := range []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
-		"_pub_idx", "_ids", "_ids_idx", "_p2006010215"} {
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint"} {
 		if !identRE.MatchString(r.Table + suffix) {
 			return bad("Table", fmt.Sprintf("must match %s with room for the suffix %q", identRE, suffix))
 		}
@@ -192,6 +194,8 @@ func (o *Options) resolve() (Options, names, error) {
 		lanes:      s + quote(r.Table+"_lanes"),
 		workers:    s + quote(r.Table+"_workers"),
 		meta:       s + quote(r.Table+"_meta"),
+		publisher:  s + quote(r.Table+"_publisher"),
+		checkpoint: s + quote(r.Table+"_cdc_checkpoint"),
 		fn:         s + quote(r.Table+"_immutable"),
 		fetchFn:    s + quote(r.Table+"_fetch"),
 		trigger:    quote(r.Table + "_immutable"),

@@ -19,13 +19,15 @@ type queries struct {
 
 	insert string
 
-	heartbeat, heartbeatLeave string
-	claimSkipLocked           string
-	claimAdvisory             string
-	renew, release            string
-	fetch                     string
-	settleMark, settleDelete  string
-	settleAsync               [2]string // settleMark, settleDelete with synchronous_commit off
+	heartbeat, heartbeatLeave                  string
+	claimSkipLocked                            string
+	claimAdvisory                              string
+	renew, release                             string
+	publisherGet, publisherLock, publisherBump string
+	checkpointGet, checkpointPut               string
+	fetch                                      string
+	settleMark, settleDelete                   string
+	settleAsync                                [2]string // settleMark, settleDelete with synchronous_commit off
 
 	horizonGet, horizonEnsure          string
 	inboxInsert, inboxGet              string
@@ -57,6 +59,8 @@ func buildQueries(n names, partitioned bool) *queries {
 		"{{lanes}}", n.lanes,
 		"{{workers}}", n.workers,
 		"{{meta}}", n.meta,
+		"{{publisher}}", n.publisher,
+		"{{checkpoint}}", n.checkpoint,
 		"{{fn}}", n.fn,
 		"{{fetch_fn}}", n.fetchFn,
 		"{{trigger}}", n.trigger,
@@ -90,6 +94,7 @@ func buildQueries(n names, partitioned bool) *queries {
 	q.migrations = []migration{
 		{name: "migration:0001_outbox", sql: s(migration0001)},
 		{name: "migration:0002_inbox:" + n.rawInbox, sql: s(migration0002)},
+		{name: "migration:0003_publisher", sql: s(migration0003)},
 	}
 	if partitioned {
 		q.migrations = append([]migration{{name: "migration:0000_outbox_partitioned", sql: s(migration0000)}}, q.migrations...)
@@ -130,44 +135,89 @@ func buildQueries(n names, partitioned bool) *queries {
 	q.heartbeatLeave = s(`WITH del AS (DELETE FROM {{workers}} WHERE owner = $1)
 	SELECT count(*) FROM {{workers}} WHERE owner <> $1 AND expires_at > coalesce($2::timestamptz, now())`)
 
-	// $1 owner, $2 now, $3 ttl (µs), $4 max. ARRAY(...) keeps the LIMIT however stale the
-	// statistics are (IN (SELECT ... LIMIT n) may lock every candidate); the outer WHERE
-	// repeats the predicate for the row as updated.
-	q.claimSkipLocked = s(`UPDATE {{lanes}}
+	// Publisher fencing of claims and renewals: the statement first locks the publisher row
+	// FOR SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction,
+	// and a statement that waited reads the new generation), changes lanes only when $5 is the
+	// current generation, and otherwise returns one row whose last column is true (fenced).
+	fenced := func(update string) string {
+		return `WITH pub AS MATERIALIZED (
+		SELECT generation FROM {{publisher}} FOR SHARE
+	), up AS (
+	` + update + `
+	)
+	SELECT lane, owner, generation, lease_until, false FROM up
+	UNION ALL
+	SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint`
+	}
+
+	// $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation. ARRAY(...) keeps the
+	// LIMIT however stale the statistics are (IN (SELECT ... LIMIT n) may lock every
+	// candidate); the outer WHERE repeats the predicate for the row as updated.
+	q.claimSkipLocked = s(fenced(`UPDATE {{lanes}}
 	SET owner = $1, generation = generation + 1,
 		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT lane FROM {{lanes}}
-		WHERE owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+		WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+		  AND (SELECT generation FROM pub) = $5::bigint
 		ORDER BY lane LIMIT $4
 		FOR UPDATE SKIP LOCKED))
 	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
-	RETURNING lane, owner, generation, lease_until`)
-	// $5 is the advisory lock class of this outbox. The candidates are read in lane order and
+	  AND (SELECT generation FROM pub) = $5::bigint
+	RETURNING lane, owner, generation, lease_until`))
+	// $6 is the advisory lock class of this outbox. The candidates are read in lane order and
 	// the lock function is evaluated lazily until $4 lanes are locked (OFFSET 0 keeps the
 	// volatile filter out of the sorted subquery). Locks end with the statement's transaction.
-	q.claimAdvisory = s(`UPDATE {{lanes}}
+	q.claimAdvisory = s(fenced(`UPDATE {{lanes}}
 	SET owner = $1, generation = generation + 1,
 		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT c.lane FROM (
 			SELECT lane FROM {{lanes}}
-			WHERE owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+			WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+			  AND (SELECT generation FROM pub) = $5::bigint
 			ORDER BY lane OFFSET 0) AS c
-		WHERE pg_try_advisory_xact_lock($5::int, c.lane)
+		WHERE pg_try_advisory_xact_lock($6::int, c.lane)
 		LIMIT $4))
 	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
-	RETURNING lane, owner, generation, lease_until`)
+	  AND (SELECT generation FROM pub) = $5::bigint
+	RETURNING lane, owner, generation, lease_until`))
 
-	// $1 lanes, $2 owners, $3 generations, $4 now, $5 ttl (µs). The lane rows are locked in lane
-	// order first (the ARRAY init plan), as Settle does, so the two cannot deadlock.
-	q.renew = s(`UPDATE {{lanes}} AS l
-	SET lease_until = coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+	// $1 lanes, $2 owners, $3 generations, $4 now, $6 ttl (µs), $5 publisher generation. The
+	// lane rows are locked in lane order first (the ARRAY init plan), as Settle does, so the two
+	// cannot deadlock; a fenced renewal locks none.
+	q.renew = s(fenced(`UPDATE {{lanes}} AS l
+	SET lease_until = coalesce($4::timestamptz, now()) + $6::bigint * interval '1 microsecond'
 	FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 	WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
 	  AND l.lease_until > coalesce($4::timestamptz, now())
-	  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE))
-	RETURNING l.lane, l.owner, l.generation, l.lease_until`)
+	  AND (SELECT generation FROM pub) = $5::bigint
+	  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[])
+		AND (SELECT generation FROM pub) = $5::bigint ORDER BY lane FOR UPDATE))
+	RETURNING l.lane, l.owner, l.generation, l.lease_until`))
+	// AcquireGeneration runs publisherLock and, unless it joins, publisherBump in one transaction.
+	// $1 kind, $2 holder, $3 now.
+	q.publisherGet = s(`SELECT generation, kind, holder, since FROM {{publisher}}`)
+	q.publisherLock = s(`SELECT generation, kind, holder, since FROM {{publisher}} FOR UPDATE`)
+	q.publisherBump = s(`UPDATE {{publisher}}
+	SET generation = generation + 1, kind = $1, holder = $2, since = coalesce($3::timestamptz, now())
+	RETURNING generation, kind, holder, since`)
+
+	q.checkpointGet = s(`SELECT source, position, generation, updated_at FROM {{checkpoint}}`)
+	// $1 source, $2 position, $3 generation. One statement: lock the publisher row FOR SHARE
+	// (AcquireGeneration waits, and a waiting save reads the new generation), upsert only when
+	// $3 is the current generation, and return the current generation.
+	q.checkpointPut = s(`WITH pub AS MATERIALIZED (
+		SELECT generation FROM {{publisher}} FOR SHARE
+	), up AS (
+		INSERT INTO {{checkpoint}} AS c (singleton, source, position, generation)
+		SELECT true, $1, $2, $3::bigint FROM pub WHERE generation = $3::bigint
+		ON CONFLICT (singleton) DO UPDATE SET source = EXCLUDED.source, position = EXCLUDED.position,
+			generation = EXCLUDED.generation, updated_at = now()
+		RETURNING 1
+	)
+	SELECT generation, (SELECT count(*) FROM up) FROM pub`)
+
 	q.release = s(`UPDATE {{lanes}} AS l SET owner = ''
 	FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 	WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation

@@ -25,7 +25,9 @@ func (s *Store[TTx]) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int
 }
 
 // ClaimLanes takes up to p.Max free or expired lanes, lowest first, with the configured
-// ClaimStrategy. One statement.
+// ClaimStrategy. One statement, which first locks the publisher row FOR SHARE: when
+// p.Generation is not the current publisher generation it claims nothing and returns an error
+// wrapping core.ErrFenced.
 func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
 	if p.Max <= 0 {
 		return nil, nil
@@ -33,7 +35,7 @@ func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core
 	if p.Owner == "" {
 		return nil, fmt.Errorf("postgres: claim lanes: empty owner")
 	}
-	args := []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds(), p.Max}
+	args := []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds(), p.Max, p.Generation}
 	sql := s.q.claimSkipLocked
 	if s.o.ClaimStrategy == ClaimAdvisoryLock {
 		sql = s.q.claimAdvisory
@@ -46,13 +48,14 @@ func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core
 	return leases, nil
 }
 
-// RenewLanes extends the leases still held. One statement.
+// RenewLanes extends the leases still held. One statement, fenced by p.Generation as
+// ClaimLanes is: a stale generation renews nothing and gets an error wrapping core.ErrFenced.
 func (s *Store[TTx]) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
 	if len(p.Leases) == 0 {
 		return nil, nil
 	}
 	lanes, owners, gens := leaseArrays(p.Leases)
-	leases, err := s.leases(ctx, s.q.renew, lanes, owners, gens, tsIn(p.Now), p.TTL.Microseconds())
+	leases, err := s.leases(ctx, s.q.renew, lanes, owners, gens, tsIn(p.Now), p.Generation, p.TTL.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: renew lanes: %w", err)
 	}
@@ -71,6 +74,8 @@ func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []core.Lease) erro
 	return nil
 }
 
+// leases runs a fenced claim or renewal: rows of (lane, owner, generation, lease_until,
+// fenced).
 func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]core.Lease, error) {
 	r, err := s.db.query(ctx, sql, args...)
 	if err != nil {
@@ -78,11 +83,17 @@ func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]cor
 	}
 	defer r.Close()
 	var out []core.Lease
+	isFenced := false
 	for r.Next() {
 		var l core.Lease
 		var lane int64
-		if err := r.Scan(&lane, &l.Owner, &l.Generation, &l.Until); err != nil {
+		var fenced bool
+		if err := r.Scan(&lane, &l.Owner, &l.Generation, &l.Until, &fenced); err != nil {
 			return nil, err
+		}
+		if fenced {
+			isFenced = true
+			continue
 		}
 		l.Lane, l.Until = int(lane), l.Until.UTC()
 		out = append(out, l)
@@ -90,6 +101,9 @@ func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]cor
 	r.Close()
 	if err := r.Err(); err != nil {
 		return nil, err
+	}
+	if isFenced {
+		return nil, core.ErrFenced
 	}
 	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
 	return out, nil

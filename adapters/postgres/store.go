@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -28,6 +29,9 @@ type Store[TTx any] struct {
 	txq    func(TTx) querier // statements in the caller's transaction
 	inTx   func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 	listen func(ctx context.Context, fn func(l listener) error) error // a dedicated connection
+	// connConfig returns a copy of the connection settings of the pool or database, for the
+	// replication connections of ChangeSource.
+	connConfig func(ctx context.Context) (*pgconn.Config, error)
 
 	lanes atomic.Int64 // recorded lane count, cached once read
 
@@ -49,6 +53,8 @@ var (
 	_ core.Notifier             = (*Store[pgx.Tx])(nil)
 	_ core.Waker                = (*Store[pgx.Tx])(nil)
 	_ core.RelayStore           = (*Store[*sql.Tx])(nil)
+	_ core.CDCStore             = (*Store[pgx.Tx])(nil)
+	_ core.CDCStore             = (*Store[*sql.Tx])(nil)
 	_ core.Waker                = (*Store[*sql.Tx])(nil)
 )
 
@@ -75,6 +81,9 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store[pgx.Tx], error) {
 		conn := c.Hijack() // LISTEN state must not go back to the pool
 		defer conn.Close(context.WithoutCancel(ctx))
 		return fn(pgxListener{conn})
+	}
+	s.connConfig = func(context.Context) (*pgconn.Config, error) {
+		return pool.Config().ConnConfig.Config.Copy(), nil
 	}
 	return s, nil
 }
@@ -137,6 +146,23 @@ func NewSQL(db *sql.DB, opts *Options) (*Store[*sql.Tx], error) {
 			return err
 		}
 		return nil
+	}
+	s.connConfig = func(ctx context.Context) (*pgconn.Config, error) {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		var cfg *pgconn.Config
+		err = c.Raw(func(dc any) error {
+			sc, ok := dc.(*stdlib.Conn)
+			if !ok {
+				return fmt.Errorf("unexpected driver connection %T", dc)
+			}
+			cfg = sc.Conn().Config().Config.Copy()
+			return nil
+		})
+		return cfg, err
 	}
 	return s, nil
 }

@@ -62,6 +62,10 @@ type dbOptions struct {
 	mode     pgx.QueryExecMode // default QueryExecModeCacheStatement
 	maxConns int32             // default 8
 	role     string            // SET ROLE on every connection
+	// syncCommit runs the connections with synchronous_commit on: the test server runs with it
+	// off, and logical decoding reads only flushed WAL, so CDC would otherwise see commits up
+	// to a few wal_writer_delay (200 ms) late.
+	syncCommit bool
 }
 
 func newTestDB(tb testing.TB, o dbOptions) *testDB {
@@ -85,6 +89,9 @@ func newPool(tb testing.TB, schema string, o dbOptions) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(testDSN(tb))
 	require.NoError(tb, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
+	if o.syncCommit {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
 	if o.mode != 0 {
 		cfg.ConnConfig.DefaultQueryExecMode = o.mode
 	}

@@ -25,6 +25,13 @@
 //     process a Store queues its own write transactions in Go before asking SQLite, so they
 //     do not spin in SQLite's sleep-and-retry busy handler; across processes busy_timeout
 //     decides.
+//   - Publisher generations live in one row of <Table>_publisher (created by Migrate, also
+//     when it upgrades an outbox migrated by an earlier version; it starts at generation 0).
+//     AcquireGeneration reads and increments it in one write transaction, so concurrent
+//     callers, in this process or another, get distinct generations. ClaimLanes and RenewLanes
+//     check the caller's generation inside their own write transaction: a stale one changes
+//     nothing and gets an error wrapping core.ErrFenced, and no AcquireGeneration can commit
+//     between the check and the lease changes. Settle is fenced by its leases only.
 //   - Settle is one transaction of at most four statements whatever the batch size: a lease
 //     check, one UPDATE (or DELETE) of every published seq, one UPDATE of every failure (seqs
 //     and failures are bound as a single JSON array and read with json_each).

@@ -12,8 +12,8 @@ import (
 // Options configures a Store. A nil *Options means every default.
 type Options struct {
 	// Table is the outbox table. The adapter's other outbox tables and indexes derive their
-	// names from it: <Table>_lanes, <Table>_workers, <Table>_meta, <Table>_migrations and
-	// <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
+	// names from it: <Table>_lanes, <Table>_workers, <Table>_meta, <Table>_migrations,
+	// <Table>_publisher and <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
 	// It and every derived name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; <InboxTable>_horizons, <InboxTable>_versions,
@@ -37,7 +37,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // names holds every identifier the adapter uses, validated and quoted once.
 type names struct {
-	outbox, lanes, workers, meta, migrations              string
+	outbox, lanes, workers, meta, migrations, publisher   string
 	outboxID, outboxPending, outboxBlocked, outboxPublish string
 	outboxAggVersion                                      string
 	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
@@ -65,6 +65,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.workers, "Table", table + "_workers"},
 		{&n.meta, "Table", table + "_meta"},
 		{&n.migrations, "Table", table + "_migrations"},
+		{&n.publisher, "Table", table + "_publisher"},
 		{&n.outboxID, "Table", table + "_id"},
 		{&n.outboxPending, "Table", table + "_pending"},
 		{&n.outboxBlocked, "Table", table + "_blocked"},

@@ -37,6 +37,10 @@ type queries struct {
 	aggVersionIdx  string
 	writeLock      string
 
+	// publisher generation
+	publisherGet  string
+	publisherBump string
+
 	// outbox
 	insertPrefix     string
 	spSave           string
@@ -85,6 +89,7 @@ func replacer(n names) *strings.Replacer {
 		"{{workers}}", n.workers,
 		"{{meta}}", n.meta,
 		"{{migrations}}", n.migrations,
+		"{{publisher}}", n.publisher,
 		"{{outbox_id}}", n.outboxID,
 		"{{outbox_pending}}", n.outboxPending,
 		"{{outbox_blocked}}", n.outboxBlocked,
@@ -134,6 +139,12 @@ INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 
 		// A write statement that changes nothing: as the first statement of a transaction it
 		// takes SQLite's write lock at once, as BEGIN IMMEDIATE does, whatever _txlock says.
 		writeLock: `UPDATE {{meta}} SET value = value WHERE 0`,
+
+		publisherGet: `SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1`,
+		// ?1 kind, ?2 holder, ?3 since
+		publisherBump: `UPDATE {{publisher}} SET generation = generation + 1, kind = ?1, holder = ?2, since = ?3
+WHERE id = 1
+RETURNING generation, kind, holder, since`,
 
 		insertPrefix: `INSERT INTO {{outbox}} (` + insertColumns + `) VALUES `,
 		spSave:       `SAVEPOINT outboxkit_insert`,
@@ -246,7 +257,7 @@ RETURNING horizon`,
 	for _, p := range []*string{
 		&q.bootstrap, &q.appliedVersion[0], &q.appliedVersion[1], &q.recordVersion[0],
 		&q.recordVersion[1], &q.getLanes, &q.setLanes, &q.seedLanes,
-		&q.aggVersionIdx, &q.writeLock, &q.insertPrefix, &q.heartbeatUpsert, &q.heartbeatDelete,
+		&q.aggVersionIdx, &q.writeLock, &q.publisherGet, &q.publisherBump, &q.insertPrefix, &q.heartbeatUpsert, &q.heartbeatDelete,
 		&q.heartbeatExpired, &q.heartbeatCount, &q.claim, &q.renew, &q.releaseLane, &q.fetch,
 		&q.leaseState, &q.publish, &q.deletePublished, &q.fail, &q.minPending, &q.prune,
 		&q.list[0], &q.list[1], &q.list[2], &q.list[3], &q.stats, &q.unpark, &q.horizon,
@@ -256,7 +267,7 @@ RETURNING horizon`,
 		*p = r.Replace(*p)
 	}
 	q.cached = []string{
-		q.getLanes, q.writeLock, q.heartbeatUpsert, q.heartbeatDelete,
+		q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
 		q.heartbeatExpired, q.heartbeatCount, q.claim, q.renew, q.releaseLane, q.fetch,
 		q.leaseState, q.publish, q.deletePublished, q.fail, q.minPending, q.prune, q.horizon,
 		q.insertInbox, q.selectInbox, q.lockVersion, q.setVersion, q.raiseHorizon, q.pruneInbox,

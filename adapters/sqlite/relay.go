@@ -40,19 +40,26 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 }
 
 // ClaimLanes implements core.RelayStore. The write lock taken at the start of its transaction
-// makes concurrent claims run one after the other, so no lane is handed out twice.
+// makes concurrent claims run one after the other, so no lane is handed out twice, and keeps
+// AcquireGeneration out between the publisher generation check and the claim.
 func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
-	if p.Max <= 0 {
-		return nil, nil
-	}
 	if p.Owner == "" {
 		return nil, fmt.Errorf("sqlite: claim lanes: empty owner")
+	}
+	if p.Max <= 0 {
+		if err := s.fencedNoWork(ctx, p.Generation); err != nil {
+			return nil, fmt.Errorf("sqlite: claim lanes: %w", err)
+		}
+		return nil, nil
 	}
 	now := nowMicros(p.Now)
 	until := now + p.TTL.Microseconds()
 	var out []core.Lease
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
+		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
+			return err
+		}
 		rows, err := s.query(ctx, tx, s.q.claim, p.Owner, until, now, p.Max)
 		if err != nil {
 			return err
@@ -74,9 +81,13 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	return out, nil
 }
 
-// RenewLanes implements core.RelayStore.
+// RenewLanes implements core.RelayStore. It checks the publisher generation in the same write
+// transaction as the renewals.
 func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
 	if len(p.Leases) == 0 {
+		if err := s.fencedNoWork(ctx, p.Generation); err != nil {
+			return nil, fmt.Errorf("sqlite: renew lanes: %w", err)
+		}
 		return nil, nil
 	}
 	now := nowMicros(p.Now)
@@ -84,6 +95,9 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	var out []core.Lease
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
+		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
+			return err
+		}
 		for _, l := range p.Leases {
 			res, err := s.exec(ctx, tx, s.q.renew, until, l.Lane, l.Owner, l.Generation, now)
 			if err != nil {

@@ -1,0 +1,485 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/core"
+)
+
+// binlogMu orders the tests that read the binary log (read lock, in parallel) against the one
+// that purges it (write lock): PURGE BINARY LOGS acts on the whole server.
+var binlogMu sync.RWMutex
+
+// cdcFixture is a migrated store on a fresh database with its DSN and an outbox writer.
+type cdcFixture struct {
+	t     *testing.T
+	store *mysql.Store
+	db    *sql.DB
+	dsn   string
+	ob    *core.Outbox[*sql.Tx]
+}
+
+func newCDCFixture(t *testing.T) *cdcFixture {
+	t.Helper()
+	db, name := newDB(t)
+	s := storeOn(t, db, &mysql.Options{Lanes: 4})
+	c := testConfig(t).Clone()
+	c.DBName = name
+	c.ParseTime = true
+	ob, err := core.NewOutbox(t.Context(), core.OutboxStore[*sql.Tx](s), nil)
+	require.NoError(t, err)
+	return &cdcFixture{t: t, store: s, db: db, dsn: c.FormatDSN(), ob: ob}
+}
+
+func (f *cdcFixture) source(mode mysql.GTIDMode) *mysql.ChangeSource {
+	f.t.Helper()
+	src, err := mysql.NewChangeSource(f.store, &mysql.CDCOptions{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
+	require.NoError(f.t, err)
+	return src
+}
+
+func (f *cdcFixture) start(src *mysql.ChangeSource) (core.ChangeStream, string) {
+	f.t.Helper()
+	st, pos, err := src.Start(f.t.Context())
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = st.Close() })
+	return st, pos
+}
+
+func (f *cdcFixture) resume(src *mysql.ChangeSource, pos string) core.ChangeStream {
+	f.t.Helper()
+	st, err := src.Resume(f.t.Context(), pos)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// write commits one transaction with evs (one Write per event: one statement each).
+func (f *cdcFixture) write(evs ...core.Event) {
+	f.t.Helper()
+	require.NoError(f.t, f.store.InTx(f.t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+		for _, e := range evs {
+			if _, err := f.ob.Write(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+func ev(id string) core.Event {
+	return core.Event{ID: id, AggregateType: "order", AggregateID: "a-" + id, Type: "order.created",
+		Payload: []byte(`{"id":"` + id + `"}`)}
+}
+
+// ids lists the event ids of txs that carry records (empty transactions are skipped).
+func ids(txs []core.ChangeTx) [][]string {
+	var out [][]string
+	for _, tx := range txs {
+		if len(tx.Records) == 0 {
+			continue
+		}
+		var l []string
+		for _, r := range tx.Records {
+			l = append(l, r.ID)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// readRecords reads transactions until n records arrived (or the deadline passes).
+func readRecords(t *testing.T, st core.ChangeStream, n int) []core.ChangeTx {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var out []core.ChangeTx
+	got := 0
+	for got < n {
+		tx, err := st.Next(ctx)
+		require.NoError(t, err, "after %d of %d records", got, n)
+		require.NotEmpty(t, tx.Position)
+		out = append(out, tx)
+		got += len(tx.Records)
+	}
+	require.Equal(t, n, got, "more records than expected")
+	return out
+}
+
+// filePos returns the file and offset of a position's file part.
+func filePos(t *testing.T, pos string) (string, int64) {
+	t.Helper()
+	i := strings.LastIndex(pos, "file:")
+	require.GreaterOrEqual(t, i, 0, pos)
+	f := pos[i+len("file:"):]
+	j := strings.LastIndexByte(f, ':')
+	off, err := strconv.ParseInt(f[j+1:], 10, 64)
+	require.NoError(t, err)
+	return f[:j], off
+}
+
+func posLess(t *testing.T, a, b string) bool {
+	fa, oa := filePos(t, a)
+	fb, ob := filePos(t, b)
+	if fa != fb {
+		return fa < fb // binlog.000001 < binlog.000002
+	}
+	return oa < ob
+}
+
+func headPosition(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var file, pos string
+	var a, b sql.NullString
+	require.NoError(t, db.QueryRow("SHOW MASTER STATUS").Scan(&file, &pos, &a, &b))
+	return "file:" + file + ":" + pos
+}
+
+func TestChangeSourceStream(t *testing.T) {
+	t.Parallel()
+	binlogMu.RLock()
+	defer binlogMu.RUnlock()
+	f := newCDCFixture(t)
+	ctx := t.Context()
+	src := f.source(mysql.GTIDAuto)
+
+	id, err := src.Identity(ctx)
+	require.NoError(t, err)
+	var dbName string
+	require.NoError(t, f.db.QueryRow("SELECT DATABASE()").Scan(&dbName))
+	require.Regexp(t, `^mysql:[0-9]+/`+dbName+`\.outbox$`, id)
+
+	st, pos0 := f.start(src)
+	require.True(t, strings.HasPrefix(pos0, "gtid:"), "MariaDB always has GTIDs: %s", pos0)
+
+	// A rolled back transaction never appears.
+	err = f.store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := f.ob.Write(ctx, tx, ev("rolled-back")); err != nil {
+			return err
+		}
+		return errors.New("roll back")
+	})
+	require.Error(t, err)
+
+	// One transaction, several statements (a multi-row one among them): statement order.
+	full := core.Event{ID: "full", AggregateType: "order", AggregateID: "42", AggregateVersion: 7, Type: "order.paid",
+		SchemaID: "order.v1", PartitionKey: "pk-42", Destination: "orders", Payload: []byte{0, 1, 2, 0xff},
+		Headers: map[string]string{"trace_id": "abc", "x-tenant": "t1"}, Tenant: "t1", CausationID: "c1", CorrelationID: "r1"}
+	require.NoError(t, f.store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := f.ob.Write(ctx, tx, ev("m1")); err != nil {
+			return err
+		}
+		if _, err := f.ob.Write(ctx, tx, ev("m2"), ev("m3"), full); err != nil {
+			return err
+		}
+		_, err := f.ob.Write(ctx, tx, core.Event{ID: "empty-payload", AggregateType: "order", AggregateID: "1", Type: "order.x"})
+		return err
+	}))
+
+	// Two concurrent transactions committing in reverse insert order: commit order.
+	txA, err := f.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = f.ob.Write(ctx, txA, ev("A"))
+	require.NoError(t, err)
+	txB, err := f.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = f.ob.Write(ctx, txB, ev("B"))
+	require.NoError(t, err)
+	require.NoError(t, txB.Commit())
+	require.NoError(t, txA.Commit())
+
+	txs := readRecords(t, st, 7)
+	require.Equal(t, [][]string{{"m1", "m2", "m3", "full", "empty-payload"}, {"B"}, {"A"}}, ids(txs))
+
+	// Records are what Admin.List returns, field for field.
+	listed, err := f.store.List(ctx, core.ListParams{State: core.StateAll, Limit: 100})
+	require.NoError(t, err)
+	bySeq := map[int64]core.Record{}
+	for _, r := range listed {
+		bySeq[r.Seq] = r
+	}
+	require.Len(t, listed, 7)
+	last := pos0
+	for _, tx := range txs {
+		require.True(t, posLess(t, last, tx.Position), "positions advance: %s then %s", last, tx.Position)
+		last = tx.Position
+		for _, r := range tx.Records {
+			require.Equal(t, bySeq[r.Seq], r)
+		}
+	}
+	byID := map[string]core.Record{}
+	for _, tx := range txs {
+		for _, r := range tx.Records {
+			byID[r.ID] = r
+		}
+	}
+	require.Equal(t, full, byID["full"].Event)
+	require.Empty(t, byID["empty-payload"].Payload)
+	require.False(t, byID["full"].CreatedAt.IsZero())
+
+	// Relay marks (UPDATE) and deletes are not inserts: they do not appear; transactions
+	// without outbox inserts still move the position on.
+	_, err = f.db.Exec("UPDATE outbox SET published_at = UTC_TIMESTAMP(6) WHERE id = 'A'")
+	require.NoError(t, err)
+	_, err = f.db.Exec("DELETE FROM outbox WHERE id = 'B'")
+	require.NoError(t, err)
+	require.NoError(t, f.store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return effect(ctx, tx, "k") }))
+	head := headPosition(t, f.db)
+	for posLess(t, last, head) {
+		tx, err := st.Next(ctx)
+		require.NoError(t, err)
+		require.Empty(t, tx.Records)
+		require.True(t, posLess(t, last, tx.Position), "positions advance: %s then %s", last, tx.Position)
+		last = tx.Position
+	}
+	f.write(ev("after"))
+	require.Equal(t, [][]string{{"after"}}, ids(readRecords(t, st, 1)))
+}
+
+func TestChangeSourceResume(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []mysql.GTIDMode{mysql.GTIDAuto, mysql.GTIDOff} {
+		prefix := map[mysql.GTIDMode]string{mysql.GTIDAuto: "gtid:", mysql.GTIDOff: "file:"}[mode]
+		t.Run(strings.TrimSuffix(prefix, ":"), func(t *testing.T) {
+			t.Parallel()
+			binlogMu.RLock()
+			defer binlogMu.RUnlock()
+			f := newCDCFixture(t)
+			src := f.source(mode)
+			st, pos0 := f.start(src)
+			require.True(t, strings.HasPrefix(pos0, prefix), pos0)
+			f.write(ev("t1"))
+			f.write(ev("t2a"), ev("t2b"))
+			f.write(ev("t3"))
+			txs := readRecords(t, st, 4)
+			require.Equal(t, [][]string{{"t1"}, {"t2a", "t2b"}, {"t3"}}, ids(txs))
+			var after1 string
+			for _, tx := range txs {
+				require.True(t, strings.HasPrefix(tx.Position, prefix), tx.Position)
+				if len(tx.Records) > 0 && tx.Records[0].ID == "t1" {
+					after1 = tx.Position
+				}
+			}
+			require.NoError(t, st.Close())
+			t.Logf("start %s, after t1 %s", pos0, after1)
+
+			// Resuming after t1 streams exactly t2 and t3 (and what follows), from a new source.
+			st2 := f.resume(f.source(mode), after1)
+			f.write(ev("t4"))
+			txs2 := readRecords(t, st2, 4)
+			require.Equal(t, [][]string{{"t2a", "t2b"}, {"t3"}, {"t4"}}, ids(txs2))
+			last := after1
+			for _, tx := range txs2 {
+				require.True(t, strings.HasPrefix(tx.Position, prefix), tx.Position)
+				require.True(t, posLess(t, last, tx.Position), "file positions advance after a resume: %s then %s", last, tx.Position)
+				last = tx.Position
+			}
+
+			// From the start position: everything.
+			st3 := f.resume(src, pos0)
+			require.Equal(t, [][]string{{"t1"}, {"t2a", "t2b"}, {"t3"}, {"t4"}}, ids(readRecords(t, st3, 5)))
+		})
+	}
+}
+
+func TestChangeSourceRetention(t *testing.T) {
+	t.Parallel()
+	binlogMu.RLock()
+	defer binlogMu.RUnlock()
+	f := newCDCFixture(t)
+	ctx := t.Context()
+	src := f.source(mysql.GTIDAuto)
+	st, pos0 := f.start(src)
+	r0, err := src.Retention(ctx, pos0)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r0.RetainedBytes, int64(0))
+	require.Positive(t, r0.HeadroomBytes, "the log holds at least its header before the position")
+
+	payload := []byte(strings.Repeat("x", 1024))
+	for i := range 100 {
+		e := ev(fmt.Sprint("r", i))
+		e.Payload = payload
+		f.write(e)
+	}
+	r1, err := src.Retention(ctx, pos0)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r1.RetainedBytes, r0.RetainedBytes+100*1024, "100 KiB of payload is retained")
+	require.Equal(t, r0.HeadroomBytes, r1.HeadroomBytes)
+
+	txs := readRecords(t, st, 100)
+	end := txs[len(txs)-1].Position
+	r2, err := src.Retention(ctx, end)
+	require.NoError(t, err)
+	require.Less(t, r2.RetainedBytes, r1.RetainedBytes-100*1024)
+	require.GreaterOrEqual(t, r2.HeadroomBytes, r1.HeadroomBytes+100*1024)
+
+	_, err = src.Retention(ctx, "nonsense")
+	require.Error(t, err)
+}
+
+// TestChangeSourcePositionLost purges the binary logs: it holds binlogMu exclusively.
+// Not parallel: the purge must not hit a parallel test whose relay is down between two runs
+// (the conformance suite's cdc area), and sequential tests run while every parallel one waits.
+func TestChangeSourcePositionLost(t *testing.T) {
+	f := newCDCFixture(t)
+	ctx := t.Context()
+	binlogMu.Lock()
+	defer binlogMu.Unlock()
+
+	gsrc, fsrc := f.source(mysql.GTIDAuto), f.source(mysql.GTIDOff)
+	gst, _ := f.start(gsrc)
+	fst, _ := f.start(fsrc)
+	f.write(ev("p1"))
+	gpos := readRecords(t, gst, 1)[0].Position
+	fpos := readRecords(t, fst, 1)[0].Position
+	require.True(t, strings.HasPrefix(gpos, "gtid:"))
+	require.True(t, strings.HasPrefix(fpos, "file:"))
+	require.NoError(t, gst.Close())
+	require.NoError(t, fst.Close())
+	f.write(ev("p2")) // the GTID state moves past the checkpoint before the purge
+	file, _ := filePos(t, fpos)
+
+	newest := purgeBinaryLogs(t)
+	require.Greater(t, newest, file)
+
+	ident, err := fsrc.Identity(ctx)
+	require.NoError(t, err)
+	check := func(err error, checkpoint string) {
+		t.Helper()
+		require.ErrorIs(t, err, core.ErrPositionLost)
+		var pl *core.PositionLostError
+		require.ErrorAs(t, err, &pl)
+		require.Equal(t, ident, pl.Source)
+		require.Equal(t, checkpoint, pl.Checkpoint)
+		require.Contains(t, pl.Available, "file:"+newest+":4")
+		require.NotEmpty(t, pl.Reason)
+		t.Logf("lost: %v", err)
+	}
+
+	// File position: Resume itself reports it.
+	_, err = fsrc.Resume(ctx, fpos)
+	check(err, fpos)
+
+	// GTID position: the server refuses the dump, reported by the first Next.
+	st, err := gsrc.Resume(ctx, gpos)
+	if err == nil {
+		t.Cleanup(func() { _ = st.Close() })
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err = st.Next(tctx)
+		check(err, gpos)
+		_, err2 := st.Next(tctx)
+		require.ErrorIs(t, err2, core.ErrPositionLost, "the error is sticky")
+	} else {
+		check(err, gpos)
+	}
+	r, err := gsrc.Retention(ctx, gpos)
+	require.NoError(t, err)
+	require.Zero(t, r.HeadroomBytes, "a lost position has no headroom")
+}
+
+func TestNewChangeSourceOptions(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil)
+	_, err := mysql.NewChangeSource(s, nil)
+	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "DSN", oe.Field)
+	_, err = mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "Flavor", oe.Field)
+	_, err = mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db", GTID: mysql.GTIDMode(9)})
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "GTID", oe.Field)
+	_, err = mysql.NewChangeSource(nil, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db"})
+	require.ErrorAs(t, err, &oe)
+}
+
+// TestChangeSourceStartSnapshot: every row committed while Start runs is visible to a query
+// begun after Start returned or streamed (what Backfill relies on); rows committed after the
+// position but before the query may be both.
+func TestChangeSourceStartSnapshot(t *testing.T) {
+	t.Parallel()
+	binlogMu.RLock()
+	defer binlogMu.RUnlock()
+	f := newCDCFixture(t)
+	ctx := t.Context()
+	src := f.source(mysql.GTIDAuto)
+	_, err := src.Identity(ctx) // inspect the server before the writers start
+	require.NoError(t, err)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var written atomic.Int64
+	errs := make([]error, 4)
+	for w := range errs {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				err := f.store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+					_, err := f.ob.Write(ctx, tx, ev(fmt.Sprintf("w%d-%d", w, i)))
+					return err
+				})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				written.Add(1)
+			}
+		})
+	}
+	for written.Load() < 50 {
+		time.Sleep(time.Millisecond) // let the writers get going (not synchronisation)
+	}
+	st, _ := f.start(src)
+	visible, err := f.store.List(ctx, core.ListParams{State: core.StateAll, Limit: 1_000_000})
+	require.NoError(t, err)
+	for n := written.Load(); written.Load() < n+50; {
+		time.Sleep(time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+
+	all, err := f.store.List(ctx, core.ListParams{State: core.StateAll, Limit: 1_000_000})
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, r := range visible {
+		seen[r.ID] = true
+	}
+	// Stream until every row was seen (a row neither visible nor streamed times out).
+	missing := map[string]bool{}
+	for _, r := range all {
+		if !seen[r.ID] {
+			missing[r.ID] = true
+		}
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	both, streamed := 0, 0
+	for len(missing) > 0 {
+		tx, err := st.Next(tctx)
+		require.NoError(t, err, "rows neither visible after Start nor streamed: %v", missing)
+		for _, r := range tx.Records {
+			if seen[r.ID] {
+				both++
+			}
+			seen[r.ID] = true
+			delete(missing, r.ID)
+			streamed++
+		}
+	}
+	require.Positive(t, streamed-both, "rows were committed after Start's position")
+	t.Logf("%d rows: %d visible after Start, %d streamed, %d both", len(all), len(visible), streamed, both)
+}

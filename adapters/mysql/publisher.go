@@ -1,0 +1,117 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// The publisher generation (core.RelayStore.AcquireGeneration) is one row of Table+"_pub". Its
+// writer (AcquireGeneration) locks it exclusively; ClaimLanes, RenewLanes and SaveCheckpoint
+// read it with a shared lock in their own transaction, so that a call of an older generation
+// either commits before the new generation exists or sees it and changes nothing.
+
+// AcquireGeneration implements core.RelayStore.
+func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+	var pub core.Publisher
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		cur, err := scanPublisher(tx.QueryRowContext(ctx, s.q.publisherLockX))
+		if err != nil {
+			return err
+		}
+		if p.Join && cur.Kind == p.Kind {
+			pub = cur
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, s.q.publisherBump, p.Kind, p.Holder, timeArg(p.Now)); err != nil {
+			return err
+		}
+		pub, err = scanPublisher(tx.QueryRowContext(ctx, s.q.publisherRead))
+		return err
+	})
+	if err != nil {
+		return core.Publisher{}, s.publisherErr("acquire generation", err)
+	}
+	return pub, nil
+}
+
+// Generation implements core.RelayStore.
+func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
+	pub, err := scanPublisher(s.db.QueryRowContext(ctx, s.q.publisherRead))
+	if err != nil {
+		return core.Publisher{}, s.publisherErr("generation", err)
+	}
+	return pub, nil
+}
+
+func (s *Store) publisherErr(op string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("mysql: %s: %w: outbox %s is not migrated (no publisher row)", op, core.ErrSchemaMismatch, s.names.outbox)
+	}
+	return wrap(op, err)
+}
+
+func scanPublisher(row *sql.Row) (core.Publisher, error) {
+	var p core.Publisher
+	var since sql.NullTime
+	if err := row.Scan(&p.Generation, &p.Kind, &p.Holder, &since); err != nil {
+		return core.Publisher{}, err
+	}
+	p.Since = nullTime(since)
+	return p, nil
+}
+
+// fencedError is returned inside a transaction whose caller's generation is not current.
+type fencedError struct{ have, current int64 }
+
+func (e *fencedError) Error() string {
+	return fmt.Sprintf("%s (generation %d, current %d)", core.ErrFenced, e.have, e.current)
+}
+
+func (e *fencedError) Unwrap() error { return core.ErrFenced }
+
+// checkGeneration locks the publisher row in share mode and returns a *fencedError unless
+// generation is the current one.
+func (s *Store) checkGeneration(ctx context.Context, tx *sql.Tx, generation int64) error {
+	var cur int64
+	if err := tx.QueryRowContext(ctx, s.q.publisherLockS).Scan(&cur); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: outbox %s is not migrated (no publisher row)", core.ErrSchemaMismatch, s.names.outbox)
+		}
+		return err
+	}
+	if cur != generation {
+		return &fencedError{have: generation, current: cur}
+	}
+	return nil
+}
+
+// LoadCheckpoint implements core.CheckpointStore.
+func (s *Store) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool, error) {
+	var c core.Checkpoint
+	err := s.db.QueryRowContext(ctx, s.q.checkpointRead).Scan(&c.Source, &c.Position, &c.Generation, &c.UpdatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return core.Checkpoint{}, false, nil
+	}
+	if err != nil {
+		return core.Checkpoint{}, false, wrap("load checkpoint", err)
+	}
+	c.UpdatedAt = c.UpdatedAt.UTC()
+	return c, true, nil
+}
+
+// SaveCheckpoint implements core.CheckpointStore: in one transaction it checks c.Generation
+// against the publisher row (shared lock) and replaces the checkpoint.
+func (s *Store) SaveCheckpoint(ctx context.Context, c core.Checkpoint) error {
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		if err := s.checkGeneration(ctx, tx, c.Generation); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.q.checkpointPut, c.Source, c.Position, c.Generation)
+		return err
+	})
+	return wrap("save checkpoint", err)
+}

@@ -1,0 +1,237 @@
+package postgres
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// decoder turns pgoutput messages (protocol version 1, text tuples) into transactions of outbox
+// records. Relations are remembered by id; inserts of other relations (a publication shared
+// with other tables) are ignored.
+type decoder struct {
+	schema, table string
+	partitioned   bool
+	rels          map[uint32]*relation
+	inTx          bool
+	recs          []core.Record
+}
+
+// relation is a RelationMessage: its column names in tuple order, and whether it is the outbox
+// (or, for a partitioned outbox published without publish_via_partition_root, one of its
+// partitions).
+type relation struct {
+	cols   []string
+	outbox bool
+}
+
+// message decodes one pgoutput message; done is true (and tx complete) at a commit.
+func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) {
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return core.ChangeTx{}, false, fmt.Errorf("pgoutput: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		r := &relation{cols: make([]string, len(m.Columns)), outbox: d.isOutbox(m.Namespace, m.RelationName)}
+		for i, c := range m.Columns {
+			r.cols[i] = c.Name
+		}
+		d.rels[m.RelationID] = r
+	case *pglogrepl.BeginMessage:
+		d.inTx, d.recs = true, nil
+	case *pglogrepl.InsertMessage:
+		r, ok := d.rels[m.RelationID]
+		if !ok {
+			return core.ChangeTx{}, false, fmt.Errorf("pgoutput: insert into unknown relation %d", m.RelationID)
+		}
+		if !r.outbox {
+			return core.ChangeTx{}, false, nil
+		}
+		rec, err := r.record(m.Tuple)
+		if err != nil {
+			return core.ChangeTx{}, false, fmt.Errorf("pgoutput: outbox row: %w", err)
+		}
+		d.recs = append(d.recs, rec)
+	case *pglogrepl.CommitMessage:
+		tx = core.ChangeTx{Records: d.recs, Position: m.TransactionEndLSN.String()}
+		d.inTx, d.recs = false, nil
+		return tx, true, nil
+	}
+	return core.ChangeTx{}, false, nil
+}
+
+func (d *decoder) isOutbox(schema, name string) bool {
+	if schema != d.schema {
+		return false
+	}
+	if name == d.table {
+		return true
+	}
+	if !d.partitioned {
+		return false
+	}
+	rest, ok := strings.CutPrefix(name, d.table+"_p")
+	if !ok || len(rest) != len(partitionLayout) {
+		return false
+	}
+	_, err := time.Parse(partitionLayout, rest)
+	return err == nil
+}
+
+// record decodes an outbox row from its text columns, as Admin.List would return it.
+func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
+	if t == nil || len(t.Columns) != len(r.cols) {
+		return core.Record{}, fmt.Errorf("tuple has a different column count than its relation")
+	}
+	var rec core.Record
+	seen := 0
+	for i, name := range r.cols {
+		c := t.Columns[i]
+		var text string
+		isNull := false
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText:
+			text = string(c.Data)
+		case pglogrepl.TupleDataTypeNull:
+			isNull = true
+		default:
+			return core.Record{}, fmt.Errorf("column %s: unexpected tuple data type %q", name, c.DataType)
+		}
+		var err error
+		str := func(dst *string) {
+			if !isNull {
+				*dst = text
+			}
+		}
+		integer := func(dst *int64) {
+			if !isNull {
+				*dst, err = strconv.ParseInt(text, 10, 64)
+			}
+		}
+		ts := func(dst *time.Time) {
+			if !isNull {
+				*dst, err = parseTimestamptz(text)
+			}
+		}
+		switch name {
+		case "seq":
+			integer(&rec.Seq)
+			seen++
+		case "id":
+			str(&rec.ID)
+			seen++
+		case "aggregate_type":
+			str(&rec.AggregateType)
+		case "aggregate_id":
+			str(&rec.AggregateID)
+		case "aggregate_version":
+			integer(&rec.AggregateVersion)
+		case "type":
+			str(&rec.Type)
+		case "schema_id":
+			str(&rec.SchemaID)
+		case "partition_key":
+			str(&rec.PartitionKey)
+		case "destination":
+			str(&rec.Destination)
+		case "payload":
+			if !isNull {
+				var b []byte
+				b, err = decodeBytea(text)
+				if len(b) > 0 {
+					rec.Payload = b
+				}
+			}
+		case "headers":
+			if !isNull && text != "{}" {
+				err = json.Unmarshal([]byte(text), &rec.Headers)
+				if len(rec.Headers) == 0 {
+					rec.Headers = nil
+				}
+			}
+		case "tenant":
+			str(&rec.Tenant)
+		case "causation_id":
+			str(&rec.CausationID)
+		case "correlation_id":
+			str(&rec.CorrelationID)
+		case "lane":
+			var v int64
+			integer(&v)
+			rec.Lane = int(v)
+			seen++
+		case "created_at":
+			ts(&rec.CreatedAt)
+			seen++
+		case "published_at":
+			ts(&rec.PublishedAt)
+		case "attempts":
+			var v int64
+			integer(&v)
+			rec.Attempts = int(v)
+		case "next_attempt_at":
+			ts(&rec.NextAttemptAt)
+		case "last_error":
+			str(&rec.LastError)
+		case "parked_at":
+			ts(&rec.ParkedAt)
+		}
+		if err != nil {
+			return core.Record{}, fmt.Errorf("column %s: %w", name, err)
+		}
+	}
+	if seen != 4 {
+		return core.Record{}, fmt.Errorf("relation lacks one of the columns seq, id, lane, created_at")
+	}
+	return rec, nil
+}
+
+// decodeBytea decodes bytea's text output: hex ("\x0a0b") or the older escape format.
+func decodeBytea(s string) ([]byte, error) {
+	if h, ok := strings.CutPrefix(s, `\x`); ok {
+		return hex.DecodeString(h)
+	}
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			out = append(out, s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '\\' {
+			out = append(out, '\\')
+			i++
+			continue
+		}
+		if i+4 > len(s) {
+			return nil, fmt.Errorf("bad bytea escape at %d", i)
+		}
+		v, err := strconv.ParseUint(s[i+1:i+4], 8, 8)
+		if err != nil {
+			return nil, fmt.Errorf("bad bytea escape at %d: %w", i, err)
+		}
+		out = append(out, byte(v))
+		i += 3
+	}
+	return out, nil
+}
+
+// parseTimestamptz parses timestamptz's ISO text output ("2026-11-30 06:48:51.123456+00"; the
+// replication connection runs with TimeZone UTC), to microseconds in UTC.
+func parseTimestamptz(s string) (time.Time, error) {
+	var err error
+	for _, layout := range []string{"2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00", "2006-01-02 15:04:05.999999999Z07:00:00"} {
+		var t time.Time
+		if t, err = time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("timestamptz %q: %w", s, err)
+}

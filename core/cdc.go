@@ -1,0 +1,800 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CDCOptions configures a CDCRelay. Zero fields take their documented defaults.
+type CDCOptions struct {
+	// Owner names the relay in its lane leases and as the publisher's holder. Default
+	// "<hostname>-<pid>-<random hex>".
+	Owner string
+	// LeaseTTL is how long the relay's hold on the lanes lasts without renewal. Default 30s.
+	LeaseTTL time.Duration
+	// RenewInterval is how often the leases are renewed and the generation checked. Default
+	// LeaseTTL/3; it bounds how long a fenced CDC relay goes on publishing.
+	RenewInterval time.Duration
+	// BatchSize is the most records sent at once. The relay sends what the log has delivered
+	// as soon as it has it; it never waits to fill a batch. Default 500.
+	BatchSize int
+	// Retry decides the backoff of failed sends and when an event is parked. A CDC relay
+	// retries in place: the log is one ordered stream, so later events wait. Default: as
+	// RelayOptions.Retry.
+	Retry RetryPolicy
+	// DeleteOnPublish deletes rows once acknowledged instead of setting PublishedAt.
+	DeleteOnPublish bool
+	// MaxRetainedBytes caps the change log the database may retain for this relay
+	// (Retention.RetainedBytes). Over it the relay logs at error level (alert=true), Health
+	// reports a *RetentionError, and, with ReleaseOverCap, it stops. 0 means no cap.
+	MaxRetainedBytes int64
+	// ReleaseOverCap, when MaxRetainedBytes is exceeded, releases what holds the log for the
+	// relay (a PostgreSQL slot; see LogReleaser) and makes Run return the *RetentionError: the
+	// database stops retaining log at the price of a Backfill. Default false.
+	ReleaseOverCap bool
+	// RetentionInterval is how often retention is measured. Default 30s.
+	RetentionInterval time.Duration
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now, when set, replaces the database clock in store calls (tests).
+	Now func() time.Time
+}
+
+// LogReleaser is an optional ChangeSource capability: Release drops what holds the log for the
+// source (a PostgreSQL replication slot), so the database may recycle it. The position is lost.
+type LogReleaser interface {
+	Release(ctx context.Context) error
+}
+
+// CDCStats counts what a CDC relay did since it was created.
+type CDCStats struct {
+	Transactions uint64 // committed transactions read from the log
+	Sends        uint64 // Sink.Send calls
+	Published    uint64 // records marked published
+	Failures     uint64 // failed attempts recorded
+	Parked       uint64
+	Skipped      uint64 // records left unpublished behind a parked record of their key
+	Backfilled   uint64 // records published by backfills
+	Checkpoints  uint64 // checkpoints saved
+	Generation   int64
+	Checkpoint   string    // the last checkpointed position
+	Retention    Retention // the last measurement
+}
+
+// CDCRelay delivers committed outbox events by reading the database's change log instead of
+// polling the table. It publishes through the same Sink and Router as Relay and keeps the same
+// guarantees: at least once, in order per partition key (and in commit order overall), every
+// event marked published only after the sink acknowledged it.
+//
+// It is the outbox's single publisher: Run takes a new publisher generation (fencing every
+// relay before it, polling or CDC), waits until it holds every lane (so no polling worker of the
+// old generation is still sending), and then streams. Progress is a checkpoint in the outbox's
+// database, saved only after the sink acknowledged and the records were marked published;
+// after a crash the relay resumes from it and may resend what followed it (duplicates, never a
+// loss).
+type CDCRelay struct {
+	store  CDCStore
+	source ChangeSource
+	sink   Sink
+	router Router
+	o      CDCOptions
+	log    *slog.Logger
+
+	gen    atomic.Int64
+	leases []Lease // every lane; fixed while running
+
+	mu         sync.Mutex
+	checkpoint string
+	retention  Retention
+	health     error
+	parkedKeys map[string]bool
+	settle     *settler           // of the running session
+	backfilled map[int64]struct{} // seqs the session's backfill handled; see skipBackfilled
+
+	stats struct {
+		txs, sends, published, failures, parked, skipped, backfilled, checkpoints atomic.Uint64
+	}
+}
+
+// NewCDCRelay returns a CDC relay reading source and publishing to sink through router. opts may
+// be nil.
+func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, opts *CDCOptions) (*CDCRelay, error) {
+	switch {
+	case store == nil:
+		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
+	case source == nil:
+		return nil, &OptionError{Field: "source", Reason: "must not be nil"}
+	case sink == nil:
+		return nil, &OptionError{Field: "sink", Reason: "must not be nil"}
+	case router == nil:
+		return nil, &OptionError{Field: "router", Reason: "must not be nil"}
+	}
+	var o CDCOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Owner == "" {
+		o.Owner = defaultOwner()
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 30 * time.Second
+	}
+	if o.LeaseTTL < 0 {
+		return nil, &OptionError{Field: "LeaseTTL", Reason: "must be positive"}
+	}
+	if o.RenewInterval == 0 {
+		o.RenewInterval = o.LeaseTTL / 3
+	}
+	if o.RenewInterval <= 0 || o.RenewInterval >= o.LeaseTTL {
+		return nil, &OptionError{Field: "RenewInterval", Reason: "must be positive and shorter than LeaseTTL"}
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 500
+	}
+	if o.BatchSize < 0 {
+		return nil, &OptionError{Field: "BatchSize", Reason: "must be positive"}
+	}
+	if o.MaxRetainedBytes < 0 {
+		return nil, &OptionError{Field: "MaxRetainedBytes", Reason: "must not be negative"}
+	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = 30 * time.Second
+	}
+	if o.RetentionInterval < 0 {
+		return nil, &OptionError{Field: "RetentionInterval", Reason: "must be positive"}
+	}
+	o.Retry = o.Retry.withDefaults()
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &CDCRelay{
+		store: store, source: source, sink: sink, router: router, o: o,
+		log:        o.Logger.With("owner", o.Owner, "relay", "cdc"),
+		parkedKeys: map[string]bool{},
+	}, nil
+}
+
+// Owner returns the name the relay uses in leases.
+func (r *CDCRelay) Owner() string { return r.o.Owner }
+
+// Stats returns the relay's counters.
+func (r *CDCRelay) Stats() CDCStats {
+	r.mu.Lock()
+	cp, ret := r.checkpoint, r.retention
+	r.mu.Unlock()
+	return CDCStats{
+		Transactions: r.stats.txs.Load(), Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
+		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(), Skipped: r.stats.skipped.Load(),
+		Backfilled: r.stats.backfilled.Load(), Checkpoints: r.stats.checkpoints.Load(),
+		Generation: r.gen.Load(), Checkpoint: cp, Retention: ret,
+	}
+}
+
+// Health returns the relay's error state: a *RetentionError while the retained log is over
+// MaxRetainedBytes, else nil.
+func (r *CDCRelay) Health() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.health
+}
+
+func (r *CDCRelay) now() time.Time {
+	if r.o.Now != nil {
+		return r.o.Now()
+	}
+	return time.Time{}
+}
+
+// Run publishes until ctx is cancelled (then it returns nil) or until it cannot go on:
+//   - a newer publisher generation fenced it: an error wrapping ErrFenced;
+//   - the log no longer holds its checkpoint: a *PositionLostError (errors.Is ErrPositionLost).
+//     Run never skips a gap; run Backfill, then Run again;
+//   - with ReleaseOverCap, the retained log went over its cap: a *RetentionError.
+//
+// With no checkpoint yet (the first run, or a cutover from polling), Run starts at the head of
+// the log after a backfill of every unpublished row, exactly as Backfill does.
+func (r *CDCRelay) Run(ctx context.Context) error {
+	return r.session(ctx, false)
+}
+
+// Backfill republishes, with their original event IDs and in Seq order per partition key, every
+// outbox row that is not published (everything after the last checkpoint: cleanup never deletes
+// an unpublished row), ignoring retry schedules, and moves the checkpoint to the current head
+// of the log (creating a fresh replication slot where the log needs one). It is the recovery
+// from a lost position and takes the outbox over like Run does (a new generation, every lane).
+// It returns when done; then Run resumes from the new checkpoint. Records of a parked key stay
+// parked: Unpark them first to include them.
+//
+// Rows that commit while Backfill runs may be published twice (by the backfill, and by the
+// stream of the next Run, which starts at the new checkpoint): duplicates, never a loss. Run's
+// own backfill (first start, cutover) skips them in its stream.
+func (r *CDCRelay) Backfill(ctx context.Context) error {
+	return r.session(ctx, true)
+}
+
+// errStopped is the cause of a session ended by the renewal loop.
+type stopCause struct{ err error }
+
+func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
+	lanes, err := r.store.LaneCount(ctx)
+	if err != nil {
+		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: lane count: %w", err))
+	}
+	if lanes < 1 || lanes > MaxLanes {
+		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
+	}
+	id, err := r.source.Identity(ctx)
+	if err != nil {
+		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: source identity: %w", err))
+	}
+	pub, err := r.store.AcquireGeneration(ctx, AcquireParams{Kind: KindCDC, Holder: r.o.Owner, Now: r.now()})
+	if err != nil {
+		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: acquire generation: %w", err))
+	}
+	r.gen.Store(pub.Generation)
+	log := r.log.With("generation", pub.Generation)
+	log.Info("cdc_relay_acquired", "source", id, "backfill", backfillOnly)
+
+	// The session's context ends with ctx or when the renewal loop finds the relay fenced.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := r.takeLanes(sctx, lanes, log); err != nil {
+		return r.end(ctx, sctx, err)
+	}
+	var wg sync.WaitGroup
+	r.settle = r.newSettler(id, log)
+	defer func() {
+		cancel(nil)
+		r.settle.close() // marks what the sink acknowledged, even when stopping
+		wg.Wait()
+		r.releaseLanes(context.WithoutCancel(ctx), log)
+	}()
+	wg.Go(func() { r.renewLoop(sctx, cancel, log) })
+
+	cp, ok, err := r.store.LoadCheckpoint(sctx)
+	if err != nil {
+		return r.end(ctx, sctx, fmt.Errorf("outbox: cdc relay: load checkpoint: %w", err))
+	}
+	var stream ChangeStream
+	switch {
+	case backfillOnly || !ok:
+		if stream, err = r.backfill(sctx, id, log); err != nil {
+			return r.end(ctx, sctx, err)
+		}
+		if backfillOnly {
+			_ = stream.Close()
+			return nil
+		}
+	case cp.Source != id:
+		return &PositionLostError{Source: cp.Source, Checkpoint: cp.Position, Available: "",
+			Reason: "the change source is now " + id}
+	default:
+		if stream, err = r.source.Resume(sctx, cp.Position); err != nil {
+			return r.end(ctx, sctx, fmt.Errorf("outbox: cdc relay: resume: %w", err))
+		}
+		r.setCheckpoint(cp.Position)
+		log.Info("cdc_relay_resumed", "position", cp.Position)
+	}
+	wg.Go(func() { r.retentionLoop(sctx, cancel, log) })
+	err = r.end(ctx, sctx, r.stream(sctx, id, stream, log))
+	_ = stream.Close()
+	var over *RetentionError
+	if errors.As(err, &over) && r.o.ReleaseOverCap {
+		r.releaseLog(context.WithoutCancel(ctx), log)
+	}
+	return err
+}
+
+// releaseLog drops what holds the log for the source (after the stream was closed).
+func (r *CDCRelay) releaseLog(ctx context.Context, log *slog.Logger) {
+	rel, ok := r.source.(LogReleaser)
+	if !ok {
+		log.Error("cdc_relay_release_log_unsupported", "alert", true)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := rel.Release(ctx); err != nil {
+		log.Error("cdc_relay_release_log_failed", "alert", true, "error", err)
+		return
+	}
+	log.Error("cdc_relay_log_released", "alert", true, "note", "the position is lost: run Backfill")
+}
+
+// quiet turns an error caused by ctx ending into nil.
+func (r *CDCRelay) quiet(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// end returns the session's result: the cause that stopped it (fenced, retention), nil when the
+// caller's ctx ended, else err.
+func (r *CDCRelay) end(ctx, sctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	var c stopCause
+	if cause := context.Cause(sctx); cause != nil && errors.As(cause, &c) {
+		return c.err
+	}
+	return err
+}
+
+func (c stopCause) Error() string { return c.err.Error() }
+
+// takeLanes claims every lane, waiting for the previous publisher's workers to release them (or
+// for their leases to expire).
+func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) error {
+	held := map[int]Lease{}
+	wait := 10 * time.Millisecond
+	warned := time.Now()
+	for len(held) < lanes {
+		if len(held) > 0 {
+			renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: mapValues(held), TTL: r.o.LeaseTTL, Now: r.now()})
+			if err != nil {
+				return fmt.Errorf("outbox: cdc relay: renew lanes: %w", err)
+			}
+			clear(held)
+			for _, l := range renewed {
+				held[l.Lane] = l
+			}
+		}
+		got, err := r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: lanes, TTL: r.o.LeaseTTL, Now: r.now()})
+		if err != nil {
+			return fmt.Errorf("outbox: cdc relay: claim lanes: %w", err)
+		}
+		for _, l := range got {
+			held[l.Lane] = l
+		}
+		if len(held) == lanes {
+			break
+		}
+		if time.Since(warned) > r.o.RenewInterval {
+			log.Info("cdc_relay_waiting_for_lanes", "held", len(held), "lanes", lanes)
+			warned = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 250*time.Millisecond)
+	}
+	r.mu.Lock()
+	r.leases = sortedLeases(held)
+	r.mu.Unlock()
+	log.Info("cdc_relay_lanes_held", "lanes", lanes)
+	return nil
+}
+
+func mapValues(m map[int]Lease) []Lease {
+	out := make([]Lease, 0, len(m))
+	for _, l := range m {
+		out = append(out, l)
+	}
+	return out
+}
+
+func sortedLeases(m map[int]Lease) []Lease {
+	out := make([]Lease, 0, len(m))
+	for i := 0; len(out) < len(m); i++ {
+		if l, ok := m[i]; ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (r *CDCRelay) currentLeases() []Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leases
+}
+
+// renewLoop renews every lease each RenewInterval. A stale generation or a lost lane ends the
+// session: another publisher owns the outbox now.
+func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger) {
+	t := time.NewTicker(r.o.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		held := r.currentLeases()
+		renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		switch {
+		case errors.Is(err, ErrFenced):
+			log.Warn("cdc_relay_fenced", "error", err)
+			cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), err)})
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn("cdc_relay_renew_failed", "error", err)
+			}
+		case len(renewed) < len(held):
+			log.Warn("cdc_relay_lanes_lost", "held", len(renewed), "lanes", len(held))
+			cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: %d of %d lanes lost: %w", r.o.Owner, len(held)-len(renewed), len(held), ErrClaimLost)})
+			return
+		default:
+			r.mu.Lock()
+			r.leases = renewed
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *CDCRelay) releaseLanes(ctx context.Context, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held := r.currentLeases()
+	r.mu.Lock()
+	r.leases = nil
+	r.mu.Unlock()
+	if len(held) > 0 {
+		if err := r.store.ReleaseLanes(ctx, held); err != nil {
+			log.Warn("cdc_relay_release_failed", "error", err)
+		}
+	}
+}
+
+// retentionLoop measures the log retained for the checkpoint every RetentionInterval.
+func (r *CDCRelay) retentionLoop(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger) {
+	for {
+		r.mu.Lock()
+		pos := r.checkpoint
+		r.mu.Unlock()
+		if pos != "" {
+			ret, err := r.source.Retention(ctx, pos)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("cdc_relay_retention_failed", "error", err)
+				}
+			} else if stop := r.recordRetention(ret, log); stop != nil {
+				cancel(stopCause{stop})
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.o.RetentionInterval):
+		}
+	}
+}
+
+// recordRetention stores a measurement and applies the cap; it returns the error that must stop
+// the relay (ReleaseOverCap), else nil.
+func (r *CDCRelay) recordRetention(ret Retention, log *slog.Logger) error {
+	var over *RetentionError
+	if r.o.MaxRetainedBytes > 0 && ret.RetainedBytes > r.o.MaxRetainedBytes {
+		over = &RetentionError{Retention: ret, Cap: r.o.MaxRetainedBytes}
+	}
+	r.mu.Lock()
+	r.retention = ret
+	if over != nil {
+		r.health = over
+	} else {
+		r.health = nil
+	}
+	r.mu.Unlock()
+	if over == nil {
+		log.Debug("cdc_relay_retention", "retained_bytes", ret.RetainedBytes, "headroom_bytes", ret.HeadroomBytes)
+		return nil
+	}
+	log.Error("cdc_relay_retention_over_cap", "alert", true, "retained_bytes", ret.RetainedBytes,
+		"cap_bytes", r.o.MaxRetainedBytes, "headroom_bytes", ret.HeadroomBytes)
+	if !r.o.ReleaseOverCap {
+		return nil
+	}
+	return over // the session stops, closes its stream, then releases the log
+}
+
+func (r *CDCRelay) setCheckpoint(pos string) {
+	r.mu.Lock()
+	r.checkpoint = pos
+	r.mu.Unlock()
+}
+
+// farFuture is the Now of backfill fetches: every retry schedule is due.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// backfill opens a stream at the head of the log, publishes every unpublished row committed
+// before it, and checkpoints the head. The stream then carries on from there.
+func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (ChangeStream, error) {
+	stream, pos, err := r.source.Start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: cdc relay: start the log: %w", err)
+	}
+	log.Info("cdc_relay_backfill_started", "position", pos)
+	r.backfilled = map[int64]struct{}{}
+	total := 0
+	for {
+		recs, err := r.store.Fetch(ctx, FetchParams{Leases: r.currentLeases(), Limit: r.o.BatchSize, Now: farFuture})
+		if err != nil {
+			_ = stream.Close()
+			return nil, fmt.Errorf("outbox: cdc relay: backfill fetch: %w", err)
+		}
+		if len(recs) > 0 {
+			for _, rec := range recs {
+				r.backfilled[rec.Seq] = struct{}{}
+			}
+			err := r.deliver(ctx, recs, log)
+			if err == nil {
+				err = r.settle.flush(ctx) // the next fetch must not see these rows again
+			}
+			if err != nil {
+				_ = stream.Close()
+				return nil, err
+			}
+			total += len(recs)
+			r.stats.backfilled.Add(uint64(len(recs)))
+		}
+		// A short fetch saw every unpublished row committed before pos (the fetch began after
+		// Start returned), and deliver settled each of them.
+		if len(recs) < r.o.BatchSize {
+			break
+		}
+	}
+	err = r.settle.submit(ctx, &settleItem{pos: pos, stream: stream})
+	if err == nil {
+		err = r.settle.flush(ctx)
+	}
+	if err != nil {
+		_ = stream.Close()
+		return nil, err
+	}
+	log.Info("cdc_relay_backfill_done", "records", total, "position", pos)
+	return stream, nil
+}
+
+// changeOrErr is what the reader goroutine hands over.
+type changeOrErr struct {
+	tx  ChangeTx
+	err error
+}
+
+// stream publishes the log's transactions until ctx ends or the stream fails.
+func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, log *slog.Logger) error {
+	// The reader decodes ahead of the sender, bounded by the channel.
+	ch := make(chan changeOrErr, 4*r.o.BatchSize)
+	rctx, stopReader := context.WithCancel(ctx)
+	defer stopReader()
+	go func() {
+		for {
+			tx, err := stream.Next(rctx)
+			select {
+			case ch <- changeOrErr{tx, err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	var (
+		recs  []Record
+		carry *changeOrErr // a transaction read but left for the next batch
+	)
+	for {
+		var first changeOrErr
+		if carry != nil {
+			first, carry = *carry, nil
+		} else {
+			var idle <-chan time.Time
+			var t *time.Timer
+			if len(r.backfilled) > 0 {
+				t = time.NewTimer(backfillSkipIdle)
+				idle = t.C
+			}
+			caughtUp := false
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case first = <-ch:
+			case <-idle:
+				caughtUp = true
+			}
+			if t != nil {
+				t.Stop()
+			}
+			if caughtUp {
+				// Nothing to read for a while: every row the backfill published that the
+				// stream also carries has gone by.
+				r.backfilled = nil
+				continue
+			}
+		}
+		if first.err != nil {
+			return fmt.Errorf("outbox: cdc relay: read the log: %w", first.err)
+		}
+		recs = append(recs[:0], first.tx.Records...)
+		pos := first.tx.Position
+		r.stats.txs.Add(1)
+		// Take whatever else is already there, whole transactions that fit in BatchSize (a
+		// larger transaction is sent alone, in BatchSize chunks).
+		var failed error
+	more:
+		for len(recs) < r.o.BatchSize {
+			select {
+			case c := <-ch:
+				if c.err != nil {
+					failed = c.err
+					break more
+				}
+				if len(recs)+len(c.tx.Records) > r.o.BatchSize {
+					carry = &c
+					break more
+				}
+				recs = append(recs, c.tx.Records...)
+				pos = c.tx.Position
+				r.stats.txs.Add(1)
+			default:
+				break more
+			}
+		}
+		if len(recs) > 0 {
+			if err := r.deliver(ctx, r.skipBackfilled(r.skipParked(recs)), log); err != nil {
+				return err
+			}
+		}
+		if err := r.settle.submit(ctx, &settleItem{pos: pos, stream: stream}); err != nil {
+			return err
+		}
+		if failed != nil {
+			return fmt.Errorf("outbox: cdc relay: read the log: %w", failed)
+		}
+	}
+}
+
+// backfillSkipIdle is how long the stream must have nothing to read before the relay forgets
+// which rows its backfill published.
+const backfillSkipIdle = 200 * time.Millisecond
+
+// skipBackfilled drops records the backfill of this session already published (rows that
+// committed after the log's start position but before the backfill's last fetch): without it
+// they would be sent twice.
+func (r *CDCRelay) skipBackfilled(recs []Record) []Record {
+	if len(r.backfilled) == 0 {
+		return recs
+	}
+	out := recs[:0]
+	for _, rec := range recs {
+		if _, ok := r.backfilled[rec.Seq]; ok {
+			delete(r.backfilled, rec.Seq)
+			continue
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// skipParked drops the records of keys parked during this run: they stay unpublished (so cleanup
+// keeps them) until Unpark and a Backfill deliver them in order.
+func (r *CDCRelay) skipParked(recs []Record) []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.parkedKeys) == 0 {
+		return recs
+	}
+	out := recs[:0]
+	for _, rec := range recs {
+		if r.parkedKeys[rec.PartitionKey] {
+			r.stats.skipped.Add(1)
+			continue
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// deliver sends recs (in order) until each is published or parked, retrying failures in place
+// with backoff; later records of a failed key wait behind it. Records are marked with Settle,
+// fenced by the leases of every lane.
+func (r *CDCRelay) deliver(ctx context.Context, recs []Record, log *slog.Logger) error {
+	for start := 0; start < len(recs); start += r.o.BatchSize {
+		if err := r.deliverBatch(ctx, recs[start:min(start+r.o.BatchSize, len(recs))], log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog.Logger) error {
+	attempts := map[int64]int{}
+	round := 0
+	for len(pending) > 0 {
+		outcome := make([]error, len(pending))
+		msgs := make([]Message, 0, len(pending))
+		idx := make([]int, 0, len(pending))
+		blocked := map[string]bool{}
+		for i := range pending {
+			rec := &pending[i]
+			if blocked[rec.PartitionKey] {
+				outcome[i] = ErrNotAcknowledged
+				continue
+			}
+			dest, err := r.router.Route(&rec.Event)
+			if err != nil {
+				outcome[i] = err
+				blocked[rec.PartitionKey] = true
+				continue
+			}
+			msgs = append(msgs, Message{Record: *rec, Destination: dest, DedupID: rec.ID, GroupID: rec.PartitionKey})
+			idx = append(idx, i)
+		}
+		if len(msgs) > 0 {
+			r.stats.sends.Add(1)
+			res := r.sink.Send(ctx, msgs)
+			if err := CheckOutcomes(msgs, res); err != nil {
+				log.Error("cdc_relay_sink_contract_violated", "error", err)
+				if len(res) != len(msgs) {
+					res = Outcomes(len(msgs), fmt.Errorf("%w: %v", ErrNotAcknowledged, err))
+				}
+			}
+			for j, i := range idx {
+				outcome[i] = res[j]
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err // nothing is marked: the records will be read again
+		}
+
+		var p SettleParams // leases, mode and time are set by the settler
+		var retry []Record
+		failedKey := map[string]bool{}
+		for i := range pending {
+			rec := &pending[i]
+			switch {
+			case failedKey[rec.PartitionKey]:
+				retry = append(retry, *rec) // behind an earlier failure of its key
+			case outcome[i] == nil:
+				p.Published = append(p.Published, rec.Seq)
+			default:
+				failedKey[rec.PartitionKey] = true
+				attempts[rec.Seq]++
+				n := rec.Attempts + attempts[rec.Seq]
+				park := IsPermanent(outcome[i]) || r.o.Retry.Exhausted(n)
+				p.Failed = append(p.Failed, Failure{Seq: rec.Seq, Lane: rec.Lane, Error: TruncateError(outcome[i].Error()),
+					Delay: r.o.Retry.Delay(n), Park: park})
+				if park {
+					log.Warn("cdc_relay_event_parked", "event_id", rec.ID, "partition_key", rec.PartitionKey,
+						"attempts", n, "error", outcome[i])
+					r.mu.Lock()
+					r.parkedKeys[rec.PartitionKey] = true
+					r.mu.Unlock()
+				} else {
+					retry = append(retry, *rec)
+				}
+			}
+		}
+		// Records held behind a parked record stay unpublished; they are not retried here.
+		retry = r.skipParked(retry)
+		if err := r.settle.submit(ctx, &settleItem{p: &p}); err != nil {
+			return err
+		}
+		pending = retry
+		if len(pending) == 0 {
+			return nil
+		}
+		round++
+		delay := r.o.Retry.Delay(round)
+		log.Warn("cdc_relay_send_failed", "retrying", len(pending), "pause", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// settler applies a CDC relay's marks and checkpoints off the send path, in order: the relay
+// goes on reading and sending while the previous batch's marks and checkpoint commit. Batches
+// waiting behind a busy database are merged into one Settle and one checkpoint write (the
+// latest position), so a slow commit costs fewer commits rather than more latency. A checkpoint
+// is written only after the marks of every batch before it.
+type settler struct {
+	r    *CDCRelay
+	id   string
+	log  *slog.Logger
+	q    chan *settleItem
+	done chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+// settleItem is one batch's marks (p, may be nil) and the position it completes (pos, may be
+// empty), or a flush marker (both empty).
+type settleItem struct {
+	p      *SettleParams
+	pos    string
+	stream ChangeStream
+	done   chan struct{} // closed once applied or failed (flush markers)
+}
+
+// opTimeout bounds one store call of the settler; its context does not end with the session so
+// that a stopping relay still marks what the sink acknowledged.
+const opTimeout = 30 * time.Second
+
+func (r *CDCRelay) newSettler(id string, log *slog.Logger) *settler {
+	s := &settler{r: r, id: id, log: log, q: make(chan *settleItem, 8), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+// failed returns the error that stopped the settler, if any.
+func (s *settler) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// submit queues an item; it blocks while 8 are waiting (back-pressure on the sender).
+func (s *settler) submit(ctx context.Context, it *settleItem) error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	select {
+	case s.q <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush waits until everything submitted before it was applied, and returns the settler's error.
+func (s *settler) flush(ctx context.Context) error {
+	it := &settleItem{done: make(chan struct{})}
+	if err := s.submit(ctx, it); err != nil {
+		return err
+	}
+	select {
+	case <-it.done:
+		return s.failed()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close applies what is queued (best effort, bounded by opTimeout per call) and stops.
+func (s *settler) close() {
+	close(s.q)
+	<-s.done
+}
+
+func (s *settler) run() {
+	defer close(s.done)
+	for it := range s.q {
+		batch := []*settleItem{it}
+		// Merge what else waits, up to the first batch with failures (settled on its own, in
+		// order, so that a failure and a later success of one record are never one call).
+		if it.p == nil || len(it.p.Failed) == 0 {
+		more:
+			for {
+				select {
+				case next, ok := <-s.q:
+					if !ok {
+						break more
+					}
+					batch = append(batch, next)
+					if next.p != nil && len(next.p.Failed) > 0 {
+						break more
+					}
+				default:
+					break more
+				}
+			}
+		}
+		if s.failed() == nil {
+			if err := s.apply(batch); err != nil {
+				s.mu.Lock()
+				s.err = err
+				s.mu.Unlock()
+			}
+		}
+		for _, b := range batch {
+			if b.done != nil {
+				close(b.done)
+			}
+		}
+	}
+}
+
+func (s *settler) apply(batch []*settleItem) error {
+	r := s.r
+	var p SettleParams
+	var pos string
+	var stream ChangeStream
+	for _, it := range batch {
+		if it.p != nil {
+			p.Published = append(p.Published, it.p.Published...)
+			p.Failed = append(p.Failed, it.p.Failed...)
+		}
+		if it.pos != "" {
+			pos, stream = it.pos, it.stream
+		}
+	}
+	if len(p.Published)+len(p.Failed) > 0 {
+		p.Leases, p.Delete, p.Now = r.currentLeases(), r.o.DeleteOnPublish, r.now()
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := r.store.Settle(ctx, p)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("outbox: cdc relay: settle: %w", err)
+		}
+		r.stats.published.Add(uint64(len(p.Published)))
+		r.stats.failures.Add(uint64(len(p.Failed)))
+		for _, f := range p.Failed {
+			if f.Park {
+				r.stats.parked.Add(1)
+			}
+		}
+	}
+	if pos == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := r.store.SaveCheckpoint(ctx, Checkpoint{Source: s.id, Position: pos, Generation: r.gen.Load()}); err != nil {
+		return fmt.Errorf("outbox: cdc relay: save checkpoint: %w", err)
+	}
+	r.stats.checkpoints.Add(1)
+	r.setCheckpoint(pos)
+	if err := stream.Confirm(ctx, pos); err != nil {
+		s.log.Warn("cdc_relay_confirm_failed", "error", err)
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/memory"
+	"github.com/outboxkit/outbox/core"
+)
+
+// droppingSource loses the records of one partition key from the log, as a broken CDC source
+// would.
+type droppingSource struct {
+	core.ChangeSource
+	key string
+}
+
+func (d *droppingSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+	st, pos, err := d.ChangeSource.Start(ctx)
+	return &droppingStream{ChangeStream: st, key: d.key}, pos, err
+}
+
+type droppingStream struct {
+	core.ChangeStream
+	key string
+}
+
+func (s *droppingStream) Next(ctx context.Context) (core.ChangeTx, error) {
+	tx, err := s.ChangeStream.Next(ctx)
+	out := tx.Records[:0]
+	for _, r := range tx.Records {
+		if r.PartitionKey != s.key {
+			out = append(out, r)
+		}
+	}
+	tx.Records = out
+	return tx, err
+}
+
+func writeOne(t *testing.T, s *memory.Store, ob *core.Outbox[*memory.Tx], key string) string {
+	t.Helper()
+	var id string
+	require.NoError(t, s.InTx(context.Background(), func(ctx context.Context, tx *memory.Tx) error {
+		evs, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: key, Type: "t", PartitionKey: key})
+		if err == nil {
+			id = evs[0].ID
+		}
+		return err
+	}))
+	return id
+}
+
+// The shadow report must catch a change source that misses events (OnlyActive) and an active
+// relay that does not publish what the log has (OnlyCDC): the safety check of a cutover
+// rehearsal, shown to fire when the property is broken.
+func TestShadowReportCatchesDifferences(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ob, err := core.NewOutbox[*memory.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	var offset atomic.Int64 // the shadow's clock runs ahead of the real one by this much
+	sh, err := core.NewCDCShadow(&droppingSource{ChangeSource: s.ChangeSource(), key: "lost"}, s,
+		&core.ShadowOptions{Grace: time.Second, ClockMargin: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sh.Run(rctx) }()
+	require.Eventually(t, func() bool { _, err := sh.Report(ctx); return err == nil }, 5*time.Second, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // past ClockMargin
+
+	read := writeOne(t, s, ob, "read") // read by the shadow; nobody publishes it
+	lost := writeOne(t, s, ob, "lost") // committed, never read by the shadow
+	require.Eventually(t, func() bool { r, _ := sh.Report(ctx); return r.Seen == 1 }, 5*time.Second, time.Millisecond)
+
+	rep, err := sh.Report(ctx)
+	require.NoError(t, err)
+	require.False(t, rep.Differences(), "within Grace nothing is a difference yet: %+v", rep)
+	require.Equal(t, 2, rep.InFlight)
+
+	offset.Store(int64(2 * time.Second)) // past Grace
+	rep, err = sh.Report(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Differences())
+	require.Equal(t, []string{read}, rep.OnlyCDC)
+	require.Equal(t, []string{lost}, rep.OnlyActive)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// Run refuses a checkpoint of another change log: resuming a position of another server or slot
+// would skip or repeat arbitrary events.
+func TestCDCRelayRefusesAnotherSourcesCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	p, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC})
+	require.NoError(t, err)
+	require.NoError(t, s.SaveCheckpoint(ctx, core.Checkpoint{Source: "postgres:other/slot/t", Position: "0/16B3748", Generation: p.Generation}))
+	r, err := core.NewCDCRelay(s, s.ChangeSource(), core.SinkFunc(func(_ context.Context, m []core.Message) []error { return make([]error, len(m)) }),
+		core.StaticRouter{Default: "q"}, &core.CDCOptions{LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	err = r.Run(ctx)
+	var lost *core.PositionLostError
+	require.ErrorAs(t, err, &lost)
+	require.True(t, errors.Is(err, core.ErrPositionLost))
+	require.Equal(t, "0/16B3748", lost.Checkpoint)
+}
