@@ -73,7 +73,9 @@ pg_start() {
 		return 1
 	fi
 
-	local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	# With synchronous_commit off, WAL reaches the walsenders (and so CDC relays) only when the
+	# WAL writer flushes it, every wal_writer_delay (200ms by default): shorten it for tests.
+	local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_writer_delay=10ms"
 	if [[ "${PG_DURABLE:-0}" == 1 ]]; then
 		durability=""
 	fi
@@ -83,8 +85,8 @@ pg_start() {
 		# shellcheck disable=SC2086
 		if runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
 			-t "${PG_START_TIMEOUT:-60}" start -o "-c port=$port -c listen_addresses=127.0.0.1 \
--c unix_socket_directories=$dir -c wal_level=logical -c max_replication_slots=10 \
--c max_wal_senders=10 -c max_connections=200 $durability" >>"$dir/pg_ctl.log" 2>&1; then
+-c unix_socket_directories=$dir -c wal_level=logical -c max_replication_slots=40 \
+-c max_wal_senders=40 -c max_connections=300 $durability" >>"$dir/pg_ctl.log" 2>&1; then
 			break
 		fi
 		# The port may have been taken between the probe and the start: retry on another one.
