@@ -1,0 +1,138 @@
+package mysql_test
+
+// CDC relay benchmarks against a real server (skipped without OUTBOXKIT_MYSQL_DSN):
+//
+//	OUTBOXKIT_MARIADB_DURABLE=1 source scripts/lib/mariadb.sh && mariadb_start
+//	go test -c -o /tmp/myb/cdc.test ./adapters/mysql && cd adapters/mysql
+//	/tmp/myb/cdc.test -test.run '^$' -test.bench 'CDCDrain' -test.benchtime 1x -test.v
+//	OUTBOXKIT_BENCH_SECONDS=30 /tmp/myb/cdc.test -test.run '^$' -test.bench 'CDCLatency' -test.benchtime 1x -test.v
+//
+// BenchmarkCDCDrain measures, in OUTBOXKIT_BENCH_ROUNDS (default 3) interleaved rounds, the
+// drain of OUTBOXKIT_BENCH_EVENTS (default 200,000) events of ~1.1 KiB over 1,000 keys,
+// committed in transactions of 1,000 through core.Outbox: by the polling relay (1 worker, batch
+// 500, mark mode) and by the CDC relay reading them from the binary log (batch 1,000, mark
+// mode). BenchmarkCDCLatency measures commit-to-publish latency at 1,000 events/s from 8
+// producers.
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/cdcbench"
+)
+
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+func benchSeconds() time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_SECONDS")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 10 * time.Second
+}
+
+// cdcBenchStore returns a migrated store on a fresh database and a change source on it.
+func cdcBenchStore(b *testing.B) (*mysql.Store, *mysql.ChangeSource) {
+	b.Helper()
+	db, name := newDB(b)
+	s := storeOn(b, db, nil)
+	cfg := testConfig(b).Clone()
+	cfg.DBName = name
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	src, err := mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: cfg.FormatDSN(), Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, src
+}
+
+// seedTxs writes n events through core.Outbox, 1,000 per transaction.
+func seedTxs(b *testing.B, s *mysql.Store, n int) {
+	b.Helper()
+	ctx := context.Background()
+	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for start := 0; start < n; start += 1000 {
+		evs := make([]core.Event, 0, 1000)
+		for i := start; i < min(start+1000, n); i++ {
+			evs = append(evs, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i % benchKeys), Type: "order.created",
+				Payload: benchPayload, Headers: map[string]string{"trace_id": "0af7651916cd43dd8448eb211c80319c"}})
+		}
+		if err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := ob.Write(ctx, tx, evs...)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCDCDrain(b *testing.B) {
+	benchConfig(b)
+	n := benchEvents()
+	var polling, cdc []float64
+	for round := range benchRounds() * b.N {
+		s, _ := cdcBenchStore(b)
+		seedTxs(b, s, n)
+		start := time.Now()
+		relayDrain(b, s, 1, false, n)
+		polling = append(polling, float64(n)/time.Since(start).Seconds())
+
+		s, src := cdcBenchStore(b)
+		cdcbench.Checkpoint(b, s, src)
+		seedTxs(b, s, n)
+		_, rate := cdcbench.Drain(b, s, src, n, 1000)
+		cdc = append(cdc, rate)
+		b.Logf("round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", round+1, polling[round], rate, rate/polling[round])
+	}
+	b.ReportMetric(median(polling), "polling-events/s")
+	b.ReportMetric(median(cdc), "cdc-events/s")
+	b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkCDCLatency(b *testing.B) {
+	benchConfig(b)
+	ctx := context.Background()
+	for range b.N {
+		s, src := cdcBenchStore(b)
+		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat := cdcbench.Latency(b, s, src, 1000, benchSeconds(), func(ctx context.Context, i int) (string, error) {
+			var id string
+			err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				evs, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i % 100),
+					Type: "order.created", Payload: benchPayload})
+				if err == nil {
+					id = evs[0].ID
+				}
+				return err
+			})
+			return id, err
+		})
+		cdcbench.Report(b, "", lat)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,120 @@
+package postgres
+
+// CDC relay benchmarks against a real server (skipped without OUTBOXKIT_POSTGRES_DSN):
+//
+//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	go test -c -o /tmp/pgb/cdc.test ./adapters/postgres && cd adapters/postgres
+//	/tmp/pgb/cdc.test -test.run '^$' -test.bench 'CDCDrain' -test.benchtime 1x -test.v
+//	OUTBOXKIT_BENCH_SECONDS=30 /tmp/pgb/cdc.test -test.run '^$' -test.bench 'CDCLatency' -test.benchtime 1x -test.v
+//
+// BenchmarkCDCDrain measures, in OUTBOXKIT_BENCH_ROUNDS (default 3) interleaved rounds, the
+// drain of a backlog of OUTBOXKIT_BENCH_EVENTS (default 200,000) events of ~1 KiB over 10,000
+// keys, committed in transactions of 1,000: by the polling relay (1 worker, batch 1,000, mark
+// mode), and by the CDC relay reading the same kind of backlog from its slot (batch 1,000, mark
+// mode). BenchmarkCDCLatency measures commit-to-publish latency of the CDC relay at a steady
+// 1,000 events/s from 8 producers.
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/cdcbench"
+)
+
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// seedTxs writes n events of ~1 KiB over benchKeys keys with COPY, 1,000 per transaction.
+func seedTxs(b *testing.B, d *testDB, n int) {
+	b.Helper()
+	ctx := context.Background()
+	payload := make([]byte, 1024)
+	_, _ = rand.Read(payload)
+	for start := 0; start < n; start += 1000 {
+		rows := make([][]any, 0, 1000)
+		for i := start; i < min(start+1000, n); i++ {
+			agg := strconv.Itoa(i % benchKeys)
+			key := "order/" + agg
+			rows = append(rows, []any{fmt.Sprintf("ev-%d", i), "order", agg, int64(0), "order.created", key,
+				payload, "{}", int32(core.LaneOf(key, core.DefaultLanes))})
+		}
+		_, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.schema, "outbox"},
+			[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "type", "partition_key", "payload", "headers", "lane"},
+			pgx.CopyFromRows(rows))
+		require.NoError(b, err)
+	}
+	for _, sql := range []string{"VACUUM ANALYZE outbox", "CHECKPOINT"} {
+		_, err := d.pool.Exec(ctx, sql)
+		require.NoError(b, err)
+	}
+}
+
+func benchSource(b *testing.B, s *Store[pgx.Tx]) *ChangeSource {
+	b.Helper()
+	src, err := s.ChangeSource(nil)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = src.DropSlot(context.Background()) })
+	return src
+}
+
+func BenchmarkCDCDrain(b *testing.B) {
+	testDSN(b)
+	n := benchEvents()
+	var polling, cdc []float64
+	for round := range benchRounds() * b.N {
+		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+		seedTxs(b, d, n)
+		el := drainWithRelays(b, s, 1, false, n)
+		polling = append(polling, float64(n)/el.Seconds())
+
+		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+		src := benchSource(b, s)
+		cdcbench.Checkpoint(b, s, src)
+		seedTxs(b, d, n)
+		_, rate := cdcbench.Drain(b, s, src, n, 1000)
+		cdc = append(cdc, rate)
+		b.Logf("round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", round+1, polling[round], rate, rate/polling[round])
+	}
+	b.ReportMetric(median(polling), "polling-events/s")
+	b.ReportMetric(median(cdc), "cdc-events/s")
+	b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkCDCLatency(b *testing.B) {
+	testDSN(b)
+	ctx := context.Background()
+	for range b.N {
+		s, _ := migratedStore(b, dbOptions{maxConns: 16}, &Options{})
+		src := benchSource(b, s)
+		ob, err := core.NewOutbox(ctx, s, nil)
+		require.NoError(b, err)
+		payload := make([]byte, 1024)
+		lat := cdcbench.Latency(b, s, src, 1000, benchSeconds(), func(ctx context.Context, i int) (string, error) {
+			var id string
+			err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				evs, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i % 100),
+					Type: "order.created", Payload: payload})
+				if err == nil {
+					id = evs[0].ID
+				}
+				return err
+			})
+			return id, err
+		})
+		cdcbench.Report(b, "", lat)
+	}
+	b.ReportMetric(0, "ns/op")
+}

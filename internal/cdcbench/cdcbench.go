@@ -1,0 +1,200 @@
+// Package cdcbench holds the measurements the adapters' CDC benchmarks share: the drain rate of a
+// backlog read from the change log, and commit-to-publish latency at a steady producer rate.
+package cdcbench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// countingSink acknowledges everything and counts records.
+type countingSink struct {
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+	once sync.Once
+}
+
+func (s *countingSink) Send(_ context.Context, msgs []core.Message) []error {
+	if s.n.Add(int64(len(msgs))) >= s.want {
+		s.once.Do(func() { close(s.done) })
+	}
+	return make([]error, len(msgs))
+}
+
+func options(batch int) *core.CDCOptions {
+	return &core.CDCOptions{BatchSize: batch, Logger: slog.New(slog.DiscardHandler), RetentionInterval: time.Hour}
+}
+
+// Checkpoint runs a CDC relay until it has checkpointed an empty outbox's log head, so that
+// what is written next is read from the log (not backfilled).
+func Checkpoint(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := core.NewCDCRelay(store, src, &countingSink{want: 1 << 62, done: make(chan struct{})}, core.StaticRouter{Default: "q"}, options(500))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for r.Stats().Checkpoints == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		tb.Fatalf("checkpoint run: %v", err)
+	}
+	if r.Stats().Checkpoints == 0 {
+		tb.Fatal("no checkpoint within a minute")
+	}
+}
+
+// Drain resumes a CDC relay from its checkpoint and returns how long it took to publish (and
+// mark) want records that are already in the log, and the rate.
+func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batch int) (time.Duration, float64) {
+	tb.Helper()
+	sink := &countingSink{want: int64(want), done: make(chan struct{})}
+	r, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "q"}, options(batch))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-sink.done:
+	case err := <-done:
+		cancel()
+		tb.Fatalf("cdc relay stopped: %v", err)
+	case <-time.After(30 * time.Minute):
+		tb.Fatalf("drain incomplete after 30 minutes: %d of %d", sink.n.Load(), want)
+	}
+	// Published means marked too: wait for the marks of the last batch.
+	for r.Stats().Published < uint64(want) {
+		select {
+		case err := <-done:
+			tb.Fatalf("cdc relay stopped: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-done; err != nil {
+		tb.Fatalf("cdc relay: %v", err)
+	}
+	return elapsed, float64(want) / elapsed.Seconds()
+}
+
+// Latency runs a CDC relay while write commits one event every 1/rate seconds for dur, and
+// returns the commit-to-publish latencies, sorted. write returns the event ID after its
+// transaction committed.
+func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int, dur time.Duration,
+	write func(ctx context.Context, i int) (string, error)) []time.Duration {
+	tb.Helper()
+	var committed sync.Map // id -> time.Time
+	var mu sync.Mutex
+	var lat []time.Duration
+	var pending sync.Map // id -> time the sink saw it before the commit time was recorded
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		now := time.Now()
+		mu.Lock()
+		for _, m := range msgs {
+			if at, ok := committed.Load(m.ID); ok {
+				lat = append(lat, now.Sub(at.(time.Time)))
+			} else {
+				pending.Store(m.ID, now)
+			}
+		}
+		mu.Unlock()
+		return make([]error, len(msgs))
+	})
+	r, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "q"}, options(500))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	for r.Stats().Checkpoints == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	n := int(dur.Seconds() * float64(rate))
+	interval := time.Second / time.Duration(rate)
+	// Several producers, as an application has: each commits on its own schedule.
+	const producers = 8
+	var wg sync.WaitGroup
+	start := time.Now()
+	for p := range producers {
+		wg.Go(func() {
+			for i := p; i < n; i += producers {
+				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+					time.Sleep(d)
+				}
+				id, err := write(ctx, i)
+				at := time.Now()
+				if err != nil {
+					tb.Errorf("write: %v", err)
+					return
+				}
+				mu.Lock()
+				if seen, ok := pending.LoadAndDelete(id); ok {
+					lat = append(lat, max(seen.(time.Time).Sub(at), 0))
+				} else {
+					committed.Store(id, at)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		got := len(lat)
+		mu.Unlock()
+		if got >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		tb.Fatalf("cdc relay: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lat) < n {
+		tb.Fatalf("only %d of %d events published", len(lat), n)
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+// Quantile returns the q-quantile of sorted durations, in milliseconds.
+func Quantile(d []time.Duration, q float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds()) / 1000
+}
+
+// Report logs and reports p50/p99/max of sorted latencies with a metric prefix.
+func Report(b *testing.B, prefix string, d []time.Duration) {
+	b.ReportMetric(Quantile(d, 0.50), prefix+"p50-ms")
+	b.ReportMetric(Quantile(d, 0.99), prefix+"p99-ms")
+	b.ReportMetric(Quantile(d, 1), prefix+"max-ms")
+	b.Logf("%s%d events: p50 %.2f ms, p99 %.2f ms, max %.2f ms", prefix, len(d), Quantile(d, 0.5), Quantile(d, 0.99), Quantile(d, 1))
+}
+
+// String formats a rate.
+func String(rate float64) string { return fmt.Sprintf("%.0f events/s", rate) }
