@@ -114,7 +114,7 @@ func BenchmarkCDCLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lat := cdcbench.Latency(b, s, src, 1000, benchSeconds(), func(ctx context.Context, i int) (string, error) {
+		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), func(ctx context.Context, i int) (string, error) {
 			var id string
 			err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 				evs, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i % 100),
@@ -126,7 +126,8 @@ func BenchmarkCDCLatency(b *testing.B) {
 			})
 			return id, err
 		})
-		cdcbench.Report(b, "", lat)
+		cdcbench.Report(b, "commit-", fromCommit)
+		cdcbench.Report(b, "begin-", fromBegin)
 	}
 	b.ReportMetric(0, "ns/op")
 }

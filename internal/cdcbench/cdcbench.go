@@ -96,23 +96,32 @@ func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batc
 }
 
 // Latency runs a CDC relay while write commits one event every 1/rate seconds for dur, and
-// returns the commit-to-publish latencies, sorted. write returns the event ID after its
-// transaction committed.
+// returns two sorted latency series: from when the commit returned (zero when the relay
+// published before the database acknowledged the commit to the producer, which the change log
+// allows), and from when the producer began its transaction (an upper bound of
+// commit-to-publish). write returns the event ID after its transaction committed.
 func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int, dur time.Duration,
-	write func(ctx context.Context, i int) (string, error)) []time.Duration {
+	write func(ctx context.Context, i int) (string, error)) (fromCommit, fromBegin []time.Duration) {
 	tb.Helper()
-	var committed sync.Map // id -> time.Time
+	type times struct{ begin, commit, published time.Time }
 	var mu sync.Mutex
-	var lat []time.Duration
-	var pending sync.Map // id -> time the sink saw it before the commit time was recorded
+	seen := map[string]*times{}
+	entry := func(id string) *times {
+		t := seen[id]
+		if t == nil {
+			t = &times{}
+			seen[id] = t
+		}
+		return t
+	}
+	var published atomic.Int64
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
 		now := time.Now()
 		mu.Lock()
 		for _, m := range msgs {
-			if at, ok := committed.Load(m.ID); ok {
-				lat = append(lat, now.Sub(at.(time.Time)))
-			} else {
-				pending.Store(m.ID, now)
+			if t := entry(m.ID); t.published.IsZero() {
+				t.published = now
+				published.Add(1)
 			}
 		}
 		mu.Unlock()
@@ -140,31 +149,23 @@ func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int
 				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 					time.Sleep(d)
 				}
+				begin := time.Now()
 				id, err := write(ctx, i)
-				at := time.Now()
+				commit := time.Now()
 				if err != nil {
 					tb.Errorf("write: %v", err)
 					return
 				}
 				mu.Lock()
-				if seen, ok := pending.LoadAndDelete(id); ok {
-					lat = append(lat, max(seen.(time.Time).Sub(at), 0))
-				} else {
-					committed.Store(id, at)
-				}
+				t := entry(id)
+				t.begin, t.commit = begin, commit
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	deadline := time.Now().Add(time.Minute)
-	for {
-		mu.Lock()
-		got := len(lat)
-		mu.Unlock()
-		if got >= n || time.Now().After(deadline) {
-			break
-		}
+	for published.Load() < int64(n) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
@@ -173,11 +174,19 @@ func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(lat) < n {
-		tb.Fatalf("only %d of %d events published", len(lat), n)
+	for id, t := range seen {
+		if t.published.IsZero() || t.begin.IsZero() {
+			tb.Fatalf("event %s: written %v, published %v", id, !t.begin.IsZero(), !t.published.IsZero())
+		}
+		fromCommit = append(fromCommit, max(t.published.Sub(t.commit), 0))
+		fromBegin = append(fromBegin, t.published.Sub(t.begin))
 	}
-	slices.Sort(lat)
-	return lat
+	if len(fromCommit) != n {
+		tb.Fatalf("%d of %d events published", len(fromCommit), n)
+	}
+	slices.Sort(fromCommit)
+	slices.Sort(fromBegin)
+	return fromCommit, fromBegin
 }
 
 // Quantile returns the q-quantile of sorted durations, in milliseconds.
