@@ -24,37 +24,12 @@ func cdcOptions(owner string) *core.CDCOptions {
 }
 
 // cdcRun is a CDC relay (Run or Backfill) started by the suite.
-type cdcRun struct {
-	r      *core.CDCRelay
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
-}
+type cdcRun = runner[*core.CDCRelay]
 
-func (c *cdcRun) stop() error {
-	c.once.Do(func() {
-		c.cancel()
-		select {
-		case c.err = <-c.done:
-		case <-time.After(30 * time.Second):
-			c.err = fmt.Errorf("cdc relay %s did not return 30s after its context was cancelled", c.r.Owner())
-		}
-	})
-	return c.err
-}
-
-// wait waits for Run to return by itself and returns its error.
+// waitCDC waits for Run or Backfill to return by itself and returns its error.
 func (e *env[TTx]) waitCDC(c *cdcRun, what string) error {
 	e.t.Helper()
-	select {
-	case err := <-c.done:
-		c.once.Do(func() { c.cancel(); c.err = err })
-		return err
-	case <-e.ctx.Done():
-		e.fatalf("gave up waiting for %s", what)
-		return nil
-	}
+	return returned(e, c, what)
 }
 
 func (e *env[TTx]) cdcStore() core.CDCStore {
@@ -450,14 +425,8 @@ func cdcCases[TTx any]() []tcase[TTx] {
 			e.waitFor("polling to publish", func() bool { return sink.Seen() > 40 })
 			c := e.runCDC(e.newCDC(nil, src, sink, nil), false)
 			for _, p := range []*running{p1, p2} {
-				select {
-				case err := <-p.done:
-					p.once.Do(func() { p.cancel(); p.err = err })
-					if !errors.Is(err, core.ErrFenced) {
-						e.fatalf("a polling worker returned %v at the cutover, want ErrFenced", err)
-					}
-				case <-e.ctx.Done():
-					e.fatalf("a polling worker kept running after the CDC relay took over")
+				if err := returned(e, p, "the polling workers to stop at the cutover"); !errors.Is(err, core.ErrFenced) {
+					e.fatalf("a polling worker returned %v at the cutover, want ErrFenced", err)
 				}
 			}
 			n := prod.n.Load()

@@ -160,14 +160,8 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			}
 			cur, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "takeover"})
 			e.must(err, "AcquireGeneration")
-			select {
-			case err := <-rr.done:
-				rr.once.Do(func() { rr.cancel(); rr.err = err })
-				if !errors.Is(err, core.ErrFenced) {
-					e.fatalf("the fenced polling relay's Run returned %v, want ErrFenced", err)
-				}
-			case <-e.ctx.Done():
-				e.fatalf("the polling relay went on running after a takeover")
+			if err := returned(e, rr, "the polling relay to stop after a takeover"); !errors.Is(err, core.ErrFenced) {
+				e.fatalf("the fenced polling relay's Run returned %v, want ErrFenced", err)
 			}
 			// It released its lanes on the way out: the new generation gets all of them at once.
 			got, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Generation: cur.Generation, Owner: "takeover", Max: e.lanes, TTL: time.Minute})

@@ -252,16 +252,45 @@ func relayOptions(owner string) *core.RelayOptions {
 	}
 }
 
-// running is a relay started by the suite.
-type running struct {
-	r      *core.Relay
+// runner is a relay (polling or CDC) that the suite started in a goroutine.
+type runner[R interface{ Owner() string }] struct {
+	r      R
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 	err    error
 }
 
-// startRelay runs a relay on store until stop (or the end of the subtest). o may be nil.
+// running is a polling relay started by the suite.
+type running = runner[*core.Relay]
+
+// stop cancels the relay and waits for it to return; it returns its error.
+func (rr *runner[R]) stop() error {
+	rr.once.Do(func() {
+		rr.cancel()
+		select {
+		case rr.err = <-rr.done:
+		case <-time.After(30 * time.Second):
+			rr.err = fmt.Errorf("relay %s did not return 30s after its context was cancelled", rr.r.Owner())
+		}
+	})
+	return rr.err
+}
+
+// returned waits, bounded by the watchdog, for the relay to return by itself, and returns
+// its error.
+func returned[TTx any, R interface{ Owner() string }](e *env[TTx], rr *runner[R], what string) error {
+	e.t.Helper()
+	select {
+	case err := <-rr.done:
+		rr.once.Do(func() { rr.cancel(); rr.err = err })
+		return err
+	case <-e.ctx.Done():
+		e.fatalf("gave up waiting for %s", what)
+		return nil
+	}
+}
+
 func (e *env[TTx]) startRelay(store core.RelayStore, sink core.Sink, o *core.RelayOptions) *running {
 	e.t.Helper()
 	if o == nil {
@@ -281,19 +310,6 @@ func (e *env[TTx]) run(r *core.Relay) *running {
 	go func() { rr.done <- r.Run(ctx) }()
 	e.t.Cleanup(func() { _ = rr.stop() })
 	return rr
-}
-
-// stop cancels the relay and waits for Run to return; it returns Run's error.
-func (rr *running) stop() error {
-	rr.once.Do(func() {
-		rr.cancel()
-		select {
-		case rr.err = <-rr.done:
-		case <-time.After(30 * time.Second):
-			rr.err = fmt.Errorf("relay %s did not return 30s after its context was cancelled", rr.r.Owner())
-		}
-	})
-	return rr.err
 }
 
 func (e *env[TTx]) stopRelay(rr *running) {
