@@ -86,7 +86,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 	if p.BelowSeq > 0 && p.BelowSeq < below {
 		below = p.BelowSeq
 	}
-	res, err := s.exec(ctx, s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.Limit)
+	res, err := s.exec(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.Limit)
 	if err != nil {
 		return 0, wrap("prune outbox", err)
 	}

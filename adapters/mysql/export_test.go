@@ -9,3 +9,6 @@ func (s *Store) FetchPlanQueries(lanes []int, total, blocked int) (string, []any
 	}
 	return s.fetchQuery(lanes, total, keys, nil, 500)
 }
+
+// MinimalMarks reports whether marks are logged with a minimal row image.
+func (s *Store) MinimalMarks() bool { return s.markPrefix != "" }

@@ -336,9 +336,9 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			var query string
 			var args []any
 			if p.Delete {
-				query = fmt.Sprintf(s.q.settleDelete, placeholders(len(seqs)), placeholders(len(lanes)))
+				query = s.markPrefix + fmt.Sprintf(s.q.settleDelete, placeholders(len(seqs)), placeholders(len(lanes)))
 			} else {
-				query = fmt.Sprintf(s.q.settlePublish, placeholders(len(seqs)), placeholders(len(lanes)))
+				query = s.markPrefix + fmt.Sprintf(s.q.settlePublish, placeholders(len(seqs)), placeholders(len(lanes)))
 				args = append(args, now)
 			}
 			args = appendInt64s(args, seqs)
@@ -348,7 +348,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			}
 		}
 		if len(p.Failed) > 0 {
-			query := fmt.Sprintf(s.q.settleFail, placeholders(len(lanes)))
+			query := s.markPrefix + fmt.Sprintf(s.q.settleFail, placeholders(len(lanes)))
 			for _, f := range p.Failed {
 				args := []any{f.Error, now, micros(f.Delay), f.Park, now, f.Seq}
 				args = appendInts(args, lanes)
