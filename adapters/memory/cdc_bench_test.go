@@ -41,7 +41,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		d, rate := cdcbench.Drain(b, s, s.ChangeSource(), n, 1000)
+		d, rate := cdcbench.Drain(b, s, s.ChangeSource(), n, 1000, false)
 		b.ReportMetric(rate, "events/s")
 		b.Logf("drained %d in %v", n, d.Round(time.Millisecond))
 	}

@@ -10,9 +10,9 @@ package mysql_test
 // BenchmarkCDCDrain measures, in OUTBOXKIT_BENCH_ROUNDS (default 3) interleaved rounds, the
 // drain of OUTBOXKIT_BENCH_EVENTS (default 200,000) events of ~1.1 KiB over 1,000 keys,
 // committed in transactions of 1,000 through core.Outbox: by the polling relay (1 worker, batch
-// 500, mark mode) and by the CDC relay reading them from the binary log (batch 1,000, mark
-// mode). BenchmarkCDCLatency measures commit-to-publish latency at 1,000 events/s from 8
-// producers.
+// 500) and by the CDC relay reading them from the binary log (batch 1,000), both marking rows
+// published (mark) and both deleting them (delete). BenchmarkCDCLatency measures
+// commit-to-publish latency at 1,000 events/s from 8 producers.
 
 import (
 	"context"
@@ -84,25 +84,29 @@ func seedTxs(b *testing.B, s *mysql.Store, n int) {
 func BenchmarkCDCDrain(b *testing.B) {
 	benchConfig(b)
 	n := benchEvents()
-	var polling, cdc []float64
-	for round := range benchRounds() * b.N {
-		s, _ := cdcBenchStore(b)
-		seedTxs(b, s, n)
-		start := time.Now()
-		relayDrain(b, s, 1, false, n)
-		polling = append(polling, float64(n)/time.Since(start).Seconds())
+	for _, mode := range cdcbench.Modes {
+		b.Run(mode.Name, func(b *testing.B) {
+			var polling, cdc []float64
+			for round := range benchRounds() * b.N {
+				s, _ := cdcBenchStore(b)
+				seedTxs(b, s, n)
+				start := time.Now()
+				relayDrain(b, s, 1, mode.Delete, n)
+				polling = append(polling, float64(n)/time.Since(start).Seconds())
 
-		s, src := cdcBenchStore(b)
-		cdcbench.Checkpoint(b, s, src)
-		seedTxs(b, s, n)
-		_, rate := cdcbench.Drain(b, s, src, n, 1000)
-		cdc = append(cdc, rate)
-		b.Logf("round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", round+1, polling[round], rate, rate/polling[round])
+				s, src := cdcBenchStore(b)
+				cdcbench.Checkpoint(b, s, src)
+				seedTxs(b, s, n)
+				_, rate := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
+				cdc = append(cdc, rate)
+				b.Logf("%s round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", mode.Name, round+1, polling[round], rate, rate/polling[round])
+			}
+			b.ReportMetric(median(polling), "polling-events/s")
+			b.ReportMetric(median(cdc), "cdc-events/s")
+			b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
-	b.ReportMetric(median(polling), "polling-events/s")
-	b.ReportMetric(median(cdc), "cdc-events/s")
-	b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
-	b.ReportMetric(0, "ns/op")
 }
 
 func BenchmarkCDCLatency(b *testing.B) {

@@ -9,10 +9,10 @@ package postgres
 //
 // BenchmarkCDCDrain measures, in OUTBOXKIT_BENCH_ROUNDS (default 3) interleaved rounds, the
 // drain of a backlog of OUTBOXKIT_BENCH_EVENTS (default 200,000) events of ~1 KiB over 10,000
-// keys, committed in transactions of 1,000: by the polling relay (1 worker, batch 1,000, mark
-// mode), and by the CDC relay reading the same kind of backlog from its slot (batch 1,000, mark
-// mode). BenchmarkCDCLatency measures commit-to-publish latency of the CDC relay at a steady
-// 1,000 events/s from 8 producers.
+// keys, committed in transactions of 1,000: by the polling relay (1 worker, batch 1,000) and
+// by the CDC relay reading the same kind of backlog from its slot (batch 1,000), both marking
+// rows published (mark) and both deleting them (delete). BenchmarkCDCLatency measures
+// commit-to-publish latency of the CDC relay at a steady 1,000 events/s from 8 producers.
 
 import (
 	"context"
@@ -72,25 +72,29 @@ func benchSource(b *testing.B, s *Store[pgx.Tx]) *ChangeSource {
 func BenchmarkCDCDrain(b *testing.B) {
 	testDSN(b)
 	n := benchEvents()
-	var polling, cdc []float64
-	for round := range benchRounds() * b.N {
-		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
-		seedTxs(b, d, n)
-		el := drainWithRelays(b, s, 1, false, n)
-		polling = append(polling, float64(n)/el.Seconds())
+	for _, mode := range cdcbench.Modes {
+		b.Run(mode.Name, func(b *testing.B) {
+			var polling, cdc []float64
+			for round := range benchRounds() * b.N {
+				s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+				seedTxs(b, d, n)
+				el := drainWithRelays(b, s, 1, mode.Delete, n)
+				polling = append(polling, float64(n)/el.Seconds())
 
-		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
-		src := benchSource(b, s)
-		cdcbench.Checkpoint(b, s, src)
-		seedTxs(b, d, n)
-		_, rate := cdcbench.Drain(b, s, src, n, 1000)
-		cdc = append(cdc, rate)
-		b.Logf("round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", round+1, polling[round], rate, rate/polling[round])
+				s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+				src := benchSource(b, s)
+				cdcbench.Checkpoint(b, s, src)
+				seedTxs(b, d, n)
+				_, rate := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
+				cdc = append(cdc, rate)
+				b.Logf("%s round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", mode.Name, round+1, polling[round], rate, rate/polling[round])
+			}
+			b.ReportMetric(median(polling), "polling-events/s")
+			b.ReportMetric(median(cdc), "cdc-events/s")
+			b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
-	b.ReportMetric(median(polling), "polling-events/s")
-	b.ReportMetric(median(cdc), "cdc-events/s")
-	b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
-	b.ReportMetric(0, "ns/op")
 }
 
 func BenchmarkCDCLatency(b *testing.B) {

@@ -34,6 +34,15 @@ func options(batch int) *core.CDCOptions {
 	return &core.CDCOptions{BatchSize: batch, Logger: slog.New(slog.DiscardHandler), RetentionInterval: time.Hour}
 }
 
+// Mode is how drained rows are settled.
+type Mode struct {
+	Name   string
+	Delete bool // delete published rows instead of marking them
+}
+
+// Modes are the settle modes the drain benchmarks compare.
+var Modes = []Mode{{"mark", false}, {"delete", true}}
+
 // Checkpoint runs a CDC relay until it has checkpointed an empty outbox's log head, so that
 // what is written next is read from the log (not backfilled).
 func Checkpoint(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
@@ -59,11 +68,13 @@ func Checkpoint(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
 }
 
 // Drain resumes a CDC relay from its checkpoint and returns how long it took to publish (and
-// mark) want records that are already in the log, and the rate.
-func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batch int) (time.Duration, float64) {
+// mark, or delete) want records that are already in the log, and the rate.
+func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batch int, del bool) (time.Duration, float64) {
 	tb.Helper()
 	sink := &countingSink{want: int64(want), done: make(chan struct{})}
-	r, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "q"}, options(batch))
+	o := options(batch)
+	o.DeleteOnPublish = del
+	r, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "q"}, o)
 	if err != nil {
 		tb.Fatal(err)
 	}
