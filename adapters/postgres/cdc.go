@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -481,11 +482,28 @@ func (c *ChangeSource) ensurePublication(ctx context.Context) error {
 	return nil
 }
 
+// binaryTuples reports whether pgoutput can send tuples in binary (server 14 or newer).
+func binaryTuples(conn *pgconn.PgConn) bool {
+	// server_version ("15.18 (Debian 15.18-0+deb12u1)") is reported at connect;
+	// server_version_num is not.
+	v := conn.ParameterStatus("server_version")
+	major, _, _ := strings.Cut(v, ".")
+	major, _, _ = strings.Cut(major, " ")
+	m, err := strconv.Atoi(major)
+	return err == nil && m >= 14
+}
+
 // stream starts replication at pos on conn and returns the running stream.
 func (c *ChangeSource) stream(ctx context.Context, conn *pgconn.PgConn, sysID string, pos pglogrepl.LSN) (*changeStream, error) {
+	args := []string{"proto_version '1'", `publication_names '"` + c.o.Publication + `"'`}
+	if binaryTuples(conn) {
+		// Column values in their binary send format (PostgreSQL 14+): no hex text for the
+		// payload on either side.
+		args = append(args, "binary 'true'")
+	}
 	err := pglogrepl.StartReplication(ctx, conn, c.o.Slot, pos, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", `publication_names '"` + c.o.Publication + `"'`},
+		PluginArgs: args,
 	})
 	if err != nil {
 		return nil, c.slotErr("start replication", err)

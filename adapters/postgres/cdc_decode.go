@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -96,10 +97,12 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 	for i, name := range r.cols {
 		c := t.Columns[i]
 		var text string
-		isNull := false
+		isNull, binary := false, false
 		switch c.DataType {
 		case pglogrepl.TupleDataTypeText:
 			text = string(c.Data)
+		case pglogrepl.TupleDataTypeBinary:
+			binary = true
 		case pglogrepl.TupleDataTypeNull:
 			isNull = true
 		default:
@@ -107,17 +110,31 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 		}
 		var err error
 		str := func(dst *string) {
-			if !isNull {
+			switch {
+			case binary:
+				*dst = string(c.Data) // text's binary format is its bytes
+			case !isNull:
 				*dst = text
 			}
 		}
 		integer := func(dst *int64) {
-			if !isNull {
+			switch {
+			case binary:
+				*dst, err = binaryInt(c.Data)
+			case !isNull:
 				*dst, err = strconv.ParseInt(text, 10, 64)
 			}
 		}
 		ts := func(dst *time.Time) {
-			if !isNull {
+			switch {
+			case binary:
+				var us int64
+				if us, err = binaryInt(c.Data); err == nil && len(c.Data) == 8 {
+					*dst = pgEpoch.Add(time.Duration(us) * time.Microsecond).UTC()
+				} else if err == nil {
+					err = fmt.Errorf("timestamptz of %d bytes", len(c.Data))
+				}
+			case !isNull:
 				*dst, err = parseTimestamptz(text)
 			}
 		}
@@ -143,7 +160,12 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 		case "destination":
 			str(&rec.Destination)
 		case "payload":
-			if !isNull {
+			switch {
+			case binary:
+				if len(c.Data) > 0 {
+					rec.Payload = c.Data // bytea's binary format is its bytes; Decode copied them
+				}
+			case !isNull:
 				var b []byte
 				b, err = decodeBytea(text)
 				if len(b) > 0 {
@@ -151,8 +173,17 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 				}
 			}
 		case "headers":
-			if !isNull && text != "{}" {
-				err = json.Unmarshal([]byte(text), &rec.Headers)
+			raw := []byte(text)
+			if binary {
+				// jsonb's binary format: a version byte (1), then the JSON text.
+				if len(c.Data) == 0 || c.Data[0] != 1 {
+					err = fmt.Errorf("jsonb binary format version %v", c.Data[:min(len(c.Data), 1)])
+					break
+				}
+				raw = c.Data[1:]
+			}
+			if (binary || !isNull) && string(raw) != "{}" {
+				err = json.Unmarshal(raw, &rec.Headers)
 				if len(rec.Headers) == 0 {
 					rec.Headers = nil
 				}
@@ -192,6 +223,19 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 		return core.Record{}, fmt.Errorf("relation lacks one of the columns seq, id, lane, created_at")
 	}
 	return rec, nil
+}
+
+// binaryInt decodes the binary send format of int2, int4 and int8 (big-endian).
+func binaryInt(b []byte) (int64, error) {
+	switch len(b) {
+	case 2:
+		return int64(int16(binary.BigEndian.Uint16(b))), nil
+	case 4:
+		return int64(int32(binary.BigEndian.Uint32(b))), nil
+	case 8:
+		return int64(binary.BigEndian.Uint64(b)), nil
+	}
+	return 0, fmt.Errorf("integer of %d bytes", len(b))
 }
 
 // decodeBytea decodes bytea's text output: hex ("\x0a0b") or the older escape format.
