@@ -189,7 +189,8 @@ func (c *ChangeSource) systemID(ctx context.Context, conn *pgconn.PgConn) (strin
 }
 
 // connect opens a replication connection. The session settings make the text output of the
-// decoded columns unambiguous: timestamps in UTC and ISO style, bytea in hex.
+// decoded columns (servers before 14, where pgoutput has no binary tuples) unambiguous:
+// timestamps in UTC and ISO style, bytea in hex.
 func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg, err := c.connConfig(ctx)
 	if err != nil {

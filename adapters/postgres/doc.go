@@ -45,7 +45,8 @@
 //     Resume refuses, with *core.PositionLostError, a missing or invalidated slot, a slot
 //     re-created after the checkpoint, or a missing publication. Transactions arrive in
 //     commit order with their outbox rows in statement order, decoded to the records
-//     Admin.List returns; rolled-back transactions never appear. Between transactions the
+//     Admin.List returns (from pgoutput's binary tuples on PostgreSQL 14+, text before);
+//     rolled-back transactions never appear. Between transactions the
 //     server's keepalive positions are returned too (at most one per half StandbyTimeout), so
 //     the checkpoint, and the WAL the slot retains, move on when only other tables are
 //     written. The server only ever gets confirmed positions as flushed, sent without waiting
