@@ -247,6 +247,9 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		return r.end(ctx, sctx, err)
 	}
 	var wg sync.WaitGroup
+	if err := r.loadParkedKeys(sctx); err != nil {
+		return r.end(ctx, sctx, err)
+	}
 	r.settle = r.newSettler(id, log)
 	defer func() {
 		cancel(nil)
@@ -677,6 +680,37 @@ func (r *CDCRelay) skipBackfilled(recs []Record) []Record {
 		out = append(out, rec)
 	}
 	return out
+}
+
+// loadParkedKeys starts the session with the partition keys that have a parked record, so that
+// the stream holds their later events back as the polling relay's fetch does. It needs the
+// store's Admin capability (every adapter of this module has it); without it only keys parked
+// during the session are held back.
+func (r *CDCRelay) loadParkedKeys(ctx context.Context) error {
+	r.mu.Lock()
+	clear(r.parkedKeys)
+	r.mu.Unlock()
+	a, ok := r.store.(Admin)
+	if !ok {
+		r.log.Warn("cdc_relay_parked_keys_unknown", "reason", "the store has no Admin capability")
+		return nil
+	}
+	var after int64
+	for {
+		page, err := a.List(ctx, ListParams{AfterSeq: after, Limit: 1000, State: StateParked})
+		if err != nil {
+			return fmt.Errorf("outbox: cdc relay: list parked records: %w", err)
+		}
+		r.mu.Lock()
+		for _, rec := range page {
+			r.parkedKeys[rec.PartitionKey] = true
+		}
+		r.mu.Unlock()
+		if len(page) < 1000 {
+			return nil
+		}
+		after = page[len(page)-1].Seq
+	}
 }
 
 // skipParked drops the records of keys parked during this run: they stay unpublished (so cleanup
