@@ -38,11 +38,24 @@ type Config struct {
 	Consumer string
 	// Relay tunes the relay (lease TTL, batch size, ...). Default nil: core's defaults.
 	Relay *core.RelayOptions
+	// CDC, when set, makes RunRelay publish with a CDC relay that reads the outbox's logical
+	// replication slot instead of polling (Relay is then unused). Starting it takes the outbox
+	// over from running polling relays; starting a polling relay takes it back. Default nil.
+	CDC *CDC
 	// SNS tunes the SNS sink. Default nil: the sink's defaults.
 	SNS *sns.Options
 	// SQS tunes the consumer (visibility timeout, concurrency, ...). Default nil: the
 	// consumer's defaults.
 	SQS *sqs.ConsumerOptions
+}
+
+// CDC configures the CDC relay of a deployment.
+type CDC struct {
+	// Source sets the slot and publication (postgres.CDCOptions). Default nil: the adapter's
+	// defaults, slot outboxkit_<schema>_outbox.
+	Source *postgres.CDCOptions
+	// Relay tunes the CDC relay. Default nil: core's defaults.
+	Relay *core.CDCOptions
 }
 
 func (c Config) outboxSchema() string { return cmp.Or(c.OutboxSchema, "public") }
@@ -160,8 +173,42 @@ func NewRelay(pool *pgxpool.Pool, client *awssns.Client, cfg Config) (*core.Rela
 	return core.NewRelay(store, sink, cfg.Router(), cfg.Relay)
 }
 
-// RunRelay publishes committed events until ctx is cancelled.
+// NewCDCRelay returns a CDC relay from the outbox's logical replication slot to the SNS topics
+// of cfg.Topics, and its change source (drop its slot with DropSlot when CDC is retired).
+func NewCDCRelay(pool *pgxpool.Pool, client *awssns.Client, cfg Config) (*core.CDCRelay, *postgres.ChangeSource, error) {
+	if len(cfg.Topics) == 0 {
+		return nil, nil, &core.OptionError{Field: "Topics", Reason: "required"}
+	}
+	store, err := OutboxStore(pool, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var c CDC
+	if cfg.CDC != nil {
+		c = *cfg.CDC
+	}
+	src, err := store.ChangeSource(c.Source)
+	if err != nil {
+		return nil, nil, err
+	}
+	sink, err := NewSink(client, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	relay, err := core.NewCDCRelay(store, src, sink, cfg.Router(), c.Relay)
+	return relay, src, err
+}
+
+// RunRelay publishes committed events until ctx is cancelled: with a polling relay, or with a
+// CDC relay when cfg.CDC is set.
 func RunRelay(ctx context.Context, pool *pgxpool.Pool, client *awssns.Client, cfg Config) error {
+	if cfg.CDC != nil {
+		relay, _, err := NewCDCRelay(pool, client, cfg)
+		if err != nil {
+			return err
+		}
+		return relay.Run(ctx)
+	}
 	relay, err := NewRelay(pool, client, cfg)
 	if err != nil {
 		return err

@@ -196,6 +196,20 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // Every event must be applied exactly once, in version order per order.
 func TestDeploymentExactlyOnceThroughRelayKillAndRedeliveries(t *testing.T) {
 	t.Parallel()
+	throughRelayKill(t, false)
+}
+
+// The same deployment, whose killed polling relay is replaced by a CDC relay: a cutover from
+// polling to CDC in the middle of production, through SNS and SQS into the inbox.
+func TestDeploymentExactlyOnceThroughCutoverToCDC(t *testing.T) {
+	t.Parallel()
+	throughRelayKill(t, true)
+}
+
+// throughRelayKill runs the deployment: a polling relay killed after its third acknowledged
+// batch, then the deployment's relay (polling, or CDC when cdc is true), a consumer whose
+// handler fails first attempts and whose deletes get lost, and checks exactly-once effects.
+func throughRelayKill(t *testing.T, cdc bool) {
 	ep := awsEndpoint(t)
 	admin := pool(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -295,6 +309,15 @@ func TestDeploymentExactlyOnceThroughRelayKillAndRedeliveries(t *testing.T) {
 	// Relay 2: the deployment's relay; it takes the lanes over when relay 1's leases expire.
 	cfg2 := cfg
 	cfg2.Relay = relayOpts("relay-2")
+	if cdc {
+		cfg2.CDC = &sqsdeploy.CDC{ // the default slot, named after the outbox's schema
+			Relay: &core.CDCOptions{Owner: "relay-2-cdc", BatchSize: 20, LeaseTTL: 2 * time.Second,
+				RenewInterval: 500 * time.Millisecond, Logger: log},
+		}
+		_, src, err := sqsdeploy.NewCDCRelay(producerDB, sn, cfg2)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = src.DropSlot(context.Background()) })
+	}
 	stopRelay := background(ctx, func(ctx context.Context) error { return sqsdeploy.RunRelay(ctx, producerDB, sn, cfg2) })
 	defer func() { _ = stopRelay() }()
 
@@ -319,6 +342,14 @@ func TestDeploymentExactlyOnceThroughRelayKillAndRedeliveries(t *testing.T) {
 	})
 	require.NoError(t, stopRelay())
 	require.NoError(t, stopConsumer())
+	if cdc { // the CDC relay, not a polling one, published after the kill
+		pub, err := store.Generation(ctx)
+		require.NoError(t, err)
+		require.Equal(t, core.KindCDC, pub.Kind)
+		_, ok, err := store.LoadCheckpoint(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "the CDC relay checkpointed")
+	}
 
 	// Outbox: everything published once the relay settled it, nothing parked.
 	st, err := store.Stats(ctx)

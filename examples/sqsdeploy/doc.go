@@ -24,7 +24,11 @@
 // gate skips anything older than what was applied).
 //
 // Each side owns its own schema (its own database in production). Run RunRelay in as many
-// processes as you like: lanes are leased, so each order has one publisher at a time. In
+// processes as you like: lanes are leased, so each order has one publisher at a time. With
+// Config.CDC set, RunRelay runs a CDC relay on the outbox's logical replication slot instead
+// (one per outbox; starting it takes the outbox over from the polling relays, and a polling
+// relay started later takes it back). The tests run both, the CDC one as a cutover right after
+// a polling relay was killed mid-batch. In
 // production also run core.CleanupOutbox periodically on the outbox store and give the queue a
 // redrive policy (dead-letter queue).
 package sqsdeploy
