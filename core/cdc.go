@@ -77,6 +77,10 @@ type CDCStats struct {
 // database, saved only after the sink acknowledged and the records were marked published;
 // after a crash the relay resumes from it and may resend what followed it (duplicates, never a
 // loss).
+//
+// One CDCRelay runs one session at a time: call Run or Backfill, not both at once. To run a
+// second relay on the same outbox (a standby), create another CDCRelay: starting it fences the
+// first.
 type CDCRelay struct {
 	store  CDCStore
 	source ChangeSource
