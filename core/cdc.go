@@ -101,7 +101,8 @@ type CDCRelay struct {
 	backfilled map[int64]struct{} // seqs the session's backfill handled; see skipBackfilled
 
 	stats struct {
-		txs, sends, published, failures, parked, skipped, backfilled, checkpoints atomic.Uint64
+		settleCounters
+		txs, sends, skipped, backfilled, checkpoints atomic.Uint64
 	}
 }
 
@@ -752,37 +753,9 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 	attempts := map[int64]int{}
 	round := 0
 	for len(pending) > 0 {
-		outcome := make([]error, len(pending))
-		msgs := make([]Message, 0, len(pending))
-		idx := make([]int, 0, len(pending))
-		blocked := map[string]bool{}
-		for i := range pending {
-			rec := &pending[i]
-			if blocked[rec.PartitionKey] {
-				outcome[i] = ErrNotAcknowledged
-				continue
-			}
-			dest, err := r.router.Route(&rec.Event)
-			if err != nil {
-				outcome[i] = err
-				blocked[rec.PartitionKey] = true
-				continue
-			}
-			msgs = append(msgs, Message{Record: *rec, Destination: dest, DedupID: rec.ID, GroupID: rec.PartitionKey})
-			idx = append(idx, i)
-		}
-		if len(msgs) > 0 {
+		outcome, sent := send(ctx, r.sink, r.router, pending, log)
+		if sent {
 			r.stats.sends.Add(1)
-			res := r.sink.Send(ctx, msgs)
-			if err := CheckOutcomes(msgs, res); err != nil {
-				log.Error("cdc_relay_sink_contract_violated", "error", err)
-				if len(res) != len(msgs) {
-					res = Outcomes(len(msgs), fmt.Errorf("%w: %v", ErrNotAcknowledged, err))
-				}
-			}
-			for j, i := range idx {
-				outcome[i] = res[j]
-			}
 		}
 		if err := ctx.Err(); err != nil {
 			return err // nothing is marked: the records will be read again

@@ -143,13 +143,7 @@ func (s *settler) apply(batch []*settleItem) error {
 		if err != nil {
 			return fmt.Errorf("outbox: cdc relay: settle: %w", err)
 		}
-		r.stats.published.Add(uint64(len(p.Published)))
-		r.stats.failures.Add(uint64(len(p.Failed)))
-		for _, f := range p.Failed {
-			if f.Park {
-				r.stats.parked.Add(1)
-			}
-		}
+		r.stats.count(p)
 	}
 	if pos == "" {
 		return nil

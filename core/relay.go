@@ -81,7 +81,8 @@ type Relay struct {
 
 	consecutiveFail int
 	stats           struct {
-		sends, published, failures, parked, claimLost atomic.Uint64
+		settleCounters
+		sends, claimLost atomic.Uint64
 	}
 }
 
@@ -445,38 +446,10 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 
-	// Route; an unroutable record fails permanently and holds back the rest of its key.
-	outcome := make([]error, len(recs))
-	msgs := make([]Message, 0, len(recs))
-	idx := make([]int, 0, len(recs))
-	blocked := map[string]bool{}
-	for i := range recs {
-		rec := &recs[i]
-		if blocked[rec.PartitionKey] {
-			outcome[i] = ErrNotAcknowledged
-			continue
-		}
-		dest, err := r.router.Route(&rec.Event)
-		if err != nil {
-			outcome[i] = err
-			blocked[rec.PartitionKey] = true
-			continue
-		}
-		msgs = append(msgs, Message{Record: *rec, Destination: dest, DedupID: rec.ID, GroupID: rec.PartitionKey})
-		idx = append(idx, i)
-	}
-	if len(msgs) > 0 {
+	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
+	outcome, sent := send(ctx, r.sink, r.router, recs, r.log)
+	if sent {
 		r.stats.sends.Add(1)
-		res := r.sink.Send(ctx, msgs)
-		if err := CheckOutcomes(msgs, res); err != nil {
-			r.log.Error("relay_sink_contract_violated", "error", err)
-			if len(res) != len(msgs) {
-				res = Outcomes(len(msgs), fmt.Errorf("%w: %v", ErrNotAcknowledged, err))
-			}
-		}
-		for j, i := range idx {
-			outcome[i] = res[j]
-		}
 	}
 
 	// Decide per record: published, failed (the first failure of its key) or left alone.
@@ -573,13 +546,7 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 		if err != nil {
 			return fmt.Errorf("settle: %w", err)
 		}
-		r.stats.published.Add(uint64(len(p.Published)))
-		r.stats.failures.Add(uint64(len(p.Failed)))
-		for _, f := range p.Failed {
-			if f.Park {
-				r.stats.parked.Add(1)
-			}
-		}
+		r.stats.count(p)
 		return nil
 	}
 }

@@ -1,0 +1,65 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+)
+
+// send routes recs and sends the routable ones in one Sink call; it is the send step of both
+// relays. It returns one outcome per record: nil when acknowledged, the router's error for an
+// unroutable record (the later records of its key are not sent and get ErrNotAcknowledged), else
+// the sink's outcome. A sink that breaks its contract is logged and its answer treated as
+// unacknowledged. sent reports whether Send was called.
+func send(ctx context.Context, sink Sink, router Router, recs []Record, log *slog.Logger) (outcome []error, sent bool) {
+	outcome = make([]error, len(recs))
+	msgs := make([]Message, 0, len(recs))
+	idx := make([]int, 0, len(recs))
+	blocked := map[string]bool{}
+	for i := range recs {
+		rec := &recs[i]
+		if blocked[rec.PartitionKey] {
+			outcome[i] = ErrNotAcknowledged
+			continue
+		}
+		dest, err := router.Route(&rec.Event)
+		if err != nil {
+			outcome[i] = err
+			blocked[rec.PartitionKey] = true
+			continue
+		}
+		msgs = append(msgs, Message{Record: *rec, Destination: dest, DedupID: rec.ID, GroupID: rec.PartitionKey})
+		idx = append(idx, i)
+	}
+	if len(msgs) == 0 {
+		return outcome, false
+	}
+	res := sink.Send(ctx, msgs)
+	if err := CheckOutcomes(msgs, res); err != nil {
+		log.Error("relay_sink_contract_violated", "error", err)
+		if len(res) != len(msgs) {
+			res = Outcomes(len(msgs), fmt.Errorf("%w: %v", ErrNotAcknowledged, err))
+		}
+	}
+	for j, i := range idx {
+		outcome[i] = res[j]
+	}
+	return outcome, true
+}
+
+// settleCounters count what settles recorded, for both relays' stats.
+type settleCounters struct {
+	published, failures, parked atomic.Uint64
+}
+
+// count adds one successful settle.
+func (c *settleCounters) count(p SettleParams) {
+	c.published.Add(uint64(len(p.Published)))
+	c.failures.Add(uint64(len(p.Failed)))
+	for _, f := range p.Failed {
+		if f.Park {
+			c.parked.Add(1)
+		}
+	}
+}
