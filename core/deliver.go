@@ -5,7 +5,35 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 )
+
+// leaseDefaults applies the defaults both relays share: an owner name, LeaseTTL 30s,
+// RenewInterval LeaseTTL/3 (shorter than LeaseTTL), BatchSize 500.
+func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
+	if *owner == "" {
+		*owner = defaultOwner()
+	}
+	if *ttl == 0 {
+		*ttl = 30 * time.Second
+	}
+	if *ttl < 0 {
+		return &OptionError{Field: "LeaseTTL", Reason: "must be positive"}
+	}
+	if *renew == 0 {
+		*renew = *ttl / 3
+	}
+	if *renew <= 0 || *renew >= *ttl {
+		return &OptionError{Field: "RenewInterval", Reason: "must be positive and shorter than LeaseTTL"}
+	}
+	if *batch == 0 {
+		*batch = 500
+	}
+	if *batch < 0 {
+		return &OptionError{Field: "BatchSize", Reason: "must be positive"}
+	}
+	return nil
+}
 
 // send routes recs and sends the routable ones in one Sink call; it is the send step of both
 // relays. It returns one outcome per record: nil when acknowledged, the router's error for an

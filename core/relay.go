@@ -101,32 +101,14 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if opts != nil {
 		o = *opts
 	}
-	if o.Owner == "" {
-		o.Owner = defaultOwner()
-	}
-	if o.LeaseTTL == 0 {
-		o.LeaseTTL = 30 * time.Second
-	}
-	if o.LeaseTTL < 0 {
-		return nil, &OptionError{Field: "LeaseTTL", Reason: "must be positive"}
-	}
-	if o.RenewInterval == 0 {
-		o.RenewInterval = o.LeaseTTL / 3
-	}
-	if o.RenewInterval <= 0 || o.RenewInterval >= o.LeaseTTL {
-		return nil, &OptionError{Field: "RenewInterval", Reason: "must be positive and shorter than LeaseTTL"}
+	if err := leaseDefaults(&o.Owner, &o.LeaseTTL, &o.RenewInterval, &o.BatchSize); err != nil {
+		return nil, err
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = 100 * time.Millisecond
 	}
 	if o.PollInterval < 0 {
 		return nil, &OptionError{Field: "PollInterval", Reason: "must be positive"}
-	}
-	if o.BatchSize == 0 {
-		o.BatchSize = 500
-	}
-	if o.BatchSize < 0 {
-		return nil, &OptionError{Field: "BatchSize", Reason: "must be positive"}
 	}
 	if o.BreakerThreshold <= 0 {
 		o.BreakerThreshold = 5
