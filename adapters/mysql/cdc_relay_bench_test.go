@@ -18,7 +18,6 @@ import (
 	"context"
 	"database/sql"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -84,29 +83,19 @@ func seedTxs(b *testing.B, s *mysql.Store, n int) {
 func BenchmarkCDCDrain(b *testing.B) {
 	benchConfig(b)
 	n := benchEvents()
-	for _, mode := range cdcbench.Modes {
-		b.Run(mode.Name, func(b *testing.B) {
-			var polling, cdc []float64
-			for round := range benchRounds() * b.N {
-				s, _ := cdcBenchStore(b)
-				seedTxs(b, s, n)
-				start := time.Now()
-				relayDrain(b, s, 1, mode.Delete, n)
-				polling = append(polling, float64(n)/time.Since(start).Seconds())
+	cdcbench.CompareDrains(b, benchRounds(), func(b *testing.B, mode cdcbench.Mode) (float64, float64) {
+		s, _ := cdcBenchStore(b)
+		seedTxs(b, s, n)
+		start := time.Now()
+		relayDrain(b, s, 1, mode.Delete, n)
+		polling := float64(n) / time.Since(start).Seconds()
 
-				s, src := cdcBenchStore(b)
-				cdcbench.Checkpoint(b, s, src)
-				seedTxs(b, s, n)
-				_, rate := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
-				cdc = append(cdc, rate)
-				b.Logf("%s round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", mode.Name, round+1, polling[round], rate, rate/polling[round])
-			}
-			b.ReportMetric(median(polling), "polling-events/s")
-			b.ReportMetric(median(cdc), "cdc-events/s")
-			b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+		s, src := cdcBenchStore(b)
+		cdcbench.Checkpoint(b, s, src)
+		seedTxs(b, s, n)
+		_, cdc := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
+		return polling, cdc
+	})
 }
 
 func BenchmarkCDCLatency(b *testing.B) {
@@ -134,10 +123,4 @@ func BenchmarkCDCLatency(b *testing.B) {
 		cdcbench.Report(b, "begin-", fromBegin)
 	}
 	b.ReportMetric(0, "ns/op")
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

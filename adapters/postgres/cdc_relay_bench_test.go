@@ -72,29 +72,18 @@ func benchSource(b *testing.B, s *Store[pgx.Tx]) *ChangeSource {
 func BenchmarkCDCDrain(b *testing.B) {
 	testDSN(b)
 	n := benchEvents()
-	for _, mode := range cdcbench.Modes {
-		b.Run(mode.Name, func(b *testing.B) {
-			var polling, cdc []float64
-			for round := range benchRounds() * b.N {
-				s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
-				seedTxs(b, d, n)
-				el := drainWithRelays(b, s, 1, mode.Delete, n)
-				polling = append(polling, float64(n)/el.Seconds())
+	cdcbench.CompareDrains(b, benchRounds(), func(b *testing.B, mode cdcbench.Mode) (float64, float64) {
+		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+		seedTxs(b, d, n)
+		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n).Seconds()
 
-				s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
-				src := benchSource(b, s)
-				cdcbench.Checkpoint(b, s, src)
-				seedTxs(b, d, n)
-				_, rate := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
-				cdc = append(cdc, rate)
-				b.Logf("%s round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", mode.Name, round+1, polling[round], rate, rate/polling[round])
-			}
-			b.ReportMetric(median(polling), "polling-events/s")
-			b.ReportMetric(median(cdc), "cdc-events/s")
-			b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+		src := benchSource(b, s)
+		cdcbench.Checkpoint(b, s, src)
+		seedTxs(b, d, n)
+		_, cdc := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
+		return polling, cdc
+	})
 }
 
 func BenchmarkCDCLatency(b *testing.B) {

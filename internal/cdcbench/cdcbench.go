@@ -200,6 +200,32 @@ func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int
 	return fromCommit, fromBegin
 }
 
+// CompareDrains runs, for each of Modes, rounds interleaved rounds of round (which drains a
+// polling relay's backlog and a CDC relay's, and returns their rates), and reports the medians
+// and their ratio.
+func CompareDrains(b *testing.B, rounds int, round func(b *testing.B, mode Mode) (polling, cdc float64)) {
+	for _, mode := range Modes {
+		b.Run(mode.Name, func(b *testing.B) {
+			var polling, cdc []float64
+			for i := range rounds * b.N {
+				p, c := round(b, mode)
+				polling, cdc = append(polling, p), append(cdc, c)
+				b.Logf("%s round %d: polling %.0f events/s, cdc %.0f events/s (%.2fx)", mode.Name, i+1, p, c, c/p)
+			}
+			b.ReportMetric(median(polling), "polling-events/s")
+			b.ReportMetric(median(cdc), "cdc-events/s")
+			b.ReportMetric(median(cdc)/median(polling), "cdc/polling")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 // Quantile returns the q-quantile of sorted durations, in milliseconds.
 func Quantile(d []time.Duration, q float64) float64 {
 	if len(d) == 0 {
