@@ -1,0 +1,204 @@
+// Package killtest kills CDC relay processes: a test re-executes its own binary as a relay whose
+// sink appends to a file, SIGKILLs it while it delivers, restarts it, and checks what the file
+// received against what was committed. The adapters' SIGKILL tests share it.
+package killtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// FileSink is the relay process's sink: each acknowledged message is a line "id key" appended
+// to path (the page cache survives the process's SIGKILL, so a line written is an
+// acknowledgement).
+func FileSink(path string) (core.Sink, error) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		var b strings.Builder
+		for _, m := range msgs {
+			fmt.Fprintf(&b, "%s %s\n", m.ID, m.PartitionKey)
+		}
+		if _, err := f.WriteString(b.String()); err != nil {
+			return core.Outcomes(len(msgs), err)
+		}
+		return make([]error, len(msgs))
+	}), nil
+}
+
+// Options is one SIGKILL test.
+type Options struct {
+	// ChildEnv is set to ChildSpec in the relay processes' environment; the test binary's
+	// TestMain runs the relay when it is set.
+	ChildEnv, ChildSpec string
+	// Out is the file the relay processes' FileSink appends to.
+	Out string
+	// Write commits one transaction of two events of key and returns their IDs in order.
+	Write func(ctx context.Context, key string) ([]string, error)
+	// Transactions is how many transactions the producer commits, 4 ms apart. Default 2000.
+	Transactions int
+	// Kills is how many relay processes are killed. Default 6.
+	Kills int
+	// MaxResent bounds the duplicates of one kill: what a relay may have sent and not yet
+	// checkpointed.
+	MaxResent int
+}
+
+// Run produces while relay processes are killed and restarted, then checks that every event was
+// delivered, first deliveries in write order per key, and at most Kills*MaxResent duplicates.
+func Run(t *testing.T, o Options) {
+	t.Helper()
+	if o.Transactions == 0 {
+		o.Transactions = 2000
+	}
+	if o.Kills == 0 {
+		o.Kills = 6
+	}
+	ctx := t.Context()
+	want := map[string][]string{}
+	var mu sync.Mutex
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := range o.Transactions {
+			key := fmt.Sprintf("k%d", i%20)
+			ids, err := o.Write(ctx, key)
+			if err != nil {
+				t.Errorf("producer: %v", err)
+				return
+			}
+			mu.Lock()
+			want[key] = append(want[key], ids...)
+			mu.Unlock()
+			time.Sleep(4 * time.Millisecond)
+		}
+	}()
+
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), o.ChildEnv+"="+o.ChildSpec)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a relay process: %v", err)
+		}
+		return cmd
+	}
+	size := func() int64 {
+		st, err := os.Stat(o.Out)
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	for k := range o.Kills {
+		before := size()
+		cmd := start()
+		// Kill it while it delivers: once it has written something, at a random moment.
+		grew := time.Now().Add(20 * time.Second)
+		for size() == before && time.Now().Before(grew) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if size() == before {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("relay process %d delivered nothing within 20 s", k)
+		}
+		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+	final := start()
+	defer func() {
+		_ = final.Process.Signal(syscall.SIGKILL)
+		_ = final.Wait()
+	}()
+	<-produced
+	if t.Failed() {
+		return
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, ids := range want {
+		total += len(ids)
+	}
+	var acks map[string]int
+	var lines []string
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		acks, lines = read(t, o.Out)
+		if len(acks) >= total || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(acks) != total {
+		t.Fatalf("events lost: %d of %d delivered", len(acks), total)
+	}
+	pos := map[string]int{}
+	for _, ids := range want {
+		for i, id := range ids {
+			pos[id] = i
+		}
+	}
+	next := map[string]int{}
+	for _, l := range lines {
+		id, key, _ := strings.Cut(l, " ")
+		switch i, ok := pos[id]; {
+		case !ok:
+			t.Fatalf("event %s delivered but never committed", id)
+		case i > next[key]:
+			t.Fatalf("key %s: event #%d delivered before #%d", key, i, next[key])
+		case i == next[key]:
+			next[key]++
+		}
+	}
+	dups := len(lines) - total
+	t.Logf("%d events, %d deliveries, %d duplicates over %d kills", total, len(lines), dups, o.Kills)
+	if dups > o.Kills*o.MaxResent {
+		t.Fatalf("%d duplicates over %d kills; at most %d per kill may be resent", dups, o.Kills, o.MaxResent)
+	}
+}
+
+func read(t *testing.T, path string) (map[string]int, []string) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return map[string]int{}, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	acks := map[string]int{}
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.Contains(l, " ") {
+			continue
+		}
+		lines = append(lines, l)
+		id, _, _ := strings.Cut(l, " ")
+		acks[id]++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return acks, lines
+}
