@@ -25,6 +25,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/cdcbench"
+	"github.com/outboxkit/outbox/internal/outboxtest"
 )
 
 func benchRounds() int {
@@ -107,18 +108,7 @@ func BenchmarkCDCLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), func(ctx context.Context, i int) (string, error) {
-			var id string
-			err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				evs, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i % 100),
-					Type: "order.created", Payload: benchPayload})
-				if err == nil {
-					id = evs[0].ID
-				}
-				return err
-			})
-			return id, err
-		})
+		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), outboxtest.Writer(core.Transactor[*sql.Tx](s), ob, 1, benchPayload))
 		cdcbench.Report(b, "commit-", fromCommit)
 		cdcbench.Report(b, "begin-", fromBegin)
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,28 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/killtest"
+	"github.com/outboxkit/outbox/internal/outboxtest"
 )
 
 // killChildEnv makes the test binary a CDC relay process for TestCDCRelaySurvivesSIGKILL:
 // "<schema>|<slot>|<output file>".
 const killChildEnv = "OUTBOXKIT_CDC_KILL_CHILD"
 
-func TestMain(m *testing.M) {
-	if spec := os.Getenv(killChildEnv); spec != "" {
-		if err := runKillChild(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "cdc relay process:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { killtest.Main(m, killChildEnv, runKillChild) }
 
 // runKillChild runs a CDC relay publishing to a killtest.FileSink until it is killed.
 func runKillChild(spec string) error {
@@ -83,19 +73,7 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "delivered.txt")
 	killtest.Run(t, killtest.Options{
 		ChildEnv: killChildEnv, ChildSpec: d.schema + "|" + slot + "|" + out, Out: out,
-		Write: func(ctx context.Context, key string) ([]string, error) {
-			var ids []string
-			err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				evs, err := ob.Write(ctx, tx,
-					core.Event{AggregateType: "order", AggregateID: key, Type: "a", PartitionKey: key},
-					core.Event{AggregateType: "order", AggregateID: key, Type: "b", PartitionKey: key})
-				if err == nil {
-					ids = []string{evs[0].ID, evs[1].ID}
-				}
-				return err
-			})
-			return ids, err
-		},
+		Write: outboxtest.Writer(s, ob, 2, nil),
 		// What a kill can resend: the batches sent and not yet checkpointed, 20 records each:
 		// the one being sent, 8 queued for the settler and up to 9 merged in the settle that
 		// runs.

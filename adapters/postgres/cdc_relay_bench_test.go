@@ -27,6 +27,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/cdcbench"
+	"github.com/outboxkit/outbox/internal/outboxtest"
 )
 
 func benchRounds() int {
@@ -95,18 +96,7 @@ func BenchmarkCDCLatency(b *testing.B) {
 		ob, err := core.NewOutbox(ctx, s, nil)
 		require.NoError(b, err)
 		payload := make([]byte, 1024)
-		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), func(ctx context.Context, i int) (string, error) {
-			var id string
-			err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-				evs, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i % 100),
-					Type: "order.created", Payload: payload})
-				if err == nil {
-					id = evs[0].ID
-				}
-				return err
-			})
-			return id, err
-		})
+		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), outboxtest.Writer(s, ob, 1, payload))
 		cdcbench.Report(b, "commit-", fromCommit)
 		cdcbench.Report(b, "begin-", fromBegin)
 	}

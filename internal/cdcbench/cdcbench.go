@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,9 +111,10 @@ func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batc
 // returns two sorted latency series: from when the commit returned (zero when the relay
 // published before the database acknowledged the commit to the producer, which the change log
 // allows), and from when the producer began its transaction (an upper bound of
-// commit-to-publish). write returns the event ID after its transaction committed.
+// commit-to-publish). write commits one event of key (100 keys in turn) and returns its ID
+// (outboxtest.Writer).
 func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int, dur time.Duration,
-	write func(ctx context.Context, i int) (string, error)) (fromCommit, fromBegin []time.Duration) {
+	write func(ctx context.Context, key string) ([]string, error)) (fromCommit, fromBegin []time.Duration) {
 	tb.Helper()
 	type times struct{ begin, commit, published time.Time }
 	var mu sync.Mutex
@@ -161,12 +163,13 @@ func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int
 					time.Sleep(d)
 				}
 				begin := time.Now()
-				id, err := write(ctx, i)
+				ids, err := write(ctx, strconv.Itoa(i%100))
 				commit := time.Now()
-				if err != nil {
-					tb.Errorf("write: %v", err)
+				if err != nil || len(ids) != 1 {
+					tb.Errorf("write: %d events, %v", len(ids), err)
 					return
 				}
+				id := ids[0]
 				mu.Lock()
 				t := entry(id)
 				t.begin, t.commit = begin, commit

@@ -19,6 +19,20 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
+// Main is the TestMain of a package with a SIGKILL test: when env is set, the binary is a relay
+// process and runs child(spec) until it is killed (exit 1 when it returns an error); otherwise
+// it runs the tests.
+func Main(m *testing.M, env string, child func(spec string) error) {
+	if spec := os.Getenv(env); spec != "" {
+		if err := child(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "cdc relay process:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
 // FileSink is the relay process's sink: each acknowledged message is a line "id key" appended
 // to path (the page cache survives the process's SIGKILL, so a line written is an
 // acknowledgement).
@@ -46,7 +60,8 @@ type Options struct {
 	ChildEnv, ChildSpec string
 	// Out is the file the relay processes' FileSink appends to.
 	Out string
-	// Write commits one transaction of two events of key and returns their IDs in order.
+	// Write commits one transaction of two events of key and returns their IDs in order
+	// (outboxtest.Writer).
 	Write func(ctx context.Context, key string) ([]string, error)
 	// Transactions is how many transactions the producer commits, 4 ms apart. Default 2000.
 	Transactions int
