@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,17 +45,7 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	sink, err := killtest.FileSink(out)
-	if err != nil {
-		return err
-	}
-	relay, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "file"}, &core.CDCOptions{
-		LeaseTTL: time.Second, BatchSize: 20, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		return err
-	}
-	return relay.Run(ctx)
+	return killtest.Relay(ctx, store, src, out)
 }
 
 // A CDC relay process killed with SIGKILL while it delivers, six times, and restarted, loses

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -31,6 +32,23 @@ func Main(m *testing.M, env string, child func(spec string) error) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// Relay runs, in a relay process, a CDC relay on store and src that publishes to a FileSink on
+// out, with 20-record batches and a 1 s lease (so that the next process takes over soon after a
+// kill), until the process is killed.
+func Relay(ctx context.Context, store core.CDCStore, src core.ChangeSource, out string) error {
+	sink, err := FileSink(out)
+	if err != nil {
+		return err
+	}
+	relay, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "file"}, &core.CDCOptions{
+		LeaseTTL: time.Second, BatchSize: 20, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return err
+	}
+	return relay.Run(ctx)
 }
 
 // FileSink is the relay process's sink: each acknowledged message is a line "id key" appended
