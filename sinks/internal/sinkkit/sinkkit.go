@@ -1,5 +1,5 @@
 // Package sinkkit is what the SQS and SNS sinks share: encoding messages (with the optional
-// claim check), planning and running batches (package batch), and classifying AWS errors.
+// claim check), planning and running batches (package sinks/batcher), and classifying AWS errors.
 package sinkkit
 
 import (
@@ -14,7 +14,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/sinks/internal/batch"
+	"github.com/outboxkit/outbox/sinks/batcher"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
@@ -117,10 +117,10 @@ func Send(ctx context.Context, cfg *Config, msgs []core.Message, sender Sender) 
 		return nil
 	}
 	preps := make([]prepared, len(msgs))
-	items := make([]batch.Item, len(msgs))
+	items := make([]batcher.Item, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		items[i] = batch.Item{Group: m.GroupID, Dest: m.Destination}
+		items[i] = batcher.Item{Group: m.GroupID, Dest: m.Destination}
 		p, err := cfg.prepare(m)
 		if err != nil {
 			items[i].Err = core.Permanent(fmt.Errorf("%s: event %s: %w", cfg.Name, m.ID, err))
@@ -133,7 +133,7 @@ func Send(ctx context.Context, cfg *Config, msgs []core.Message, sender Sender) 
 		preps[i] = p
 		items[i].Size = p.enc.Size()
 	}
-	return batch.Run(ctx, items, batch.Options{
+	return batcher.Run(ctx, items, batcher.Options{
 		MaxEntries: cfg.MaxEntries, MaxBytes: cfg.MaxBytes, Concurrency: cfg.Concurrency, OnePerGroup: cfg.OnePerGroup,
 	}, func(ctx context.Context, dest string, idx []int) []error {
 		res := make([]error, len(idx))

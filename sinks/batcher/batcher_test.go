@@ -1,4 +1,4 @@
-package batch_test
+package batcher_test
 
 import (
 	"context"
@@ -11,23 +11,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/sinks/internal/batch"
+	"github.com/outboxkit/outbox/sinks/batcher"
 )
 
 func TestPlanRespectsLimitsAndGroupOrder(t *testing.T) {
 	t.Parallel()
-	var items []batch.Item
+	var items []batcher.Item
 	for i := 0; i < 25; i++ {
-		items = append(items, batch.Item{Group: fmt.Sprint("g", i%3), Dest: "q", Size: 100})
+		items = append(items, batcher.Item{Group: fmt.Sprint("g", i%3), Dest: "q", Size: 100})
 	}
-	bs, out := batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 1 << 20})
+	bs, out := batcher.Plan(items, batcher.Options{MaxEntries: 10, MaxBytes: 1 << 20})
 	require.Len(t, bs, 3)
 	for _, e := range out {
 		require.NoError(t, e)
 	}
-	bs, _ = batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 350})
+	bs, _ = batcher.Plan(items, batcher.Options{MaxEntries: 10, MaxBytes: 350})
 	require.Len(t, bs, 9) // 3 per request by size
-	bs, _ = batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 1 << 20, OnePerGroup: true})
+	bs, _ = batcher.Plan(items, batcher.Options{MaxEntries: 10, MaxBytes: 1 << 20, OnePerGroup: true})
 	require.Len(t, bs, 9)
 	for _, b := range bs {
 		seen := map[string]bool{}
@@ -41,10 +41,10 @@ func TestPlanRespectsLimitsAndGroupOrder(t *testing.T) {
 func TestPlanHoldsBackBehindPrefailedItem(t *testing.T) {
 	t.Parallel()
 	bad := core.Permanent(errors.New("too big"))
-	items := []batch.Item{
+	items := []batcher.Item{
 		{Group: "a", Dest: "q"}, {Group: "a", Dest: "q", Err: bad}, {Group: "a", Dest: "q"}, {Group: "b", Dest: "q"},
 	}
-	bs, out := batch.Plan(items, batch.Options{MaxEntries: 10, MaxBytes: 100})
+	bs, out := batcher.Plan(items, batcher.Options{MaxEntries: 10, MaxBytes: 100})
 	require.Len(t, bs, 1)
 	require.Equal(t, []int{0, 3}, bs[0].Items)
 	require.NoError(t, out[0])
@@ -60,11 +60,11 @@ func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, seed))
 		n := 1 + rnd.IntN(120)
 		groups := 1 + rnd.IntN(12)
-		items := make([]batch.Item, n)
+		items := make([]batcher.Item, n)
 		msgs := make([]core.Message, n)
 		for i := range items {
 			g := fmt.Sprint("g", rnd.IntN(groups))
-			items[i] = batch.Item{Group: g, Dest: fmt.Sprint("q", rnd.IntN(3)), Size: 1 + rnd.IntN(300)}
+			items[i] = batcher.Item{Group: g, Dest: fmt.Sprint("q", rnd.IntN(3)), Size: 1 + rnd.IntN(300)}
 			if rnd.IntN(60) == 0 {
 				items[i].Err = core.Permanent(errors.New("bad"))
 			}
@@ -76,8 +76,8 @@ func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
 			lastSent = map[string]int{}
 			rmu      sync.Mutex
 		)
-		o := batch.Options{MaxEntries: 1 + rnd.IntN(10), MaxBytes: 300 + rnd.IntN(1000), Concurrency: 1 + rnd.IntN(8), OnePerGroup: rnd.IntN(4) == 0}
-		out := batch.Run(context.Background(), items, o, func(ctx context.Context, dest string, idx []int) []error {
+		o := batcher.Options{MaxEntries: 1 + rnd.IntN(10), MaxBytes: 300 + rnd.IntN(1000), Concurrency: 1 + rnd.IntN(8), OnePerGroup: rnd.IntN(4) == 0}
+		out := batcher.Run(context.Background(), items, o, func(ctx context.Context, dest string, idx []int) []error {
 			require.LessOrEqual(t, len(idx), o.MaxEntries)
 			size := 0
 			mu.Lock()
@@ -130,9 +130,9 @@ func TestRunCancelledContext(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	items := []batch.Item{{Group: "a", Dest: "q", Size: 1}, {Group: "b", Dest: "q", Size: 1}}
+	items := []batcher.Item{{Group: "a", Dest: "q", Size: 1}, {Group: "b", Dest: "q", Size: 1}}
 	called := false
-	out := batch.Run(ctx, items, batch.Options{MaxEntries: 10, MaxBytes: 100, Concurrency: 2}, func(context.Context, string, []int) []error {
+	out := batcher.Run(ctx, items, batcher.Options{MaxEntries: 10, MaxBytes: 100, Concurrency: 2}, func(context.Context, string, []int) []error {
 		called = true
 		return nil
 	})
@@ -141,4 +141,48 @@ func TestRunCancelledContext(t *testing.T) {
 		require.ErrorIs(t, e, context.Canceled)
 		require.False(t, core.IsPermanent(e))
 	}
+}
+
+// TestRunHoldsBackAcknowledgedAfterFailure: the broker takes entries 0 and 2 of group a and
+// refuses entry 1. Taken as the broker answered, the outcomes break the sink contract; Run
+// reports entry 2 not acknowledged.
+func TestRunHoldsBackAcknowledgedAfterFailure(t *testing.T) {
+	t.Parallel()
+	items := []batcher.Item{{Group: "a", Dest: "q"}, {Group: "a", Dest: "q"}, {Group: "a", Dest: "q"}, {Group: "b", Dest: "q"}}
+	msgs := make([]core.Message, len(items))
+	for i := range msgs {
+		msgs[i] = core.Message{Record: core.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: items[i].Group}
+	}
+	refused := errors.New("refused")
+	answer := []error{nil, refused, nil, nil}
+	require.Error(t, core.CheckOutcomes(msgs, answer), "the raw answer breaks the prefix rule")
+	out := batcher.Run(context.Background(), items, batcher.Options{}, func(_ context.Context, dest string, idx []int) []error {
+		require.Equal(t, "q", dest)
+		require.Equal(t, []int{0, 1, 2, 3}, idx, "zero options: one request per destination")
+		return answer
+	})
+	require.NoError(t, core.CheckOutcomes(msgs, out))
+	require.NoError(t, out[0])
+	require.ErrorIs(t, out[1], refused)
+	require.ErrorIs(t, out[2], core.ErrNotAcknowledged)
+	require.NoError(t, out[3])
+}
+
+// TestRunHoldsBackLaterBatchesOfFailedGroup: once a group failed in one request, its messages
+// in later requests of the same call are not sent.
+func TestRunHoldsBackLaterBatchesOfFailedGroup(t *testing.T) {
+	t.Parallel()
+	items := []batcher.Item{{Group: "a", Dest: "q"}, {Group: "a", Dest: "q"}, {Group: "b", Dest: "q"}}
+	var sent [][]int
+	out := batcher.Run(context.Background(), items, batcher.Options{MaxEntries: 1}, func(_ context.Context, _ string, idx []int) []error {
+		sent = append(sent, idx)
+		if idx[0] == 0 {
+			return []error{errors.New("boom")}
+		}
+		return []error{nil}
+	})
+	require.Equal(t, [][]int{{0}, {2}}, sent)
+	require.Error(t, out[0])
+	require.ErrorIs(t, out[1], core.ErrNotAcknowledged)
+	require.NoError(t, out[2])
 }

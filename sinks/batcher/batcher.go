@@ -1,16 +1,4 @@
-// Package batch splits one core.Sink Send call into broker batch requests and runs them while
-// keeping the sink contract: one outcome per message and, per group, acknowledged messages
-// forming a prefix of the call's messages.
-//
-// Planning packs messages first-fit into batches of one destination (at most MaxEntries
-// entries and MaxBytes bytes each), never placing a message of a group in an earlier batch
-// than the group's previous message. Running starts every batch once the earlier batches that
-// share a group with it have finished (so two batches of one group are never in flight at
-// once), at most Concurrency at a time. Before a batch is sent, the messages of groups that
-// already failed in this call are dropped from it (core.ErrNotAcknowledged); after it returns,
-// a message acknowledged behind a failed message of its group in the same request is reported
-// core.ErrNotAcknowledged (it was accepted, so the resend is a duplicate, never a loss).
-package batch
+package batcher
 
 import (
 	"context"
@@ -21,26 +9,37 @@ import (
 
 // Item is one message to place.
 type Item struct {
+	// Group is the ordering group (core.Message.GroupID): the prefix rule applies per group.
 	Group string
-	Dest  string
-	Size  int
+	// Dest is the destination; a batch holds items of one destination only.
+	Dest string
+	// Size counts against Options.MaxBytes (the message's encoded size, as the broker counts
+	// it). An item larger than MaxBytes is sent alone: reject it with Err instead when the
+	// broker would refuse it.
+	Size int
 	// Err, when not nil, is the message's outcome without sending it (e.g. it could not be
 	// encoded); later messages of its group are held back.
 	Err error
 }
 
-// Options bound the batches.
+// Options bound the batches. The zero value puts every item of a destination in one request
+// and sends one request at a time.
 type Options struct {
-	MaxEntries  int  // entries per request
-	MaxBytes    int  // sum of Item.Size per request
-	Concurrency int  // requests in flight
-	OnePerGroup bool // at most one message of a group per request
+	// MaxEntries is the most items of one request. Default (0 or less): no limit.
+	MaxEntries int
+	// MaxBytes is the most bytes (sum of Item.Size) of one request. Default (0 or less): no
+	// limit.
+	MaxBytes int
+	// Concurrency is the most requests in flight at once. Default (0 or less): 1.
+	Concurrency int
+	// OnePerGroup puts at most one item of a group in each request. Default false.
+	OnePerGroup bool
 }
 
-// Batch is one planned request: indexes into the items, in order.
+// Batch is one planned request.
 type Batch struct {
 	Dest  string
-	Items []int
+	Items []int // indexes into the items given to Plan, in increasing order
 	deps  []int // earlier batches sharing a group with this one
 }
 
@@ -73,7 +72,8 @@ func Plan(items []Item, o Options) ([]Batch, []error) {
 		j := -1
 		for k := from; k < len(batches); k++ {
 			b := &batches[k]
-			if b.Dest == it.Dest && len(b.Items) < o.MaxEntries && size[k]+it.Size <= o.MaxBytes {
+			if b.Dest == it.Dest && (o.MaxEntries <= 0 || len(b.Items) < o.MaxEntries) &&
+				(o.MaxBytes <= 0 || size[k]+it.Size <= o.MaxBytes) {
 				j = k
 				break
 			}
@@ -102,7 +102,8 @@ func contains(s []int, v int) bool {
 	return false
 }
 
-// SendFunc sends one request: the items (indexes) to dest. It returns one outcome per index.
+// SendFunc sends one request: the items (indexes into the slice given to Run, in order) to
+// dest. It returns one outcome per index: nil when the broker durably acknowledged it.
 // It must itself hold back, inside the request, the later messages of a group whose message
 // failed before the request was made (e.g. a failed claim-check upload).
 type SendFunc func(ctx context.Context, dest string, idx []int) []error
