@@ -9,21 +9,21 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/internal/sinkkit"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
-// Size limits of a request.
+// Size limits of a request (see package sinks/awssink).
 const (
-	DefaultMaxRequestBytes = sinkkit.DefaultMaxRequestBytes
-	MaxRequestBytesLimit   = sinkkit.MaxRequestBytesLimit
-	MaxBatchEntries        = sinkkit.MaxBatchEntries
-	DefaultConcurrency     = sinkkit.DefaultConcurrency
+	DefaultMaxRequestBytes = awssink.DefaultMaxRequestBytes
+	MaxRequestBytesLimit   = awssink.MaxRequestBytesLimit
+	MaxBatchEntries        = awssink.MaxBatchEntries
+	DefaultConcurrency     = awssink.DefaultConcurrency
 )
 
 // ErrMessageTooLarge: a message does not fit in Options.MaxRequestBytes and no claim check is
@@ -31,39 +31,12 @@ const (
 // It is the same error as sqs.ErrMessageTooLarge.
 var ErrMessageTooLarge = wire.ErrMessageTooLarge
 
-// Options configures a Sink. The zero value (or nil) is ready to use.
-type Options struct {
-	// MaxRequestBytes bounds the size of one PublishBatch request (the sum, over its entries,
-	// of the message plus every attribute's name, data type and value) and therefore of one
-	// message. A larger message goes to S3 when ClaimCheck is set and is a permanent
-	// ErrMessageTooLarge otherwise. Default 256 KiB (SNS's limit); at most 1 MiB.
-	MaxRequestBytes int
-	// MaxBatchEntries is the most entries of one PublishBatch request, 1 to 10. Default 10.
-	MaxBatchEntries int
-	// Concurrency is the most requests one Send call has in flight (batches of different
-	// groups; one group never has two). Default 8.
-	Concurrency int
-	// StrictGroupOrder puts at most one message of a group in each request; see
-	// sqs.Options.StrictGroupOrder. Default false.
-	StrictGroupOrder bool
-	// ClaimCheck, when set, stores payloads that do not fit in a message in S3. Default off.
-	ClaimCheck *ClaimCheck
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
-}
+// Options configures a Sink: the options the SQS and SNS sinks share (awssink.Options).
+// The zero value (or nil) is ready to use.
+type Options = awssink.Options
 
-// ClaimCheck configures the claim check; see sqs.ClaimCheck.
-type ClaimCheck struct {
-	// Client is the S3 client. Required.
-	Client *s3.Client
-	// Bucket is the bucket. Required.
-	Bucket string
-	// Prefix is prepended to every key. Default "".
-	Prefix string
-	// Threshold: payloads larger than this many bytes always go to S3. Default 0: only the
-	// payloads whose message would exceed MaxRequestBytes.
-	Threshold int
-}
+// ClaimCheck configures the claim check (awssink.ClaimCheck).
+type ClaimCheck = awssink.ClaimCheck
 
 // Sink publishes messages to SNS topics: core.Message.Destination is the topic ARN.
 type Sink struct {
@@ -79,16 +52,7 @@ func New(client *awssns.Client, opts *Options) (*Sink, error) {
 	if client == nil {
 		return nil, &core.OptionError{Field: "client", Reason: "must not be nil"}
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	s := sinkkit.Settings{MaxRequestBytes: o.MaxRequestBytes, MaxBatchEntries: o.MaxBatchEntries,
-		Concurrency: o.Concurrency, StrictGroupOrder: o.StrictGroupOrder, Logger: o.Logger}
-	if c := o.ClaimCheck; c != nil {
-		s.ClaimCheck, s.S3, s.Bucket, s.Prefix, s.Threshold = true, c.Client, c.Bucket, c.Prefix, c.Threshold
-	}
-	cfg, log, err := sinkkit.Configure("sns", s)
+	cfg, log, err := sinkkit.Configure("sns", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -14,11 +14,12 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/batcher"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
-// Config is a sink's validated configuration.
+// Config is a sink's configuration as Configure validated it from awssink.Options.
 type Config struct {
 	Name        string // "sqs" or "sns", prefixes errors
 	MaxBytes    int
@@ -32,63 +33,45 @@ type Config struct {
 	Threshold int // payloads above this many bytes always go to S3; 0: only when needed
 }
 
-// Limits and defaults shared by the SQS and SNS sinks.
-const (
-	DefaultMaxRequestBytes = 256 << 10
-	MaxRequestBytesLimit   = 1 << 20
-	MaxBatchEntries        = 10
-	DefaultConcurrency     = 8
-)
-
-// Settings are the options both sinks take, as the user gave them.
-type Settings struct {
-	MaxRequestBytes  int
-	MaxBatchEntries  int
-	Concurrency      int
-	StrictGroupOrder bool
-	ClaimCheck       bool // S3, Bucket, Prefix and Threshold apply only when set
-	S3               *s3.Client
-	Bucket           string
-	Prefix           string
-	Threshold        int
-	Logger           *slog.Logger
-}
-
-// Configure validates s (errors name the option), applies the defaults and returns the
-// sink's Config and logger.
-func Configure(name string, s Settings) (Config, *slog.Logger, error) {
-	cfg := Config{Name: name, MaxBytes: s.MaxRequestBytes, MaxEntries: s.MaxBatchEntries,
-		Concurrency: s.Concurrency, OnePerGroup: s.StrictGroupOrder}
+// Configure validates opts (nil means the zero value; errors name the option), applies the
+// defaults and returns the sink's Config and logger.
+func Configure(name string, opts *awssink.Options) (Config, *slog.Logger, error) {
+	var o awssink.Options
+	if opts != nil {
+		o = *opts
+	}
+	cfg := Config{Name: name, MaxBytes: o.MaxRequestBytes, MaxEntries: o.MaxBatchEntries,
+		Concurrency: o.Concurrency, OnePerGroup: o.StrictGroupOrder}
 	switch {
 	case cfg.MaxBytes == 0:
-		cfg.MaxBytes = DefaultMaxRequestBytes
-	case cfg.MaxBytes < 1024 || cfg.MaxBytes > MaxRequestBytesLimit:
+		cfg.MaxBytes = awssink.DefaultMaxRequestBytes
+	case cfg.MaxBytes < 1024 || cfg.MaxBytes > awssink.MaxRequestBytesLimit:
 		return cfg, nil, &core.OptionError{Field: "MaxRequestBytes", Reason: "must be between 1 KiB and 1 MiB"}
 	}
 	switch {
 	case cfg.MaxEntries == 0:
-		cfg.MaxEntries = MaxBatchEntries
-	case cfg.MaxEntries < 1 || cfg.MaxEntries > MaxBatchEntries:
+		cfg.MaxEntries = awssink.MaxBatchEntries
+	case cfg.MaxEntries < 1 || cfg.MaxEntries > awssink.MaxBatchEntries:
 		return cfg, nil, &core.OptionError{Field: "MaxBatchEntries", Reason: "must be between 1 and 10"}
 	}
 	switch {
 	case cfg.Concurrency == 0:
-		cfg.Concurrency = DefaultConcurrency
+		cfg.Concurrency = awssink.DefaultConcurrency
 	case cfg.Concurrency < 0:
 		return cfg, nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
 	}
-	if s.ClaimCheck {
+	if c := o.ClaimCheck; c != nil {
 		switch {
-		case s.S3 == nil:
+		case c.Client == nil:
 			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Client", Reason: "must not be nil"}
-		case s.Bucket == "":
+		case c.Bucket == "":
 			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Bucket", Reason: "required"}
-		case s.Threshold < 0:
+		case c.Threshold < 0:
 			return cfg, nil, &core.OptionError{Field: "ClaimCheck.Threshold", Reason: "must not be negative"}
 		}
-		cfg.S3, cfg.Bucket, cfg.Prefix, cfg.Threshold = s.S3, s.Bucket, s.Prefix, s.Threshold
+		cfg.S3, cfg.Bucket, cfg.Prefix, cfg.Threshold = c.Client, c.Bucket, c.Prefix, c.Threshold
 	}
-	log := s.Logger
+	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}

@@ -1,0 +1,60 @@
+// Package awssink holds what the SQS and SNS sinks share in their public API: their Options
+// (sqs.Options and sns.Options are this type) and the request limits. The sinks themselves
+// are in packages sinks/sqs and sinks/sns.
+package awssink
+
+import (
+	"log/slog"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Limits and defaults of a request (SendMessageBatch or PublishBatch).
+const (
+	DefaultMaxRequestBytes = 256 << 10
+	MaxRequestBytesLimit   = 1 << 20
+	MaxBatchEntries        = 10
+	DefaultConcurrency     = 8
+)
+
+// Options configures an SQS or SNS sink. The zero value (or nil) is ready to use.
+type Options struct {
+	// MaxRequestBytes bounds the size of one request (the sum, over its entries, of the body
+	// plus every attribute's name, data type and value) and therefore of one message. A
+	// message larger than this goes to S3 when ClaimCheck is set and is a permanent
+	// ErrMessageTooLarge otherwise. Default 256 KiB (SNS's limit); 1 KiB to 1 MiB (SQS's
+	// limit). Keep it at or below the queues' MaximumMessageSize.
+	MaxRequestBytes int
+	// MaxBatchEntries is the most entries of one request, 1 to 10. Default 10.
+	MaxBatchEntries int
+	// Concurrency is the most requests one Send call has in flight (batches of different
+	// groups; one group never has two). Default 8.
+	Concurrency int
+	// StrictGroupOrder puts at most one message of a group in each request. SQS and SNS
+	// handle the entries of a request independently: without this option, when an entry
+	// fails, later entries of its group in the SAME request may have been accepted (the sink
+	// reports them not acknowledged, so they are resent: duplicates, and possibly out of
+	// order). The sinks check sizes and characters before sending, so such failures are rare.
+	// Default false.
+	StrictGroupOrder bool
+	// ClaimCheck, when set, stores payloads that do not fit in a message in S3. Default off.
+	ClaimCheck *ClaimCheck
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ClaimCheck configures the claim check: a payload is stored in S3 under Prefix + the hex
+// SHA-256 of its bytes, and the message carries the reference (bucket, key, digest, size)
+// instead. Objects are never deleted by the sink (several messages may share one): expire them
+// with a bucket lifecycle rule longer than the longest redelivery window.
+type ClaimCheck struct {
+	// Client is the S3 client. Required.
+	Client *s3.Client
+	// Bucket is the bucket. Required.
+	Bucket string
+	// Prefix is prepended to every key. Default "".
+	Prefix string
+	// Threshold: payloads larger than this many bytes always go to S3. Default 0: only the
+	// payloads whose message would exceed MaxRequestBytes.
+	Threshold int
+}
