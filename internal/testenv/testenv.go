@@ -11,12 +11,15 @@ const (
 	PostgresDSN = "OUTBOXKIT_POSTGRES_DSN" // source scripts/lib/postgres.sh && pg_start
 	MySQLDSN    = "OUTBOXKIT_MYSQL_DSN"    // source scripts/lib/mariadb.sh && mariadb_start
 	AWSEndpoint = "OUTBOXKIT_AWS_ENDPOINT" // source scripts/lib/awsemu.sh && awsemu_start
+	// KafkaBrokers is a comma-separated list of broker addresses.
+	KafkaBrokers = "OUTBOXKIT_KAFKA_BROKERS" // source scripts/lib/kafka.sh && kafka_start
 )
 
 var howTo = map[string]string{
-	PostgresDSN: "source scripts/lib/postgres.sh && pg_start",
-	MySQLDSN:    "source scripts/lib/mariadb.sh && mariadb_start",
-	AWSEndpoint: "source scripts/lib/awsemu.sh && awsemu_start",
+	PostgresDSN:  "source scripts/lib/postgres.sh && pg_start",
+	MySQLDSN:     "source scripts/lib/mariadb.sh && mariadb_start",
+	AWSEndpoint:  "source scripts/lib/awsemu.sh && awsemu_start",
+	KafkaBrokers: "source scripts/lib/kafka.sh && kafka_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.

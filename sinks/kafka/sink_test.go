@@ -1,0 +1,106 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/kafka"
+)
+
+func TestSinkKeepsEachKeyInOnePartitionInOrder(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 6)
+	sink, err := kafka.New(newClient(t, kgo.ProducerBatchCompression(kgo.ZstdCompression())), &kafka.Options{ContentType: "application/json"})
+	require.NoError(t, err)
+	var msgs []core.Message
+	for i := 0; i < 20; i++ {
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
+			msgs = append(msgs, message(topic, k, i))
+		}
+	}
+	out := sink.Send(context.Background(), msgs)
+	require.Len(t, out, len(msgs))
+	for i, err := range out {
+		require.NoError(t, err, "message %d", i)
+	}
+	recs := consume(t, topic, len(msgs))
+	partOf := map[string]int32{}
+	next := map[string]int{}
+	for _, r := range recs {
+		k := string(r.Key)
+		if p, ok := partOf[k]; ok {
+			require.Equal(t, p, r.Partition, "key %s in two partitions", k)
+		}
+		partOf[k] = r.Partition
+		want := message(topic, strings.TrimPrefix(k, "order/"), next[k])
+		require.Equal(t, want.ID, header(r, kafka.HeaderID), "key %s out of order", k)
+		require.Equal(t, want.Payload, r.Value)
+		next[k]++
+	}
+	r := recs[0]
+	require.Equal(t, "1.0", header(r, kafka.HeaderSpecVersion))
+	require.Equal(t, "order.updated", header(r, kafka.HeaderType))
+	require.Equal(t, "2026-12-01T06:00:00.123456Z", header(r, kafka.HeaderTime))
+	require.Equal(t, "application/json", header(r, kafka.HeaderContentType))
+	require.Equal(t, "test", header(r, kafka.HeaderPrefix+"origin"))
+}
+
+// TestSinkPrefixRule: a record too large for the client fails permanently and the later
+// messages of its key in the same Send are not sent; other keys are delivered.
+func TestSinkPrefixRule(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 3)
+	sink, err := kafka.New(newClient(t, kgo.ProducerBatchMaxBytes(4096)), nil)
+	require.NoError(t, err)
+	msgs := []core.Message{message(topic, "a", 0), message(topic, "a", 1), message(topic, "a", 2), message(topic, "b", 0)}
+	msgs[1].Payload = make([]byte, 8192)
+	out := sink.Send(context.Background(), msgs)
+	require.NoError(t, core.CheckOutcomes(msgs, out))
+	require.NoError(t, out[0])
+	require.ErrorIs(t, out[1], kafka.ErrMessageTooLarge)
+	require.True(t, core.IsPermanent(out[1]))
+	require.ErrorIs(t, out[2], core.ErrNotAcknowledged)
+	require.NoError(t, out[3])
+	recs := consume(t, topic, 2)
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, header(r, kafka.HeaderID))
+	}
+	require.ElementsMatch(t, []string{msgs[0].ID, msgs[3].ID}, ids)
+}
+
+func TestSinkCancelledContextIsRetryable(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 1)
+	sink, err := kafka.New(newClient(t), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := sink.Send(ctx, []core.Message{message(topic, "a", 0)})
+	require.Error(t, out[0])
+	require.False(t, core.IsPermanent(out[0]))
+}
+
+func TestNewRefusesNonIdempotentClient(t *testing.T) {
+	t.Parallel()
+	_, err := kafka.New(nil, nil)
+	require.ErrorIs(t, err, core.ErrInvalidOptions)
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.DisableIdempotentWrite())
+	require.NoError(t, err)
+	defer cl.Close()
+	_, err = kafka.New(cl, nil)
+	var oe *core.OptionError
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, "client", oe.Field)
+	cl2, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	require.NoError(t, err)
+	defer cl2.Close()
+	_, err = kafka.New(cl2, &kafka.Options{Concurrency: -1})
+	require.ErrorIs(t, err, core.ErrInvalidOptions)
+}
