@@ -39,13 +39,18 @@ func newTopic(t testing.TB, partitions int32) string {
 	if len(name) > 200 {
 		name = name[:200]
 	}
+	createTopic(t, name, partitions)
+	return name
+}
+
+func createTopic(t testing.TB, name string, partitions int32) {
+	t.Helper()
 	adm := kadm.NewClient(newClient(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
 	require.NoError(t, err)
 	require.NoError(t, res.Err)
-	return name
 }
 
 // consume reads n records of topic from the start with a fresh client (no group).
