@@ -1,0 +1,238 @@
+package kafka_test
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/killtest"
+	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/sinks/kafka"
+)
+
+// e2eEnv names the environment variable that makes the test binary a relay or consumer process.
+const e2eEnv = "OUTBOXKIT_KAFKA_E2E_CHILD"
+
+func TestMain(m *testing.M) { killtest.Main(m, e2eEnv, e2eChild) }
+
+// e2eSpec is what a child process of the end-to-end test runs.
+type e2eSpec struct {
+	Role    string // "relay" or "consumer"
+	DSN     string
+	Schema  string
+	Topic   string
+	Brokers []string
+}
+
+func e2ePool(ctx context.Context, dsn, schema string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 8
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// e2eChild runs a relay (until SIGKILL) or a consumer (until SIGTERM) process.
+func e2eChild(raw string) error {
+	var s e2eSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	pool, err := e2ePool(ctx, s.DSN, s.Schema)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := postgres.New(pool, &postgres.Options{Schema: s.Schema})
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	switch s.Role {
+	case "relay":
+		cl, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers...))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		sink, err := kafka.New(cl, &kafka.Options{Logger: quiet})
+		if err != nil {
+			return err
+		}
+		relay, err := core.NewRelay(store, sink, core.StaticRouter{Default: s.Topic}, &core.RelayOptions{
+			LeaseTTL: time.Second, BatchSize: 25, PollInterval: 20 * time.Millisecond, Logger: quiet,
+		})
+		if err != nil {
+			return err
+		}
+		return relay.Run(ctx)
+	case "consumer":
+		inbox, err := core.NewInbox[pgx.Tx](store, nil)
+		if err != nil {
+			return err
+		}
+		effects := pgx.Identifier{s.Schema, "effects"}.Sanitize()
+		c, err := kafka.NewConsumer(s.Topic+"-group", []string{s.Topic}, inbox, "e2e",
+			func(ctx context.Context, tx pgx.Tx, d *kafka.Delivery) error {
+				_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (id, key, version, pid) VALUES ($1, $2, $3, $4)",
+					d.Event.ID, d.Event.AggregateID, d.Event.AggregateVersion, os.Getpid())
+				return err
+			}, &kafka.ConsumerOptions{
+				ClientOptions:  []kgo.Opt{kgo.SeedBrokers(s.Brokers...), kgo.FetchMaxWait(200 * time.Millisecond)},
+				MaxPollRecords: 50, Logger: quiet,
+			})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	return fmt.Errorf("unknown role %q", s.Role)
+}
+
+// TestEndToEndPostgresRelayKafkaInbox: a producer commits events in PostgreSQL; relay processes
+// publish them to Kafka and are SIGKILLed mid-batch twice; a consumer group of two processes
+// (the second joins mid-stream, then the first leaves) applies them into a PostgreSQL inbox.
+// Every event's effect is applied exactly once, in version order per key.
+func TestEndToEndPostgresRelayKafkaInbox(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.Need(t, testenv.PostgresDSN)
+	bs := brokers(t)
+	ctx := t.Context()
+	var rb [6]byte
+	_, _ = crand.Read(rb[:])
+	schema := "kafka_e2e_" + hex.EncodeToString(rb[:])
+	pool, err := e2ePool(ctx, dsn, schema)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	store, err := postgres.New(pool, &postgres.Options{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+
+		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
+	require.NoError(t, err)
+	ob, err := core.NewOutbox(ctx, store, nil)
+	require.NoError(t, err)
+	topic := newTopic(t, 6)
+	createTopic(t, topic+".dlt", 1)
+
+	const keys, perKey = 12, 40
+	spec := func(role string) string {
+		b, err := json.Marshal(e2eSpec{Role: role, DSN: dsn, Schema: schema, Topic: topic, Brokers: bs})
+		require.NoError(t, err)
+		return string(b)
+	}
+	start := func(role string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), e2eEnv+"="+spec(role))
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
+		return cmd
+	}
+	produced := make(chan error, 1)
+	go func() {
+		for v := 1; v <= perKey; v++ {
+			for k := 0; k < keys; k++ {
+				err := store.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: fmt.Sprint("k", k),
+						AggregateVersion: int64(v), Type: "order.changed", Payload: []byte(fmt.Sprintf(`{"v":%d}`, v))})
+					return err
+				})
+				if err != nil {
+					produced <- err
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		produced <- nil
+	}()
+	adm := kadm.NewClient(newClient(t))
+	records := func() int64 {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return 0
+		}
+		var n int64
+		ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		return n
+	}
+	effects := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM effects").Scan(&n))
+		return n
+	}
+
+	consumerA := start("consumer")
+	for kill := 0; kill < 2; kill++ {
+		before := records()
+		relay := start("relay")
+		eventually(t, "the relay published", func() bool { return records() > before })
+		time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
+		require.NoError(t, relay.Process.Signal(syscall.SIGKILL))
+		_ = relay.Wait()
+		if kill == 0 {
+			eventually(t, "consumer A applied some", func() bool { return effects() > 0 })
+			start("consumer") // B joins: a rebalance mid-stream
+		}
+	}
+	start("relay")
+	eventually(t, "a third of the events applied", func() bool { return effects() > keys*perKey/3 })
+	require.NoError(t, consumerA.Process.Signal(syscall.SIGTERM)) // A leaves: another rebalance
+	require.NoError(t, consumerA.Wait())
+	require.NoError(t, <-produced)
+	eventually(t, "every event applied", func() bool { return effects() >= keys*perKey })
+	time.Sleep(300 * time.Millisecond) // let a wrong extra effect show
+
+	rows, err := pool.Query(ctx, "SELECT id, key, version, pid FROM effects ORDER BY seq")
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	next := map[string]int64{}
+	pids := map[int]int{}
+	for rows.Next() {
+		var id, key string
+		var v int64
+		var pid int
+		require.NoError(t, rows.Scan(&id, &key, &v, &pid))
+		require.False(t, seen[id], "event %s applied twice", id)
+		seen[id] = true
+		require.Equal(t, next[key]+1, v, "key %s applied out of order", key)
+		next[key] = v
+		pids[pid]++
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, seen, keys*perKey)
+	require.Len(t, pids, 2, "both consumer processes applied events: %v", pids)
+	t.Logf("%d events, %d records in Kafka (relay resends after kills), effects per consumer process %v",
+		keys*perKey, records(), pids)
+}
