@@ -245,10 +245,20 @@ func TestConsumerGroupRebalanceAppliesEachOnceInOrder(t *testing.T) {
 	produce(t, topic, 12, 0, 30)
 	eventually(t, "first member started", func() bool { return c1.Stats().Applied > 50 })
 	c2, _ := e.start(t, group, topic, &kafka.ConsumerOptions{MaxPollRecords: 20}, slow)
-	produce(t, topic, 12, 30, 40)
-	eventually(t, "second member got partitions", func() bool { return c2.Stats().Received > 0 })
+	v := 30
+	eventually(t, "second member got records", func() bool {
+		if c2.Stats().Received > 0 {
+			return true
+		}
+		if v < 45 { // keep records coming until the second member's partitions get some
+			produce(t, topic, 12, v, v+1)
+			v++
+		}
+		time.Sleep(100 * time.Millisecond)
+		return false
+	})
 	stop1()
-	produce(t, topic, 12, 40, 50)
+	produce(t, topic, 12, v, 50)
 	eventually(t, "600 processed", func() bool {
 		s1, s2 := c1.Stats(), c2.Stats()
 		return s1.Applied+s2.Applied+s1.Stale+s2.Stale >= 600

@@ -111,18 +111,14 @@ func e2eChild(raw string) error {
 	return fmt.Errorf("unknown role %q", s.Role)
 }
 
-// TestEndToEndPostgresRelayKafkaInbox: a producer commits events in PostgreSQL; relay processes
-// publish them to Kafka and are SIGKILLed mid-batch twice; a consumer group of two processes
-// (the second joins mid-stream, then the first leaves) applies them into a PostgreSQL inbox.
-// Every event's effect is applied exactly once, in version order per key.
-func TestEndToEndPostgresRelayKafkaInbox(t *testing.T) {
-	t.Parallel()
-	dsn := testenv.Need(t, testenv.PostgresDSN)
-	bs := brokers(t)
-	ctx := t.Context()
+// pgSchema creates a migrated outbox/inbox schema with an effects table, dropped at the end.
+func pgSchema(t testing.TB) (dsn, schema string, pool *pgxpool.Pool, store *postgres.Store[pgx.Tx]) {
+	t.Helper()
+	dsn = testenv.Need(t, testenv.PostgresDSN)
+	ctx := context.Background()
 	var rb [6]byte
 	_, _ = crand.Read(rb[:])
-	schema := "kafka_e2e_" + hex.EncodeToString(rb[:])
+	schema = "kafka_" + hex.EncodeToString(rb[:])
 	pool, err := e2ePool(ctx, dsn, schema)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -131,12 +127,24 @@ func TestEndToEndPostgresRelayKafkaInbox(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	})
-	store, err := postgres.New(pool, &postgres.Options{Schema: schema})
+	store, err = postgres.New(pool, &postgres.Options{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+
 		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
 	require.NoError(t, err)
+	return dsn, schema, pool, store
+}
+
+// TestEndToEndPostgresRelayKafkaInbox: a producer commits events in PostgreSQL; relay processes
+// publish them to Kafka and are SIGKILLed mid-batch twice; a consumer group of two processes
+// (the second joins mid-stream, then the first leaves) applies them into a PostgreSQL inbox.
+// Every event's effect is applied exactly once, in version order per key.
+func TestEndToEndPostgresRelayKafkaInbox(t *testing.T) {
+	t.Parallel()
+	bs := brokers(t)
+	ctx := t.Context()
+	dsn, schema, pool, store := pgSchema(t)
 	ob, err := core.NewOutbox(ctx, store, nil)
 	require.NoError(t, err)
 	topic := newTopic(t, 6)

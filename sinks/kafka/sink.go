@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -114,18 +113,23 @@ func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 	// One request per topic: every record of it is produced at once and the producer keeps
 	// the order of each partition; the batcher keeps the prefix rule per key.
 	return batcher.Run(ctx, items, batcher.Options{Concurrency: s.o.Concurrency}, func(ctx context.Context, topic string, idx []int) []error {
-		res := make([]error, len(idx))
-		var wg sync.WaitGroup
-		wg.Add(len(idx))
+		// ProduceSync, not Produce: it stops the client's linger for these partitions, since
+		// the relay waits for the outcome anyway.
+		batch := make([]*kgo.Record, len(idx))
+		pos := make(map[*kgo.Record]int, len(idx))
 		for k, i := range idx {
-			s.client.Produce(ctx, recs[i], func(_ *kgo.Record, err error) {
-				if err != nil {
-					res[k] = classify(msgs[i].ID, err)
-				}
-				wg.Done()
-			})
+			batch[k] = recs[i]
+			pos[recs[i]] = k
 		}
-		wg.Wait()
+		res := core.Outcomes(len(idx), core.ErrNotAcknowledged)
+		for _, pr := range s.client.ProduceSync(ctx, batch...) {
+			if k, ok := pos[pr.Record]; ok {
+				res[k] = nil
+				if pr.Err != nil {
+					res[k] = classify(msgs[idx[k]].ID, pr.Err)
+				}
+			}
+		}
 		for _, err := range res {
 			if err != nil {
 				s.log.Warn("kafka_produce_failed", "topic", topic, "records", len(idx), "permanent", core.IsPermanent(err), "error", err)
