@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,8 +41,16 @@ type ConsumerOptions struct {
 	// ConsumeTopics, DisableAutoCommit, BlockRebalanceOnPoll and the rebalance callbacks);
 	// do not pass those. Default none: franz-go's defaults (a broker at localhost:9092).
 	ClientOptions []kgo.Opt
-	// MaxPollRecords is the most records processed between two offset commits. Default 500.
+	// MaxPollRecords is the most records one poll hands to the partition workers. Default 500.
 	MaxPollRecords int
+	// MaxBufferedRecords is the most records queued for one partition's worker: beyond it the
+	// partition's fetching is paused until half of them are processed (backpressure).
+	// Default 2 × MaxPollRecords.
+	MaxBufferedRecords int
+	// CommitInterval is how often the offsets of processed records are committed (also on
+	// revoke and shutdown). A record processed but not committed yet is consumed again after
+	// a crash and is then a no-op in the inbox. Default 500ms.
+	CommitInterval time.Duration
 	// MaxAttempts is how many times a record is tried before it goes to the dead-letter topic.
 	// Default 5.
 	MaxAttempts int
@@ -81,27 +90,30 @@ type ConsumerStats struct {
 	DeadLettered uint64 // records written to the dead-letter topic
 	Abandoned    uint64 // polled records left unprocessed (shutdown, rebalance, dead-letter topic unreachable): consumed again
 	Commits      uint64 // offset commits that succeeded
+	Paused       uint64 // times a partition's fetching was paused because its worker fell behind
 }
 
 // Consumer reads topics in a consumer group and processes every record through a core.Inbox.
 //
 // Guarantees:
-//   - Records of one partition are processed one after another in offset order; different
-//     partitions of one poll run in parallel. Each record's handler runs in the inbox's
+//   - Each partition has a worker that processes its records one after another in offset
+//     order; partitions are processed in parallel. Each record's handler runs in the inbox's
 //     transaction (core.Inbox.Process): a redelivered record is a no-op (Duplicate).
-//   - Offsets are committed only after the inbox transactions of the records they cover
-//     committed, and never past a record that was neither processed nor dead-lettered: at
-//     least once into the inbox, exactly once in effect.
-//   - Rebalances wait for the current poll (kgo.BlockRebalanceOnPoll): the records of a revoked
-//     partition have finished and their offsets are committed before the revoke completes.
-//     When a rebalance is waiting, no new attempt starts: records not yet processed are
-//     abandoned (not committed) and the partition's next owner consumes them.
+//   - Offsets are committed (every CommitInterval, on revoke and on shutdown) only up to the
+//     last record whose inbox transaction committed or that was dead-lettered: at least once
+//     into the inbox, exactly once in effect.
+//   - On a revoke, the workers of the revoked partitions finish the record in hand, abandon
+//     their queue and commit before the revoke completes, so the next owner starts right
+//     after the last record processed here. Lost partitions (session expired) are abandoned
+//     without a commit.
 //   - A record whose processing fails is tried MaxAttempts times, RetryBackoff apart (attempts
 //     are counted by this process), then written to its dead-letter topic with the headers
 //     HeaderDeadLetter*, and its offset is passed; a record that is not a decodable outbox
-//     record goes there at once. While the dead-letter write fails the partition does not
-//     move past the record.
-//   - Pause stops fetching (records already polled are finished); Resume restarts it.
+//     record goes there at once. While the dead-letter write fails, the partition is rewound
+//     to the record and does not move past it.
+//   - Backpressure: a partition whose worker has more than MaxBufferedRecords queued is paused
+//     (no fetching) until half of them are processed. Pause stops fetching every topic (the
+//     queued records are still processed); Resume restarts it.
 type Consumer[TTx any] struct {
 	group, name string
 	topics      []string
@@ -114,9 +126,7 @@ type Consumer[TTx any] struct {
 	client *kgo.Client
 	paused bool
 
-	rebalancing atomic.Bool
-
-	received, applied, duplicate, stale, failed, deadLettered, abandoned, commits atomic.Uint64
+	received, applied, duplicate, stale, failed, deadLettered, abandoned, commits, backpressure atomic.Uint64
 }
 
 // NewConsumer returns a consumer in group of topics, named consumer in the inbox, that
@@ -143,6 +153,18 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		o.MaxPollRecords = 500
 	case o.MaxPollRecords < 0:
 		return nil, &core.OptionError{Field: "MaxPollRecords", Reason: "must not be negative"}
+	}
+	switch {
+	case o.MaxBufferedRecords == 0:
+		o.MaxBufferedRecords = 2 * o.MaxPollRecords
+	case o.MaxBufferedRecords < 0:
+		return nil, &core.OptionError{Field: "MaxBufferedRecords", Reason: "must not be negative"}
+	}
+	switch {
+	case o.CommitInterval == 0:
+		o.CommitInterval = 500 * time.Millisecond
+	case o.CommitInterval < 0:
+		return nil, &core.OptionError{Field: "CommitInterval", Reason: "must not be negative"}
 	}
 	switch {
 	case o.MaxAttempts == 0:
@@ -176,7 +198,7 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 func (c *Consumer[TTx]) Stats() ConsumerStats {
 	return ConsumerStats{Received: c.received.Load(), Applied: c.applied.Load(), Duplicate: c.duplicate.Load(),
 		Stale: c.stale.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load(),
-		Abandoned: c.abandoned.Load(), Commits: c.commits.Load()}
+		Abandoned: c.abandoned.Load(), Commits: c.commits.Load(), Paused: c.backpressure.Load()}
 }
 
 // Pause stops fetching new records (for backpressure); the records already polled are
@@ -204,17 +226,19 @@ func (c *Consumer[TTx]) Resume() {
 // leaves the group and returns nil. It returns an error only when the client cannot be built.
 // A Consumer runs once.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
+	r := &run[TTx]{c: c, ctx: ctx, workers: map[tp]*worker{}}
 	opts := append(append([]kgo.Opt(nil), c.o.ClientOptions...),
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalancing.Store(true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-			c.log.Info("kafka_partitions_revoked", "group", c.group, "partitions", lost)
+		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, ps map[string][]int32) {
+			c.log.Info("kafka_partitions_revoked", "group", c.group, "partitions", ps)
+			r.release(cl, ps, true)
 		}),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-			c.log.Warn("kafka_partitions_lost", "group", c.group, "partitions", lost)
+		kgo.OnPartitionsLost(func(_ context.Context, cl *kgo.Client, ps map[string][]int32) {
+			c.log.Warn("kafka_partitions_lost", "group", c.group, "partitions", ps)
+			r.release(cl, ps, false)
 		}),
 	)
 	cl, err := kgo.NewClient(opts...)
@@ -233,90 +257,248 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		c.mu.Unlock()
 		cl.CloseAllowingRebalance()
 	}()
+	lastCommit := time.Now()
 	for ctx.Err() == nil {
-		fs := cl.PollRecords(ctx, c.o.MaxPollRecords)
+		pctx, cancel := context.WithTimeout(ctx, c.o.CommitInterval)
+		fs := cl.PollRecords(pctx, c.o.MaxPollRecords)
+		cancel()
 		fs.EachError(func(topic string, p int32, err error) {
-			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			if ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				c.log.Warn("kafka_fetch_failed", "topic", topic, "partition", p, "error", err)
 			}
 		})
-		c.rebalancing.Store(false)
-		c.round(ctx, cl, fs)
+		r.dispatch(cl, fs)
+		r.rewind(cl)
+		if time.Since(lastCommit) >= c.o.CommitInterval {
+			r.commit(cl, nil)
+			lastCommit = time.Now()
+		}
 		cl.AllowRebalance()
 	}
+	// Shutdown: the workers finish or abandon their record (ctx is cancelled, so an inbox
+	// transaction in progress rolls back), then what is done is committed.
+	r.release(cl, nil, true)
 	return nil
 }
 
-// round processes one poll: every partition in parallel, then one offset commit of what was
-// done and a rewind of what was not.
-func (c *Consumer[TTx]) round(ctx context.Context, cl *kgo.Client, fs kgo.Fetches) {
-	type part struct {
-		recs []*kgo.Record
-		done int
+type tp struct {
+	topic string
+	part  int32
+}
+
+// run is the state of one Run: a worker per partition that has records.
+type run[TTx any] struct {
+	c   *Consumer[TTx]
+	ctx context.Context
+
+	mu      sync.Mutex // workers; held by commit and release
+	workers map[tp]*worker
+}
+
+// worker processes the records of one partition in offset order.
+type worker struct {
+	tp     tp
+	wake   chan struct{}
+	quit   chan struct{}
+	exited chan struct{}
+
+	mu        sync.Mutex
+	queue     []*kgo.Record
+	next      int64       // offset after the last record done (-1: none yet)
+	done      *kgo.Record // last record processed or dead-lettered
+	committed *kgo.Record // last record committed
+	stuck     *kgo.Record // first record not done; set when it had to stop (dead-letter failed)
+	resumeAt  int64       // after a rewind, the offset the next dispatched records must start at (-1: none)
+	paused    bool        // fetching paused for backpressure
+}
+
+func (r *run[TTx]) worker(cl *kgo.Client, t tp) *worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.workers[t]
+	if w == nil {
+		w = &worker{tp: t, wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{}), next: -1, resumeAt: -1}
+		r.workers[t] = w
+		go r.work(cl, w)
 	}
-	var parts []*part
+	return w
+}
+
+// dispatch queues each partition's records on its worker, pausing the partitions whose queue
+// is longer than MaxBufferedRecords.
+func (r *run[TTx]) dispatch(cl *kgo.Client, fs kgo.Fetches) {
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
-		if len(p.Records) > 0 {
-			parts = append(parts, &part{recs: p.Records})
+		if len(p.Records) == 0 {
+			return
+		}
+		r.c.received.Add(uint64(len(p.Records)))
+		w := r.worker(cl, tp{p.Topic, p.Partition})
+		w.mu.Lock()
+		if w.resumeAt >= 0 && p.Records[0].Offset == w.resumeAt {
+			w.resumeAt = -1 // the rewind took effect
+		}
+		if w.stuck == nil && w.resumeAt < 0 {
+			w.queue = append(w.queue, p.Records...)
+		} else {
+			// Fetched past a stuck record before the rewind: consumed again after it.
+			r.c.abandoned.Add(uint64(len(p.Records)))
+		}
+		pause := len(w.queue) > r.c.o.MaxBufferedRecords && !w.paused
+		if pause {
+			w.paused = true
+		}
+		w.mu.Unlock()
+		if pause {
+			cl.PauseFetchPartitions(map[string][]int32{p.Topic: {p.Partition}})
+			r.c.backpressure.Add(1)
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default:
 		}
 	})
-	if len(parts) == 0 {
-		return
-	}
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		c.received.Add(uint64(len(p.recs)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.done = c.partition(ctx, cl, p.recs)
-		}()
-	}
-	wg.Wait()
-	var commit []*kgo.Record
-	rewind := map[string]map[int32]kgo.EpochOffset{}
-	for _, p := range parts {
-		if p.done > 0 {
-			commit = append(commit, p.recs[p.done-1])
+}
+
+// rewind moves every stuck partition back to its stuck record, so it is consumed again.
+// Called from the poll loop while no rebalance can run (kgo.SetOffsets' rule).
+func (r *run[TTx]) rewind(cl *kgo.Client) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, w := range r.workers {
+		w.mu.Lock()
+		if s := w.stuck; s != nil {
+			cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{t.topic: {t.part: {Epoch: s.LeaderEpoch, Offset: s.Offset}}})
+			w.stuck, w.resumeAt = nil, s.Offset
 		}
-		if p.done < len(p.recs) {
-			r := p.recs[p.done]
-			if rewind[r.Topic] == nil {
-				rewind[r.Topic] = map[int32]kgo.EpochOffset{}
-			}
-			rewind[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
-			c.abandoned.Add(uint64(len(p.recs) - p.done))
-		}
-	}
-	if len(commit) > 0 {
-		// The inbox transactions committed: record that even when ctx is being cancelled.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err := cl.CommitRecords(cctx, commit...)
-		cancel()
-		if err != nil {
-			// Not committed: the records are consumed again, and the inbox makes that a no-op.
-			c.log.Warn("kafka_commit_failed", "group", c.group, "error", err)
-		} else {
-			c.commits.Add(1)
-		}
-	}
-	if len(rewind) > 0 {
-		cl.SetOffsets(rewind)
+		w.mu.Unlock()
 	}
 }
 
-// partition processes recs (one partition, in offset order) and returns how many are done
-// (processed or dead-lettered), a prefix of recs.
-func (c *Consumer[TTx]) partition(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) int {
-	for i, r := range recs {
-		if ctx.Err() != nil || c.rebalancing.Load() {
-			return i
+// work is a worker's loop.
+func (r *run[TTx]) work(cl *kgo.Client, w *worker) {
+	defer close(w.exited)
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-w.wake:
 		}
-		if !c.record(ctx, cl, r) {
-			return i
+		for {
+			w.mu.Lock()
+			if len(w.queue) == 0 || w.stuck != nil {
+				w.mu.Unlock()
+				break
+			}
+			rec := w.queue[0]
+			w.queue = w.queue[1:]
+			resume := w.paused && len(w.queue) <= r.c.o.MaxBufferedRecords/2
+			if resume {
+				w.paused = false
+			}
+			skip := rec.Offset < w.next // already done (fetched again after a rewind)
+			w.mu.Unlock()
+			if resume {
+				cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.part}})
+			}
+			if skip {
+				continue
+			}
+			select {
+			case <-w.quit:
+				return // revoked or shutting down: the rest is abandoned
+			default:
+			}
+			ok := r.c.record(r.ctx, cl, rec)
+			w.mu.Lock()
+			if ok {
+				w.done, w.next = rec, rec.Offset+1
+			} else {
+				// Not done (shutdown, or the dead-letter topic could not be written): drop what
+				// is queued; the poll loop rewinds the partition to rec.
+				r.c.abandoned.Add(uint64(1 + len(w.queue)))
+				w.queue = nil
+				if r.ctx.Err() == nil {
+					w.stuck = rec
+				}
+			}
+			w.mu.Unlock()
 		}
 	}
-	return len(recs)
+}
+
+// commit commits the records done since the last commit, of the workers in only (all when
+// only is nil). The caller holds no lock.
+func (r *run[TTx]) commit(cl *kgo.Client, only []*worker) {
+	if only == nil {
+		r.mu.Lock()
+		for _, w := range r.workers {
+			only = append(only, w)
+		}
+		r.mu.Unlock()
+	}
+	var recs []*kgo.Record
+	for _, w := range only {
+		w.mu.Lock()
+		if w.done != nil && w.done != w.committed {
+			recs = append(recs, w.done)
+		}
+		w.mu.Unlock()
+	}
+	if len(recs) == 0 {
+		return
+	}
+	// The inbox transactions committed: record that even when ctx is being cancelled.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 10*time.Second)
+	err := cl.CommitRecords(cctx, recs...)
+	cancel()
+	if err != nil {
+		// Not committed: the records are consumed again, and the inbox makes that a no-op.
+		r.c.log.Warn("kafka_commit_failed", "group", r.c.group, "error", err)
+		return
+	}
+	r.c.commits.Add(1)
+	for _, w := range only {
+		w.mu.Lock()
+		for _, rec := range recs {
+			if rec.Topic == w.tp.topic && rec.Partition == w.tp.part {
+				w.committed = rec
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// release stops the workers of ps (all when ps is nil): each finishes the record in hand and
+// abandons its queue; then, when commit is set, what they did is committed. It returns once
+// they stopped: a revoke completes only after that.
+func (r *run[TTx]) release(cl *kgo.Client, ps map[string][]int32, commit bool) {
+	r.mu.Lock()
+	var ws []*worker
+	for t, w := range r.workers {
+		if ps != nil && !slices.Contains(ps[t.topic], t.part) {
+			continue
+		}
+		ws = append(ws, w)
+		delete(r.workers, t)
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		close(w.quit)
+	}
+	for _, w := range ws {
+		<-w.exited
+		w.mu.Lock()
+		r.c.abandoned.Add(uint64(len(w.queue)))
+		w.queue = nil
+		paused := w.paused
+		w.mu.Unlock()
+		if paused {
+			cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.part}})
+		}
+	}
+	if commit {
+		r.commit(cl, ws)
+	}
 }
 
 // record tries r up to MaxAttempts times, then dead-letters it. It reports whether r is done.
@@ -333,9 +515,6 @@ func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Recor
 			case <-ctx.Done():
 				return false
 			case <-time.After(c.o.RetryBackoff):
-			}
-			if c.rebalancing.Load() {
-				return false
 			}
 		}
 		attempts++

@@ -274,3 +274,45 @@ func TestConsumerGroupRebalanceAppliesEachOnceInOrder(t *testing.T) {
 	}
 	t.Logf("member 1 %+v, member 2 %+v", c1.Stats(), c2.Stats())
 }
+
+// TestConsumerHoldsPartitionWhileDeadLetterTopicIsMissing: a poison record cannot be
+// dead-lettered while its dead-letter topic does not exist, so its partition does not move;
+// once the topic exists the record goes there and the later records follow in order.
+func TestConsumerHoldsPartitionWhileDeadLetterTopicIsMissing(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 1)
+	produce(t, topic, 1, 0, 6)
+	poison := message(topic, "k0", 2).ID
+	e := newConsumerEnv(t)
+	c, stop := e.start(t, topic+"-g", topic, &kafka.ConsumerOptions{MaxAttempts: 2, RetryBackoff: 5 * time.Millisecond},
+		func(d *kafka.Delivery) error {
+			if d.Event.ID == poison {
+				return errors.New("boom")
+			}
+			return nil
+		})
+	eventually(t, "the partition stopped at the poison record, twice", func() bool { return c.Stats().Failed >= 4 })
+	require.Equal(t, 2, e.applied.count(), "nothing past the poison record")
+	createTopic(t, topic+".dlt", 1)
+	eventually(t, "the rest applied", func() bool { return e.applied.count() == 5 })
+	stop()
+	require.Equal(t, uint64(1), c.Stats().DeadLettered)
+	e.applied.mu.Lock()
+	require.Equal(t, []int64{1, 2, 4, 5, 6}, e.applied.keys["order/k0"])
+	e.applied.mu.Unlock()
+}
+
+// TestConsumerPausesPartitionThatFallsBehind: with a slow handler and a small buffer, the
+// partition is paused and resumed, and everything is applied in order.
+func TestConsumerPausesPartitionThatFallsBehind(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 1)
+	produce(t, topic, 2, 0, 30)
+	e := newConsumerEnv(t)
+	c, stop := e.start(t, topic+"-g", topic, &kafka.ConsumerOptions{MaxPollRecords: 10, MaxBufferedRecords: 10},
+		func(*kafka.Delivery) error { time.Sleep(2 * time.Millisecond); return nil })
+	eventually(t, "60 applied", func() bool { return e.applied.count() == 60 })
+	stop()
+	require.Positive(t, c.Stats().Paused)
+	e.applied.requireInOrder(t, 2, 30)
+}

@@ -59,6 +59,7 @@
 // Consumer[TTx] joins a consumer group (Run), polls records and processes each through
 // core.Inbox.Process with the Handler in the inbox's transaction. See Consumer for its
 // guarantees: per-partition order, offsets committed only after the inbox transaction
-// committed, revoked partitions finished before the revoke completes, a dead-letter topic
-// after ConsumerOptions.MaxAttempts, Pause and Resume.
+// committed, revoked partitions finished or abandoned before the revoke completes, a
+// dead-letter topic after ConsumerOptions.MaxAttempts, pausing partitions that fall behind,
+// Pause and Resume.
 package kafka
