@@ -20,7 +20,7 @@ import (
 
 const benchEvents, benchKeys, benchBatch = 5000, 64, 500
 
-var benchPartitions int32 = 6
+const benchPartitions = 6
 
 func benchPayload() []byte {
 	p := make([]byte, 1024)
@@ -275,12 +275,4 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/tConsumer.Seconds(), "inbox_msgs/s")
 	b.ReportMetric(float64(n*b.N)/tBare.Seconds(), "bare_inbox_msgs/s")
-}
-
-func init() {
-	if v := os.Getenv("BENCH_PARTS"); v != "" {
-		var n int
-		fmt.Sscan(v, &n)
-		benchPartitions = int32(n)
-	}
 }

@@ -81,7 +81,14 @@ func e2eChild(raw string) error {
 		if err != nil {
 			return err
 		}
-		relay, err := core.NewRelay(store, sink, core.StaticRouter{Default: s.Topic}, &core.RelayOptions{
+		// Hold each batch for a moment after Kafka acknowledged it and before the relay marks
+		// it, so that a SIGKILL likely falls between the two: the next relay resends.
+		held := core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
+			out := sink.Send(ctx, msgs)
+			time.Sleep(20 * time.Millisecond)
+			return out
+		})
+		relay, err := core.NewRelay(store, held, core.StaticRouter{Default: s.Topic}, &core.RelayOptions{
 			LeaseTTL: time.Second, BatchSize: 25, PollInterval: 20 * time.Millisecond, Logger: quiet,
 		})
 		if err != nil {
@@ -206,7 +213,7 @@ func TestEndToEndPostgresRelayKafkaInbox(t *testing.T) {
 		before := records()
 		relay := start("relay")
 		eventually(t, "the relay published", func() bool { return records() > before })
-		time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond) // most likely inside the hold
 		require.NoError(t, relay.Process.Signal(syscall.SIGKILL))
 		_ = relay.Wait()
 		if kill == 0 {
