@@ -3,6 +3,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -39,5 +40,21 @@ func Need(tb testing.TB, name string) string {
 		tb.Fatalf("%s is not set: CI requires this server (scripts/test starts it; by hand: %s)", name, how)
 	}
 	tb.Skipf("%s is not set: start the server with `%s`, or run ./scripts/test", name, how)
+	return ""
+}
+
+// NeedCommand returns the path of the program name, which a test runs as an independent
+// client (installed by the scripts/lib script that starts its server: how). When it is
+// missing the test is skipped, or fails when CI is set.
+func NeedCommand(tb testing.TB, name, how string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("%s is not installed: CI requires it (%s)", name, how)
+	}
+	tb.Skipf("%s is not installed: %s, or run ./scripts/test", name, how)
 	return ""
 }

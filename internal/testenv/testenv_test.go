@@ -33,3 +33,27 @@ func TestNeed(t *testing.T) {
 		}
 	}
 }
+
+// TestNeedCommand: a present program's path is returned; a missing one skips the child test
+// outside CI and fails it under CI.
+func TestNeedCommand(t *testing.T) {
+	if os.Getenv("TESTENV_CHILD") == "1" {
+		testenv.NeedCommand(t, "outboxkit-no-such-program", "nothing installs it")
+		t.Log("reached after NeedCommand")
+		return
+	}
+	if got := testenv.NeedCommand(t, "sh", "it is everywhere"); !strings.HasSuffix(got, "/sh") {
+		t.Fatalf("NeedCommand(sh) = %q", got)
+	}
+	for _, ci := range []string{"", "true"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNeedCommand$", "-test.v")
+		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		switch {
+		case ci == "" && (err != nil || !strings.Contains(string(out), "--- SKIP")):
+			t.Fatalf("without CI the child must skip; err=%v\n%s", err, out)
+		case ci != "" && (err == nil || !strings.Contains(string(out), "--- FAIL")):
+			t.Fatalf("under CI the child must fail; err=%v\n%s", err, out)
+		}
+	}
+}

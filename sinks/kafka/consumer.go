@@ -258,12 +258,20 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		cl.CloseAllowingRebalance()
 	}()
 	lastCommit := time.Now()
-	for ctx.Err() == nil {
+	for {
 		pctx, cancel := context.WithTimeout(ctx, c.o.CommitInterval)
 		fs := cl.PollRecords(pctx, c.o.MaxPollRecords)
 		cancel()
+		if ctx.Err() != nil {
+			// Shutdown, inside the poll window (no revoke can run): the workers finish or
+			// abandon their record (ctx is cancelled, so an inbox transaction in progress
+			// rolls back), then what is done is committed.
+			r.release(cl, nil, true)
+			cl.AllowRebalance()
+			return nil
+		}
 		fs.EachError(func(topic string, p int32, err error) {
-			if ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				c.log.Warn("kafka_fetch_failed", "topic", topic, "partition", p, "error", err)
 			}
 		})
@@ -275,10 +283,6 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		}
 		cl.AllowRebalance()
 	}
-	// Shutdown: the workers finish or abandon their record (ctx is cancelled, so an inbox
-	// transaction in progress rolls back), then what is done is committed.
-	r.release(cl, nil, true)
-	return nil
 }
 
 type tp struct {

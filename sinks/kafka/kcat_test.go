@@ -19,11 +19,7 @@ import (
 // kcat runs Debian's kcat (librdkafka), a client we did not write, against the test cluster.
 func kcat(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	path, err := exec.LookPath("kcat")
-	if err != nil {
-		testenv.Need(t, "OUTBOXKIT_KCAT_INSTALLED") // scripts/lib/kafka.sh installs kcat
-		t.Fatal("kcat is not installed: apt-get install kcat")
-	}
+	path := testenv.NeedCommand(t, "kcat", "source scripts/lib/kafka.sh && kafka_start installs it")
 	cmd := exec.Command(path, append([]string{"-b", strings.Join(brokers(t), ",")}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.Output()
