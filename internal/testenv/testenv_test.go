@@ -21,9 +21,16 @@ func TestNeed(t *testing.T) {
 	if got := testenv.Need(t, "OUTBOXKIT_TESTENV_UNSET"); got != "value" {
 		t.Fatalf("Need = %q, want value", got)
 	}
+	requireSkipsOutsideCIFailsUnderCI(t, "TestNeed", "OUTBOXKIT_TESTENV_UNSET=")
+}
+
+// requireSkipsOutsideCIFailsUnderCI runs the test named test again as a child (TESTENV_CHILD=1,
+// plus env) without and with CI, and checks that it skips, then fails.
+func requireSkipsOutsideCIFailsUnderCI(t *testing.T, test string, env ...string) {
+	t.Helper()
 	for _, ci := range []string{"", "true"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestNeed$", "-test.v")
-		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", "CI="+ci, "OUTBOXKIT_TESTENV_UNSET=")
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+		cmd.Env = append(append(os.Environ(), "TESTENV_CHILD=1", "CI="+ci), env...)
 		out, err := cmd.CombinedOutput()
 		switch {
 		case ci == "" && (err != nil || !strings.Contains(string(out), "--- SKIP")):
@@ -45,15 +52,5 @@ func TestNeedCommand(t *testing.T) {
 	if got := testenv.NeedCommand(t, "sh", "it is everywhere"); !strings.HasSuffix(got, "/sh") {
 		t.Fatalf("NeedCommand(sh) = %q", got)
 	}
-	for _, ci := range []string{"", "true"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestNeedCommand$", "-test.v")
-		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", "CI="+ci)
-		out, err := cmd.CombinedOutput()
-		switch {
-		case ci == "" && (err != nil || !strings.Contains(string(out), "--- SKIP")):
-			t.Fatalf("without CI the child must skip; err=%v\n%s", err, out)
-		case ci != "" && (err == nil || !strings.Contains(string(out), "--- FAIL")):
-			t.Fatalf("under CI the child must fail; err=%v\n%s", err, out)
-		}
-	}
+	requireSkipsOutsideCIFailsUnderCI(t, "TestNeedCommand")
 }

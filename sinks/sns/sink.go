@@ -18,20 +18,13 @@ import (
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
-// Size limits of a request (see package sinks/awssink).
-const (
-	DefaultMaxRequestBytes = awssink.DefaultMaxRequestBytes
-	MaxRequestBytesLimit   = awssink.MaxRequestBytesLimit
-	MaxBatchEntries        = awssink.MaxBatchEntries
-	DefaultConcurrency     = awssink.DefaultConcurrency
-)
-
 // ErrMessageTooLarge: a message does not fit in Options.MaxRequestBytes and no claim check is
 // configured (or even its claim-check reference does not fit). The outcome is permanent.
 // It is the same error as sqs.ErrMessageTooLarge.
 var ErrMessageTooLarge = wire.ErrMessageTooLarge
 
-// Options configures a Sink: the options the SQS and SNS sinks share (awssink.Options).
+// Options configures a Sink: the options the SQS and SNS sinks share (awssink.Options, with
+// the request limits awssink.MaxBatchEntries, awssink.MaxRequestBytesLimit and the defaults).
 // The zero value (or nil) is ready to use.
 type Options = awssink.Options
 

@@ -18,15 +18,8 @@ import (
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
-// Size limits of a request (see package sinks/awssink).
-const (
-	DefaultMaxRequestBytes = awssink.DefaultMaxRequestBytes
-	MaxRequestBytesLimit   = awssink.MaxRequestBytesLimit
-	MaxBatchEntries        = awssink.MaxBatchEntries
-	DefaultConcurrency     = awssink.DefaultConcurrency
-)
-
-// Options configures a Sink: the options the SQS and SNS sinks share (awssink.Options).
+// Options configures a Sink: the options the SQS and SNS sinks share (awssink.Options, with
+// the request limits awssink.MaxBatchEntries, awssink.MaxRequestBytesLimit and the defaults).
 // The zero value (or nil) is ready to use.
 type Options = awssink.Options
 
