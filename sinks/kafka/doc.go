@@ -16,11 +16,14 @@
 //     loss). A Send produces to at most Options.Concurrency topics at once.
 //   - A record larger than the client's kgo.ProducerBatchMaxBytes (default about 1 MB; key,
 //     value and headers) is not sent: permanent ErrMessageTooLarge, and the later messages of
-//     its key are not sent. There is no claim check for Kafka. A broker refusing a record as
-//     too large is ErrMessageTooLarge too.
-//   - Errors: Kafka errors that no retry can fix (too large, invalid record, not authorised,
-//     unknown topic) are permanent (core.Permanent); timeouts, cancellation, leadership changes
-//     and anything unknown are retryable. The sink never retries itself; franz-go's own
+//     its key are not sent. There is no claim check for Kafka. A broker refuses whole batches:
+//     when it refuses one as too large (a topic's max.message.bytes below the client's
+//     ProducerBatchMaxBytes, a configuration error), every record of the batch gets a
+//     retryable ErrMessageTooLarge, so that small records are not parked for a large
+//     neighbour; the relay's retry policy parks them if the configuration is not fixed.
+//   - Errors: Kafka errors that no retry can fix (invalid record, not authorised, unknown
+//     topic) are permanent (core.Permanent); timeouts, cancellation, leadership changes and
+//     anything unknown are retryable. The sink never retries itself; franz-go's own
 //     produce retries run as the client was configured.
 //   - Compression is the client's: kgo.ProducerBatchCompression(kgo.ZstdCompression()) or
 //     kgo.Lz4Compression().

@@ -9,9 +9,10 @@ import (
 // Errors, tested with errors.Is.
 var (
 	// ErrMessageTooLarge: a record (key, value and headers) is larger than the client's
-	// ProducerBatchMaxBytes, or the broker refused it as too large. The outcome is permanent:
-	// Kafka has no claim check here; raise the topic's max.message.bytes and the client's
-	// limit, or keep payloads small. It is the same error as sqs.ErrMessageTooLarge.
+	// ProducerBatchMaxBytes (permanent: there is no claim check for Kafka; raise the topic's
+	// max.message.bytes and the client's limit, or keep payloads small), or the broker
+	// refused the batch holding it as too large (retryable; see the package documentation).
+	// It is the same error as sqs.ErrMessageTooLarge.
 	ErrMessageTooLarge = wire.ErrMessageTooLarge
 	// ErrUndecodable: a consumed record does not carry the CloudEvents headers this package
 	// writes (see the package documentation). The consumer sends it to the dead-letter topic

@@ -140,12 +140,15 @@ func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 	})
 }
 
-// classify wraps a produce error: Kafka errors that no retry can fix (too large, invalid,
-// not authorised, unknown topic) are permanent; the rest (timeouts, cancellation, leadership
-// changes, anything unknown) are retryable.
+// classify wraps a produce error: Kafka errors that no retry can fix (invalid record, not
+// authorised, unknown topic) are permanent; the rest (timeouts, cancellation, leadership
+// changes, a batch refused as too large, anything unknown) are retryable.
 func classify(id string, err error) error {
 	if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
-		return core.Permanent(fmt.Errorf("kafka: event %s: %w: %w", id, ErrMessageTooLarge, err))
+		// The broker refused a whole batch, which holds other records too: retryable, so that
+		// they are not parked for their neighbour (Send already failed records too large for
+		// the client alone, permanently).
+		return fmt.Errorf("kafka: event %s: %w: %w", id, ErrMessageTooLarge, err)
 	}
 	err = fmt.Errorf("kafka: event %s: %w", id, err)
 	var ke *kerr.Error

@@ -2,11 +2,13 @@ package kafka_test
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/core"
@@ -103,4 +105,40 @@ func TestNewRefusesNonIdempotentClient(t *testing.T) {
 	defer cl2.Close()
 	_, err = kafka.New(cl2, &kafka.Options{Concurrency: -1})
 	require.ErrorIs(t, err, core.ErrInvalidOptions)
+}
+
+// TestSinkUnknownTopicIsPermanent: a topic that does not exist (the client does not create
+// topics) is a permanent outcome, and the key's later messages are not acknowledged.
+func TestSinkUnknownTopicIsPermanent(t *testing.T) {
+	t.Parallel()
+	sink, err := kafka.New(newClient(t), nil)
+	require.NoError(t, err)
+	topic := "missing-" + newTopic(t, 1)
+	out := sink.Send(context.Background(), []core.Message{message(topic, "a", 0), message(topic, "a", 1)})
+	require.Error(t, out[0])
+	require.True(t, core.IsPermanent(out[0]), "%v", out[0])
+	require.Error(t, out[1])
+}
+
+// TestSinkBrokerTooLargeIsRetryable: a topic whose max.message.bytes is below the client's
+// batch size refuses the whole batch holding a large record: every record of it gets a
+// retryable ErrMessageTooLarge (the small ones must not be parked for their neighbour).
+func TestSinkBrokerTooLargeIsRetryable(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 1)
+	adm := kadm.NewClient(newClient(t))
+	_, err := adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Name: "max.message.bytes", Value: kadm.StringPtr("2048")}}, topic)
+	require.NoError(t, err)
+	sink, err := kafka.New(newClient(t), nil)
+	require.NoError(t, err)
+	big := message(topic, "a", 0)
+	big.Payload = make([]byte, 8192)
+	_, _ = crand.Read(big.Payload) // incompressible
+	msgs := []core.Message{big, message(topic, "a", 1)}
+	out := sink.Send(context.Background(), msgs)
+	require.NoError(t, core.CheckOutcomes(msgs, out))
+	require.ErrorIs(t, out[0], kafka.ErrMessageTooLarge)
+	require.False(t, core.IsPermanent(out[0]))
+	require.Error(t, out[1])
+	require.False(t, core.IsPermanent(out[1]))
 }
