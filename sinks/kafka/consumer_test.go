@@ -319,3 +319,34 @@ func TestConsumerPausesPartitionThatFallsBehind(t *testing.T) {
 	require.Positive(t, c.Stats().Paused)
 	e.applied.requireInOrder(t, 2, 30)
 }
+
+// TestConsumerHandlerPanicIsAFailedAttempt: a panicking handler rolls its inbox transaction
+// back and the record is tried again.
+func TestConsumerHandlerPanicIsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	topic := newTopic(t, 1)
+	produce(t, topic, 1, 0, 3)
+	target := message(topic, "k0", 1).ID
+	e := newConsumerEnv(t)
+	var mu sync.Mutex
+	var attempts []int
+	c, stop := e.start(t, topic+"-g", topic, &kafka.ConsumerOptions{RetryBackoff: 5 * time.Millisecond},
+		func(d *kafka.Delivery) error {
+			if d.Event.ID != target {
+				return nil
+			}
+			mu.Lock()
+			attempts = append(attempts, d.Attempt)
+			mu.Unlock()
+			if d.Attempt == 1 {
+				panic("handler bug")
+			}
+			return nil
+		})
+	eventually(t, "3 applied", func() bool { return c.Stats().Applied == 3 })
+	stop()
+	require.Equal(t, []int{1, 2}, attempts)
+	require.Equal(t, uint64(1), c.Stats().Failed)
+	require.Equal(t, 1, e.store.Counter("applied:"+target))
+	e.applied.requireInOrder(t, 1, 3)
+}
