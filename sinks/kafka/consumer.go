@@ -102,9 +102,9 @@ type ConsumerStats struct {
 //   - Offsets are committed (every CommitInterval, on revoke and on shutdown) only up to the
 //     last record whose inbox transaction committed or that was dead-lettered: at least once
 //     into the inbox, exactly once in effect.
-//   - On a revoke, the workers of the revoked partitions finish the record in hand, abandon
-//     their queue and commit before the revoke completes, so the next owner starts right
-//     after the last record processed here. Lost partitions (session expired) are abandoned
+//   - On a revoke, the workers of the revoked partitions finish the attempt in hand (no
+//     further retry), abandon their queue and commit before the revoke completes, so the
+//     next owner starts right after the last record processed here. Lost partitions (session expired) are abandoned
 //     without a commit.
 //   - A record whose processing fails is tried MaxAttempts times, RetryBackoff apart (attempts
 //     are counted by this process), then written to its dead-letter topic with the headers
@@ -412,7 +412,7 @@ func (r *run[TTx]) work(cl *kgo.Client, w *worker) {
 				return // revoked or shutting down: the rest is abandoned
 			default:
 			}
-			ok := r.c.record(r.ctx, cl, rec)
+			ok := r.c.record(r.ctx, cl, rec, w.quit)
 			w.mu.Lock()
 			if ok {
 				w.done, w.next = rec, rec.Offset+1
@@ -472,7 +472,7 @@ func (r *run[TTx]) commit(cl *kgo.Client, only []*worker) {
 	}
 }
 
-// release stops the workers of ps (all when ps is nil): each finishes the record in hand and
+// release stops the workers of ps (all when ps is nil): each finishes the attempt in hand and
 // abandons its queue; then, when commit is set, what they did is committed. It returns once
 // they stopped: a revoke completes only after that.
 func (r *run[TTx]) release(cl *kgo.Client, ps map[string][]int32, commit bool) {
@@ -506,7 +506,8 @@ func (r *run[TTx]) release(cl *kgo.Client, ps map[string][]int32, commit bool) {
 }
 
 // record tries r up to MaxAttempts times, then dead-letters it. It reports whether r is done.
-func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Record) bool {
+// Once quit is closed (revoke, shutdown) it starts no further attempt.
+func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Record, quit <-chan struct{}) bool {
 	ev, created, err := decodeRecord(r)
 	if err != nil {
 		c.failed.Add(1)
@@ -517,6 +518,8 @@ func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Recor
 		if attempts > 0 {
 			select {
 			case <-ctx.Done():
+				return false
+			case <-quit:
 				return false
 			case <-time.After(c.o.RetryBackoff):
 			}
