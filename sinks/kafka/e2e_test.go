@@ -107,7 +107,7 @@ func e2eChild(raw string) error {
 					d.Event.ID, d.Event.AggregateID, d.Event.AggregateVersion, os.Getpid())
 				return err
 			}, &kafka.ConsumerOptions{
-				ClientOptions:  []kgo.Opt{kgo.SeedBrokers(s.Brokers...), kgo.FetchMaxWait(200 * time.Millisecond),
+				ClientOptions: []kgo.Opt{kgo.SeedBrokers(s.Brokers...), kgo.FetchMaxWait(200 * time.Millisecond),
 					// The broker's minimum: a killed member's partitions move on within 6 s.
 					kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)},
 				MaxPollRecords: 50, Logger: quiet,
