@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,4 +139,24 @@ func scanRecords(rows *sql.Rows) ([]core.Record, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// LaneCount returns the lane count recorded by Migrate.
+func (s *Store) LaneCount(ctx context.Context) (int, error) {
+	if n := s.lanes.Load(); n > 0 {
+		return int(n), nil
+	}
+	var v string
+	if err := s.db.QueryRowContext(ctx, s.q.laneCount).Scan(&v); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("mysql: lane count: %w: outbox %s is not migrated", core.ErrSchemaMismatch, s.names.outbox)
+		}
+		return 0, wrap("lane count", err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > core.MaxLanes {
+		return 0, fmt.Errorf("mysql: lane count: %w: recorded value %q", core.ErrSchemaMismatch, v)
+	}
+	s.lanes.Store(int64(n))
+	return n, nil
 }

@@ -180,23 +180,3 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 func (s *Store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
 	return s.inTx(ctx, fn)
 }
-
-// LaneCount returns the lane count recorded by Migrate.
-func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
-	if n := s.lanes.Load(); n > 0 {
-		return int(n), nil
-	}
-	var v string
-	if err := queryRow(ctx, s.db, s.q.metaGet, []any{"lanes"}, &v); err != nil {
-		if errors.Is(err, errNoRows) {
-			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
-		}
-		return 0, fmt.Errorf("postgres: lane count: %w", err)
-	}
-	var n int
-	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > core.MaxLanes {
-		return 0, fmt.Errorf("postgres: lane count: %w: recorded lane count %q", core.ErrSchemaMismatch, v)
-	}
-	s.lanes.Store(int64(n))
-	return n, nil
-}

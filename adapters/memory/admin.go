@@ -1,0 +1,157 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// minUnpublished returns the lowest Seq of an unpublished row, 0 when none. Caller holds s.mu.
+func (s *Store) minUnpublished() int64 {
+	var m int64
+	for _, rs := range s.unpub {
+		if len(rs) > 0 && (m == 0 || rs[0].Seq < m) {
+			m = rs[0].Seq
+		}
+	}
+	return m
+}
+
+// PruneOutbox implements core.Pruner.
+func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: prune outbox: %w", err)
+	}
+	if p.Limit <= 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	low := s.minUnpublished()
+	n := 0
+	for _, r := range s.rows {
+		if n >= p.Limit {
+			break
+		}
+		if p.BelowSeq > 0 && r.Seq >= p.BelowSeq {
+			break
+		}
+		if s.fault == FaultPruneUnpublished {
+			if r.PublishedAt.IsZero() || r.PublishedAt.Before(p.PublishedBefore) {
+				r.Seq = -r.Seq
+				n++
+			}
+			continue
+		}
+		if low > 0 && r.Seq >= low {
+			break
+		}
+		if r.PublishedAt.IsZero() || !r.PublishedAt.Before(p.PublishedBefore) {
+			continue
+		}
+		r.Seq = -r.Seq
+		n++
+	}
+	if n > 0 {
+		for _, r := range s.rows {
+			if r.Seq < 0 {
+				delete(s.ids, r.ID)
+			}
+		}
+		s.rows = slices.DeleteFunc(s.rows, func(r *core.Record) bool { return r.Seq < 0 })
+		for lane := range s.unpub {
+			s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *core.Record) bool { return r.Seq < 0 })
+		}
+	}
+	return n, nil
+}
+
+// List implements core.Admin: records with Seq > p.AfterSeq in Seq order, at most p.Limit
+// (p.Limit <= 0 means 1000).
+func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: list: %w", err)
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []core.Record
+	for _, r := range s.rows {
+		if len(out) >= limit {
+			break
+		}
+		if r.Seq <= p.AfterSeq || !matches(r, p.State) {
+			continue
+		}
+		out = append(out, cloneRecord(r))
+	}
+	return out, nil
+}
+
+func matches(r *core.Record, st core.RecordState) bool {
+	switch st {
+	case core.StatePending:
+		return r.PublishedAt.IsZero() && r.ParkedAt.IsZero()
+	case core.StateParked:
+		return r.PublishedAt.IsZero() && !r.ParkedAt.IsZero()
+	case core.StatePublished:
+		return !r.PublishedAt.IsZero()
+	}
+	return true
+}
+
+// Stats implements core.Admin.
+func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Stats{}, fmt.Errorf("memory: stats: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st core.Stats
+	for _, r := range s.rows {
+		switch {
+		case !r.PublishedAt.IsZero():
+			st.Published++
+		case !r.ParkedAt.IsZero():
+			st.Parked++
+		default:
+			st.Pending++
+			if st.OldestPendingAt.IsZero() || r.CreatedAt.Before(st.OldestPendingAt) {
+				st.OldestPendingAt = r.CreatedAt
+			}
+		}
+	}
+	return st, nil
+}
+
+// Unpark implements core.Admin. It counts the unpublished records of the key that had
+// ParkedAt, NextAttemptAt or Attempts set.
+func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: unpark: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, rs := range s.unpub {
+		for _, r := range rs {
+			if r.PartitionKey != partitionKey {
+				continue
+			}
+			if !r.ParkedAt.IsZero() || !r.NextAttemptAt.IsZero() || r.Attempts != 0 {
+				n++
+			}
+			r.ParkedAt, r.NextAttemptAt, r.Attempts = time.Time{}, time.Time{}, 0
+		}
+	}
+	if n > 0 {
+		s.log.Info("memory_unparked", "partition_key", partitionKey, "records", n)
+	}
+	return n, nil
+}

@@ -1,0 +1,44 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// AcquireGeneration implements core.RelayStore.
+func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Publisher{}, fmt.Errorf("memory: acquire generation: %w", err)
+	}
+	if p.Kind != core.KindPolling && p.Kind != core.KindCDC {
+		return core.Publisher{}, &core.OptionError{Field: "Kind", Reason: fmt.Sprintf("unknown publisher kind %q", p.Kind)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.Join && s.publisher.Kind == p.Kind {
+		return s.publisher, nil
+	}
+	s.publisher = core.Publisher{Generation: s.publisher.Generation + 1, Kind: p.Kind, Holder: p.Holder, Since: clock(p.Now)}
+	return s.publisher, nil
+}
+
+// Generation implements core.RelayStore.
+func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Publisher{}, fmt.Errorf("memory: generation: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publisher, nil
+}
+
+// fenced returns an error wrapping core.ErrFenced unless gen is the current generation.
+// s.mu must be held.
+func (s *Store) fenced(what string, gen int64) error {
+	if gen != s.publisher.Generation && s.fault != FaultUnfencedGeneration {
+		return fmt.Errorf("memory: %s: generation %d, current %d: %w", what, gen, s.publisher.Generation, core.ErrFenced)
+	}
+	return nil
+}

@@ -1,0 +1,265 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Heartbeat implements core.RelayStore.
+func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: heartbeat: %w", err)
+	}
+	now := clock(p.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.TTL <= 0 {
+		delete(s.workers, p.Owner)
+	} else {
+		s.workers[p.Owner] = now.Add(p.TTL)
+	}
+	live := 0
+	for _, exp := range s.workers {
+		if exp.After(now) {
+			live++
+		}
+	}
+	return live, nil
+}
+
+// held reports whether l is still held at now.
+func (s *Store) held(l core.Lease, now time.Time) bool {
+	if l.Lane < 0 || l.Lane >= s.lanes {
+		return false
+	}
+	st := s.leases[l.Lane]
+	return st.owner != "" && st.owner == l.Owner && st.generation == l.Generation && st.until.After(now)
+}
+
+// ClaimLanes implements core.RelayStore.
+func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: claim lanes: %w", err)
+	}
+	if p.Owner == "" {
+		return nil, fmt.Errorf("memory: claim lanes: empty owner")
+	}
+	now := clock(p.Now)
+	until := now.Add(p.TTL).Truncate(time.Microsecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fenced("claim lanes", p.Generation); err != nil {
+		return nil, err
+	}
+	var out []core.Lease
+	for lane := 0; lane < s.lanes && len(out) < p.Max; lane++ {
+		st := &s.leases[lane]
+		if st.owner != "" && st.until.After(now) && s.fault != FaultSharedLanes {
+			continue
+		}
+		st.generation++
+		st.owner = p.Owner
+		st.until = until
+		out = append(out, core.Lease{Lane: lane, Owner: p.Owner, Generation: st.generation, Until: until})
+	}
+	return out, nil
+}
+
+// RenewLanes implements core.RelayStore.
+func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: renew lanes: %w", err)
+	}
+	now := clock(p.Now)
+	until := now.Add(p.TTL).Truncate(time.Microsecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fenced("renew lanes", p.Generation); err != nil {
+		return nil, err
+	}
+	var out []core.Lease
+	for _, l := range p.Leases {
+		if !s.held(l, now) {
+			continue
+		}
+		s.leases[l.Lane].until = until
+		l.Until = until
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// ReleaseLanes implements core.RelayStore.
+func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: release lanes: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range leases {
+		if l.Lane < 0 || l.Lane >= s.lanes {
+			continue
+		}
+		st := &s.leases[l.Lane]
+		if st.owner == l.Owner && st.generation == l.Generation {
+			st.owner = ""
+			st.until = time.Time{}
+		}
+	}
+	return nil
+}
+
+// Fetch implements core.RelayStore.
+func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: fetch: %w", err)
+	}
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	now := clock(p.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[int]bool{}
+	var picked []*core.Record
+	for _, l := range p.Leases {
+		if l.Lane < 0 || l.Lane >= s.lanes || seen[l.Lane] {
+			continue
+		}
+		seen[l.Lane] = true
+		blocked := map[string]bool{}
+		n := 0
+		for _, r := range s.unpub[l.Lane] {
+			if n >= p.Limit {
+				break
+			}
+			if blocked[r.PartitionKey] {
+				continue
+			}
+			if !r.ParkedAt.IsZero() || r.NextAttemptAt.After(now) {
+				if s.fault != FaultNoKeyBlocking {
+					blocked[r.PartitionKey] = true
+				}
+				continue
+			}
+			picked = append(picked, r)
+			n++
+		}
+	}
+	slices.SortFunc(picked, func(a, b *core.Record) int { return cmpInt64(a.Seq, b.Seq) })
+	if len(picked) > p.Limit {
+		picked = picked[:p.Limit]
+	}
+	out := make([]core.Record, len(picked))
+	for i, r := range picked {
+		out[i] = cloneRecord(r)
+	}
+	return out, nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Settle implements core.RelayStore.
+func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: settle: %w", err)
+	}
+	now := clock(p.Now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	leased := map[int]bool{}
+	var lost []int
+	for _, l := range p.Leases {
+		if s.fault != FaultUnfencedSettle && !s.held(l, now) {
+			lost = append(lost, l.Lane)
+			continue
+		}
+		leased[l.Lane] = true
+	}
+	if len(lost) > 0 {
+		return &core.LanesLostError{Lanes: lost}
+	}
+	if s.fault == FaultRacySettle {
+		s.mu.Unlock()
+		runtime.Gosched()
+		s.mu.Lock()
+	}
+	settle := func(seq int64) *core.Record {
+		r := s.bySeq(seq)
+		if r == nil || !r.PublishedAt.IsZero() {
+			return nil
+		}
+		if !leased[r.Lane] && s.fault != FaultUnfencedSettle {
+			return nil
+		}
+		return r
+	}
+	dirty := map[int]bool{}
+	deleted := false
+	for _, seq := range p.Published {
+		r := settle(seq)
+		if r == nil {
+			continue
+		}
+		dirty[r.Lane] = true
+		if p.Delete {
+			delete(s.ids, r.ID)
+			r.Seq = -r.Seq // marks the row deleted until the slices are compacted
+			deleted = true
+		} else {
+			r.PublishedAt = now
+		}
+	}
+	for _, f := range p.Failed {
+		r := settle(f.Seq)
+		if r == nil {
+			continue
+		}
+		r.Attempts++
+		r.LastError = f.Error
+		r.NextAttemptAt = now.Add(f.Delay).Truncate(time.Microsecond)
+		if f.Park {
+			r.ParkedAt = now
+		}
+	}
+	for lane := range dirty {
+		s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *core.Record) bool {
+			return r.Seq < 0 || !r.PublishedAt.IsZero()
+		})
+	}
+	if deleted {
+		s.rows = slices.DeleteFunc(s.rows, func(r *core.Record) bool { return r.Seq < 0 })
+	}
+	return nil
+}
+
+// bySeq finds a live row by binary search (rows are in ascending Seq). Caller holds s.mu.
+func (s *Store) bySeq(seq int64) *core.Record {
+	i, ok := slices.BinarySearchFunc(s.rows, seq, func(r *core.Record, seq int64) int {
+		return cmpInt64(abs(r.Seq), seq)
+	})
+	if !ok || s.rows[i].Seq < 0 {
+		return nil
+	}
+	return s.rows[i]
+}
+
+func abs(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

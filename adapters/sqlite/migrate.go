@@ -1,0 +1,130 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+//go:embed migrations/outbox/*.sql migrations/inbox/*.sql
+var migrationFS embed.FS
+
+// migrationSets are the directories of embedded migrations, each versioned on its own: the
+// outbox set in <Table>_migrations, the inbox set in <InboxTable>_migrations (so that several
+// inboxes can share one outbox). The index is that of queries.appliedVersion.
+var migrationSets = [2]string{"migrations/outbox", "migrations/inbox"}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations(dir string) ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 {
+			return nil, fmt.Errorf("bad migration file name %q", name)
+		}
+		b, err := fs.ReadFile(migrationFS, path.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: path.Join(path.Base(dir), name), sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("%s: migration versions must be 1..n without gaps; found %d at position %d", dir, m.version, i+1)
+		}
+	}
+	return out, nil
+}
+
+// Migrate creates or upgrades the adapter's tables, in one transaction. It is idempotent and
+// safe to run from several processes at once. The first run records Options.Lanes and creates
+// that many lanes; a later run with a different Lanes fails with an error wrapping
+// core.ErrSchemaMismatch and changes nothing.
+func (s *Store) Migrate(ctx context.Context) error {
+	var sets [len(migrationSets)][]migration
+	for i, dir := range migrationSets {
+		var err error
+		if sets[i], err = loadMigrations(dir); err != nil {
+			return fmt.Errorf("sqlite: migrate: %w", err)
+		}
+	}
+	// Idempotent bootstrap of the bookkeeping tables, so that the write lock below has a table
+	// to take it on.
+	if _, err := s.db.ExecContext(ctx, s.q.bootstrap); err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	rep := replacer(s.n)
+	var applied []migration
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		applied = applied[:0]
+		now := nowMicros(time.Time{})
+		for i, migs := range sets {
+			var version int
+			if err := tx.QueryRowContext(ctx, s.q.appliedVersion[i]).Scan(&version); err != nil {
+				return err
+			}
+			if version > len(migs) {
+				return fmt.Errorf("%w: %s schema version %d is newer than this adapter's %d",
+					core.ErrSchemaMismatch, path.Base(migrationSets[i]), version, len(migs))
+			}
+			for _, m := range migs[version:] {
+				if _, err := tx.ExecContext(ctx, rep.Replace(m.sql)); err != nil {
+					return fmt.Errorf("%s: %w", m.name, err)
+				}
+				if _, err := tx.ExecContext(ctx, s.q.recordVersion[i], m.version, m.name, now); err != nil {
+					return err
+				}
+				applied = append(applied, m)
+			}
+		}
+		var lanes int
+		switch err := tx.QueryRowContext(ctx, s.q.getLanes).Scan(&lanes); {
+		case errors.Is(err, sql.ErrNoRows):
+			if _, err := tx.ExecContext(ctx, s.q.setLanes, s.o.Lanes); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, s.q.seedLanes, s.o.Lanes); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case lanes != s.o.Lanes:
+			return fmt.Errorf("%w: the outbox was migrated with %d lanes, options ask for %d", core.ErrSchemaMismatch, lanes, s.o.Lanes)
+		}
+		if s.o.UniqueAggregateVersion {
+			if _, err := tx.ExecContext(ctx, s.q.aggVersionIdx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", err)
+	}
+	for _, m := range applied {
+		s.log.Info("sqlite_migration_applied", "version", m.version, "name", m.name)
+	}
+	return nil
+}
