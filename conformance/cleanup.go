@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 func cleanupCases[TTx any]() []tcase[TTx] {
@@ -32,8 +33,10 @@ func (e *env[TTx]) writeNumbered(n int) map[string]int64 {
 	return seq
 }
 
-func (e *env[TTx]) cleanup(o core.CleanupOptions) int {
+// cleanup runs core.CleanupOutbox with o as if the time were now.
+func (e *env[TTx]) cleanup(now time.Time, o core.CleanupOptions) int {
 	e.t.Helper()
+	testhook.SetClock(&o, func() time.Time { return now })
 	n, err := core.CleanupOutbox(e.ctx, e.a, &o)
 	e.must(err, "CleanupOutbox")
 	return n
@@ -68,23 +71,22 @@ func testCleanupRetention[TTx any](e *env[TTx]) {
 	settle(t0, core.SettleParams{Published: []int64{seq["e1"], seq["e2"], seq["e3"], seq["e5"], seq["e6"]},
 		Failed: []core.Failure{{Seq: seq["e8"], Error: "x", Park: true}, {Seq: seq["e9"], Error: "y", Delay: time.Hour}}})
 	settle(t0.Add(2*time.Hour), core.SettleParams{Published: []int64{seq["e7"]}})
-	opts := core.CleanupOptions{Retention: time.Hour, BatchSize: 100, Now: func() time.Time { return t0.Add(150 * time.Minute) }}
-	if n := e.cleanup(opts); n != 3 {
+	opts := core.CleanupOptions{Retention: time.Hour, BatchSize: 100}
+	if n := e.cleanup(t0.Add(150*time.Minute), opts); n != 3 {
 		e.fatalf("first cleanup deleted %d rows, want 3 (e1-e3, below the unpublished e4)", n)
 	}
 	e.expectRemaining("first cleanup", "e4", "e5", "e6", "e7", "e8", "e9", "e10")
 	settle(t0.Add(time.Hour), core.SettleParams{Published: []int64{seq["e4"]}})
-	if n := e.cleanup(opts); n != 3 {
+	if n := e.cleanup(t0.Add(150*time.Minute), opts); n != 3 {
 		e.fatalf("second cleanup deleted %d rows, want 3 (e4-e6; e7 is within the retention, e8 is parked)", n)
 	}
 	e.expectRemaining("second cleanup", "e7", "e8", "e9", "e10")
 	settle(t0, core.SettleParams{Published: []int64{seq["e10"]}})
-	opts.Now = func() time.Time { return t0.Add(10 * time.Hour) }
-	if n := e.cleanup(opts); n != 1 {
+	if n := e.cleanup(t0.Add(10*time.Hour), opts); n != 1 {
 		e.fatalf("third cleanup deleted %d rows, want 1 (e7; e10 is above the parked e8)", n)
 	}
 	e.expectRemaining("third cleanup", "e8", "e9", "e10")
-	if n := e.cleanup(core.CleanupOptions{Retention: time.Nanosecond, Now: func() time.Time { return t0.Add(1000 * time.Hour) }}); n != 0 {
+	if n := e.cleanup(t0.Add(1000*time.Hour), core.CleanupOptions{Retention: time.Nanosecond}); n != 0 {
 		e.fatalf("cleanup deleted %d rows while the only older rows are parked or failed", n)
 	}
 	e.expectRemaining("last cleanup", "e8", "e9", "e10")
@@ -93,7 +95,7 @@ func testCleanupRetention[TTx any](e *env[TTx]) {
 // testCleanupBelowSeq: the BelowSeq watermark bounds the cleanup.
 func testCleanupBelowSeq[TTx any](e *env[TTx]) {
 	seq := e.writePublished(6)
-	n := e.cleanup(core.CleanupOptions{Retention: time.Hour, BelowSeq: seq["e4"], Now: func() time.Time { return t0.Add(2 * time.Hour) }})
+	n := e.cleanup(t0.Add(2*time.Hour), core.CleanupOptions{Retention: time.Hour, BelowSeq: seq["e4"]})
 	if n != 3 {
 		e.fatalf("cleanup below e4's seq deleted %d rows, want 3", n)
 	}
@@ -103,7 +105,7 @@ func testCleanupBelowSeq[TTx any](e *env[TTx]) {
 // testCleanupBatches: a batch size smaller than the eligible rows still deletes them all.
 func testCleanupBatches[TTx any](e *env[TTx]) {
 	e.writePublished(250)
-	if n := e.cleanup(core.CleanupOptions{Retention: time.Hour, BatchSize: 40, Now: func() time.Time { return t0.Add(2 * time.Hour) }}); n != 250 {
+	if n := e.cleanup(t0.Add(2*time.Hour), core.CleanupOptions{Retention: time.Hour, BatchSize: 40}); n != 250 {
 		e.fatalf("cleanup in batches of 40 deleted %d rows, want 250", n)
 	}
 	e.expectRemaining("batched cleanup")

@@ -41,8 +41,8 @@ type CDCOptions struct {
 	RetentionInterval time.Duration
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now, when set, replaces the database clock in store calls (tests).
-	Now func() time.Time
+
+	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
 }
 
 // LogReleaser is an optional ChangeSource capability: Release drops what holds the log for the
@@ -171,10 +171,7 @@ func (r *CDCRelay) Health() error {
 }
 
 func (r *CDCRelay) now() time.Time {
-	if r.o.Now != nil {
-		return r.o.Now()
-	}
-	return time.Time{}
+	return storeNow(r.o.now)
 }
 
 // Run publishes until ctx is cancelled (then it returns nil) or until it cannot go on:

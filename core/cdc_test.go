@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // droppingSource loses the records of one partition key from the log, as a broken CDC source
@@ -67,9 +68,9 @@ func TestShadowReportCatchesDifferences(t *testing.T) {
 	ob, err := core.NewOutbox[*memory.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	var offset atomic.Int64 // the shadow's clock runs ahead of the real one by this much
-	sh, err := core.NewCDCShadow(&droppingSource{ChangeSource: s.ChangeSource(), key: "lost"}, s,
-		&core.ShadowOptions{Grace: time.Second, ClockMargin: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-			Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	opts := &core.ShadowOptions{Grace: time.Second, ClockMargin: time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	testhook.SetClock(opts, func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	sh, err := core.NewCDCShadow(&droppingSource{ChangeSource: s.ChangeSource(), key: "lost"}, s, opts)
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -17,8 +17,8 @@ type CleanupOptions struct {
 	// checkpoints only after marking, so every row after its checkpoint that was not delivered
 	// is unpublished, and cleanup never deletes an unpublished row.
 	BelowSeq int64
-	// Now replaces time.Now for the retention cut-off (tests).
-	Now func() time.Time
+
+	now func() time.Time // test hook (internal/testhook.SetClock); nil: time.Now
 }
 
 // CleanupOutbox deletes published rows older than the retention window and behind the relay's
@@ -40,8 +40,8 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 		o.BatchSize = 1000
 	}
 	now := time.Now
-	if o.Now != nil {
-		now = o.Now
+	if o.now != nil {
+		now = o.now
 	}
 	params := PruneParams{PublishedBefore: now().Add(-o.Retention), BelowSeq: o.BelowSeq, Limit: o.BatchSize}
 	total := 0

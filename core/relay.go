@@ -43,9 +43,8 @@ type RelayOptions struct {
 	DeleteOnPublish bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now, when set, replaces the database clock in every store call (tests). Default nil: the
-	// database decides time.
-	Now func() time.Time
+
+	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
 }
 
 // RelayStats counts what a relay did since it was created.
@@ -152,10 +151,7 @@ func (r *Relay) Stats() RelayStats {
 }
 
 func (r *Relay) now() time.Time {
-	if r.o.Now != nil {
-		return r.o.Now()
-	}
-	return time.Time{}
+	return storeNow(r.o.now)
 }
 
 // Run delivers events until ctx is cancelled, then releases its leases and returns nil.

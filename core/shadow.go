@@ -20,8 +20,8 @@ type ShadowOptions struct {
 	ClockMargin time.Duration
 	// Logger receives the shadow's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Now replaces the local clock (tests). Default time.Now.
-	Now func() time.Time
+
+	now func() time.Time // test hook (internal/testhook.SetClock); nil: time.Now
 }
 
 // ShadowReport compares what a CDC relay would publish with what the active publisher (usually a
@@ -86,8 +86,8 @@ func NewCDCShadow(source ChangeSource, admin Admin, opts *ShadowOptions) (*CDCSh
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.now == nil {
+		o.now = time.Now
 	}
 	return &CDCShadow{source: source, admin: admin, o: o, log: o.Logger.With("relay", "cdc-shadow"), seen: map[string]time.Time{}}, nil
 }
@@ -103,7 +103,7 @@ func (s *CDCShadow) Run(ctx context.Context) error {
 	}
 	defer stream.Close()
 	s.mu.Lock()
-	s.started = s.o.Now()
+	s.started = s.o.now()
 	s.mu.Unlock()
 	s.log.Info("cdc_shadow_started", "position", pos)
 	for {
@@ -114,7 +114,7 @@ func (s *CDCShadow) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("outbox: cdc shadow: read the log: %w", err)
 		}
-		now := s.o.Now()
+		now := s.o.now()
 		s.mu.Lock()
 		for _, rec := range tx.Records {
 			s.seen[rec.ID] = now
@@ -140,7 +140,7 @@ func (s *CDCShadow) Report(ctx context.Context) (ShadowReport, error) {
 	if started.IsZero() {
 		return ShadowReport{}, fmt.Errorf("outbox: cdc shadow: not started")
 	}
-	now := s.o.Now()
+	now := s.o.now()
 	rep := ShadowReport{Seen: len(seen)}
 	var after int64
 	for {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // minUnpublished returns the lowest Seq of an unpublished row, 0 when none. Caller holds s.mu.
@@ -39,7 +40,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 		if p.BelowSeq > 0 && r.Seq >= p.BelowSeq {
 			break
 		}
-		if s.fault == FaultPruneUnpublished {
+		if s.fault == testhook.FaultPruneUnpublished {
 			if r.PublishedAt.IsZero() || r.PublishedAt.Before(p.PublishedBefore) {
 				r.Seq = -r.Seq
 				n++

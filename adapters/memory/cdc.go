@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // changeLog is the Store's change log: every committed transaction, in commit order, reduced to
@@ -95,7 +96,7 @@ func (c *changeSource) Resume(ctx context.Context, position string) (core.Change
 		return nil, fmt.Errorf("memory: resume: position %d is past the head %d", p, head)
 	}
 	if p < purged {
-		if c.s.fault != FaultResumeAtHead {
+		if c.s.fault != testhook.FaultResumeAtHead {
 			id, _ := c.Identity(ctx)
 			return nil, &core.PositionLostError{Source: id, Checkpoint: position,
 				Available: strconv.FormatInt(purged, 10), Reason: "the log was purged"}
@@ -175,7 +176,7 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			}
 			st.next++
 			pos := st.next
-			if st.src.s.fault == FaultPositionAhead && i+1 < int64(len(l.txs)) {
+			if st.src.s.fault == testhook.FaultPositionAhead && i+1 < int64(len(l.txs)) {
 				pos++
 			}
 			return core.ChangeTx{Records: recs, Position: strconv.FormatInt(pos, 10)}, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // Horizon implements core.InboxStore. PruneInbox waits for the writer lock that tx holds.
@@ -24,7 +25,7 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec core.InboxRecord) 
 		return core.InboxRecord{}, false, fmt.Errorf("memory: insert record: %w", err)
 	}
 	k := inboxKey{rec.Consumer, rec.EventID}
-	if s.fault != FaultNoInboxKey {
+	if s.fault != testhook.FaultNoInboxKey {
 		if ex, ok := tx.inbox[k]; ok {
 			return ex, false, nil
 		}
@@ -76,7 +77,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *Tx, consumer, entity string,
 // PruneInbox implements core.InboxStore. It takes the writer lock, so it waits for open
 // transactions (which may have read the horizon) to end.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if s.fault != FaultUnheldHorizon {
+	if s.fault != testhook.FaultUnheldHorizon {
 		if err := s.lockWriter(ctx); err != nil {
 			return 0, fmt.Errorf("memory: prune inbox: %w", err)
 		}

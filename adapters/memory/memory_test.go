@@ -33,8 +33,6 @@ func TestNewOptions(t *testing.T) {
 		require.Equal(t, "Lanes", oe.Field)
 		require.ErrorIs(t, err, core.ErrInvalidOptions)
 	}
-	_, err = memory.New(&memory.Options{Fault: memory.Fault(99)})
-	require.ErrorIs(t, err, core.ErrInvalidOptions)
 }
 
 func TestTxRollbackAndPanic(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // AcquireGeneration implements core.RelayStore.
@@ -37,7 +38,7 @@ func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
 // fenced returns an error wrapping core.ErrFenced unless gen is the current generation.
 // s.mu must be held.
 func (s *Store) fenced(what string, gen int64) error {
-	if gen != s.publisher.Generation && s.fault != FaultUnfencedGeneration {
+	if gen != s.publisher.Generation && s.fault != testhook.FaultUnfencedGeneration {
 		return fmt.Errorf("memory: %s: generation %d, current %d: %w", what, gen, s.publisher.Generation, core.ErrFenced)
 	}
 	return nil

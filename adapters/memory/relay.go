@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // Heartbeat implements core.RelayStore.
@@ -59,7 +60,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	var out []core.Lease
 	for lane := 0; lane < s.lanes && len(out) < p.Max; lane++ {
 		st := &s.leases[lane]
-		if st.owner != "" && st.until.After(now) && s.fault != FaultSharedLanes {
+		if st.owner != "" && st.until.After(now) && s.fault != testhook.FaultSharedLanes {
 			continue
 		}
 		st.generation++
@@ -142,7 +143,7 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 				continue
 			}
 			if !r.ParkedAt.IsZero() || r.NextAttemptAt.After(now) {
-				if s.fault != FaultNoKeyBlocking {
+				if s.fault != testhook.FaultNoKeyBlocking {
 					blocked[r.PartitionKey] = true
 				}
 				continue
@@ -183,7 +184,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	leased := map[int]bool{}
 	var lost []int
 	for _, l := range p.Leases {
-		if s.fault != FaultUnfencedSettle && !s.held(l, now) {
+		if s.fault != testhook.FaultUnfencedSettle && !s.held(l, now) {
 			lost = append(lost, l.Lane)
 			continue
 		}
@@ -192,7 +193,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	if len(lost) > 0 {
 		return &core.LanesLostError{Lanes: lost}
 	}
-	if s.fault == FaultRacySettle {
+	if s.fault == testhook.FaultRacySettle {
 		s.mu.Unlock()
 		runtime.Gosched()
 		s.mu.Lock()
@@ -202,7 +203,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		if r == nil || !r.PublishedAt.IsZero() {
 			return nil
 		}
-		if !leased[r.Lane] && s.fault != FaultUnfencedSettle {
+		if !leased[r.Lane] && s.fault != testhook.FaultUnfencedSettle {
 			return nil
 		}
 		return r

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // Store is an in-memory outbox, lane table, worker table, inbox and a tiny domain table of
@@ -19,7 +20,7 @@ type Store struct {
 
 	lanes int
 	log   *slog.Logger
-	fault Fault
+	fault testhook.Fault // broken on purpose by the conformance self-test only
 
 	wlock chan struct{} // the single writer lock, held for a whole transaction
 
@@ -60,16 +61,12 @@ func New(opts *Options) (*Store, error) {
 	if o.Lanes < 1 || o.Lanes > core.MaxLanes {
 		return nil, &core.OptionError{Field: "Lanes", Reason: fmt.Sprintf("must be between 1 and %d", core.MaxLanes)}
 	}
-	if o.Fault < NoFault || o.Fault > FaultPositionAhead {
-		return nil, &core.OptionError{Field: "Fault", Reason: "unknown fault"}
-	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return &Store{
 		lanes:    o.Lanes,
 		log:      o.Logger,
-		fault:    o.Fault,
 		wlock:    make(chan struct{}, 1),
 		ids:      map[string]*core.Record{},
 		unpub:    make([][]*core.Record, o.Lanes),
@@ -80,6 +77,10 @@ func New(opts *Options) (*Store, error) {
 		versions: map[inboxKey]int64{},
 		counters: map[string]int{},
 	}, nil
+}
+
+func init() {
+	testhook.BreakMemory = func(store any, f testhook.Fault) { store.(*Store).fault = f }
 }
 
 // Interface checks.
