@@ -174,6 +174,7 @@ func duplicates(sink *Sink, all []string) int {
 // store calls fail (nothing more is sent, marked, checkpointed or released) and its context ends.
 type crash struct {
 	cancel context.CancelFunc
+	store  *CrashStore // the relay's store, when set
 	once   sync.Once
 	done   chan struct{}
 }
@@ -182,7 +183,15 @@ func newCrash(cancel context.CancelFunc) *crash {
 	return &crash{cancel: cancel, done: make(chan struct{})}
 }
 
-func (c *crash) now() { c.once.Do(func() { close(c.done); c.cancel() }) }
+func (c *crash) now() {
+	c.once.Do(func() {
+		if c.store != nil {
+			c.store.Crash()
+		}
+		close(c.done)
+		c.cancel()
+	})
+}
 
 func (c *crash) happened() bool {
 	select {
@@ -191,39 +200,6 @@ func (c *crash) happened() bool {
 	default:
 		return false
 	}
-}
-
-// crashingStore is the store of a process that crashes: after the crash every write fails;
-// with afterCheckpoint, the crash happens right after a checkpoint was saved.
-type crashingStore struct {
-	core.CDCStore
-	c               *crash
-	afterCheckpoint bool
-}
-
-func (s *crashingStore) Settle(ctx context.Context, p core.SettleParams) error {
-	if s.c.happened() {
-		return errCrashed
-	}
-	return s.CDCStore.Settle(ctx, p)
-}
-
-func (s *crashingStore) ReleaseLanes(ctx context.Context, ls []core.Lease) error {
-	if s.c.happened() {
-		return errCrashed
-	}
-	return s.CDCStore.ReleaseLanes(ctx, ls)
-}
-
-func (s *crashingStore) SaveCheckpoint(ctx context.Context, cp core.Checkpoint) error {
-	if s.c.happened() {
-		return errCrashed
-	}
-	err := s.CDCStore.SaveCheckpoint(ctx, cp)
-	if err == nil && s.afterCheckpoint {
-		s.c.now()
-	}
-	return err
 }
 
 // cdcCases: the change-data-capture relay on the adapter's change log.
@@ -318,7 +294,11 @@ func cdcCases[TTx any]() []tcase[TTx] {
 				writeSome(round, 10)
 				ctx, cancel := context.WithCancel(e.ctx)
 				cr := newCrash(cancel)
-				store := &crashingStore{CDCStore: e.cdcStore(), c: cr, afterCheckpoint: point == "after-checkpoint"}
+				store := NewCrashStore(e.cdcStore())
+				cr.store = store
+				if point == "after-checkpoint" {
+					store.AfterCheckpoint = cr.now
+				}
 				sends := 0
 				s := core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
 					sends++
@@ -333,7 +313,7 @@ func cdcCases[TTx any]() []tcase[TTx] {
 						}
 					}
 					if cr.happened() {
-						return core.Outcomes(len(msgs), errCrashed)
+						return core.Outcomes(len(msgs), ErrCrashed)
 					}
 					res := sink.Send(ctx, msgs)
 					if point == "after-ack" {
@@ -345,7 +325,7 @@ func cdcCases[TTx any]() []tcase[TTx] {
 				o := cdcOptions(e.name("cdc"))
 				o.BatchSize = 3
 				c := e.runCDCIn(ctx, cancel, e.newCDC(store, src, s, o), false)
-				if err := e.waitCDC(c, "the relay to crash at "+point); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errCrashed) {
+				if err := e.waitCDC(c, "the relay to crash at "+point); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrCrashed) {
 					e.fatalf("%s: Run returned %v", point, err)
 				}
 				writeSome(round+10, 5) // written while the relay is down

@@ -102,9 +102,15 @@ func testCleanupBelowSeq[TTx any](e *env[TTx]) {
 	e.expectRemaining("cleanup below e4", "e4", "e5", "e6")
 }
 
-// testCleanupBatches: a batch size smaller than the eligible rows still deletes them all.
+// testCleanupBatches: a batch size smaller than the eligible rows still deletes them all; a
+// List without a Limit returns core.DefaultListLimit records.
 func testCleanupBatches[TTx any](e *env[TTx]) {
 	e.writePublished(250)
+	page, err := e.a.List(e.ctx, core.ListParams{State: core.StatePublished})
+	e.must(err, "Admin.List")
+	if len(page) != core.DefaultListLimit {
+		e.fatalf("List without a Limit returned %d records, want core.DefaultListLimit (%d)", len(page), core.DefaultListLimit)
+	}
 	if n := e.cleanup(t0.Add(2*time.Hour), core.CleanupOptions{Retention: time.Hour, BatchSize: 40}); n != 250 {
 		e.fatalf("cleanup in batches of 40 deleted %d rows, want 250", n)
 	}

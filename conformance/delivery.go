@@ -198,101 +198,22 @@ func testDeliveryRolledBack[TTx any](e *env[TTx]) {
 	}
 }
 
-// crashStore cuts a relay off its store once crashed is set: every call fails, as if the
-// process died. It hides optional capabilities.
-type crashStore struct {
-	inner   core.RelayStore
-	crashed atomic.Bool
-}
-
-var errCrashed = errors.New("conformance: relay process crashed")
-
-func (c *crashStore) check() error {
-	if c.crashed.Load() {
-		return errCrashed
-	}
-	return nil
-}
-
-func (c *crashStore) LaneCount(ctx context.Context) (int, error) {
-	if err := c.check(); err != nil {
-		return 0, err
-	}
-	return c.inner.LaneCount(ctx)
-}
-
-func (c *crashStore) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
-	if err := c.check(); err != nil {
-		return core.Publisher{}, err
-	}
-	return c.inner.AcquireGeneration(ctx, p)
-}
-
-func (c *crashStore) Generation(ctx context.Context) (core.Publisher, error) {
-	if err := c.check(); err != nil {
-		return core.Publisher{}, err
-	}
-	return c.inner.Generation(ctx)
-}
-
-func (c *crashStore) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
-	if err := c.check(); err != nil {
-		return 0, err
-	}
-	return c.inner.Heartbeat(ctx, p)
-}
-
-func (c *crashStore) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c.inner.ClaimLanes(ctx, p)
-}
-
-func (c *crashStore) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c.inner.RenewLanes(ctx, p)
-}
-
-func (c *crashStore) ReleaseLanes(ctx context.Context, ls []core.Lease) error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	return c.inner.ReleaseLanes(ctx, ls)
-}
-
-func (c *crashStore) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c.inner.Fetch(ctx, p)
-}
-
-func (c *crashStore) Settle(ctx context.Context, p core.SettleParams) error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	return c.inner.Settle(ctx, p)
-}
-
 // testDeliveryCrash: a relay that dies between a successful send and its settle loses
 // nothing: after a restart the unmarked events are delivered again (duplicates), in order.
 func testDeliveryCrash[TTx any](e *env[TTx]) {
 	sink := NewSink()
-	cs := &crashStore{inner: e.a}
+	cs := NewCrashStore(e.a)
 	o := relayOptions("crashing")
 	o.BatchSize = 10
 	o.LeaseTTL = 500 * time.Millisecond
 	r1 := e.startRelay(cs, sink, o)
 	e.waitFor("the first relay to claim its lanes", func() bool { return r1.r.Stats().Lanes == e.lanes })
 	sink.CrashAfterSend(func() {
-		cs.crashed.Store(true)
+		cs.Crash()
 		r1.cancel()
 	})
 	want, all := e.writeKeys("crash", 5, 10)
-	e.waitFor("the first relay to send a batch and crash", cs.crashed.Load)
+	e.waitFor("the first relay to send a batch and crash", cs.Crashed)
 	e.stopRelay(r1)
 	crashed := map[string]bool{}
 	for _, m := range sink.Deliveries() {

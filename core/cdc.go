@@ -221,7 +221,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: acquire generation: %w", err))
 	}
 	r.gen.Store(pub.Generation)
-	log := r.log.With("generation", pub.Generation)
+	log := r.log.With("publisher_generation", pub.Generation)
 	log.Info("cdc_relay_acquired", "source", id, "backfill", backfillOnly)
 
 	// The session's context ends with ctx or when the renewal loop finds the relay fenced.
@@ -401,7 +401,7 @@ func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc
 		switch {
 		case errors.Is(err, ErrFenced):
 			log.Warn("cdc_relay_fenced", "error", err)
-			cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), err)})
+			cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), err)})
 			return
 		case err != nil:
 			if ctx.Err() == nil {
@@ -679,22 +679,16 @@ func (r *CDCRelay) loadParkedKeys(ctx context.Context) error {
 		r.log.Warn("cdc_relay_parked_keys_unknown", "reason", "the store has no Admin capability")
 		return nil
 	}
-	var after int64
-	for {
-		page, err := a.List(ctx, ListParams{AfterSeq: after, Limit: 1000, State: StateParked})
-		if err != nil {
-			return fmt.Errorf("outbox: cdc relay: list parked records: %w", err)
-		}
-		r.mu.Lock()
-		for _, rec := range page {
-			r.parkedKeys[rec.PartitionKey] = true
-		}
-		r.mu.Unlock()
-		if len(page) < 1000 {
-			return nil
-		}
-		after = page[len(page)-1].Seq
+	keys, err := a.ParkedKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: cdc relay: parked keys: %w", err)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		r.parkedKeys[k] = true
+	}
+	return nil
 }
 
 // skipParked drops the records of keys parked during this run: they stay unpublished (so cleanup

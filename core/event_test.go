@@ -100,3 +100,14 @@ func TestTruncateErrorKeepsUTF8(t *testing.T) {
 	require.True(t, strings.HasPrefix(s, got))
 	require.Equal(t, "short", core.TruncateError("short"))
 }
+
+func TestDefaultLimits(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, core.DefaultListLimit, core.ListParams{}.PageSize())
+	require.Equal(t, core.DefaultListLimit, core.ListParams{Limit: -1}.PageSize())
+	require.Equal(t, 7, core.ListParams{Limit: 7}.PageSize())
+	require.Equal(t, core.DefaultPruneLimit, core.PruneParams{}.BatchSize())
+	require.Equal(t, 7, core.PruneParams{Limit: 7}.BatchSize())
+	require.Equal(t, core.DefaultPruneLimit, core.PruneLimit(0))
+	require.Equal(t, 3, core.PruneLimit(3))
+}

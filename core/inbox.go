@@ -193,9 +193,7 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 // occurred earlier, limit at a time, until none is left. Messages older than the horizon are
 // rejected afterwards with ErrBeyondRetention. It returns how many records it deleted.
 func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
+	limit = PruneLimit(limit)
 	total := 0
 	for {
 		n, err := in.store.PruneInbox(ctx, consumer, before, limit)

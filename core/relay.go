@@ -182,7 +182,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("outbox: relay: acquire generation: %w", err)
 	}
 	r.gen.Store(pub.Generation)
-	r.log = r.log.With("generation", pub.Generation)
+	r.log = r.log.With("publisher_generation", pub.Generation)
 	r.log.Info("relay_started", "lanes", lanes, "publisher_since", pub.Since)
 
 	var wake <-chan struct{}
@@ -208,7 +208,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	for ctx.Err() == nil {
 		if r.isFenced() {
-			return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
+			return fmt.Errorf("outbox: relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
 		}
 		began := time.Now()
 		n, err := r.cycle(ctx)
@@ -327,7 +327,7 @@ func (r *Relay) maintain(ctx context.Context) bool {
 				if cur, ok := r.leases[l.Lane]; ok && cur.Generation == l.Generation {
 					delete(r.leases, l.Lane)
 				}
-				r.log.Warn("relay_lane_lost", "lane", l.Lane, "generation", l.Generation)
+				r.log.Warn("relay_lane_lost", "lane", l.Lane, "lease_generation", l.Generation)
 			}
 		}
 		r.mu.Unlock()

@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 )
 
@@ -37,6 +39,30 @@ type Lease struct {
 	Owner      string
 	Generation int64
 	Until      time.Time // lease expiry, by the clock that made it
+}
+
+// HeldAt reports whether l is still held at now when its lane's lease, as the store reads it
+// in the settling (or renewing) transaction, is cur: the same non-empty owner, the same
+// generation, and cur.Until after now. It is the fencing rule of RelayStore.Settle and
+// RenewLanes; adapters that check leases in Go call it, so that they share one rule.
+func (l Lease) HeldAt(cur Lease, now time.Time) bool {
+	return cur.Owner != "" && cur.Owner == l.Owner && cur.Generation == l.Generation && cur.Until.After(now)
+}
+
+// CheckLeases returns a *LanesLostError naming, sorted and once each, the lanes of the leases
+// for which held returns false, or nil when held returns true for every lease.
+func CheckLeases(leases []Lease, held func(Lease) bool) error {
+	var lost []int
+	for _, l := range leases {
+		if !held(l) {
+			lost = append(lost, l.Lane)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	slices.Sort(lost)
+	return &LanesLostError{Lanes: slices.Compact(lost)}
 }
 
 // HeartbeatParams registers a relay worker as live.
@@ -108,6 +134,15 @@ type AcquireParams struct {
 	Now  time.Time
 }
 
+// CheckKind returns an *OptionError naming the field Kind unless p.Kind is KindPolling or
+// KindCDC. Every adapter's AcquireGeneration calls it before it changes anything.
+func (p AcquireParams) CheckKind() error {
+	if p.Kind != KindPolling && p.Kind != KindCDC {
+		return &OptionError{Field: "Kind", Reason: fmt.Sprintf("unknown publisher kind %q", p.Kind)}
+	}
+	return nil
+}
+
 // Publisher is the outbox's current publisher generation. A fresh outbox has generation 0, kind
 // "" and no holder.
 type Publisher struct {
@@ -119,7 +154,8 @@ type Publisher struct {
 
 // RelayStore is what the polling relay needs from an adapter.
 type RelayStore interface {
-	// AcquireGeneration makes the caller the outbox's publisher: unless p.Join applies, it
+	// AcquireGeneration makes the caller the outbox's publisher. An unknown p.Kind returns the
+	// error of p.CheckKind and changes nothing. Unless p.Join applies, it
 	// increments the generation and records p.Kind, p.Holder and now as Since, in one
 	// transaction, and returns the result. From then on ClaimLanes and RenewLanes of any older
 	// generation fail with ErrFenced, so the previous publisher stops at its next renewal and its
@@ -127,8 +163,6 @@ type RelayStore interface {
 	// then: the old publisher may finish the batch it is sending, so lanes never have two
 	// publishers at once.
 	AcquireGeneration(ctx context.Context, p AcquireParams) (Publisher, error)
-	// Generation returns the current publisher generation.
-	Generation(ctx context.Context) (Publisher, error)
 	// LaneCount is as for OutboxStore.
 	LaneCount(ctx context.Context) (int, error)
 	// Heartbeat registers p.Owner as live until now+TTL (TTL <= 0 removes it) and returns the
@@ -189,10 +223,18 @@ type InboxStore[TTx any] interface {
 	// SetVersion stores the last applied version of (consumer, entity).
 	SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error
 	// PruneInbox, in one transaction, raises the consumer's horizon to before (never lowers it)
-	// and deletes up to limit of its records with OccurredAt < the horizon. It returns how many
-	// it deleted.
+	// and deletes up to limit (PruneLimit: DefaultPruneLimit when <= 0) of its records with
+	// OccurredAt < the horizon. It returns how many it deleted.
 	PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
 }
+
+// Page and batch sizes that callers left at 0 (or below). Adapters read the limits through
+// ListParams.PageSize, PruneParams.BatchSize and PruneLimit, so every adapter applies the same
+// defaults.
+const (
+	DefaultListLimit  = 100  // ListParams.Limit
+	DefaultPruneLimit = 1000 // PruneParams.Limit and InboxStore.PruneInbox's limit
+)
 
 // PruneParams bounds one outbox cleanup batch.
 type PruneParams struct {
@@ -201,12 +243,25 @@ type PruneParams struct {
 	// BelowSeq, when > 0, is an extra exclusive watermark (e.g. a CDC checkpoint): only rows with
 	// Seq < BelowSeq are deleted.
 	BelowSeq int64
-	Limit    int
+	// Limit is the most rows deleted; <= 0 means DefaultPruneLimit (see BatchSize).
+	Limit int
+}
+
+// BatchSize returns p.Limit, or DefaultPruneLimit when p.Limit <= 0.
+func (p PruneParams) BatchSize() int { return PruneLimit(p.Limit) }
+
+// PruneLimit returns limit, or DefaultPruneLimit when limit <= 0: the batch size of
+// InboxStore.PruneInbox.
+func PruneLimit(limit int) int {
+	if limit <= 0 {
+		return DefaultPruneLimit
+	}
+	return limit
 }
 
 // Pruner deletes published outbox rows.
 type Pruner interface {
-	// PruneOutbox deletes up to p.Limit published rows that were published before
+	// PruneOutbox deletes up to p.BatchSize() published rows that were published before
 	// p.PublishedBefore and whose Seq is below both p.BelowSeq (when > 0) and the lowest Seq of
 	// any unpublished row (the relay's evidence watermark). Unpublished and parked rows are never
 	// deleted. It returns how many rows it deleted.
@@ -226,8 +281,17 @@ type PartitionPruner interface {
 // ListParams selects records for operators.
 type ListParams struct {
 	AfterSeq int64
-	Limit    int
-	State    RecordState
+	// Limit is the most records returned; <= 0 means DefaultListLimit (see PageSize).
+	Limit int
+	State RecordState
+}
+
+// PageSize returns p.Limit, or DefaultListLimit when p.Limit <= 0.
+func (p ListParams) PageSize() int {
+	if p.Limit <= 0 {
+		return DefaultListLimit
+	}
+	return p.Limit
 }
 
 // RecordState filters records in ListParams.
@@ -250,13 +314,20 @@ type Stats struct {
 	OldestPendingAt time.Time
 }
 
-// Admin is the operator capability: look at records, count them, and release parked keys.
+// Admin is the operator capability: look at records, count them, find and release parked keys,
+// and read the publisher generation.
 type Admin interface {
+	// List returns up to p.PageSize() records with Seq > p.AfterSeq in p.State, in Seq order.
 	List(ctx context.Context, p ListParams) ([]Record, error)
 	Stats(ctx context.Context) (Stats, error)
 	// Unpark clears ParkedAt, NextAttemptAt and Attempts of the unpublished records of one
 	// partition key, so the relay delivers them again in order. It returns how many changed.
 	Unpark(ctx context.Context, partitionKey string) (int, error)
+	// ParkedKeys returns the partition keys that have an unpublished parked record, each once,
+	// in no particular order. A CDC relay holds their records back.
+	ParkedKeys(ctx context.Context) ([]string, error)
+	// Generation returns the outbox's current publisher generation.
+	Generation(ctx context.Context) (Publisher, error)
 }
 
 // Notifier is an optional capability: Notify tells relays (in this process or elsewhere) that

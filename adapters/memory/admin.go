@@ -26,15 +26,13 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: prune outbox: %w", err)
 	}
-	if p.Limit <= 0 {
-		return 0, nil
-	}
+	limit := p.BatchSize()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	low := s.minUnpublished()
 	n := 0
 	for _, r := range s.rows {
-		if n >= p.Limit {
+		if n >= limit {
 			break
 		}
 		if p.BelowSeq > 0 && r.Seq >= p.BelowSeq {
@@ -71,15 +69,12 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 }
 
 // List implements core.Admin: records with Seq > p.AfterSeq in Seq order, at most p.Limit
-// (p.Limit <= 0 means 1000).
+// (p.PageSize()).
 func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: list: %w", err)
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
+	limit := p.PageSize()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []core.Record
@@ -155,4 +150,24 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 		s.log.Info("memory_unparked", "partition_key", partitionKey, "records", n)
 	}
 	return n, nil
+}
+
+// ParkedKeys implements core.Admin.
+func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: parked keys: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var keys []string
+	for _, rs := range s.unpub {
+		for _, r := range rs {
+			if !r.ParkedAt.IsZero() && !seen[r.PartitionKey] {
+				seen[r.PartitionKey] = true
+				keys = append(keys, r.PartitionKey)
+			}
+		}
+	}
+	return keys, nil
 }

@@ -85,9 +85,7 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	} else if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: prune inbox: %w", err)
 	}
-	if limit <= 0 {
-		return 0, nil
-	}
+	limit = core.PruneLimit(limit)
 	before = before.UTC().Truncate(time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -13,8 +13,8 @@ func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (co
 	if err := ctx.Err(); err != nil {
 		return core.Publisher{}, fmt.Errorf("memory: acquire generation: %w", err)
 	}
-	if p.Kind != core.KindPolling && p.Kind != core.KindCDC {
-		return core.Publisher{}, &core.OptionError{Field: "Kind", Reason: fmt.Sprintf("unknown publisher kind %q", p.Kind)}
+	if err := p.CheckKind(); err != nil {
+		return core.Publisher{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

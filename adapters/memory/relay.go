@@ -39,7 +39,7 @@ func (s *Store) held(l core.Lease, now time.Time) bool {
 		return false
 	}
 	st := s.leases[l.Lane]
-	return st.owner != "" && st.owner == l.Owner && st.generation == l.Generation && st.until.After(now)
+	return l.HeldAt(core.Lease{Lane: l.Lane, Owner: st.owner, Generation: st.generation, Until: st.until}, now)
 }
 
 // ClaimLanes implements core.RelayStore.
@@ -181,17 +181,14 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	now := clock(p.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	leased := map[int]bool{}
-	var lost []int
-	for _, l := range p.Leases {
-		if s.fault != testhook.FaultUnfencedSettle && !s.held(l, now) {
-			lost = append(lost, l.Lane)
-			continue
-		}
-		leased[l.Lane] = true
+	if err := core.CheckLeases(p.Leases, func(l core.Lease) bool {
+		return s.fault == testhook.FaultUnfencedSettle || s.held(l, now)
+	}); err != nil {
+		return err
 	}
-	if len(lost) > 0 {
-		return &core.LanesLostError{Lanes: lost}
+	leased := map[int]bool{}
+	for _, l := range p.Leases {
+		leased[l.Lane] = true
 	}
 	if s.fault == testhook.FaultRacySettle {
 		s.mu.Unlock()

@@ -8,15 +8,9 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// DefaultListLimit is the page size of List when ListParams.Limit <= 0.
-const DefaultListLimit = 100
-
 // List implements core.Admin: records after p.AfterSeq in seq order.
 func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
+	limit := p.PageSize()
 	q := s.q.listPrefix
 	switch p.State {
 	case core.StateAll:
@@ -68,11 +62,11 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	return int(n), nil
 }
 
-// PruneOutbox implements core.Pruner: it deletes, in seq order, up to p.Limit rows published
+// PruneOutbox implements core.Pruner: it deletes, in seq order, up to p.BatchSize() rows published
 // before p.PublishedBefore whose seq is below p.BelowSeq (when > 0) and below the lowest
 // unpublished seq.
 func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
-	if p.Limit <= 0 || p.PublishedBefore.IsZero() {
+	if p.PublishedBefore.IsZero() {
 		return 0, nil
 	}
 	var low sql.NullInt64
@@ -86,7 +80,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 	if p.BelowSeq > 0 && p.BelowSeq < below {
 		below = p.BelowSeq
 	}
-	res, err := s.exec(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.Limit)
+	res, err := s.exec(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.BatchSize())
 	if err != nil {
 		return 0, wrap("prune outbox", err)
 	}
@@ -95,4 +89,25 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 		return 0, wrap("prune outbox", err)
 	}
 	return int(n), nil
+}
+
+// ParkedKeys implements core.Admin.
+func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys)
+	if err != nil {
+		return nil, wrap("parked keys", err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, wrap("parked keys", err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("parked keys", err)
+	}
+	return keys, nil
 }

@@ -112,9 +112,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 // row FOR UPDATE (waiting for deliveries holding it), raises it to before, and deletes up to
 // limit records that occurred before the horizon.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, nil
-	}
+	limit = core.PruneLimit(limit)
 	var deleted int
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		deleted = 0

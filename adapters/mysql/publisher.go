@@ -16,6 +16,9 @@ import (
 
 // AcquireGeneration implements core.RelayStore.
 func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+	if err := p.CheckKind(); err != nil {
+		return core.Publisher{}, err
+	}
 	var pub core.Publisher
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		cur, err := scanPublisher(tx.QueryRowContext(ctx, s.q.publisherLockX))

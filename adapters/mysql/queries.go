@@ -32,7 +32,7 @@ type queries struct {
 
 	minUnpublished, pruneOutbox string
 
-	listPrefix, stats, unpark string
+	listPrefix, stats, unpark, parkedKeys string
 
 	horizonLock, horizonEnsure, horizonLockX, horizonSet, pruneInbox string
 	insertRecord, readRecord, versionEnsure, versionRead, versionSet string
@@ -75,7 +75,7 @@ func newQueries(r *strings.Replacer) queries {
 		lockedBy:       r.Replace(`SELECT COUNT(*) FROM {lanes} WHERE lane = ? AND owner = ? AND lock_session = ?`),
 		setLockSession: r.Replace(`UPDATE {lanes} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?`),
 		lanesRead:      r.Replace(`SELECT lane, generation, lease_until FROM {lanes} WHERE lane IN (%s) ORDER BY lane`),
-		lanesLock: r.Replace(`SELECT lane, owner, generation, (lease_until IS NOT NULL AND lease_until > ` + nowExpr + `)
+		lanesLock: r.Replace(`SELECT lane, owner, generation, lease_until, ` + nowExpr + `
 	FROM {lanes} WHERE lane IN (%s) ORDER BY lane FOR UPDATE`),
 		renewUpdate: r.Replace(`UPDATE {lanes} SET lease_until = ` + nowExpr + ` + INTERVAL ? MICROSECOND WHERE lane IN (%s)`),
 		release: r.Replace(`UPDATE {lanes} SET owner = '', lease_until = NULL, lock_session = NULL
@@ -115,6 +115,8 @@ func newQueries(r *strings.Replacer) queries {
 	COALESCE(SUM(published_at IS NOT NULL), 0),
 	MIN(IF(published_at IS NULL AND parked_at IS NULL, created_at, NULL))
 	FROM {outbox}`),
+		parkedKeys: r.Replace(`SELECT DISTINCT partition_key FROM {outbox}
+	WHERE published_at IS NULL AND parked_at IS NOT NULL`),
 		unpark: r.Replace(`UPDATE {outbox} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 	WHERE failed_lane = ? AND partition_key = ?`),
 

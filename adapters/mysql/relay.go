@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -94,15 +95,9 @@ func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes 
 	return out, rows.Err()
 }
 
-// laneState is a lanes row locked by Settle or RenewLanes.
-type laneState struct {
-	owner      string
-	generation int64
-	live       bool // lease_until > now
-}
-
-// lockLanes locks the lane rows of leases (in lane order) and returns which leases are held.
-func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, now any) (held, lost []core.Lease, err error) {
+// lockLanes locks the lane rows of leases (in lane order) and returns the leases still held, and
+// a *core.LanesLostError naming the others (nil when none is lost).
+func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, now any) (held []core.Lease, lost, err error) {
 	lanes := make([]int, 0, len(leases))
 	for _, l := range leases {
 		lanes = append(lanes, l.Lane)
@@ -114,28 +109,29 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, 
 	if err != nil {
 		return nil, nil, err
 	}
-	state := map[int]laneState{}
+	state := map[int]core.Lease{}
+	var at time.Time // now, by the clock of the query
 	for rows.Next() {
-		var lane int
-		var st laneState
-		if err := rows.Scan(&lane, &st.owner, &st.generation, &st.live); err != nil {
+		var st core.Lease
+		var until sql.NullTime
+		if err := rows.Scan(&st.Lane, &st.Owner, &st.Generation, &until, &at); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
-		state[lane] = st
+		st.Until = nullTime(until)
+		state[st.Lane] = st
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	for _, l := range leases {
-		st, ok := state[l.Lane]
-		if ok && st.owner == l.Owner && l.Owner != "" && st.generation == l.Generation && st.live {
+	lost = core.CheckLeases(leases, func(l core.Lease) bool {
+		ok := l.HeldAt(state[l.Lane], at)
+		if ok {
 			held = append(held, l)
-		} else {
-			lost = append(lost, l)
 		}
-	}
+		return ok
+	})
 	return held, lost, nil
 }
 
@@ -321,15 +317,9 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		if err != nil {
 			return err
 		}
-		if len(lost) > 0 {
-			l := &core.LanesLostError{}
-			for _, x := range lost {
-				l.Lanes = append(l.Lanes, x.Lane)
-			}
-			slices.Sort(l.Lanes)
-			l.Lanes = slices.Compact(l.Lanes)
-			lostErr = l
-			return l
+		if lost != nil {
+			lostErr = lost.(*core.LanesLostError)
+			return lost
 		}
 		for start := 0; start < len(p.Published); start += 1000 {
 			seqs := p.Published[start:min(start+1000, len(p.Published))]

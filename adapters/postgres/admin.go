@@ -10,18 +10,14 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// PruneOutbox deletes up to p.Limit published rows published before p.PublishedBefore and below
+// PruneOutbox deletes up to p.BatchSize() published rows published before p.PublishedBefore and below
 // both p.BelowSeq (when > 0) and the lowest unpublished seq. One statement.
 func (s *Store[TTx]) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
 	below := p.BelowSeq
 	if below <= 0 {
 		below = math.MaxInt64
 	}
-	n, err := s.db.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, limit)
+	n, err := s.db.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune outbox: %w", err)
 	}
@@ -33,11 +29,7 @@ func (s *Store[TTx]) List(ctx context.Context, p core.ListParams) ([]core.Record
 	if p.State < core.StateAll || p.State > core.StatePublished {
 		return nil, fmt.Errorf("postgres: list: unknown state %d", p.State)
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], p.AfterSeq, limit))
+	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], p.AfterSeq, p.PageSize()))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list: %w", err)
 	}
@@ -53,6 +45,27 @@ func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
 	}
 	st.OldestPendingAt = tsOut(oldest)
 	return st, nil
+}
+
+// ParkedKeys implements core.Admin.
+func (s *Store[TTx]) ParkedKeys(ctx context.Context) ([]string, error) {
+	rows, err := s.db.query(ctx, s.q.parkedKeys)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parked keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("postgres: parked keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: parked keys: %w", err)
+	}
+	return keys, nil
 }
 
 // Unpark clears ParkedAt, NextAttemptAt and Attempts of the key's unpublished records that have

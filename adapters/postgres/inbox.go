@@ -96,11 +96,8 @@ func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity st
 // PruneInbox raises the consumer's horizon to before (never lowers it) and deletes up to limit
 // of its records that occurred earlier, in one statement.
 func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
 	var n int64
-	if err := queryRow(ctx, s.db, s.q.pruneInbox, []any{consumer, occurredIn(before), limit}, &n); err != nil {
+	if err := queryRow(ctx, s.db, s.q.pruneInbox, []any{consumer, occurredIn(before), core.PruneLimit(limit)}, &n); err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: %w", err)
 	}
 	return int(n), nil

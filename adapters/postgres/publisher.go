@@ -17,6 +17,9 @@ import (
 // checkpoint saves of the older generations, which lock the same row FOR SHARE, fail with
 // core.ErrFenced from then on.
 func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+	if err := p.CheckKind(); err != nil {
+		return core.Publisher{}, err
+	}
 	var pub core.Publisher
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		cur, err := scanPublisher(ctx, q, s.q.publisherLock)

@@ -16,6 +16,7 @@ import (
 // publisherStore is what the generation tests drive, for both entry points.
 type publisherStore interface {
 	core.CDCStore
+	core.Admin
 }
 
 type publisherVariant struct {

@@ -38,6 +38,7 @@ type queries struct {
 	list        [4]string // by core.RecordState
 	stats       string
 	unpark      string
+	parkedKeys  string
 
 	notify, listen string
 
@@ -330,6 +331,8 @@ func buildQueries(n names, partitioned bool) *queries {
 	FROM {{outbox}}`)
 	// Rows with something to clear always have parked_at or next_attempt_at set (a failure sets
 	// next_attempt_at), so the failed index finds them.
+	q.parkedKeys = s(`SELECT DISTINCT partition_key FROM {{outbox}}
+	WHERE published_at IS NULL AND parked_at IS NOT NULL`)
 	q.unpark = s(`UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 	WHERE partition_key = $1 AND published_at IS NULL
 	  AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)`)

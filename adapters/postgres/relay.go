@@ -145,7 +145,7 @@ func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
 	n := len(p.Failed)
 	fSeq, fErr, fDelay, fPark := make([]int64, n), make([]string, n), make([]int64, n), make([]bool, n)
 	for i, f := range p.Failed {
-		fSeq[i], fErr[i], fDelay[i], fPark[i] = f.Seq, core.TruncateError(f.Error), max(f.Delay, 0).Microseconds(), f.Park
+		fSeq[i], fErr[i], fDelay[i], fPark[i] = f.Seq, f.Error, max(f.Delay, 0).Microseconds(), f.Park
 	}
 	sql := s.q.settleMark
 	if p.Delete {

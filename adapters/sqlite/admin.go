@@ -9,18 +9,12 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// DefaultListLimit is the page size of List when ListParams.Limit <= 0.
-const DefaultListLimit = 100
-
 // PruneOutbox implements core.Pruner. In one transaction it reads the lowest unpublished seq
 // (from the pending index) and deletes up to p.Limit published rows below it (and below
 // p.BelowSeq when > 0) that were published before p.PublishedBefore (a zero PublishedBefore
-// means now). A Limit <= 0 means 1000.
+// means now).
 func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
+	limit := p.BatchSize()
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		below := int64(math.MaxInt64)
@@ -48,15 +42,12 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 }
 
 // List implements core.Admin: records with Seq > p.AfterSeq in seq order, filtered by p.State,
-// at most p.Limit (DefaultListLimit when <= 0).
+// at most p.PageSize().
 func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
 	if p.State < core.StateAll || p.State > core.StatePublished {
 		return nil, fmt.Errorf("sqlite: list: unknown state %d", p.State)
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
+	limit := p.PageSize()
 	rows, err := s.db.QueryContext(ctx, s.q.list[p.State], p.AfterSeq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list: %w", err)
@@ -94,4 +85,25 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 		_ = s.Notify(ctx) // the key is deliverable again: wake local relays
 	}
 	return int(n), nil
+}
+
+// ParkedKeys implements core.Admin.
+func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: parked keys: %w", err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("sqlite: parked keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: parked keys: %w", err)
+	}
+	return keys, nil
 }

@@ -108,9 +108,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 // horizon to before (never lowers it) and deletes up to limit records that occurred before the
 // horizon (records without OccurredAt count as older than any horizon).
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		limit = 1000
-	}
+	limit = core.PruneLimit(limit)
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var h int64

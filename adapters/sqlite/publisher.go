@@ -15,8 +15,8 @@ import (
 // generations, and none runs between a ClaimLanes or RenewLanes fence check and its lease
 // changes.
 func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
-	if p.Kind != core.KindPolling && p.Kind != core.KindCDC {
-		return core.Publisher{}, &core.OptionError{Field: "Kind", Reason: fmt.Sprintf("unknown publisher kind %q", p.Kind)}
+	if err := p.CheckKind(); err != nil {
+		return core.Publisher{}, err
 	}
 	var out core.Publisher
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {

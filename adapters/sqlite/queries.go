@@ -65,6 +65,7 @@ type queries struct {
 	list       [4]string // by core.RecordState
 	stats      string
 	unpark     string
+	parkedKeys string
 
 	// inbox
 	horizon      string
@@ -222,6 +223,8 @@ WHERE {{outbox}}.seq = f.value ->> '$.s'
     coalesce(sum(published_at IS NOT NULL), 0),
     min(CASE WHEN published_at IS NULL AND parked_at IS NULL THEN created_at END)
 FROM {{outbox}}`,
+		parkedKeys: `SELECT DISTINCT partition_key FROM {{outbox}}
+WHERE published_at IS NULL AND parked_at IS NOT NULL`,
 		unpark: `UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 WHERE partition_key = ?
   AND published_at IS NULL
@@ -260,7 +263,7 @@ RETURNING horizon`,
 		&q.aggVersionIdx, &q.writeLock, &q.publisherGet, &q.publisherBump, &q.insertPrefix, &q.heartbeatUpsert, &q.heartbeatDelete,
 		&q.heartbeatExpired, &q.heartbeatCount, &q.claim, &q.renew, &q.releaseLane, &q.fetch,
 		&q.leaseState, &q.publish, &q.deletePublished, &q.fail, &q.minPending, &q.prune,
-		&q.list[0], &q.list[1], &q.list[2], &q.list[3], &q.stats, &q.unpark, &q.horizon,
+		&q.list[0], &q.list[1], &q.list[2], &q.list[3], &q.stats, &q.unpark, &q.parkedKeys, &q.horizon,
 		&q.insertInbox, &q.selectInbox, &q.lockVersion, &q.setVersion, &q.raiseHorizon,
 		&q.pruneInbox,
 	} {

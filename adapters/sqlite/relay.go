@@ -210,40 +210,26 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 
 // checkLeases returns a *core.LanesLostError naming every lease not held at now.
 func (s *Store) checkLeases(ctx context.Context, tx *sql.Tx, leases []core.Lease, laneList string, now int64) error {
-	type state struct {
-		owner string
-		gen   int64
-		until int64
-	}
-	cur := make(map[int]state, len(leases))
+	cur := make(map[int]core.Lease, len(leases))
 	rows, err := s.query(ctx, tx, s.q.leaseState, laneList)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var lane int
-		var st state
-		if err := rows.Scan(&lane, &st.owner, &st.gen, &st.until); err != nil {
+		var st core.Lease
+		var until int64
+		if err := rows.Scan(&st.Lane, &st.Owner, &st.Generation, &until); err != nil {
 			return err
 		}
-		cur[lane] = st
+		st.Until = fromMicros(until)
+		cur[st.Lane] = st
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	var lost []int
-	for _, l := range leases {
-		st, ok := cur[l.Lane]
-		if !ok || st.owner == "" || st.owner != l.Owner || st.gen != l.Generation || st.until <= now {
-			lost = append(lost, l.Lane)
-		}
-	}
-	if len(lost) > 0 {
-		slices.Sort(lost)
-		return &core.LanesLostError{Lanes: slices.Compact(lost)}
-	}
-	return nil
+	at := fromMicros(now)
+	return core.CheckLeases(leases, func(l core.Lease) bool { return l.HeldAt(cur[l.Lane], at) })
 }
 
 func intList(v []int) string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -10,80 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
 )
 
-// errCrashed is what a crashed worker's store calls return: the process is "dead", so it can
-// neither mark nor release anything; its leases expire and other workers take over.
-var errCrashed = errors.New("demo: worker crashed")
-
-// crashable wraps a RelayStore so that a worker can be crashed at any point: after crash(),
-// every store call fails, as if the process had died between two statements.
-type crashable struct {
-	core.RelayStore
-	dead atomic.Bool
-}
-
-func (c *crashable) err() error {
-	if c.dead.Load() {
-		return errCrashed
-	}
-	return nil
-}
-
-func (c *crashable) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
-	if err := c.err(); err != nil {
-		return 0, err
-	}
-	return c.RelayStore.Heartbeat(ctx, p)
-}
-
-func (c *crashable) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return c.RelayStore.ClaimLanes(ctx, p)
-}
-
-func (c *crashable) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return c.RelayStore.RenewLanes(ctx, p)
-}
-
-func (c *crashable) ReleaseLanes(ctx context.Context, l []core.Lease) error {
-	if err := c.err(); err != nil {
-		return err
-	}
-	return c.RelayStore.ReleaseLanes(ctx, l)
-}
-
-func (c *crashable) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
-	if err := c.err(); err != nil {
-		return nil, err
-	}
-	return c.RelayStore.Fetch(ctx, p)
-}
-
-func (c *crashable) Settle(ctx context.Context, p core.SettleParams) error {
-	if err := c.err(); err != nil {
-		return err
-	}
-	return c.RelayStore.Settle(ctx, p)
-}
-
-// Wakeups forwards the wake-up capability of the wrapped store.
-func (c *crashable) Wakeups(ctx context.Context) (<-chan struct{}, error) {
-	if w, ok := c.RelayStore.(core.Waker); ok {
-		return w.Wakeups(ctx)
-	}
-	return nil, errors.New("demo: store has no wake-ups")
-}
-
 type worker struct {
 	relay  *core.Relay
-	store  *crashable
+	store  *conformance.CrashStore
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -110,7 +42,7 @@ type supervisor struct {
 
 func (s *supervisor) spawn(ctx context.Context) (*worker, error) {
 	s.started++
-	store := &crashable{RelayStore: s.store}
+	store := conformance.NewCrashStore(s.store)
 	r, err := core.NewRelay(store, s.sink, s.router, &core.RelayOptions{
 		Owner:         fmt.Sprintf("worker-%d", s.started),
 		LeaseTTL:      2 * time.Second,
@@ -164,7 +96,7 @@ func (s *supervisor) start(ctx context.Context) {
 			i := s.rnd.IntN(len(s.workers))
 			old := s.workers[i]
 			if s.rnd.IntN(2) == 0 {
-				old.store.dead.Store(true) // crash: nothing more reaches the database
+				old.store.Crash() // crash: nothing more reaches the database
 			}
 			old.cancel()
 			<-old.done

@@ -3,7 +3,6 @@ package sqsdeploy_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,76 +16,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/examples/sqsdeploy"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
-
-var errKilled = errors.New("test: relay process killed")
-
-// killableStore is the relay's store in a process that can die: once killed, every call fails,
-// so the dead relay neither settles, nor releases its leases, nor deregisters.
-type killableStore struct {
-	core.RelayStore
-	killed atomic.Bool
-}
-
-func (s *killableStore) check() error {
-	if s.killed.Load() {
-		return errKilled
-	}
-	return nil
-}
-
-func (s *killableStore) LaneCount(ctx context.Context) (int, error) {
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	return s.RelayStore.LaneCount(ctx)
-}
-
-func (s *killableStore) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
-	if err := s.check(); err != nil {
-		return 0, err
-	}
-	return s.RelayStore.Heartbeat(ctx, p)
-}
-
-func (s *killableStore) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	return s.RelayStore.ClaimLanes(ctx, p)
-}
-
-func (s *killableStore) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	return s.RelayStore.RenewLanes(ctx, p)
-}
-
-func (s *killableStore) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	return s.RelayStore.ReleaseLanes(ctx, leases)
-}
-
-func (s *killableStore) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	return s.RelayStore.Fetch(ctx, p)
-}
-
-func (s *killableStore) Settle(ctx context.Context, p core.SettleParams) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	return s.RelayStore.Settle(ctx, p)
-}
 
 // killingSink kills the relay right after its killAt-th Send (or the first later one) returned
 // success for every message, i.e. after the broker acknowledged a batch and before the relay
@@ -287,9 +222,9 @@ func throughRelayKill(t *testing.T, cdc bool) {
 	require.NoError(t, err)
 	sink, err := sqsdeploy.NewSink(sn, cfg)
 	require.NoError(t, err)
-	dying := &killableStore{RelayStore: store}
+	dying := conformance.NewCrashStore(store)
 	r1ctx, kill := context.WithCancel(ctx)
-	ks := &killingSink{inner: sink, killAt: 3, kill: func() { dying.killed.Store(true); kill() }}
+	ks := &killingSink{inner: sink, killAt: 3, kill: func() { dying.Crash(); kill() }}
 	relay1, err := core.NewRelay(dying, ks, cfg.Router(), relayOpts("relay-1"))
 	require.NoError(t, err)
 	require.NoError(t, relay1.Run(r1ctx)) // returns once killed
