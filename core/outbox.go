@@ -81,3 +81,14 @@ func (o *Outbox[TTx]) Notify(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Flush waits until the notifications that Notify accepted have been sent, when the store
+// sends them in the background (Flusher); otherwise it returns nil at once. Call it before
+// closing the database pool, so that the last Notify is not lost. It returns ctx's error when
+// ctx ends first.
+func (o *Outbox[TTx]) Flush(ctx context.Context) error {
+	if f, ok := o.store.(Flusher); ok {
+		return f.Flush(ctx)
+	}
+	return nil
+}

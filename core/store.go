@@ -336,6 +336,14 @@ type Notifier interface {
 	Notify(ctx context.Context) error
 }
 
+// Flusher is an optional Notifier capability: Flush waits until every notification that
+// Notify accepted before the call has been sent (or has failed and been logged), or until ctx
+// ends. A Notifier that sends in the background has it, so that a producer can flush its last
+// notifications before it closes its database pool.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
 // Waker is an optional RelayStore capability: Wakeups returns a channel that receives when new
 // events may have been committed. It stops receiving when ctx ends.
 type Waker interface {

@@ -342,7 +342,12 @@ func TestNotifyCoalesces(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Zero(t, blocked.notifySent.Load())
+	fctx, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	require.ErrorIs(t, blocked.Flush(fctx), context.DeadlineExceeded, "Flush returned while the NOTIFY could not be sent")
+	stop()
 	conn.Release()
+	require.NoError(t, blocked.Flush(ctx))
+	require.NotZero(t, blocked.notifySent.Load(), "Flush returned before the pending NOTIFY was sent")
 	waitWake(t, wake)
 	require.Eventually(t, func() bool { return !blocked.notifyRunning.Load() }, 30*time.Second, 5*time.Millisecond)
 	// The NOTIFY in flight when the connection was held, then one for all the calls it merged

@@ -4,7 +4,8 @@
 // pgx.Tx; [NewSQL] takes a *sql.DB opened with pgx's stdlib driver and returns one that runs
 // in the caller's *sql.Tx. Both run the same SQL statements (one file, queries.go) and
 // implement core.OutboxStore, core.RelayStore, core.CheckpointStore, core.InboxStore,
-// core.Pruner, core.Admin, core.Notifier and core.Waker. [Store.Migrate] creates or checks the
+// core.Pruner, core.Admin, core.Notifier (with core.Flusher: [Store.Flush] sends the last
+// notifications before the pool closes) and core.Waker. [Store.Migrate] creates or checks the
 // schema (embedded, idempotent migrations; the lane count is recorded and a different one is
 // refused with core.ErrSchemaMismatch). [Store.ChangeSource] returns the outbox's change log
 // (logical replication with pgoutput) for core.CDCRelay.

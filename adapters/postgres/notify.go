@@ -25,6 +25,22 @@ func (s *Store[TTx]) Notify(ctx context.Context) error {
 	return nil
 }
 
+// Flush implements core.Flusher: it waits until no notification is pending or being sent, or
+// until ctx ends (then it returns ctx's error, wrapped). Call it after the last Notify and before
+// closing the pool: a NOTIFY still queued when the pool closes is lost.
+func (s *Store[TTx]) Flush(ctx context.Context) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for s.notifyPending.Load() || s.notifyRunning.Load() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres: flush: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 // notifyLoop sends NOTIFY while notifications are pending, then exits.
 func (s *Store[TTx]) notifyLoop() {
 	for {

@@ -51,6 +51,8 @@ var (
 	_ core.PartitionPruner      = (*Store[*sql.Tx])(nil)
 	_ core.Admin                = (*Store[pgx.Tx])(nil)
 	_ core.Notifier             = (*Store[pgx.Tx])(nil)
+	_ core.Flusher              = (*Store[pgx.Tx])(nil)
+	_ core.Flusher              = (*Store[*sql.Tx])(nil)
 	_ core.Waker                = (*Store[pgx.Tx])(nil)
 	_ core.RelayStore           = (*Store[*sql.Tx])(nil)
 	_ core.CDCStore             = (*Store[pgx.Tx])(nil)
