@@ -9,7 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/cdcbench"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // BenchmarkCDCDrain measures the CDC relay's own cost on the reference adapter: draining a
@@ -26,7 +26,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cdcbench.Checkpoint(b, s, s.ChangeSource())
+		testkit.CheckpointHead(b, s, s.ChangeSource())
 		const n = 200000
 		for i := 0; i < n; i += 1000 {
 			err := s.InTx(context.Background(), func(ctx context.Context, tx *memory.Tx) error {
@@ -41,7 +41,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		d, rate := cdcbench.Drain(b, s, s.ChangeSource(), n, 1000, false)
+		d, rate := testkit.Drain(b, s, s.ChangeSource(), n, 1000, false)
 		b.ReportMetric(rate, "events/s")
 		b.Logf("drained %d in %v", n, d.Round(time.Millisecond))
 	}

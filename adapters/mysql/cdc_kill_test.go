@@ -13,17 +13,16 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/killtest"
-	"github.com/outboxkit/outbox/internal/outboxtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // killChildEnv makes the test binary a CDC relay process for TestCDCRelaySurvivesSIGKILL:
 // "<dsn>\n<output file>".
 const killChildEnv = "OUTBOXKIT_CDC_KILL_CHILD"
 
-func TestMain(m *testing.M) { killtest.Main(m, killChildEnv, runKillChild) }
+func TestMain(m *testing.M) { testkit.KillMain(m, killChildEnv, runKillChild) }
 
-// runKillChild runs a CDC relay publishing to a killtest.FileSink until it is killed.
+// runKillChild runs a CDC relay publishing to a testkit.FileSink until it is killed.
 func runKillChild(spec string) error {
 	dsn, out, _ := strings.Cut(spec, "\n")
 	ctx := context.Background()
@@ -39,7 +38,7 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	return killtest.Relay(ctx, store, src, out)
+	return testkit.KillRelay(ctx, store, src, out)
 }
 
 // A CDC relay process reading the binary log, killed with SIGKILL while it delivers, six
@@ -57,9 +56,9 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	ob, err := core.NewOutbox(t.Context(), core.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "delivered.txt")
-	killtest.Run(t, killtest.Options{
+	testkit.RunKill(t, testkit.KillOptions{
 		ChildEnv: killChildEnv, ChildSpec: cfg.FormatDSN() + "\n" + out, Out: out,
-		Write: outboxtest.Writer(core.Transactor[*sql.Tx](s), ob, 2, nil),
+		Write: testkit.Writer(core.Transactor[*sql.Tx](s), ob, 2, nil),
 		// What a kill can resend: the batches sent and not yet checkpointed, 20 records each:
 		// the one being sent, 8 queued for the settler and up to 9 merged in the settle that
 		// runs.

@@ -24,8 +24,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/cdcbench"
-	"github.com/outboxkit/outbox/internal/outboxtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func benchRounds() int {
@@ -84,7 +83,7 @@ func seedTxs(b *testing.B, s *mysql.Store, n int) {
 func BenchmarkCDCDrain(b *testing.B) {
 	benchConfig(b)
 	n := benchEvents()
-	cdcbench.CompareDrains(b, benchRounds(), func(b *testing.B, mode cdcbench.Mode) (float64, float64) {
+	testkit.CompareDrains(b, benchRounds(), func(b *testing.B, mode testkit.DrainMode) (float64, float64) {
 		s, _ := cdcBenchStore(b)
 		seedTxs(b, s, n)
 		start := time.Now()
@@ -92,9 +91,9 @@ func BenchmarkCDCDrain(b *testing.B) {
 		polling := float64(n) / time.Since(start).Seconds()
 
 		s, src := cdcBenchStore(b)
-		cdcbench.Checkpoint(b, s, src)
+		testkit.CheckpointHead(b, s, src)
 		seedTxs(b, s, n)
-		_, cdc := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
+		_, cdc := testkit.Drain(b, s, src, n, 1000, mode.Delete)
 		return polling, cdc
 	})
 }
@@ -108,9 +107,9 @@ func BenchmarkCDCLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), outboxtest.Writer(core.Transactor[*sql.Tx](s), ob, 1, benchPayload))
-		cdcbench.Report(b, "commit-", fromCommit)
-		cdcbench.Report(b, "begin-", fromBegin)
+		fromCommit, fromBegin := testkit.Latency(b, s, src, 1000, benchSeconds(), testkit.Writer(core.Transactor[*sql.Tx](s), ob, 1, benchPayload))
+		testkit.ReportLatency(b, "commit-", fromCommit)
+		testkit.ReportLatency(b, "begin-", fromBegin)
 	}
 	b.ReportMetric(0, "ns/op")
 }

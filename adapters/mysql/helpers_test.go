@@ -15,14 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // testConfig returns the driver config of OUTBOXKIT_MYSQL_DSN (a server; the tests create
 // their own databases). Without it the test skips, or fails when CI is set.
 func testConfig(tb testing.TB) *driver.Config {
 	tb.Helper()
-	cfg, err := driver.ParseDSN(testenv.Need(tb, testenv.MySQLDSN))
+	cfg, err := driver.ParseDSN(testkit.Need(tb, testkit.MySQLDSN))
 	require.NoError(tb, err)
 	return cfg
 }

@@ -12,17 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/killtest"
-	"github.com/outboxkit/outbox/internal/outboxtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // killChildEnv makes the test binary a CDC relay process for TestCDCRelaySurvivesSIGKILL:
 // "<schema>|<slot>|<output file>".
 const killChildEnv = "OUTBOXKIT_CDC_KILL_CHILD"
 
-func TestMain(m *testing.M) { killtest.Main(m, killChildEnv, runKillChild) }
+func TestMain(m *testing.M) { testkit.KillMain(m, killChildEnv, runKillChild) }
 
-// runKillChild runs a CDC relay publishing to a killtest.FileSink until it is killed.
+// runKillChild runs a CDC relay publishing to a testkit.FileSink until it is killed.
 func runKillChild(spec string) error {
 	parts := strings.SplitN(spec, "|", 3)
 	schema, slot, out := parts[0], parts[1], parts[2]
@@ -45,7 +44,7 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	return killtest.Relay(ctx, store, src, out)
+	return testkit.KillRelay(ctx, store, src, out)
 }
 
 // A CDC relay process killed with SIGKILL while it delivers, six times, and restarted, loses
@@ -60,9 +59,9 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	ob, err := core.NewOutbox(t.Context(), s, nil)
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "delivered.txt")
-	killtest.Run(t, killtest.Options{
+	testkit.RunKill(t, testkit.KillOptions{
 		ChildEnv: killChildEnv, ChildSpec: d.schema + "|" + slot + "|" + out, Out: out,
-		Write: outboxtest.Writer(s, ob, 2, nil),
+		Write: testkit.Writer(s, ob, 2, nil),
 		// What a kill can resend: the batches sent and not yet checkpointed, 20 records each:
 		// the one being sent, 8 queued for the settler and up to 9 merged in the settle that
 		// runs.

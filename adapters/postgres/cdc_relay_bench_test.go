@@ -26,8 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/cdcbench"
-	"github.com/outboxkit/outbox/internal/outboxtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func benchRounds() int {
@@ -73,16 +72,16 @@ func benchSource(b *testing.B, s *Store[pgx.Tx]) *ChangeSource {
 func BenchmarkCDCDrain(b *testing.B) {
 	testDSN(b)
 	n := benchEvents()
-	cdcbench.CompareDrains(b, benchRounds(), func(b *testing.B, mode cdcbench.Mode) (float64, float64) {
+	testkit.CompareDrains(b, benchRounds(), func(b *testing.B, mode testkit.DrainMode) (float64, float64) {
 		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
 		seedTxs(b, d, n)
 		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n).Seconds()
 
 		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
 		src := benchSource(b, s)
-		cdcbench.Checkpoint(b, s, src)
+		testkit.CheckpointHead(b, s, src)
 		seedTxs(b, d, n)
-		_, cdc := cdcbench.Drain(b, s, src, n, 1000, mode.Delete)
+		_, cdc := testkit.Drain(b, s, src, n, 1000, mode.Delete)
 		return polling, cdc
 	})
 }
@@ -96,9 +95,9 @@ func BenchmarkCDCLatency(b *testing.B) {
 		ob, err := core.NewOutbox(ctx, s, nil)
 		require.NoError(b, err)
 		payload := make([]byte, 1024)
-		fromCommit, fromBegin := cdcbench.Latency(b, s, src, 1000, benchSeconds(), outboxtest.Writer(s, ob, 1, payload))
-		cdcbench.Report(b, "commit-", fromCommit)
-		cdcbench.Report(b, "begin-", fromBegin)
+		fromCommit, fromBegin := testkit.Latency(b, s, src, 1000, benchSeconds(), testkit.Writer(s, ob, 1, payload))
+		testkit.ReportLatency(b, "commit-", fromCommit)
+		testkit.ReportLatency(b, "begin-", fromBegin)
 	}
 	b.ReportMetric(0, "ns/op")
 }

@@ -13,13 +13,13 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // testDSN returns the test server's DSN, skipping the test when it is unset (failing under CI).
 func testDSN(tb testing.TB) string {
 	tb.Helper()
-	return testenv.Need(tb, testenv.PostgresDSN)
+	return testkit.Need(tb, testkit.PostgresDSN)
 }
 
 var (

@@ -18,15 +18,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func dsn(tb testing.TB) string {
-	return testenv.Need(tb, testenv.PostgresDSN)
+	return testkit.Need(tb, testkit.PostgresDSN)
 }
 
 func awsEndpoint(tb testing.TB) string {
-	return testenv.Need(tb, testenv.AWSEndpoint)
+	return testkit.Need(tb, testkit.AWSEndpoint)
 }
 
 func randName(prefix string) string {

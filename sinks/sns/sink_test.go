@@ -22,7 +22,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
@@ -37,7 +37,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	ep := testenv.Need(t, testenv.AWSEndpoint)
+	ep := testkit.Need(t, testkit.AWSEndpoint)
 	e := &env{}
 	count := func(s *middleware.Stack) error {
 		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("count_publish_batch",

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 const (
@@ -31,7 +31,7 @@ const (
 // endpoint returns the emulator endpoint, skipping (or failing under CI) when it is unset.
 func endpoint(t testing.TB) string {
 	t.Helper()
-	return testenv.Need(t, testenv.AWSEndpoint)
+	return testkit.Need(t, testkit.AWSEndpoint)
 }
 
 // counter counts requests per AWS operation (X-Amz-Target for JSON protocols).

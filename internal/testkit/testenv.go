@@ -1,5 +1,6 @@
-// Package testenv gives tests the addresses of the servers that scripts/test starts.
-package testenv
+package testkit
+
+// The addresses of the servers that scripts/test starts.
 
 import (
 	"os"

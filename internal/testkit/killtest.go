@@ -1,7 +1,8 @@
-// Package killtest kills CDC relay processes: a test re-executes its own binary as a relay whose
-// sink appends to a file, SIGKILLs it while it delivers, restarts it, and checks what the file
+package testkit
+
+// SIGKILL tests of CDC relay processes: a test re-executes its own binary as a relay whose sink
+// appends to a file, SIGKILLs it while it delivers, restarts it, and checks what the file
 // received against what was committed. The adapters' SIGKILL tests share it.
-package killtest
 
 import (
 	"bufio"
@@ -20,10 +21,10 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Main is the TestMain of a package with a SIGKILL test: when env is set, the binary is a relay
+// KillMain is the TestMain of a package with a SIGKILL test: when env is set, the binary is a relay
 // process and runs child(spec) until it is killed (exit 1 when it returns an error); otherwise
 // it runs the tests.
-func Main(m *testing.M, env string, child func(spec string) error) {
+func KillMain(m *testing.M, env string, child func(spec string) error) {
 	if spec := os.Getenv(env); spec != "" {
 		if err := child(spec); err != nil {
 			fmt.Fprintln(os.Stderr, "cdc relay process:", err)
@@ -34,10 +35,10 @@ func Main(m *testing.M, env string, child func(spec string) error) {
 	os.Exit(m.Run())
 }
 
-// Relay runs, in a relay process, a CDC relay on store and src that publishes to a FileSink on
+// KillRelay runs, in a relay process, a CDC relay on store and src that publishes to a FileSink on
 // out, with 20-record batches and a 1 s lease (so that the next process takes over soon after a
 // kill), until the process is killed.
-func Relay(ctx context.Context, store core.CDCStore, src core.ChangeSource, out string) error {
+func KillRelay(ctx context.Context, store core.CDCStore, src core.ChangeSource, out string) error {
 	sink, err := FileSink(out)
 	if err != nil {
 		return err
@@ -71,15 +72,15 @@ func FileSink(path string) (core.Sink, error) {
 	}), nil
 }
 
-// Options is one SIGKILL test.
-type Options struct {
+// KillOptions is one SIGKILL test.
+type KillOptions struct {
 	// ChildEnv is set to ChildSpec in the relay processes' environment; the test binary's
 	// TestMain runs the relay when it is set.
 	ChildEnv, ChildSpec string
 	// Out is the file the relay processes' FileSink appends to.
 	Out string
 	// Write commits one transaction of two events of key and returns their IDs in order
-	// (outboxtest.Writer).
+	// (testkit.Writer).
 	Write func(ctx context.Context, key string) ([]string, error)
 	// Transactions is how many transactions the producer commits, 4 ms apart. Default 2000.
 	Transactions int
@@ -92,7 +93,7 @@ type Options struct {
 
 // Run produces while relay processes are killed and restarted, then checks that every event was
 // delivered, first deliveries in write order per key, and at most Kills*MaxResent duplicates.
-func Run(t *testing.T, o Options) {
+func RunKill(t *testing.T, o KillOptions) {
 	t.Helper()
 	if o.Transactions == 0 {
 		o.Transactions = 2000

@@ -1,4 +1,4 @@
-package testenv_test
+package testkit_test
 
 import (
 	"os"
@@ -6,19 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // TestNeed runs a child test with the variable unset, with and without CI, and checks that it
 // skips outside CI and fails under CI.
 func TestNeed(t *testing.T) {
 	if os.Getenv("TESTENV_CHILD") == "1" {
-		testenv.Need(t, "OUTBOXKIT_TESTENV_UNSET")
+		testkit.Need(t, "OUTBOXKIT_TESTENV_UNSET")
 		t.Log("reached after Need: the variable was set")
 		return
 	}
 	t.Setenv("OUTBOXKIT_TESTENV_UNSET", "value")
-	if got := testenv.Need(t, "OUTBOXKIT_TESTENV_UNSET"); got != "value" {
+	if got := testkit.Need(t, "OUTBOXKIT_TESTENV_UNSET"); got != "value" {
 		t.Fatalf("Need = %q, want value", got)
 	}
 	requireSkipsOutsideCIFailsUnderCI(t, "TestNeed", "OUTBOXKIT_TESTENV_UNSET=")

@@ -1,5 +1,4 @@
-// Package outboxtest holds the producer the adapters' CDC benchmarks and kill tests share.
-package outboxtest
+package testkit
 
 import (
 	"context"

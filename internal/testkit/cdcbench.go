@@ -1,6 +1,7 @@
-// Package cdcbench holds the measurements the adapters' CDC benchmarks share: the drain rate of a
-// backlog read from the change log, and commit-to-publish latency at a steady producer rate.
-package cdcbench
+package testkit
+
+// The measurements the adapters' CDC benchmarks share: the drain rate of a backlog read from the
+// change log, and commit-to-publish latency at a steady producer rate.
 
 import (
 	"context"
@@ -35,18 +36,18 @@ func options(batch int) *core.CDCOptions {
 	return &core.CDCOptions{BatchSize: batch, Logger: slog.New(slog.DiscardHandler), RetentionInterval: time.Hour}
 }
 
-// Mode is how drained rows are settled.
-type Mode struct {
+// DrainMode is how drained rows are settled.
+type DrainMode struct {
 	Name   string
 	Delete bool // delete published rows instead of marking them
 }
 
-// Modes are the settle modes the drain benchmarks compare.
-var Modes = []Mode{{"mark", false}, {"delete", true}}
+// DrainModes are the settle modes the drain benchmarks compare.
+var DrainModes = []DrainMode{{"mark", false}, {"delete", true}}
 
-// Checkpoint runs a CDC relay until it has checkpointed an empty outbox's log head, so that
+// CheckpointHead runs a CDC relay until it has checkpointed an empty outbox's log head, so that
 // what is written next is read from the log (not backfilled).
-func Checkpoint(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
+func CheckpointHead(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := core.NewCDCRelay(store, src, &countingSink{want: 1 << 62, done: make(chan struct{})}, core.StaticRouter{Default: "q"}, options(500))
@@ -112,7 +113,7 @@ func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batc
 // published before the database acknowledged the commit to the producer, which the change log
 // allows), and from when the producer began its transaction (an upper bound of
 // commit-to-publish). write commits one event of key (100 keys in turn) and returns its ID
-// (outboxtest.Writer).
+// (testkit.Writer).
 func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int, dur time.Duration,
 	write func(ctx context.Context, key string) ([]string, error)) (fromCommit, fromBegin []time.Duration) {
 	tb.Helper()
@@ -203,11 +204,11 @@ func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int
 	return fromCommit, fromBegin
 }
 
-// CompareDrains runs, for each of Modes, rounds interleaved rounds of round (which drains a
+// CompareDrains runs, for each of DrainModes, rounds interleaved rounds of round (which drains a
 // polling relay's backlog and a CDC relay's, and returns their rates), and reports the medians
 // and their ratio.
-func CompareDrains(b *testing.B, rounds int, round func(b *testing.B, mode Mode) (polling, cdc float64)) {
-	for _, mode := range Modes {
+func CompareDrains(b *testing.B, rounds int, round func(b *testing.B, mode DrainMode) (polling, cdc float64)) {
+	for _, mode := range DrainModes {
 		b.Run(mode.Name, func(b *testing.B) {
 			var polling, cdc []float64
 			for i := range rounds * b.N {
@@ -237,13 +238,13 @@ func Quantile(d []time.Duration, q float64) float64 {
 	return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds()) / 1000
 }
 
-// Report logs and reports p50/p99/max of sorted latencies with a metric prefix.
-func Report(b *testing.B, prefix string, d []time.Duration) {
+// ReportLatency logs and reports p50/p99/max of sorted latencies with a metric prefix.
+func ReportLatency(b *testing.B, prefix string, d []time.Duration) {
 	b.ReportMetric(Quantile(d, 0.50), prefix+"p50-ms")
 	b.ReportMetric(Quantile(d, 0.99), prefix+"p99-ms")
 	b.ReportMetric(Quantile(d, 1), prefix+"max-ms")
 	b.Logf("%s%d events: p50 %.2f ms, p99 %.2f ms, max %.2f ms", prefix, len(d), Quantile(d, 0.5), Quantile(d, 0.99), Quantile(d, 1))
 }
 
-// String formats a rate.
-func String(rate float64) string { return fmt.Sprintf("%.0f events/s", rate) }
+// FormatRate formats a rate.
+func FormatRate(rate float64) string { return fmt.Sprintf("%.0f events/s", rate) }
