@@ -2,7 +2,7 @@
 //
 // [New] takes a *pgxpool.Pool and returns a [Store] whose writer and inbox run in the caller's
 // pgx.Tx; [NewSQL] takes a *sql.DB opened with pgx's stdlib driver and returns one that runs
-// in the caller's *sql.Tx. Both run the same SQL statements (one file, queries.go) and
+// in the caller's *sql.Tx. Both run the same SQL statements (named statements in queries.sql) and
 // implement core.OutboxStore, core.RelayStore, core.CheckpointStore, core.InboxStore,
 // core.Pruner, core.Admin, core.Notifier (with core.Flusher: [Store.Flush] sends the last
 // notifications before the pool closes) and core.Waker. [Store.Migrate] creates or checks the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // partitionLayout is the time part of a partition name: its lower bound, UTC, to the hour.
@@ -78,14 +79,16 @@ func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier) error {
 		have[p.name] = true
 	}
 	var now time.Time
-	if err := queryRow(ctx, q, `SELECT now()`, nil, &now); err != nil {
+	if err := queryRow(ctx, q, s.q.now, nil, &now); err != nil {
 		return err
 	}
 	p := s.partitionAt(now)
 	for range s.o.Partitioning.Ahead + 1 {
 		if !have[p.name] {
-			sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM (%s) TO (%s)`,
-				p.qualified(s.n.schema), s.n.outbox, tsLiteral(p.lo), tsLiteral(p.hi))
+			sql, err := sqlfile.Idents{"partition": p.qualified(s.n.schema), "from": tsLiteral(p.lo), "to": tsLiteral(p.hi)}.Expand(s.q.createPartition)
+			if err != nil {
+				return err
+			}
 			if _, err := q.exec(ctx, sql); err != nil {
 				return fmt.Errorf("create partition %s: %w", p.name, err)
 			}
@@ -138,7 +141,7 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
 	}
 	var now time.Time
-	if err := queryRow(ctx, s.db, `SELECT now()`, nil, &now); err != nil {
+	if err := queryRow(ctx, s.db, s.q.now, nil, &now); err != nil {
 		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
 	}
 	below := p.BelowSeq
@@ -151,7 +154,19 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 		if part.hi.After(now) || part.hi.After(p.PublishedBefore) {
 			break // partitions are sorted by lower bound: the rest are not sealed either
 		}
-		check := fmt.Sprintf(s.q.partCheck, part.qualified(s.n.schema))
+		id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
+		check, err := id.Expand(s.q.partCheck)
+		if err != nil {
+			return total, err
+		}
+		count, err := id.Expand(s.q.partCount)
+		if err != nil {
+			return total, err
+		}
+		drop, err := id.Expand(s.q.partDrop)
+		if err != nil {
+			return total, err
+		}
 		var ok bool
 		if err := queryRow(ctx, s.db, check, []any{cut, below}, &ok); err != nil {
 			return total, fmt.Errorf("postgres: drop partitions: check %s: %w", part.name, err)
@@ -160,23 +175,23 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 			continue
 		}
 		var rows int64
-		if err := queryRow(ctx, s.db, `SELECT count(*) FROM `+part.qualified(s.n.schema), nil, &rows); err != nil {
+		if err := queryRow(ctx, s.db, count, nil, &rows); err != nil {
 			return total, fmt.Errorf("postgres: drop partitions: count %s: %w", part.name, err)
 		}
 		dropped := false
-		err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		err = s.withTx(ctx, func(ctx context.Context, q querier) error {
 			dropped = false
-			if _, err := q.exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			if _, err := q.exec(ctx, s.q.partLockTimeout); err != nil {
 				return err
 			}
-			if _, err := q.exec(ctx, `LOCK TABLE `+s.n.outbox+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			if _, err := q.exec(ctx, s.q.partLockAll); err != nil {
 				return err
 			}
 			var ok bool
 			if err := queryRow(ctx, q, check, []any{cut, below}, &ok); err != nil || !ok {
 				return err
 			}
-			if _, err := q.exec(ctx, `DROP TABLE `+part.qualified(s.n.schema)); err != nil {
+			if _, err := q.exec(ctx, drop); err != nil {
 				return err
 			}
 			if _, err := q.exec(ctx, s.q.partIDs, part.lo, part.hi); err != nil {

@@ -151,13 +151,7 @@ func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
 	if p.Delete {
 		sql = s.q.settleDelete
 	}
-	if s.o.AsyncSettle {
-		sql = s.q.settleAsync[0]
-		if p.Delete {
-			sql = s.q.settleAsync[1]
-		}
-	}
-	r, err := s.db.query(ctx, sql, lanes, owners, gens, tsIn(p.Now), pub, fSeq, fErr, fDelay, fPark)
+	r, err := s.db.query(ctx, sql, lanes, owners, gens, tsIn(p.Now), pub, fSeq, fErr, fDelay, fPark, s.o.AsyncSettle)
 	if err != nil {
 		return fmt.Errorf("postgres: settle: %w", err)
 	}

@@ -174,7 +174,11 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store[TTx]{o: o, n: n, q: buildQueries(n, o.Partitioning != nil), log: o.Logger}, nil
+	q, err := buildQueries(n, o.Partitioning != nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Store[TTx]{o: o, n: n, q: q, log: o.Logger}, nil
 }
 
 // InTx runs fn in one transaction (read committed): commit when fn returns nil, roll back

@@ -1,4 +1,4 @@
--- The outbox, its lanes and its relay workers. Identifiers in {{braces}} are substituted,
+-- The outbox, its lanes and its relay workers. Identifiers in double braces are substituted,
 -- validated and quoted, when the Store is constructed.
 
 CREATE TABLE IF NOT EXISTS {{outbox}} (

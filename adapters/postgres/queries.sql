@@ -1,0 +1,405 @@
+-- The PostgreSQL adapter's statements, loaded by queries.go (internal/sqlfile). {{name}} is an
+-- identifier the adapter validated and quoted at construction (names in options.go); nothing
+-- else is substituted. The pgx and database/sql paths run the same text.
+--
+-- Time: coalesce($n::timestamptz, now()) is the caller's injected time, else the database clock
+-- (River's pattern). Durations travel as microseconds (bigint).
+
+-- name: MigrateLock
+SELECT pg_advisory_xact_lock($1)
+
+-- name: IndexExists
+SELECT to_regclass($1) IS NOT NULL
+
+-- name: MetaTable
+CREATE TABLE IF NOT EXISTS {{meta}} (name text PRIMARY KEY, value text NOT NULL)
+
+-- name: MetaGet
+SELECT value FROM {{meta}} WHERE name = $1
+
+-- name: MetaPut
+INSERT INTO {{meta}} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
+
+-- name: LanesFill
+INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, $1::int - 1) AS g
+	ON CONFLICT (lane) DO NOTHING
+
+-- name: LaneCount
+SELECT count(*) FROM {{lanes}}
+
+-- name: AggverIndex
+CREATE UNIQUE INDEX IF NOT EXISTS {{aggver_idx}}
+	ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version, type) WHERE aggregate_version > 0
+
+-- name: Insert
+-- One statement for any number of records: arrays unnested in order, so seq follows the
+-- order of the call.
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
+SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
+	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
+		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
+ORDER BY ord
+
+-- name: InsertPartitioned
+-- Insert on a partitioned outbox: the IDs first, in the same statement, so that a duplicate
+-- violates the side table's key.
+WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]))
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
+SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
+	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
+		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
+ORDER BY ord
+
+-- name: Heartbeat
+-- $1 owner, $2 now, $3 ttl (µs). Expired registrations older than an hour are removed on the
+-- way, skipping rows another heartbeat holds.
+WITH up AS (
+	INSERT INTO {{workers}} (owner, expires_at)
+	VALUES ($1, coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond')
+	ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
+	RETURNING owner
+), gc AS (
+	DELETE FROM {{workers}} WHERE owner = ANY(ARRAY(
+		SELECT owner FROM {{workers}}
+		WHERE owner <> $1 AND expires_at < coalesce($2::timestamptz, now()) - interval '1 hour'
+		FOR UPDATE SKIP LOCKED))
+)
+SELECT (SELECT count(*) FROM up) + count(*) FROM {{workers}}
+WHERE owner <> $1 AND expires_at > coalesce($2::timestamptz, now())
+
+-- name: HeartbeatLeave
+WITH del AS (DELETE FROM {{workers}} WHERE owner = $1)
+SELECT count(*) FROM {{workers}} WHERE owner <> $1 AND expires_at > coalesce($2::timestamptz, now())
+
+-- name: ClaimSkipLocked
+-- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
+-- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
+-- statement that waited reads the new generation), changes lanes only when $5 is the current
+-- generation, and otherwise returns one row whose last column is true (fenced).
+-- $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation. ARRAY(...) keeps the LIMIT
+-- however stale the statistics are (IN (SELECT ... LIMIT n) may lock every candidate); the outer
+-- WHERE repeats the predicate for the row as updated.
+WITH pub AS MATERIALIZED (
+	SELECT generation FROM {{publisher}} FOR SHARE
+), up AS (
+	UPDATE {{lanes}}
+	SET owner = $1, generation = generation + 1,
+		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
+	WHERE lane = ANY(ARRAY(
+		SELECT lane FROM {{lanes}}
+		WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+		  AND (SELECT generation FROM pub) = $5::bigint
+		ORDER BY lane LIMIT $4
+		FOR UPDATE SKIP LOCKED))
+	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+	  AND (SELECT generation FROM pub) = $5::bigint
+	RETURNING lane, owner, generation, lease_until
+)
+SELECT lane, owner, generation, lease_until, false FROM up
+UNION ALL
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint
+
+-- name: ClaimAdvisory
+-- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
+-- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
+-- statement that waited reads the new generation), changes lanes only when $5 is the current
+-- generation, and otherwise returns one row whose last column is true (fenced).
+-- As ClaimSkipLocked; $6 is the advisory lock class of this outbox. The candidates are read in
+-- lane order and the lock function is evaluated lazily until $4 lanes are locked (OFFSET 0 keeps
+-- the volatile filter out of the sorted subquery). Locks end with the statement's transaction.
+WITH pub AS MATERIALIZED (
+	SELECT generation FROM {{publisher}} FOR SHARE
+), up AS (
+	UPDATE {{lanes}}
+	SET owner = $1, generation = generation + 1,
+		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
+	WHERE lane = ANY(ARRAY(
+		SELECT c.lane FROM (
+			SELECT lane FROM {{lanes}}
+			WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+			  AND (SELECT generation FROM pub) = $5::bigint
+			ORDER BY lane OFFSET 0) AS c
+		WHERE pg_try_advisory_xact_lock($6::int, c.lane)
+		LIMIT $4))
+	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+	  AND (SELECT generation FROM pub) = $5::bigint
+	RETURNING lane, owner, generation, lease_until
+)
+SELECT lane, owner, generation, lease_until, false FROM up
+UNION ALL
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint
+
+-- name: Renew
+-- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
+-- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
+-- statement that waited reads the new generation), changes lanes only when $5 is the current
+-- generation, and otherwise returns one row whose last column is true (fenced).
+-- $1 lanes, $2 owners, $3 generations, $4 now, $6 ttl (µs), $5 publisher generation. The lane
+-- rows are locked in lane order first (the ARRAY init plan), as Settle does, so the two cannot
+-- deadlock; a fenced renewal locks none.
+WITH pub AS MATERIALIZED (
+	SELECT generation FROM {{publisher}} FOR SHARE
+), up AS (
+	UPDATE {{lanes}} AS l
+	SET lease_until = coalesce($4::timestamptz, now()) + $6::bigint * interval '1 microsecond'
+	FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+	WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
+	  AND l.lease_until > coalesce($4::timestamptz, now())
+	  AND (SELECT generation FROM pub) = $5::bigint
+	  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[])
+		AND (SELECT generation FROM pub) = $5::bigint ORDER BY lane FOR UPDATE))
+	RETURNING l.lane, l.owner, l.generation, l.lease_until
+)
+SELECT lane, owner, generation, lease_until, false FROM up
+UNION ALL
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint
+
+-- name: PublisherGet
+SELECT generation, kind, holder, since FROM {{publisher}}
+
+-- name: PublisherLock
+-- AcquireGeneration runs PublisherLock and, unless it joins, PublisherBump in one transaction.
+SELECT generation, kind, holder, since FROM {{publisher}} FOR UPDATE
+
+-- name: PublisherBump
+-- $1 kind, $2 holder, $3 now.
+UPDATE {{publisher}}
+SET generation = generation + 1, kind = $1, holder = $2, since = coalesce($3::timestamptz, now())
+RETURNING generation, kind, holder, since
+
+-- name: CheckpointGet
+SELECT source, position, generation, updated_at FROM {{checkpoint}}
+
+-- name: CheckpointPut
+-- $1 source, $2 position, $3 generation. One statement: lock the publisher row FOR SHARE
+-- (AcquireGeneration waits, and a waiting save reads the new generation), upsert only when $3 is
+-- the current generation, and return the current generation.
+WITH pub AS MATERIALIZED (
+	SELECT generation FROM {{publisher}} FOR SHARE
+), up AS (
+	INSERT INTO {{checkpoint}} AS c (singleton, source, position, generation)
+	SELECT true, $1, $2, $3::bigint FROM pub WHERE generation = $3::bigint
+	ON CONFLICT (singleton) DO UPDATE SET source = EXCLUDED.source, position = EXCLUDED.position,
+		generation = EXCLUDED.generation, updated_at = now()
+	RETURNING 1
+)
+SELECT generation, (SELECT count(*) FROM up) FROM pub
+
+-- name: Release
+UPDATE {{lanes}} AS l SET owner = ''
+FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
+  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE))
+
+-- name: Fetch
+-- $1 lanes, $2 now, $3 limit. The fetch function (migration 0001) walks the pending index in seq
+-- order; a record is skipped when an earlier unpublished record of its key is parked or not yet
+-- due (the failed index).
+SELECT {{cols}} FROM {{fetch_fn}}($1::int[], $2::timestamptz, $3::int) ORDER BY seq
+
+-- name: SettleMark
+-- Settle is one statement, so one round trip and its own transaction: lock the leased lane rows
+-- (in lane order), list the leases that are not held, and change outbox rows only when that list
+-- is empty. $1 lanes, $2 owners, $3 generations, $4 now, $5 published seqs, $6..$9 failures
+-- (seq, error, delay µs, park), $10 Options.AsyncSettle: a transaction-local set_config,
+-- evaluated with the leases (always at least one row), makes the commit not wait for its WAL
+-- flush. It returns the lost lanes.
+-- Published rows get published_at.
+WITH want AS (
+	SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+	CROSS JOIN (SELECT set_config('synchronous_commit',
+		CASE WHEN $10::bool THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS async
+), locked AS (
+	SELECT lane, owner, generation, lease_until FROM {{lanes}}
+	WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE
+), lost AS (
+	SELECT w.lane FROM want AS w LEFT JOIN locked AS k ON k.lane = w.lane
+	WHERE k.lane IS NULL OR k.owner <> w.owner OR k.generation <> w.generation
+	   OR k.lease_until <= coalesce($4::timestamptz, now())
+), pub AS (
+	UPDATE {{outbox}} SET published_at = coalesce($4::timestamptz, now())
+	WHERE seq = ANY($5::bigint[]) AND published_at IS NULL AND lane = ANY($1::int[])
+	  AND NOT EXISTS (SELECT 1 FROM lost)
+	RETURNING 1
+), fail AS (
+	UPDATE {{outbox}} AS o
+	SET attempts = o.attempts + 1, last_error = f.err,
+		next_attempt_at = coalesce($4::timestamptz, now()) + f.delay * interval '1 microsecond',
+		parked_at = CASE WHEN f.park THEN coalesce($4::timestamptz, now()) ELSE o.parked_at END
+	FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bool[]) AS f(seq, err, delay, park)
+	WHERE o.seq = f.seq AND o.published_at IS NULL AND o.lane = ANY($1::int[])
+	  AND NOT EXISTS (SELECT 1 FROM lost)
+	RETURNING 1
+)
+SELECT lane FROM lost ORDER BY lane
+
+-- name: SettleDelete
+-- As SettleMark, but published rows are deleted.
+WITH want AS (
+	SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+	CROSS JOIN (SELECT set_config('synchronous_commit',
+		CASE WHEN $10::bool THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS async
+), locked AS (
+	SELECT lane, owner, generation, lease_until FROM {{lanes}}
+	WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE
+), lost AS (
+	SELECT w.lane FROM want AS w LEFT JOIN locked AS k ON k.lane = w.lane
+	WHERE k.lane IS NULL OR k.owner <> w.owner OR k.generation <> w.generation
+	   OR k.lease_until <= coalesce($4::timestamptz, now())
+), pub AS (
+	DELETE FROM {{outbox}}
+	WHERE seq = ANY($5::bigint[]) AND published_at IS NULL AND lane = ANY($1::int[])
+	  AND NOT EXISTS (SELECT 1 FROM lost)
+	RETURNING 1
+), fail AS (
+	UPDATE {{outbox}} AS o
+	SET attempts = o.attempts + 1, last_error = f.err,
+		next_attempt_at = coalesce($4::timestamptz, now()) + f.delay * interval '1 microsecond',
+		parked_at = CASE WHEN f.park THEN coalesce($4::timestamptz, now()) ELSE o.parked_at END
+	FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bool[]) AS f(seq, err, delay, park)
+	WHERE o.seq = f.seq AND o.published_at IS NULL AND o.lane = ANY($1::int[])
+	  AND NOT EXISTS (SELECT 1 FROM lost)
+	RETURNING 1
+)
+SELECT lane FROM lost ORDER BY lane
+
+-- name: HorizonGet
+SELECT horizon FROM {{horizons}} WHERE consumer = $1 FOR SHARE
+
+-- name: HorizonEnsure
+INSERT INTO {{horizons}} (consumer) VALUES ($1) ON CONFLICT (consumer) DO NOTHING
+
+-- name: InboxInsert
+INSERT INTO {{inbox}} (consumer, event_id, digest, source_position, outcome, occurred_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (consumer, event_id) DO NOTHING
+RETURNING processed_at
+
+-- name: InboxGet
+SELECT digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
+WHERE consumer = $1 AND event_id = $2
+
+-- name: VersionGet
+SELECT version FROM {{versions}} WHERE consumer = $1 AND entity = $2 FOR UPDATE
+
+-- name: VersionEnsure
+INSERT INTO {{versions}} (consumer, entity) VALUES ($1, $2)
+ON CONFLICT (consumer, entity) DO NOTHING
+
+-- name: VersionSet
+INSERT INTO {{versions}} (consumer, entity, version) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, entity) DO UPDATE SET version = EXCLUDED.version
+
+-- name: PruneInbox
+-- One statement: raise the horizon (never lower it; the upsert locks the row against Horizon's
+-- FOR SHARE) and delete up to $3 records older than it.
+WITH h AS (
+	INSERT INTO {{horizons}} AS h (consumer, horizon) VALUES ($1, $2)
+	ON CONFLICT (consumer) DO UPDATE SET horizon = greatest(h.horizon, EXCLUDED.horizon)
+	RETURNING horizon
+), del AS (
+	DELETE FROM {{inbox}} WHERE consumer = $1 AND event_id = ANY(ARRAY(
+		SELECT event_id FROM {{inbox}}
+		WHERE consumer = $1 AND occurred_at < (SELECT horizon FROM h)
+		ORDER BY occurred_at LIMIT $3))
+	RETURNING 1
+)
+SELECT count(*) FROM del
+
+-- name: PruneOutbox
+-- $1 published before, $2 seq bound (exclusive), $3 limit. Nothing at or above the lowest
+-- unpublished seq is deleted.
+DELETE FROM {{outbox}} WHERE seq = ANY(ARRAY(
+	SELECT seq FROM {{outbox}}
+	WHERE published_at IS NOT NULL AND published_at < $1::timestamptz AND seq < $2::bigint
+	  AND seq < coalesce((SELECT min(seq) FROM {{outbox}} WHERE published_at IS NULL), $2::bigint)
+	ORDER BY seq LIMIT $3))
+  AND published_at IS NOT NULL
+
+-- name: ListAll
+-- $1 after seq, $2 limit.
+SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 ORDER BY seq LIMIT $2
+
+-- name: ListPending
+SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT $2
+
+-- name: ListParked
+SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NULL AND parked_at IS NOT NULL ORDER BY seq LIMIT $2
+
+-- name: ListPublished
+SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NOT NULL ORDER BY seq LIMIT $2
+
+-- name: Stats
+SELECT
+	count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL),
+	count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NOT NULL),
+	count(*) FILTER (WHERE published_at IS NOT NULL),
+	min(created_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL)
+FROM {{outbox}}
+
+-- name: ParkedKeys
+SELECT DISTINCT partition_key FROM {{outbox}}
+WHERE published_at IS NULL AND parked_at IS NOT NULL
+
+-- name: Unpark
+-- Rows with something to clear always have parked_at or next_attempt_at set (a failure sets
+-- next_attempt_at), so the failed index finds them.
+UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+WHERE partition_key = $1 AND published_at IS NULL
+  AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+
+-- name: Notify
+-- Sent without arguments: one simple-protocol round trip, its own small transaction that does
+-- not wait for the WAL flush.
+BEGIN; SET LOCAL synchronous_commit = off; NOTIFY {{channel}}; COMMIT
+
+-- name: Listen
+LISTEN {{channel}}
+
+-- name: Partitions
+-- Partitioned outbox. $1 the outbox (regclass text).
+SELECT c.relname::text FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = $1::regclass ORDER BY c.relname
+
+-- name: PartitionCheck
+-- Whether {{partition}} holds only rows PruneOutbox would delete: none unpublished, none
+-- published at or after $1, every seq below $2 and below the lowest unpublished seq. Index
+-- lookups only (pending index, published_at index, primary key), so that it is cheap under the
+-- table lock.
+SELECT NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NULL)
+   AND NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NOT NULL AND published_at >= $1::timestamptz)
+   AND coalesce((SELECT max(seq) FROM {{partition}}), 0) < $2::bigint
+   AND coalesce((SELECT max(seq) FROM {{partition}}), 0)
+       < coalesce((SELECT min(seq) FROM {{outbox}} WHERE published_at IS NULL), $2::bigint)
+
+-- name: PartitionIDs
+DELETE FROM {{ids}} WHERE created_at >= $1::timestamptz AND created_at < $2::timestamptz
+
+-- name: CreatePartition
+-- The partition of the outbox for [{{from}}, {{to}}): DDL takes no parameters, so the bounds are
+-- timestamp literals the adapter formats.
+CREATE TABLE IF NOT EXISTS {{partition}} PARTITION OF {{outbox}} FOR VALUES FROM ({{from}}) TO ({{to}})
+
+-- name: Now
+SELECT now()
+
+-- name: PartitionCount
+SELECT count(*) FROM {{partition}}
+
+-- name: PartitionLockTimeout
+-- DropPartitions waits at most this long for the outbox's lock.
+SET LOCAL lock_timeout = '5s'
+
+-- name: PartitionLockOutbox
+LOCK TABLE {{outbox}} IN ACCESS EXCLUSIVE MODE
+
+-- name: PartitionDrop
+DROP TABLE {{partition}}

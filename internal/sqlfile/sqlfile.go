@@ -1,0 +1,136 @@
+// Package sqlfile loads an adapter's SQL statements from an embedded .sql file: the one way the
+// adapters keep and name their statements and substitute identifiers (River keeps its queries
+// the same way, in .sql files with named statements).
+//
+// A statement begins at a line "-- name: Name" and runs until the next such line. Whole comment
+// lines document the file and are left out of the statements (so that a "?" or "$1" in a
+// comment never reaches a driver). Identifiers are written {{key}}
+// and replaced by Idents[key], an identifier that the adapter validated and quoted once, at
+// construction. Nothing else in the text is ever replaced.
+package sqlfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Idents maps the {{key}} tokens of statements to quoted identifiers (or, for a token that is
+// filled later, to the token itself).
+type Idents map[string]string
+
+var token = regexp.MustCompile(`\{\{([A-Za-z0-9_]+)\}\}`)
+
+// Expand returns stmt with every {{key}} replaced by id[key]. A key id does not know is an error.
+func (id Idents) Expand(stmt string) (string, error) {
+	var unknown []string
+	out := token.ReplaceAllStringFunc(stmt, func(t string) string {
+		v, ok := id[t[2:len(t)-2]]
+		if !ok {
+			unknown = append(unknown, t)
+			return t
+		}
+		return v
+	})
+	if len(unknown) > 0 {
+		return "", fmt.Errorf("sqlfile: unknown identifiers %s", strings.Join(slices.Compact(unknown), ", "))
+	}
+	return out, nil
+}
+
+// Parse splits src into its named statements.
+func Parse(src string) (map[string]string, error) {
+	stmts := map[string]string{}
+	var name string
+	var body strings.Builder
+	flush := func() error {
+		text := strings.TrimSpace(body.String())
+		if name == "" {
+			if text != "" {
+				return errors.New("sqlfile: text before the first -- name: line")
+			}
+			return nil
+		}
+		if text == "" {
+			return fmt.Errorf("sqlfile: statement %s is empty", name)
+		}
+		if _, dup := stmts[name]; dup {
+			return fmt.Errorf("sqlfile: statement %s is defined twice", name)
+		}
+		stmts[name] = text
+		return nil
+	}
+	for line := range strings.Lines(src) {
+		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "-- name:"); ok {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			name = strings.TrimSpace(n)
+			body.Reset()
+			continue
+		}
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			body.WriteString(line)
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return stmts, nil
+}
+
+// Statements are the statements of one file, expanded with the adapter's identifiers. Get
+// records what it could not find, and Err reports it together with the statements of the file
+// that no Get asked for, so that a renamed or misspelt statement fails the constructor.
+type Statements struct {
+	stmts map[string]string
+	used  map[string]bool
+	errs  []error
+}
+
+// Load parses the file path of fsys and expands every statement with idents.
+func Load(fsys fs.FS, path string, idents Idents) (*Statements, error) {
+	src, err := fs.ReadFile(fsys, path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlfile: %w", err)
+	}
+	stmts, err := Parse(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for name, text := range stmts {
+		if stmts[name], err = idents.Expand(text); err != nil {
+			return nil, fmt.Errorf("%s: statement %s: %w", path, name, err)
+		}
+	}
+	return &Statements{stmts: stmts, used: map[string]bool{}}, nil
+}
+
+// Get returns the statement name.
+func (s *Statements) Get(name string) string {
+	text, ok := s.stmts[name]
+	if !ok {
+		s.errs = append(s.errs, fmt.Errorf("sqlfile: no statement %s", name))
+	}
+	s.used[name] = true
+	return text
+}
+
+// Err reports the statements Get did not find and those it was never asked for.
+func (s *Statements) Err() error {
+	errs := slices.Clone(s.errs)
+	var unused []string
+	for name := range s.stmts {
+		if !s.used[name] {
+			unused = append(unused, name)
+		}
+	}
+	if len(unused) > 0 {
+		slices.Sort(unused)
+		errs = append(errs, fmt.Errorf("sqlfile: statements never used: %s", strings.Join(unused, ", ")))
+	}
+	return errors.Join(errs...)
+}
