@@ -75,7 +75,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.bootstrap); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
-	rep := replacer(s.n)
+	id := s.n.idents()
 	var applied []migration
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		applied = applied[:0]
@@ -90,7 +90,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 					core.ErrSchemaMismatch, path.Base(migrationSets[i]), version, len(migs))
 			}
 			for _, m := range migs[version:] {
-				if _, err := tx.ExecContext(ctx, rep.Replace(m.sql)); err != nil {
+				text, err := id.Expand(m.sql)
+				if err != nil {
+					return fmt.Errorf("%s: %w", m.name, err)
+				}
+				if _, err := tx.ExecContext(ctx, text); err != nil {
 					return fmt.Errorf("%s: %w", m.name, err)
 				}
 				if _, err := tx.ExecContext(ctx, s.q.recordVersion[i], m.version, m.name, now); err != nil {

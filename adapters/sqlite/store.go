@@ -83,7 +83,11 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, o: o, n: n, q: buildQueries(n), log: o.Logger, wlock: make(chan struct{}, 1)}, nil
+	q, err := buildQueries(n)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, o: o, n: n, q: q, log: o.Logger, wlock: make(chan struct{}, 1)}, nil
 }
 
 // DB returns the database the Store was built on.

@@ -1,0 +1,225 @@
+-- The SQLite adapter's statements, loaded by queries.go (internal/sqlfile). {{name}} is an
+-- identifier the adapter validated and quoted at construction (names in options.go); {{cols}} is
+-- the record column list. Lists (lanes, seqs, failures) are bound as one JSON array parameter
+-- and read with json_each, so every statement has a fixed text whatever the list length.
+
+-- name: Bootstrap
+CREATE TABLE IF NOT EXISTS {{migrations}} (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {{inbox_migrations}} (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {{meta}} (
+    name  TEXT    PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+
+-- name: AppliedVersionOutbox
+SELECT coalesce(max(version), 0) FROM {{migrations}}
+
+-- name: AppliedVersionInbox
+SELECT coalesce(max(version), 0) FROM {{inbox_migrations}}
+
+-- name: RecordVersionOutbox
+INSERT INTO {{migrations}} (version, name, applied_at) VALUES (?, ?, ?)
+
+-- name: RecordVersionInbox
+INSERT INTO {{inbox_migrations}} (version, name, applied_at) VALUES (?, ?, ?)
+
+-- name: GetLanes
+SELECT value FROM {{meta}} WHERE name = 'lanes'
+
+-- name: SetLanes
+INSERT INTO {{meta}} (name, value) VALUES ('lanes', ?)
+
+-- name: SeedLanes
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
+INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
+
+-- name: AggVersionIdx
+CREATE UNIQUE INDEX IF NOT EXISTS {{outbox_aggregate_version}}
+    ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version, type) WHERE aggregate_version > 0
+
+-- name: WriteLock
+-- A write statement that changes nothing: as the first statement of a transaction it
+-- takes SQLite's write lock at once, as BEGIN IMMEDIATE does, whatever _txlock says.
+UPDATE {{meta}} SET value = value WHERE 0
+
+-- name: PublisherGet
+SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1
+
+-- name: PublisherBump
+-- ?1 kind, ?2 holder, ?3 since
+UPDATE {{publisher}} SET generation = generation + 1, kind = ?1, holder = ?2, since = ?3
+WHERE id = 1
+RETURNING generation, kind, holder, since
+
+-- name: InsertPrefix
+INSERT INTO {{outbox}} ({{insert_cols}}) VALUES 
+
+-- name: SpSave
+SAVEPOINT outboxkit_insert
+
+-- name: SpRelease
+RELEASE outboxkit_insert
+
+-- name: SpRollback
+ROLLBACK TO outboxkit_insert
+
+-- name: HeartbeatUpsert
+INSERT INTO {{workers}} (owner, expires_at) VALUES (?1, ?2)
+    ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at
+
+-- name: HeartbeatDelete
+DELETE FROM {{workers}} WHERE owner = ?
+
+-- name: HeartbeatExpired
+DELETE FROM {{workers}} WHERE expires_at <= ?
+
+-- name: HeartbeatCount
+SELECT count(*) FROM {{workers}} WHERE expires_at > ?
+
+-- name: Claim
+-- ?1 owner, ?2 lease_until, ?3 now, ?4 max
+UPDATE {{lanes}} SET owner = ?1, generation = generation + 1, lease_until = ?2
+WHERE lane IN (SELECT lane FROM {{lanes}} WHERE owner = '' OR lease_until <= ?3 ORDER BY lane LIMIT ?4)
+RETURNING lane, generation
+
+-- name: Renew
+-- ?1 lease_until, ?2 lane, ?3 owner, ?4 generation, ?5 now
+UPDATE {{lanes}} SET lease_until = ?1
+WHERE lane = ?2 AND owner = ?3 AND generation = ?4 AND lease_until > ?5 AND owner <> ''
+
+-- name: ReleaseLane
+-- ?1 lane, ?2 owner, ?3 generation
+UPDATE {{lanes}} SET owner = '', lease_until = 0
+WHERE lane = ?1 AND owner = ?2 AND generation = ?3 AND owner <> ''
+
+-- name: Fetch
+-- ?1 lanes (JSON array), ?2 now, ?3 limit. The outer scan walks the pending index in seq
+-- order and stops after ?3 deliverable rows; the lane test reads the index only. The
+-- NOT EXISTS probe reads the small blocked index (empty when nothing failed).
+SELECT {{cols}}
+FROM {{outbox}} AS o INDEXED BY {{outbox_pending}}
+WHERE o.published_at IS NULL
+  AND o.lane IN (SELECT value FROM json_each(?1))
+  AND o.parked_at IS NULL
+  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?2)
+  AND NOT EXISTS (
+    SELECT 1 FROM {{outbox}} AS b INDEXED BY {{outbox_blocked}}
+    WHERE b.partition_key = o.partition_key AND b.seq < o.seq
+      AND b.published_at IS NULL
+      AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+      AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?2))
+ORDER BY o.seq
+LIMIT ?3
+
+-- name: LeaseState
+-- ?1 lanes (JSON array)
+SELECT lane, owner, generation, lease_until FROM {{lanes}}
+WHERE lane IN (SELECT value FROM json_each(?1))
+
+-- name: Publish
+-- ?1 now, ?2 seqs (JSON array), ?3 lanes (JSON array)
+UPDATE {{outbox}} SET published_at = ?1
+WHERE seq IN (SELECT value FROM json_each(?2))
+  AND published_at IS NULL
+  AND lane IN (SELECT value FROM json_each(?3))
+
+-- name: DeletePublished
+-- ?1 seqs (JSON array), ?2 lanes (JSON array)
+DELETE FROM {{outbox}}
+WHERE seq IN (SELECT value FROM json_each(?1))
+  AND published_at IS NULL
+  AND lane IN (SELECT value FROM json_each(?2))
+
+-- name: Fail
+-- ?1 now, ?2 failures (JSON array of {"s":seq,"d":delay_us,"p":0|1,"e":error}),
+-- ?3 lanes (JSON array)
+UPDATE {{outbox}} SET
+    attempts = attempts + 1,
+    last_error = f.value ->> '$.e',
+    next_attempt_at = ?1 + (f.value ->> '$.d'),
+    parked_at = CASE WHEN f.value ->> '$.p' THEN ?1 ELSE parked_at END
+FROM json_each(?2) AS f
+WHERE {{outbox}}.seq = f.value ->> '$.s'
+  AND {{outbox}}.published_at IS NULL
+  AND {{outbox}}.lane IN (SELECT value FROM json_each(?3))
+
+-- name: MinPending
+SELECT min(seq) FROM {{outbox}} INDEXED BY {{outbox_pending}} WHERE published_at IS NULL
+
+-- name: Prune
+-- ?1 published before, ?2 seq below (exclusive), ?3 limit
+DELETE FROM {{outbox}} WHERE seq IN (
+    SELECT seq FROM {{outbox}} INDEXED BY {{outbox_published}}
+    WHERE published_at IS NOT NULL AND published_at < ?1 AND seq < ?2
+    LIMIT ?3)
+
+-- name: Stats
+SELECT
+    coalesce(sum(published_at IS NULL AND parked_at IS NULL), 0),
+    coalesce(sum(published_at IS NULL AND parked_at IS NOT NULL), 0),
+    coalesce(sum(published_at IS NOT NULL), 0),
+    min(CASE WHEN published_at IS NULL AND parked_at IS NULL THEN created_at END)
+FROM {{outbox}}
+
+-- name: ParkedKeys
+SELECT DISTINCT partition_key FROM {{outbox}}
+WHERE published_at IS NULL AND parked_at IS NOT NULL
+
+-- name: Unpark
+UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+WHERE partition_key = ?
+  AND published_at IS NULL
+  AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+
+-- name: Horizon
+SELECT horizon FROM {{inbox_horizons}} WHERE consumer = ?
+
+-- name: InsertInbox
+INSERT INTO {{inbox}}
+    (consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (consumer, event_id) DO NOTHING
+
+-- name: SelectInbox
+SELECT digest, source_position, outcome, occurred_at, processed_at
+FROM {{inbox}} WHERE consumer = ? AND event_id = ?
+
+-- name: LockVersion
+SELECT version FROM {{inbox_versions}} WHERE consumer = ? AND entity = ?
+
+-- name: SetVersion
+INSERT INTO {{inbox_versions}} (consumer, entity, version) VALUES (?1, ?2, ?3)
+ON CONFLICT (consumer, entity) DO UPDATE SET version = excluded.version
+
+-- name: RaiseHorizon
+-- ?1 consumer, ?2 before; returns the horizon in force
+INSERT INTO {{inbox_horizons}} (consumer, horizon) VALUES (?1, ?2)
+ON CONFLICT (consumer) DO UPDATE SET horizon = max(horizon, excluded.horizon)
+RETURNING horizon
+
+-- name: PruneInbox
+-- ?1 consumer, ?2 horizon, ?3 limit
+DELETE FROM {{inbox}} WHERE rowid IN (
+    SELECT rowid FROM {{inbox}}
+    WHERE consumer = ?1 AND (occurred_at IS NULL OR occurred_at < ?2)
+    LIMIT ?3)
+
+-- name: ListAll
+SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 ORDER BY seq LIMIT ?2
+
+-- name: ListPending
+SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT ?2
+
+-- name: ListParked
+SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NULL AND parked_at IS NOT NULL ORDER BY seq LIMIT ?2
+
+-- name: ListPublished
+SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NOT NULL ORDER BY seq LIMIT ?2
