@@ -12,17 +12,19 @@
 // The suite drives the adapter through the real core.Outbox, core.Relay, core.Inbox and
 // core.CleanupOutbox, with a recording, fault-injecting sink, so what it proves is what users
 // get. Subtests have stable names (area/case); each runs under a watchdog that turns a hang into
-// a failure. The package imports only core and the standard library.
+// a failure. The package imports only core, the standard library and the module's own test hook
+// (internal/testhook, which sets the clock of a cleanup without a public option).
 //
-// The suite proves itself: its own tests run it, in child processes, against the in-memory
-// reference adapter (which must pass) and against variants of it that break one guarantee
-// each — an unfenced Settle, a Settle that checks its leases and applies in two steps,
+// The suite proves itself: its own tests run it against the in-memory reference adapter (which
+// must pass) and, in child processes, against variants of it (internal/testhook) that break one
+// guarantee each — an unfenced Settle, a Settle that checks its leases and applies in two steps,
 // non-exclusive lanes, a Fetch without per-key blocking, an inbox without its unique key, a
 // cleanup that deletes unpublished rows, a horizon that does not hold off PruneInbox — each of
 // which must fail in the subtests that check that guarantee.
 //
 // Sink, the recording and fault-injecting core.Sink the suite uses, is exported for tests of
-// relays and sinks elsewhere.
+// relays and sinks elsewhere, and so is CrashStore, the store of a relay process that can die at
+// any point.
 package conformance
 
 import (

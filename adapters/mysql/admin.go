@@ -93,20 +93,8 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 
 // ParkedKeys implements core.Admin.
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys)
+	keys, err := queryStrings(ctx, s.db, s.q.parkedKeys)
 	if err != nil {
-		return nil, wrap("parked keys", err)
-	}
-	defer rows.Close()
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, wrap("parked keys", err)
-		}
-		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, wrap("parked keys", err)
 	}
 	return keys, nil

@@ -46,7 +46,7 @@ func TestSplitSQL(t *testing.T) {
 		b, err := migrationFS.ReadFile("migrations/" + f.Name())
 		require.NoError(t, err)
 		for _, stmt := range splitSQL(string(b)) {
-			require.Regexp(t, `^CREATE TABLE IF NOT EXISTS \{[a-z]+\} \(`, stmt)
+			require.Regexp(t, `^CREATE TABLE IF NOT EXISTS \{\{[a-z]+\}\} \(`, stmt)
 		}
 	}
 }

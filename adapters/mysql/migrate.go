@@ -46,35 +46,36 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 		return err
 	}
 	sort.Strings(files)
-	r := s.replacer()
+	id := s.names.idents()
 	for _, f := range files {
 		b, err := migrationFS.ReadFile(f)
 		if err != nil {
 			return err
 		}
-		for _, stmt := range splitSQL(string(b)) {
-			if _, err := conn.ExecContext(ctx, r.Replace(stmt)); err != nil {
+		text, err := id.Expand(string(b))
+		if err != nil {
+			return fmt.Errorf("mysql: migrate: %s: %w", f, err)
+		}
+		for _, stmt := range splitSQL(text) {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				return wrap("migrate: "+f, err)
 			}
 		}
 	}
 	if s.o.UniqueAggregateVersion {
 		var n int
-		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.STATISTICS
-			WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'ux_aggregate_version'`,
-			s.names.outbox).Scan(&n); err != nil {
+		if err := conn.QueryRowContext(ctx, s.q.aggVersionIdxCount, s.names.outbox).Scan(&n); err != nil {
 			return wrap("migrate: unique aggregate version", err)
 		}
 		if n == 0 {
-			if _, err := conn.ExecContext(ctx, r.Replace(`CREATE UNIQUE INDEX ux_aggregate_version
-				ON {outbox} (aggregate_type, aggregate_id, aggregate_version_key, type)`)); err != nil {
+			if _, err := conn.ExecContext(ctx, s.q.aggVersionIdx); err != nil {
 				return wrap("migrate: unique aggregate version", err)
 			}
 		}
 	}
 	return s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		var recorded string
-		err := tx.QueryRowContext(ctx, s.q.metaGet+" FOR UPDATE", "lanes").Scan(&recorded)
+		err := tx.QueryRowContext(ctx, s.q.metaGetForUpdate, "lanes").Scan(&recorded)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:

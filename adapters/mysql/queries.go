@@ -1,12 +1,20 @@
 package mysql
 
 import (
+	"embed"
+	"fmt"
 	"strings"
+
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
-// All SQL of the adapter. Table names are substituted once, quoted, at construction; the
-// statements then only take ? parameters. Lists of lanes and seqs are expanded with
-// placeholders(n) where a query has %s.
+// All SQL of the adapter is in queries.sql (named statements) and migrations/. Table names are
+// substituted once, quoted, at construction (internal/sqlfile); the statements then only take ?
+// parameters. Lists of lanes and seqs are expanded per call with placeholders ({{lane_list}},
+// {{seq_list}}: see lists).
+
+//go:embed queries.sql
+var queriesFS embed.FS
 
 // nowExpr is the database clock unless the caller injected a time (the parameter is then a
 // "YYYY-MM-DD hh:mm:ss.ffffff" UTC string; NULL otherwise).
@@ -17,7 +25,8 @@ const recordColumns = `seq, id, aggregate_type, aggregate_id, aggregate_version,
 	attempts, next_attempt_at, last_error, parked_at`
 
 type queries struct {
-	laneCount, metaGet, metaPut, laneInsert string
+	laneCount, metaGet, metaGetForUpdate, metaPut, laneInsert string
+	aggVersionIdxCount, aggVersionIdx                         string
 
 	insertPrefix, insertRow string
 
@@ -41,116 +50,90 @@ type queries struct {
 	checkpointRead, checkpointPut                                               string
 }
 
-func newQueries(r *strings.Replacer) queries {
-	return queries{
-		metaGet:    r.Replace(`SELECT value FROM {meta} WHERE name = ?`),
-		metaPut:    r.Replace(`INSERT INTO {meta} (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)`),
-		laneCount:  r.Replace(`SELECT value FROM {meta} WHERE name = 'lanes'`),
-		laneInsert: r.Replace(`INSERT IGNORE INTO {lanes} (lane) VALUES `),
-
-		insertPrefix: r.Replace(`INSERT INTO {outbox} (id, aggregate_type, aggregate_id, aggregate_version, type,
-	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane,
-	created_at) VALUES `),
-		insertRow: `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,UTC_TIMESTAMP(6))`,
-
-		heartbeatUpsert: r.Replace(`INSERT INTO {workers} (owner, expires_at)
-	VALUES (?, ` + nowExpr + ` + INTERVAL ? MICROSECOND)
-	ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)`),
-		heartbeatDelete: r.Replace(`DELETE FROM {workers} WHERE owner = ?`),
-		heartbeatCount:  r.Replace(`SELECT COUNT(*) FROM {workers} WHERE expires_at > ` + nowExpr),
-
-		claimSkipLocked: r.Replace(`SELECT lane FROM {lanes}
-	WHERE owner = '' OR lease_until IS NULL OR lease_until <= ` + nowExpr + `
-	ORDER BY lane LIMIT ? FOR UPDATE SKIP LOCKED`),
-		// Candidates of a GET_LOCK claim: free or expired leases, and leases whose holder's
-		// session no longer holds the lane's lock (its connection died). The last column says
-		// whether the lease itself is free or expired.
-		claimGetLockCandidates: r.Replace(`SELECT lane, (owner = '' OR lease_until IS NULL OR lease_until <= ` + nowExpr + `) AS expired
-	FROM {lanes}
-	WHERE owner = '' OR lease_until IS NULL OR lease_until <= ` + nowExpr + `
-	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
-	ORDER BY lane FOR UPDATE SKIP LOCKED`),
-		claimUpdate: r.Replace(`UPDATE {lanes} SET owner = ?, generation = generation + 1,
-	lease_until = ` + nowExpr + ` + INTERVAL ? MICROSECOND, lock_session = ? WHERE lane IN (%s)`),
-		lockedBy:       r.Replace(`SELECT COUNT(*) FROM {lanes} WHERE lane = ? AND owner = ? AND lock_session = ?`),
-		setLockSession: r.Replace(`UPDATE {lanes} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?`),
-		lanesRead:      r.Replace(`SELECT lane, generation, lease_until FROM {lanes} WHERE lane IN (%s) ORDER BY lane`),
-		lanesLock: r.Replace(`SELECT lane, owner, generation, lease_until, ` + nowExpr + `
-	FROM {lanes} WHERE lane IN (%s) ORDER BY lane FOR UPDATE`),
-		renewUpdate: r.Replace(`UPDATE {lanes} SET lease_until = ` + nowExpr + ` + INTERVAL ? MICROSECOND WHERE lane IN (%s)`),
-		release: r.Replace(`UPDATE {lanes} SET owner = '', lease_until = NULL, lock_session = NULL
-	WHERE lane = ? AND owner = ? AND generation = ?`),
-
-		// The keys held back in the leased lanes: the lowest seq of each key's unpublished
-		// rows that are parked or not yet due (index ix_failed, tiny).
-		fetchBlocked: r.Replace(`SELECT partition_key, MIN(seq) FROM {outbox}
-	WHERE failed_lane IN (%s) AND (parked_at IS NOT NULL OR next_attempt_at > ` + nowExpr + `)
-	GROUP BY partition_key`),
-		// Unpublished rows in seq order (index ix_unpublished; the lane filter is checked in
-		// the index). The caller appends lane and blocked-key conditions, ORDER BY and LIMIT.
-		fetchPrefix: r.Replace(`SELECT ` + recordColumns + ` FROM {outbox} o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
-	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ` + nowExpr + `)`),
-		fetchNotExists: r.Replace(` AND NOT EXISTS (SELECT 1 FROM {outbox} b
-	WHERE b.failed_lane = o.lane AND b.partition_key = o.partition_key AND b.seq <= o.seq
-	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ` + nowExpr + `))`),
-
-		settlePublish: r.Replace(`UPDATE {outbox} SET published_at = ` + nowExpr + `
-	WHERE seq IN (%s) AND lane IN (%s) AND published_at IS NULL`),
-		settleDelete: r.Replace(`DELETE FROM {outbox} WHERE seq IN (%s) AND lane IN (%s) AND published_at IS NULL`),
-		settleFail: r.Replace(`UPDATE {outbox} SET attempts = attempts + 1, last_error = ?,
-	next_attempt_at = ` + nowExpr + ` + INTERVAL ? MICROSECOND,
-	parked_at = IF(?, ` + nowExpr + `, parked_at)
-	WHERE seq = ? AND lane IN (%s) AND published_at IS NULL`),
-
-		minUnpublished: r.Replace(`SELECT MIN(seq) FROM {outbox} WHERE unpublished = 1`),
-		pruneOutbox: r.Replace(`DELETE FROM {outbox}
-	WHERE published_at IS NOT NULL AND published_at < CAST(? AS DATETIME(6)) AND seq < ?
-	ORDER BY seq LIMIT ?`),
-
-		listPrefix: r.Replace(`SELECT ` + recordColumns + ` FROM {outbox} WHERE seq > ?`),
-		stats: r.Replace(`SELECT
-	COALESCE(SUM(published_at IS NULL AND parked_at IS NULL), 0),
-	COALESCE(SUM(published_at IS NULL AND parked_at IS NOT NULL), 0),
-	COALESCE(SUM(published_at IS NOT NULL), 0),
-	MIN(IF(published_at IS NULL AND parked_at IS NULL, created_at, NULL))
-	FROM {outbox}`),
-		parkedKeys: r.Replace(`SELECT DISTINCT partition_key FROM {outbox}
-	WHERE published_at IS NULL AND parked_at IS NOT NULL`),
-		unpark: r.Replace(`UPDATE {outbox} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-	WHERE failed_lane = ? AND partition_key = ?`),
-
-		horizonLock:   r.Replace(`SELECT horizon FROM {horizons} WHERE consumer = ? LOCK IN SHARE MODE`),
-		horizonEnsure: r.Replace(`INSERT IGNORE INTO {horizons} (consumer, horizon) VALUES (?, NULL)`),
-		horizonLockX:  r.Replace(`SELECT horizon FROM {horizons} WHERE consumer = ? FOR UPDATE`),
-		horizonSet:    r.Replace(`UPDATE {horizons} SET horizon = CAST(? AS DATETIME(6)) WHERE consumer = ?`),
-		pruneInbox: r.Replace(`DELETE FROM {inbox}
-	WHERE consumer = ? AND (occurred_at IS NULL OR occurred_at < CAST(? AS DATETIME(6))) LIMIT ?`),
-		insertRecord: r.Replace(`INSERT IGNORE INTO {inbox}
-	(consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
-	VALUES (?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6))`),
-		readRecord: r.Replace(`SELECT digest, source_position, outcome, occurred_at, processed_at FROM {inbox}
-	WHERE consumer = ? AND event_id = ? LOCK IN SHARE MODE`),
-		versionEnsure: r.Replace(`INSERT INTO {versions} (consumer, entity, version) VALUES (?, ?, NULL)
-	ON DUPLICATE KEY UPDATE version = version`),
-		versionRead: r.Replace(`SELECT version FROM {versions} WHERE consumer = ? AND entity = ? FOR UPDATE`),
-		versionSet: r.Replace(`INSERT INTO {versions} (consumer, entity, version) VALUES (?, ?, ?)
-	ON DUPLICATE KEY UPDATE version = VALUES(version)`),
-
-		publisherInit:  r.Replace(`INSERT IGNORE INTO {publisher} (id) VALUES (1)`),
-		publisherRead:  r.Replace(`SELECT generation, kind, holder, since FROM {publisher} WHERE id = 1`),
-		publisherLockX: r.Replace(`SELECT generation, kind, holder, since FROM {publisher} WHERE id = 1 FOR UPDATE`),
-		// The fence of ClaimLanes, RenewLanes and SaveCheckpoint: a shared lock that
-		// AcquireGeneration's exclusive one waits for (and the other way round).
-		publisherLockS: r.Replace(`SELECT generation FROM {publisher} WHERE id = 1 LOCK IN SHARE MODE`),
-		publisherBump: r.Replace(`UPDATE {publisher} SET generation = generation + 1, kind = ?, holder = ?,
-	since = ` + nowExpr + ` WHERE id = 1`),
-		checkpointRead: r.Replace(`SELECT source, position, generation, updated_at FROM {checkpoint} WHERE id = 1`),
-		checkpointPut: r.Replace(`INSERT INTO {checkpoint} (id, source, position, generation, updated_at)
-	VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6))
-	ON DUPLICATE KEY UPDATE source = VALUES(source), position = VALUES(position),
-	generation = VALUES(generation), updated_at = VALUES(updated_at)`),
+// idents are the {{key}} substitutions of the adapter's SQL: the quoted tables, the clock
+// expression and the record columns; the lists are filled per call.
+func (n tableNames) idents() sqlfile.Idents {
+	qt := func(n string) string { return "`" + n + "`" }
+	return sqlfile.Idents{
+		"outbox": qt(n.outbox), "lanes": qt(n.lanes), "workers": qt(n.workers), "meta": qt(n.meta),
+		"inbox": qt(n.inbox), "horizons": qt(n.horizons), "versions": qt(n.versions),
+		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint),
+		"now": nowExpr, "cols": recordColumns,
+		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
 	}
+}
+
+func newQueries(n tableNames) (queries, error) {
+	st, err := sqlfile.Load(queriesFS, "queries.sql", n.idents())
+	if err != nil {
+		return queries{}, fmt.Errorf("mysql: %w", err)
+	}
+	q := queries{
+		metaGet:                st.Get("MetaGet"),
+		aggVersionIdxCount:     st.Get("AggregateVersionIndexCount"),
+		aggVersionIdx:          st.Get("AggregateVersionIndex"),
+		metaGetForUpdate:       st.Get("MetaGetForUpdate"),
+		metaPut:                st.Get("MetaPut"),
+		laneCount:              st.Get("LaneCount"),
+		laneInsert:             st.Get("LaneInsert"),
+		insertPrefix:           st.Get("InsertPrefix"),
+		insertRow:              st.Get("InsertRow"),
+		heartbeatUpsert:        st.Get("HeartbeatUpsert"),
+		heartbeatDelete:        st.Get("HeartbeatDelete"),
+		heartbeatCount:         st.Get("HeartbeatCount"),
+		claimSkipLocked:        st.Get("ClaimSkipLocked"),
+		claimGetLockCandidates: st.Get("ClaimGetLockCandidates"),
+		claimUpdate:            st.Get("ClaimUpdate"),
+		lockedBy:               st.Get("LockedBy"),
+		setLockSession:         st.Get("SetLockSession"),
+		lanesRead:              st.Get("LanesRead"),
+		lanesLock:              st.Get("LanesLock"),
+		renewUpdate:            st.Get("RenewUpdate"),
+		release:                st.Get("Release"),
+		fetchBlocked:           st.Get("FetchBlocked"),
+		fetchPrefix:            st.Get("FetchPrefix"),
+		fetchNotExists:         st.Get("FetchNotExists"),
+		settlePublish:          st.Get("SettlePublish"),
+		settleDelete:           st.Get("SettleDelete"),
+		settleFail:             st.Get("SettleFail"),
+		minUnpublished:         st.Get("MinUnpublished"),
+		pruneOutbox:            st.Get("PruneOutbox"),
+		listPrefix:             st.Get("ListPrefix"),
+		stats:                  st.Get("Stats"),
+		parkedKeys:             st.Get("ParkedKeys"),
+		unpark:                 st.Get("Unpark"),
+		horizonLock:            st.Get("HorizonLock"),
+		horizonEnsure:          st.Get("HorizonEnsure"),
+		horizonLockX:           st.Get("HorizonLockX"),
+		horizonSet:             st.Get("HorizonSet"),
+		pruneInbox:             st.Get("PruneInbox"),
+		insertRecord:           st.Get("InsertRecord"),
+		readRecord:             st.Get("ReadRecord"),
+		versionEnsure:          st.Get("VersionEnsure"),
+		versionRead:            st.Get("VersionRead"),
+		versionSet:             st.Get("VersionSet"),
+		publisherInit:          st.Get("PublisherInit"),
+		publisherRead:          st.Get("PublisherRead"),
+		publisherLockX:         st.Get("PublisherLockX"),
+		publisherLockS:         st.Get("PublisherLockS"),
+		publisherBump:          st.Get("PublisherBump"),
+		checkpointRead:         st.Get("CheckpointRead"),
+		checkpointPut:          st.Get("CheckpointPut"),
+	}
+	if err := st.Err(); err != nil {
+		return queries{}, fmt.Errorf("mysql: %w", err)
+	}
+	return q, nil
+}
+
+// lists returns stmt with {{lane_list}} and {{seq_list}} replaced by lanes and seqs
+// placeholders.
+func lists(stmt string, lanes, seqs int) string {
+	out, err := sqlfile.Idents{"lane_list": placeholders(lanes), "seq_list": placeholders(seqs)}.Expand(stmt)
+	if err != nil {
+		return stmt // unreachable: the statements were expanded with the same keys at construction
+	}
+	return out
 }
 
 // placeholders returns "?,?,...,?" with n marks.

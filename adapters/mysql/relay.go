@@ -70,14 +70,14 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p core.ClaimParams, lanes []int, lockSession any) ([]core.Lease, error) {
 	args := []any{p.Owner, timeArg(p.Now), micros(p.TTL), lockSession}
 	args = appendInts(args, lanes)
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimUpdate, placeholders(len(lanes))), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, lists(s.q.claimUpdate, len(lanes), 0), args...); err != nil {
 		return nil, err
 	}
 	return s.readLeases(ctx, tx, p.Owner, lanes)
 }
 
 func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes []int) ([]core.Lease, error) {
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.lanesRead, placeholders(len(lanes))), appendInts(nil, lanes)...)
+	rows, err := tx.QueryContext(ctx, lists(s.q.lanesRead, len(lanes), 0), appendInts(nil, lanes)...)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, 
 	slices.Sort(lanes)
 	lanes = slices.Compact(lanes)
 	args := appendInts([]any{now}, lanes)
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.lanesLock, placeholders(len(lanes))), args...)
+	rows, err := tx.QueryContext(ctx, lists(s.q.lanesLock, len(lanes), 0), args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -159,7 +159,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 			lanes[i] = l.Lane
 		}
 		args := appendInts([]any{now, micros(p.TTL)}, lanes)
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.renewUpdate, placeholders(len(lanes))), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, lists(s.q.renewUpdate, len(lanes), 0), args...); err != nil {
 			return err
 		}
 		got, err := s.readLeases(ctx, tx, "", lanes)
@@ -234,7 +234,7 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 	now := timeArg(p.Now)
 
 	var blocked []blockedKey
-	rows, err := s.db.QueryContext(ctx, fmt.Sprintf(s.q.fetchBlocked, placeholders(len(lanes))), append(appendInts(nil, lanes), now)...)
+	rows, err := s.db.QueryContext(ctx, lists(s.q.fetchBlocked, len(lanes), 0), append(appendInts(nil, lanes), now)...)
 	if err != nil {
 		return nil, wrap("fetch", err)
 	}
@@ -281,7 +281,7 @@ func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any
 		args = appendInts(args, lanes)
 	}
 	if len(blocked) > maxInlineBlocked {
-		q.WriteString(s.q.fetchNotExists)
+		q.WriteString(" " + s.q.fetchNotExists)
 		args = append(args, now)
 	} else {
 		for _, b := range blocked {
@@ -326,9 +326,9 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			var query string
 			var args []any
 			if p.Delete {
-				query = s.markPrefix + fmt.Sprintf(s.q.settleDelete, placeholders(len(seqs)), placeholders(len(lanes)))
+				query = s.markPrefix + lists(s.q.settleDelete, len(lanes), len(seqs))
 			} else {
-				query = s.markPrefix + fmt.Sprintf(s.q.settlePublish, placeholders(len(seqs)), placeholders(len(lanes)))
+				query = s.markPrefix + lists(s.q.settlePublish, len(lanes), len(seqs))
 				args = append(args, now)
 			}
 			args = appendInt64s(args, seqs)
@@ -338,7 +338,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			}
 		}
 		if len(p.Failed) > 0 {
-			query := s.markPrefix + fmt.Sprintf(s.q.settleFail, placeholders(len(lanes)))
+			query := s.markPrefix + lists(s.q.settleFail, len(lanes), 0)
 			for _, f := range p.Failed {
 				args := []any{f.Error, now, micros(f.Delay), f.Park, now, f.Seq}
 				args = appendInts(args, lanes)

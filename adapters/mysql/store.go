@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,7 +123,9 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
 		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
 	}
-	s.q = newQueries(s.replacer())
+	if s.q, err = newQueries(s.names); err != nil {
+		return nil, err
+	}
 	if v.MariaDB && !o.FullMarkImage {
 		// The probe takes a parameter so that it goes the way the marks go (prepared, or
 		// interpolated by the driver).
@@ -138,16 +139,6 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	sum := sha256.Sum256([]byte(s.database + "." + o.Table))
 	s.lockPrefix = "obk:" + hex.EncodeToString(sum[:8]) + ":"
 	return s, nil
-}
-
-func (s *Store) replacer() *strings.Replacer {
-	qt := func(n string) string { return "`" + n + "`" }
-	return strings.NewReplacer(
-		"{outbox}", qt(s.names.outbox), "{lanes}", qt(s.names.lanes), "{workers}", qt(s.names.workers),
-		"{meta}", qt(s.names.meta), "{inbox}", qt(s.names.inbox), "{horizons}", qt(s.names.horizons),
-		"{versions}", qt(s.names.versions), "{publisher}", qt(s.names.publisher),
-		"{checkpoint}", qt(s.names.checkpoint),
-	)
 }
 
 // checkTimeSettings verifies that DATETIME values come back as time.Time in UTC

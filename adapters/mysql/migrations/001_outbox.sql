@@ -1,14 +1,14 @@
 -- The outbox, its lanes, its live relay workers and the adapter's metadata.
--- {outbox}, {lanes}, {workers} and {meta} are replaced by the quoted table names.
+-- {{outbox}}, {{lanes}}, {{workers}} and {{meta}} are replaced by the quoted table names.
 -- Text compared by the relay (partition keys, ids) uses binary collations: keys that differ
 -- only in case are different keys, as in every other adapter.
 
-CREATE TABLE IF NOT EXISTS {meta} (
+CREATE TABLE IF NOT EXISTS {{meta}} (
 	name  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
 	value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
-CREATE TABLE IF NOT EXISTS {outbox} (
+CREATE TABLE IF NOT EXISTS {{outbox}} (
 	seq               BIGINT NOT NULL AUTO_INCREMENT,
 	id                VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 	aggregate_type    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS {outbox} (
 	KEY ix_failed (failed_lane, partition_key, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=DYNAMIC;
 
-CREATE TABLE IF NOT EXISTS {lanes} (
+CREATE TABLE IF NOT EXISTS {{lanes}} (
 	lane         INT NOT NULL PRIMARY KEY,
 	owner        VARCHAR(255) NOT NULL DEFAULT '',
 	generation   BIGINT NOT NULL DEFAULT 0,
@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS {lanes} (
 	lock_session BIGINT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
-CREATE TABLE IF NOT EXISTS {workers} (
+CREATE TABLE IF NOT EXISTS {{workers}} (
 	owner      VARCHAR(255) NOT NULL PRIMARY KEY,
 	expires_at DATETIME(6) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -1,7 +1,7 @@
 -- The inbox of processed messages, its retention horizons and entity versions.
--- {inbox}, {horizons} and {versions} are replaced by the quoted table names.
+-- {{inbox}}, {{horizons}} and {{versions}} are replaced by the quoted table names.
 
-CREATE TABLE IF NOT EXISTS {inbox} (
+CREATE TABLE IF NOT EXISTS {{inbox}} (
 	consumer        VARCHAR(255) NOT NULL,
 	event_id        VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 	digest          BINARY(32) NOT NULL,
@@ -14,13 +14,13 @@ CREATE TABLE IF NOT EXISTS {inbox} (
 	KEY ix_occurred (consumer, occurred_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
-CREATE TABLE IF NOT EXISTS {horizons} (
+CREATE TABLE IF NOT EXISTS {{horizons}} (
 	consumer VARCHAR(255) NOT NULL PRIMARY KEY,
 	-- NULL: never pruned.
 	horizon  DATETIME(6) NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
-CREATE TABLE IF NOT EXISTS {versions} (
+CREATE TABLE IF NOT EXISTS {{versions}} (
 	consumer VARCHAR(255) NOT NULL,
 	entity   VARCHAR(512) NOT NULL,
 	-- NULL: the row exists (it is the lock) but no version was applied yet.

@@ -1,0 +1,208 @@
+-- The MySQL/MariaDB adapter's statements, loaded by queries.go (internal/sqlfile). {{name}} is a
+-- table the adapter validated and quoted at construction; {{now}} is the database clock unless
+-- the caller injected a time (the parameter is then a "YYYY-MM-DD hh:mm:ss.ffffff" UTC string,
+-- NULL otherwise); {{cols}} is the record column list. {{lane_list}} and {{seq_list}} are
+-- filled per call with one placeholder per lane or seq.
+
+-- name: MetaGet
+SELECT value FROM {{meta}} WHERE name = ?
+
+-- name: MetaPut
+INSERT INTO {{meta}} (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)
+
+-- name: LaneCount
+SELECT value FROM {{meta}} WHERE name = 'lanes'
+
+-- name: LaneInsert
+INSERT IGNORE INTO {{lanes}} (lane) VALUES
+
+-- name: InsertPrefix
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane,
+	created_at) VALUES
+
+-- name: InsertRow
+(?,?,?,?,?,?,?,?,?,?,?,?,?,?,UTC_TIMESTAMP(6))
+
+-- name: HeartbeatUpsert
+INSERT INTO {{workers}} (owner, expires_at)
+	VALUES (?, {{now}} + INTERVAL ? MICROSECOND)
+	ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)
+
+-- name: HeartbeatDelete
+DELETE FROM {{workers}} WHERE owner = ?
+
+-- name: HeartbeatCount
+SELECT COUNT(*) FROM {{workers}} WHERE expires_at > {{now}}
+
+-- name: ClaimSkipLocked
+SELECT lane FROM {{lanes}}
+	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
+	ORDER BY lane LIMIT ? FOR UPDATE SKIP LOCKED
+
+-- name: ClaimGetLockCandidates
+-- Candidates of a GET_LOCK claim: free or expired leases, and leases whose holder's
+-- session no longer holds the lane's lock (its connection died). The last column says
+-- whether the lease itself is free or expired.
+SELECT lane, (owner = '' OR lease_until IS NULL OR lease_until <= {{now}}) AS expired
+	FROM {{lanes}}
+	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
+	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
+	ORDER BY lane FOR UPDATE SKIP LOCKED
+
+-- name: ClaimUpdate
+UPDATE {{lanes}} SET owner = ?, generation = generation + 1,
+	lease_until = {{now}} + INTERVAL ? MICROSECOND, lock_session = ? WHERE lane IN ({{lane_list}})
+
+-- name: LockedBy
+SELECT COUNT(*) FROM {{lanes}} WHERE lane = ? AND owner = ? AND lock_session = ?
+
+-- name: SetLockSession
+UPDATE {{lanes}} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?
+
+-- name: LanesRead
+SELECT lane, generation, lease_until FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane
+
+-- name: LanesLock
+SELECT lane, owner, generation, lease_until, {{now}}
+	FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane FOR UPDATE
+
+-- name: RenewUpdate
+UPDATE {{lanes}} SET lease_until = {{now}} + INTERVAL ? MICROSECOND WHERE lane IN ({{lane_list}})
+
+-- name: Release
+UPDATE {{lanes}} SET owner = '', lease_until = NULL, lock_session = NULL
+	WHERE lane = ? AND owner = ? AND generation = ?
+
+-- name: FetchBlocked
+-- The keys held back in the leased lanes: the lowest seq of each key's unpublished
+-- rows that are parked or not yet due (index ix_failed, tiny).
+SELECT partition_key, MIN(seq) FROM {{outbox}}
+	WHERE failed_lane IN ({{lane_list}}) AND (parked_at IS NOT NULL OR next_attempt_at > {{now}})
+	GROUP BY partition_key
+
+-- name: FetchPrefix
+-- Unpublished rows in seq order (index ix_unpublished; the lane filter is checked in
+-- the index). The caller appends lane and blocked-key conditions, ORDER BY and LIMIT.
+SELECT {{cols}} FROM {{outbox}} o FORCE INDEX (ix_unpublished)
+	WHERE o.unpublished = 1 AND o.parked_at IS NULL
+	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= {{now}})
+
+-- name: FetchNotExists
+AND NOT EXISTS (SELECT 1 FROM {{outbox}} b
+	WHERE b.failed_lane = o.lane AND b.partition_key = o.partition_key AND b.seq <= o.seq
+	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > {{now}}))
+
+-- name: SettlePublish
+UPDATE {{outbox}} SET published_at = {{now}}
+	WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
+
+-- name: SettleDelete
+DELETE FROM {{outbox}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
+
+-- name: SettleFail
+UPDATE {{outbox}} SET attempts = attempts + 1, last_error = ?,
+	next_attempt_at = {{now}} + INTERVAL ? MICROSECOND,
+	parked_at = IF(?, {{now}}, parked_at)
+	WHERE seq = ? AND lane IN ({{lane_list}}) AND published_at IS NULL
+
+-- name: MinUnpublished
+SELECT MIN(seq) FROM {{outbox}} WHERE unpublished = 1
+
+-- name: PruneOutbox
+DELETE FROM {{outbox}}
+	WHERE published_at IS NOT NULL AND published_at < CAST(? AS DATETIME(6)) AND seq < ?
+	ORDER BY seq LIMIT ?
+
+-- name: ListPrefix
+SELECT {{cols}} FROM {{outbox}} WHERE seq > ?
+
+-- name: Stats
+SELECT
+	COALESCE(SUM(published_at IS NULL AND parked_at IS NULL), 0),
+	COALESCE(SUM(published_at IS NULL AND parked_at IS NOT NULL), 0),
+	COALESCE(SUM(published_at IS NOT NULL), 0),
+	MIN(IF(published_at IS NULL AND parked_at IS NULL, created_at, NULL))
+	FROM {{outbox}}
+
+-- name: ParkedKeys
+SELECT DISTINCT partition_key FROM {{outbox}}
+	WHERE published_at IS NULL AND parked_at IS NOT NULL
+
+-- name: Unpark
+UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+	WHERE failed_lane = ? AND partition_key = ?
+
+-- name: HorizonLock
+SELECT horizon FROM {{horizons}} WHERE consumer = ? LOCK IN SHARE MODE
+
+-- name: HorizonEnsure
+INSERT IGNORE INTO {{horizons}} (consumer, horizon) VALUES (?, NULL)
+
+-- name: HorizonLockX
+SELECT horizon FROM {{horizons}} WHERE consumer = ? FOR UPDATE
+
+-- name: HorizonSet
+UPDATE {{horizons}} SET horizon = CAST(? AS DATETIME(6)) WHERE consumer = ?
+
+-- name: PruneInbox
+DELETE FROM {{inbox}}
+	WHERE consumer = ? AND (occurred_at IS NULL OR occurred_at < CAST(? AS DATETIME(6))) LIMIT ?
+
+-- name: InsertRecord
+INSERT IGNORE INTO {{inbox}}
+	(consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
+	VALUES (?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6))
+
+-- name: ReadRecord
+SELECT digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
+	WHERE consumer = ? AND event_id = ? LOCK IN SHARE MODE
+
+-- name: VersionEnsure
+INSERT INTO {{versions}} (consumer, entity, version) VALUES (?, ?, NULL)
+	ON DUPLICATE KEY UPDATE version = version
+
+-- name: VersionRead
+SELECT version FROM {{versions}} WHERE consumer = ? AND entity = ? FOR UPDATE
+
+-- name: VersionSet
+INSERT INTO {{versions}} (consumer, entity, version) VALUES (?, ?, ?)
+	ON DUPLICATE KEY UPDATE version = VALUES(version)
+
+-- name: PublisherInit
+INSERT IGNORE INTO {{publisher}} (id) VALUES (1)
+
+-- name: PublisherRead
+SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1
+
+-- name: PublisherLockX
+SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1 FOR UPDATE
+
+-- name: PublisherLockS
+-- The fence of ClaimLanes, RenewLanes and SaveCheckpoint: a shared lock that
+-- AcquireGeneration's exclusive one waits for (and the other way round).
+SELECT generation FROM {{publisher}} WHERE id = 1 LOCK IN SHARE MODE
+
+-- name: PublisherBump
+UPDATE {{publisher}} SET generation = generation + 1, kind = ?, holder = ?,
+	since = {{now}} WHERE id = 1
+
+-- name: CheckpointRead
+SELECT source, position, generation, updated_at FROM {{checkpoint}} WHERE id = 1
+
+-- name: CheckpointPut
+INSERT INTO {{checkpoint}} (id, source, position, generation, updated_at)
+	VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6))
+	ON DUPLICATE KEY UPDATE source = VALUES(source), position = VALUES(position),
+	generation = VALUES(generation), updated_at = VALUES(updated_at)
+
+-- name: MetaGetForUpdate
+SELECT value FROM {{meta}} WHERE name = ? FOR UPDATE
+
+-- name: AggregateVersionIndexCount
+SELECT COUNT(*) FROM information_schema.STATISTICS
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'ux_aggregate_version'
+
+-- name: AggregateVersionIndex
+CREATE UNIQUE INDEX ux_aggregate_version
+	ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version_key, type)
