@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"hash/fnv"
 	"time"
 	"unicode/utf8"
@@ -216,6 +217,19 @@ const DefaultLanes = 64
 
 // MaxLanes bounds the lane count.
 const MaxLanes = 4096
+
+// LanesOption returns the lane count an adapter's Options.Lanes asks for: DefaultLanes when n
+// is 0, n when it is between 1 and MaxLanes, else an *OptionError naming the field Lanes. Every
+// adapter resolves its option with it.
+func LanesOption(n int) (int, error) {
+	if n == 0 {
+		return DefaultLanes, nil
+	}
+	if n < 1 || n > MaxLanes {
+		return 0, &OptionError{Field: "Lanes", Reason: fmt.Sprintf("must be between 1 and %d", MaxLanes)}
+	}
+	return n, nil
+}
 
 // LaneOf returns the lane of a partition key: FNV-1a (32 bit) of the key's bytes modulo lanes.
 // Every adapter stores this value, so the mapping is identical across databases.

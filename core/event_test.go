@@ -111,3 +111,20 @@ func TestDefaultLimits(t *testing.T) {
 	require.Equal(t, core.DefaultPruneLimit, core.PruneLimit(0))
 	require.Equal(t, 3, core.PruneLimit(3))
 }
+
+func TestLanesOption(t *testing.T) {
+	t.Parallel()
+	n, err := core.LanesOption(0)
+	require.NoError(t, err)
+	require.Equal(t, core.DefaultLanes, n)
+	n, err = core.LanesOption(core.MaxLanes)
+	require.NoError(t, err)
+	require.Equal(t, core.MaxLanes, n)
+	for _, bad := range []int{-1, core.MaxLanes + 1} {
+		_, err := core.LanesOption(bad)
+		var oe *core.OptionError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "Lanes", oe.Field)
+		require.ErrorIs(t, err, core.ErrInvalidOptions)
+	}
+}

@@ -55,11 +55,9 @@ func New(opts *Options) (*Store, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Lanes == 0 {
-		o.Lanes = core.DefaultLanes
-	}
-	if o.Lanes < 1 || o.Lanes > core.MaxLanes {
-		return nil, &core.OptionError{Field: "Lanes", Reason: fmt.Sprintf("must be between 1 and %d", core.MaxLanes)}
+	var err error
+	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -78,11 +78,9 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	if !identRE.MatchString(o.InboxTable) {
 		return nil, &core.OptionError{Field: "InboxTable", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
 	}
-	if o.Lanes == 0 {
-		o.Lanes = core.DefaultLanes
-	}
-	if o.Lanes < 1 || o.Lanes > core.MaxLanes {
-		return nil, &core.OptionError{Field: "Lanes", Reason: fmt.Sprintf("must be between 1 and %d", core.MaxLanes)}
+	var err error
+	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
+		return nil, err
 	}
 	if o.ClaimStrategy != ClaimSkipLocked && o.ClaimStrategy != ClaimGetLock {
 		return nil, &core.OptionError{Field: "ClaimStrategy", Reason: "unknown claim strategy"}

@@ -130,17 +130,15 @@ func (o *Options) resolve() (Options, names, error) {
 	if r.InboxTable == "" {
 		r.InboxTable = "inbox"
 	}
-	if r.Lanes == 0 {
-		r.Lanes = core.DefaultLanes
-	}
 	if r.Logger == nil {
 		r.Logger = slog.Default()
 	}
 	bad := func(field, reason string) (Options, names, error) {
 		return Options{}, names{}, &core.OptionError{Field: field, Reason: reason}
 	}
-	if r.Lanes < 1 || r.Lanes > core.MaxLanes {
-		return bad("Lanes", fmt.Sprintf("must be between 1 and %d", core.MaxLanes))
+	var err error
+	if r.Lanes, err = core.LanesOption(r.Lanes); err != nil {
+		return Options{}, names{}, err
 	}
 	if r.Partitioning != nil {
 		p := *r.Partitioning
