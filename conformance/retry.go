@@ -88,6 +88,11 @@ func testRetryFetchBlocking[TTx any](e *env[TTx]) {
 	if len(parked) != 1 || parked[0].ID != "a2" {
 		e.fatalf("List(StateParked) returned %d records, want only a2", len(parked))
 	}
+	keys, err := e.a.ParkedKeys(e.ctx)
+	e.must(err, "Admin.ParkedKeys")
+	if len(keys) != 1 || keys[0] != ka {
+		e.fatalf("ParkedKeys = %q, want only %q (a1's failure is not parked, a2 is)", keys, ka)
+	}
 	n, err := e.a.Unpark(e.ctx, ka)
 	e.must(err, "Unpark")
 	if n < 1 {
@@ -100,6 +105,9 @@ func testRetryFetchBlocking[TTx any](e *env[TTx]) {
 	expect("after Unpark", 100, now, "a2", "b2", "a3")
 	if st := e.stats(); st.Parked != 0 || st.Pending != 4 {
 		e.fatalf("Stats after Unpark = %+v, want parked 0, pending 4", st)
+	}
+	if keys, err := e.a.ParkedKeys(e.ctx); err != nil || len(keys) != 0 {
+		e.fatalf("ParkedKeys after Unpark = %q, %v; want none", keys, err)
 	}
 }
 
