@@ -59,7 +59,7 @@ func (s *Store) lockConnOf(ctx context.Context, owner string) (*lockConn, error)
 			return nil, err
 		}
 		var id int64
-		if err := conn.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&id); err != nil {
+		if err := conn.QueryRowContext(ctx, s.q.connectionID).Scan(&id); err != nil {
 			_ = conn.Close()
 			lc.mu.Unlock()
 			return nil, err
@@ -113,7 +113,7 @@ func (s *Store) tryLock(ctx context.Context, lc *lockConn, lane int) (bool, erro
 		return true, nil
 	}
 	var got sql.NullInt64
-	if err := lc.conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, s.lockName(lane)).Scan(&got); err != nil {
+	if err := lc.conn.QueryRowContext(ctx, s.q.laneLockTry, s.lockName(lane)).Scan(&got); err != nil {
 		_ = lc.close()
 		return false, err
 	}
@@ -129,7 +129,7 @@ func (s *Store) unlock(ctx context.Context, lc *lockConn, lane int) {
 		return
 	}
 	delete(lc.held, lane)
-	if _, err := lc.conn.ExecContext(ctx, `DO RELEASE_LOCK(?)`, s.lockName(lane)); err != nil {
+	if _, err := lc.conn.ExecContext(ctx, s.q.laneLockRelease, s.lockName(lane)); err != nil {
 		s.log.Warn("mysql_release_lock_failed", "lane", lane, "error", err)
 		_ = lc.close()
 	}

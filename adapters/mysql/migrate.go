@@ -28,14 +28,14 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 	}
 	defer conn.Close()
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 60)`, s.lockPrefix+"migrate").Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, s.q.migrateLock, s.lockPrefix+"migrate").Scan(&got); err != nil {
 		return wrap("migrate: lock", err)
 	}
 	if got.Int64 != 1 {
 		return fmt.Errorf("mysql: migrate: another migration holds the lock")
 	}
 	defer func() {
-		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, s.lockPrefix+"migrate")
+		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), s.q.migrateUnlock, s.lockPrefix+"migrate")
 		if err == nil && rerr != nil {
 			err = wrap("migrate: unlock", rerr)
 		}

@@ -25,8 +25,9 @@ const recordColumns = `seq, id, aggregate_type, aggregate_id, aggregate_version,
 	attempts, next_attempt_at, last_error, parked_at`
 
 type queries struct {
-	laneCount, metaGet, metaGetForUpdate, metaPut, laneInsert string
-	aggVersionIdxCount, aggVersionIdx                         string
+	laneCount, metaGet, metaGetForUpdate, metaPut, laneInsert              string
+	connectionID, laneLockTry, laneLockRelease, migrateLock, migrateUnlock string
+	aggVersionIdxCount, aggVersionIdx                                      string
 
 	insertPrefix, insertRow string
 
@@ -70,6 +71,11 @@ func newQueries(n tableNames) (queries, error) {
 	}
 	q := queries{
 		metaGet:                st.Get("MetaGet"),
+		connectionID:           st.Get("ConnectionID"),
+		laneLockTry:            st.Get("LaneLockTry"),
+		laneLockRelease:        st.Get("LaneLockRelease"),
+		migrateLock:            st.Get("MigrateLock"),
+		migrateUnlock:          st.Get("MigrateUnlock"),
 		aggVersionIdxCount:     st.Get("AggregateVersionIndexCount"),
 		aggVersionIdx:          st.Get("AggregateVersionIndex"),
 		metaGetForUpdate:       st.Get("MetaGetForUpdate"),

@@ -206,3 +206,20 @@ SELECT COUNT(*) FROM information_schema.STATISTICS
 -- name: AggregateVersionIndex
 CREATE UNIQUE INDEX ux_aggregate_version
 	ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version_key, type)
+
+-- name: ConnectionID
+SELECT CONNECTION_ID()
+
+-- name: LaneLockTry
+-- GET_LOCK claims: take a lane's lock on the owner's dedicated session without waiting.
+SELECT GET_LOCK(?, 0)
+
+-- name: LaneLockRelease
+DO RELEASE_LOCK(?)
+
+-- name: MigrateLock
+-- Migrate runs alone: a named lock, waited for up to a minute.
+SELECT GET_LOCK(?, 60)
+
+-- name: MigrateUnlock
+SELECT RELEASE_LOCK(?)
