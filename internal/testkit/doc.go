@@ -1,4 +1,4 @@
 // Package testkit is the test scaffolding the module's tests share: the addresses of the test
-// servers (Need), the producer of the CDC benchmarks and kill tests (Writer), the CDC benchmarks'
+// servers and clients (Need, NeedCommand), the producer of the CDC benchmarks and kill tests (Writer), the CDC benchmarks'
 // measurements (Drain, Latency, CompareDrains) and SIGKILL tests of relay processes (RunKill).
 package testkit

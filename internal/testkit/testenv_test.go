@@ -45,11 +45,11 @@ func requireSkipsOutsideCIFailsUnderCI(t *testing.T, test string, env ...string)
 // outside CI and fails it under CI.
 func TestNeedCommand(t *testing.T) {
 	if os.Getenv("TESTENV_CHILD") == "1" {
-		testenv.NeedCommand(t, "outboxkit-no-such-program", "nothing installs it")
+		testkit.NeedCommand(t, "outboxkit-no-such-program", "nothing installs it")
 		t.Log("reached after NeedCommand")
 		return
 	}
-	if got := testenv.NeedCommand(t, "sh", "it is everywhere"); !strings.HasSuffix(got, "/sh") {
+	if got := testkit.NeedCommand(t, "sh", "it is everywhere"); !strings.HasSuffix(got, "/sh") {
 		t.Fatalf("NeedCommand(sh) = %q", got)
 	}
 	requireSkipsOutsideCIFailsUnderCI(t, "TestNeedCommand")

@@ -23,15 +23,14 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/killtest"
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
 // e2eEnv names the environment variable that makes the test binary a relay or consumer process.
 const e2eEnv = "OUTBOXKIT_KAFKA_E2E_CHILD"
 
-func TestMain(m *testing.M) { killtest.Main(m, e2eEnv, e2eChild) }
+func TestMain(m *testing.M) { testkit.KillMain(m, e2eEnv, e2eChild) }
 
 // e2eSpec is what a child process of the end-to-end test runs.
 type e2eSpec struct {
@@ -123,7 +122,7 @@ func e2eChild(raw string) error {
 // pgSchema creates a migrated outbox/inbox schema with an effects table, dropped at the end.
 func pgSchema(t testing.TB) (dsn, schema string, pool *pgxpool.Pool, store *postgres.Store[pgx.Tx]) {
 	t.Helper()
-	dsn = testenv.Need(t, testenv.PostgresDSN)
+	dsn = testkit.Need(t, testkit.PostgresDSN)
 	ctx := context.Background()
 	var rb [6]byte
 	_, _ = crand.Read(rb[:])

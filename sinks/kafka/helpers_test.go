@@ -13,12 +13,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func brokers(t testing.TB) []string {
 	t.Helper()
-	return strings.Split(testenv.Need(t, testenv.KafkaBrokers), ",")
+	return strings.Split(testkit.Need(t, testkit.KafkaBrokers), ",")
 }
 
 // newClient returns a client of the test cluster, closed when the test ends.

@@ -12,14 +12,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testenv"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
 // kcat runs Debian's kcat (librdkafka), a client we did not write, against the test cluster.
 func kcat(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	path := testenv.NeedCommand(t, "kcat", "source scripts/lib/kafka.sh && kafka_start installs it")
+	path := testkit.NeedCommand(t, "kcat", "source scripts/lib/kafka.sh && kafka_start installs it")
 	cmd := exec.Command(path, append([]string{"-b", strings.Join(brokers(t), ",")}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.Output()
