@@ -1,4 +1,5 @@
 // Package testkit is the test scaffolding the module's tests share: the addresses of the test
-// servers and clients (Need, NeedCommand), the producer of the CDC benchmarks and kill tests (Writer), the CDC benchmarks'
-// measurements (Drain, Latency, CompareDrains) and SIGKILL tests of relay processes (RunKill).
+// servers and the clients they need (Need, NeedCommand), the producer of the CDC benchmarks and
+// kill tests (Writer), the CDC benchmarks' measurements (Drain, Latency, CompareDrains) and
+// SIGKILL tests of relay processes (RunKill).
 package testkit
