@@ -133,7 +133,9 @@ func setupInbox(t *testing.T, opts *core.InboxOptions) inboxBundle {
 	return inboxBundle{store: store, inbox: in}
 }
 
-func apply(ctx context.Context, tx *memory.Tx, msg core.InboxMessage) error { return tx.Incr(msg.EventID) }
+func apply(ctx context.Context, tx *memory.Tx, msg core.InboxMessage) error {
+	return tx.Incr(msg.EventID)
+}
 
 func TestInboxRefusesInvalidMessageFields(t *testing.T) {
 	t.Parallel()
