@@ -102,6 +102,8 @@ var (
 	// ErrClaimCheckDigest: a claim-checked payload fetched from S3 does not match its recorded
 	// SHA-256 digest or size.
 	ErrClaimCheckDigest = errors.New("claim-checked payload does not match its digest")
+	// ErrClaimCheckTooLarge: a claim-check reference claims more bytes than the reader accepts.
+	ErrClaimCheckTooLarge = errors.New("claim-checked payload larger than the limit")
 )
 
 // Encode encodes m with its payload in the body. ref, when not nil, replaces the payload by a
