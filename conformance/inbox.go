@@ -83,7 +83,7 @@ func (e *env[TTx]) expectEffect(key string, want int) {
 }
 
 func msg(id string, payload string) core.InboxMessage {
-	return core.InboxMessage{EventID: id, Payload: []byte(payload), OccurredAt: t0, SourcePosition: "queue/" + id}
+	return core.InboxMessage{EventID: id, Payload: []byte(payload), OccurredAt: i0, SourcePosition: "queue/" + id}
 }
 
 // testInboxConcurrent: many concurrent deliveries of one event apply its effect exactly once:
@@ -206,7 +206,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	f := e.inbox(nil)
 	at := func(id string, d time.Duration) core.InboxMessage {
 		m := msg(id, "p")
-		m.OccurredAt = t0.Add(d)
+		m.OccurredAt = i0.Add(d)
 		return m
 	}
 	f.expect("old", "c1", at("m1", 0), "eff", core.Applied, 0)
@@ -214,7 +214,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	for i := range 5 {
 		f.expect("older", "c1", at(fmt.Sprintf("o%d", i), -time.Duration(i+1)*time.Minute), "eff", core.Applied, 0)
 	}
-	n, err := f.in.Prune(e.ctx, "c1", t0.Add(time.Hour), 2)
+	n, err := f.in.Prune(e.ctx, "c1", i0.Add(time.Hour), 2)
 	e.must(err, "Inbox.Prune")
 	if n != 6 {
 		e.fatalf("Prune deleted %d records, want 6 (m1 and o0-o4)", n)
@@ -223,7 +223,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	f.expectErr("new message older than the horizon", "c1", at("m3", 30*time.Minute), "eff", core.ErrBeyondRetention)
 	f.expect("newer message redelivered", "c1", at("m2", 2*time.Hour), "eff", core.Duplicate, core.Applied)
 	e.expectEffect("eff", 7)
-	n, err = f.in.Prune(e.ctx, "c1", t0, 10)
+	n, err = f.in.Prune(e.ctx, "c1", i0, 10)
 	e.must(err, "Inbox.Prune (lower)")
 	if n != 0 {
 		e.fatalf("a lower Prune deleted %d records", n)
@@ -250,7 +250,7 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 	f := e.inbox(nil)
 	for _, consumer := range []string{"never-pruned", "pruned"} {
 		if consumer == "pruned" {
-			_, err := f.in.Prune(e.ctx, consumer, t0.Add(-time.Hour), 10)
+			_, err := f.in.Prune(e.ctx, consumer, i0.Add(-time.Hour), 10)
 			e.must(err, "Inbox.Prune")
 		}
 		f.expect("first delivery", consumer, msg("m", "p"), "eff-"+consumer, core.Applied, 0)
@@ -262,12 +262,12 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 			if err != nil {
 				return err
 			}
-			if !h.IsZero() && !h.Before(t0) {
-				return fmt.Errorf("horizon %v before the prune, want before %v", h, t0)
+			if !h.IsZero() && !h.Before(i0) {
+				return fmt.Errorf("horizon %v before the prune, want before %v", h, i0)
 			}
 			go func() {
 				var err error
-				n, err = e.a.PruneInbox(e.ctx, consumer, t0.Add(time.Hour), 10)
+				n, err = e.a.PruneInbox(e.ctx, consumer, i0.Add(time.Hour), 10)
 				pruned <- err
 			}()
 			// Give a PruneInbox that does not wait every chance to delete the record now.
@@ -277,7 +277,7 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 			case <-time.After(50 * time.Millisecond):
 			}
 			_, inserted, err = e.a.InsertRecord(ctx, tx, core.InboxRecord{Consumer: consumer, EventID: "m",
-				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: t0})
+				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: i0})
 			return err
 		})
 		e.must(err, consumer+": transaction reading the horizon")
@@ -297,3 +297,7 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 		e.expectEffect("eff-"+consumer, 1)
 	}
 }
+
+// i0 is the base of inbox message times (OccurredAt, Prune horizons): in the past, because
+// Inbox.Prune refuses a horizon beyond now plus core.MaxClockSkew.
+var i0 = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)

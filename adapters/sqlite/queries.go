@@ -44,6 +44,7 @@ type queries struct {
 	// outbox
 	insertPrefix     string
 	spSave           string
+	mainFile         string
 	spRelease        string
 	spRollback       string
 	heartbeatUpsert  string
@@ -148,6 +149,7 @@ RETURNING generation, kind, holder, since`,
 
 		insertPrefix: `INSERT INTO {{outbox}} (` + insertColumns + `) VALUES `,
 		spSave:       `SAVEPOINT outboxkit_insert`,
+		mainFile:     `SELECT file FROM pragma_database_list WHERE name = 'main'`,
 		spRelease:    `RELEASE outboxkit_insert`,
 		spRollback:   `ROLLBACK TO outboxkit_insert`,
 
