@@ -224,7 +224,7 @@ func (tx *Tx) commit() {
 
 func (tx *Tx) check(ctx context.Context) error {
 	if tx == nil || tx.s == nil {
-		return fmt.Errorf("memory: nil transaction")
+		return fmt.Errorf("memory: %w: nil transaction", core.ErrInvalidTx)
 	}
 	if tx.done {
 		return ErrTxDone
@@ -236,7 +236,7 @@ func (tx *Tx) check(ctx context.Context) error {
 // for tests and demos. Its value is visible through Counter once tx commits.
 func (tx *Tx) Incr(key string) error {
 	if tx == nil || tx.s == nil {
-		return fmt.Errorf("memory: nil transaction")
+		return fmt.Errorf("memory: %w: nil transaction", core.ErrInvalidTx)
 	}
 	if tx.done {
 		return ErrTxDone
@@ -269,7 +269,7 @@ func (s *Store) Insert(ctx context.Context, tx *Tx, records []core.Record) error
 		return fmt.Errorf("memory: insert: %w", err)
 	}
 	if tx.s != s {
-		return fmt.Errorf("memory: insert: transaction of another store")
+		return fmt.Errorf("memory: insert: %w: transaction of another store", core.ErrInvalidTx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -374,7 +374,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		return nil, fmt.Errorf("memory: claim lanes: %w", err)
 	}
 	if p.Owner == "" {
-		return nil, fmt.Errorf("memory: claim lanes: empty owner")
+		return nil, &core.OptionError{Field: "Owner", Reason: "required"}
 	}
 	now := clock(p.Now)
 	until := now.Add(p.TTL).Truncate(time.Microsecond)
