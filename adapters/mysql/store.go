@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
 // ClaimStrategy selects how ClaimLanes decides who may take a lane.
@@ -54,7 +55,10 @@ type Options struct {
 	// identifiers are at most 64 characters, suffixes included).
 	Table string
 	// InboxTable is the inbox table; the adapter also uses InboxTable+"_horizons" and
-	// InboxTable+"_versions". Default "inbox". Same rule as Table.
+	// InboxTable+"_versions". Default "inbox". Same rule as Table. No name derived from Table
+	// may equal one derived from InboxTable, compared case-insensitively (e.g. Table
+	// "y_horizons" with InboxTable "y"): New refuses that with a *core.OptionError before it
+	// touches the database.
 	InboxTable string
 	// Lanes is the lane count Migrate records (1..core.MaxLanes). Default core.DefaultLanes.
 	// Migrating an existing outbox with another count fails with core.ErrSchemaMismatch.
@@ -145,6 +149,20 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	if !identRE.MatchString(o.InboxTable) {
 		return nil, &core.OptionError{Field: "InboxTable", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
 	}
+	names := tableNames{
+		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
+		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
+		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
+	}
+	if err := sqlident.CheckCollisions(
+		sqlident.Ident{Field: "Table", Name: names.outbox}, sqlident.Ident{Field: "Table", Name: names.lanes},
+		sqlident.Ident{Field: "Table", Name: names.workers}, sqlident.Ident{Field: "Table", Name: names.meta},
+		sqlident.Ident{Field: "Table", Name: names.publisher}, sqlident.Ident{Field: "Table", Name: names.checkpoint},
+		sqlident.Ident{Field: "InboxTable", Name: names.inbox}, sqlident.Ident{Field: "InboxTable", Name: names.horizons},
+		sqlident.Ident{Field: "InboxTable", Name: names.versions},
+	); err != nil {
+		return nil, err
+	}
 	if o.Lanes == 0 {
 		o.Lanes = core.DefaultLanes
 	}
@@ -185,11 +203,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		return nil, err
 	}
 
-	s.names = tableNames{
-		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
-		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
-		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
-	}
+	s.names = names
 	s.q = newQueries(s.replacer())
 	if v.MariaDB && !o.FullMarkImage {
 		// The probe takes a parameter so that it goes the way the marks go (prepared, or

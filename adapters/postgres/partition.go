@@ -62,7 +62,7 @@ func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
 		return s.ensurePartitions(ctx, q)
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: ensure partitions: %w", err)
+		return fmt.Errorf("postgres: ensure partitions: %w", classify(err))
 	}
 	return nil
 }
@@ -135,11 +135,11 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 	}
 	parts, err := s.listPartitions(ctx, s.db)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
+		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}
 	var now time.Time
 	if err := queryRow(ctx, s.db, `SELECT now()`, nil, &now); err != nil {
-		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
+		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}
 	below := p.BelowSeq
 	if below <= 0 {
@@ -194,7 +194,7 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 		}
 	}
 	if err := s.EnsurePartitions(ctx); err != nil {
-		return total, fmt.Errorf("postgres: drop partitions: %w", err)
+		return total, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}
 	return total, nil
 }

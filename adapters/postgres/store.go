@@ -191,7 +191,7 @@ func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
 		if errors.Is(err, errNoRows) {
 			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
 		}
-		return 0, fmt.Errorf("postgres: lane count: %w", err)
+		return 0, fmt.Errorf("postgres: lane count: %w", classify(err))
 	}
 	var n int
 	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > core.MaxLanes {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
 // Options configures a Store. A nil *Options means every default.
@@ -57,7 +58,7 @@ func buildNames(table, inbox string) (names, error) {
 		return quote(id), nil
 	}
 	var err error
-	seen := map[string]string{}
+	var ids []sqlident.Ident
 	for _, f := range []struct {
 		dst          *string
 		field, ident string
@@ -85,12 +86,10 @@ func buildNames(table, inbox string) (names, error) {
 		if strings.HasPrefix(strings.ToLower(f.ident), "sqlite_") {
 			return names{}, &core.OptionError{Field: f.field, Reason: fmt.Sprintf("identifier %q: names beginning with sqlite_ are reserved by SQLite", f.ident)}
 		}
-		// SQLite identifiers are case-insensitive: the outbox and inbox names must not collide.
-		key := strings.ToLower(f.ident)
-		if other, dup := seen[key]; dup {
-			return names{}, &core.OptionError{Field: f.field, Reason: fmt.Sprintf("identifier %q collides with %q", f.ident, other)}
-		}
-		seen[key] = f.ident
+		ids = append(ids, sqlident.Ident{Field: f.field, Name: f.ident})
+	}
+	if err := sqlident.CheckCollisions(ids...); err != nil {
+		return names{}, err
 	}
 	return n, nil
 }
