@@ -252,3 +252,11 @@ func TestInboxPanickingHandlerRollsBackAndRepanics(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, core.Applied, res.Outcome)
 }
+
+// timeOf returns the UTC time unix seconds (with a fixed sub-second part), saturating far out
+// of range instead of overflowing.
+func timeOf(unix int64) time.Time {
+	const bound = 1 << 40
+	unix = min(max(unix, -bound), bound)
+	return time.Unix(unix, 123456000).UTC()
+}
