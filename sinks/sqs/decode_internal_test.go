@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -120,3 +121,40 @@ func TestNewConsumerValidatesNameAndBounds(t *testing.T) {
 	}
 }
 
+
+// FuzzConsumerDecode: the consumer's decode (SQS attributes or an SNS envelope in the body)
+// never panics, never fetches a claim check from a bucket it was not given, and fails only with
+// the documented errors.
+func FuzzConsumerDecode(f *testing.F) {
+	ok := claimChecked(f, "mine", 0)
+	meta := aws.ToString(ok.MessageAttributes[wire.AttrMeta].StringValue)
+	f.Add(aws.ToString(ok.Body), "e1", "t", "a/1", meta)
+	f.Add(`{"Type":"Notification","Message":"hello","MessageAttributes":{"outbox.id":{"Type":"String","Value":"e1"},"outbox.type":{"Type":"String","Value":"t"},"outbox.aggregate":{"Type":"String","Value":"a/1"},"outbox.meta":{"Type":"String","Value":"{\"v\":1}"}}}`, "", "", "", "")
+	f.Add("hello", "e1", "t", "a/1", `{"v":1,"encoding":"s3","claim_check":{"bucket":"other","key":"k","sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","size":1099511627776}}`)
+	f.Add(" {", "e1", "t", "a", `{"v":1}`)
+	client, gets := fakeS3(f, 0)
+	c, err := testConsumer(f, "c", &ConsumerOptions{S3: client, ClaimCheckBuckets: []string{"mine"}, MaxClaimCheckBytes: 1 << 10})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body, id, typ, agg, meta string) {
+		m := &types.Message{Body: aws.String(body), MessageId: aws.String("m"), MessageAttributes: map[string]types.MessageAttributeValue{}}
+		for name, v := range map[string]string{wire.AttrID: id, wire.AttrType: typ, wire.AttrAggregate: agg, wire.AttrMeta: meta} {
+			if v != "" {
+				m.MessageAttributes[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+			}
+		}
+		before := gets.Load()
+		d, err := c.decode(context.Background(), m)
+		if err != nil {
+			require.True(t, errors.Is(err, ErrUndecodable) || errors.Is(err, ErrClaimCheckBucket) ||
+				errors.Is(err, ErrClaimCheckTooLarge) || errors.Is(err, ErrClaimCheckDigest), "%v", err)
+			if errors.Is(err, ErrClaimCheckBucket) || errors.Is(err, ErrClaimCheckTooLarge) {
+				require.Equal(t, before, gets.Load(), "no S3 request before the checks")
+			}
+			return
+		}
+		require.NotEmpty(t, d.Event.ID)
+		require.NotNil(t, d.Event.Payload)
+	})
+}
