@@ -35,7 +35,7 @@ type relation struct {
 
 // message decodes one pgoutput message; done is true (and tx complete) at a commit.
 func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) {
-	msg, err := pglogrepl.Parse(data)
+	msg, err := parseMessage(data)
 	if err != nil {
 		return core.ChangeTx{}, false, fmt.Errorf("pgoutput: %w", err)
 	}
@@ -67,6 +67,20 @@ func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) 
 		return tx, true, nil
 	}
 	return core.ChangeTx{}, false, nil
+}
+
+// parseMessage is pglogrepl.Parse that returns an error instead of panicking on a malformed
+// message (fuzzing found that it indexes an empty message).
+func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty message")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("malformed message: %v", r)
+		}
+	}()
+	return pglogrepl.Parse(data)
 }
 
 func (d *decoder) isOutbox(schema, name string) bool {
