@@ -12,7 +12,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Derived table names that collide are refused by New before it touches the database (this
+// Derived table names that collide, and unbounded counts, are refused by New before it touches the database (this
 // database/sql handle points nowhere and is never connected).
 func TestNewRefusesCollidingDerivedNames(t *testing.T) {
 	t.Parallel()
@@ -23,6 +23,8 @@ func TestNewRefusesCollidingDerivedNames(t *testing.T) {
 		{Table: "y_horizons", InboxTable: "y"},
 		{Table: "outbox", InboxTable: "OUTBOX"},
 		{Table: "x", InboxTable: "x_lanes"},
+		{DeadlockRetries: mysql.MaxDeadlockRetries + 1},
+		{DeadlockRetries: 1 << 40},
 	} {
 		_, err := mysql.New(context.Background(), db, &o)
 		var oe *core.OptionError

@@ -72,7 +72,7 @@ type Options struct {
 	UniqueAggregateVersion bool
 	// DeadlockRetries is how many times a claim, settle, renew or inbox transaction chosen as a
 	// deadlock victim (error 1213) is run again before ErrDeadlock is returned. Default 8;
-	// negative means none.
+	// negative means none; at most MaxDeadlockRetries.
 	DeadlockRetries int
 	// FullMarkImage keeps the server's binlog_row_image for the relay's marks. By default, on
 	// MariaDB, when the user may set it (BINLOG ADMIN or SUPER), marks, deletes of published
@@ -84,6 +84,9 @@ type Options struct {
 	// Logger receives the adapter's logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// MaxDeadlockRetries bounds Options.DeadlockRetries.
+const MaxDeadlockRetries = 1000
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
 
@@ -171,6 +174,9 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	}
 	if o.ClaimStrategy != ClaimSkipLocked && o.ClaimStrategy != ClaimGetLock {
 		return nil, &core.OptionError{Field: "ClaimStrategy", Reason: "unknown claim strategy"}
+	}
+	if o.DeadlockRetries > MaxDeadlockRetries {
+		return nil, &core.OptionError{Field: "DeadlockRetries", Reason: fmt.Sprintf("must be at most %d", MaxDeadlockRetries)}
 	}
 	if o.DeadlockRetries == 0 {
 		o.DeadlockRetries = 8
