@@ -2,9 +2,9 @@ package sqs
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -120,7 +120,6 @@ func TestNewConsumerValidatesNameAndBounds(t *testing.T) {
 		require.ErrorIs(t, err, core.ErrInvalidOptions, "%+v", o)
 	}
 }
-
 
 // FuzzConsumerDecode: the consumer's decode (SQS attributes or an SNS envelope in the body)
 // never panics, never fetches a claim check from a bucket it was not given, and fails only with
