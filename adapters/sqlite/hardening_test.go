@@ -135,3 +135,21 @@ func TestUnmigratedIsSchemaMismatch(t *testing.T) {
 	_, err = s.Stats(ctx)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 }
+
+// The probe that overflowed SQLite's microsecond times: a far-future OccurredAt is refused
+// before anything is stored, so a Prune can never make the message apply a second time.
+func TestInboxFarFutureOccurredAtRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	require.NoError(t, err)
+	applied := 0
+	msg := core.InboxMessage{EventID: "e", OccurredAt: time.Date(294247, 1, 11, 0, 0, 0, 0, time.UTC)}
+	for range 2 {
+		_, err := in.Process(b.ctx, "c", msg, func(context.Context, *sql.Tx, core.InboxMessage) error { applied++; return nil })
+		require.ErrorIs(t, err, core.ErrInvalidMessage)
+		_, err = in.Prune(b.ctx, "c", time.Now(), 0)
+		require.NoError(t, err)
+	}
+	require.Zero(t, applied)
+}
