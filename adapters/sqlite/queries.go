@@ -269,7 +269,7 @@ RETURNING horizon`,
 		*p = r.Replace(*p)
 	}
 	q.cached = []string{
-		q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
+		q.mainFile, q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
 		q.heartbeatExpired, q.heartbeatCount, q.claim, q.renew, q.releaseLane, q.fetch,
 		q.leaseState, q.publish, q.deletePublished, q.fail, q.minPending, q.prune, q.horizon,
 		q.insertInbox, q.selectInbox, q.lockVersion, q.setVersion, q.raiseHorizon, q.pruneInbox,

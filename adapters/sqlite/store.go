@@ -404,7 +404,12 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 // another database file than the Store's.
 func (s *Store) checkTx(ctx context.Context, tx *sql.Tx) error {
 	var file string
-	err := tx.QueryRowContext(ctx, s.q.mainFile).Scan(&file)
+	err := s.queryRow(ctx, tx, s.q.mainFile).Scan(&file)
+	if err != nil && !errors.Is(err, sql.ErrTxDone) && s.stmt(s.q.mainFile) != nil {
+		// A transaction of another *sql.DB cannot use this Store's prepared statement
+		// (database/sql refuses it); ask its database directly.
+		err = tx.QueryRowContext(ctx, s.q.mainFile).Scan(&file)
+	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("sqlite: insert: %w: %w", core.ErrInvalidTx, err)
 	}
@@ -424,6 +429,7 @@ func (s *Store) learnFile(ctx context.Context) error {
 	if s.file.Load() != nil {
 		return nil
 	}
+	s.prepare(ctx) // so that Insert's transaction check runs a prepared statement
 	var file string
 	if err := s.db.QueryRowContext(ctx, s.q.mainFile).Scan(&file); err != nil {
 		return err
