@@ -17,6 +17,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "concurrent-once", run: testInboxConcurrent[TTx]},
 		{name: "digest-mismatch", run: testInboxDigest[TTx]},
 		{name: "handler-error", run: testInboxHandlerError[TTx]},
+		{name: "handler-panic", run: testInboxHandlerPanic[TTx]},
 		{name: "versions", run: testInboxVersions[TTx]},
 		{name: "gap-reject", run: testInboxGapReject[TTx]},
 		{name: "retention", run: testInboxRetention[TTx]},
@@ -163,6 +164,29 @@ func testInboxHandlerError[TTx any](e *env[TTx]) {
 	f.expect("retry after the handler failed", "c1", msg("h", "p"), "eff", core.Applied, 0)
 	e.expectEffect("eff", 1)
 	f.expect("redelivery", "c1", msg("h", "p"), "eff", core.Duplicate, core.Applied)
+}
+
+// testInboxHandlerPanic: a panicking handler rolls its effect and the record back, and the
+// panic reaches Process's caller unchanged (as Inbox.Process documents).
+func testInboxHandlerPanic[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	type boom struct{}
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		_, _ = f.in.Process(e.ctx, "c1", msg("hp", "p"), func(ctx context.Context, tx TTx, m core.InboxMessage) error {
+			if err := e.h.Effect(ctx, tx, "eff"); err != nil {
+				return err
+			}
+			panic(boom{})
+		})
+		return nil
+	}()
+	if _, ok := got.(boom); !ok {
+		e.fatalf("Process let through %v, want the handler's panic value", got)
+	}
+	e.expectEffect("eff", 0)
+	f.expect("retry after the handler panicked", "c1", msg("hp", "p"), "eff", core.Applied, 0)
+	e.expectEffect("eff", 1)
 }
 
 func versioned(id, entity string, v int64) core.InboxMessage {
