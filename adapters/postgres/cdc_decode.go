@@ -69,11 +69,18 @@ func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) 
 	return core.ChangeTx{}, false, nil
 }
 
-// parseMessage is pglogrepl.Parse that returns an error instead of panicking on a malformed
-// message (fuzzing found that it indexes an empty message).
+// parseMessage is pglogrepl.Parse for the messages the decoder uses (relation, begin, insert,
+// commit); it returns nil for every other type, unparsed, and an error instead of a panic for a
+// malformed message. Fuzzing found that Parse indexes an empty message, and that a truncate
+// message's 32-bit relation count makes it allocate up to 16 GiB before it fails.
 func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("empty message")
+	}
+	switch pglogrepl.MessageType(data[0]) {
+	case pglogrepl.MessageTypeRelation, pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeInsert, pglogrepl.MessageTypeCommit:
+	default:
+		return nil, nil
 	}
 	defer func() {
 		if r := recover(); r != nil {

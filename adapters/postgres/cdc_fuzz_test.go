@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/binary"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -62,6 +63,19 @@ func TestFuzzSeedDecodes(t *testing.T) {
 	require.Len(t, d.recs, 1)
 	require.Equal(t, []byte("{}"), d.recs[0].Payload)
 	require.Equal(t, map[string]string{"k": "v"}, d.recs[0].Headers)
+}
+
+// A truncate message claiming 2^31 relations is ignored, not parsed: pglogrepl would allocate
+// its relation ids before noticing the message is short.
+func TestTruncateMessageIsNotParsed(t *testing.T) {
+	t.Parallel()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d := fuzzDecoder(t)
+	_, _, err := d.message([]byte("T\x7f\xff\xff\xff\x00\x00\x00\x00\x01"))
+	require.NoError(t, err)
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20))
 }
 
 func fuzzDecoder(t testing.TB) *decoder {
