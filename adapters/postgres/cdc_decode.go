@@ -78,7 +78,14 @@ func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
 		return nil, fmt.Errorf("empty message")
 	}
 	switch pglogrepl.MessageType(data[0]) {
-	case pglogrepl.MessageTypeRelation, pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeInsert, pglogrepl.MessageTypeCommit:
+	case pglogrepl.MessageTypeInsert:
+		// 'I', relation id (4 bytes), 'N', then the tuple.
+		if len(data) > 6 && data[5] == 'N' {
+			if err := checkTupleLengths(data[6:]); err != nil {
+				return nil, err
+			}
+		}
+	case pglogrepl.MessageTypeRelation, pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeCommit:
 	default:
 		return nil, nil
 	}
@@ -88,6 +95,35 @@ func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
 		}
 	}()
 	return pglogrepl.Parse(data)
+}
+
+// checkTupleLengths refuses a TupleData whose column lengths run past its end before pglogrepl
+// allocates them (fuzzing found a 4 GiB allocation from one corrupt length).
+func checkTupleLengths(src []byte) error {
+	if len(src) < 2 {
+		return fmt.Errorf("short tuple")
+	}
+	n, low := int(binary.BigEndian.Uint16(src)), 2
+	for i := 0; i < n; i++ {
+		if low >= len(src) {
+			return fmt.Errorf("short tuple: %d of %d columns", i, n)
+		}
+		kind := src[low]
+		low++
+		if kind != pglogrepl.TupleDataTypeText && kind != pglogrepl.TupleDataTypeBinary {
+			continue
+		}
+		if len(src)-low < 4 {
+			return fmt.Errorf("short tuple: column %d has no length", i)
+		}
+		l := int64(binary.BigEndian.Uint32(src[low:]))
+		low += 4
+		if l > int64(len(src)-low) {
+			return fmt.Errorf("tuple column %d claims %d bytes, %d are left", i, l, len(src)-low)
+		}
+		low += int(l)
+	}
+	return nil
 }
 
 func (d *decoder) isOutbox(schema, name string) bool {
