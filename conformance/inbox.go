@@ -17,6 +17,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "concurrent-once", run: testInboxConcurrent[TTx]},
 		{name: "digest-mismatch", run: testInboxDigest[TTx]},
 		{name: "handler-error", run: testInboxHandlerError[TTx]},
+		{name: "handler-panic", run: testInboxHandlerPanic[TTx]},
 		{name: "versions", run: testInboxVersions[TTx]},
 		{name: "gap-reject", run: testInboxGapReject[TTx]},
 		{name: "retention", run: testInboxRetention[TTx]},
@@ -83,7 +84,7 @@ func (e *env[TTx]) expectEffect(key string, want int) {
 }
 
 func msg(id string, payload string) core.InboxMessage {
-	return core.InboxMessage{EventID: id, Payload: []byte(payload), OccurredAt: t0, SourcePosition: "queue/" + id}
+	return core.InboxMessage{EventID: id, Payload: []byte(payload), OccurredAt: i0, SourcePosition: "queue/" + id}
 }
 
 // testInboxConcurrent: many concurrent deliveries of one event apply its effect exactly once:
@@ -165,6 +166,29 @@ func testInboxHandlerError[TTx any](e *env[TTx]) {
 	f.expect("redelivery", "c1", msg("h", "p"), "eff", core.Duplicate, core.Applied)
 }
 
+// testInboxHandlerPanic: a panicking handler rolls its effect and the record back, and the
+// panic reaches Process's caller unchanged (as Inbox.Process documents).
+func testInboxHandlerPanic[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	type boom struct{}
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		_, _ = f.in.Process(e.ctx, "c1", msg("hp", "p"), func(ctx context.Context, tx TTx, m core.InboxMessage) error {
+			if err := e.h.Effect(ctx, tx, "eff"); err != nil {
+				return err
+			}
+			panic(boom{})
+		})
+		return nil
+	}()
+	if _, ok := got.(boom); !ok {
+		e.fatalf("Process let through %v, want the handler's panic value", got)
+	}
+	e.expectEffect("eff", 0)
+	f.expect("retry after the handler panicked", "c1", msg("hp", "p"), "eff", core.Applied, 0)
+	e.expectEffect("eff", 1)
+}
+
 func versioned(id, entity string, v int64) core.InboxMessage {
 	m := msg(id, "payload of "+id)
 	m.Entity, m.Version = entity, v
@@ -206,7 +230,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	f := e.inbox(nil)
 	at := func(id string, d time.Duration) core.InboxMessage {
 		m := msg(id, "p")
-		m.OccurredAt = t0.Add(d)
+		m.OccurredAt = i0.Add(d)
 		return m
 	}
 	f.expect("old", "c1", at("m1", 0), "eff", core.Applied, 0)
@@ -214,7 +238,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	for i := range 5 {
 		f.expect("older", "c1", at(fmt.Sprintf("o%d", i), -time.Duration(i+1)*time.Minute), "eff", core.Applied, 0)
 	}
-	n, err := f.in.Prune(e.ctx, "c1", t0.Add(time.Hour), 2)
+	n, err := f.in.Prune(e.ctx, "c1", i0.Add(time.Hour), 2)
 	e.must(err, "Inbox.Prune")
 	if n != 6 {
 		e.fatalf("Prune deleted %d records, want 6 (m1 and o0-o4)", n)
@@ -223,7 +247,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	f.expectErr("new message older than the horizon", "c1", at("m3", 30*time.Minute), "eff", core.ErrBeyondRetention)
 	f.expect("newer message redelivered", "c1", at("m2", 2*time.Hour), "eff", core.Duplicate, core.Applied)
 	e.expectEffect("eff", 7)
-	n, err = f.in.Prune(e.ctx, "c1", t0, 10)
+	n, err = f.in.Prune(e.ctx, "c1", i0, 10)
 	e.must(err, "Inbox.Prune (lower)")
 	if n != 0 {
 		e.fatalf("a lower Prune deleted %d records", n)
@@ -250,7 +274,7 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 	f := e.inbox(nil)
 	for _, consumer := range []string{"never-pruned", "pruned"} {
 		if consumer == "pruned" {
-			_, err := f.in.Prune(e.ctx, consumer, t0.Add(-time.Hour), 10)
+			_, err := f.in.Prune(e.ctx, consumer, i0.Add(-time.Hour), 10)
 			e.must(err, "Inbox.Prune")
 		}
 		f.expect("first delivery", consumer, msg("m", "p"), "eff-"+consumer, core.Applied, 0)
@@ -262,12 +286,12 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 			if err != nil {
 				return err
 			}
-			if !h.IsZero() && !h.Before(t0) {
-				return fmt.Errorf("horizon %v before the prune, want before %v", h, t0)
+			if !h.IsZero() && !h.Before(i0) {
+				return fmt.Errorf("horizon %v before the prune, want before %v", h, i0)
 			}
 			go func() {
 				var err error
-				n, err = e.a.PruneInbox(e.ctx, consumer, t0.Add(time.Hour), 10)
+				n, err = e.a.PruneInbox(e.ctx, consumer, i0.Add(time.Hour), 10)
 				pruned <- err
 			}()
 			// Give a PruneInbox that does not wait every chance to delete the record now.
@@ -277,7 +301,7 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 			case <-time.After(50 * time.Millisecond):
 			}
 			_, inserted, err = e.a.InsertRecord(ctx, tx, core.InboxRecord{Consumer: consumer, EventID: "m",
-				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: t0})
+				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: i0})
 			return err
 		})
 		e.must(err, consumer+": transaction reading the horizon")
@@ -297,3 +321,7 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 		e.expectEffect("eff-"+consumer, 1)
 	}
 }
+
+// i0 is the base of inbox message times (OccurredAt, Prune horizons): in the past, because
+// Inbox.Prune refuses a horizon beyond now plus core.MaxClockSkew.
+var i0 = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)

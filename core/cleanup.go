@@ -10,7 +10,8 @@ import (
 type CleanupOptions struct {
 	// Retention keeps published rows at least this long after publication. Default 24h.
 	Retention time.Duration
-	// BatchSize is the most rows one statement deletes. Default DefaultPruneLimit (1000).
+	// BatchSize is the most rows one statement deletes. Default DefaultPruneLimit (1000); at most
+	// MaxBatchSize.
 	BatchSize int
 	// BelowSeq, when > 0, is an extra watermark: only rows with Seq < BelowSeq are deleted. A CDC
 	// relay needs none: it marks rows published only after the sink acknowledged them and
@@ -35,6 +36,9 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 	}
 	if o.Retention == 0 {
 		o.Retention = 24 * time.Hour
+	}
+	if err := checkCount("BatchSize", o.BatchSize, MaxBatchSize); err != nil {
+		return 0, err
 	}
 	o.BatchSize = PruneLimit(o.BatchSize)
 	now := time.Now

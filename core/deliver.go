@@ -10,6 +10,10 @@ import (
 
 // leaseDefaults applies the defaults both relays share: an owner name, LeaseTTL 30s,
 // RenewInterval LeaseTTL/3 (shorter than LeaseTTL), BatchSize 500.
+// MaxBatchSize bounds every BatchSize option (RelayOptions, CDCOptions, CleanupOptions): a
+// batch is held in memory at once.
+const MaxBatchSize = 100_000
+
 func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
 	if *owner == "" {
 		*owner = defaultOwner()
@@ -29,8 +33,8 @@ func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
 	if *batch == 0 {
 		*batch = 500
 	}
-	if *batch < 0 {
-		return &OptionError{Field: "BatchSize", Reason: "must be positive"}
+	if err := checkCount("BatchSize", *batch, MaxBatchSize); err != nil {
+		return err
 	}
 	return nil
 }

@@ -30,6 +30,17 @@
 //     below the lowest unpublished Seq. Inbox.Prune raises a horizon before deleting records;
 //     messages older than the horizon are rejected with ErrBeyondRetention, never reapplied.
 //
+// # Input rules and errors
+//
+// Every text field of the API follows one rule (CheckText): valid UTF-8 without control or
+// noncharacter code points, stricter than any sink's wire format, so an event Write accepts is
+// never refused by a sink. Times are bounded by MinTime and MaxTime, sizes and counts by
+// documented maxima (MaxBatchSize, MaxLimitPayloadBytes, MaxPruneLimit, ...), and retry delays
+// saturate instead of overflowing. Every documented failure is matched with errors.Is or
+// errors.As: *ValidationError (ErrInvalidEvent), *OptionError (ErrInvalidOptions),
+// *MessageError (ErrInvalidMessage), ErrInvalidHorizon, ErrInvalidTx (a nil, ended or foreign
+// transaction) and ErrSchemaMismatch (an unmigrated database).
+//
 // # Not guaranteed
 //
 //   - Exactly-once delivery to the broker: consumers deduplicate (use Inbox).

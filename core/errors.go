@@ -63,6 +63,18 @@ var (
 	// CDCOptions.MaxRetainedBytes. It is wrapped by *RetentionError.
 	ErrRetentionExceeded = errors.New("outbox: cdc log retention over its cap")
 
+	// ErrInvalidMessage is wrapped by Inbox.Process errors for a message (or consumer name) that
+	// cannot be processed as given; *MessageError names the field. Nothing was recorded.
+	ErrInvalidMessage = errors.New("inbox: invalid message")
+
+	// ErrInvalidHorizon means Inbox.Prune was given a horizon outside [MinTime, now+MaxClockSkew].
+	// Nothing was changed.
+	ErrInvalidHorizon = errors.New("inbox: invalid retention horizon")
+
+	// ErrInvalidTx means a store was given a transaction it cannot write in: a nil transaction,
+	// one that has ended, or one of another store or database. Nothing was written.
+	ErrInvalidTx = errors.New("outbox: invalid transaction")
+
 	// ErrSchemaMismatch means the database schema does not match what the adapter expects (for
 	// example a lane count other than the one recorded at migration).
 	ErrSchemaMismatch = errors.New("outbox: schema mismatch")
@@ -82,6 +94,20 @@ func (e *ValidationError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrInvalidEvent) true.
 func (e *ValidationError) Unwrap() error { return ErrInvalidEvent }
+
+// MessageError names the field of an inbox message (or "consumer" for the consumer name) that
+// Inbox.Process refuses. errors.Is(err, ErrInvalidMessage) is true for it.
+type MessageError struct {
+	Field  string // InboxMessage field name, or "consumer"
+	Reason string
+}
+
+func (e *MessageError) Error() string {
+	return fmt.Sprintf("inbox: invalid message: %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidMessage) true.
+func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
 
 // OptionError names the option that is invalid. errors.Is(err, ErrInvalidOptions) is true for it.
 type OptionError struct {

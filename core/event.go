@@ -14,9 +14,14 @@ type Event struct {
 	// ID identifies the event everywhere (outbox row, sink deduplication id, inbox record).
 	// Empty means a new UUIDv7 is assigned at write time. At most 128 printable ASCII characters,
 	// no spaces.
+	//
+	// "Text" fields below follow one rule (see CheckText): valid UTF-8 of at most 255 bytes
+	// without control characters (C0, DEL and C1: U+0000-U+001F, U+007F-U+009F) or Unicode
+	// noncharacters (U+FDD0-U+FDEF and every code point ending in FFFE or FFFF). Every sink's
+	// wire format carries such text unchanged.
 	ID string
 	// AggregateType and AggregateID name the entity that changed. Required.
-	// AggregateType uses [A-Za-z0-9._-]; AggregateID any printable text.
+	// AggregateType uses [A-Za-z0-9._-]; AggregateID is text.
 	AggregateType string
 	AggregateID   string
 	// AggregateVersion is the entity version this event produces; 0 means unversioned.
@@ -29,14 +34,15 @@ type Event struct {
 	// AggregateType + "/" + AggregateID.
 	PartitionKey string
 	// Destination is the logical destination a Router maps to a sink address; [A-Za-z0-9._-].
-	// Empty means the router decides by Type.
+	// Empty means the router decides by Type; a set Destination is never routed by Type (see
+	// StaticRouter).
 	Destination string
 	// Payload is opaque bytes (JSON, protobuf, ...). At most Limits.MaxPayloadBytes.
 	Payload []byte
 	// Headers are string metadata, bounded by Limits.MaxHeaders and Limits.MaxHeaderBytes.
-	// Keys use [A-Za-z0-9._-].
+	// Keys use [A-Za-z0-9._-]; values are text.
 	Headers map[string]string
-	// Tenant, CausationID and CorrelationID are optional printable text.
+	// Tenant, CausationID and CorrelationID are optional text. PartitionKey is text too.
 	Tenant        string
 	CausationID   string
 	CorrelationID string
@@ -56,12 +62,21 @@ type Record struct {
 	ParkedAt      time.Time // set when retries are exhausted or the error was permanent
 }
 
-// Limits bound what one event may carry. The zero value of a field means its default.
+// Limits bound what one event may carry. The zero value of a field means its default; a value
+// above its maximum (MaxLimitPayloadBytes, MaxLimitHeaders, MaxLimitHeaderBytes) or below zero is
+// refused by NewOutbox with an *OptionError.
 type Limits struct {
-	MaxPayloadBytes int // default 1 MiB
-	MaxHeaders      int // default 32
-	MaxHeaderBytes  int // total bytes of keys and values; default 16 KiB
+	MaxPayloadBytes int // default 1 MiB, at most 64 MiB
+	MaxHeaders      int // default 32, at most 1024
+	MaxHeaderBytes  int // total bytes of keys and values; default 16 KiB, at most 1 MiB
 }
+
+// Upper bounds of Limits.
+const (
+	MaxLimitPayloadBytes = 64 << 20
+	MaxLimitHeaders      = 1024
+	MaxLimitHeaderBytes  = 1 << 20
+)
 
 // Default limits.
 const (
@@ -72,6 +87,31 @@ const (
 	maxIDLen               = 128
 	maxErrorLen            = 1024
 )
+
+// check refuses limits outside their bounds.
+func (l Limits) check() error {
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{
+		{"Limits.MaxPayloadBytes", l.MaxPayloadBytes, MaxLimitPayloadBytes},
+		{"Limits.MaxHeaders", l.MaxHeaders, MaxLimitHeaders},
+		{"Limits.MaxHeaderBytes", l.MaxHeaderBytes, MaxLimitHeaderBytes},
+	} {
+		if err := checkCount(f.name, f.v, f.max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCount refuses a size or count option below zero or above max (0 means its default).
+func checkCount(field string, v, max int) error {
+	if v < 0 || v > max {
+		return &OptionError{Field: field, Reason: fmt.Sprintf("must be between 0 (default) and %d", max)}
+	}
+	return nil
+}
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxPayloadBytes <= 0 {
@@ -125,7 +165,7 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 		{"CausationID", ev.CausationID, false},
 		{"CorrelationID", ev.CorrelationID, false},
 	} {
-		if r := checkText(f.v, f.required); r != "" {
+		if r := checkText(f.v, maxNameLen, f.required); r != "" {
 			return bad(f.name, r)
 		}
 	}
@@ -143,7 +183,7 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 		if r := checkName(k, true); r != "" {
 			return bad("Headers", "key "+r)
 		}
-		if r := checkText(v, false); r != "" {
+		if r := checkText(v, maxNameLen, false); r != "" {
 			return bad("Headers", "value of "+k+" "+r)
 		}
 		size += len(k) + len(v)
@@ -191,25 +231,42 @@ func checkName(s string, required bool) string {
 	return ""
 }
 
-func checkText(s string, required bool) string {
+// CheckText reports why s is not text, or "" when it is: valid UTF-8 without control
+// characters (C0, DEL, C1) or Unicode noncharacters. It is the one text rule of every text field
+// of the public API (event fields, header values, inbox consumer names, entities and source
+// positions); it is stricter than the XML 1.0 character set that SQS and SNS accept, so every
+// sink carries text that passed it unchanged. Length limits are checked by the callers.
+func CheckText(s string) string {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !validRuneError(s[i:]):
+			return "is not valid UTF-8"
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
+			return "contains a control character"
+		case r >= 0xfdd0 && r <= 0xfdef || r&0xfffe == 0xfffe:
+			return "contains a Unicode noncharacter"
+		}
+	}
+	return ""
+}
+
+// validRuneError reports whether s starts with an encoded U+FFFD rather than an invalid byte.
+func validRuneError(s string) bool {
+	_, n := utf8.DecodeRuneInString(s)
+	return n == 3
+}
+
+func checkText(s string, maxLen int, required bool) string {
 	if s == "" {
 		if required {
 			return "required"
 		}
 		return ""
 	}
-	if len(s) > maxNameLen {
-		return "longer than 255 bytes"
+	if len(s) > maxLen {
+		return fmt.Sprintf("longer than %d bytes", maxLen)
 	}
-	if !utf8.ValidString(s) {
-		return "is not valid UTF-8"
-	}
-	for _, r := range s {
-		if r < ' ' || r == 0x7f {
-			return "contains a control character"
-		}
-	}
-	return ""
+	return CheckText(s)
 }
 
 // DefaultLanes is the lane count a migration records when none is configured.

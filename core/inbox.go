@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -36,18 +35,23 @@ func (o Outcome) String() string {
 
 // InboxMessage is one delivery handed to Inbox.Process.
 type InboxMessage struct {
-	// EventID is the producer's event ID. Required.
+	// EventID is the producer's event ID. Required; the rule of Event.ID.
 	EventID string
 	// Payload is the event's payload bytes; their SHA-256 is recorded and compared on redelivery.
 	Payload []byte
 	// Entity and Version, when Version > 0, gate the message by entity version (usually the
-	// aggregate type/id and aggregate version). Entity is required when Version > 0.
+	// aggregate type/id and aggregate version). Entity is required when Version > 0; it is text
+	// (core.CheckText) of at most 255 bytes.
 	Entity  string
 	Version int64
 	// OccurredAt is when the event was written (the outbox CreatedAt). It is compared against the
-	// retention horizon; the zero time is older than any horizon.
+	// retention horizon. It must be zero or between MinTime and MaxTime. The zero time is older
+	// than any horizon: once the consumer has a horizon (after its first Prune), a message with a
+	// zero OccurredAt is refused with a *MessageError (ErrInvalidMessage), since it could never
+	// be told apart from a pruned duplicate. Consumers that prune must set it.
 	OccurredAt time.Time
 	// SourcePosition says where the message came from (queue and receipt, offset, ...). Recorded.
+	// Optional text (core.CheckText) of at most 1024 bytes.
 	SourcePosition string
 }
 
@@ -58,7 +62,9 @@ const (
 	// GapAllow applies a newer version even if versions in between were never seen (default).
 	GapAllow GapPolicy = iota
 	// GapReject returns ErrVersionGap and records nothing, so the message can be retried after
-	// the missing versions arrived. The first version seen of an entity is always accepted.
+	// the missing versions arrived. The first version seen of an entity is accepted when
+	// InboxOptions.FirstVersion is 0 (any first version); otherwise a first version above
+	// FirstVersion is a gap.
 	GapReject
 )
 
@@ -66,6 +72,71 @@ const (
 type InboxOptions struct {
 	// Gap is the version gap policy. Default GapAllow.
 	Gap GapPolicy
+	// FirstVersion, under GapReject, is the version an entity's first message must not skip
+	// past: with FirstVersion 1 ("versions start at 1") a first message of version 3 returns
+	// ErrVersionGap until versions 1 and 2 were applied. Default 0: the first version seen is
+	// accepted whatever it is. Must not be negative; ignored under GapAllow.
+	FirstVersion int64
+}
+
+// Inbox field bounds.
+const (
+	maxPositionLen = 1024
+	// MaxClockSkew is how far in the future Inbox.Prune accepts a horizon.
+	MaxClockSkew = time.Minute
+	// MaxPruneLimit bounds Inbox.Prune's limit.
+	MaxPruneLimit = 100_000
+)
+
+// MinTime and MaxTime bound every time the public API accepts (InboxMessage.OccurredAt, a
+// Prune horizon): every adapter stores times in this range exactly, to the microsecond.
+var (
+	MinTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// checkTime reports why t is outside [MinTime, MaxTime], or "".
+func checkTime(t time.Time) string {
+	if t.Before(MinTime) || t.After(MaxTime) {
+		return "outside 1970-01-01 to 9999-12-31 UTC"
+	}
+	return ""
+}
+
+// CheckConsumer returns a *MessageError when name is not a valid inbox consumer name: text
+// (CheckText) of 1 to 255 bytes. Inbox.Process applies it; consumers built on an Inbox (such as
+// the SQS consumer) apply it at construction.
+func CheckConsumer(name string) error {
+	if r := checkText(name, maxNameLen, true); r != "" {
+		return &MessageError{Field: "consumer", Reason: r}
+	}
+	return nil
+}
+
+// check validates msg as Process takes it.
+func (msg *InboxMessage) check() error {
+	bad := func(field, reason string) error { return &MessageError{Field: field, Reason: reason} }
+	if msg.EventID == "" {
+		return bad("EventID", "required")
+	}
+	if r := checkID(msg.EventID); r != "" {
+		return bad("EventID", r)
+	}
+	if msg.Version < 0 {
+		return bad("Version", "must not be negative")
+	}
+	if r := checkText(msg.Entity, maxNameLen, msg.Version > 0); r != "" {
+		return bad("Entity", r)
+	}
+	if r := checkText(msg.SourcePosition, maxPositionLen, false); r != "" {
+		return bad("SourcePosition", r)
+	}
+	if !msg.OccurredAt.IsZero() {
+		if r := checkTime(msg.OccurredAt); r != "" {
+			return bad("OccurredAt", r)
+		}
+	}
+	return nil
 }
 
 // InboxResult is what Process reports.
@@ -97,35 +168,32 @@ func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], 
 	if o.Gap != GapAllow && o.Gap != GapReject {
 		return nil, &OptionError{Field: "Gap", Reason: "unknown gap policy"}
 	}
+	if o.FirstVersion < 0 {
+		return nil, &OptionError{Field: "FirstVersion", Reason: "must not be negative"}
+	}
 	return &Inbox[TTx]{store: store, o: o}, nil
 }
-
-// ErrInvalidMessage is wrapped by Process errors for a message that cannot be processed as
-// given (e.g. no EventID).
-var ErrInvalidMessage = errors.New("inbox: invalid message")
 
 // Process runs, in ONE transaction: the retention check, the version check, recording
 // (consumer, event id, payload digest, position, outcome), and handler when the outcome is
 // Applied; then it commits. A redelivery with the same digest runs nothing and returns
 // Duplicate with the prior outcome. The same ID with another digest returns ErrDigestMismatch.
-// A handler error rolls everything back (nothing is recorded) and is returned as is.
+// A handler error rolls everything back (nothing is recorded) and is returned as is. A handler
+// that panics is treated the same way: the transaction is rolled back (nothing is recorded) and
+// the panic propagates to Process's caller unchanged; recover it there to go on.
+// A message or consumer name that breaks a documented rule returns a *MessageError
+// (ErrInvalidMessage) before anything runs.
 // Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
 // (consumer, event id) makes the later ones wait and then see the record.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (InboxResult, error) {
-	if r := checkText(consumer, true); r != "" {
-		return InboxResult{}, fmt.Errorf("%w: consumer %s", ErrInvalidMessage, r)
+	if err := CheckConsumer(consumer); err != nil {
+		return InboxResult{}, err
 	}
-	if r := checkID(msg.EventID); r != "" || msg.EventID == "" {
-		if r == "" {
-			r = "required"
-		}
-		return InboxResult{}, fmt.Errorf("%w: event id %s", ErrInvalidMessage, r)
-	}
-	if msg.Version < 0 || (msg.Version > 0 && msg.Entity == "") {
-		return InboxResult{}, fmt.Errorf("%w: a versioned message needs an Entity and a positive Version", ErrInvalidMessage)
+	if err := msg.check(); err != nil {
+		return InboxResult{}, err
 	}
 	if handler == nil {
-		return InboxResult{}, fmt.Errorf("%w: nil handler", ErrInvalidMessage)
+		return InboxResult{}, &MessageError{Field: "handler", Reason: "must not be nil"}
 	}
 	digest := sha256.Sum256(msg.Payload)
 	var res InboxResult
@@ -134,6 +202,9 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 		horizon, err := in.store.Horizon(ctx, tx, consumer)
 		if err != nil {
 			return fmt.Errorf("inbox: horizon: %w", err)
+		}
+		if !horizon.IsZero() && msg.OccurredAt.IsZero() {
+			return &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
 		}
 		if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
 			return fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
@@ -149,6 +220,8 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 			case ok && msg.Version <= last:
 				outcome = Stale
 			case ok && in.o.Gap == GapReject && msg.Version > last+1:
+				gap = true
+			case !ok && in.o.Gap == GapReject && in.o.FirstVersion > 0 && msg.Version > in.o.FirstVersion:
 				gap = true
 			}
 		}
@@ -192,7 +265,23 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 // Prune raises consumer's retention horizon to before and deletes its records of messages that
 // occurred earlier, limit at a time, until none is left. Messages older than the horizon are
 // rejected afterwards with ErrBeyondRetention. It returns how many records it deleted.
+// before must lie between MinTime and now plus MaxClockSkew (a future horizon would reject every
+// message for good): otherwise Prune returns an error wrapping ErrInvalidHorizon and changes
+// nothing. limit <= 0 means 1000; at most MaxPruneLimit.
 func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	if err := CheckConsumer(consumer); err != nil {
+		return 0, err
+	}
+	if r := checkTime(before); r != "" {
+		return 0, fmt.Errorf("%w: %s is %s", ErrInvalidHorizon, before.UTC().Format(time.RFC3339Nano), r)
+	}
+	if now := time.Now(); before.After(now.Add(MaxClockSkew)) {
+		return 0, fmt.Errorf("%w: %s is in the future (now %s, allowed skew %s)", ErrInvalidHorizon,
+			before.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), MaxClockSkew)
+	}
+	if limit > MaxPruneLimit {
+		return 0, &OptionError{Field: "limit", Reason: fmt.Sprintf("must be at most %d", MaxPruneLimit)}
+	}
 	limit = PruneLimit(limit)
 	total := 0
 	for {

@@ -7,7 +7,8 @@ import (
 
 // OutboxOptions configures an Outbox. The zero value is ready to use.
 type OutboxOptions struct {
-	// Limits bound each event; zero fields take the documented defaults.
+	// Limits bound each event; zero fields take the documented defaults, and values outside
+	// their bounds make NewOutbox fail with an *OptionError.
 	Limits Limits
 }
 
@@ -28,6 +29,9 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 	var o OutboxOptions
 	if opts != nil {
 		o = *opts
+	}
+	if err := o.Limits.check(); err != nil {
+		return nil, err
 	}
 	lanes, err := store.LaneCount(ctx)
 	if err != nil {

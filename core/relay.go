@@ -28,7 +28,7 @@ type RelayOptions struct {
 	// PollInterval is how long the relay sleeps when it found nothing to deliver (a wake-up ends
 	// the sleep early). Default 100ms.
 	PollInterval time.Duration
-	// BatchSize is the most records fetched and sent at once. Default 500.
+	// BatchSize is the most records fetched and sent at once. Default 500; at most MaxBatchSize.
 	BatchSize int
 	// Retry decides backoff and parking of failed events.
 	Retry RetryPolicy

@@ -52,20 +52,33 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 
 // base returns the un-jittered delay after the attempt-th failure (attempt >= 1).
 func (p RetryPolicy) base(attempt int) time.Duration {
-	d := float64(p.Initial) * math.Pow(p.Multiplier, float64(attempt-1))
+	d := float64(p.Initial) * math.Pow(p.Multiplier, float64(max(attempt, 1)-1))
 	if d > float64(p.Max) || math.IsInf(d, 0) || math.IsNaN(d) {
 		return p.Max
+	}
+	return saturate(d)
+}
+
+// saturate converts d nanoseconds to a Duration, saturating at the largest Duration instead of
+// overflowing to a negative one (float64(math.MaxInt64) rounds up to 2^63, which no int64 holds).
+func saturate(d float64) time.Duration {
+	if d >= float64(math.MaxInt64) || math.IsNaN(d) {
+		return math.MaxInt64
+	}
+	if d < 0 {
+		return 0
 	}
 	return time.Duration(d)
 }
 
-// Delay returns the jittered delay after the attempt-th failure (defaults applied).
+// Delay returns the jittered delay after the attempt-th failure (defaults applied). It is never
+// negative: huge Initial, Max or Deadline values saturate at the largest time.Duration.
 func (p RetryPolicy) Delay(attempt int) time.Duration {
 	p = p.withDefaults()
 	d := p.base(attempt)
 	if p.Jitter > 0 {
 		f := 1 + p.Jitter*(2*rand.Float64()-1)
-		d = time.Duration(float64(d) * f)
+		d = saturate(float64(d) * f)
 	}
 	return d
 }
@@ -76,7 +89,11 @@ func (p RetryPolicy) Exhausted(attempts int) bool {
 	p = p.withDefaults()
 	var sum time.Duration
 	for i := 1; i < attempts; i++ {
-		sum += p.base(i)
+		b := p.base(i)
+		if sum > math.MaxInt64-b {
+			return true // the sum passed the largest Duration, so it passed Deadline
+		}
+		sum += b
 		if sum >= p.Deadline {
 			return true
 		}

@@ -53,7 +53,11 @@ type Router interface {
 	Route(ev *Event) (string, error)
 }
 
-// StaticRouter routes by the event's logical Destination, then by its Type, then to Default.
+// StaticRouter routes an event with a Destination by ByDestination alone, and an event without
+// one by ByType alone; an event its map does not cover goes to Default. A Destination that
+// ByDestination does not map never falls through to ByType: a Destination names where the
+// producer meant the event to go, so a typo must not route it by its Type instead. Without a
+// Default such an event fails with ErrUnknownDestination (permanent).
 type StaticRouter struct {
 	ByDestination map[string]string
 	ByType        map[string]string

@@ -1,6 +1,11 @@
 package memory
 
-import "errors"
+import (
+	"fmt"
+
+	"github.com/outboxkit/outbox/core"
+)
 
 // ErrTxDone is returned by a *Tx method called after its transaction ended.
-var ErrTxDone = errors.New("memory: transaction already ended")
+// errors.Is(err, core.ErrInvalidTx) is true for it.
+var ErrTxDone = fmt.Errorf("memory: transaction already ended (%w)", core.ErrInvalidTx)

@@ -122,3 +122,26 @@ func TestForeignTx(t *testing.T) {
 	})
 	require.Error(t, err)
 }
+
+func TestInvalidTransactionsAreTyped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, err := memory.New(nil)
+	require.NoError(t, err)
+	b, err := memory.New(nil)
+	require.NoError(t, err)
+	out, err := core.NewOutbox[*memory.Tx](ctx, a, nil)
+	require.NoError(t, err)
+	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
+	_, err = out.Write(ctx, nil, ev)
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+	require.NoError(t, b.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
+		_, err := out.Write(ctx, tx, ev)
+		require.ErrorIs(t, err, core.ErrInvalidTx, "a transaction of another store")
+		return nil
+	}))
+	var kept *memory.Tx
+	require.NoError(t, a.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error { kept = tx; return nil }))
+	_, err = out.Write(ctx, kept, ev)
+	require.ErrorIs(t, err, core.ErrInvalidTx, "an ended transaction")
+}

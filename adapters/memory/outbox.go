@@ -22,7 +22,7 @@ func (s *Store) Insert(ctx context.Context, tx *Tx, records []core.Record) error
 		return fmt.Errorf("memory: insert: %w", err)
 	}
 	if tx.s != s {
-		return fmt.Errorf("memory: insert: transaction of another store")
+		return fmt.Errorf("memory: insert: %w: transaction of another store", core.ErrInvalidTx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

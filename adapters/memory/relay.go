@@ -48,7 +48,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		return nil, fmt.Errorf("memory: claim lanes: %w", err)
 	}
 	if p.Owner == "" {
-		return nil, fmt.Errorf("memory: claim lanes: empty owner")
+		return nil, &core.OptionError{Field: "Owner", Reason: "required"}
 	}
 	now := clock(p.Now)
 	until := now.Add(p.TTL).Truncate(time.Microsecond)

@@ -175,7 +175,7 @@ func (tx *Tx) commit() {
 
 func (tx *Tx) check(ctx context.Context) error {
 	if tx == nil || tx.s == nil {
-		return fmt.Errorf("memory: nil transaction")
+		return fmt.Errorf("memory: %w: nil transaction", core.ErrInvalidTx)
 	}
 	if tx.done {
 		return ErrTxDone
@@ -187,7 +187,7 @@ func (tx *Tx) check(ctx context.Context) error {
 // for tests and demos. Its value is visible through Counter once tx commits.
 func (tx *Tx) Incr(key string) error {
 	if tx == nil || tx.s == nil {
-		return fmt.Errorf("memory: nil transaction")
+		return fmt.Errorf("memory: %w: nil transaction", core.ErrInvalidTx)
 	}
 	if tx.done {
 		return ErrTxDone

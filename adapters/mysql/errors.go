@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -31,6 +32,7 @@ const (
 	errDupEntry        = 1062
 	errLockWaitTimeout = 1205
 	errLockDeadlock    = 1213
+	errNoSuchTable     = 1146
 )
 
 func errNumber(err error) uint16 {
@@ -66,6 +68,11 @@ func classify(err error) error {
 		return &mapped{sentinel: ErrDeadlock, err: err}
 	case errLockWaitTimeout:
 		return &mapped{sentinel: ErrLockWaitTimeout, err: err}
+	case errNoSuchTable:
+		return &mapped{sentinel: core.ErrSchemaMismatch, err: err} // not migrated
+	}
+	if errors.Is(err, sql.ErrTxDone) {
+		return &mapped{sentinel: core.ErrInvalidTx, err: err}
 	}
 	return err
 }

@@ -27,7 +27,10 @@ type Options struct {
 	// identifiers are at most 64 characters, suffixes included).
 	Table string
 	// InboxTable is the inbox table; the adapter also uses InboxTable+"_horizons" and
-	// InboxTable+"_versions". Default "inbox". Same rule as Table.
+	// InboxTable+"_versions". Default "inbox". Same rule as Table. No name derived from Table
+	// may equal one derived from InboxTable, compared case-insensitively (e.g. Table
+	// "y_horizons" with InboxTable "y"): New refuses that with a *core.OptionError before it
+	// touches the database.
 	InboxTable string
 	// Lanes is the lane count Migrate records (1..core.MaxLanes). Default core.DefaultLanes.
 	// Migrating an existing outbox with another count fails with core.ErrSchemaMismatch.
@@ -41,7 +44,7 @@ type Options struct {
 	UniqueAggregateVersion bool
 	// DeadlockRetries is how many times a claim, settle, renew or inbox transaction chosen as a
 	// deadlock victim (error 1213) is run again before ErrDeadlock is returned. Default 8;
-	// negative means none.
+	// negative means none; at most MaxDeadlockRetries.
 	DeadlockRetries int
 	// FullMarkImage keeps the server's binlog_row_image for the relay's marks. By default, on
 	// MariaDB, when the user may set it (BINLOG ADMIN or SUPER), marks, deletes of published
@@ -53,6 +56,9 @@ type Options struct {
 	// Logger receives the adapter's logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// MaxDeadlockRetries bounds Options.DeadlockRetries.
+const MaxDeadlockRetries = 1000
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
 

@@ -24,11 +24,11 @@ const (
 // than one statement a savepoint makes the call all or nothing. A duplicate ID (or, with
 // UniqueAggregateVersion, a duplicate aggregate version) wraps core.ErrDuplicateEvent.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
+	if tx == nil {
+		return fmt.Errorf("mysql: insert: %w: nil transaction", core.ErrInvalidTx)
+	}
 	if len(records) == 0 {
 		return nil
-	}
-	if tx == nil {
-		return fmt.Errorf("mysql: insert: nil transaction")
 	}
 	var chunks [][]core.Record
 	start, size := 0, 0

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
 // Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx], core.RelayStore,
@@ -78,12 +79,29 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	if !identRE.MatchString(o.InboxTable) {
 		return nil, &core.OptionError{Field: "InboxTable", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
 	}
+	names := tableNames{
+		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
+		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
+		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
+	}
+	if err := sqlident.CheckCollisions(
+		sqlident.Ident{Field: "Table", Name: names.outbox}, sqlident.Ident{Field: "Table", Name: names.lanes},
+		sqlident.Ident{Field: "Table", Name: names.workers}, sqlident.Ident{Field: "Table", Name: names.meta},
+		sqlident.Ident{Field: "Table", Name: names.publisher}, sqlident.Ident{Field: "Table", Name: names.checkpoint},
+		sqlident.Ident{Field: "InboxTable", Name: names.inbox}, sqlident.Ident{Field: "InboxTable", Name: names.horizons},
+		sqlident.Ident{Field: "InboxTable", Name: names.versions},
+	); err != nil {
+		return nil, err
+	}
 	var err error
 	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
 		return nil, err
 	}
 	if o.ClaimStrategy != ClaimSkipLocked && o.ClaimStrategy != ClaimGetLock {
 		return nil, &core.OptionError{Field: "ClaimStrategy", Reason: "unknown claim strategy"}
+	}
+	if o.DeadlockRetries > MaxDeadlockRetries {
+		return nil, &core.OptionError{Field: "DeadlockRetries", Reason: fmt.Sprintf("must be at most %d", MaxDeadlockRetries)}
 	}
 	if o.DeadlockRetries == 0 {
 		o.DeadlockRetries = 8
@@ -116,11 +134,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		return nil, err
 	}
 
-	s.names = tableNames{
-		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
-		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
-		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
-	}
+	s.names = names
 	if s.q, err = newQueries(s.names); err != nil {
 		return nil, err
 	}

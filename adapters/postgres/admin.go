@@ -19,7 +19,7 @@ func (s *Store[TTx]) PruneOutbox(ctx context.Context, p core.PruneParams) (int, 
 	}
 	n, err := s.db.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
 	if err != nil {
-		return 0, fmt.Errorf("postgres: prune outbox: %w", err)
+		return 0, fmt.Errorf("postgres: prune outbox: %w", classify(err))
 	}
 	return int(n), nil
 }
@@ -31,7 +31,7 @@ func (s *Store[TTx]) List(ctx context.Context, p core.ListParams) ([]core.Record
 	}
 	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], p.AfterSeq, p.PageSize()))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: list: %w", err)
+		return nil, fmt.Errorf("postgres: list: %w", classify(err))
 	}
 	return recs, nil
 }
@@ -41,7 +41,7 @@ func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
 	var oldest pgtype.Timestamptz
 	if err := queryRow(ctx, s.db, s.q.stats, nil, &st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
-		return core.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+		return core.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
 	}
 	st.OldestPendingAt = tsOut(oldest)
 	return st, nil
@@ -73,7 +73,7 @@ func (s *Store[TTx]) ParkedKeys(ctx context.Context) ([]string, error) {
 func (s *Store[TTx]) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	n, err := s.db.exec(ctx, s.q.unpark, partitionKey)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: unpark: %w", err)
+		return 0, fmt.Errorf("postgres: unpark: %w", classify(err))
 	}
 	return int(n), nil
 }

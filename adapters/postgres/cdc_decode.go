@@ -35,7 +35,7 @@ type relation struct {
 
 // message decodes one pgoutput message; done is true (and tx complete) at a commit.
 func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) {
-	msg, err := pglogrepl.Parse(data)
+	msg, err := parseMessage(data)
 	if err != nil {
 		return core.ChangeTx{}, false, fmt.Errorf("pgoutput: %w", err)
 	}
@@ -67,6 +67,63 @@ func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) 
 		return tx, true, nil
 	}
 	return core.ChangeTx{}, false, nil
+}
+
+// parseMessage is pglogrepl.Parse for the messages the decoder uses (relation, begin, insert,
+// commit); it returns nil for every other type, unparsed, and an error instead of a panic for a
+// malformed message. Fuzzing found that Parse indexes an empty message, and that a truncate
+// message's 32-bit relation count makes it allocate up to 16 GiB before it fails.
+func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty message")
+	}
+	switch pglogrepl.MessageType(data[0]) {
+	case pglogrepl.MessageTypeInsert:
+		// 'I', relation id (4 bytes), 'N', then the tuple.
+		if len(data) > 6 && data[5] == 'N' {
+			if err := checkTupleLengths(data[6:]); err != nil {
+				return nil, err
+			}
+		}
+	case pglogrepl.MessageTypeRelation, pglogrepl.MessageTypeBegin, pglogrepl.MessageTypeCommit:
+	default:
+		return nil, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("malformed message: %v", r)
+		}
+	}()
+	return pglogrepl.Parse(data)
+}
+
+// checkTupleLengths refuses a TupleData whose column lengths run past its end before pglogrepl
+// allocates them (fuzzing found a 4 GiB allocation from one corrupt length).
+func checkTupleLengths(src []byte) error {
+	if len(src) < 2 {
+		return fmt.Errorf("short tuple")
+	}
+	n, low := int(binary.BigEndian.Uint16(src)), 2
+	for i := 0; i < n; i++ {
+		if low >= len(src) {
+			return fmt.Errorf("short tuple: %d of %d columns", i, n)
+		}
+		kind := src[low]
+		low++
+		if kind != pglogrepl.TupleDataTypeText && kind != pglogrepl.TupleDataTypeBinary {
+			continue
+		}
+		if len(src)-low < 4 {
+			return fmt.Errorf("short tuple: column %d has no length", i)
+		}
+		l := int64(binary.BigEndian.Uint32(src[low:]))
+		low += 4
+		if l > int64(len(src)-low) {
+			return fmt.Errorf("tuple column %d claims %d bytes, %d are left", i, l, len(src)-low)
+		}
+		low += int(l)
+	}
+	return nil
 }
 
 func (d *decoder) isOutbox(schema, name string) bool {

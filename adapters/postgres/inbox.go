@@ -24,7 +24,7 @@ func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time
 		}
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("postgres: horizon: %w", err)
+		return time.Time{}, fmt.Errorf("postgres: horizon: %w", classify(err))
 	}
 	return tsOut(h), nil
 }
@@ -41,7 +41,7 @@ func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRec
 		return core.InboxRecord{}, true, nil
 	}
 	if !errors.Is(err, errNoRows) {
-		return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", err)
+		return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", classify(err))
 	}
 	var (
 		digest   []byte
@@ -52,7 +52,7 @@ func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRec
 	err = queryRow(ctx, q, s.q.inboxGet, []any{rec.Consumer, rec.EventID},
 		&digest, &ex.SourcePosition, &outcome, &occurred, &processed)
 	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", err)
+		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", classify(err))
 	}
 	if len(digest) != len(ex.Digest) {
 		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: digest of %d bytes", len(digest))
@@ -80,7 +80,7 @@ func (s *Store[TTx]) LockVersion(ctx context.Context, tx TTx, consumer, entity s
 		}
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("postgres: lock version: %w", err)
+		return 0, false, fmt.Errorf("postgres: lock version: %w", classify(err))
 	}
 	return v.Int64, v.Valid, nil
 }
@@ -88,7 +88,7 @@ func (s *Store[TTx]) LockVersion(ctx context.Context, tx TTx, consumer, entity s
 // SetVersion stores the entity's last applied version.
 func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error {
 	if _, err := s.txq(tx).exec(ctx, s.q.version, consumer, entity, version); err != nil {
-		return fmt.Errorf("postgres: set version: %w", err)
+		return fmt.Errorf("postgres: set version: %w", classify(err))
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity st
 func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	var n int64
 	if err := queryRow(ctx, s.db, s.q.pruneInbox, []any{consumer, occurredIn(before), core.PruneLimit(limit)}, &n); err != nil {
-		return 0, fmt.Errorf("postgres: prune inbox: %w", err)
+		return 0, fmt.Errorf("postgres: prune inbox: %w", classify(err))
 	}
 	return int(n), nil
 }

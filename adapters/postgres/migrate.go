@@ -124,7 +124,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: migrate: %w", err)
+		return fmt.Errorf("postgres: migrate: %w", classify(err))
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 // returns an error only when ctx is already done.
 func (s *Store[TTx]) Notify(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("postgres: notify: %w", err)
+		return fmt.Errorf("postgres: notify: %w", classify(err))
 	}
 	s.notifyPending.Store(true)
 	if s.notifyRunning.CompareAndSwap(false, true) {
@@ -72,7 +72,7 @@ func (s *Store[TTx]) Wakeups(ctx context.Context) (<-chan struct{}, error) {
 	ready := make(chan error, 1)
 	go s.listenLoop(ctx, ch, ready)
 	if err := <-ready; err != nil {
-		return nil, fmt.Errorf("postgres: wakeups: %w", err)
+		return nil, fmt.Errorf("postgres: wakeups: %w", classify(err))
 	}
 	return ch, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
 // ClaimStrategy says how ClaimLanes keeps two relays from taking the same lane.
@@ -43,6 +44,9 @@ type Options struct {
 	Table string
 	// InboxTable is the inbox table; InboxTable+"_horizons" and InboxTable+"_versions" go with
 	// it (at most 50 bytes, for the suffixes). Default "inbox".
+	// No name derived from Table may equal one derived from InboxTable, compared
+	// case-insensitively (e.g. Table "y_horizons" with InboxTable "y"): New refuses that with a
+	// *core.OptionError.
 	InboxTable string
 	// Lanes is the lane count Migrate records. Migrating an existing outbox with another count
 	// fails with an error wrapping core.ErrSchemaMismatch. Writers and relays read the recorded
@@ -116,6 +120,15 @@ type names struct {
 
 func quote(s string) string { return `"` + s + `"` }
 
+// tableSuffixes and inboxSuffixes make the names derived from Options.Table and
+// Options.InboxTable (tables, indexes, sequences, functions; "_p2006010215" stands for the
+// longest partition name).
+var (
+	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint"}
+	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx"}
+)
+
 func (o *Options) resolve() (Options, names, error) {
 	var r Options
 	if o != nil {
@@ -165,13 +178,12 @@ func (o *Options) resolve() (Options, names, error) {
 	if !identRE.MatchString(r.Schema) {
 		return bad("Schema", "must match "+identRE.String())
 	}
-	for _, suffix := range []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
-		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint"} {
+	for _, suffix := range tableSuffixes {
 		if !identRE.MatchString(r.Table + suffix) {
 			return bad("Table", fmt.Sprintf("must match %s with room for the suffix %q", identRE, suffix))
 		}
 	}
-	for _, suffix := range []string{"", "_horizons", "_versions", "_occurred_idx"} {
+	for _, suffix := range inboxSuffixes {
 		if !identRE.MatchString(r.InboxTable + suffix) {
 			return bad("InboxTable", fmt.Sprintf("must match %s with room for the suffix %q", identRE, suffix))
 		}
@@ -184,6 +196,16 @@ func (o *Options) resolve() (Options, names, error) {
 	}
 	if !channelRE.MatchString(r.NotifyChannel) {
 		return bad("NotifyChannel", "must match "+channelRE.String())
+	}
+	var ids []sqlident.Ident
+	for _, suffix := range tableSuffixes {
+		ids = append(ids, sqlident.Ident{Field: "Table", Name: r.Table + suffix})
+	}
+	for _, suffix := range inboxSuffixes {
+		ids = append(ids, sqlident.Ident{Field: "InboxTable", Name: r.InboxTable + suffix})
+	}
+	if err := sqlident.CheckCollisions(ids...); err != nil {
+		return Options{}, names{}, err
 	}
 	s := quote(r.Schema) + "."
 	n := names{

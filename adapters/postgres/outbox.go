@@ -16,6 +16,9 @@ import (
 // UniqueAggregateVersion, a duplicate entity version) returns an error wrapping
 // core.ErrDuplicateEvent. As with any failed statement, PostgreSQL then aborts tx.
 func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) error {
+	if isNilTx(tx) {
+		return fmt.Errorf("postgres: insert: %w: nil transaction", core.ErrInvalidTx)
+	}
 	if len(records) == 0 {
 		return nil
 	}
@@ -42,7 +45,7 @@ func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) 
 		if len(r.Headers) > 0 {
 			b, err := json.Marshal(r.Headers)
 			if err != nil {
-				return fmt.Errorf("postgres: insert: headers: %w", err)
+				return fmt.Errorf("postgres: insert: headers: %w", classify(err))
 			}
 			headers[i] = string(b)
 		}
@@ -53,7 +56,7 @@ func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) 
 		if pe := pgError(err); pe != nil && pe.Code == "23505" {
 			return fmt.Errorf("postgres: insert: %w: %s (%w)", core.ErrDuplicateEvent, pe.ConstraintName, err)
 		}
-		return fmt.Errorf("postgres: insert: %w", err)
+		return fmt.Errorf("postgres: insert: %w", classify(err))
 	}
 	return nil
 }
@@ -132,7 +135,7 @@ func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
 		if errors.Is(err, errNoRows) {
 			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
 		}
-		return 0, fmt.Errorf("postgres: lane count: %w", err)
+		return 0, fmt.Errorf("postgres: lane count: %w", classify(err))
 	}
 	var n int
 	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > core.MaxLanes {

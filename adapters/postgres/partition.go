@@ -63,7 +63,7 @@ func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
 		return s.ensurePartitions(ctx, q)
 	})
 	if err != nil {
-		return fmt.Errorf("postgres: ensure partitions: %w", err)
+		return fmt.Errorf("postgres: ensure partitions: %w", classify(err))
 	}
 	return nil
 }
@@ -138,11 +138,11 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 	}
 	parts, err := s.listPartitions(ctx, s.db)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
+		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}
 	var now time.Time
 	if err := queryRow(ctx, s.db, s.q.now, nil, &now); err != nil {
-		return 0, fmt.Errorf("postgres: drop partitions: %w", err)
+		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}
 	below := p.BelowSeq
 	if below <= 0 {
@@ -209,7 +209,7 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (in
 		}
 	}
 	if err := s.EnsurePartitions(ctx); err != nil {
-		return total, fmt.Errorf("postgres: drop partitions: %w", err)
+		return total, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}
 	return total, nil
 }

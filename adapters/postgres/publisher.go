@@ -34,7 +34,7 @@ func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p core.AcquireParams
 		return err
 	})
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("postgres: acquire generation: %w", err)
+		return core.Publisher{}, fmt.Errorf("postgres: acquire generation: %w", classify(err))
 	}
 	return pub, nil
 }
@@ -43,7 +43,7 @@ func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p core.AcquireParams
 func (s *Store[TTx]) Generation(ctx context.Context) (core.Publisher, error) {
 	pub, err := scanPublisher(ctx, s.db, s.q.publisherGet)
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("postgres: generation: %w", err)
+		return core.Publisher{}, fmt.Errorf("postgres: generation: %w", classify(err))
 	}
 	return pub, nil
 }
@@ -71,7 +71,7 @@ func (s *Store[TTx]) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool,
 		return core.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return core.Checkpoint{}, false, fmt.Errorf("postgres: load checkpoint: %w", err)
+		return core.Checkpoint{}, false, fmt.Errorf("postgres: load checkpoint: %w", classify(err))
 	}
 	c.UpdatedAt = c.UpdatedAt.UTC()
 	return c, true, nil
@@ -88,7 +88,7 @@ func (s *Store[TTx]) SaveCheckpoint(ctx context.Context, c core.Checkpoint) erro
 		return fmt.Errorf("postgres: save checkpoint: %w: the publisher row is missing (outbox not migrated?)", core.ErrSchemaMismatch)
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: save checkpoint: %w", err)
+		return fmt.Errorf("postgres: save checkpoint: %w", classify(err))
 	}
 	if current != c.Generation || written != 1 {
 		return fmt.Errorf("postgres: save checkpoint: %w: generation %d, current %d", core.ErrFenced, c.Generation, current)

@@ -19,7 +19,7 @@ func (s *Store[TTx]) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int
 		err = queryRow(ctx, s.db, s.q.heartbeatLeave, []any{p.Owner, tsIn(p.Now)}, &live)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("postgres: heartbeat: %w", err)
+		return 0, fmt.Errorf("postgres: heartbeat: %w", classify(err))
 	}
 	return int(live), nil
 }
@@ -43,7 +43,7 @@ func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core
 	}
 	leases, err := s.leases(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim lanes: %w", err)
+		return nil, fmt.Errorf("postgres: claim lanes: %w", classify(err))
 	}
 	return leases, nil
 }
@@ -57,7 +57,7 @@ func (s *Store[TTx]) RenewLanes(ctx context.Context, p core.RenewParams) ([]core
 	lanes, owners, gens := leaseArrays(p.Leases)
 	leases, err := s.leases(ctx, s.q.renew, lanes, owners, gens, tsIn(p.Now), p.Generation, p.TTL.Microseconds())
 	if err != nil {
-		return nil, fmt.Errorf("postgres: renew lanes: %w", err)
+		return nil, fmt.Errorf("postgres: renew lanes: %w", classify(err))
 	}
 	return leases, nil
 }
@@ -69,7 +69,7 @@ func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []core.Lease) erro
 	}
 	lanes, owners, gens := leaseArrays(leases)
 	if _, err := s.db.exec(ctx, s.q.release, lanes, owners, gens); err != nil {
-		return fmt.Errorf("postgres: release lanes: %w", err)
+		return fmt.Errorf("postgres: release lanes: %w", classify(err))
 	}
 	return nil
 }
@@ -126,7 +126,7 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p core.FetchParams) ([]core.Reco
 	lanes, _, _ := leaseArrays(p.Leases)
 	recs, err := scanRecords(s.db.query(ctx, s.q.fetch, lanes, tsIn(p.Now), p.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("postgres: fetch: %w", err)
+		return nil, fmt.Errorf("postgres: fetch: %w", classify(err))
 	}
 	return recs, nil
 }
@@ -153,20 +153,20 @@ func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
 	}
 	r, err := s.db.query(ctx, sql, lanes, owners, gens, tsIn(p.Now), pub, fSeq, fErr, fDelay, fPark, s.o.AsyncSettle)
 	if err != nil {
-		return fmt.Errorf("postgres: settle: %w", err)
+		return fmt.Errorf("postgres: settle: %w", classify(err))
 	}
 	var lost []int
 	for r.Next() {
 		var lane int64
 		if err := r.Scan(&lane); err != nil {
 			r.Close()
-			return fmt.Errorf("postgres: settle: %w", err)
+			return fmt.Errorf("postgres: settle: %w", classify(err))
 		}
 		lost = append(lost, int(lane))
 	}
 	r.Close()
 	if err := r.Err(); err != nil {
-		return fmt.Errorf("postgres: settle: %w", err)
+		return fmt.Errorf("postgres: settle: %w", classify(err))
 	}
 	if len(lost) > 0 {
 		return &core.LanesLostError{Lanes: lost}

@@ -36,7 +36,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: prune outbox: %w", err)
+		return 0, fmt.Errorf("sqlite: prune outbox: %w", classify(err))
 	}
 	return int(n), nil
 }
@@ -45,16 +45,16 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 // at most p.PageSize().
 func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
 	if p.State < core.StateAll || p.State > core.StatePublished {
-		return nil, fmt.Errorf("sqlite: list: unknown state %d", p.State)
+		return nil, &core.OptionError{Field: "State", Reason: fmt.Sprintf("unknown state %d", p.State)}
 	}
 	limit := p.PageSize()
 	rows, err := s.db.QueryContext(ctx, s.q.list[p.State], p.AfterSeq, limit)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list: %w", err)
+		return nil, fmt.Errorf("sqlite: list: %w", classify(err))
 	}
 	recs, err := scanRecords(rows, limit)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list: %w", err)
+		return nil, fmt.Errorf("sqlite: list: %w", classify(err))
 	}
 	return recs, nil
 }
@@ -64,7 +64,7 @@ func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
 	var oldest sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
-		return core.Stats{}, fmt.Errorf("sqlite: stats: %w", err)
+		return core.Stats{}, fmt.Errorf("sqlite: stats: %w", classify(err))
 	}
 	st.OldestPendingAt = fromNullMicros(oldest)
 	return st, nil
@@ -75,11 +75,11 @@ func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	res, err := s.db.ExecContext(ctx, s.q.unpark, partitionKey)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: unpark: %w", err)
+		return 0, fmt.Errorf("sqlite: unpark: %w", classify(err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: unpark: %w", err)
+		return 0, fmt.Errorf("sqlite: unpark: %w", classify(err))
 	}
 	if n > 0 {
 		_ = s.Notify(ctx) // the key is deliverable again: wake local relays

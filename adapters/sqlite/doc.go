@@ -64,6 +64,18 @@
 // the adapter's own transactions are still safe, but the caller's deferred transactions that
 // read before writing may fail with SQLITE_BUSY under concurrency.
 //
+// # Writing in the caller's transaction
+//
+// Insert (core.Outbox.Write) never interrupts one of its statements when its context ends:
+// SQLite's interrupt, which database/sql issues when a running statement's context is
+// cancelled, rolls back the whole enclosing transaction, and the caller's later statements
+// would then run in autocommit mode, outside its transaction. Insert checks the context before
+// each statement instead and, when it ended, undoes its own statements and returns the
+// context's error; the caller's transaction stays usable. Insert also refuses, with an error
+// wrapping core.ErrInvalidTx, a nil or ended transaction and a transaction on another database
+// file (the row would land in a lane no relay of this Store leases). An unmigrated database
+// fails every call with an error wrapping core.ErrSchemaMismatch.
+//
 // Inside InTx (and so inside an inbox handler) use the given *sql.Tx only: a write through the
 // *sql.DB would wait for the write lock that transaction holds.
 //

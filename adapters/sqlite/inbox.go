@@ -18,7 +18,7 @@ import (
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return fmt.Errorf("sqlite: begin: %w", classify(err))
 	}
 	defer s.unlockWrite()
 	committed := false
@@ -31,7 +31,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: commit: %w", err)
+		return fmt.Errorf("sqlite: commit: %w", classify(err))
 	}
 	committed = true
 	return nil
@@ -46,7 +46,7 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 		return time.Time{}, nil
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("sqlite: horizon: %w", err)
+		return time.Time{}, fmt.Errorf("sqlite: horizon: %w", classify(err))
 	}
 	return fromMicros(h), nil
 }
@@ -56,11 +56,11 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxReco
 	res, err := s.exec(ctx, tx, s.q.insertInbox, rec.Consumer, rec.EventID, rec.Digest[:],
 		rec.SourcePosition, int(rec.Outcome), nullMicros(rec.OccurredAt), nowMicros(time.Time{}))
 	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
 	}
 	if n == 1 {
 		return core.InboxRecord{}, true, nil
@@ -74,7 +74,7 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxReco
 	)
 	if err := s.queryRow(ctx, tx, s.q.selectInbox, rec.Consumer, rec.EventID).
 		Scan(&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", err)
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
 	}
 	copy(ex.Digest[:], digest)
 	ex.Outcome = core.Outcome(outcome)
@@ -91,7 +91,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("sqlite: lock version: %w", err)
+		return 0, false, fmt.Errorf("sqlite: lock version: %w", classify(err))
 	}
 	return v, true, nil
 }
@@ -99,7 +99,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 // SetVersion implements core.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
 	if _, err := s.exec(ctx, tx, s.q.setVersion, consumer, entity, version); err != nil {
-		return fmt.Errorf("sqlite: set version: %w", err)
+		return fmt.Errorf("sqlite: set version: %w", classify(err))
 	}
 	return nil
 }
@@ -123,7 +123,7 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: prune inbox: %w", err)
+		return 0, fmt.Errorf("sqlite: prune inbox: %w", classify(err))
 	}
 	return int(n), nil
 }

@@ -67,13 +67,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	for i, dir := range migrationSets {
 		var err error
 		if sets[i], err = loadMigrations(dir); err != nil {
-			return fmt.Errorf("sqlite: migrate: %w", err)
+			return fmt.Errorf("sqlite: migrate: %w", classify(err))
 		}
 	}
 	// Idempotent bootstrap of the bookkeeping tables, so that the write lock below has a table
 	// to take it on.
 	if _, err := s.db.ExecContext(ctx, s.q.bootstrap); err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return fmt.Errorf("sqlite: migrate: %w", classify(err))
 	}
 	id := s.n.idents()
 	var applied []migration
@@ -125,7 +125,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return fmt.Errorf("sqlite: migrate: %w", classify(err))
 	}
 	for _, m := range applied {
 		s.log.Info("sqlite_migration_applied", "version", m.version, "name", m.name)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
 // Options configures a Store. A nil *Options means every default.
@@ -14,7 +15,9 @@ type Options struct {
 	// Table is the outbox table. The adapter's other outbox tables and indexes derive their
 	// names from it: <Table>_lanes, <Table>_workers, <Table>_meta, <Table>_migrations,
 	// <Table>_publisher and <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
-	// It and every derived name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Default "outbox".
+	// It and every derived name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$, must not begin with
+	// "sqlite_" (in any case; SQLite reserves it) and must not collide with another derived name
+	// (case-insensitively); New refuses them with a *core.OptionError. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; <InboxTable>_horizons, <InboxTable>_versions,
 	// <InboxTable>_migrations and <InboxTable>_occurred derive from it. Same rules as Table.
@@ -55,7 +58,7 @@ func buildNames(table, inbox string) (names, error) {
 		return quote(id), nil
 	}
 	var err error
-	seen := map[string]string{}
+	var ids []sqlident.Ident
 	for _, f := range []struct {
 		dst          *string
 		field, ident string
@@ -80,12 +83,13 @@ func buildNames(table, inbox string) (names, error) {
 		if *f.dst, err = check(f.field, f.ident); err != nil {
 			return names{}, err
 		}
-		// SQLite identifiers are case-insensitive: the outbox and inbox names must not collide.
-		key := strings.ToLower(f.ident)
-		if other, dup := seen[key]; dup {
-			return names{}, &core.OptionError{Field: f.field, Reason: fmt.Sprintf("identifier %q collides with %q", f.ident, other)}
+		if strings.HasPrefix(strings.ToLower(f.ident), "sqlite_") {
+			return names{}, &core.OptionError{Field: f.field, Reason: fmt.Sprintf("identifier %q: names beginning with sqlite_ are reserved by SQLite", f.ident)}
 		}
-		seen[key] = f.ident
+		ids = append(ids, sqlident.Ident{Field: f.field, Name: f.ident})
+	}
+	if err := sqlident.CheckCollisions(ids...); err != nil {
+		return names{}, err
 	}
 	return n, nil
 }

@@ -23,6 +23,9 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sqlite: lane count: %w: outbox not migrated (%v)", core.ErrSchemaMismatch, err)
 	}
 	if err != nil {
+		return 0, fmt.Errorf("sqlite: lane count: %w", classify(err))
+	}
+	if err := s.learnFile(ctx); err != nil {
 		return 0, fmt.Errorf("sqlite: lane count: %w", err)
 	}
 	s.lanes.Store(int64(n))
@@ -40,35 +43,95 @@ var insertChunkRows = maxVariables / insertArity
 // than one statement, the statements run inside a SAVEPOINT that is rolled back on error,
 // leaving tx usable. A duplicate ID (or aggregate version, with UniqueAggregateVersion)
 // returns an error wrapping core.ErrDuplicateEvent.
+//
+// tx must be a live transaction on this Store's database file (through any *sql.DB): a nil or
+// ended transaction, or (once LaneCount has run, as core.NewOutbox does) one of another
+// database, returns an error wrapping core.ErrInvalidTx and writes nothing.
+//
+// Cancelling ctx never ends the caller's transaction: SQLite's interrupt, which database/sql
+// issues when the context of a running statement ends, rolls back the whole enclosing
+// transaction, after which the caller's later statements would run outside it. Insert
+// therefore checks ctx before each of its statements and returns ctx's error (having undone its
+// own earlier statements), but never interrupts a statement that is running.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
+	if tx == nil {
+		return fmt.Errorf("sqlite: insert: %w: nil transaction", core.ErrInvalidTx)
+	}
 	if len(records) == 0 {
 		return nil
 	}
-	if tx == nil {
-		return fmt.Errorf("sqlite: insert: nil transaction")
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqlite: insert: %w", err)
+	}
+	// From here on no statement is interrupted (see above); ctx is checked between them.
+	sctx := context.WithoutCancel(ctx)
+	if err := s.checkTx(sctx, tx); err != nil {
+		return err
 	}
 	now := nowMicros(time.Time{})
 	if len(records) <= insertChunkRows {
-		if err := s.insertChunk(ctx, tx, records, now); err != nil {
+		if err := s.insertChunk(sctx, tx, records, now); err != nil {
 			return insertError(err)
 		}
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, s.q.spSave); err != nil {
-		return fmt.Errorf("sqlite: insert: %w", err)
+	if _, err := tx.ExecContext(sctx, s.q.spSave); err != nil {
+		return fmt.Errorf("sqlite: insert: %w", classify(err))
 	}
 	for start := 0; start < len(records); start += insertChunkRows {
 		end := min(start+insertChunkRows, len(records))
-		if err := s.insertChunk(ctx, tx, records[start:end], now); err != nil {
+		err := ctx.Err()
+		if err == nil {
+			err = s.insertChunk(sctx, tx, records[start:end], now)
+		}
+		if err != nil {
 			// Undo the earlier chunks; the caller's transaction stays usable.
-			_, rbErr := tx.ExecContext(context.WithoutCancel(ctx), s.q.spRollback)
-			_, relErr := tx.ExecContext(context.WithoutCancel(ctx), s.q.spRelease)
+			_, rbErr := tx.ExecContext(sctx, s.q.spRollback)
+			_, relErr := tx.ExecContext(sctx, s.q.spRelease)
 			return errors.Join(insertError(err), rbErr, relErr)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.q.spRelease); err != nil {
+	if _, err := tx.ExecContext(sctx, s.q.spRelease); err != nil {
 		return fmt.Errorf("sqlite: insert: %w", err)
 	}
+	return nil
+}
+
+// checkTx refuses an ended transaction and, once LaneCount has run (see learnFile), one on
+// another database file than the Store's.
+func (s *Store) checkTx(ctx context.Context, tx *sql.Tx) error {
+	var file string
+	err := s.queryRow(ctx, tx, s.q.mainFile).Scan(&file)
+	if err != nil && !errors.Is(err, sql.ErrTxDone) && s.stmt(s.q.mainFile) != nil {
+		// A transaction of another *sql.DB cannot use this Store's prepared statement
+		// (database/sql refuses it); ask its database directly.
+		err = tx.QueryRowContext(ctx, s.q.mainFile).Scan(&file)
+	}
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("sqlite: insert: %w: %w", core.ErrInvalidTx, err)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: insert: %w", err)
+	}
+	if want := s.file.Load(); want != nil && file != *want {
+		return fmt.Errorf("sqlite: insert: %w: the transaction is on database %q, the store on %q", core.ErrInvalidTx, file, *want)
+	}
+	return nil
+}
+
+// learnFile records the path of the Store's database file. It runs on the pool, outside any
+// transaction (a pool of one connection would otherwise wait forever), when LaneCount first
+// reads the lane count, which core.NewOutbox does before any Write.
+func (s *Store) learnFile(ctx context.Context) error {
+	if s.file.Load() != nil {
+		return nil
+	}
+	s.prepare(ctx) // so that Insert's transaction check runs a prepared statement
+	var file string
+	if err := s.db.QueryRowContext(ctx, s.q.mainFile).Scan(&file); err != nil {
+		return err
+	}
+	s.file.Store(&file)
 	return nil
 }
 
@@ -99,5 +162,5 @@ func insertError(err error) error {
 	if isUniqueViolation(err) {
 		return fmt.Errorf("sqlite: insert: %w: %w", core.ErrDuplicateEvent, err)
 	}
-	return fmt.Errorf("sqlite: insert: %w", err)
+	return fmt.Errorf("sqlite: insert: %w", classify(err))
 }

@@ -32,7 +32,7 @@ func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (co
 		return err
 	})
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("sqlite: acquire generation: %w", err)
+		return core.Publisher{}, fmt.Errorf("sqlite: acquire generation: %w", classify(err))
 	}
 	return out, nil
 }
@@ -41,7 +41,7 @@ func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (co
 func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
 	pub, err := s.generation(ctx)
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("sqlite: generation: %w", err)
+		return core.Publisher{}, fmt.Errorf("sqlite: generation: %w", classify(err))
 	}
 	return pub, nil
 }

@@ -44,6 +44,7 @@ type queries struct {
 	// outbox
 	insertPrefix     string
 	spSave           string
+	mainFile         string
 	spRelease        string
 	spRollback       string
 	heartbeatUpsert  string
@@ -129,6 +130,7 @@ func buildQueries(n names) (queries, error) {
 		publisherBump:    st.Get("PublisherBump"),
 		insertPrefix:     st.Get("InsertPrefix"),
 		spSave:           st.Get("SpSave"),
+		mainFile:         st.Get("MainFile"),
 		spRelease:        st.Get("SpRelease"),
 		spRollback:       st.Get("SpRollback"),
 		heartbeatUpsert:  st.Get("HeartbeatUpsert"),
@@ -160,7 +162,7 @@ func buildQueries(n names) (queries, error) {
 		return queries{}, fmt.Errorf("sqlite: %w", err)
 	}
 	q.cached = []string{
-		q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
+		q.mainFile, q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
 		q.heartbeatExpired, q.heartbeatCount, q.claim, q.renew, q.releaseLane, q.fetch,
 		q.leaseState, q.publish, q.deletePublished, q.fail, q.minPending, q.prune, q.horizon,
 		q.insertInbox, q.selectInbox, q.lockVersion, q.setVersion, q.raiseHorizon, q.pruneInbox,

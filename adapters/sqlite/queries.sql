@@ -65,6 +65,9 @@ INSERT INTO {{outbox}} ({{insert_cols}}) VALUES
 -- name: SpSave
 SAVEPOINT outboxkit_insert
 
+-- name: MainFile
+SELECT file FROM pragma_database_list WHERE name = 'main'
+
 -- name: SpRelease
 RELEASE outboxkit_insert
 

@@ -16,7 +16,7 @@ import (
 // it), forgets workers that expired at now, and returns how many are live.
 func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
 	if p.Owner == "" {
-		return 0, fmt.Errorf("sqlite: heartbeat: empty owner")
+		return 0, &core.OptionError{Field: "Owner", Reason: "required"}
 	}
 	now := nowMicros(p.Now)
 	var live int
@@ -34,7 +34,7 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 		return s.queryRow(ctx, tx, s.q.heartbeatCount, now).Scan(&live)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: heartbeat: %w", err)
+		return 0, fmt.Errorf("sqlite: heartbeat: %w", classify(err))
 	}
 	return live, nil
 }
@@ -44,11 +44,11 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 // AcquireGeneration out between the publisher generation check and the claim.
 func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
 	if p.Owner == "" {
-		return nil, fmt.Errorf("sqlite: claim lanes: empty owner")
+		return nil, &core.OptionError{Field: "Owner", Reason: "required"}
 	}
 	if p.Max <= 0 {
 		if err := s.fencedNoWork(ctx, p.Generation); err != nil {
-			return nil, fmt.Errorf("sqlite: claim lanes: %w", err)
+			return nil, fmt.Errorf("sqlite: claim lanes: %w", classify(err))
 		}
 		return nil, nil
 	}
@@ -75,7 +75,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: claim lanes: %w", err)
+		return nil, fmt.Errorf("sqlite: claim lanes: %w", classify(err))
 	}
 	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
 	return out, nil
@@ -86,7 +86,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
 	if len(p.Leases) == 0 {
 		if err := s.fencedNoWork(ctx, p.Generation); err != nil {
-			return nil, fmt.Errorf("sqlite: renew lanes: %w", err)
+			return nil, fmt.Errorf("sqlite: renew lanes: %w", classify(err))
 		}
 		return nil, nil
 	}
@@ -113,7 +113,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: renew lanes: %w", err)
+		return nil, fmt.Errorf("sqlite: renew lanes: %w", classify(err))
 	}
 	return out, nil
 }
@@ -132,7 +132,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("sqlite: release lanes: %w", err)
+		return fmt.Errorf("sqlite: release lanes: %w", classify(err))
 	}
 	return nil
 }
@@ -150,11 +150,11 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 	}
 	rows, err := s.dbQuery(ctx, s.q.fetch, intList(lanes), nowMicros(p.Now), p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: fetch: %w", err)
+		return nil, fmt.Errorf("sqlite: fetch: %w", classify(err))
 	}
 	recs, err := scanRecords(rows, p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: fetch: %w", err)
+		return nil, fmt.Errorf("sqlite: fetch: %w", classify(err))
 	}
 	return recs, nil
 }
@@ -203,7 +203,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("sqlite: settle: %w", err)
+		return fmt.Errorf("sqlite: settle: %w", classify(err))
 	}
 	return nil
 }

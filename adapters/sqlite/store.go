@@ -35,7 +35,8 @@ type Store struct {
 	n     names
 	q     queries
 	log   *slog.Logger
-	lanes atomic.Int64 // cached lane count; 0 until read
+	lanes atomic.Int64           // cached lane count; 0 until read
+	file  atomic.Pointer[string] // the database file's path; nil until read
 	// wlock admits one of this Store's write transactions at a time. SQLite has one writer
 	// anyway; queueing here, in FIFO-ish Go order, spares concurrent callers SQLite's
 	// sleep-and-retry busy handler and the extra connections it would hold open.
@@ -116,13 +117,13 @@ func OpenDB(ctx context.Context, path string) (*sql.DB, error) {
 	}
 	db, err := sql.Open(DriverName, DSN(path))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open: %w", err)
+		return nil, fmt.Errorf("sqlite: open: %w", classify(err))
 	}
 	db.SetMaxIdleConns(8)
 	var mode string
 	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlite: open: %w", err)
+		return nil, fmt.Errorf("sqlite: open: %w", classify(err))
 	}
 	if !strings.EqualFold(mode, "wal") {
 		db.Close()

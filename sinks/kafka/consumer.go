@@ -130,7 +130,9 @@ type Consumer[TTx any] struct {
 }
 
 // NewConsumer returns a consumer in group of topics, named consumer in the inbox, that
-// processes every record with handler through inbox. opts may be nil.
+// processes every record with handler through inbox. opts may be nil. consumer must pass
+// core.CheckConsumer (the rule Inbox.Process applies), otherwise NewConsumer returns a
+// *core.OptionError.
 func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx], consumer string, handler Handler[TTx], opts *ConsumerOptions) (*Consumer[TTx], error) {
 	switch {
 	case group == "":
@@ -139,8 +141,9 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		return nil, &core.OptionError{Field: "topics", Reason: "required"}
 	case inbox == nil:
 		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
-	case consumer == "":
-		return nil, &core.OptionError{Field: "consumer", Reason: "required"}
+	case core.CheckConsumer(consumer) != nil:
+		// The rule Inbox.Process applies: a name it refuses would fail every record.
+		return nil, &core.OptionError{Field: "consumer", Reason: core.CheckConsumer(consumer).Error()}
 	case handler == nil:
 		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
 	}

@@ -37,9 +37,12 @@ type Options struct {
 	// Seed seeds the fault injection; 0 picks a random seed.
 	Seed uint64
 	// Buffer is the capacity of the delivery channel; Send blocks (until its ctx ends) while it is
-	// full. Default 1024.
+	// full. Default 1024; at most MaxBuffer.
 	Buffer int
 }
+
+// MaxBuffer bounds Options.Buffer (the channel is allocated at once).
+const MaxBuffer = 1 << 20
 
 // Stats counts what a Broker did.
 type Stats struct {
@@ -76,8 +79,8 @@ func NewBroker(opts *Options) (*Broker, error) {
 			return nil, &core.OptionError{Field: f.name, Reason: "must be between 0 and 1"}
 		}
 	}
-	if o.Buffer < 0 {
-		return nil, &core.OptionError{Field: "Buffer", Reason: "must not be negative"}
+	if o.Buffer < 0 || o.Buffer > MaxBuffer {
+		return nil, &core.OptionError{Field: "Buffer", Reason: fmt.Sprintf("must be between 0 (default) and %d", MaxBuffer)}
 	}
 	if o.Buffer == 0 {
 		o.Buffer = 1024

@@ -73,6 +73,10 @@ func TestBrokerOptionsValidated(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "RejectRate", oe.Field)
 	require.ErrorIs(t, err, core.ErrInvalidOptions)
+	// A buffer of 2^40 messages would be allocated at once.
+	_, err = memory.NewBroker(&memory.Options{Buffer: 1 << 40})
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "Buffer", oe.Field)
 }
 
 func TestBrokerSendStopsOnCancelledContext(t *testing.T) {

@@ -254,7 +254,7 @@ func TestClaimCheckThroughSNS(t *testing.T) {
 	for _, err := range send(t, sink, msgs) {
 		require.NoError(t, err)
 	}
-	seen := runConsumer(t, e, url, 2, &sqs.ConsumerOptions{S3: e.s3})
+	seen := runConsumer(t, e, url, 2, &sqs.ConsumerOptions{S3: e.s3, ClaimCheckBuckets: []string{bucket}})
 	for _, m := range msgs {
 		require.Equal(t, m.Event, seen[m.ID])
 	}

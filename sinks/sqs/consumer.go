@@ -53,16 +53,23 @@ type ConsumerOptions struct {
 	// Default VisibilityTimeout/3; must be below VisibilityTimeout.
 	ExtendEvery time.Duration
 	// Concurrency is the most groups (FIFO message groups; single messages on a standard
-	// queue) processed at once, over all pollers. Default 4.
+	// queue) processed at once, over all pollers. Default 4; at most MaxConcurrency.
 	Concurrency int
-	// Pollers is the number of receive loops. Default 1.
+	// Pollers is the number of receive loops. Default 1; at most MaxPollers.
 	Pollers int
 	// S3 reads claim-checked payloads. Default nil: a claim-checked message fails with
 	// ErrClaimCheckBucket and is not deleted.
 	S3 *s3.Client
-	// ClaimCheckBuckets lists the buckets claim-checked payloads may be read from. Default nil:
-	// any bucket.
+	// ClaimCheckBuckets lists the buckets claim-checked payloads may be read from, with the
+	// consumer's own credentials. Default nil: none (deny by default): a message pointing
+	// anywhere else fails with ErrClaimCheckBucket before any S3 request and is not deleted.
 	ClaimCheckBuckets []string
+	// MaxClaimCheckBytes bounds the size of a claim-checked payload. A reference claiming more
+	// fails with ErrClaimCheckTooLarge before any S3 request; an object whose actual size
+	// differs from the claimed size fails with ErrClaimCheckDigest before its body is read, and
+	// no more than the claimed size is ever read. Default and maximum
+	// core.MaxLimitPayloadBytes (64 MiB), the largest payload an outbox accepts.
+	MaxClaimCheckBytes int64
 	// Entity maps an event to the inbox's version gate (core.InboxMessage Entity and
 	// Version; version 0 disables the gate). Default: AggregateType + "/" + AggregateID and
 	// AggregateVersion.
@@ -70,6 +77,12 @@ type ConsumerOptions struct {
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// Upper bounds of ConsumerOptions.
+const (
+	MaxConcurrency = 1024
+	MaxPollers     = 64
+)
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
 func NoVersionGate(*core.Event) (string, int64) { return "", 0 }
@@ -100,7 +113,9 @@ type Consumer[TTx any] struct {
 }
 
 // NewConsumer returns a consumer named consumer (the inbox's consumer name) of queueURL that
-// processes every message with handler through inbox. opts may be nil.
+// processes every message with handler through inbox. opts may be nil. consumer must pass
+// core.CheckConsumer (the rule Inbox.Process applies), otherwise NewConsumer returns a
+// *core.OptionError.
 func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.Inbox[TTx], consumer string, handler Handler[TTx], opts *ConsumerOptions) (*Consumer[TTx], error) {
 	switch {
 	case client == nil:
@@ -109,8 +124,10 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 		return nil, &core.OptionError{Field: "queueURL", Reason: "required"}
 	case inbox == nil:
 		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
-	case consumer == "":
-		return nil, &core.OptionError{Field: "consumer", Reason: "required"}
+	case core.CheckConsumer(consumer) != nil:
+		var me *core.MessageError
+		errors.As(core.CheckConsumer(consumer), &me)
+		return nil, &core.OptionError{Field: "consumer", Reason: me.Reason}
 	case handler == nil:
 		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
 	}
@@ -145,14 +162,20 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 	switch {
 	case o.Concurrency == 0:
 		o.Concurrency = 4
-	case o.Concurrency < 0:
-		return nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
+	case o.Concurrency < 0 || o.Concurrency > MaxConcurrency:
+		return nil, &core.OptionError{Field: "Concurrency", Reason: fmt.Sprintf("must be between 0 (default) and %d", MaxConcurrency)}
 	}
 	switch {
 	case o.Pollers == 0:
 		o.Pollers = 1
-	case o.Pollers < 0:
-		return nil, &core.OptionError{Field: "Pollers", Reason: "must not be negative"}
+	case o.Pollers < 0 || o.Pollers > MaxPollers:
+		return nil, &core.OptionError{Field: "Pollers", Reason: fmt.Sprintf("must be between 0 (default) and %d", MaxPollers)}
+	}
+	switch {
+	case o.MaxClaimCheckBytes == 0:
+		o.MaxClaimCheckBytes = core.MaxLimitPayloadBytes
+	case o.MaxClaimCheckBytes < 0 || o.MaxClaimCheckBytes > core.MaxLimitPayloadBytes:
+		return nil, &core.OptionError{Field: "MaxClaimCheckBytes", Reason: fmt.Sprintf("must be between 0 (default) and %d", core.MaxLimitPayloadBytes)}
 	}
 	if o.Entity == nil {
 		o.Entity = func(ev *core.Event) (string, int64) {
@@ -447,10 +470,10 @@ func (c *Consumer[TTx]) decode(ctx context.Context, m *types.Message) (*Delivery
 		return nil, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
 	}
 	if ref := dec.ClaimCheck; ref != nil {
-		if c.o.S3 == nil || (c.o.ClaimCheckBuckets != nil && !slices.Contains(c.o.ClaimCheckBuckets, ref.Bucket)) {
+		if c.o.S3 == nil || !slices.Contains(c.o.ClaimCheckBuckets, ref.Bucket) {
 			return nil, fmt.Errorf("%w: message %s: s3://%s/%s", ErrClaimCheckBucket, aws.ToString(m.MessageId), ref.Bucket, ref.Key)
 		}
-		p, err := wire.FetchClaimCheck(ctx, c.o.S3, ref)
+		p, err := wire.FetchClaimCheck(ctx, c.o.S3, ref, c.o.MaxClaimCheckBytes)
 		if err != nil {
 			return nil, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
 		}

@@ -72,13 +72,19 @@
 //
 // # Consumer
 //
+// Claim checks are read only from the buckets listed in ConsumerOptions.ClaimCheckBuckets
+// (deny by default: a message names its bucket, and the consumer reads it with its own
+// credentials), and only up to ConsumerOptions.MaxClaimCheckBytes: the claimed size is checked
+// before the request and the object's length before its body is read.
+//
 // Consumer[TTx] long-polls one queue (ReceiveMessage with WaitTime, all attributes), decodes
 // each message (fetching and verifying claim-checked payloads), and runs core.Inbox.Process
 // with the Handler in the inbox's transaction. A message is deleted only after Process returned
 // without error, i.e. after its inbox record committed: Applied, Duplicate and Stale messages
 // are all deleted. Everything else is left on the queue and is NEVER deleted by the consumer:
 // undecodable messages (ErrUndecodable), claim-check failures (ErrClaimCheckDigest,
-// ErrClaimCheckBucket, S3 errors), core.ErrDigestMismatch, core.ErrBeyondRetention,
+// ErrClaimCheckBucket, ErrClaimCheckTooLarge, S3 errors), core.ErrDigestMismatch,
+// core.ErrBeyondRetention, core.ErrInvalidMessage,
 // core.ErrVersionGap and handler errors. They become visible again after the visibility
 // timeout and are retried; give the queue a redrive policy (maxReceiveCount) so that messages
 // that keep failing move to a dead-letter queue instead of cycling. Every such failure is

@@ -18,8 +18,12 @@ var (
 	// digest or size recorded in its message. The consumer does not delete it.
 	ErrClaimCheckDigest = wire.ErrClaimCheckDigest
 	// ErrClaimCheckBucket: a message points to a bucket that ConsumerOptions.ClaimCheckBuckets
-	// does not allow, or the consumer has no S3 client. The consumer does not delete it.
+	// does not list (by default none is listed), or the consumer has no S3 client. Nothing was
+	// fetched; the consumer does not delete the message.
 	ErrClaimCheckBucket = errors.New("sqs: claim-check bucket not allowed")
+	// ErrClaimCheckTooLarge: a claim-check reference claims a payload larger than
+	// ConsumerOptions.MaxClaimCheckBytes. Nothing was fetched; the consumer does not delete it.
+	ErrClaimCheckTooLarge = wire.ErrClaimCheckTooLarge
 	// ErrHandlerPanic: the consumer's handler panicked. The message is treated as failed: its
 	// inbox transaction rolls back and it is not deleted, so it is received again (and, past
 	// the queue's maxReceiveCount, moved to its dead-letter queue).

@@ -55,7 +55,7 @@ func ExampleNewConsumer() {
 		inbox, "billing", func(ctx context.Context, tx *memory.Tx, d *sqs.Delivery) error {
 			// Apply d.Event (d.Event.Type, d.Event.Payload, ...) using tx.
 			return tx.Incr("orders")
-		}, &sqs.ConsumerOptions{S3: s3.NewFromConfig(cfg)})
+		}, &sqs.ConsumerOptions{S3: s3.NewFromConfig(cfg), ClaimCheckBuckets: []string{"orders-claim-checks"}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -102,6 +102,8 @@ var (
 	// ErrClaimCheckDigest: a claim-checked payload fetched from S3 does not match its recorded
 	// SHA-256 digest or size.
 	ErrClaimCheckDigest = errors.New("claim-checked payload does not match its digest")
+	// ErrClaimCheckTooLarge: a claim-check reference claims more bytes than the reader accepts.
+	ErrClaimCheckTooLarge = errors.New("claim-checked payload larger than the limit")
 )
 
 // Encode encodes m with its payload in the body. ref, when not nil, replaces the payload by a
@@ -182,6 +184,27 @@ func NewClaimCheck(bucket, prefix string, payload []byte) ClaimCheck {
 	sum := sha256.Sum256(payload)
 	h := hex.EncodeToString(sum[:])
 	return ClaimCheck{Bucket: bucket, Key: prefix + h, SHA256: h, Size: int64(len(payload))}
+}
+
+// Validate checks a received reference: a bucket name (3 to 63 of a-z 0-9 . -), a key of 1 to
+// 1024 bytes of text, a 64-digit hex SHA-256 and a size that is not negative.
+func (c *ClaimCheck) Validate() error {
+	if n := len(c.Bucket); n < 3 || n > 63 || strings.Trim(c.Bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != "" {
+		return fmt.Errorf("claim_check bucket %q is not a bucket name", c.Bucket)
+	}
+	if c.Key == "" || len(c.Key) > 1024 || core.CheckText(c.Key) != "" {
+		return fmt.Errorf("claim_check key is not 1 to 1024 bytes of text")
+	}
+	if len(c.SHA256) != 64 {
+		return fmt.Errorf("claim_check sha256 is not 64 hex digits")
+	}
+	if _, err := hex.DecodeString(c.SHA256); err != nil {
+		return fmt.Errorf("claim_check sha256 is not hex")
+	}
+	if c.Size < 0 {
+		return fmt.Errorf("claim_check size is negative")
+	}
+	return nil
 }
 
 // Verify checks payload against the reference's size and digest.
@@ -325,11 +348,11 @@ func Decode(body string, attr func(name string) (string, bool)) (Decoded, error)
 		ev.Payload = []byte{}
 	case EncodingS3:
 		c := meta.ClaimCheck
-		if c == nil || c.Bucket == "" || c.Key == "" || len(c.SHA256) != 64 || c.Size < 0 {
-			return bad("attribute %s: incomplete claim_check", AttrMeta)
+		if c == nil {
+			return bad("attribute %s: encoding s3 without claim_check", AttrMeta)
 		}
-		if _, err := hex.DecodeString(c.SHA256); err != nil {
-			return bad("attribute %s: claim_check sha256 is not hex", AttrMeta)
+		if err := c.Validate(); err != nil {
+			return bad("attribute %s: %v", AttrMeta, err)
 		}
 		d.ClaimCheck = c
 	default:

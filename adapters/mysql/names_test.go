@@ -1,0 +1,62 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/core"
+)
+
+// Derived table names that collide, and unbounded counts, are refused by New before it touches the database (this
+// database/sql handle points nowhere and is never connected).
+func TestNewRefusesCollidingDerivedNames(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none?parseTime=true")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	for _, o := range []mysql.Options{
+		{Table: "y_horizons", InboxTable: "y"},
+		{Table: "outbox", InboxTable: "OUTBOX"},
+		{Table: "x", InboxTable: "x_lanes"},
+		{DeadlockRetries: mysql.MaxDeadlockRetries + 1},
+		{DeadlockRetries: 1 << 40},
+	} {
+		_, err := mysql.New(context.Background(), db, &o)
+		var oe *core.OptionError
+		require.ErrorAs(t, err, &oe, "%+v", o)
+		require.ErrorIs(t, err, core.ErrInvalidOptions)
+	}
+}
+
+// A nil or ended transaction and an unmigrated database fail with typed errors.
+func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := newDB(t)
+	s, err := mysql.New(ctx, db, nil)
+	require.NoError(t, err)
+	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	in, err := core.NewInbox[*sql.Tx](s, nil)
+	require.NoError(t, err)
+	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
+		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+
+	require.NoError(t, s.Migrate(ctx))
+	out, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
+	_, err = out.Write(ctx, nil, ev)
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+	_, err = out.Write(ctx, tx, ev)
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+}

@@ -1,0 +1,155 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/sqlite"
+	"github.com/outboxkit/outbox/core"
+)
+
+// A Write whose context is cancelled at a random point must never end the caller's
+// transaction behind its back: whatever Write returns, the caller's later statements still run
+// in its transaction, and its Commit writes its domain rows together with either all of the
+// events or none of them.
+func TestWriteCancelledAtRandomPointsKeepsCallersTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.db.ExecContext(b.ctx, `CREATE TABLE domain (k TEXT NOT NULL)`)
+	require.NoError(t, err)
+	// Two statements (more rows than one INSERT may bind) inside a savepoint, and one statement.
+	sizes := []int{3000, 1500}
+	// Measure a Write so that the random cancellations fall before, inside and after it.
+	start := time.Now()
+	_, err = b.write(t, manyEvents("warm", sizes[0], 50)...)
+	require.NoError(t, err)
+	span := time.Since(start)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+	deadline := time.Now().Add(4 * time.Second)
+	tries, cancelled := 0, 0
+	for ; tries < 200 && time.Now().Before(deadline); tries++ {
+		n := sizes[tries%len(sizes)]
+		before := b.count(t)
+		var domainBefore int
+		require.NoError(t, b.db.QueryRowContext(b.ctx, `SELECT count(*) FROM domain`).Scan(&domainBefore))
+
+		tx, err := b.db.BeginTx(b.ctx, nil)
+		require.NoError(t, err)
+		_, err = tx.ExecContext(b.ctx, `INSERT INTO domain (k) VALUES ('before')`)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(b.ctx)
+		timer := time.AfterFunc(time.Duration(rng.Int64N(int64(span)+1)), cancel)
+		_, werr := b.out.Write(ctx, tx, manyEvents("t"+time.Now().Format("150405.000000000"), n, 50)...)
+		timer.Stop()
+		cancel()
+		if werr != nil {
+			cancelled++
+			require.ErrorIs(t, werr, context.Canceled)
+		}
+		// The caller's transaction is intact: its next statement and its commit succeed.
+		_, err = tx.ExecContext(b.ctx, `INSERT INTO domain (k) VALUES ('after')`)
+		require.NoError(t, err, "try %d: the caller's transaction was ended by Write (%v)", tries, werr)
+		require.NoError(t, tx.Commit(), "try %d: Write error %v", tries, werr)
+
+		var domain int
+		require.NoError(t, b.db.QueryRowContext(b.ctx, `SELECT count(*) FROM domain`).Scan(&domain))
+		require.Equal(t, domainBefore+2, domain)
+		if werr == nil {
+			require.Equal(t, before+n, b.count(t))
+		} else {
+			require.Equal(t, before, b.count(t), "a failed Write wrote nothing")
+		}
+		// Every other try rolls back instead, which must also leave nothing behind.
+	}
+	t.Logf("%d tries, %d cancelled inside Write", tries, cancelled)
+	require.Greater(t, cancelled, 0)
+	require.Less(t, cancelled, tries)
+}
+
+func TestWriteRefusesForeignAndNilTransactions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	// Another database, migrated alike: Write must refuse its transaction instead of writing to
+	// a lane no relay of this Store leases.
+	other := newTestStore(t, nil)
+	tx, err := other.DB().BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	_, err = b.out.Write(b.ctx, tx, event("e1", "k"))
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+	require.NoError(t, tx.Rollback())
+	var n int
+	require.NoError(t, other.DB().QueryRow(`SELECT count(*) FROM outbox`).Scan(&n))
+	require.Equal(t, 0, n)
+
+	_, err = b.out.Write(b.ctx, nil, event("e2", "k"))
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+
+	tx, err = b.db.BeginTx(b.ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback())
+	_, err = b.out.Write(b.ctx, tx, event("e3", "k"))
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+	require.Equal(t, 0, b.count(t))
+}
+
+func TestNewRefusesReservedTableNames(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.OpenDB(context.Background(), filepath.Join(t.TempDir(), "x.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	for _, o := range []sqlite.Options{{Table: "sqlite_outbox"}, {InboxTable: "SQLite_inbox"}} {
+		_, err := sqlite.New(db, &o)
+		var oe *core.OptionError
+		require.ErrorAs(t, err, &oe, "%+v", o)
+		require.ErrorIs(t, err, core.ErrInvalidOptions)
+	}
+}
+
+// An unmigrated database fails every entry point with core.ErrSchemaMismatch.
+func TestUnmigratedIsSchemaMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := sqlite.OpenDB(ctx, filepath.Join(t.TempDir(), "x.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	s, err := sqlite.New(db, &sqlite.Options{Logger: quiet})
+	require.NoError(t, err)
+	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	in, err := core.NewInbox[*sql.Tx](s, nil)
+	require.NoError(t, err)
+	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
+		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	err = s.Insert(ctx, tx, []core.Record{{Event: event("e", "k")}})
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	_, err = s.Stats(ctx)
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+}
+
+// The probe that overflowed SQLite's microsecond times: a far-future OccurredAt is refused
+// before anything is stored, so a Prune can never make the message apply a second time.
+func TestInboxFarFutureOccurredAtRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	require.NoError(t, err)
+	applied := 0
+	msg := core.InboxMessage{EventID: "e", OccurredAt: time.Date(294247, 1, 11, 0, 0, 0, 0, time.UTC)}
+	for range 2 {
+		_, err := in.Process(b.ctx, "c", msg, func(context.Context, *sql.Tx, core.InboxMessage) error { applied++; return nil })
+		require.ErrorIs(t, err, core.ErrInvalidMessage)
+		_, err = in.Prune(b.ctx, "c", time.Now(), 0)
+		require.NoError(t, err)
+	}
+	require.Zero(t, applied)
+}
