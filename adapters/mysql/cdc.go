@@ -78,7 +78,9 @@ type CDCOptions struct {
 // in that file. A GTID position resumes by its GTID set (it survives a failover to a replica
 // with the same GTIDs); the file part, kept alongside, measures Retention. Each ChangeTx
 // holds one committed transaction; runs of transactions that wrote no outbox row and are
-// already received are coalesced into one empty ChangeTx (at most 1,000 of them).
+// already received are coalesced into one empty ChangeTx (at most 1,000 of them). A
+// transaction that wrote only the CDC checkpoint table (the relay's own SaveCheckpoint) is
+// skipped: its position alone would make an idle relay checkpoint again and again.
 // UPDATE and DELETE rows events (the relay's own marks) are ignored.
 type ChangeSource struct {
 	store *Store
@@ -528,13 +530,14 @@ func (c *ChangeSource) open(ctx context.Context, info serverInfo, p position) (*
 		host, port = h, uint16(n)
 	}
 	st := &changeStream{
-		src:      c,
-		info:     info,
-		from:     p.String(),
-		file:     p.file,
-		schema:   []byte(c.store.database),
-		table:    []byte(c.store.names.outbox),
-		fallback: info.columns,
+		src:        c,
+		info:       info,
+		from:       p.String(),
+		file:       p.file,
+		schema:     []byte(c.store.database),
+		table:      []byte(c.store.names.outbox),
+		checkpoint: []byte(c.store.names.checkpoint),
+		fallback:   info.columns,
 	}
 	cfg := replication.BinlogSyncerConfig{
 		ServerID:                id,
@@ -595,8 +598,11 @@ type changeStream struct {
 	syncer   *replication.BinlogSyncer
 	streamer *replication.BinlogStreamer
 
-	schema, table []byte
-	fallback      []string // information_schema column order
+	schema, table, checkpoint []byte
+	fallback                  []string // information_schema column order
+
+	// The current transaction's rows events: of the checkpoint table (own) and of others.
+	own, other bool
 
 	buf  []*replication.BinlogEvent
 	next int // index of the next event of buf
@@ -710,6 +716,11 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			inner = append(inner, st.buf[st.next:]...)
 			st.buf, st.next = inner, 0
 		case *replication.RowsEvent:
+			if e.Table != nil && string(e.Table.Table) == string(st.checkpoint) && string(e.Table.Schema) == string(st.schema) {
+				st.own = true
+			} else {
+				st.other = true
+			}
 			if len(e.Rows) > 0 {
 				if err := st.appendRows(e); err != nil {
 					st.err = err
@@ -721,6 +732,16 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			continue
 		}
 		st.inTx = false
+		ownOnly := st.own && !st.other && len(st.records) == 0
+		st.own, st.other = false, false
+		if ownOnly {
+			// A CDC relay's own checkpoint write: returning its position would make the relay
+			// checkpoint again, and so on for ever (the idle relay writing the binary log).
+			if empty != "" && !st.pending() {
+				return core.ChangeTx{Position: empty}, nil
+			}
+			continue
+		}
 		p := position{file: st.file, offset: ev.Header.LogPos}
 		if st.skipTo != nil {
 			if !fileAfter(p, *st.skipTo) {
@@ -763,6 +784,7 @@ func binlogSeq(name string) uint64 {
 
 func (st *changeStream) startTx() {
 	st.inTx = false
+	st.own, st.other = false, false
 	st.records = st.records[:0]
 }
 

@@ -42,7 +42,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	if p.TTL <= 0 {
 		return nil, fmt.Errorf("mysql: claim lanes: TTL must be positive")
 	}
-	if s.o.ClaimStrategy == ClaimGetLock {
+	if s.usesLocks(p.Owner) {
 		return s.claimGetLock(ctx, p)
 	}
 	now := timeArg(p.Now)
@@ -188,9 +188,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	if err != nil {
 		return nil, wrap("renew lanes", err)
 	}
-	if s.o.ClaimStrategy == ClaimGetLock {
-		s.syncLocks(ctx, p.Leases, renewed)
-	}
+	s.syncLocks(ctx, p.Leases, renewed)
 	return renewed, nil
 }
 
@@ -212,9 +210,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 	if err != nil {
 		return wrap("release lanes", err)
 	}
-	if s.o.ClaimStrategy == ClaimGetLock {
-		s.releaseLocks(ctx, sorted)
-	}
+	s.releaseLocks(ctx, sorted)
 	return nil
 }
 
@@ -360,15 +356,13 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		return nil
 	})
 	if lostErr != nil && errors.Is(err, lostErr) {
-		if s.o.ClaimStrategy == ClaimGetLock {
-			var gone []core.Lease
-			for _, l := range p.Leases {
-				if slices.Contains(lostErr.Lanes, l.Lane) {
-					gone = append(gone, l)
-				}
+		var gone []core.Lease
+		for _, l := range p.Leases {
+			if slices.Contains(lostErr.Lanes, l.Lane) {
+				gone = append(gone, l)
 			}
-			s.releaseLostLocks(ctx, gone)
 		}
+		s.releaseLostLocks(ctx, gone) // of owners that claim with locks
 		return fmt.Errorf("mysql: settle: %w", lostErr)
 	}
 	return wrap("settle", err)

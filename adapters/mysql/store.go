@@ -111,6 +111,7 @@ type Store struct {
 
 	lockMu    sync.Mutex
 	lockConns map[string]*lockConn
+	live      map[string]bool // owners holding a sign of life (HoldLiveness)
 	closed    bool
 }
 
@@ -162,7 +163,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}}
+	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}, live: map[string]bool{}}
 
 	var raw string
 	var dbName sql.NullString

@@ -186,7 +186,7 @@ func TestClaimKeepsLimitWithStaleStatistics(t *testing.T) {
 			tx, err := d.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
-			args := []any{"w1", nil, time.Minute.Microseconds(), 3, int64(0)}
+			args := []any{"w1", nil, time.Minute.Microseconds(), 3, int64(0), s.n.liveKey, nil}
 			sql := s.q.claimSkipLocked
 			if strategy == ClaimAdvisoryLock {
 				sql, args = s.q.claimAdvisory, append(args, s.n.lockKey)

@@ -41,7 +41,9 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	src, err := store.ChangeSource(&CDCOptions{Slot: slot, SlotBusyTimeout: 10 * time.Second, StandbyTimeout: time.Second})
+	// The killed process's walsender may hold the slot a moment longer than the default 2 s
+	// allows on a loaded machine; the relay's own options are the defaults.
+	src, err := store.ChangeSource(&CDCOptions{Slot: slot, SlotBusyTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}

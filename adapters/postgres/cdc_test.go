@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -565,4 +567,51 @@ func TestDecodeText(t *testing.T) {
 	require.Equal(t, want.Truncate(time.Second), got)
 	_, err = parseTimestamptz("infinity")
 	require.Error(t, err)
+}
+
+// An idle CDC relay checkpoints a position without outbox records at most once per
+// CheckpointInterval, although the server sends a keepalive position every StandbyTimeout (200
+// ms here) and each checkpoint is itself WAL: one small row update each (a few hundred bytes, 8
+// KiB at most with a full-page image), so an idle relay writes at most a few KiB of WAL per
+// interval. Real events still move the checkpoint at once.
+func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
+	t.Parallel()
+	f := newCDC(t, &Options{Lanes: 4}, nil)
+	var sent atomic.Int64
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		sent.Add(int64(len(msgs)))
+		return make([]error, len(msgs))
+	})
+	const interval = time.Second
+	relay, err := core.NewCDCRelay(f.s, f.src, sink, core.StaticRouter{Default: "t"},
+		&core.CDCOptions{CheckpointInterval: interval, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	f.write(t, ev("a"), ev("b"))
+	require.Eventually(t, func() bool {
+		st := relay.Stats()
+		return st.Published == 2 && st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4
+	}, 30*time.Second, 10*time.Millisecond)
+	before := relay.Stats()
+	const window = 3 * time.Second
+	time.Sleep(window)
+	after := relay.Stats()
+	cps := after.Checkpoints - before.Checkpoints
+	t.Logf("idle %v: %d checkpoints, %d positions read", window, cps, after.Transactions-before.Transactions)
+	require.Greater(t, after.Transactions-before.Transactions, cps, "the server sent keepalive positions")
+	require.LessOrEqual(t, cps, uint64(window/interval)+1, "an idle relay checkpoints at most once per CheckpointInterval")
+
+	f.write(t, ev("c"))
+	require.Eventually(t, func() bool {
+		st := relay.Stats()
+		return st.Published == 3 && st.Checkpoint != after.Checkpoint && st.Lag > 0
+	}, 30*time.Second, 10*time.Millisecond, "the checkpoint follows real events")
+	require.Equal(t, int64(3), sent.Load())
 }

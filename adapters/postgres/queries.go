@@ -95,6 +95,7 @@ func buildQueries(n names, partitioned bool) *queries {
 		{name: "migration:0001_outbox", sql: s(migration0001)},
 		{name: "migration:0002_inbox:" + n.rawInbox, sql: s(migration0002)},
 		{name: "migration:0003_publisher", sql: s(migration0003)},
+		{name: "migration:0004_liveness", sql: s(migration0004)},
 	}
 	if partitioned {
 		q.migrations = append([]migration{{name: "migration:0000_outbox_partitioned", sql: s(migration0000)}}, q.migrations...)
@@ -150,36 +151,45 @@ func buildQueries(n names, partitioned bool) *queries {
 	SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint`
 	}
 
-	// $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation. ARRAY(...) keeps the
-	// LIMIT however stale the statistics are (IN (SELECT ... LIMIT n) may lock every
-	// candidate); the outer WHERE repeats the predicate for the row as updated.
+	// A lane is claimable when it is free, its lease expired, or the sign of life its lease was
+	// taken with is gone (Liveness: no session holds the advisory lock ($6 class, live_pid)
+	// any more). $6 is the liveness class of this outbox.
+	claimable := `(owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+		OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
+			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
+			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))`
+	// $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation, $6 liveness class, $7
+	// the claimer's live_pid (NULL without a sign of life). ARRAY(...) keeps the LIMIT however
+	// stale the statistics are (IN (SELECT ... LIMIT n) may lock every candidate); the outer
+	// WHERE repeats the predicate for the row as updated.
 	q.claimSkipLocked = s(fenced(`UPDATE {{lanes}}
-	SET owner = $1, generation = generation + 1,
+	SET owner = $1, generation = generation + 1, live_pid = $7::int,
 		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT lane FROM {{lanes}}
-		WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+		WHERE ` + claimable + `
 		  AND (SELECT generation FROM pub) = $5::bigint
 		ORDER BY lane LIMIT $4
 		FOR UPDATE SKIP LOCKED))
-	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+	  AND ` + claimable + `
 	  AND (SELECT generation FROM pub) = $5::bigint
 	RETURNING lane, owner, generation, lease_until`))
-	// $6 is the advisory lock class of this outbox. The candidates are read in lane order and
-	// the lock function is evaluated lazily until $4 lanes are locked (OFFSET 0 keeps the
-	// volatile filter out of the sorted subquery). Locks end with the statement's transaction.
+	// $8 is the advisory lock class of this outbox's claims. The candidates are read in lane
+	// order and the lock function is evaluated lazily until $4 lanes are locked (OFFSET 0
+	// keeps the volatile filter out of the sorted subquery). Locks end with the statement's
+	// transaction.
 	q.claimAdvisory = s(fenced(`UPDATE {{lanes}}
-	SET owner = $1, generation = generation + 1,
+	SET owner = $1, generation = generation + 1, live_pid = $7::int,
 		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT c.lane FROM (
 			SELECT lane FROM {{lanes}}
-			WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+			WHERE ` + claimable + `
 			  AND (SELECT generation FROM pub) = $5::bigint
 			ORDER BY lane OFFSET 0) AS c
-		WHERE pg_try_advisory_xact_lock($6::int, c.lane)
+		WHERE pg_try_advisory_xact_lock($8::int, c.lane)
 		LIMIT $4))
-	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+	  AND ` + claimable + `
 	  AND (SELECT generation FROM pub) = $5::bigint
 	RETURNING lane, owner, generation, lease_until`))
 
@@ -218,7 +228,7 @@ func buildQueries(n names, partitioned bool) *queries {
 	)
 	SELECT generation, (SELECT count(*) FROM up) FROM pub`)
 
-	q.release = s(`UPDATE {{lanes}} AS l SET owner = ''
+	q.release = s(`UPDATE {{lanes}} AS l SET owner = '', live_pid = NULL
 	FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 	WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
 	  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE))`)
