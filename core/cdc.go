@@ -151,12 +151,12 @@ type CDCRelay struct {
 		lag                                          atomic.Int64 // ns
 	}
 	// The session's state, under mu.
-	phase            CDCPhase
-	lanes            int
-	live             bool
-	position         string
-	lastResume       time.Time
-	lanesWait        time.Duration
+	phase      CDCPhase
+	lanes      int
+	live       bool
+	position   string
+	lastResume time.Time
+	lanesWait  time.Duration
 }
 
 // NewCDCRelay returns a CDC relay reading source and publishing to sink through router. opts may
