@@ -486,7 +486,8 @@ func TestChangeSourceStartSnapshot(t *testing.T) {
 
 // An idle CDC relay writes (almost) no binary log: the transactions that only save its
 // checkpoint are not read back as positions to checkpoint again, and positions without outbox
-// records (its own marks) are checkpointed at most once per CheckpointInterval. The binary log
+// records (its own marks, other databases' transactions) are checkpointed at most once per
+// CheckpointInterval. The binary log
 // of the test's database is measured from the server's own SHOW BINLOG EVENTS. Real events still
 // move the checkpoint.
 func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
@@ -501,8 +502,11 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 		sent.Add(int64(len(msgs)))
 		return make([]error, len(msgs))
 	})
+	// Other tests' databases move the binary log too: their positions are checkpointed once
+	// per interval. Alone on the server, the relay writes nothing at all.
+	const interval = time.Second
 	relay, err := core.NewCDCRelay(f.store, f.source(mysql.GTIDAuto), sink, core.StaticRouter{Default: "t"},
-		&core.CDCOptions{CheckpointInterval: 300 * time.Millisecond, Logger: quietLogger()})
+		&core.CDCOptions{CheckpointInterval: interval, Logger: quietLogger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -517,7 +521,7 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 		st := relay.Stats()
 		return st.Published == 2 && st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4
 	}, 30*time.Second, 10*time.Millisecond)
-	time.Sleep(time.Second) // the marks' position is checkpointed within an interval
+	time.Sleep(interval + interval/2) // the marks' position is checkpointed within an interval
 	before := relay.Stats()
 	file, pos := binlogHead(t, f.db)
 	const window = 3 * time.Second
@@ -527,7 +531,8 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 	t.Logf("idle %v: %d bytes of binary log for the relay's database, %d checkpoints, %d transactions read",
 		window, bytes, after.Checkpoints-before.Checkpoints, after.Transactions-before.Transactions)
 	require.LessOrEqual(t, float64(bytes)/window.Seconds(), 2048.0, "binary log bytes per second of an idle relay")
-	require.Zero(t, after.Checkpoints-before.Checkpoints, "an idle relay checkpointed")
+	require.LessOrEqual(t, after.Checkpoints-before.Checkpoints, uint64(window/interval)+1,
+		"an idle relay checkpoints at most once per CheckpointInterval")
 
 	f.write(ev("c"))
 	require.Eventually(t, func() bool {
