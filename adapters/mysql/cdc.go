@@ -34,12 +34,14 @@ const (
 	GTIDOff
 )
 
-// CDCOptions configures a ChangeSource. Only DSN is required.
-type CDCOptions struct {
-	// DSN is the go-sql-driver/mysql DSN of the server, normally the one the Store's *sql.DB
-	// was opened with: the binlog connection takes its address (tcp or unix), user, password
-	// and TLS configuration. The user needs REPLICATION SLAVE and REPLICATION CLIENT (BINLOG
-	// MONITOR on MariaDB). Required.
+// ChangeSourceOptions configures a ChangeSource (Store.ChangeSource). The zero value (or nil)
+// takes every default.
+type ChangeSourceOptions struct {
+	// DSN is the go-sql-driver/mysql DSN of the binlog connection: it takes the address (tcp or
+	// unix), user, password and TLS configuration. The user needs REPLICATION SLAVE and
+	// REPLICATION CLIENT (BINLOG MONITOR on MariaDB). Default: the Store's Options.DSN (a
+	// *sql.DB does not reveal the address and credentials it connects with). Set it to read the
+	// log as another user.
 	DSN string
 	// ServerID is the replica server id the binlog connection registers with. It must differ
 	// from the server's @@server_id and from every other replica or binlog reader of the
@@ -84,7 +86,7 @@ type CDCOptions struct {
 // UPDATE and DELETE rows events (the relay's own marks) are ignored.
 type ChangeSource struct {
 	store *Store
-	o     CDCOptions
+	o     ChangeSourceOptions
 	cfg   *driver.Config
 	log   *slog.Logger
 
@@ -104,17 +106,21 @@ type serverInfo struct {
 // coalesceEmpty bounds the empty transactions one Next coalesces.
 const coalesceEmpty = 1000
 
-// NewChangeSource returns a change source on store's outbox table. It does not connect:
-// the server is inspected on the first call that needs it. opts may not be nil (DSN is
-// required).
-func NewChangeSource(store *Store, opts *CDCOptions) (*ChangeSource, error) {
-	if store == nil {
-		return nil, &core.OptionError{Field: "store", Reason: "must not be nil"}
+// ChangeSource returns the change log of the store's outbox: its inserts in the server's
+// binary log. opts may be nil. It does not touch the database: the server is inspected on the
+// first call that needs it. Without a DSN (here or in the Store's Options) it fails with a
+// *core.OptionError naming DSN.
+func (s *Store) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
+	var o ChangeSourceOptions
+	if opts != nil {
+		o = *opts
 	}
-	if opts == nil || opts.DSN == "" {
-		return nil, &core.OptionError{Field: "DSN", Reason: "is required"}
+	if o.DSN == "" {
+		o.DSN = s.o.DSN
 	}
-	o := *opts
+	if o.DSN == "" {
+		return nil, &core.OptionError{Field: "DSN", Reason: "is required here or in the Store's Options: the binlog connection needs the address and credentials a *sql.DB does not reveal"}
+	}
 	cfg, err := driver.ParseDSN(o.DSN)
 	if err != nil {
 		return nil, &core.OptionError{Field: "DSN", Reason: err.Error()}
@@ -137,12 +143,12 @@ func NewChangeSource(store *Store, opts *CDCOptions) (*ChangeSource, error) {
 		o.HeartbeatPeriod = 5 * time.Second
 	}
 	if o.Logger == nil {
-		o.Logger = store.log
+		o.Logger = s.log
 	}
 	if o.SyncerLogger == nil {
 		o.SyncerLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &ChangeSource{store: store, o: o, cfg: cfg, log: o.Logger}, nil
+	return &ChangeSource{store: s, o: o, cfg: cfg, log: o.Logger}, nil
 }
 
 // detect inspects the server once: flavor, identity, GTIDs, binlog settings, columns.

@@ -45,7 +45,7 @@ func newCDCFixture(t *testing.T) *cdcFixture {
 
 func (f *cdcFixture) source(mode mysql.GTIDMode) *mysql.ChangeSource {
 	f.t.Helper()
-	src, err := mysql.NewChangeSource(f.store, &mysql.CDCOptions{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
+	src, err := f.store.ChangeSource(&mysql.ChangeSourceOptions{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
 	require.NoError(f.t, err)
 	return src
 }
@@ -390,21 +390,32 @@ func TestChangeSourcePositionLost(t *testing.T) {
 	require.Zero(t, r.HeadroomBytes, "a lost position has no headroom")
 }
 
-func TestNewChangeSourceOptions(t *testing.T) {
+func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
-	_, err := mysql.NewChangeSource(s, nil)
+	_, err := s.ChangeSource(nil)
 	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe, "no DSN here or in the Store's Options")
+	require.Equal(t, "DSN", oe.Field)
+	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@udp(127.0.0.1:1)/db"})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "DSN", oe.Field)
-	_, err = mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
+	// The Store's DSN is the default; nil options take every default.
+	db, _ := newDB(t)
+	withDSN, err := mysql.New(t.Context(), db, &mysql.Options{DSN: "u@tcp(127.0.0.1:1)/db", Logger: quietLogger()})
+	require.NoError(t, err)
+	src, err := withDSN.ChangeSource(nil)
+	require.NoError(t, err)
+	require.NotNil(t, src)
+	_, err = mysql.New(t.Context(), db, &mysql.Options{DSN: "u@tcp(127.0.0.1:1/db", Logger: quietLogger()})
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "DSN", oe.Field)
+	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "Flavor", oe.Field)
-	_, err = mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db", GTID: mysql.GTIDMode(9)})
+	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@tcp(127.0.0.1:1)/db", GTID: mysql.GTIDMode(9)})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "GTID", oe.Field)
-	_, err = mysql.NewChangeSource(nil, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db"})
-	require.ErrorAs(t, err, &oe)
 }
 
 // TestChangeSourceStartSnapshot: every row committed while Start runs is visible to a query

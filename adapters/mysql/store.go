@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -77,6 +79,11 @@ type Options struct {
 	// and changed columns — about 14 KB instead of 2 MB per 1,000 rows of ~1 KiB. Inserts keep
 	// the full image that CDC relays read. Default false.
 	FullMarkImage bool
+	// DSN is the go-sql-driver/mysql DSN db was opened with. Only the change source
+	// (Store.ChangeSource) uses it: its binlog connection needs the address and credentials,
+	// which a *sql.DB does not reveal. Default "": ChangeSource then needs
+	// ChangeSourceOptions.DSN.
+	DSN string
 	// Logger receives the adapter's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -123,6 +130,12 @@ type tableNames struct {
 // New checks the server and the connection settings and returns a Store on db. It does not
 // create tables: call Migrate. opts may be nil.
 //
+// Unlike postgres.New, it queries the server: the version (the SQL differs between MySQL and
+// MariaDB), the database the DSN selects (it names the GET_LOCKs and the change source's
+// identity) and the time settings are facts the Store is built on, and a DSN that gets them
+// wrong fails here, at startup, rather than at the first write. Everything else (the change
+// source included) does no I/O until used.
+//
 // The DSN of db must select a database and set parseTime=true; loc must be UTC (the driver's
 // default). The server must be MySQL 8.0+ or MariaDB 10.6+ (ErrUnsupportedServer otherwise)
 // with InnoDB. Times are stored as DATETIME(6) in UTC; the session time zone does not matter.
@@ -159,6 +172,11 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		o.DeadlockRetries = 8
 	} else if o.DeadlockRetries < 0 {
 		o.DeadlockRetries = 0
+	}
+	if o.DSN != "" {
+		if _, err := driver.ParseDSN(o.DSN); err != nil {
+			return nil, &core.OptionError{Field: "DSN", Reason: err.Error()}
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

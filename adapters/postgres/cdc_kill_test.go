@@ -43,7 +43,7 @@ func runKillChild(spec string) error {
 	}
 	// The killed process's walsender may hold the slot a moment longer than the default 2 s
 	// allows on a loaded machine; the relay's own options are the defaults.
-	src, err := store.ChangeSource(&CDCOptions{Slot: slot, SlotBusyTimeout: 10 * time.Second})
+	src, err := store.ChangeSource(&ChangeSourceOptions{Slot: slot, SlotBusyTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	s, d := migratedStore(t, dbOptions{syncCommit: true}, nil)
 	slot := randomName("okt_kill_")
-	src, err := s.ChangeSource(&CDCOptions{Slot: slot})
+	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: slot})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.DropSlot(context.Background()) })
 	ob, err := core.NewOutbox(t.Context(), s, nil)

@@ -31,7 +31,7 @@ type cdcFixture struct {
 	ob  *core.Outbox[pgx.Tx]
 }
 
-func newCDC(t *testing.T, opts *Options, co *CDCOptions) *cdcFixture {
+func newCDC(t *testing.T, opts *Options, co *ChangeSourceOptions) *cdcFixture {
 	t.Helper()
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, opts)
@@ -45,9 +45,9 @@ func newCDC(t *testing.T, opts *Options, co *CDCOptions) *cdcFixture {
 
 // source returns a change source on the fixture's outbox with a fresh slot; the slot is dropped
 // at cleanup, after the streams opened later are closed.
-func (f *cdcFixture) source(t *testing.T, co *CDCOptions) *ChangeSource {
+func (f *cdcFixture) source(t *testing.T, co *ChangeSourceOptions) *ChangeSource {
 	t.Helper()
-	var o CDCOptions
+	var o ChangeSourceOptions
 	if co != nil {
 		o = *co
 	}
@@ -363,11 +363,11 @@ func TestCDCDroppedSlot(t *testing.T) {
 func TestCDCSlotActive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, &CDCOptions{SlotBusyTimeout: 300 * time.Millisecond})
+	f := newCDC(t, &Options{Lanes: 4}, &ChangeSourceOptions{SlotBusyTimeout: 300 * time.Millisecond})
 	st, pos := start(t, f.src)
 
 	// Another relay on the same slot fails at once (after SlotBusyTimeout), it does not hang.
-	other, err := f.s.ChangeSource(&CDCOptions{Slot: f.src.Slot(), SlotBusyTimeout: 300 * time.Millisecond})
+	other, err := f.s.ChangeSource(&ChangeSourceOptions{Slot: f.src.Slot(), SlotBusyTimeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	began := time.Now()
 	_, err = other.Resume(ctx, pos)
@@ -440,7 +440,7 @@ func TestCDCNeverConfirmsUnconfirmed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// A long StandbyTimeout: the periodic status update cannot be what carries the confirmation.
-	f := newCDC(t, &Options{Lanes: 4}, &CDCOptions{StandbyTimeout: time.Minute})
+	f := newCDC(t, &Options{Lanes: 4}, &ChangeSourceOptions{StandbyTimeout: time.Minute})
 	st, pos := start(t, f.src)
 	f.write(t, ev("a"))
 	f.write(t, ev("b"))
@@ -489,7 +489,7 @@ func TestCDCDatabaseSQL(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx))
 	pgs, err := New(d.pool, &Options{Schema: d.schema, Lanes: 2})
 	require.NoError(t, err)
-	src, err := s.ChangeSource(&CDCOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
+	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	holdSlot(t, src)
 	ob, err := core.NewOutbox(ctx, pgs, nil)
@@ -502,7 +502,7 @@ func TestCDCDatabaseSQL(t *testing.T) {
 	require.Equal(t, f.listed(t), txs[0].Records)
 }
 
-func TestCDCOptions(t *testing.T) {
+func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
 	s, err := New(nilPool(t), &Options{Schema: "Sales", Table: "outbox"})
 	require.NoError(t, err)
@@ -514,7 +514,7 @@ func TestCDCOptions(t *testing.T) {
 
 	s, err = New(nilPool(t), &Options{Schema: "public", Table: "outbox"})
 	require.NoError(t, err)
-	src, err = s.ChangeSource(&CDCOptions{})
+	src, err = s.ChangeSource(&ChangeSourceOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "outboxkit_public_outbox", src.Slot())
 
@@ -524,14 +524,14 @@ func TestCDCOptions(t *testing.T) {
 
 	for _, c := range []struct {
 		field string
-		o     CDCOptions
+		o     ChangeSourceOptions
 	}{
-		{"Slot", CDCOptions{Slot: "Upper"}},
-		{"Slot", CDCOptions{Slot: "with-dash"}},
-		{"Publication", CDCOptions{Publication: "bad name"}},
-		{"StandbyTimeout", CDCOptions{StandbyTimeout: -time.Second}},
-		{"SlotBusyTimeout", CDCOptions{SlotBusyTimeout: -time.Second}},
-		{"ConnString", CDCOptions{ConnString: "postgres://[bad"}},
+		{"Slot", ChangeSourceOptions{Slot: "Upper"}},
+		{"Slot", ChangeSourceOptions{Slot: "with-dash"}},
+		{"Publication", ChangeSourceOptions{Publication: "bad name"}},
+		{"StandbyTimeout", ChangeSourceOptions{StandbyTimeout: -time.Second}},
+		{"SlotBusyTimeout", ChangeSourceOptions{SlotBusyTimeout: -time.Second}},
+		{"ConnString", ChangeSourceOptions{ConnString: "postgres://[bad"}},
 	} {
 		_, err := s.ChangeSource(&c.o)
 		var oe *core.OptionError
