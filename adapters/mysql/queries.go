@@ -59,8 +59,11 @@ func newQueries(r *strings.Replacer) queries {
 		heartbeatDelete: r.Replace(`DELETE FROM {workers} WHERE owner = ?`),
 		heartbeatCount:  r.Replace(`SELECT COUNT(*) FROM {workers} WHERE expires_at > ` + nowExpr),
 
+		// Free or expired leases, and leases whose holder's session no longer holds the
+		// lane's GET_LOCK (ClaimGetLock, or an owner holding a sign of life: core.Liveness).
 		claimSkipLocked: r.Replace(`SELECT lane FROM {lanes}
 	WHERE owner = '' OR lease_until IS NULL OR lease_until <= ` + nowExpr + `
+	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
 	ORDER BY lane LIMIT ? FOR UPDATE SKIP LOCKED`),
 		// Candidates of a GET_LOCK claim: free or expired leases, and leases whose holder's
 		// session no longer holds the lane's lock (its connection died). The last column says

@@ -52,7 +52,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
 			return err
 		}
-		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, p.Max)
+		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, s.lockPrefix, p.Max)
 		if err != nil || len(lanes) == 0 {
 			return err
 		}

@@ -25,7 +25,8 @@ type ClaimStrategy int
 
 const (
 	// ClaimSkipLocked (default) claims free or expired lanes with SELECT ... FOR UPDATE SKIP
-	// LOCKED on the lanes table: concurrent claimers skip each other's rows.
+	// LOCKED on the lanes table: concurrent claimers skip each other's rows. It also takes the
+	// lanes of an owner that held them with a GET_LOCK (HoldLiveness) whose session has ended.
 	ClaimSkipLocked ClaimStrategy = iota
 	// ClaimGetLock additionally ties each lease to a GET_LOCK named after the database, table
 	// and lane, held by a dedicated connection of the claiming owner. When that connection dies
