@@ -21,7 +21,7 @@ type queries struct {
 
 	insertPrefix, insertRow string
 
-	heartbeatUpsert, heartbeatDelete, heartbeatCount string
+	heartbeatUpsert, heartbeatDelete, heartbeatCount, heartbeatPurgeDead string
 
 	claimSkipLocked, claimUpdate, lanesRead, lanesLock, renewUpdate, release string
 	claimGetLockCandidates, setLockSession, lockedBy                         string
@@ -57,6 +57,12 @@ func newQueries(r *strings.Replacer) queries {
 	VALUES (?, ` + nowExpr + ` + INTERVAL ? MICROSECOND)
 	ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)`),
 		heartbeatDelete: r.Replace(`DELETE FROM {workers} WHERE owner = ?`),
+		// Workers whose GET_LOCK session is gone (a lane they lease is tied to a session that
+		// no longer holds its lock) are dead: their rows must not count towards the fair share
+		// until they expire, or the survivors leave the dead workers' lanes unclaimed. A live
+		// owner whose session alone broke registers again at its next heartbeat.
+		heartbeatPurgeDead: r.Replace(`DELETE w FROM {workers} AS w JOIN {lanes} AS l ON l.owner = w.owner
+	WHERE w.owner <> ? AND l.lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, l.lane)) <=> l.lock_session)`),
 		heartbeatCount:  r.Replace(`SELECT COUNT(*) FROM {workers} WHERE expires_at > ` + nowExpr),
 
 		// Free or expired leases, and leases whose holder's session no longer holds the

@@ -11,7 +11,8 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Heartbeat implements core.RelayStore.
+// Heartbeat implements core.RelayStore. The live count leaves out workers known dead: those
+// holding a lane tied to a GET_LOCK session that has ended (their rows are deleted).
 func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
 	now := timeArg(p.Now)
 	if p.TTL <= 0 {
@@ -19,8 +20,13 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 			return 0, wrap("heartbeat", err)
 		}
 		s.dropLockConn(p.Owner)
-	} else if _, err := s.exec(ctx, s.q.heartbeatUpsert, p.Owner, now, micros(p.TTL)); err != nil {
-		return 0, wrap("heartbeat", err)
+	} else {
+		if _, err := s.exec(ctx, s.q.heartbeatPurgeDead, p.Owner, s.lockPrefix); err != nil {
+			return 0, wrap("heartbeat", err)
+		}
+		if _, err := s.exec(ctx, s.q.heartbeatUpsert, p.Owner, now, micros(p.TTL)); err != nil {
+			return 0, wrap("heartbeat", err)
+		}
 	}
 	var live int
 	if err := s.db.QueryRowContext(ctx, s.q.heartbeatCount, now).Scan(&live); err != nil {

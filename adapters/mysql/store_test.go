@@ -539,3 +539,35 @@ func TestLivenessTakeover(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, renewed, 2)
 }
+
+// A worker whose GET_LOCK session died does not count as live: otherwise the survivor's fair
+// share (lanes / live workers) leaves the dead worker's lanes unclaimed until its heartbeat
+// expires, although their locks came free at once (the cause of GET_LOCK polling relays falling
+// behind when processes are killed).
+func TestGetLockDeadWorkerNotLive(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := t.Context()
+	s := storeOn(t, db, &mysql.Options{Lanes: 4, ClaimStrategy: mysql.ClaimGetLock})
+	live, err := s.Heartbeat(ctx, core.HeartbeatParams{Owner: "old", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 1, live)
+	old, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, old, 4)
+	live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "new", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 2, live, "the old worker's session lives")
+
+	var holder sql.NullInt64
+	require.NoError(t, db.QueryRow(`SELECT lock_session FROM outbox_lanes WHERE lane = 0`).Scan(&holder))
+	_, err = db.Exec(fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "new", TTL: time.Hour})
+		return err == nil && live == 1
+	}, 10*time.Second, 20*time.Millisecond, "the dead worker no longer counts")
+	got, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 4, "the survivor's share is every lane")
+}
