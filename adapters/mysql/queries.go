@@ -63,7 +63,7 @@ func newQueries(r *strings.Replacer) queries {
 		// owner whose session alone broke registers again at its next heartbeat.
 		heartbeatPurgeDead: r.Replace(`DELETE w FROM {workers} AS w JOIN {lanes} AS l ON l.owner = w.owner
 	WHERE w.owner <> ? AND l.lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, l.lane)) <=> l.lock_session)`),
-		heartbeatCount:  r.Replace(`SELECT COUNT(*) FROM {workers} WHERE expires_at > ` + nowExpr),
+		heartbeatCount: r.Replace(`SELECT COUNT(*) FROM {workers} WHERE expires_at > ` + nowExpr),
 
 		// Free or expired leases, and leases whose holder's session no longer holds the
 		// lane's GET_LOCK (ClaimGetLock, or an owner holding a sign of life: core.Liveness).
