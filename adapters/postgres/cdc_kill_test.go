@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -41,9 +40,7 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	// The killed process's walsender may hold the slot a moment longer than the default 2 s
-	// allows on a loaded machine; the relay's own options are the defaults.
-	src, err := store.ChangeSource(&ChangeSourceOptions{Slot: slot, SlotBusyTimeout: 10 * time.Second})
+	src, err := store.ChangeSource(&ChangeSourceOptions{Slot: slot})
 	if err != nil {
 		return err
 	}
