@@ -209,7 +209,7 @@ func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, 
 // Owner returns the name the relay uses in leases.
 func (r *CDCRelay) Owner() string { return r.o.Owner }
 
-// Stats returns the relay's counters.
+// Stats returns the relay's counters and state.
 func (r *CDCRelay) Stats() CDCStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -347,6 +347,9 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 			return r.end(ctx, sctx, fmt.Errorf("outbox: cdc relay: resume: %w", err))
 		}
 		r.setCheckpoint(cp.Position)
+		r.mu.Lock()
+		r.position = cp.Position
+		r.mu.Unlock()
 		log.Info("cdc_relay_resumed", "position", cp.Position, "lanes_wait", r.Stats().LanesWait)
 	}
 	r.mu.Lock()
@@ -615,6 +618,9 @@ func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (C
 	if err != nil {
 		return nil, fmt.Errorf("outbox: cdc relay: start the log: %w", err)
 	}
+	r.mu.Lock()
+	r.position = pos
+	r.mu.Unlock()
 	log.Info("cdc_relay_backfill_started", "position", pos)
 	r.backfilled = map[int64]struct{}{}
 	total := 0

@@ -92,8 +92,8 @@ type Options struct {
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
 
 // Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx], core.RelayStore,
-// core.InboxStore[*sql.Tx], core.Pruner, core.Admin and core.CheckpointStore, plus in-process wake-ups
-// (core.Notifier and core.Waker). It is safe for concurrent use.
+// core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore and core.Liveness, plus
+// in-process wake-ups (core.Notifier and core.Waker). It is safe for concurrent use.
 type Store struct {
 	core.Broadcast
 
