@@ -39,6 +39,13 @@ type CDCOptions struct {
 	ReleaseOverCap bool
 	// RetentionInterval is how often retention is measured. Default 30s.
 	RetentionInterval time.Duration
+	// CheckpointInterval is the most often a log position that carried no outbox record (other
+	// tables' transactions, the relay's own marks, keepalives) is checkpointed; a position
+	// after records is checkpointed as soon as they are marked. Each checkpoint is a write to
+	// the database, and so to its change log: an idle relay writes at most one per interval.
+	// The price is that a restarted relay may re-read up to an interval of log that holds no
+	// outbox record. Default 10s.
+	CheckpointInterval time.Duration
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 
@@ -51,7 +58,25 @@ type LogReleaser interface {
 	Release(ctx context.Context) error
 }
 
-// CDCStats counts what a CDC relay did since it was created.
+// CDCPhase is what a CDC relay is doing (CDCStats.Phase).
+type CDCPhase string
+
+// CDC relay phases.
+const (
+	// PhaseStopped: no session runs (before Run, after it returned).
+	PhaseStopped CDCPhase = "stopped"
+	// PhaseAcquiring: the relay took the publisher generation and waits for every lane (the
+	// previous publisher's workers to release them, their leases to expire, or their
+	// sessions to end; see Liveness).
+	PhaseAcquiring CDCPhase = "acquiring"
+	// PhaseBackfilling: the relay publishes the unpublished rows (first start, cutover,
+	// Backfill).
+	PhaseBackfilling CDCPhase = "backfilling"
+	// PhaseStreaming: the relay publishes what it reads from the change log.
+	PhaseStreaming CDCPhase = "streaming"
+)
+
+// CDCStats is what a CDC relay did since it was created, and what it is doing now.
 type CDCStats struct {
 	Transactions uint64 // committed transactions read from the log
 	Sends        uint64 // Sink.Send calls
@@ -64,6 +89,26 @@ type CDCStats struct {
 	Generation   int64
 	Checkpoint   string    // the last checkpointed position
 	Retention    Retention // the last measurement
+
+	Phase CDCPhase
+	// LanesHeld is how many lanes the relay holds now, of Lanes (the outbox's lane count, 0
+	// before the first session). A publishing relay holds every lane.
+	LanesHeld, Lanes int
+	// Live reports whether the running session holds a sign of life (the store's Liveness
+	// capability), so that a successor need not wait for its leases to expire after a crash.
+	Live bool
+	// Position is the last log position read; Checkpoint trails it by what is being sent and
+	// marked, and by at most CheckpointInterval while the log carries no outbox record.
+	Position string
+	// Lag is how old the last acknowledged record was when the sink acknowledged it: its
+	// CreatedAt (database clock) to the acknowledgement (this process's clock). 0 before the
+	// first.
+	Lag time.Duration
+	// LastResume is when the relay last began to stream (from its checkpoint, or after a
+	// backfill), and LanesWait how long that session waited for its lanes (PhaseAcquiring).
+	// Zero before the first.
+	LastResume time.Time
+	LanesWait  time.Duration
 }
 
 // CDCRelay delivers committed outbox events by reading the database's change log instead of
@@ -103,7 +148,15 @@ type CDCRelay struct {
 	stats struct {
 		settleCounters
 		txs, sends, skipped, backfilled, checkpoints atomic.Uint64
+		lag                                          atomic.Int64 // ns
 	}
+	// The session's state, under mu.
+	phase      CDCPhase
+	lanes      int
+	live       bool
+	position   string
+	lastResume time.Time
+	lanesWait  time.Duration
 }
 
 // NewCDCRelay returns a CDC relay reading source and publishing to sink through router. opts may
@@ -135,6 +188,12 @@ func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, 
 	if o.RetentionInterval < 0 {
 		return nil, &OptionError{Field: "RetentionInterval", Reason: "must be positive"}
 	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = 10 * time.Second
+	}
+	if o.CheckpointInterval < 0 {
+		return nil, &OptionError{Field: "CheckpointInterval", Reason: "must be positive"}
+	}
 	o.Retry = o.Retry.withDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -143,22 +202,24 @@ func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, 
 		store: store, source: source, sink: sink, router: router, o: o,
 		log:        o.Logger.With("owner", o.Owner, "relay", "cdc"),
 		parkedKeys: map[string]bool{},
+		phase:      PhaseStopped,
 	}, nil
 }
 
 // Owner returns the name the relay uses in leases.
 func (r *CDCRelay) Owner() string { return r.o.Owner }
 
-// Stats returns the relay's counters.
+// Stats returns the relay's counters and state.
 func (r *CDCRelay) Stats() CDCStats {
 	r.mu.Lock()
-	cp, ret := r.checkpoint, r.retention
-	r.mu.Unlock()
+	defer r.mu.Unlock()
 	return CDCStats{
 		Transactions: r.stats.txs.Load(), Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(), Skipped: r.stats.skipped.Load(),
 		Backfilled: r.stats.backfilled.Load(), Checkpoints: r.stats.checkpoints.Load(),
-		Generation: r.gen.Load(), Checkpoint: cp, Retention: ret,
+		Generation: r.gen.Load(), Checkpoint: r.checkpoint, Retention: r.retention,
+		Phase: r.phase, LanesHeld: len(r.leases), Lanes: r.lanes, Live: r.live, Position: r.position,
+		Lag: time.Duration(r.stats.lag.Load()), LastResume: r.lastResume, LanesWait: r.lanesWait,
 	}
 }
 
@@ -227,9 +288,27 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	// The session's context ends with ctx or when the renewal loop finds the relay fenced.
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	life := r.holdLiveness(sctx, log)
+	defer func() { // after the lanes are released (deferred below)
+		if life != nil {
+			if err := life.Release(); err != nil {
+				log.Warn("cdc_relay_liveness_release_failed", "error", err)
+			}
+		}
+		r.mu.Lock()
+		r.phase, r.live = PhaseStopped, false
+		r.mu.Unlock()
+	}()
+	r.mu.Lock()
+	r.phase, r.lanes, r.live = PhaseAcquiring, lanes, life != nil
+	r.mu.Unlock()
+	waitStart := time.Now()
 	if err := r.takeLanes(sctx, lanes, log); err != nil {
 		return r.end(ctx, sctx, err)
 	}
+	r.mu.Lock()
+	r.lanesWait = time.Since(waitStart)
+	r.mu.Unlock()
 	var wg sync.WaitGroup
 	if err := r.loadParkedKeys(sctx); err != nil {
 		return r.end(ctx, sctx, err)
@@ -241,7 +320,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		wg.Wait()
 		r.releaseLanes(context.WithoutCancel(ctx), log)
 	}()
-	wg.Go(func() { r.renewLoop(sctx, cancel, log) })
+	wg.Go(func() { r.renewLoop(sctx, cancel, life, log) })
 
 	cp, ok, err := r.store.LoadCheckpoint(sctx)
 	if err != nil {
@@ -265,8 +344,14 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 			return r.end(ctx, sctx, fmt.Errorf("outbox: cdc relay: resume: %w", err))
 		}
 		r.setCheckpoint(cp.Position)
-		log.Info("cdc_relay_resumed", "position", cp.Position)
+		r.mu.Lock()
+		r.position = cp.Position
+		r.mu.Unlock()
+		log.Info("cdc_relay_resumed", "position", cp.Position, "lanes_wait", r.Stats().LanesWait)
 	}
+	r.mu.Lock()
+	r.phase, r.lastResume = PhaseStreaming, time.Now()
+	r.mu.Unlock()
 	wg.Go(func() { r.retentionLoop(sctx, cancel, log) })
 	err = r.end(ctx, sctx, r.stream(sctx, id, stream, log))
 	_ = stream.Close()
@@ -385,9 +470,28 @@ func (r *CDCRelay) currentLeases() []Lease {
 	return r.leases
 }
 
-// renewLoop renews every lease each RenewInterval. A stale generation or a lost lane ends the
-// session: another publisher owns the outbox now.
-func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger) {
+// holdLiveness takes the relay's sign of life when the store has the Liveness capability; nil
+// when it has not, or when it failed (the relay then relies on its leases alone).
+func (r *CDCRelay) holdLiveness(ctx context.Context, log *slog.Logger) Life {
+	lv, ok := r.store.(Liveness)
+	if !ok {
+		return nil
+	}
+	life, err := lv.HoldLiveness(ctx, r.o.Owner)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("cdc_relay_liveness_unavailable", "error", err,
+				"note", "a successor waits for the leases to expire after a crash")
+		}
+		return nil
+	}
+	return life
+}
+
+// renewLoop renews every lease each RenewInterval. A stale generation, a lost lane or a lost
+// sign of life (life, may be nil) ends the session: another publisher owns the outbox now, or
+// may take it at any moment.
+func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, life Life, log *slog.Logger) {
 	t := time.NewTicker(r.o.RenewInterval)
 	defer t.Stop()
 	for {
@@ -395,6 +499,13 @@ func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if life != nil {
+			if err := life.Check(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("cdc_relay_liveness_lost", "error", err)
+				cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: sign of life lost (%v): %w", r.o.Owner, err, ErrClaimLost)})
+				return
+			}
 		}
 		held := r.currentLeases()
 		renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
@@ -497,10 +608,16 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // backfill opens a stream at the head of the log, publishes every unpublished row committed
 // before it, and checkpoints the head. The stream then carries on from there.
 func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (ChangeStream, error) {
+	r.mu.Lock()
+	r.phase = PhaseBackfilling
+	r.mu.Unlock()
 	stream, pos, err := r.source.Start(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: cdc relay: start the log: %w", err)
 	}
+	r.mu.Lock()
+	r.position = pos
+	r.mu.Unlock()
 	log.Info("cdc_relay_backfill_started", "position", pos)
 	r.backfilled = map[int64]struct{}{}
 	total := 0
@@ -572,33 +689,58 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 	var (
 		recs  []Record
 		carry *changeOrErr // a transaction read but left for the next batch
+		// Positions that carried no record are checkpointed at most once per
+		// CheckpointInterval (see submitPosition): pending is the latest one not yet
+		// submitted, lastPos when a position was last submitted.
+		pending string
+		lastPos = time.Now() // the session began at a checkpoint
 	)
+	submitPosition := func(pos string, records bool) error {
+		if !records && time.Since(lastPos) < r.o.CheckpointInterval {
+			pending = pos
+			return nil
+		}
+		pending, lastPos = "", time.Now()
+		return r.settle.submit(ctx, &settleItem{pos: pos, stream: stream})
+	}
 	for {
 		var first changeOrErr
 		if carry != nil {
 			first, carry = *carry, nil
 		} else {
-			var idle <-chan time.Time
-			var t *time.Timer
+			var idle, due <-chan time.Time
+			var timers []*time.Timer
 			if len(r.backfilled) > 0 {
-				t = time.NewTimer(backfillSkipIdle)
-				idle = t.C
+				t := time.NewTimer(backfillSkipIdle)
+				timers, idle = append(timers, t), t.C
 			}
-			caughtUp := false
+			if pending != "" {
+				t := time.NewTimer(r.o.CheckpointInterval - time.Since(lastPos))
+				timers, due = append(timers, t), t.C
+			}
+			caughtUp, flush := false, false
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case first = <-ch:
 			case <-idle:
 				caughtUp = true
+			case <-due:
+				flush = true
 			}
-			if t != nil {
+			for _, t := range timers {
 				t.Stop()
 			}
 			if caughtUp {
 				// Nothing to read for a while: every row the backfill published that the
 				// stream also carries has gone by.
 				r.backfilled = nil
+				continue
+			}
+			if flush {
+				if err := submitPosition(pending, false); err != nil {
+					return err
+				}
 				continue
 			}
 		}
@@ -630,12 +772,16 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 				break more
 			}
 		}
-		if len(recs) > 0 {
+		r.mu.Lock()
+		r.position = pos
+		r.mu.Unlock()
+		records := len(recs) > 0
+		if records {
 			if err := r.deliver(ctx, r.skipBackfilled(r.skipParked(recs)), log); err != nil {
 				return err
 			}
 		}
-		if err := r.settle.submit(ctx, &settleItem{pos: pos, stream: stream}); err != nil {
+		if err := submitPosition(pos, records); err != nil {
 			return err
 		}
 		if failed != nil {
@@ -744,6 +890,9 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 				retry = append(retry, *rec) // behind an earlier failure of its key
 			case outcome[i] == nil:
 				p.Published = append(p.Published, rec.Seq)
+				if !rec.CreatedAt.IsZero() {
+					r.stats.lag.Store(int64(time.Since(rec.CreatedAt)))
+				}
 			default:
 				failedKey[rec.PartitionKey] = true
 				attempts[rec.Seq]++

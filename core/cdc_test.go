@@ -116,3 +116,100 @@ func TestCDCRelayRefusesAnotherSourcesCheckpoint(t *testing.T) {
 	require.True(t, errors.Is(err, core.ErrPositionLost))
 	require.Equal(t, "0/16B3748", lost.Checkpoint)
 }
+
+// A position that carried no outbox record is checkpointed at most once per CheckpointInterval
+// (each checkpoint is itself a write to the change log), the latest one still gets checkpointed
+// when the log goes quiet, and a position after records is checkpointed at once.
+func TestCDCRelayThrottlesEmptyCheckpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ob, err := core.NewOutbox[*memory.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	const interval = 300 * time.Millisecond
+	r, err := core.NewCDCRelay(s, s.ChangeSource(), core.SinkFunc(func(_ context.Context, m []core.Message) []error { return make([]error, len(m)) }),
+		core.StaticRouter{Default: "q"}, &core.CDCOptions{CheckpointInterval: interval, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	require.Eventually(t, func() bool { return r.Stats().Phase == core.PhaseStreaming }, 5*time.Second, time.Millisecond)
+
+	before := r.Stats()
+	start := time.Now()
+	for time.Since(start) < time.Second { // empty transactions, one every millisecond
+		require.NoError(t, s.InTx(ctx, func(context.Context, *memory.Tx) error { return nil }))
+		time.Sleep(time.Millisecond)
+	}
+	mid := r.Stats()
+	require.Greater(t, mid.Transactions-before.Transactions, uint64(100))
+	require.LessOrEqual(t, mid.Checkpoints-before.Checkpoints, uint64(time.Since(start)/interval)+1)
+	require.Eventually(t, func() bool { st := r.Stats(); return st.Checkpoint == st.Position },
+		3*interval, 10*time.Millisecond, "the last empty position is checkpointed once the log is quiet")
+
+	quiet := r.Stats()
+	writeOne(t, s, ob, "k")
+	require.Eventually(t, func() bool {
+		st := r.Stats()
+		return st.Published == 1 && st.Checkpoint != quiet.Checkpoint
+	}, interval/2, time.Millisecond, "a position after records is checkpointed at once")
+	require.Positive(t, r.Stats().Lag)
+}
+
+// livingStore gives the memory store a Liveness whose sign of life the test ends.
+type livingStore struct {
+	*memory.Store
+	life *fakeLife
+}
+
+func (l *livingStore) HoldLiveness(context.Context, string) (core.Life, error) { return l.life, nil }
+
+type fakeLife struct{ dead, released atomic.Bool }
+
+func (f *fakeLife) Check(context.Context) error {
+	if f.dead.Load() {
+		return errors.New("session gone")
+	}
+	return nil
+}
+
+func (f *fakeLife) Release() error { f.released.Store(true); return nil }
+
+// A CDC relay holds a sign of life while it runs, reports it in Stats, and stops with
+// ErrClaimLost when it is lost (a successor may take its lanes at any moment); it releases it
+// when it stops.
+func TestCDCRelayStopsWhenItsSignOfLifeIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := memory.New(&memory.Options{Lanes: 4, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	s := &livingStore{Store: m, life: &fakeLife{}}
+	r, err := core.NewCDCRelay(s, m.ChangeSource(), core.SinkFunc(func(_ context.Context, m []core.Message) []error { return make([]error, len(m)) }),
+		core.StaticRouter{Default: "q"}, &core.CDCOptions{LeaseTTL: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.Equal(t, core.PhaseStopped, r.Stats().Phase)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		st := r.Stats()
+		return st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4 && st.Lanes == 4 && !st.LastResume.IsZero()
+	}, 5*time.Second, time.Millisecond)
+
+	s.life.dead.Store(true)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, core.ErrClaimLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay went on without its sign of life")
+	}
+	st := r.Stats()
+	require.Equal(t, core.PhaseStopped, st.Phase)
+	require.False(t, st.Live)
+	require.Zero(t, st.LanesHeld)
+	require.True(t, s.life.released.Load())
+}

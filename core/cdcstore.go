@@ -88,3 +88,31 @@ type ChangeSource interface {
 	// Retention reports the log the database retains for position.
 	Retention(ctx context.Context, position string) (Retention, error)
 }
+
+// Liveness is an optional RelayStore capability: a sign of life of a lease owner that the
+// database itself ends when the owner's session ends (PostgreSQL: a session-level advisory
+// lock; MySQL and MariaDB: GET_LOCK). While an owner holds it, ClaimLanes records it with every
+// lease it takes for that owner, and any claimer may take a lane whose recorded sign of life is
+// gone although its lease has not expired. A crashed relay's successor then takes over as soon
+// as the database has noticed the dead session (usually at once: the kernel closes a killed
+// process's connections) instead of after LeaseTTL.
+//
+// It does not replace lease fencing: an owner that is alive but slow keeps its session and so
+// its lanes until the lease expires, and every lane taken over gets a new generation, so the
+// old holder's marks and renewals fail (ErrClaimLost, *LanesLostError) if it was alive after
+// all (its database session alone had broken).
+type Liveness interface {
+	// HoldLiveness takes owner's sign of life on a database session of its own. Until the
+	// returned Life is released, ClaimLanes of owner ties the leases it takes to that session.
+	HoldLiveness(ctx context.Context, owner string) (Life, error)
+}
+
+// Life is a held sign of life (Liveness).
+type Life interface {
+	// Check returns nil while the sign of life is held, and an error once its session has
+	// ended: other claimers may then take the owner's lanes.
+	Check(ctx context.Context) error
+	// Release ends the sign of life and closes its session. Leases stay until they are
+	// released or expire.
+	Release() error
+}

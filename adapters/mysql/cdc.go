@@ -34,12 +34,14 @@ const (
 	GTIDOff
 )
 
-// CDCOptions configures a ChangeSource. Only DSN is required.
-type CDCOptions struct {
-	// DSN is the go-sql-driver/mysql DSN of the server, normally the one the Store's *sql.DB
-	// was opened with: the binlog connection takes its address (tcp or unix), user, password
-	// and TLS configuration. The user needs REPLICATION SLAVE and REPLICATION CLIENT (BINLOG
-	// MONITOR on MariaDB). Required.
+// ChangeSourceOptions configures a ChangeSource (Store.ChangeSource). The zero value (or nil)
+// takes every default.
+type ChangeSourceOptions struct {
+	// DSN is the go-sql-driver/mysql DSN of the binlog connection: it takes the address (tcp or
+	// unix), user, password and TLS configuration. The user needs REPLICATION SLAVE and
+	// REPLICATION CLIENT (BINLOG MONITOR on MariaDB). Default: the Store's Options.DSN (a
+	// *sql.DB does not reveal the address and credentials it connects with). Set it to read the
+	// log as another user.
 	DSN string
 	// ServerID is the replica server id the binlog connection registers with. It must differ
 	// from the server's @@server_id and from every other replica or binlog reader of the
@@ -78,11 +80,13 @@ type CDCOptions struct {
 // in that file. A GTID position resumes by its GTID set (it survives a failover to a replica
 // with the same GTIDs); the file part, kept alongside, measures Retention. Each ChangeTx
 // holds one committed transaction; runs of transactions that wrote no outbox row and are
-// already received are coalesced into one empty ChangeTx (at most 1,000 of them).
+// already received are coalesced into one empty ChangeTx (at most 1,000 of them). A
+// transaction that wrote only the CDC checkpoint table (the relay's own SaveCheckpoint) is
+// skipped: its position alone would make an idle relay checkpoint again and again.
 // UPDATE and DELETE rows events (the relay's own marks) are ignored.
 type ChangeSource struct {
 	store *Store
-	o     CDCOptions
+	o     ChangeSourceOptions
 	cfg   *driver.Config
 	log   *slog.Logger
 
@@ -102,17 +106,21 @@ type serverInfo struct {
 // coalesceEmpty bounds the empty transactions one Next coalesces.
 const coalesceEmpty = 1000
 
-// NewChangeSource returns a change source on store's outbox table. It does not connect:
-// the server is inspected on the first call that needs it. opts may not be nil (DSN is
-// required).
-func NewChangeSource(store *Store, opts *CDCOptions) (*ChangeSource, error) {
-	if store == nil {
-		return nil, &core.OptionError{Field: "store", Reason: "must not be nil"}
+// ChangeSource returns the change log of the store's outbox: its inserts in the server's
+// binary log. opts may be nil. It does not touch the database: the server is inspected on the
+// first call that needs it. Without a DSN (here or in the Store's Options) it fails with a
+// *core.OptionError naming DSN.
+func (s *Store) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
+	var o ChangeSourceOptions
+	if opts != nil {
+		o = *opts
 	}
-	if opts == nil || opts.DSN == "" {
-		return nil, &core.OptionError{Field: "DSN", Reason: "is required"}
+	if o.DSN == "" {
+		o.DSN = s.o.DSN
 	}
-	o := *opts
+	if o.DSN == "" {
+		return nil, &core.OptionError{Field: "DSN", Reason: "is required here or in the Store's Options: the binlog connection needs the address and credentials a *sql.DB does not reveal"}
+	}
 	cfg, err := driver.ParseDSN(o.DSN)
 	if err != nil {
 		return nil, &core.OptionError{Field: "DSN", Reason: err.Error()}
@@ -135,12 +143,12 @@ func NewChangeSource(store *Store, opts *CDCOptions) (*ChangeSource, error) {
 		o.HeartbeatPeriod = 5 * time.Second
 	}
 	if o.Logger == nil {
-		o.Logger = store.log
+		o.Logger = s.log
 	}
 	if o.SyncerLogger == nil {
 		o.SyncerLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &ChangeSource{store: store, o: o, cfg: cfg, log: o.Logger}, nil
+	return &ChangeSource{store: s, o: o, cfg: cfg, log: o.Logger}, nil
 }
 
 // detect inspects the server once: flavor, identity, GTIDs, binlog settings, columns.
@@ -528,13 +536,14 @@ func (c *ChangeSource) open(ctx context.Context, info serverInfo, p position) (*
 		host, port = h, uint16(n)
 	}
 	st := &changeStream{
-		src:      c,
-		info:     info,
-		from:     p.String(),
-		file:     p.file,
-		schema:   []byte(c.store.database),
-		table:    []byte(c.store.names.outbox),
-		fallback: info.columns,
+		src:        c,
+		info:       info,
+		from:       p.String(),
+		file:       p.file,
+		schema:     []byte(c.store.database),
+		table:      []byte(c.store.names.outbox),
+		checkpoint: []byte(c.store.names.checkpoint),
+		fallback:   info.columns,
 	}
 	cfg := replication.BinlogSyncerConfig{
 		ServerID:                id,
@@ -595,8 +604,11 @@ type changeStream struct {
 	syncer   *replication.BinlogSyncer
 	streamer *replication.BinlogStreamer
 
-	schema, table []byte
-	fallback      []string // information_schema column order
+	schema, table, checkpoint []byte
+	fallback                  []string // information_schema column order
+
+	// The current transaction's rows events: of the checkpoint table (own) and of others.
+	own, other bool
 
 	buf  []*replication.BinlogEvent
 	next int // index of the next event of buf
@@ -710,6 +722,11 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			inner = append(inner, st.buf[st.next:]...)
 			st.buf, st.next = inner, 0
 		case *replication.RowsEvent:
+			if e.Table != nil && string(e.Table.Table) == string(st.checkpoint) && string(e.Table.Schema) == string(st.schema) {
+				st.own = true
+			} else {
+				st.other = true
+			}
 			if len(e.Rows) > 0 {
 				if err := st.appendRows(e); err != nil {
 					st.err = err
@@ -721,6 +738,16 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			continue
 		}
 		st.inTx = false
+		ownOnly := st.own && !st.other && len(st.records) == 0
+		st.own, st.other = false, false
+		if ownOnly {
+			// A CDC relay's own checkpoint write: returning its position would make the relay
+			// checkpoint again, and so on for ever (the idle relay writing the binary log).
+			if empty != "" && !st.pending() {
+				return core.ChangeTx{Position: empty}, nil
+			}
+			continue
+		}
 		p := position{file: st.file, offset: ev.Header.LogPos}
 		if st.skipTo != nil {
 			if !fileAfter(p, *st.skipTo) {
@@ -763,6 +790,7 @@ func binlogSeq(name string) uint64 {
 
 func (st *changeStream) startTx() {
 	st.inTx = false
+	st.own, st.other = false, false
 	st.records = st.records[:0]
 }
 

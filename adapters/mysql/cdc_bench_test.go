@@ -30,7 +30,7 @@ func BenchmarkChangeSourceNext(b *testing.B) {
 	s := storeOn(b, db, &mysql.Options{Lanes: 16})
 	c := testConfig(b).Clone()
 	c.DBName = name
-	src, err := mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: c.FormatDSN(), Logger: quietLogger()})
+	src, err := s.ChangeSource(&mysql.ChangeSourceOptions{DSN: c.FormatDSN(), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

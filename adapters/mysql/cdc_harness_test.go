@@ -25,7 +25,7 @@ func cdcHarness() *conformance.CDCHarness[*sql.Tx] {
 			require.NoError(t, s.DB().QueryRowContext(t.Context(), "SELECT DATABASE()").Scan(&db))
 			c := testConfig(t).Clone()
 			c.DBName = db
-			src, err := mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: c.FormatDSN(), Logger: quietLogger()})
+			src, err := s.ChangeSource(&mysql.ChangeSourceOptions{DSN: c.FormatDSN(), Logger: quietLogger()})
 			require.NoError(t, err)
 			return src
 		},

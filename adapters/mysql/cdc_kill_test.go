@@ -30,11 +30,11 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	store, err := mysql.New(ctx, db, &mysql.Options{Logger: slog.New(slog.DiscardHandler)})
+	store, err := mysql.New(ctx, db, &mysql.Options{DSN: dsn, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
-	src, err := mysql.NewChangeSource(store, &mysql.CDCOptions{DSN: dsn})
+	src, err := store.ChangeSource(nil)
 	if err != nil {
 		return err
 	}

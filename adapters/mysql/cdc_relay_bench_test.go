@@ -50,7 +50,7 @@ func cdcBenchStore(b *testing.B) (*mysql.Store, *mysql.ChangeSource) {
 	cfg.DBName = name
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	src, err := mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: cfg.FormatDSN(), Logger: quietLogger()})
+	src, err := s.ChangeSource(&mysql.ChangeSourceOptions{DSN: cfg.FormatDSN(), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func newCDCFixture(t *testing.T) *cdcFixture {
 
 func (f *cdcFixture) source(mode mysql.GTIDMode) *mysql.ChangeSource {
 	f.t.Helper()
-	src, err := mysql.NewChangeSource(f.store, &mysql.CDCOptions{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
+	src, err := f.store.ChangeSource(&mysql.ChangeSourceOptions{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
 	require.NoError(f.t, err)
 	return src
 }
@@ -390,21 +390,32 @@ func TestChangeSourcePositionLost(t *testing.T) {
 	require.Zero(t, r.HeadroomBytes, "a lost position has no headroom")
 }
 
-func TestNewChangeSourceOptions(t *testing.T) {
+func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
-	_, err := mysql.NewChangeSource(s, nil)
+	_, err := s.ChangeSource(nil)
 	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe, "no DSN here or in the Store's Options")
+	require.Equal(t, "DSN", oe.Field)
+	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@udp(127.0.0.1:1)/db"})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "DSN", oe.Field)
-	_, err = mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
+	// The Store's DSN is the default; nil options take every default.
+	db, _ := newDB(t)
+	withDSN, err := mysql.New(t.Context(), db, &mysql.Options{DSN: "u@tcp(127.0.0.1:1)/db", Logger: quietLogger()})
+	require.NoError(t, err)
+	src, err := withDSN.ChangeSource(nil)
+	require.NoError(t, err)
+	require.NotNil(t, src)
+	_, err = mysql.New(t.Context(), db, &mysql.Options{DSN: "u@tcp(127.0.0.1:1/db", Logger: quietLogger()})
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "DSN", oe.Field)
+	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "Flavor", oe.Field)
-	_, err = mysql.NewChangeSource(s, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db", GTID: mysql.GTIDMode(9)})
+	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@tcp(127.0.0.1:1)/db", GTID: mysql.GTIDMode(9)})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "GTID", oe.Field)
-	_, err = mysql.NewChangeSource(nil, &mysql.CDCOptions{DSN: "u@tcp(127.0.0.1:1)/db"})
-	require.ErrorAs(t, err, &oe)
 }
 
 // TestChangeSourceStartSnapshot: every row committed while Start runs is visible to a query
@@ -482,4 +493,137 @@ func TestChangeSourceStartSnapshot(t *testing.T) {
 	}
 	require.Positive(t, streamed-both, "rows were committed after Start's position")
 	t.Logf("%d rows: %d visible after Start, %d streamed, %d both", len(all), len(visible), streamed, both)
+}
+
+// An idle CDC relay writes (almost) no binary log: the transactions that only save its
+// checkpoint are not read back as positions to checkpoint again, and positions without outbox
+// records (its own marks, other databases' transactions) are checkpointed at most once per
+// CheckpointInterval. The binary log
+// of the test's database is measured from the server's own SHOW BINLOG EVENTS. Real events still
+// move the checkpoint.
+func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
+	t.Parallel()
+	binlogMu.RLock()
+	defer binlogMu.RUnlock()
+	f := newCDCFixture(t)
+	var name string
+	require.NoError(t, f.db.QueryRow(`SELECT DATABASE()`).Scan(&name))
+	var sent atomic.Int64
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		sent.Add(int64(len(msgs)))
+		return make([]error, len(msgs))
+	})
+	// Other tests' databases move the binary log too: their positions are checkpointed once
+	// per interval. Alone on the server, the relay writes nothing at all.
+	const interval = time.Second
+	relay, err := core.NewCDCRelay(f.store, f.source(mysql.GTIDAuto), sink, core.StaticRouter{Default: "t"},
+		&core.CDCOptions{CheckpointInterval: interval, Logger: quietLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	f.write(ev("a"), ev("b"))
+	require.Eventually(t, func() bool {
+		st := relay.Stats()
+		return st.Published == 2 && st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4
+	}, 30*time.Second, 10*time.Millisecond)
+	time.Sleep(interval + interval/2) // the marks' position is checkpointed within an interval
+	before := relay.Stats()
+	file, pos := binlogHead(t, f.db)
+	const window = 3 * time.Second
+	time.Sleep(window)
+	after := relay.Stats()
+	bytes := binlogBytesOf(t, f.db, name, file, pos)
+	t.Logf("idle %v: %d bytes of binary log for the relay's database, %d checkpoints, %d transactions read",
+		window, bytes, after.Checkpoints-before.Checkpoints, after.Transactions-before.Transactions)
+	require.LessOrEqual(t, float64(bytes)/window.Seconds(), 2048.0, "binary log bytes per second of an idle relay")
+	require.LessOrEqual(t, after.Checkpoints-before.Checkpoints, uint64(window/interval)+1,
+		"an idle relay checkpoints at most once per CheckpointInterval")
+
+	f.write(ev("c"))
+	require.Eventually(t, func() bool {
+		st := relay.Stats()
+		return st.Published == 3 && st.Checkpoint != after.Checkpoint
+	}, 30*time.Second, 10*time.Millisecond, "the checkpoint follows real events")
+	require.Equal(t, int64(3), sent.Load())
+	// The measurement sees the database's writes: the insert, its mark and the checkpoint.
+	require.Greater(t, binlogBytesOf(t, f.db, name, file, pos), int64(0))
+}
+
+// binlogHead is the end of the server's binary log.
+func binlogHead(t *testing.T, db *sql.DB) (string, int64) {
+	t.Helper()
+	rows, err := db.Query(`SHOW MASTER STATUS`)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	require.True(t, rows.Next(), "SHOW MASTER STATUS is empty")
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	require.NoError(t, rows.Scan(ptrs...))
+	pos, err := strconv.ParseInt(vals[1].String, 10, 64)
+	require.NoError(t, err)
+	return vals[0].String, pos
+}
+
+// binlogBytesOf sums the binary log of the transactions, from file:pos on, that wrote a table of
+// database name (a table map event names it).
+func binlogBytesOf(t *testing.T, db *sql.DB, name, file string, pos int64) int64 {
+	t.Helper()
+	var files []string
+	rows, err := db.Query(`SHOW BINARY LOGS`)
+	require.NoError(t, err)
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	for rows.Next() {
+		dest := []any{new(string)}
+		for range len(cols) - 1 {
+			dest = append(dest, new(sql.RawBytes))
+		}
+		require.NoError(t, rows.Scan(dest...))
+		if f := *dest[0].(*string); f >= file {
+			files = append(files, f)
+		}
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	var total int64
+	for i, f := range files {
+		q := fmt.Sprintf("SHOW BINLOG EVENTS IN '%s'", f)
+		if i == 0 {
+			q += fmt.Sprintf(" FROM %d", pos)
+		}
+		ev, err := db.Query(q)
+		require.NoError(t, err)
+		var start int64
+		ours := false
+		for ev.Next() {
+			var logName, typ, info string
+			var at, server, end int64
+			require.NoError(t, ev.Scan(&logName, &at, &typ, &server, &end, &info))
+			switch {
+			case typ == "Gtid" || (typ == "Query" && info == "BEGIN"):
+				start, ours = at, false
+			case typ == "Table_map" && strings.Contains(info, "("+name+"."):
+				ours = true
+			case typ == "Xid" || (typ == "Query" && strings.HasPrefix(info, "COMMIT")):
+				if ours {
+					total += end - start
+				}
+				ours = false
+			}
+		}
+		require.NoError(t, ev.Err())
+		ev.Close()
+	}
+	return total
 }

@@ -5,8 +5,10 @@
 // A *Store implements core.OutboxStore[*sql.Tx], core.RelayStore, core.InboxStore[*sql.Tx],
 // core.Pruner, core.Admin and core.CheckpointStore (so core.CDCStore), and wakes relays of the
 // same process after core.Outbox.Notify (core.Notifier, core.Waker). It passes the conformance
-// suite with both claim strategies. NewChangeSource reads the outbox's inserts from the
-// server's binary log for core.CDCRelay (see ChangeSource).
+// suite with both claim strategies. Store.ChangeSource reads the outbox's inserts from the
+// server's binary log for core.CDCRelay (see ChangeSource); it needs the DSN (Options.DSN or
+// ChangeSourceOptions.DSN). The Store also implements core.Liveness with GET_LOCK, so that a
+// crashed CDC relay's successor takes its lanes over at once.
 //
 // # Connection requirements
 //

@@ -56,19 +56,21 @@ func Example() {
 // binlog_format=ROW and binlog_row_image=FULL (binlog_row_metadata=FULL recommended); the user
 // needs REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR on MariaDB). (Not run: it
 // needs a server.)
-func ExampleNewChangeSource() {
+func ExampleStore_ChangeSource() {
 	ctx := context.Background()
 	dsn := "relay:secret@tcp(127.0.0.1:3306)/shop?parseTime=true&interpolateParams=true"
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := mysql.New(ctx, db, nil)
+	// The DSN again: the binlog connection needs the address and credentials, which a *sql.DB
+	// does not reveal.
+	store, err := mysql.New(ctx, db, &mysql.Options{DSN: dsn})
 	if err != nil {
 		log.Fatal(err)
 	}
 	// GTID positions when the server has GTIDs, binary log file and offset otherwise.
-	source, err := mysql.NewChangeSource(store, &mysql.CDCOptions{DSN: dsn})
+	source, err := store.ChangeSource(nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,6 +12,70 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
+// usesLocks reports whether owner's leases are tied to GET_LOCKs: under ClaimGetLock every
+// owner's are, otherwise those of an owner holding a sign of life (HoldLiveness).
+func (s *Store) usesLocks(owner string) bool {
+	if s.o.ClaimStrategy == ClaimGetLock {
+		return true
+	}
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	return s.live[owner]
+}
+
+// HoldLiveness implements core.Liveness with the GET_LOCK machinery of ClaimGetLock, whatever
+// the ClaimStrategy: until the Life is released, owner claims as under ClaimGetLock, each of
+// its leases tied to a GET_LOCK held by a dedicated connection of the *sql.DB, and any claimer
+// may take a lane whose lock that connection no longer holds (the server releases the locks of
+// a connection that ends, e.g. when the process holding it is killed).
+func (s *Store) HoldLiveness(ctx context.Context, owner string) (core.Life, error) {
+	if owner == "" {
+		return nil, errors.New("mysql: hold liveness: empty owner")
+	}
+	lc, err := s.lockConnOf(ctx, owner) // checks that a session can be opened
+	if err != nil {
+		return nil, wrap("hold liveness", err)
+	}
+	lc.mu.Unlock()
+	s.lockMu.Lock()
+	s.live[owner] = true
+	s.lockMu.Unlock()
+	return &mysqlLife{s: s, owner: owner}, nil
+}
+
+// mysqlLife is the sign of life of one owner: the GET_LOCKs of its lock session.
+type mysqlLife struct {
+	s     *Store
+	owner string
+}
+
+// Check implements core.Life: the owner's lock session must be open and answer a ping.
+func (l *mysqlLife) Check(ctx context.Context) error {
+	lc := l.s.lockConnIfAny(l.owner)
+	if lc == nil {
+		return errors.New("mysql: liveness: no lock session")
+	}
+	defer lc.mu.Unlock()
+	if err := lc.conn.PingContext(ctx); err != nil {
+		return wrap("liveness: lock session", err)
+	}
+	return nil
+}
+
+// Release implements core.Life: the owner claims as its ClaimStrategy says again, and its lock
+// session is closed (releasing its locks) unless ClaimGetLock keeps it.
+func (l *mysqlLife) Release() error {
+	l.s.lockMu.Lock()
+	delete(l.s.live, l.owner)
+	l.s.lockMu.Unlock()
+	if l.s.o.ClaimStrategy != ClaimGetLock {
+		l.s.dropLockConn(l.owner)
+	}
+	return nil
+}
+
+var _ core.Liveness = (*Store)(nil)
+
 // lockConn is the dedicated session of one owner under ClaimGetLock: it holds the GET_LOCK of
 // every lane the owner leases. If the session dies, the server releases its locks.
 type lockConn struct {
@@ -238,6 +302,9 @@ func (s *Store) syncLocks(ctx context.Context, asked, renewed []core.Lease) {
 		owners[l.Owner] = true
 	}
 	for owner, anyRenewed := range owners {
+		if !s.usesLocks(owner) {
+			continue
+		}
 		lc := s.lockConnIfAny(owner)
 		if lc == nil && !anyRenewed {
 			continue

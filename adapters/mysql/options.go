@@ -53,6 +53,11 @@ type Options struct {
 	// and changed columns — about 14 KB instead of 2 MB per 1,000 rows of ~1 KiB. Inserts keep
 	// the full image that CDC relays read. Default false.
 	FullMarkImage bool
+	// DSN is the go-sql-driver/mysql DSN db was opened with. Only the change source
+	// (Store.ChangeSource) uses it: its binlog connection needs the address and credentials,
+	// which a *sql.DB does not reveal. Default "": ChangeSource then needs
+	// ChangeSourceOptions.DSN.
+	DSN string
 	// Logger receives the adapter's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -64,7 +69,8 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
 
 const (
 	// ClaimSkipLocked (default) claims free or expired lanes with SELECT ... FOR UPDATE SKIP
-	// LOCKED on the lanes table: concurrent claimers skip each other's rows.
+	// LOCKED on the lanes table: concurrent claimers skip each other's rows. It also takes the
+	// lanes of an owner that held them with a GET_LOCK (HoldLiveness) whose session has ended.
 	ClaimSkipLocked ClaimStrategy = iota
 	// ClaimGetLock additionally ties each lease to a GET_LOCK named after the database, table
 	// and lane, held by a dedicated connection of the claiming owner. When that connection dies

@@ -31,7 +31,7 @@ type queries struct {
 
 	insertPrefix, insertRow string
 
-	heartbeatUpsert, heartbeatDelete, heartbeatCount string
+	heartbeatUpsert, heartbeatDelete, heartbeatCount, heartbeatPurgeDead string
 
 	claimSkipLocked, claimUpdate, lanesRead, lanesLock, renewUpdate, release string
 	claimGetLockCandidates, setLockSession, lockedBy                         string
@@ -87,6 +87,7 @@ func newQueries(n tableNames) (queries, error) {
 		heartbeatUpsert:        st.Get("HeartbeatUpsert"),
 		heartbeatDelete:        st.Get("HeartbeatDelete"),
 		heartbeatCount:         st.Get("HeartbeatCount"),
+		heartbeatPurgeDead:     st.Get("HeartbeatPurgeDead"),
 		claimSkipLocked:        st.Get("ClaimSkipLocked"),
 		claimGetLockCandidates: st.Get("ClaimGetLockCandidates"),
 		claimUpdate:            st.Get("ClaimUpdate"),

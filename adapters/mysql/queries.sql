@@ -32,12 +32,23 @@ INSERT INTO {{workers}} (owner, expires_at)
 -- name: HeartbeatDelete
 DELETE FROM {{workers}} WHERE owner = ?
 
+-- name: HeartbeatPurgeDead
+-- Workers whose GET_LOCK session is gone (a lane they lease is tied to a session that no
+-- longer holds its lock) are dead: their rows must not count towards the fair share until they
+-- expire, or the survivors leave the dead workers' lanes unclaimed. A live owner whose session
+-- alone broke registers again at its next heartbeat.
+DELETE w FROM {{workers}} AS w JOIN {{lanes}} AS l ON l.owner = w.owner
+	WHERE w.owner <> ? AND l.lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, l.lane)) <=> l.lock_session)
+
 -- name: HeartbeatCount
 SELECT COUNT(*) FROM {{workers}} WHERE expires_at > {{now}}
 
 -- name: ClaimSkipLocked
+-- Free or expired leases, and leases whose holder's session no longer holds the lane's
+-- GET_LOCK (ClaimGetLock, or an owner holding a sign of life: core.Liveness).
 SELECT lane FROM {{lanes}}
 	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
+	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
 	ORDER BY lane LIMIT ? FOR UPDATE SKIP LOCKED
 
 -- name: ClaimGetLockCandidates

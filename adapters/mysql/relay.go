@@ -12,7 +12,8 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Heartbeat implements core.RelayStore.
+// Heartbeat implements core.RelayStore. The live count leaves out workers known dead: those
+// holding a lane tied to a GET_LOCK session that has ended (their rows are deleted).
 func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
 	now := timeArg(p.Now)
 	if p.TTL <= 0 {
@@ -20,8 +21,13 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 			return 0, wrap("heartbeat", err)
 		}
 		s.dropLockConn(p.Owner)
-	} else if _, err := s.exec(ctx, s.q.heartbeatUpsert, p.Owner, now, micros(p.TTL)); err != nil {
-		return 0, wrap("heartbeat", err)
+	} else {
+		if _, err := s.exec(ctx, s.q.heartbeatPurgeDead, p.Owner, s.lockPrefix); err != nil {
+			return 0, wrap("heartbeat", err)
+		}
+		if _, err := s.exec(ctx, s.q.heartbeatUpsert, p.Owner, now, micros(p.TTL)); err != nil {
+			return 0, wrap("heartbeat", err)
+		}
 	}
 	var live int
 	if err := s.db.QueryRowContext(ctx, s.q.heartbeatCount, now).Scan(&live); err != nil {
@@ -43,7 +49,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	if p.TTL <= 0 {
 		return nil, fmt.Errorf("mysql: claim lanes: TTL must be positive")
 	}
-	if s.o.ClaimStrategy == ClaimGetLock {
+	if s.usesLocks(p.Owner) {
 		return s.claimGetLock(ctx, p)
 	}
 	now := timeArg(p.Now)
@@ -53,7 +59,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
 			return err
 		}
-		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, p.Max)
+		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, s.lockPrefix, p.Max)
 		if err != nil || len(lanes) == 0 {
 			return err
 		}
@@ -184,9 +190,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	if err != nil {
 		return nil, wrap("renew lanes", err)
 	}
-	if s.o.ClaimStrategy == ClaimGetLock {
-		s.syncLocks(ctx, p.Leases, renewed)
-	}
+	s.syncLocks(ctx, p.Leases, renewed)
 	return renewed, nil
 }
 
@@ -208,9 +212,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 	if err != nil {
 		return wrap("release lanes", err)
 	}
-	if s.o.ClaimStrategy == ClaimGetLock {
-		s.releaseLocks(ctx, sorted)
-	}
+	s.releaseLocks(ctx, sorted)
 	return nil
 }
 
@@ -350,15 +352,13 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		return nil
 	})
 	if lostErr != nil && errors.Is(err, lostErr) {
-		if s.o.ClaimStrategy == ClaimGetLock {
-			var gone []core.Lease
-			for _, l := range p.Leases {
-				if slices.Contains(lostErr.Lanes, l.Lane) {
-					gone = append(gone, l)
-				}
+		var gone []core.Lease
+		for _, l := range p.Leases {
+			if slices.Contains(lostErr.Lanes, l.Lane) {
+				gone = append(gone, l)
 			}
-			s.releaseLostLocks(ctx, gone)
 		}
+		s.releaseLostLocks(ctx, gone) // of owners that claim with locks
 		return fmt.Errorf("mysql: settle: %w", lostErr)
 	}
 	return wrap("settle", err)

@@ -13,13 +13,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
 // Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx], core.RelayStore,
-// core.InboxStore[*sql.Tx], core.Pruner, core.Admin and core.CheckpointStore, plus in-process wake-ups
-// (core.Notifier and core.Waker). It is safe for concurrent use.
+// core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore and core.Liveness, plus
+// in-process wake-ups (core.Notifier and core.Waker). It is safe for concurrent use.
 type Store struct {
 	core.Broadcast
 
@@ -45,6 +47,7 @@ type Store struct {
 
 	lockMu    sync.Mutex
 	lockConns map[string]*lockConn
+	live      map[string]bool // owners holding a sign of life (HoldLiveness)
 	closed    bool
 }
 
@@ -55,6 +58,12 @@ type tableNames struct {
 
 // New checks the server and the connection settings and returns a Store on db. It does not
 // create tables: call Migrate. opts may be nil.
+//
+// Unlike postgres.New, it queries the server: the version (the SQL differs between MySQL and
+// MariaDB), the database the DSN selects (it names the GET_LOCKs and the change source's
+// identity) and the time settings are facts the Store is built on, and a DSN that gets them
+// wrong fails here, at startup, rather than at the first write. Everything else (the change
+// source included) does no I/O until used.
 //
 // The DSN of db must select a database and set parseTime=true; loc must be UTC (the driver's
 // default). The server must be MySQL 8.0+ or MariaDB 10.6+ (ErrUnsupportedServer otherwise)
@@ -108,10 +117,15 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	} else if o.DeadlockRetries < 0 {
 		o.DeadlockRetries = 0
 	}
+	if o.DSN != "" {
+		if _, err := driver.ParseDSN(o.DSN); err != nil {
+			return nil, &core.OptionError{Field: "DSN", Reason: err.Error()}
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}}
+	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}, live: map[string]bool{}}
 
 	var raw string
 	var dbName sql.NullString

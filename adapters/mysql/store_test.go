@@ -488,3 +488,86 @@ func TestGetLockStaleSettleKeepsCurrentLock(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT IS_USED_LOCK(?)`, lockNameOf(t, db, first[0].Lane)).Scan(&used))
 	require.False(t, used.Valid)
 }
+
+// Liveness with the default ClaimSkipLocked: the lanes of an owner holding a sign of life can
+// be claimed as soon as its session ends, long before their leases expire; while the session
+// lives (an owner alive but slow) they cannot; leases taken without a sign of life still wait
+// for expiry; the old holder is fenced.
+func TestLivenessTakeover(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := t.Context()
+	a := storeOn(t, db, &mysql.Options{Lanes: 4})
+	b, err := mysql.New(ctx, db, &mysql.Options{Lanes: 4, Logger: quietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+
+	life, err := a.HoldLiveness(ctx, "old")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, life.Release()) }()
+	old, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, old, 2)
+	require.NoError(t, life.Check(ctx))
+	plain, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "plain", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, plain, 2)
+
+	got, err := b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, got, "the holders are alive")
+
+	var holder sql.NullInt64
+	require.NoError(t, db.QueryRow(`SELECT lock_session FROM outbox_lanes WHERE lane = ?`, old[0].Lane).Scan(&holder))
+	require.True(t, holder.Valid)
+	_, err = db.Exec(fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err = b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+		return err == nil && len(got) > 0
+	}, 10*time.Second, 20*time.Millisecond, "the dead session's lanes come free")
+	require.Len(t, got, 2, "only the lanes of the dead session, not those leased without a sign of life")
+	for i := range got {
+		require.Equal(t, old[i].Lane, got[i].Lane)
+		require.Equal(t, old[i].Generation+1, got[i].Generation)
+	}
+	require.Error(t, life.Check(ctx), "the sign of life is gone")
+	renewed, err := a.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, renewed, "the old holder is fenced")
+	renewed, err = a.RenewLanes(ctx, core.RenewParams{Leases: plain, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, renewed, 2)
+}
+
+// A worker whose GET_LOCK session died does not count as live: otherwise the survivor's fair
+// share (lanes / live workers) leaves the dead worker's lanes unclaimed until its heartbeat
+// expires, although their locks came free at once (the cause of GET_LOCK polling relays falling
+// behind when processes are killed).
+func TestGetLockDeadWorkerNotLive(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := t.Context()
+	s := storeOn(t, db, &mysql.Options{Lanes: 4, ClaimStrategy: mysql.ClaimGetLock})
+	live, err := s.Heartbeat(ctx, core.HeartbeatParams{Owner: "old", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 1, live)
+	old, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, old, 4)
+	live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "new", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 2, live, "the old worker's session lives")
+
+	var holder sql.NullInt64
+	require.NoError(t, db.QueryRow(`SELECT lock_session FROM outbox_lanes WHERE lane = 0`).Scan(&holder))
+	_, err = db.Exec(fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "new", TTL: time.Hour})
+		return err == nil && live == 1
+	}, 10*time.Second, 20*time.Millisecond, "the dead worker no longer counts")
+	got, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 4, "the survivor's share is every lane")
+}

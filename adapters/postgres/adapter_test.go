@@ -96,7 +96,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
 	require.Equal(t, 8, lanes)
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_meta WHERE name LIKE 'migration:%'`).Scan(&migrations))
-	require.Equal(t, 3, migrations)
+	require.Equal(t, 4, migrations)
 	var pubRows int
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_publisher`).Scan(&pubRows))
 	require.Equal(t, 1, pubRows, "one publisher row however often Migrate runs")
@@ -186,7 +186,7 @@ func TestClaimKeepsLimitWithStaleStatistics(t *testing.T) {
 			tx, err := d.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
-			args := []any{"w1", nil, time.Minute.Microseconds(), 3, int64(0)}
+			args := []any{"w1", nil, time.Minute.Microseconds(), 3, int64(0), s.n.liveKey, nil}
 			sql := s.q.claimSkipLocked
 			if strategy == ClaimAdvisoryLock {
 				sql, args = s.q.claimAdvisory, append(args, s.n.lockKey)
@@ -491,4 +491,51 @@ func fetchCount(ctx context.Context, t *testing.T, tx pgx.Tx, fetch string, lane
 	rows.Close()
 	require.NoError(t, rows.Err())
 	return n
+}
+
+// Liveness: the lanes of an owner holding a sign of life can be claimed as soon as its session
+// ends, long before their leases expire; while the session lives (an owner alive but slow) they
+// cannot; leases taken without a sign of life still wait for expiry; the old holder is fenced.
+func TestLivenessTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
+	other, err := New(d.pool, &Options{Schema: d.schema, Lanes: 4})
+	require.NoError(t, err)
+
+	life, err := s.HoldLiveness(ctx, "old")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, life.Release()) }()
+	require.NoError(t, life.Check(ctx))
+	old, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, old, 2)
+	plain, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "plain", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, plain, 2)
+
+	got, err := other.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, got, "the holders are alive")
+
+	var pid int32
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT live_pid FROM outbox_lanes WHERE lane = $1`, old[0].Lane).Scan(&pid))
+	_, err = admin(t).Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err = other.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+		return err == nil && len(got) > 0
+	}, 10*time.Second, 20*time.Millisecond, "the dead session's lanes come free")
+	require.Len(t, got, 2, "only the lanes of the dead session, not those leased without a sign of life")
+	for i := range got {
+		require.Equal(t, old[i].Lane, got[i].Lane)
+		require.Equal(t, old[i].Generation+1, got[i].Generation)
+	}
+	require.Error(t, life.Check(ctx), "the sign of life is gone")
+	renewed, err := s.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, renewed, "the old holder is fenced")
+	renewed, err = s.RenewLanes(ctx, core.RenewParams{Leases: plain, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, renewed, 2)
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// CDCOptions configures a ChangeSource. The zero value (or nil) takes every default.
-type CDCOptions struct {
+// ChangeSourceOptions configures a ChangeSource. The zero value (or nil) takes every default.
+type ChangeSourceOptions struct {
 	// Slot is the logical replication slot (pgoutput) the source streams from. Lower-case
 	// letters, digits and underscores, at most 63 bytes. Two sources of one outbox must use two
 	// slots. Default "outboxkit_<schema>_<table>", lower-cased (shortened, with a hash of the
@@ -61,7 +61,7 @@ var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // relay that stops for good must have its slot dropped (DropSlot), or the server keeps WAL
 // until its disk fills. Retention reports how much the slot holds.
 type ChangeSource struct {
-	o           CDCOptions
+	o           ChangeSourceOptions
 	schema      string // raw
 	table       string // raw
 	outbox      string // quoted, qualified
@@ -78,8 +78,8 @@ var _ core.ChangeSource = (*ChangeSource)(nil)
 
 // ChangeSource returns the change log of the store's outbox. opts may be nil. It does not touch
 // the database.
-func (s *Store[TTx]) ChangeSource(opts *CDCOptions) (*ChangeSource, error) {
-	var o CDCOptions
+func (s *Store[TTx]) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
+	var o ChangeSourceOptions
 	if opts != nil {
 		o = *opts
 	}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -40,7 +39,7 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	src, err := store.ChangeSource(&CDCOptions{Slot: slot, SlotBusyTimeout: 10 * time.Second, StandbyTimeout: time.Second})
+	src, err := store.ChangeSource(&ChangeSourceOptions{Slot: slot})
 	if err != nil {
 		return err
 	}
@@ -53,7 +52,7 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	s, d := migratedStore(t, dbOptions{syncCommit: true}, nil)
 	slot := randomName("okt_kill_")
-	src, err := s.ChangeSource(&CDCOptions{Slot: slot})
+	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: slot})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.DropSlot(context.Background()) })
 	ob, err := core.NewOutbox(t.Context(), s, nil)

@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +32,7 @@ type cdcFixture struct {
 	ob  *core.Outbox[pgx.Tx]
 }
 
-func newCDC(t *testing.T, opts *Options, co *CDCOptions) *cdcFixture {
+func newCDC(t *testing.T, opts *Options, co *ChangeSourceOptions) *cdcFixture {
 	t.Helper()
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, opts)
@@ -43,9 +46,9 @@ func newCDC(t *testing.T, opts *Options, co *CDCOptions) *cdcFixture {
 
 // source returns a change source on the fixture's outbox with a fresh slot; the slot is dropped
 // at cleanup, after the streams opened later are closed.
-func (f *cdcFixture) source(t *testing.T, co *CDCOptions) *ChangeSource {
+func (f *cdcFixture) source(t *testing.T, co *ChangeSourceOptions) *ChangeSource {
 	t.Helper()
-	var o CDCOptions
+	var o ChangeSourceOptions
 	if co != nil {
 		o = *co
 	}
@@ -361,11 +364,11 @@ func TestCDCDroppedSlot(t *testing.T) {
 func TestCDCSlotActive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, &CDCOptions{SlotBusyTimeout: 300 * time.Millisecond})
+	f := newCDC(t, &Options{Lanes: 4}, &ChangeSourceOptions{SlotBusyTimeout: 300 * time.Millisecond})
 	st, pos := start(t, f.src)
 
 	// Another relay on the same slot fails at once (after SlotBusyTimeout), it does not hang.
-	other, err := f.s.ChangeSource(&CDCOptions{Slot: f.src.Slot(), SlotBusyTimeout: 300 * time.Millisecond})
+	other, err := f.s.ChangeSource(&ChangeSourceOptions{Slot: f.src.Slot(), SlotBusyTimeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	began := time.Now()
 	_, err = other.Resume(ctx, pos)
@@ -438,7 +441,7 @@ func TestCDCNeverConfirmsUnconfirmed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// A long StandbyTimeout: the periodic status update cannot be what carries the confirmation.
-	f := newCDC(t, &Options{Lanes: 4}, &CDCOptions{StandbyTimeout: time.Minute})
+	f := newCDC(t, &Options{Lanes: 4}, &ChangeSourceOptions{StandbyTimeout: time.Minute})
 	st, pos := start(t, f.src)
 	f.write(t, ev("a"))
 	f.write(t, ev("b"))
@@ -487,7 +490,7 @@ func TestCDCDatabaseSQL(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx))
 	pgs, err := New(d.pool, &Options{Schema: d.schema, Lanes: 2})
 	require.NoError(t, err)
-	src, err := s.ChangeSource(&CDCOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
+	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	holdSlot(t, src)
 	ob, err := core.NewOutbox(ctx, pgs, nil)
@@ -500,7 +503,7 @@ func TestCDCDatabaseSQL(t *testing.T) {
 	require.Equal(t, f.listed(t), txs[0].Records)
 }
 
-func TestCDCOptions(t *testing.T) {
+func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
 	s, err := New(nilPool(t), &Options{Schema: "Sales", Table: "outbox"})
 	require.NoError(t, err)
@@ -512,7 +515,7 @@ func TestCDCOptions(t *testing.T) {
 
 	s, err = New(nilPool(t), &Options{Schema: "public", Table: "outbox"})
 	require.NoError(t, err)
-	src, err = s.ChangeSource(&CDCOptions{})
+	src, err = s.ChangeSource(&ChangeSourceOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "outboxkit_public_outbox", src.Slot())
 
@@ -522,14 +525,14 @@ func TestCDCOptions(t *testing.T) {
 
 	for _, c := range []struct {
 		field string
-		o     CDCOptions
+		o     ChangeSourceOptions
 	}{
-		{"Slot", CDCOptions{Slot: "Upper"}},
-		{"Slot", CDCOptions{Slot: "with-dash"}},
-		{"Publication", CDCOptions{Publication: "bad name"}},
-		{"StandbyTimeout", CDCOptions{StandbyTimeout: -time.Second}},
-		{"SlotBusyTimeout", CDCOptions{SlotBusyTimeout: -time.Second}},
-		{"ConnString", CDCOptions{ConnString: "postgres://[bad"}},
+		{"Slot", ChangeSourceOptions{Slot: "Upper"}},
+		{"Slot", ChangeSourceOptions{Slot: "with-dash"}},
+		{"Publication", ChangeSourceOptions{Publication: "bad name"}},
+		{"StandbyTimeout", ChangeSourceOptions{StandbyTimeout: -time.Second}},
+		{"SlotBusyTimeout", ChangeSourceOptions{SlotBusyTimeout: -time.Second}},
+		{"ConnString", ChangeSourceOptions{ConnString: "postgres://[bad"}},
 	} {
 		_, err := s.ChangeSource(&c.o)
 		var oe *core.OptionError
@@ -566,3 +569,97 @@ func TestDecodeText(t *testing.T) {
 	_, err = parseTimestamptz("infinity")
 	require.Error(t, err)
 }
+
+// An idle CDC relay checkpoints a position without outbox records (the server's keepalives,
+// asked for every StandbyTimeout, 200 ms here) at most once per CheckpointInterval, and each
+// checkpoint is itself WAL: one small row update (a few hundred bytes, 8 KiB more with a
+// full-page image). The WAL of the test's schema is measured with pg_walinspect. Real events
+// still move the checkpoint at once.
+func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
+	t.Parallel()
+	f := newCDC(t, &Options{Lanes: 4}, nil)
+	var sent atomic.Int64
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		sent.Add(int64(len(msgs)))
+		return make([]error, len(msgs))
+	})
+	const interval = time.Second
+	relay, err := core.NewCDCRelay(f.s, f.src, sink, core.StaticRouter{Default: "t"},
+		&core.CDCOptions{CheckpointInterval: interval, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	f.write(t, ev("a"), ev("b"))
+	require.Eventually(t, func() bool {
+		st := relay.Stats()
+		return st.Published == 2 && st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4
+	}, 30*time.Second, 10*time.Millisecond)
+	before := relay.Stats()
+	start := walLSN(t)
+	const window = 3 * time.Second
+	time.Sleep(window)
+	after := relay.Stats()
+	bytes := walBytesOf(t, f.d.schema, start)
+	cps := after.Checkpoints - before.Checkpoints
+	t.Logf("idle %v: %d bytes of WAL for the relay's schema, %d checkpoints, %d positions read",
+		window, bytes, cps, after.Transactions-before.Transactions)
+	require.LessOrEqual(t, cps, uint64(window/interval)+1, "an idle relay checkpoints at most once per CheckpointInterval")
+	// A checkpoint is a small row update, plus an 8 KiB full-page image once after each server
+	// checkpoint.
+	require.LessOrEqual(t, float64(bytes)/window.Seconds(), 4096.0, "WAL bytes per second of an idle relay")
+
+	f.write(t, ev("c"))
+	require.Eventually(t, func() bool {
+		st := relay.Stats()
+		return st.Published == 3 && st.Checkpoint != after.Checkpoint && st.Lag > 0
+	}, 30*time.Second, 10*time.Millisecond, "the checkpoint follows real events")
+	require.Equal(t, int64(3), sent.Load())
+	// The measurement sees the schema's writes: the insert, its mark and the checkpoint.
+	require.Greater(t, walBytesOf(t, f.d.schema, start), bytes)
+}
+
+// walLSN is the current WAL insert position.
+func walLSN(t *testing.T) string {
+	t.Helper()
+	var lsn string
+	require.NoError(t, admin(t).QueryRow(t.Context(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn))
+	return lsn
+}
+
+// walBytesOf sums, with pg_walinspect, the WAL records from start to the flushed end of the WAL
+// that change a relation of schema, and the commit records of their transactions.
+func walBytesOf(t *testing.T, schema, start string) int64 {
+	t.Helper()
+	ctx := t.Context()
+	a := admin(t)
+	walInspectOnce.Do(func() {
+		_, walInspectErr = a.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`)
+	})
+	require.NoError(t, walInspectErr)
+	var total int64
+	require.NoError(t, a.QueryRow(ctx, `
+		WITH rels AS (
+			SELECT c.relfilenode::text AS node FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relfilenode <> 0
+		), recs AS (
+			SELECT * FROM pg_get_wal_records_info($2::pg_lsn, pg_current_wal_flush_lsn())
+		), ours AS (
+			SELECT r.* FROM recs AS r
+			WHERE EXISTS (SELECT 1 FROM rels WHERE r.block_ref ~ ('rel \d+/\d+/' || rels.node || '( |$)'))
+		)
+		SELECT coalesce(sum(record_length), 0)::bigint + coalesce((SELECT sum(c.record_length) FROM recs AS c
+			WHERE c.resource_manager = 'Transaction' AND c.xid <> '0' AND c.xid IN (SELECT xid FROM ours WHERE xid <> '0')), 0)::bigint
+		FROM ours`, schema, start).Scan(&total))
+	return total
+}
+
+var (
+	walInspectOnce sync.Once
+	walInspectErr  error
+)

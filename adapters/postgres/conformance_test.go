@@ -100,7 +100,7 @@ func cdcHarness() *conformance.CDCHarness[pgx.Tx] {
 			if len(slot) > 63 {
 				slot = slot[:63]
 			}
-			src, err := a.(*Store[pgx.Tx]).ChangeSource(&CDCOptions{Slot: slot, StandbyTimeout: 200 * time.Millisecond})
+			src, err := a.(*Store[pgx.Tx]).ChangeSource(&ChangeSourceOptions{Slot: slot, StandbyTimeout: 200 * time.Millisecond})
 			require.NoError(t, err)
 			holdSlot(t, src)
 			return src

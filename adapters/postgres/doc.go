@@ -8,7 +8,9 @@
 // notifications before the pool closes) and core.Waker. [Store.Migrate] creates or checks the
 // schema (embedded, idempotent migrations; the lane count is recorded and a different one is
 // refused with core.ErrSchemaMismatch). [Store.ChangeSource] returns the outbox's change log
-// (logical replication with pgoutput) for core.CDCRelay.
+// (logical replication with pgoutput) for core.CDCRelay. [Store.HoldLiveness] (core.Liveness)
+// ties an owner's leases to a session-level advisory lock, so that a crashed CDC relay's
+// successor takes its lanes over as soon as the server has ended its session.
 //
 // # Guarantees
 //

@@ -201,7 +201,7 @@ func TestGrantsCDC(t *testing.T) {
 	t.Cleanup(relayPool.Close)
 	relay, err := New(relayPool, &Options{Schema: d.schema})
 	require.NoError(t, err)
-	src, err := relay.ChangeSource(&CDCOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
+	src, err := relay.ChangeSource(&ChangeSourceOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	holdSlot(t, src)
 

@@ -22,6 +22,9 @@ var migration0002 string
 //go:embed migrations/0003_publisher.sql
 var migration0003 string
 
+//go:embed migrations/0004_liveness.sql
+var migration0004 string
+
 // Migrate creates the outbox, lanes, workers, publisher, CDC checkpoint and inbox tables, indexes and the immutability
 // trigger, in one transaction serialised by an advisory lock, and records the lane count and
 // whether the outbox is partitioned (Options.Partitioning; it then also creates the partitions

@@ -115,6 +115,7 @@ type names struct {
 	channel                                   string // quoted identifier
 	rawSchema, rawTable, rawInbox, rawChannel string
 	lockKey                                   int32 // advisory lock class of this outbox
+	liveKey                                   int32 // advisory lock class of its liveness (>= 0)
 	migrateKey                                int64 // advisory lock of Migrate
 }
 
@@ -237,6 +238,7 @@ func (o *Options) resolve() (Options, names, error) {
 	h.Write([]byte(r.Schema + "." + r.Table))
 	sum := h.Sum64()
 	n.lockKey = int32(uint32(sum))
+	n.liveKey = int32(uint32(sum>>32) & 0x7fffffff)
 	n.migrateKey = int64(sum >> 1)
 	return r, n, nil
 }

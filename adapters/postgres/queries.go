@@ -172,6 +172,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0001_outbox", "0001_outbox.sql"},
 		file{"migration:0002_inbox:" + n.rawInbox, "0002_inbox.sql"},
 		file{"migration:0003_publisher", "0003_publisher.sql"},
+		file{"migration:0004_liveness", "0004_liveness.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -84,22 +84,31 @@ SELECT count(*) FROM {{workers}} WHERE owner <> $1 AND expires_at > coalesce($2:
 -- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
 -- statement that waited reads the new generation), changes lanes only when $5 is the current
 -- generation, and otherwise returns one row whose last column is true (fenced).
--- $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation. ARRAY(...) keeps the LIMIT
+-- A lane is claimable when it is free, its lease expired, or the sign of life its lease was
+-- taken with is gone (core.Liveness: no session holds the advisory lock ($6 class, live_pid) any
+-- more). $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation, $6 liveness class, $7
+-- the claimer's live_pid (NULL without a sign of life). ARRAY(...) keeps the LIMIT
 -- however stale the statistics are (IN (SELECT ... LIMIT n) may lock every candidate); the outer
 -- WHERE repeats the predicate for the row as updated.
 WITH pub AS MATERIALIZED (
 	SELECT generation FROM {{publisher}} FOR SHARE
 ), up AS (
 	UPDATE {{lanes}}
-	SET owner = $1, generation = generation + 1,
+	SET owner = $1, generation = generation + 1, live_pid = $7::int,
 		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT lane FROM {{lanes}}
-		WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+		WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+			OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
+				WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
+				  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
 		  AND (SELECT generation FROM pub) = $5::bigint
 		ORDER BY lane LIMIT $4
 		FOR UPDATE SKIP LOCKED))
-	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+		OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
+			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
+			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
 	  AND (SELECT generation FROM pub) = $5::bigint
 	RETURNING lane, owner, generation, lease_until
 )
@@ -112,24 +121,30 @@ SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE gene
 -- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
 -- statement that waited reads the new generation), changes lanes only when $5 is the current
 -- generation, and otherwise returns one row whose last column is true (fenced).
--- As ClaimSkipLocked; $6 is the advisory lock class of this outbox. The candidates are read in
+-- As ClaimSkipLocked; $8 is the advisory lock class of this outbox's claims. The candidates are read in
 -- lane order and the lock function is evaluated lazily until $4 lanes are locked (OFFSET 0 keeps
 -- the volatile filter out of the sorted subquery). Locks end with the statement's transaction.
 WITH pub AS MATERIALIZED (
 	SELECT generation FROM {{publisher}} FOR SHARE
 ), up AS (
 	UPDATE {{lanes}}
-	SET owner = $1, generation = generation + 1,
+	SET owner = $1, generation = generation + 1, live_pid = $7::int,
 		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT c.lane FROM (
 			SELECT lane FROM {{lanes}}
-			WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+			WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+			OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
+				WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
+				  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
 			  AND (SELECT generation FROM pub) = $5::bigint
 			ORDER BY lane OFFSET 0) AS c
-		WHERE pg_try_advisory_xact_lock($6::int, c.lane)
+		WHERE pg_try_advisory_xact_lock($8::int, c.lane)
 		LIMIT $4))
-	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now()))
+	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+		OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
+			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
+			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
 	  AND (SELECT generation FROM pub) = $5::bigint
 	RETURNING lane, owner, generation, lease_until
 )
@@ -194,7 +209,7 @@ WITH pub AS MATERIALIZED (
 SELECT generation, (SELECT count(*) FROM up) FROM pub
 
 -- name: Release
-UPDATE {{lanes}} AS l SET owner = ''
+UPDATE {{lanes}} AS l SET owner = '', live_pid = NULL
 FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
   AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE))

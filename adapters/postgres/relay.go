@@ -2,8 +2,16 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -35,7 +43,12 @@ func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core
 	if p.Owner == "" {
 		return nil, fmt.Errorf("postgres: claim lanes: empty owner")
 	}
-	args := []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds(), p.Max, p.Generation}
+	var livePID *int32
+	if pid, ok := s.live.Load(p.Owner); ok {
+		v := pid.(int32)
+		livePID = &v
+	}
+	args := []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds(), p.Max, p.Generation, s.n.liveKey, livePID}
 	sql := s.q.claimSkipLocked
 	if s.o.ClaimStrategy == ClaimAdvisoryLock {
 		sql = s.q.claimAdvisory
@@ -173,3 +186,82 @@ func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
 	}
 	return nil
 }
+
+// HoldLiveness implements core.Liveness: it opens a connection of its own (with the settings of
+// the pool or database, outside it) and takes a session-level advisory lock of this outbox's
+// liveness class keyed by the connection's server process id. ClaimLanes of owner then records
+// that process id with each lease it takes, and any claimer may take the lane once no session
+// holds the lock (the server releases it when the connection ends, e.g. when the process holding
+// it is killed). It does not work through a transaction-pooling proxy, which does not keep a
+// session per client connection.
+func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (core.Life, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("postgres: hold liveness: empty owner")
+	}
+	cfg, err := s.connConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: hold liveness: connection settings: %w", err)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: hold liveness: %w", err)
+	}
+	res, err := conn.Exec(ctx, fmt.Sprintf(`SELECT pg_backend_pid(), pg_try_advisory_lock(%d, pg_backend_pid())`, s.n.liveKey)).ReadAll()
+	var pid int64
+	if err == nil && (len(res) != 1 || len(res[0].Rows) != 1) {
+		err = errors.New("unexpected result")
+	}
+	if err == nil {
+		row := res[0].Rows[0]
+		pid, err = strconv.ParseInt(string(row[0]), 10, 32)
+		if err == nil && string(row[1]) != "t" {
+			err = fmt.Errorf("the lock of server process %d is held", pid)
+		}
+	}
+	if err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("postgres: hold liveness: %w", err)
+	}
+	s.live.Store(owner, int32(pid))
+	return &pgLife{forget: func() { s.live.CompareAndDelete(owner, int32(pid)) }, conn: conn}, nil
+}
+
+// pgLife is a held sign of life: the connection holding the advisory lock.
+type pgLife struct {
+	forget func()
+	mu     sync.Mutex
+	conn   *pgconn.PgConn
+}
+
+// Check implements core.Life: a round trip on the lock's connection.
+func (l *pgLife) Check(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return errors.New("postgres: liveness released")
+	}
+	if _, err := l.conn.Exec(ctx, `SELECT 1`).ReadAll(); err != nil {
+		return fmt.Errorf("postgres: liveness session: %w", err)
+	}
+	return nil
+}
+
+// Release implements core.Life: it closes the lock's connection.
+func (l *pgLife) Release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil
+	}
+	l.forget()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := l.conn.Close(ctx)
+	l.conn = nil
+	return err
+}
+
+var (
+	_ core.Liveness = (*Store[pgx.Tx])(nil)
+	_ core.Liveness = (*Store[*sql.Tx])(nil)
+)

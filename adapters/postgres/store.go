@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,7 @@ type Store[TTx any] struct {
 	connConfig func(ctx context.Context) (*pgconn.Config, error)
 
 	lanes atomic.Int64 // recorded lane count, cached once read
+	live  sync.Map     // owner -> int32: server process id of its sign of life (HoldLiveness)
 
 	notifyPending, notifyRunning atomic.Bool
 	notifySent                   atomic.Int64 // NOTIFY statements sent (tests)

@@ -51,9 +51,9 @@ type Config struct {
 
 // CDC configures the CDC relay of a deployment.
 type CDC struct {
-	// Source sets the slot and publication (postgres.CDCOptions). Default nil: the adapter's
+	// Source sets the slot and publication (postgres.ChangeSourceOptions). Default nil: the adapter's
 	// defaults, slot outboxkit_<schema>_outbox.
-	Source *postgres.CDCOptions
+	Source *postgres.ChangeSourceOptions
 	// Relay tunes the CDC relay. Default nil: core's defaults.
 	Relay *core.CDCOptions
 }

@@ -111,8 +111,7 @@ func cdcRelay(ctx context.Context, store *postgres.Store[pgx.Tx], sink core.Sink
 	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
-	src, err := store.ChangeSource(nil) // PostgreSQL: a slot + publication on the outbox
-	// src, err := mysql.NewChangeSource(store, &mysql.CDCOptions{DSN: dsn}) // MySQL/MariaDB binlog
+	src, err := store.ChangeSource(nil) // PostgreSQL: a slot + publication; MySQL/MariaDB: the binlog
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,15 +37,15 @@ func KillMain(m *testing.M, env string, child func(spec string) error) {
 }
 
 // KillRelay runs, in a relay process, a CDC relay on store and src that publishes to a FileSink on
-// out, with 20-record batches and a 1 s lease (so that the next process takes over soon after a
-// kill), until the process is killed.
+// out, with 20-record batches and otherwise the default options (a 30 s lease: the next process
+// takes over at once only through the store's Liveness), until the process is killed.
 func KillRelay(ctx context.Context, store core.CDCStore, src core.ChangeSource, out string) error {
 	sink, err := FileSink(out)
 	if err != nil {
 		return err
 	}
 	relay, err := core.NewCDCRelay(store, src, sink, core.StaticRouter{Default: "file"}, &core.CDCOptions{
-		LeaseTTL: time.Second, BatchSize: 20, Logger: slog.New(slog.DiscardHandler),
+		BatchSize: 20, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return err
@@ -89,6 +90,10 @@ type KillOptions struct {
 	// MaxResent bounds the duplicates of one kill: what a relay may have sent and not yet
 	// checkpointed.
 	MaxResent int
+	// MaxResume bounds each resume time: from a SIGKILL to the first delivery of the process
+	// started right after it (process start, connections, taking the lanes over, resuming
+	// the log). Default 5 s.
+	MaxResume time.Duration
 }
 
 // Run produces while relay processes are killed and restarted, then checks that every event was
@@ -100,6 +105,9 @@ func RunKill(t *testing.T, o KillOptions) {
 	}
 	if o.Kills == 0 {
 		o.Kills = 6
+	}
+	if o.MaxResume == 0 {
+		o.MaxResume = 5 * time.Second
 	}
 	ctx := t.Context()
 	want := map[string][]string{}
@@ -137,6 +145,8 @@ func RunKill(t *testing.T, o KillOptions) {
 		}
 		return st.Size()
 	}
+	var resumes []time.Duration // kill to the next process's first delivery
+	var killed time.Time
 	for k := range o.Kills {
 		before := size()
 		cmd := start()
@@ -150,11 +160,21 @@ func RunKill(t *testing.T, o KillOptions) {
 			_ = cmd.Wait()
 			t.Fatalf("relay process %d delivered nothing within 20 s", k)
 		}
+		if k > 0 {
+			resumes = append(resumes, time.Since(killed))
+		}
 		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		killed = time.Now()
 		_ = cmd.Wait()
+	}
+	slices.Sort(resumes)
+	t.Logf("resume times after SIGKILL (kill to the next process's first delivery): %v", resumes)
+	if len(resumes) > 0 && resumes[len(resumes)-1] > o.MaxResume {
+		t.Errorf("a relay process resumed delivery %v after its predecessor was killed; want at most %v",
+			resumes[len(resumes)-1], o.MaxResume)
 	}
 	final := start()
 	defer func() {
