@@ -79,6 +79,15 @@ type Relay struct {
 	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
 	fenceOnce sync.Once
 
+	draining  chan struct{} // closed by Shutdown: fetch no more
+	drainOnce sync.Once
+	runMu     sync.Mutex
+	running   bool               // Run is between start and return
+	hardStop  context.CancelFunc // cancels the running Run's context
+	runDone   chan struct{}      // closed when the running Run returns
+	healthErr atomic.Pointer[error]
+	breaker   atomic.Bool // the breaker is open
+
 	consecutiveFail int
 	stats           struct {
 		settleCounters
@@ -122,10 +131,11 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	}
 	return &Relay{
 		store: store, sink: sink, router: router, o: o,
-		log:    o.Logger.With("owner", o.Owner),
-		leases: map[int]Lease{},
-		kick:   make(chan struct{}, 1),
-		fenced: make(chan struct{}),
+		log:      o.Logger.With("owner", o.Owner),
+		leases:   map[int]Lease{},
+		kick:     make(chan struct{}, 1),
+		fenced:   make(chan struct{}),
+		draining: make(chan struct{}),
 	}, nil
 }
 
@@ -166,7 +176,31 @@ func (r *Relay) now() time.Time {
 // the current publisher is a CDC relay (which is thereby fenced: it stops at its next renewal and
 // hands its lanes over). When a newer generation fences this relay in turn (a CDC relay started),
 // it finishes the batch in flight, releases its lanes and returns an error wrapping ErrFenced.
+//
+// Cancelling ctx is a hard stop: a batch in flight is abandoned (its settle fails with the
+// cancelled context) and its records are sent again later, by this relay or another. Shutdown
+// is the graceful stop.
 func (r *Relay) Run(ctx context.Context) error {
+	ctx, hardStop := context.WithCancel(ctx)
+	defer hardStop()
+	r.runMu.Lock()
+	if r.running {
+		r.runMu.Unlock()
+		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrRelayRunning)
+	}
+	r.running, r.hardStop, r.runDone = true, hardStop, make(chan struct{})
+	done := r.runDone
+	r.runMu.Unlock()
+	defer func() {
+		r.runMu.Lock()
+		r.running = false
+		close(done)
+		r.runMu.Unlock()
+	}()
+	if r.isDraining() {
+		return nil
+	}
+
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -210,7 +244,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.leave(context.WithoutCancel(ctx))
 	}()
 
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !r.isDraining() {
 		if r.isFenced() {
 			return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
 		}
@@ -224,6 +258,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		// Poll every PollInterval, the cycle included, not PollInterval after each cycle.
 		delay := max(r.o.PollInterval-time.Since(began), 0)
+		r.breaker.Store(r.consecutiveFail >= r.o.BreakerThreshold)
 		if r.consecutiveFail >= r.o.BreakerThreshold {
 			delay = r.breakerDelay()
 			r.log.Warn("relay_breaker_open", "consecutive_failures", r.consecutiveFail, "pause", delay)
@@ -237,8 +272,73 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-r.kick:
 		case <-wake:
 		case <-r.fenced:
+		case <-r.draining:
 		}
 		t.Stop()
+	}
+	if r.isDraining() && ctx.Err() == nil {
+		r.log.Info("relay_drained")
+	}
+	return nil
+}
+
+// Shutdown stops the relay gracefully: Run fetches no more, lets the batch in flight finish its
+// send, settles it (marking what the sink acknowledged, so that nothing acknowledged is sent
+// again), releases its lanes and returns nil. Shutdown waits for that, or until ctx ends: then
+// it cancels Run's context (a hard stop, as cancelling Run's own context) and returns ctx's
+// error once Run has returned. Give ctx a deadline longer than one send and settle.
+//
+// Shutdown is final: a Run called after it returns at once. Shutdown of a relay that is not
+// running returns nil.
+func (r *Relay) Shutdown(ctx context.Context) error {
+	r.drainOnce.Do(func() { close(r.draining) })
+	r.runMu.Lock()
+	running, hardStop, done := r.running, r.hardStop, r.runDone
+	r.runMu.Unlock()
+	if !running {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		hardStop()
+		<-done
+		return fmt.Errorf("outbox: relay %s: shutdown: %w", r.o.Owner, ctx.Err())
+	}
+}
+
+func (r *Relay) isDraining() bool {
+	select {
+	case <-r.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// Health reports whether the relay is publishing normally; nil means healthy. It returns an
+// error wrapping:
+//   - ErrNotRunning before Run has acquired its publisher generation, and after Run returned;
+//   - ErrFenced once a newer publisher generation fenced the relay;
+//   - ErrBreakerOpen while the breaker pauses fetching after BreakerThreshold failed sends;
+//   - the store's error while the last heartbeat failed (the database is unreachable).
+//
+// It is cheap (no I/O): readiness probes may call it often.
+func (r *Relay) Health() error {
+	r.runMu.Lock()
+	running := r.running
+	r.runMu.Unlock()
+	switch {
+	case !running || r.gen.Load() == 0:
+		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrNotRunning)
+	case r.isFenced():
+		return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
+	case r.breaker.Load():
+		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrBreakerOpen)
+	}
+	if p := r.healthErr.Load(); p != nil {
+		return fmt.Errorf("outbox: relay %s: heartbeat: %w", r.o.Owner, *p)
 	}
 	return nil
 }
@@ -308,8 +408,11 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("relay_heartbeat_failed", "error", err)
+			r.healthErr.Store(&err)
 		}
 		live = 0
+	} else {
+		r.healthErr.Store(nil)
 	}
 	held := r.snapshot()
 	if len(held) > 0 {
