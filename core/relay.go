@@ -497,6 +497,17 @@ func (r *Relay) leave(ctx context.Context) {
 	}
 }
 
+// HoldsLane reports whether the relay holds the lease of lane now. Lane leases are exclusive
+// across every relay of the outbox, so "holds lane 0" elects one process of a fleet for a
+// singleton duty such as a cleanup schedule (a lease lost in between only means two runs may
+// overlap briefly).
+func (r *Relay) HoldsLane(lane int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.leases[lane]
+	return ok
+}
+
 func (r *Relay) snapshot() []Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
