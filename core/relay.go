@@ -74,6 +74,10 @@ type Relay struct {
 	leases map[int]Lease
 	lanes  int
 	kick   chan struct{}
+	// busy holds the lanes of the batch in flight; a lane given up while busy waits in
+	// releasing until the batch is settled, so that a rebalance never resends it.
+	busy      map[int]bool
+	releasing []Lease
 
 	gen       atomic.Int64
 	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
@@ -378,8 +382,10 @@ func (r *Relay) breakerDelay() time.Duration {
 // lanes than its fair share, and during its first RenewInterval (when relays started together
 // discover each other), it does so every max(PollInterval, 250ms) instead, so that a lane
 // another relay released, or one this relay must give up, changes hands within a fraction of a
-// second. Lanes given up while one of their batches is in flight make that batch's settle fail
-// (ErrClaimLost): the new owner resends it, a duplicate and never a loss.
+// second. A lane given up while a batch of it is in flight is released only once that batch is
+// settled, so a rebalance resends nothing. A lane lost otherwise (its lease expired or was taken
+// over) makes the settle fail (ErrClaimLost): the new owner resends it, a duplicate and never a
+// loss.
 func (r *Relay) maintainLoop(ctx context.Context) {
 	fast := min(r.o.RenewInterval, max(r.o.PollInterval, 250*time.Millisecond))
 	started := time.Now()
@@ -467,13 +473,21 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	case len(held) > share:
 		slices.SortFunc(held, func(a, b Lease) int { return b.Lane - a.Lane })
 		extra := held[:len(held)-share]
+		var now []Lease
 		r.mu.Lock()
 		for _, l := range extra {
 			delete(r.leases, l.Lane)
+			if r.busy[l.Lane] {
+				r.releasing = append(r.releasing, l) // released by cycle once settled
+			} else {
+				now = append(now, l)
+			}
 		}
 		r.mu.Unlock()
-		if err := r.store.ReleaseLanes(ctx, extra); err != nil && ctx.Err() == nil {
-			r.log.Warn("relay_release_failed", "error", err)
+		if len(now) > 0 {
+			if err := r.store.ReleaseLanes(ctx, now); err != nil && ctx.Err() == nil {
+				r.log.Warn("relay_release_failed", "error", err)
+			}
 		}
 		r.log.Debug("relay_lanes_released", "count", len(extra), "live_workers", live)
 	}
@@ -508,9 +522,30 @@ func (r *Relay) HoldsLane(lane int) bool {
 	return ok
 }
 
+// settled ends a cycle: it releases the lanes given up while the cycle's batch was in flight.
+func (r *Relay) settled(ctx context.Context) {
+	r.mu.Lock()
+	r.busy = nil
+	rel := r.releasing
+	r.releasing = nil
+	r.mu.Unlock()
+	if len(rel) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.store.ReleaseLanes(ctx, rel); err != nil {
+		r.log.Warn("relay_release_failed", "error", err)
+	}
+}
+
 func (r *Relay) snapshot() []Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.snapshotLocked()
+}
+
+func (r *Relay) snapshotLocked() []Lease {
 	out := make([]Lease, 0, len(r.leases))
 	for _, l := range r.leases {
 		out = append(out, l)
@@ -530,7 +565,14 @@ func (r *Relay) dropLanes(lanes []int) {
 // cycle fetches one batch from the held lanes, sends it and settles the outcomes.
 // It returns how many records it fetched.
 func (r *Relay) cycle(ctx context.Context) (int, error) {
-	leases := r.snapshot()
+	r.mu.Lock()
+	leases := r.snapshotLocked()
+	r.busy = make(map[int]bool, len(leases))
+	for _, l := range leases {
+		r.busy[l.Lane] = true
+	}
+	r.mu.Unlock()
+	defer r.settled(ctx)
 	if len(leases) == 0 {
 		return 0, nil
 	}

@@ -218,3 +218,30 @@ func TestRelayHealth(t *testing.T) {
 	require.NoError(t, <-done)
 	require.ErrorIs(t, r.Health(), core.ErrNotRunning)
 }
+
+// A relay that gives lanes up to a newcomer while a batch of them is in flight releases them
+// only once that batch is settled: the newcomer never resends it.
+func TestRelayRebalanceResendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupStop(t, 200, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	first := b.relay(t, "first")
+	wg.Go(func() { _ = first.Run(ctx) })
+	<-b.sink.entered // first's second batch is in flight, holding every lane
+	second := b.relay(t, "second")
+	wg.Go(func() { _ = second.Run(ctx) })
+	// Several rebalancing rounds (every 250 ms) pass while the batch is in flight.
+	time.Sleep(time.Second)
+	b.sink.release()
+	waitFor(t, 30*time.Second, func() bool {
+		st, err := b.store.Stats(context.Background())
+		return err == nil && st.Pending == 0
+	}, "the relays drain the outbox")
+	waitFor(t, 30*time.Second, func() bool { return second.Stats().Lanes > 0 }, "the newcomer got lanes")
+	sent, dups := b.sink.duplicates()
+	require.Equal(t, 200, sent)
+	require.Zero(t, dups, "a rebalance resends nothing")
+	require.Zero(t, first.Stats().ClaimLost+second.Stats().ClaimLost)
+}

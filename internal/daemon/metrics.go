@@ -69,8 +69,8 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	parkedTotal := counter("outboxkit.relay.parked", "{event}", "Events parked by this process.")
 	claimLost := counter("outboxkit.relay.claim_lost", "{settle}", "Settles refused because a lane lease was lost (the new owner resends).")
 	lanes := gauge("outboxkit.relay.lanes", "{lane}", "Lanes held by this process's relays.")
-	ready := gauge("outboxkit.relay.ready", "1", "1 when every relay of the process is healthy (publishing, breaker closed, generation current).")
-	generation := gauge("outboxkit.relay.generation", "1", "Publisher generation the relays run under.")
+	ready := gauge("outboxkit.relay.ready", "", "1 when every relay of the process is healthy (publishing, breaker closed, generation current).")
+	generation := gauge("outboxkit.relay.generation", "", "Publisher generation the relays run under.")
 	retained := gauge("outboxkit.cdc.retained_bytes", "By", "Change log the database retains for the CDC relay.")
 	cleaned, e := meter.Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"), metric.WithDescription("Published rows deleted by the cleanup schedule."))
 	if err == nil {
