@@ -319,7 +319,9 @@ func runDaemonE2E(t *testing.T, b e2eBackend, restarts, maxDups int) {
 	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("daemon-" + randSuffix())})
 	require.NoError(t, err)
 	url := aws.ToString(q.QueueUrl)
-	t.Cleanup(func() { _, _ = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)}) })
+	t.Cleanup(func() {
+		_, _ = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+	})
 
 	schema := ""
 	if b.schema != "" {
@@ -439,4 +441,3 @@ func TestDaemonSQLite(t *testing.T) {
 	t.Parallel()
 	runDaemonE2E(t, sqliteBackend(t), 3, 0)
 }
-
