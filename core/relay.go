@@ -12,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RelayOptions configures a Relay. Zero fields take their documented defaults.
@@ -43,6 +46,12 @@ type RelayOptions struct {
 	DeleteOnPublish bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider records a span per batch sent ("publish outbox", kind producer), linked
+	// to the producers' spans whose trace context Outbox.Write stored in the events' headers.
+	// Default nil: the global provider (otel.GetTracerProvider), a no-op until set.
+	TracerProvider trace.TracerProvider
+	// Propagator reads that trace context. Default nil: the global propagator.
+	Propagator propagation.TextMapPropagator
 	// Now, when set, replaces the database clock in every store call (tests). Default nil: the
 	// database decides time.
 	Now func() time.Time
@@ -585,7 +594,9 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	}
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
-	outcome, sent := send(ctx, r.sink, r.router, recs, r.log)
+	sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", recs)
+	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
+	endPublishSpan(span, outcome)
 	if sent {
 		r.stats.sends.Add(1)
 	}

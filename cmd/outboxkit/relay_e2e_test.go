@@ -46,7 +46,7 @@ var (
 	binErr  error
 )
 
-// daemonBinary builds ./cmd/outboxkit once per test binary.
+// daemonBinary builds ./cmd/outboxkit once per test binary, statically (CGO_ENABLED=0).
 func daemonBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
@@ -56,7 +56,9 @@ func daemonBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "outboxkit")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as deploy/Dockerfile builds it
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

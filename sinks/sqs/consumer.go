@@ -17,6 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
@@ -69,6 +74,14 @@ type ConsumerOptions struct {
 	Entity func(ev *core.Event) (entity string, version int64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider records a span per message ("process <queue>", kind consumer), a child
+	// of the producer's span whose trace context the event's headers carry (Outbox.Write stores
+	// it); the inbox transaction and the handler run inside it. Default nil: the global
+	// provider (otel.GetTracerProvider), a no-op until set.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from the event's headers. Default nil: the global
+	// propagator (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
 }
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
@@ -395,6 +408,18 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 			"receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], "error", err)
 		return err
 	}
+	tp := c.o.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	ctx, span := tp.Tracer("github.com/outboxkit/outbox/sinks/sqs").Start(
+		core.TraceContext(ctx, c.o.Propagator, d.Event.Headers), "process "+queueName(c.queueURL),
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.String("messaging.system", "aws_sqs"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", queueName(c.queueURL)),
+		))
+	defer span.End()
 	entity, version := c.o.Entity(&d.Event)
 	im := core.InboxMessage{
 		EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
@@ -411,6 +436,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 		return c.handler(ctx, tx, d)
 	})
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		if ctx.Err() == nil {
 			c.log.Error("sqs_consumer_process_failed", "queue_url", c.queueURL, "message_id", d.MessageID,
 				"event_id", d.Event.ID, "receive_count", d.ReceiveCount, "error", err)
