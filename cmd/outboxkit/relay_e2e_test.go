@@ -178,7 +178,7 @@ func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc
 	t.Helper()
 	args := append([]string{"relay", "--config", config, "--http-listen", addr}, extra...)
 	cmd := exec.Command(daemonBinary(t), args...)
-	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion,
+	cmd.Env = append(daemonEnv(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion,
 		"AWS_EC2_METADATA_DISABLED=true")
 	p := &daemonProc{cmd: cmd, addr: addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
@@ -442,4 +442,16 @@ func TestDaemonMariaDBCDC(t *testing.T) {
 func TestDaemonSQLite(t *testing.T) {
 	t.Parallel()
 	runDaemonE2E(t, sqliteBackend(t), 3, 0)
+}
+
+// daemonEnv is the test's environment without OUTBOXKIT_ variables: the test servers' addresses
+// (OUTBOXKIT_AWS_ENDPOINT, ...) would override the daemon's configuration.
+func daemonEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OUTBOXKIT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }

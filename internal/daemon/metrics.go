@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/outboxkit/outbox/core"
 )
 
 // metrics are the daemon's OpenTelemetry instruments, served at /metrics in Prometheus format.
@@ -72,6 +75,8 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	ready := gauge("outboxkit.relay.ready", "", "1 when every relay of the process is healthy (publishing, breaker closed, generation current).")
 	generation := gauge("outboxkit.relay.generation", "", "Publisher generation the relays run under.")
 	retained := gauge("outboxkit.cdc.retained_bytes", "By", "Change log the database retains for the CDC relay.")
+	retainedCap := gauge("outboxkit.cdc.retained_bytes_cap", "By", "cdc.max_retained_bytes (0: no cap).")
+	breaker := gauge("outboxkit.relay.breaker_open", "{relay}", "Relays whose breaker pauses fetching after sends in a row failed.")
 	cleaned, e := meter.Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"), metric.WithDescription("Published rows deleted by the cleanup schedule."))
 	if err == nil {
 		err = e
@@ -112,6 +117,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 			park += int64(st.Parked)
 			gen = max(gen, st.Generation)
 			o.ObserveInt64(retained, st.Retention.RetainedBytes, attrs)
+			o.ObserveInt64(retainedCap, d.cfg.CDC.MaxRetainedBytes, attrs)
 		}
 		o.ObserveInt64(published, pub, attrs)
 		o.ObserveInt64(sends, snd, attrs)
@@ -120,15 +126,19 @@ func newMetrics(d *Daemon) (*metrics, error) {
 		o.ObserveInt64(claimLost, lost, attrs)
 		o.ObserveInt64(lanes, held, attrs)
 		o.ObserveInt64(generation, gen, attrs)
-		ok := int64(1)
+		ok, open := int64(1), int64(0)
 		for _, r := range d.running() {
-			if r.Health() != nil {
+			if err := r.Health(); err != nil {
 				ok = 0
+				if errors.Is(err, core.ErrBreakerOpen) {
+					open++
+				}
 			}
 		}
 		o.ObserveInt64(ready, ok, attrs)
+		o.ObserveInt64(breaker, open, attrs)
 		return nil
-	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained)
+	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained, retainedCap, breaker)
 	if err != nil {
 		return nil, err
 	}
