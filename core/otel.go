@@ -2,10 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -98,4 +102,64 @@ func endPublishSpan(span trace.Span, outcome []error) {
 		}
 	}
 	span.End()
+}
+
+// relayInstruments are a relay's synchronous instruments (recorded once per batch, never per
+// record, so that metrics cost nothing measurable on the drain path).
+type relayInstruments struct {
+	sendDuration              metric.Float64Histogram
+	batchSize                 metric.Int64Histogram
+	settledCount              metric.Int64Counter
+	kind                      metric.MeasurementOption
+	published, failed, parked metric.MeasurementOption
+}
+
+func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstruments, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	i := &relayInstruments{kind: metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind))}
+	var err, e error
+	i.sendDuration, err = m.Float64Histogram("outboxkit.relay.send.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one Sink.Send call (one batch)."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+	i.batchSize, e = m.Int64Histogram("outboxkit.relay.batch.size", metric.WithUnit("{event}"),
+		metric.WithDescription("Records sent in one Sink.Send call."),
+		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 5000))
+	err = errors.Join(err, e)
+	i.settledCount, e = m.Int64Counter("outboxkit.relay.settled", metric.WithUnit("{event}"),
+		metric.WithDescription("Records settled: published, failed (retried later) or parked."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
+	}
+	outcome := func(o string) metric.MeasurementOption {
+		return metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind), attribute.String("outboxkit.outcome", o))
+	}
+	i.published, i.failed, i.parked = outcome("published"), outcome("failed"), outcome("parked")
+	return i, nil
+}
+
+func (i *relayInstruments) sent(ctx context.Context, d time.Duration, n int) {
+	i.sendDuration.Record(ctx, d.Seconds(), i.kind)
+	i.batchSize.Record(ctx, int64(n), i.kind)
+}
+
+func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
+	if len(p.Published) > 0 {
+		i.settledCount.Add(ctx, int64(len(p.Published)), i.published)
+	}
+	parked := 0
+	for _, f := range p.Failed {
+		if f.Park {
+			parked++
+		}
+	}
+	if n := len(p.Failed) - parked; n > 0 {
+		i.settledCount.Add(ctx, int64(n), i.failed)
+	}
+	if parked > 0 {
+		i.settledCount.Add(ctx, int64(parked), i.parked)
+	}
 }

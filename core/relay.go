@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -52,6 +53,13 @@ type RelayOptions struct {
 	TracerProvider trace.TracerProvider
 	// Propagator reads that trace context. Default nil: the global propagator.
 	Propagator propagation.TextMapPropagator
+	// MeterProvider receives the relay's instruments: outboxkit.relay.send.duration (seconds
+	// per Sink.Send), outboxkit.relay.batch.size (records per send) and
+	// outboxkit.relay.settled ({event}, attribute outboxkit.outcome = published | failed |
+	// parked). Their only other attribute is outboxkit.relay.kind (polling): never an event
+	// id or partition key. Default nil: the global provider (otel.GetMeterProvider), a no-op
+	// until set.
+	MeterProvider metric.MeterProvider
 	// Now, when set, replaces the database clock in every store call (tests). Default nil: the
 	// database decides time.
 	Now func() time.Time
@@ -102,6 +110,7 @@ type Relay struct {
 	breaker   atomic.Bool // the breaker is open
 
 	consecutiveFail int
+	inst            *relayInstruments
 	stats           struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
@@ -142,8 +151,12 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	inst, err := newRelayInstruments(o.MeterProvider, "polling")
+	if err != nil {
+		return nil, err
+	}
 	return &Relay{
-		store: store, sink: sink, router: router, o: o,
+		store: store, sink: sink, router: router, o: o, inst: inst,
 		log:      o.Logger.With("owner", o.Owner),
 		leases:   map[int]Lease{},
 		kick:     make(chan struct{}, 1),
@@ -595,7 +608,11 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
 	sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", recs)
+	began := time.Now()
 	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
+	if sent {
+		r.inst.sent(ctx, time.Since(began), len(recs))
+	}
 	endPublishSpan(span, outcome)
 	if sent {
 		r.stats.sends.Add(1)
@@ -696,6 +713,7 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 			return fmt.Errorf("settle: %w", err)
 		}
 		r.stats.count(p)
+		r.inst.settled(ctx, p)
 		return nil
 	}
 }

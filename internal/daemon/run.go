@@ -164,6 +164,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.m, err = newMetrics(d); err != nil {
+		return nil, err
+	}
 	router := core.StaticRouter{Default: cfg.Routes.Default, ByType: cfg.Routes.ByType, ByDestination: cfg.Routes.ByDestination}
 	retry := core.RetryPolicy{Initial: cfg.Relay.Retry.Initial.D(), Max: cfg.Relay.Retry.Max.D(),
 		Multiplier: cfg.Relay.Retry.Multiplier, Jitter: cfg.Relay.Retry.Jitter, Deadline: cfg.Relay.Retry.Deadline.D()}
@@ -185,15 +188,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 			r, err := core.NewRelay(db.store, sink, router, &core.RelayOptions{
 				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
 				Retry: retry, DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+				MeterProvider: d.m.provider,
 			})
 			if err != nil {
 				return nil, err
 			}
 			d.relays = append(d.relays, r)
 		}
-	}
-	if d.m, err = newMetrics(d); err != nil {
-		return nil, err
 	}
 	ok = true
 	return d, nil
