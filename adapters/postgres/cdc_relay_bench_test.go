@@ -76,7 +76,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 	cdcbench.CompareDrains(b, benchRounds(), func(b *testing.B, mode cdcbench.Mode) (float64, float64) {
 		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
 		seedTxs(b, d, n)
-		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n).Seconds()
+		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n, nil).Seconds()
 
 		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
 		src := benchSource(b, s)
