@@ -353,13 +353,22 @@ cleanup:
 shutdown_timeout: %s
 `, b.driver, b.dsn, schema, b.mode, map[bool]int{true: 1, false: 2}[b.mode == "cdc"], endpoint, url, e2eShutdownTimeout)), 0o600))
 
-	// The producer: 600 transactions of 2 events over 20 keys, ~4 ms apart.
+	// The producer: transactions of 2 events over 20 keys, ~4 ms apart: at least 600, and on
+	// until every restart is done, so that each SIGTERM lands mid-traffic.
 	var mu sync.Mutex
 	ids := map[string]bool{}
 	produced := make(chan struct{})
+	restarted := make(chan struct{})
 	go func() {
 		defer close(produced)
-		for i := range 600 {
+		for i := 0; ; i++ {
+			if i >= 600 {
+				select {
+				case <-restarted:
+					return
+				default:
+				}
+			}
 			got, err := b.write(ctx, fmt.Sprintf("k%d", i%20))
 			if err != nil {
 				t.Errorf("producer: %v", err)
@@ -381,6 +390,7 @@ shutdown_timeout: %s
 			30*time.Second, 20*time.Millisecond, "the daemon publishes; stderr:\n%s", p.stderr)
 		published += p.stop(t)
 	}
+	close(restarted)
 	p := startDaemon(t, config, freePort(t))
 	<-produced
 	require.False(t, t.Failed())
@@ -422,9 +432,10 @@ shutdown_timeout: %s
 	}
 }
 
+// 20 graceful restarts under steady traffic resend nothing.
 func TestDaemonPostgres(t *testing.T) {
 	t.Parallel()
-	runDaemonE2E(t, postgresBackend(t), 3, 0)
+	runDaemonE2E(t, postgresBackend(t), 20, 0)
 }
 
 func TestDaemonMariaDBPolling(t *testing.T) {
