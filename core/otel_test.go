@@ -72,3 +72,37 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 		require.True(t, seen[name], name)
 	}
 }
+
+// A CDC relay records the same per-send instruments, with outboxkit.relay.kind = cdc.
+func TestCDCRelayMetrics(t *testing.T) {
+	t.Parallel()
+	b := setupStop(t, 30, 0)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	r, err := core.NewCDCRelay(b.store, b.store.ChangeSource(), b.sink, core.StaticRouter{Default: "x"}, &core.CDCOptions{
+		BatchSize: 10, MeterProvider: mp, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Published == 30 }, "all published")
+	cancel()
+	require.NoError(t, <-done)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var sum int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == "outboxkit.relay.batch.size" {
+				for _, p := range h.DataPoints {
+					kind, _ := p.Attributes.Value("outboxkit.relay.kind")
+					require.Equal(t, "cdc", kind.AsString())
+					sum += p.Sum
+				}
+			}
+		}
+	}
+	require.Equal(t, int64(30), sum)
+}

@@ -178,7 +178,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		d.cdc, err = core.NewCDCRelay(db.store.(core.CDCStore), src, sink, router, &core.CDCOptions{
 			LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retry,
 			DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
-			ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log,
+			ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: d.m.provider,
 		})
 		if err != nil {
 			return nil, err
