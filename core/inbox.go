@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Outcome is what Inbox.Process did with a message.
@@ -66,6 +68,13 @@ const (
 type InboxOptions struct {
 	// Gap is the version gap policy. Default GapAllow.
 	Gap GapPolicy
+	// MeterProvider receives the inbox's instruments: outboxkit.inbox.messages ({message},
+	// attributes outboxkit.consumer and outboxkit.outcome = applied | duplicate | stale |
+	// digest_conflict | beyond_retention | version_gap | failed) and
+	// outboxkit.inbox.process.duration (seconds per Process transaction, attribute
+	// outboxkit.consumer). Never an event id. Default nil: the global provider
+	// (otel.GetMeterProvider), a no-op until set.
+	MeterProvider metric.MeterProvider
 }
 
 // InboxResult is what Process reports.
@@ -83,6 +92,7 @@ type Handler[TTx any] func(ctx context.Context, tx TTx, msg InboxMessage) error
 type Inbox[TTx any] struct {
 	store InboxStore[TTx]
 	o     InboxOptions
+	inst  *inboxInstruments
 }
 
 // NewInbox returns an Inbox on store. opts may be nil.
@@ -97,7 +107,11 @@ func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], 
 	if o.Gap != GapAllow && o.Gap != GapReject {
 		return nil, &OptionError{Field: "Gap", Reason: "unknown gap policy"}
 	}
-	return &Inbox[TTx]{store: store, o: o}, nil
+	inst, err := newInboxInstruments(o.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox[TTx]{store: store, o: o, inst: inst}, nil
 }
 
 // ErrInvalidMessage is wrapped by Process errors for a message that cannot be processed as
@@ -111,7 +125,7 @@ var ErrInvalidMessage = errors.New("inbox: invalid message")
 // A handler error rolls everything back (nothing is recorded) and is returned as is.
 // Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
 // (consumer, event id) makes the later ones wait and then see the record.
-func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (InboxResult, error) {
+func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (_ InboxResult, err error) {
 	if r := checkText(consumer, true); r != "" {
 		return InboxResult{}, fmt.Errorf("%w: consumer %s", ErrInvalidMessage, r)
 	}
@@ -129,7 +143,9 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 	}
 	digest := sha256.Sum256(msg.Payload)
 	var res InboxResult
-	err := in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	began := time.Now()
+	defer func() { in.inst.processed(ctx, consumer, res, err, time.Since(began)) }()
+	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		res = InboxResult{}
 		horizon, err := in.store.Horizon(ctx, tx, consumer)
 		if err != nil {

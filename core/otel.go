@@ -163,3 +163,48 @@ func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
 		i.settledCount.Add(ctx, int64(parked), i.parked)
 	}
 }
+
+// inboxInstruments are an inbox's instruments, recorded once per Process call.
+type inboxInstruments struct {
+	messages metric.Int64Counter
+	duration metric.Float64Histogram
+}
+
+func newInboxInstruments(mp metric.MeterProvider) (*inboxInstruments, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	var i inboxInstruments
+	var err, e error
+	i.messages, err = m.Int64Counter("outboxkit.inbox.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages processed by the inbox, by outcome."))
+	i.duration, e = m.Float64Histogram("outboxkit.inbox.process.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one inbox transaction (checks, record, handler, commit)."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	if err = errors.Join(err, e); err != nil {
+		return nil, fmt.Errorf("inbox: instruments: %w", err)
+	}
+	return &i, nil
+}
+
+func (i *inboxInstruments) processed(ctx context.Context, consumer string, res InboxResult, err error, d time.Duration) {
+	outcome := "failed"
+	switch {
+	case err == nil && res.Outcome == Applied:
+		outcome = "applied"
+	case err == nil && res.Outcome == Duplicate:
+		outcome = "duplicate"
+	case err == nil && res.Outcome == Stale:
+		outcome = "stale"
+	case errors.Is(err, ErrDigestMismatch):
+		outcome = "digest_conflict"
+	case errors.Is(err, ErrBeyondRetention):
+		outcome = "beyond_retention"
+	case errors.Is(err, ErrVersionGap):
+		outcome = "version_gap"
+	}
+	c := attribute.String("outboxkit.consumer", consumer)
+	i.messages.Add(ctx, 1, metric.WithAttributes(c, attribute.String("outboxkit.outcome", outcome)))
+	i.duration.Record(ctx, d.Seconds(), metric.WithAttributes(c))
+}

@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -105,4 +106,38 @@ func TestCDCRelayMetrics(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(30), sum)
+}
+
+// The inbox counts outcomes per consumer, a digest conflict included; no event id is an
+// attribute.
+func TestInboxMetrics(t *testing.T) {
+	t.Parallel()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	reader := sdkmetric.NewManualReader()
+	in, err := core.NewInbox[*memory.Tx](store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	require.NoError(t, err)
+	ctx := context.Background()
+	apply := func(ctx context.Context, tx *memory.Tx, _ core.InboxMessage) error { return tx.Incr("n") }
+	for _, payload := range []string{"a", "a", "b"} { // applied, duplicate, digest conflict
+		_, _ = in.Process(ctx, "billing", core.InboxMessage{EventID: "ev-1", Payload: []byte(payload)}, apply)
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxkit.inbox.messages" {
+				for _, p := range s.DataPoints {
+					for _, kv := range p.Attributes.ToSlice() {
+						require.Contains(t, []attribute.Key{"outboxkit.consumer", "outboxkit.outcome"}, kv.Key)
+						require.NotEqual(t, "ev-1", kv.Value.Emit())
+					}
+					o, _ := p.Attributes.Value("outboxkit.outcome")
+					got[o.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	require.Equal(t, map[string]int64{"applied": 1, "duplicate": 1, "digest_conflict": 1}, got)
 }
