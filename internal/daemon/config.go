@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -31,6 +32,7 @@ type Config struct {
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
 	HTTP            HTTP     `yaml:"http"`
+	OTLP            OTLP     `yaml:"otlp"`
 	Log             Log      `yaml:"log"`
 	Migrate         bool     `yaml:"migrate" help:"create or upgrade the outbox tables at start"`
 	ShutdownTimeout Duration `yaml:"shutdown_timeout" help:"how long a graceful stop may take before it becomes a hard stop"`
@@ -116,6 +118,13 @@ type HTTP struct {
 	Listen string `yaml:"listen" help:"address of the health and metrics server (default 127.0.0.1:9464; empty string keeps the default)"`
 }
 
+// OTLP pushes the metrics to an OpenTelemetry collector as well (they are served at /metrics
+// either way).
+type OTLP struct {
+	Endpoint string   `yaml:"endpoint" help:"OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics (empty: no push)"`
+	Interval Duration `yaml:"interval" help:"push interval (default 30s)"`
+}
+
 // Log configures the logs.
 type Log struct {
 	Format string `yaml:"format" help:"json | text"`
@@ -135,6 +144,7 @@ func Defaults() Config {
 		Relay:           Relay{Workers: 1},
 		Cleanup:         Cleanup{Retention: Duration(24 * time.Hour), Interval: Duration(time.Hour)},
 		HTTP:            HTTP{Listen: "127.0.0.1:9464"},
+		OTLP:            OTLP{Interval: Duration(30 * time.Second)},
 		Log:             Log{Format: "json", Level: "info"},
 		ShutdownTimeout: Duration(30 * time.Second),
 	}
@@ -436,7 +446,7 @@ func (c *Config) validate() []string {
 		}
 	}
 	for path, d := range map[string]Duration{"cleanup.retention": c.Cleanup.Retention, "cleanup.interval": c.Cleanup.Interval,
-		"shutdown_timeout": c.ShutdownTimeout} {
+		"shutdown_timeout": c.ShutdownTimeout, "otlp.interval": c.OTLP.Interval} {
 		if d <= 0 {
 			add(path, "must be positive")
 		}
@@ -459,6 +469,11 @@ func (c *Config) validate() []string {
 	for k, v := range c.Routes.ByDestination {
 		if v == "" {
 			add("routes.by_destination."+k, "empty address")
+		}
+	}
+	if c.OTLP.Endpoint != "" {
+		if u, err := url.Parse(c.OTLP.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("otlp.endpoint", "must be an http or https URL")
 		}
 	}
 	p = append(p, oneOf("log.format", c.Log.Format, "json", "text")...)

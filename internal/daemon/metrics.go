@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -32,7 +34,15 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	if d.cfg.OTLP.Endpoint != "" {
+		push, err := otlpmetrichttp.New(context.Background(), otlpmetrichttp.WithEndpointURL(d.cfg.OTLP.Endpoint))
+		if err != nil {
+			return nil, fmt.Errorf("otlp.endpoint: %w", err)
+		}
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(push, sdkmetric.WithInterval(d.cfg.OTLP.Interval.D()))))
+	}
+	mp := sdkmetric.NewMeterProvider(opts...)
 	meter := mp.Meter("github.com/outboxkit/outbox/internal/daemon")
 	m := &metrics{handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), provider: mp}
 
