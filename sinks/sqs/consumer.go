@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -82,6 +83,12 @@ type ConsumerOptions struct {
 	// Propagator reads the trace context from the event's headers. Default nil: the global
 	// propagator (otel.GetTextMapPropagator).
 	Propagator propagation.TextMapPropagator
+	// MeterProvider receives outboxkit.consumer.messages ({message}), the counts of Stats by
+	// outboxkit.outcome (received, applied, duplicate, stale, failed, deleted, released) with
+	// messaging.system and messaging.destination.name (the queue's name): never an event or
+	// message id. Give the Inbox its own InboxOptions.MeterProvider for the inbox's instruments.
+	// Default nil: the global provider (otel.GetMeterProvider), a no-op until set.
+	MeterProvider metric.MeterProvider
 }
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
@@ -110,6 +117,14 @@ type Consumer[TTx any] struct {
 	sem      chan struct{}
 
 	received, applied, duplicate, stale, failed, deleted, released atomic.Uint64
+
+	messages metric.Int64Counter
+	outcomes map[string]metric.AddOption // by outcome, built once
+}
+
+// count adds n to the stat of outcome (the metric; the caller updates its atomic counter).
+func (c *Consumer[TTx]) count(outcome string, n int) {
+	c.messages.Add(context.Background(), int64(n), c.outcomes[outcome])
 }
 
 // NewConsumer returns a consumer named consumer (the inbox's consumer name) of queueURL that
@@ -179,8 +194,22 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 	if log == nil {
 		log = slog.Default()
 	}
+	mp := o.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	messages, err := mp.Meter("github.com/outboxkit/outbox/sinks/sqs").Int64Counter("outboxkit.consumer.messages",
+		metric.WithUnit("{message}"), metric.WithDescription("Messages of the SQS consumer by outcome (as ConsumerStats)."))
+	if err != nil {
+		return nil, fmt.Errorf("sqs: consumer instruments: %w", err)
+	}
+	outcomes := map[string]metric.AddOption{}
+	for _, o := range []string{"received", "applied", "duplicate", "stale", "failed", "deleted", "released"} {
+		outcomes[o] = metric.WithAttributes(attribute.String("messaging.system", "aws_sqs"),
+			attribute.String("messaging.destination.name", queueName(queueURL)), attribute.String("outboxkit.outcome", o))
+	}
 	return &Consumer[TTx]{client: client, queueURL: queueURL, inbox: inbox, name: consumer, handler: handler,
-		o: o, log: log, sem: make(chan struct{}, o.Concurrency)}, nil
+		o: o, log: log, sem: make(chan struct{}, o.Concurrency), messages: messages, outcomes: outcomes}, nil
 }
 
 // Stats returns the consumer's counters.
@@ -232,6 +261,7 @@ func (c *Consumer[TTx]) poll(ctx context.Context) {
 		pause = 100 * time.Millisecond
 		if len(out.Messages) > 0 {
 			c.received.Add(uint64(len(out.Messages)))
+			c.count("received", len(out.Messages))
 			c.processBatch(ctx, out.Messages)
 		}
 	}
@@ -300,6 +330,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 					}
 					state[i].Store(failedState)
 					c.failed.Add(1)
+					c.count("failed", 1)
 					// Later messages of the group stay in flight untouched: they become visible
 					// again with this one, after it, so the group's order holds.
 					for _, j := range idx[k+1:] {
@@ -333,6 +364,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 	if len(rel) > 0 {
 		c.changeVisibility(sctx, rel, 0)
 		c.released.Add(uint64(len(rel)))
+		c.count("released", len(rel))
 	}
 }
 
@@ -393,6 +425,7 @@ func (c *Consumer[TTx]) deleteAll(ctx context.Context, msgs []types.Message) {
 		return
 	}
 	c.deleted.Add(uint64(len(out.Successful)))
+	c.count("deleted", len(out.Successful))
 	for _, f := range out.Failed {
 		c.log.Warn("sqs_consumer_delete_failed", "queue_url", c.queueURL, "entry", aws.ToString(f.Id),
 			"code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
@@ -446,10 +479,13 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 	switch res.Outcome {
 	case core.Applied:
 		c.applied.Add(1)
+		c.count("applied", 1)
 	case core.Duplicate:
 		c.duplicate.Add(1)
+		c.count("duplicate", 1)
 	case core.Stale:
 		c.stale.Add(1)
+		c.count("stale", 1)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -56,7 +58,9 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 
 	var mu sync.Mutex
 	var handlerSpan trace.SpanContext
-	b := startConsumer(t, e, url, &sqs.ConsumerOptions{TracerProvider: tp, Propagator: prop},
+	reader := sdkmetric.NewManualReader()
+	b := startConsumer(t, e, url, &sqs.ConsumerOptions{TracerProvider: tp, Propagator: prop,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))},
 		func(ctx context.Context, _ *memory.Tx, d *sqs.Delivery) error {
 			mu.Lock()
 			handlerSpan = trace.SpanContextFromContext(ctx)
@@ -88,4 +92,22 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 	require.Len(t, publish.Links, 1)
 	require.Equal(t, want.SpanID(), publish.Links[0].SpanContext.SpanID(), "the publish span links to the producer")
 	require.Equal(t, trace.SpanKindProducer, publish.SpanKind)
+
+	// The consumer's metrics count the message by outcome, with bounded attributes.
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxkit.consumer.messages" {
+				for _, p := range sum.DataPoints {
+					require.Equal(t, 3, p.Attributes.Len(), "messaging.system, messaging.destination.name, outboxkit.outcome")
+					o, _ := p.Attributes.Value("outboxkit.outcome")
+					got[o.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	require.Equal(t, int64(1), got["received"])
+	require.Equal(t, int64(1), got["applied"])
 }
