@@ -8,6 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // CDCOptions configures a CDCRelay. Zero fields take their documented defaults.
@@ -48,6 +52,12 @@ type CDCOptions struct {
 	CheckpointInterval time.Duration
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, Propagator and MeterProvider: as RelayOptions (a "publish outbox" span
+	// per send linked to the producers' spans; the send duration and batch size histograms,
+	// attribute outboxkit.relay.kind = cdc). Default nil: the global providers.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
+	MeterProvider  metric.MeterProvider
 
 	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
 }
@@ -133,6 +143,7 @@ type CDCRelay struct {
 	router Router
 	o      CDCOptions
 	log    *slog.Logger
+	inst   *relayInstruments
 
 	gen    atomic.Int64
 	leases []Lease // every lane; fixed while running
@@ -198,8 +209,12 @@ func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, 
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	inst, err := newRelayInstruments(o.MeterProvider, "cdc")
+	if err != nil {
+		return nil, err
+	}
 	return &CDCRelay{
-		store: store, source: source, sink: sink, router: router, o: o,
+		store: store, source: source, sink: sink, router: router, o: o, inst: inst,
 		log:        o.Logger.With("owner", o.Owner, "relay", "cdc"),
 		parkedKeys: map[string]bool{},
 		phase:      PhaseStopped,
@@ -872,9 +887,13 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 	attempts := map[int64]int{}
 	round := 0
 	for len(pending) > 0 {
-		outcome, sent := send(ctx, r.sink, r.router, pending, log)
+		sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", pending)
+		began := time.Now()
+		outcome, sent := send(sctx, r.sink, r.router, pending, log)
+		endPublishSpan(span, outcome)
 		if sent {
 			r.stats.sends.Add(1)
+			r.inst.sent(ctx, time.Since(began), len(pending))
 		}
 		if err := ctx.Err(); err != nil {
 			return err // nothing is marked: the records will be read again

@@ -75,6 +75,17 @@ var (
 	// one that has ended, or one of another store or database. Nothing was written.
 	ErrInvalidTx = errors.New("outbox: invalid transaction")
 
+	// ErrNotRunning is wrapped by Relay.Health while the relay is not running (before Run
+	// acquired its publisher generation, or after it returned).
+	ErrNotRunning = errors.New("outbox: relay not running")
+
+	// ErrRelayRunning means Run was called on a relay whose Run has not returned yet.
+	ErrRelayRunning = errors.New("outbox: relay already running")
+
+	// ErrBreakerOpen is wrapped by Relay.Health while the relay's breaker pauses fetching after
+	// BreakerThreshold sends in a row failed.
+	ErrBreakerOpen = errors.New("outbox: relay breaker open")
+
 	// ErrSchemaMismatch means the database schema does not match what the adapter expects (for
 	// example a lane count other than the one recorded at migration).
 	ErrSchemaMismatch = errors.New("outbox: schema mismatch")

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Outcome is what Inbox.Process did with a message.
@@ -72,6 +74,13 @@ const (
 type InboxOptions struct {
 	// Gap is the version gap policy. Default GapAllow.
 	Gap GapPolicy
+	// MeterProvider receives the inbox's instruments: outboxkit.inbox.messages ({message},
+	// attributes outboxkit.consumer and outboxkit.outcome = applied | duplicate | stale |
+	// digest_conflict | beyond_retention | version_gap | failed) and
+	// outboxkit.inbox.process.duration (seconds per Process transaction, attribute
+	// outboxkit.consumer). Never an event id. Default nil: the global provider
+	// (otel.GetMeterProvider), a no-op until set.
+	MeterProvider metric.MeterProvider
 	// FirstVersion, under GapReject, is the version an entity's first message must not skip
 	// past: with FirstVersion 1 ("versions start at 1") a first message of version 3 returns
 	// ErrVersionGap until versions 1 and 2 were applied. Default 0: the first version seen is
@@ -154,6 +163,7 @@ type Handler[TTx any] func(ctx context.Context, tx TTx, msg InboxMessage) error
 type Inbox[TTx any] struct {
 	store InboxStore[TTx]
 	o     InboxOptions
+	inst  *inboxInstruments
 }
 
 // NewInbox returns an Inbox on store. opts may be nil.
@@ -171,7 +181,11 @@ func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], 
 	if o.FirstVersion < 0 {
 		return nil, &OptionError{Field: "FirstVersion", Reason: "must not be negative"}
 	}
-	return &Inbox[TTx]{store: store, o: o}, nil
+	inst, err := newInboxInstruments(o.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox[TTx]{store: store, o: o, inst: inst}, nil
 }
 
 // Process runs, in ONE transaction: the retention check, the version check, recording
@@ -185,7 +199,7 @@ func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], 
 // (ErrInvalidMessage) before anything runs.
 // Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
 // (consumer, event id) makes the later ones wait and then see the record.
-func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (InboxResult, error) {
+func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (_ InboxResult, err error) {
 	if err := CheckConsumer(consumer); err != nil {
 		return InboxResult{}, err
 	}
@@ -197,7 +211,9 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 	}
 	digest := sha256.Sum256(msg.Payload)
 	var res InboxResult
-	err := in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	began := time.Now()
+	defer func() { in.inst.processed(ctx, consumer, res, err, time.Since(began)) }()
+	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		res = InboxResult{}
 		horizon, err := in.store.Horizon(ctx, tx, consumer)
 		if err != nil {

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // OutboxOptions configures an Outbox. The zero value is ready to use.
@@ -10,6 +12,11 @@ type OutboxOptions struct {
 	// Limits bound each event; zero fields take the documented defaults, and values outside
 	// their bounds make NewOutbox fail with an *OptionError.
 	Limits Limits
+	// Propagator writes the trace context of Write's ctx into each event's Headers (see
+	// WithTraceContext); the W3C propagator writes "traceparent" and "tracestate", which count
+	// towards Limits.MaxHeaders. Default nil: the global propagator (otel.GetTextMapPropagator),
+	// which writes nothing until the application sets one.
+	Propagator propagation.TextMapPropagator
 }
 
 // Outbox appends events inside the caller's own transaction. TTx is the caller's transaction
@@ -18,6 +25,7 @@ type Outbox[TTx any] struct {
 	store  OutboxStore[TTx]
 	lanes  int
 	limits Limits
+	prop   propagation.TextMapPropagator
 }
 
 // NewOutbox reads the lane count recorded at migration and returns an Outbox writing to store.
@@ -40,13 +48,15 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 	if lanes < 1 || lanes > MaxLanes {
 		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
-	return &Outbox[TTx]{store: store, lanes: lanes, limits: o.Limits.withDefaults()}, nil
+	return &Outbox[TTx]{store: store, lanes: lanes, limits: o.Limits.withDefaults(), prop: o.Propagator}, nil
 }
 
 // Write validates every event, then appends them all in tx, in order. It returns the events as
 // stored (ID and PartitionKey filled in). An invalid event returns a *ValidationError and
 // writes nothing; a database error writes nothing of this call either. The events become
-// visible to relays when tx commits, and never if it rolls back.
+// visible to relays when tx commits, and never if it rolls back. When ctx carries a span, its
+// trace context is added to each event's Headers (OutboxOptions.Propagator); the caller's maps
+// are not modified.
 func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -55,6 +65,7 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 	out := make([]Event, len(events))
 	seen := make(map[string]int, len(events))
 	for i, ev := range events {
+		ev.Headers = WithTraceContext(ctx, o.prop, ev.Headers)
 		n, err := Normalize(i, ev, o.limits)
 		if err != nil {
 			return nil, err

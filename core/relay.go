@@ -12,6 +12,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RelayOptions configures a Relay. Zero fields take their documented defaults.
@@ -43,6 +47,19 @@ type RelayOptions struct {
 	DeleteOnPublish bool
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider records a span per batch sent ("publish outbox", kind producer), linked
+	// to the producers' spans whose trace context Outbox.Write stored in the events' headers.
+	// Default nil: the global provider (otel.GetTracerProvider), a no-op until set.
+	TracerProvider trace.TracerProvider
+	// Propagator reads that trace context. Default nil: the global propagator.
+	Propagator propagation.TextMapPropagator
+	// MeterProvider receives the relay's instruments: outboxkit.relay.send.duration (seconds
+	// per Sink.Send), outboxkit.relay.batch.size (records per send) and
+	// outboxkit.relay.settled ({event}, attribute outboxkit.outcome = published | failed |
+	// parked). Their only other attribute is outboxkit.relay.kind (polling): never an event
+	// id or partition key. Default nil: the global provider (otel.GetMeterProvider), a no-op
+	// until set.
+	MeterProvider metric.MeterProvider
 
 	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
 }
@@ -73,12 +90,26 @@ type Relay struct {
 	leases map[int]Lease
 	lanes  int
 	kick   chan struct{}
+	// busy holds the lanes of the batch in flight; a lane given up while busy waits in
+	// releasing until the batch is settled, so that a rebalance never resends it.
+	busy      map[int]bool
+	releasing []Lease
 
 	gen       atomic.Int64
 	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
 	fenceOnce sync.Once
 
+	draining  chan struct{} // closed by Shutdown: fetch no more
+	drainOnce sync.Once
+	runMu     sync.Mutex
+	running   bool               // Run is between start and return
+	hardStop  context.CancelFunc // cancels the running Run's context
+	runDone   chan struct{}      // closed when the running Run returns
+	healthErr atomic.Pointer[error]
+	breaker   atomic.Bool // the breaker is open
+
 	consecutiveFail int
+	inst            *relayInstruments
 	stats           struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
@@ -119,12 +150,17 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	inst, err := newRelayInstruments(o.MeterProvider, "polling")
+	if err != nil {
+		return nil, err
+	}
 	return &Relay{
-		store: store, sink: sink, router: router, o: o,
-		log:    o.Logger.With("owner", o.Owner),
-		leases: map[int]Lease{},
-		kick:   make(chan struct{}, 1),
-		fenced: make(chan struct{}),
+		store: store, sink: sink, router: router, o: o, inst: inst,
+		log:      o.Logger.With("owner", o.Owner),
+		leases:   map[int]Lease{},
+		kick:     make(chan struct{}, 1),
+		fenced:   make(chan struct{}),
+		draining: make(chan struct{}),
 	}, nil
 }
 
@@ -162,7 +198,31 @@ func (r *Relay) now() time.Time {
 // the current publisher is a CDC relay (which is thereby fenced: it stops at its next renewal and
 // hands its lanes over). When a newer generation fences this relay in turn (a CDC relay started),
 // it finishes the batch in flight, releases its lanes and returns an error wrapping ErrFenced.
+//
+// Cancelling ctx is a hard stop: a batch in flight is abandoned (its settle fails with the
+// cancelled context) and its records are sent again later, by this relay or another. Shutdown
+// is the graceful stop.
 func (r *Relay) Run(ctx context.Context) error {
+	ctx, hardStop := context.WithCancel(ctx)
+	defer hardStop()
+	r.runMu.Lock()
+	if r.running {
+		r.runMu.Unlock()
+		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrRelayRunning)
+	}
+	r.running, r.hardStop, r.runDone = true, hardStop, make(chan struct{})
+	done := r.runDone
+	r.runMu.Unlock()
+	defer func() {
+		r.runMu.Lock()
+		r.running = false
+		close(done)
+		r.runMu.Unlock()
+	}()
+	if r.isDraining() {
+		return nil
+	}
+
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -206,7 +266,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.leave(context.WithoutCancel(ctx))
 	}()
 
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !r.isDraining() {
 		if r.isFenced() {
 			return fmt.Errorf("outbox: relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
 		}
@@ -220,6 +280,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		// Poll every PollInterval, the cycle included, not PollInterval after each cycle.
 		delay := max(r.o.PollInterval-time.Since(began), 0)
+		r.breaker.Store(r.consecutiveFail >= r.o.BreakerThreshold)
 		if r.consecutiveFail >= r.o.BreakerThreshold {
 			delay = r.breakerDelay()
 			r.log.Warn("relay_breaker_open", "consecutive_failures", r.consecutiveFail, "pause", delay)
@@ -233,8 +294,73 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-r.kick:
 		case <-wake:
 		case <-r.fenced:
+		case <-r.draining:
 		}
 		t.Stop()
+	}
+	if r.isDraining() && ctx.Err() == nil {
+		r.log.Info("relay_drained")
+	}
+	return nil
+}
+
+// Shutdown stops the relay gracefully: Run fetches no more, lets the batch in flight finish its
+// send, settles it (marking what the sink acknowledged, so that nothing acknowledged is sent
+// again), releases its lanes and returns nil. Shutdown waits for that, or until ctx ends: then
+// it cancels Run's context (a hard stop, as cancelling Run's own context) and returns ctx's
+// error once Run has returned. Give ctx a deadline longer than one send and settle.
+//
+// Shutdown is final: a Run called after it returns at once. Shutdown of a relay that is not
+// running returns nil.
+func (r *Relay) Shutdown(ctx context.Context) error {
+	r.drainOnce.Do(func() { close(r.draining) })
+	r.runMu.Lock()
+	running, hardStop, done := r.running, r.hardStop, r.runDone
+	r.runMu.Unlock()
+	if !running {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		hardStop()
+		<-done
+		return fmt.Errorf("outbox: relay %s: shutdown: %w", r.o.Owner, ctx.Err())
+	}
+}
+
+func (r *Relay) isDraining() bool {
+	select {
+	case <-r.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// Health reports whether the relay is publishing normally; nil means healthy. It returns an
+// error wrapping:
+//   - ErrNotRunning before Run has acquired its publisher generation, and after Run returned;
+//   - ErrFenced once a newer publisher generation fenced the relay;
+//   - ErrBreakerOpen while the breaker pauses fetching after BreakerThreshold failed sends;
+//   - the store's error while the last heartbeat failed (the database is unreachable).
+//
+// It is cheap (no I/O): readiness probes may call it often.
+func (r *Relay) Health() error {
+	r.runMu.Lock()
+	running := r.running
+	r.runMu.Unlock()
+	switch {
+	case !running || r.gen.Load() == 0:
+		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrNotRunning)
+	case r.isFenced():
+		return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
+	case r.breaker.Load():
+		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrBreakerOpen)
+	}
+	if p := r.healthErr.Load(); p != nil {
+		return fmt.Errorf("outbox: relay %s: heartbeat: %w", r.o.Owner, *p)
 	}
 	return nil
 }
@@ -274,8 +400,10 @@ func (r *Relay) breakerDelay() time.Duration {
 // lanes than its fair share, and during its first RenewInterval (when relays started together
 // discover each other), it does so every max(PollInterval, 250ms) instead, so that a lane
 // another relay released, or one this relay must give up, changes hands within a fraction of a
-// second. Lanes given up while one of their batches is in flight make that batch's settle fail
-// (ErrClaimLost): the new owner resends it, a duplicate and never a loss.
+// second. A lane given up while a batch of it is in flight is released only once that batch is
+// settled, so a rebalance resends nothing. A lane lost otherwise (its lease expired or was taken
+// over) makes the settle fail (ErrClaimLost): the new owner resends it, a duplicate and never a
+// loss.
 func (r *Relay) maintainLoop(ctx context.Context) {
 	fast := min(r.o.RenewInterval, max(r.o.PollInterval, 250*time.Millisecond))
 	started := time.Now()
@@ -304,8 +432,11 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("relay_heartbeat_failed", "error", err)
+			r.healthErr.Store(&err)
 		}
 		live = 0
+	} else {
+		r.healthErr.Store(nil)
 	}
 	held := r.snapshot()
 	if len(held) > 0 {
@@ -360,13 +491,21 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	case len(held) > share:
 		slices.SortFunc(held, func(a, b Lease) int { return b.Lane - a.Lane })
 		extra := held[:len(held)-share]
+		var now []Lease
 		r.mu.Lock()
 		for _, l := range extra {
 			delete(r.leases, l.Lane)
+			if r.busy[l.Lane] {
+				r.releasing = append(r.releasing, l) // released by cycle once settled
+			} else {
+				now = append(now, l)
+			}
 		}
 		r.mu.Unlock()
-		if err := r.store.ReleaseLanes(ctx, extra); err != nil && ctx.Err() == nil {
-			r.log.Warn("relay_release_failed", "error", err)
+		if len(now) > 0 {
+			if err := r.store.ReleaseLanes(ctx, now); err != nil && ctx.Err() == nil {
+				r.log.Warn("relay_release_failed", "error", err)
+			}
 		}
 		r.log.Debug("relay_lanes_released", "count", len(extra), "live_workers", live)
 	}
@@ -390,9 +529,41 @@ func (r *Relay) leave(ctx context.Context) {
 	}
 }
 
+// HoldsLane reports whether the relay holds the lease of lane now. Lane leases are exclusive
+// across every relay of the outbox, so "holds lane 0" elects one process of a fleet for a
+// singleton duty such as a cleanup schedule (a lease lost in between only means two runs may
+// overlap briefly).
+func (r *Relay) HoldsLane(lane int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.leases[lane]
+	return ok
+}
+
+// settled ends a cycle: it releases the lanes given up while the cycle's batch was in flight.
+func (r *Relay) settled(ctx context.Context) {
+	r.mu.Lock()
+	r.busy = nil
+	rel := r.releasing
+	r.releasing = nil
+	r.mu.Unlock()
+	if len(rel) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.store.ReleaseLanes(ctx, rel); err != nil {
+		r.log.Warn("relay_release_failed", "error", err)
+	}
+}
+
 func (r *Relay) snapshot() []Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.snapshotLocked()
+}
+
+func (r *Relay) snapshotLocked() []Lease {
 	out := make([]Lease, 0, len(r.leases))
 	for _, l := range r.leases {
 		out = append(out, l)
@@ -412,7 +583,14 @@ func (r *Relay) dropLanes(lanes []int) {
 // cycle fetches one batch from the held lanes, sends it and settles the outcomes.
 // It returns how many records it fetched.
 func (r *Relay) cycle(ctx context.Context) (int, error) {
-	leases := r.snapshot()
+	r.mu.Lock()
+	leases := r.snapshotLocked()
+	r.busy = make(map[int]bool, len(leases))
+	for _, l := range leases {
+		r.busy[l.Lane] = true
+	}
+	r.mu.Unlock()
+	defer r.settled(ctx)
 	if len(leases) == 0 {
 		return 0, nil
 	}
@@ -425,7 +603,13 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	}
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
-	outcome, sent := send(ctx, r.sink, r.router, recs, r.log)
+	sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", recs)
+	began := time.Now()
+	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
+	if sent {
+		r.inst.sent(ctx, time.Since(began), len(recs))
+	}
+	endPublishSpan(span, outcome)
 	if sent {
 		r.stats.sends.Add(1)
 	}
@@ -525,6 +709,7 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 			return fmt.Errorf("settle: %w", err)
 		}
 		r.stats.count(p)
+		r.inst.settled(ctx, p)
 		return nil
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"os"
 	"slices"
 	"strconv"
@@ -84,13 +86,20 @@ func BenchmarkDrain(b *testing.B) {
 		workers int
 		delete  bool
 		async   bool
-	}{{1, false, false}, {1, false, true}, {2, false, false}, {4, false, false}, {1, true, false}, {1, true, true}} {
+		metrics bool
+	}{{1, false, false, false}, {1, false, false, true}, {1, false, true, false}, {2, false, false, false}, {4, false, false, false}, {1, true, false, false}, {1, true, true, false}} {
 		mode := "mark"
 		if c.delete {
 			mode = "delete"
 		}
 		if c.async {
 			mode += "/async_settle"
+		}
+		var mp metric.MeterProvider // nil: the global no-op provider
+		if c.metrics {
+			// An SDK provider with a reader, as the relay daemon runs it: every instrument records.
+			mode += "_metrics"
+			mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		}
 		b.Run(fmt.Sprintf("relay/%s/workers=%d", mode, c.workers), func(b *testing.B) {
 			var total time.Duration
@@ -99,7 +108,7 @@ func BenchmarkDrain(b *testing.B) {
 				s, d := migratedStore(b, dbOptions{maxConns: int32(4 * c.workers)}, &Options{AsyncSettle: c.async})
 				seed(b, d, core.DefaultLanes, n)
 				b.StartTimer()
-				total += drainWithRelays(b, s, c.workers, c.delete, n)
+				total += drainWithRelays(b, s, c.workers, c.delete, n, mp)
 			}
 			b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
 		})
@@ -149,14 +158,14 @@ func rawDrain(b *testing.B, n int, sql string) {
 }
 
 // drainWithRelays runs workers relays until n events were marked, and returns the time taken.
-func drainWithRelays(b *testing.B, s *Store[pgx.Tx], workers int, del bool, n int) time.Duration {
+func drainWithRelays(b *testing.B, s *Store[pgx.Tx], workers int, del bool, n int, mp metric.MeterProvider) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	relays := make([]*core.Relay, workers)
 	for i := range relays {
 		r, err := core.NewRelay(s, nullSink, core.StaticRouter{Default: "null"}, &core.RelayOptions{
 			Owner: fmt.Sprintf("bench-%d", i), BatchSize: 1000, PollInterval: 10 * time.Millisecond,
-			DeleteOnPublish: del,
+			DeleteOnPublish: del, MeterProvider: mp,
 		})
 		require.NoError(b, err)
 		relays[i] = r

@@ -75,7 +75,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 	testkit.CompareDrains(b, benchRounds(), func(b *testing.B, mode testkit.DrainMode) (float64, float64) {
 		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
 		seedTxs(b, d, n)
-		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n).Seconds()
+		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n, nil).Seconds()
 
 		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
 		src := benchSource(b, s)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -96,8 +98,23 @@ func TestRunUsage(t *testing.T) {
 	t.Parallel()
 	var out, errb bytes.Buffer
 	require.Equal(t, 2, run(context.Background(), nil, &out, &errb))
-	require.Contains(t, errb.String(), "usage: outboxkit")
+	require.Contains(t, errb.String(), "Usage:")
 	require.Equal(t, 2, run(context.Background(), []string{"nope"}, &out, &errb))
 	require.Equal(t, 2, run(context.Background(), []string{"demo", "--duration", "0s"}, &out, &errb))
 	require.Equal(t, 2, run(context.Background(), []string{"stats"}, &out, &errb))
+}
+
+// A bad relay configuration prints one line per bad key and exits 2 before starting anything.
+func TestRelayBadConfigExits2(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("database:\n  driver: sqlite\n  dsn: "+filepath.Join(t.TempDir(), "x.db")+"\nrelay:\n  workerz: 2\nroutes: {default: q}\n"), 0o600))
+	var out, errb bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"relay", "--config", path, "--relay-batch-size", "-3"}, &out, &errb))
+	require.Equal(t, "relay.batch_size: must not be negative\nrelay.workerz: unknown key (line 5)\n", errb.String())
+
+	errb.Reset()
+	require.Equal(t, 0, run(context.Background(), []string{"relay", "--help"}, &out, &errb))
+	require.Contains(t, out.String(), "--shutdown-timeout")
+	require.NotContains(t, out.String(), "--chaos", "relay --help lists only the relay's flags")
 }

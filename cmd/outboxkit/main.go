@@ -1,33 +1,26 @@
-// Command outboxkit runs the end-to-end demo and operates SQLite outboxes.
+// Command outboxkit runs the relay daemon and the end-to-end demo, and operates SQLite outboxes.
 //
+//	outboxkit relay --config FILE         run the relays of one outbox (see README "Run the relay")
 //	outboxkit demo [--chaos] [flags]      producers -> outbox -> relays -> broker -> inbox, verified
 //	outboxkit stats   --db FILE           count pending, parked and published events
 //	outboxkit parked  --db FILE           list parked events
 //	outboxkit unpark  --db FILE KEY       release a parked partition key
 //	outboxkit cleanup --db FILE           delete published events behind the watermark
+//
+// Exit status: 0 success, 1 failure, 2 bad usage or configuration.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
-
-const usage = `usage: outboxkit <command> [flags]
-
-commands:
-  demo      run producers, relays and a consumer on an embedded SQLite outbox and verify
-            that nothing is lost or reordered (--chaos kills workers and breaks the broker)
-  stats     count pending, parked and published events of a SQLite outbox (--db FILE)
-  parked    list parked events (--db FILE)
-  unpark    release a parked partition key (--db FILE KEY)
-  cleanup   delete published events older than --retention behind the watermark (--db FILE)
-
-Run 'outboxkit <command> -h' for the flags of a command.
-`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -36,21 +29,68 @@ func main() {
 	os.Exit(code)
 }
 
+// exitError ends a command with an exit status (its message, if any, is already printed).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// legacy wraps a command that parses its own flags (package flag) and returns its exit status.
+func legacy(use, short string, fn func(ctx context.Context, args []string, stdout, stderr io.Writer) int) *cobra.Command {
+	return &cobra.Command{
+		Use: use, Short: short, DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := fn(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "outboxkit",
+		Short:         "Transactional outbox relay daemon, demo and operator tools",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(
+		relayCommand(),
+		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
+	)
+	for _, c := range []struct{ name, use, short string }{
+		{"stats", "stats --db FILE", "count pending, parked and published events of a SQLite outbox"},
+		{"parked", "parked --db FILE", "list parked events"},
+		{"unpark", "unpark --db FILE KEY", "release a parked partition key"},
+		{"cleanup", "cleanup --db FILE [--retention D]", "delete published events older than --retention behind the watermark"},
+	} {
+		root.AddCommand(legacy(c.use, c.short, func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			return runOps(ctx, c.name, args, stdout, stderr)
+		}))
+	}
+	return root
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		root.SetOut(stderr)
+		_ = root.Usage()
 		return 2
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "demo":
-		return runDemo(ctx, rest, stdout, stderr)
-	case "stats", "parked", "unpark", "cleanup":
-		return runOps(ctx, cmd, rest, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case err == nil:
 		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default: // unknown command or flag
+		fmt.Fprintf(stderr, "outboxkit: %v\nRun 'outboxkit --help' for usage.\n", err)
+		return 2
 	}
-	fmt.Fprintf(stderr, "outboxkit: unknown command %q\n\n%s", cmd, usage)
-	return 2
 }

@@ -15,13 +15,20 @@ const (
 	AWSEndpoint = "OUTBOXKIT_AWS_ENDPOINT" // source scripts/lib/awsemu.sh && awsemu_start
 	// KafkaBrokers is a comma-separated list of broker addresses.
 	KafkaBrokers = "OUTBOXKIT_KAFKA_BROKERS" // source scripts/lib/kafka.sh && kafka_start
+	Promtool     = "OUTBOXKIT_PROMTOOL"      // source scripts/lib/prometheus.sh && prometheus_start
+	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
+	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
+	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
 )
 
 var howTo = map[string]string{
-	PostgresDSN:  "source scripts/lib/postgres.sh && pg_start",
-	MySQLDSN:     "source scripts/lib/mariadb.sh && mariadb_start",
-	AWSEndpoint:  "source scripts/lib/awsemu.sh && awsemu_start",
-	KafkaBrokers: "source scripts/lib/kafka.sh && kafka_start",
+	PostgresDSN:   "source scripts/lib/postgres.sh && pg_start",
+	MySQLDSN:      "source scripts/lib/mariadb.sh && mariadb_start",
+	AWSEndpoint:   "source scripts/lib/awsemu.sh && awsemu_start",
+	KafkaBrokers:  "source scripts/lib/kafka.sh && kafka_start",
+	Promtool:      "source scripts/lib/prometheus.sh && prometheus_start",
+	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
+	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.

@@ -17,6 +17,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
@@ -76,6 +82,20 @@ type ConsumerOptions struct {
 	Entity func(ev *core.Event) (entity string, version int64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider records a span per message ("process <queue>", kind consumer), a child
+	// of the producer's span whose trace context the event's headers carry (Outbox.Write stores
+	// it); the inbox transaction and the handler run inside it. Default nil: the global
+	// provider (otel.GetTracerProvider), a no-op until set.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from the event's headers. Default nil: the global
+	// propagator (otel.GetTextMapPropagator).
+	Propagator propagation.TextMapPropagator
+	// MeterProvider receives outboxkit.consumer.messages ({message}), the counts of Stats by
+	// outboxkit.outcome (received, applied, duplicate, stale, failed, deleted, released) with
+	// messaging.system and messaging.destination.name (the queue's name): never an event or
+	// message id. Give the Inbox its own InboxOptions.MeterProvider for the inbox's instruments.
+	// Default nil: the global provider (otel.GetMeterProvider), a no-op until set.
+	MeterProvider metric.MeterProvider
 }
 
 // Upper bounds of ConsumerOptions.
@@ -110,6 +130,14 @@ type Consumer[TTx any] struct {
 	sem      chan struct{}
 
 	received, applied, duplicate, stale, failed, deleted, released atomic.Uint64
+
+	messages metric.Int64Counter
+	outcomes map[string]metric.AddOption // by outcome, built once
+}
+
+// count adds n to the stat of outcome (the metric; the caller updates its atomic counter).
+func (c *Consumer[TTx]) count(outcome string, n int) {
+	c.messages.Add(context.Background(), int64(n), c.outcomes[outcome])
 }
 
 // NewConsumer returns a consumer named consumer (the inbox's consumer name) of queueURL that
@@ -189,8 +217,22 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 	if log == nil {
 		log = slog.Default()
 	}
+	mp := o.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	messages, err := mp.Meter("github.com/outboxkit/outbox/sinks/sqs").Int64Counter("outboxkit.consumer.messages",
+		metric.WithUnit("{message}"), metric.WithDescription("Messages of the SQS consumer by outcome (as ConsumerStats)."))
+	if err != nil {
+		return nil, fmt.Errorf("sqs: consumer instruments: %w", err)
+	}
+	outcomes := map[string]metric.AddOption{}
+	for _, o := range []string{"received", "applied", "duplicate", "stale", "failed", "deleted", "released"} {
+		outcomes[o] = metric.WithAttributes(attribute.String("messaging.system", "aws_sqs"),
+			attribute.String("messaging.destination.name", queueName(queueURL)), attribute.String("outboxkit.outcome", o))
+	}
 	return &Consumer[TTx]{client: client, queueURL: queueURL, inbox: inbox, name: consumer, handler: handler,
-		o: o, log: log, sem: make(chan struct{}, o.Concurrency)}, nil
+		o: o, log: log, sem: make(chan struct{}, o.Concurrency), messages: messages, outcomes: outcomes}, nil
 }
 
 // Stats returns the consumer's counters.
@@ -242,6 +284,7 @@ func (c *Consumer[TTx]) poll(ctx context.Context) {
 		pause = 100 * time.Millisecond
 		if len(out.Messages) > 0 {
 			c.received.Add(uint64(len(out.Messages)))
+			c.count("received", len(out.Messages))
 			c.processBatch(ctx, out.Messages)
 		}
 	}
@@ -310,6 +353,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 					}
 					state[i].Store(failedState)
 					c.failed.Add(1)
+					c.count("failed", 1)
 					// Later messages of the group stay in flight untouched: they become visible
 					// again with this one, after it, so the group's order holds.
 					for _, j := range idx[k+1:] {
@@ -343,6 +387,7 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 	if len(rel) > 0 {
 		c.changeVisibility(sctx, rel, 0)
 		c.released.Add(uint64(len(rel)))
+		c.count("released", len(rel))
 	}
 }
 
@@ -403,6 +448,7 @@ func (c *Consumer[TTx]) deleteAll(ctx context.Context, msgs []types.Message) {
 		return
 	}
 	c.deleted.Add(uint64(len(out.Successful)))
+	c.count("deleted", len(out.Successful))
 	for _, f := range out.Failed {
 		c.log.Warn("sqs_consumer_delete_failed", "queue_url", c.queueURL, "entry", aws.ToString(f.Id),
 			"code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
@@ -418,6 +464,18 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 			"receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], "error", err)
 		return err
 	}
+	tp := c.o.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	ctx, span := tp.Tracer("github.com/outboxkit/outbox/sinks/sqs").Start(
+		core.TraceContext(ctx, c.o.Propagator, d.Event.Headers), "process "+queueName(c.queueURL),
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			attribute.String("messaging.system", "aws_sqs"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", queueName(c.queueURL)),
+		))
+	defer span.End()
 	entity, version := c.o.Entity(&d.Event)
 	im := core.InboxMessage{
 		EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
@@ -434,6 +492,7 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 		return c.handler(ctx, tx, d)
 	})
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		if ctx.Err() == nil {
 			c.log.Error("sqs_consumer_process_failed", "queue_url", c.queueURL, "message_id", d.MessageID,
 				"event_id", d.Event.ID, "receive_count", d.ReceiveCount, "error", err)
@@ -443,10 +502,13 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 	switch res.Outcome {
 	case core.Applied:
 		c.applied.Add(1)
+		c.count("applied", 1)
 	case core.Duplicate:
 		c.duplicate.Add(1)
+		c.count("duplicate", 1)
 	case core.Stale:
 		c.stale.Add(1)
+		c.count("stale", 1)
 	}
 	return nil
 }

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox/internal/daemon"
+)
+
+func relayCommand() *cobra.Command {
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "relay --config FILE",
+		Short: "run the relays of one outbox from a configuration file",
+		Long: `Run polling or CDC relays for one outbox, publishing to SQS or SNS, with /healthz, /readyz
+and /metrics (Prometheus) on http.listen. Every configuration key can be set in the file, by
+the environment variable OUTBOXKIT_<KEY> and by the flag below; a flag wins over the
+environment, which wins over the file. SIGTERM or SIGINT stops gracefully within
+--shutdown-timeout. A bad configuration prints one line per bad key and exits with status 2.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := daemon.Load(configPath, os.Getenv, cmd.Flags())
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return &exitError{code: 2}
+			}
+			log := daemon.NewLogger(cfg.Log, cmd.ErrOrStderr())
+			ctx := cmd.Context()
+			d, err := daemon.New(ctx, cfg, log)
+			if err != nil {
+				log.Error("daemon_start_failed", "error", err)
+				return &exitError{code: 1}
+			}
+			if err := d.Run(ctx); err != nil {
+				log.Error("daemon_failed", "error", err)
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "YAML configuration file")
+	daemon.Flags(cmd.Flags())
+	return cmd
+}

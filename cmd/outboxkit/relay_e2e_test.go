@@ -1,0 +1,468 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/sqlite"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// daemonBinary builds ./cmd/outboxkit once per test binary, statically (CGO_ENABLED=0).
+func daemonBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "outboxkit-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "outboxkit")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as deploy/Dockerfile builds it
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func randSuffix() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// e2eBackend is one database under the daemon.
+type e2eBackend struct {
+	driver, dsn, schema, mode string
+	write                     func(ctx context.Context, key string) ([]string, error)
+}
+
+func postgresBackend(t *testing.T) e2eBackend {
+	dsn := testkit.Need(t, testkit.PostgresDSN)
+	ctx := t.Context()
+	schema := "daemon_" + randSuffix()
+	admin, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		_ = admin.Close(context.Background())
+	})
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := postgres.New(pool, &postgres.Options{Schema: schema, Lanes: 8})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	ob, err := core.NewOutbox(ctx, store, nil)
+	require.NoError(t, err)
+	return e2eBackend{driver: "postgres", dsn: dsn, schema: schema, mode: "polling", write: testkit.Writer(store, ob, 2, []byte(`{"n":1}`))}
+}
+
+func mysqlBackend(t *testing.T, mode string) e2eBackend {
+	dsn := testkit.Need(t, testkit.MySQLDSN)
+	ctx := t.Context()
+	cfg, err := gomysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	admin, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	name := "daemon_" + randSuffix()
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+		_ = admin.Close()
+	})
+	c := cfg.Clone()
+	c.DBName, c.ParseTime, c.Loc = name, true, time.UTC
+	db, err := sql.Open("mysql", c.FormatDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	store, err := mysql.New(ctx, db, &mysql.Options{Lanes: 8})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	ob, err := core.NewOutbox(ctx, store, nil)
+	require.NoError(t, err)
+	return e2eBackend{driver: "mysql", dsn: c.FormatDSN(), mode: mode, write: testkit.Writer(store, ob, 2, []byte(`{"n":1}`))}
+}
+
+func sqliteBackend(t *testing.T) e2eBackend {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	db, err := sqlite.OpenDB(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	store, err := sqlite.New(db, &sqlite.Options{Lanes: 8})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	ob, err := core.NewOutbox(ctx, store, nil)
+	require.NoError(t, err)
+	return e2eBackend{driver: "sqlite", dsn: path, mode: "polling", write: testkit.Writer(store, ob, 2, []byte(`{"n":1}`))}
+}
+
+const (
+	e2eRegion = "us-east-1"
+	// The daemon's graceful stop must end well within this.
+	e2eShutdownTimeout = 10 * time.Second
+)
+
+// daemonProc is one running `outboxkit relay`.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc {
+	t.Helper()
+	args := append([]string{"relay", "--config", config, "--http-listen", addr}, extra...)
+	cmd := exec.Command(daemonBinary(t), args...)
+	cmd.Env = append(daemonEnv(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion,
+		"AWS_EC2_METADATA_DISABLED=true")
+	p := &daemonProc{cmd: cmd, addr: addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	require.NoError(t, cmd.Start())
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// scrape returns the /metrics text, or "" while the daemon is not serving.
+func (p *daemonProc) scrape() string {
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// metric sums the samples of name in a Prometheus text exposition; -1 when absent.
+func metric(text, name string) float64 {
+	total, found := 0.0, false
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			total += v
+			found = true
+		}
+	}
+	if !found {
+		return -1
+	}
+	return total
+}
+
+// stop sends SIGTERM and returns how many events the daemon said it published; the daemon must
+// exit 0 within the shutdown timeout.
+func (p *daemonProc) stop(t *testing.T) int {
+	t.Helper()
+	began := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.done:
+		require.NoError(t, err, "exit status after SIGTERM; stderr:\n%s", p.stderr)
+	case <-time.After(e2eShutdownTimeout + 5*time.Second):
+		t.Fatalf("no exit within %v of SIGTERM; stderr:\n%s", e2eShutdownTimeout+5*time.Second, p.stderr)
+	}
+	t.Logf("daemon stopped in %v", time.Since(began).Round(time.Millisecond))
+	for l := range strings.SplitSeq(p.stderr.String(), "\n") {
+		var rec struct {
+			Msg       string `json:"msg"`
+			Published int    `json:"published"`
+			Graceful  bool   `json:"graceful"`
+		}
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Msg == "daemon_stopped" {
+			require.True(t, rec.Graceful, "stderr:\n%s", p.stderr)
+			return rec.Published
+		}
+	}
+	t.Fatalf("no daemon_stopped log line; stderr:\n%s", p.stderr)
+	return 0
+}
+
+func sqsClient(endpoint string) *awssqs.Client {
+	return awssqs.NewFromConfig(aws.Config{
+		Region: e2eRegion, Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	}, func(o *awssqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+}
+
+// receiveAll drains the queue and returns how many times each event id arrived.
+func receiveAll(t *testing.T, client *awssqs.Client, url string, want int) map[string]int {
+	t.Helper()
+	ctx := t.Context()
+	got := map[string]int{}
+	empty := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for empty < 3 && time.Now().Before(deadline) {
+		out, err := client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, MessageAttributeNames: []string{"All"}, WaitTimeSeconds: 0,
+		})
+		require.NoError(t, err)
+		if len(out.Messages) == 0 {
+			if len(got) >= want {
+				empty++
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		empty = 0
+		var del []sqstypes.DeleteMessageBatchRequestEntry
+		for i, m := range out.Messages {
+			got[aws.ToString(m.MessageAttributes["outbox.id"].StringValue)]++
+			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+		_, err = client.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del})
+		require.NoError(t, err)
+	}
+	return got
+}
+
+// allowedLabels are the only metric attributes the daemon may export (bounded cardinality).
+var allowedLabels = map[string]bool{
+	"db_system_name": true, "db_collection_name": true, "outboxkit_mode": true,
+	"outboxkit_relay_kind": true, "outboxkit_outcome": true,
+	"otel_scope_name": true, "otel_scope_version": true, "otel_scope_schema_url": true,
+	"job": true, "instance": true, "le": true, "service_name": true, "telemetry_sdk_language": true,
+	"telemetry_sdk_name": true, "telemetry_sdk_version": true,
+}
+
+var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"`)
+
+// checkCardinality fails when a metric carries a label outside allowedLabels or an event id.
+func checkCardinality(t *testing.T, text string, ids map[string]bool) {
+	t.Helper()
+	for _, m := range labelRE.FindAllStringSubmatch(text, -1) {
+		require.True(t, allowedLabels[m[1]], "unexpected metric label %s=%q (unbounded attributes are not allowed)", m[1], m[2])
+		require.False(t, ids[m[2]], "an event id is a metric label value: %s", m[0])
+	}
+}
+
+// runDaemonE2E runs `outboxkit relay` against b and the SQS emulator while a producer writes:
+// restarts graceful stops SIGTERM the daemon mid-traffic (each must exit 0 within the timeout),
+// then the last daemon drains; /metrics must reach backlog 0 and count every event, and the
+// queue must hold every event exactly maxDups-or-fewer extra times.
+func runDaemonE2E(t *testing.T, b e2eBackend, restarts, maxDups int) {
+	endpoint := testkit.Need(t, testkit.AWSEndpoint)
+	ctx := t.Context()
+	client := sqsClient(endpoint)
+	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("daemon-" + randSuffix())})
+	require.NoError(t, err)
+	url := aws.ToString(q.QueueUrl)
+	t.Cleanup(func() {
+		_, _ = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+	})
+
+	schema := ""
+	if b.schema != "" {
+		schema = "  schema: " + b.schema + "\n"
+	}
+	config := filepath.Join(t.TempDir(), "relay.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`database:
+  driver: %s
+  dsn: %q
+  lanes: 8
+%smode: %s
+relay:
+  workers: %d
+  batch_size: 50
+  lease_ttl: 3s
+  poll_interval: 20ms
+sink: sqs
+aws:
+  endpoint: %s
+routes:
+  default: %s
+cleanup:
+  enabled: true
+  interval: 1s
+  retention: 1h
+shutdown_timeout: %s
+`, b.driver, b.dsn, schema, b.mode, map[bool]int{true: 1, false: 2}[b.mode == "cdc"], endpoint, url, e2eShutdownTimeout)), 0o600))
+
+	// The producer: transactions of 2 events over 20 keys, ~4 ms apart: at least 600, and on
+	// until every restart is done, so that each SIGTERM lands mid-traffic.
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	produced := make(chan struct{})
+	restarted := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := 0; ; i++ {
+			if i >= 600 {
+				select {
+				case <-restarted:
+					return
+				default:
+				}
+			}
+			got, err := b.write(ctx, fmt.Sprintf("k%d", i%20))
+			if err != nil {
+				t.Errorf("producer: %v", err)
+				return
+			}
+			mu.Lock()
+			for _, id := range got {
+				ids[id] = true
+			}
+			mu.Unlock()
+			time.Sleep(4 * time.Millisecond)
+		}
+	}()
+
+	published := 0
+	for range restarts {
+		p := startDaemon(t, config, freePort(t), "--migrate")
+		require.Eventually(t, func() bool { return metric(p.scrape(), "outboxkit_relay_published_total") > 0 },
+			30*time.Second, 20*time.Millisecond, "the daemon publishes; stderr:\n%s", p.stderr)
+		published += p.stop(t)
+	}
+	close(restarted)
+	p := startDaemon(t, config, freePort(t))
+	<-produced
+	require.False(t, t.Failed())
+	mu.Lock()
+	written := len(ids)
+	mu.Unlock()
+	var text string
+	require.Eventually(t, func() bool {
+		text = p.scrape()
+		return metric(text, "outboxkit_outbox_pending") == 0 &&
+			published+int(metric(text, "outboxkit_relay_published_total")) == written
+	}, 60*time.Second, 50*time.Millisecond, "backlog 0 and every event counted (written %d, earlier daemons %d); stderr:\n%s",
+		written, published, p.stderr)
+	require.Zero(t, metric(text, "outboxkit_outbox_oldest_pending_age_seconds"))
+	require.Equal(t, 1.0, metric(text, "outboxkit_relay_ready"))
+	checkCardinality(t, text, ids)
+
+	resp, err := http.Get("http://" + p.addr + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Get("http://" + p.addr + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	published += p.stop(t)
+
+	got := receiveAll(t, client, url, written)
+	dups := 0
+	for id, n := range got {
+		require.True(t, ids[id], "delivered but never written: %q", id)
+		dups += n - 1
+	}
+	require.Len(t, got, written, "every written event delivered")
+	t.Logf("%s/%s: %d events, %d graceful restarts, %d duplicates", b.driver, b.mode, written, restarts, dups)
+	require.LessOrEqual(t, dups, maxDups, "duplicates after graceful restarts")
+	if maxDups == 0 {
+		require.Equal(t, written, published, "the daemons' published counts add up to the events written")
+	}
+}
+
+// 20 graceful restarts under steady traffic resend nothing.
+func TestDaemonPostgres(t *testing.T) {
+	t.Parallel()
+	runDaemonE2E(t, postgresBackend(t), 20, 0)
+}
+
+func TestDaemonMariaDBPolling(t *testing.T) {
+	t.Parallel()
+	runDaemonE2E(t, mysqlBackend(t, "polling"), 3, 0)
+}
+
+// A CDC relay has no graceful drain yet: a stop resends what it sent after its last checkpoint
+// (at most a few batches of 50), so the daemon's restarts are bounded, not duplicate-free.
+func TestDaemonMariaDBCDC(t *testing.T) {
+	t.Parallel()
+	const restarts = 3
+	runDaemonE2E(t, mysqlBackend(t, "cdc"), restarts, (restarts+1)*150)
+}
+
+func TestDaemonSQLite(t *testing.T) {
+	t.Parallel()
+	runDaemonE2E(t, sqliteBackend(t), 3, 0)
+}
+
+// daemonEnv is the test's environment without OUTBOXKIT_ variables: the test servers' addresses
+// (OUTBOXKIT_AWS_ENDPOINT, ...) would override the daemon's configuration.
+func daemonEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OUTBOXKIT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}

@@ -1,0 +1,210 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instrumentationName names the tracer of core's spans.
+const instrumentationName = "github.com/outboxkit/outbox/core"
+
+func propagatorOr(p propagation.TextMapPropagator) propagation.TextMapPropagator {
+	if p != nil {
+		return p
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// WithTraceContext returns headers with the trace context of ctx added through prop (nil: the
+// global propagator, otel.GetTextMapPropagator): with the W3C propagator, "traceparent" and
+// "tracestate". Keys the headers already have are kept as they are. When ctx carries no valid
+// span, or the propagator writes nothing, headers is returned unchanged (not copied); otherwise
+// a copy is returned and headers is not modified.
+func WithTraceContext(ctx context.Context, prop propagation.TextMapPropagator, headers map[string]string) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return headers
+	}
+	carrier := propagation.MapCarrier{}
+	propagatorOr(prop).Inject(ctx, carrier)
+	if len(carrier) == 0 {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(carrier))
+	for k, v := range carrier {
+		out[k] = v
+	}
+	for k, v := range headers {
+		out[k] = v
+	}
+	return out
+}
+
+// TraceContext returns ctx carrying the remote span context stored in headers by
+// WithTraceContext (through prop; nil: the global propagator). A consumer starts its processing
+// span from it, as a child of the producer's span.
+func TraceContext(ctx context.Context, prop propagation.TextMapPropagator, headers map[string]string) context.Context {
+	if len(headers) == 0 {
+		return ctx
+	}
+	return propagatorOr(prop).Extract(ctx, propagation.MapCarrier(headers))
+}
+
+// publishSpan starts the relay's span of one batch (kind producer), linked to the producers'
+// spans found in the records' headers. It returns ctx unchanged and a non-recording span when
+// tracing is off.
+func publishSpan(ctx context.Context, tp trace.TracerProvider, prop propagation.TextMapPropagator, system string, recs []Record) (context.Context, trace.Span) {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	ctx, span := tp.Tracer(instrumentationName).Start(ctx, "publish outbox", trace.WithSpanKind(trace.SpanKindProducer))
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(
+		attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.system", system),
+		attribute.Int("messaging.batch.message_count", len(recs)),
+	)
+	prop = propagatorOr(prop)
+	for i := range recs {
+		if len(recs[i].Headers) == 0 {
+			continue
+		}
+		sc := trace.SpanContextFromContext(prop.Extract(context.Background(), propagation.MapCarrier(recs[i].Headers)))
+		if sc.IsValid() {
+			span.AddLink(trace.Link{SpanContext: sc})
+		}
+	}
+	return ctx, span
+}
+
+// endPublishSpan records the outcome of a batch on its span and ends it.
+func endPublishSpan(span trace.Span, outcome []error) {
+	if span.IsRecording() {
+		failed := 0
+		for _, err := range outcome {
+			if err != nil {
+				failed++
+			}
+		}
+		span.SetAttributes(attribute.Int("outboxkit.failed_count", failed))
+		if failed > 0 {
+			span.SetStatus(codes.Error, "some messages were not acknowledged")
+		}
+	}
+	span.End()
+}
+
+// relayInstruments are a relay's synchronous instruments (recorded once per batch, never per
+// record, so that metrics cost nothing measurable on the drain path).
+type relayInstruments struct {
+	sendDuration              metric.Float64Histogram
+	batchSize                 metric.Int64Histogram
+	settledCount              metric.Int64Counter
+	kind                      metric.MeasurementOption
+	published, failed, parked metric.MeasurementOption
+}
+
+func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstruments, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	i := &relayInstruments{kind: metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind))}
+	var err, e error
+	i.sendDuration, err = m.Float64Histogram("outboxkit.relay.send.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one Sink.Send call (one batch)."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+	i.batchSize, e = m.Int64Histogram("outboxkit.relay.batch.size", metric.WithUnit("{event}"),
+		metric.WithDescription("Records sent in one Sink.Send call."),
+		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 5000))
+	err = errors.Join(err, e)
+	i.settledCount, e = m.Int64Counter("outboxkit.relay.settled", metric.WithUnit("{event}"),
+		metric.WithDescription("Records settled: published, failed (retried later) or parked."))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
+	}
+	outcome := func(o string) metric.MeasurementOption {
+		return metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind), attribute.String("outboxkit.outcome", o))
+	}
+	i.published, i.failed, i.parked = outcome("published"), outcome("failed"), outcome("parked")
+	return i, nil
+}
+
+func (i *relayInstruments) sent(ctx context.Context, d time.Duration, n int) {
+	i.sendDuration.Record(ctx, d.Seconds(), i.kind)
+	i.batchSize.Record(ctx, int64(n), i.kind)
+}
+
+func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
+	if len(p.Published) > 0 {
+		i.settledCount.Add(ctx, int64(len(p.Published)), i.published)
+	}
+	parked := 0
+	for _, f := range p.Failed {
+		if f.Park {
+			parked++
+		}
+	}
+	if n := len(p.Failed) - parked; n > 0 {
+		i.settledCount.Add(ctx, int64(n), i.failed)
+	}
+	if parked > 0 {
+		i.settledCount.Add(ctx, int64(parked), i.parked)
+	}
+}
+
+// inboxInstruments are an inbox's instruments, recorded once per Process call.
+type inboxInstruments struct {
+	messages metric.Int64Counter
+	duration metric.Float64Histogram
+}
+
+func newInboxInstruments(mp metric.MeterProvider) (*inboxInstruments, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	var i inboxInstruments
+	var err, e error
+	i.messages, err = m.Int64Counter("outboxkit.inbox.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Messages processed by the inbox, by outcome."))
+	i.duration, e = m.Float64Histogram("outboxkit.inbox.process.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one inbox transaction (checks, record, handler, commit)."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	if err = errors.Join(err, e); err != nil {
+		return nil, fmt.Errorf("inbox: instruments: %w", err)
+	}
+	return &i, nil
+}
+
+func (i *inboxInstruments) processed(ctx context.Context, consumer string, res InboxResult, err error, d time.Duration) {
+	outcome := "failed"
+	switch {
+	case err == nil && res.Outcome == Applied:
+		outcome = "applied"
+	case err == nil && res.Outcome == Duplicate:
+		outcome = "duplicate"
+	case err == nil && res.Outcome == Stale:
+		outcome = "stale"
+	case errors.Is(err, ErrDigestMismatch):
+		outcome = "digest_conflict"
+	case errors.Is(err, ErrBeyondRetention):
+		outcome = "beyond_retention"
+	case errors.Is(err, ErrVersionGap):
+		outcome = "version_gap"
+	}
+	c := attribute.String("outboxkit.consumer", consumer)
+	i.messages.Add(ctx, 1, metric.WithAttributes(c, attribute.String("outboxkit.outcome", outcome)))
+	i.duration.Record(ctx, d.Seconds(), metric.WithAttributes(c))
+}

@@ -1,0 +1,488 @@
+// Package daemon is the `outboxkit relay` process: its configuration (YAML, environment,
+// flags), the wiring of store, sink and relays, health endpoints, metrics and graceful stop.
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the relay daemon's configuration. Every leaf key can be set in the YAML file, by an
+// environment variable OUTBOXKIT_<PATH> (the key's path in upper case, "." as "_") and by a flag
+// --<path> ("." and "_" as "-"); a flag wins over the environment, which wins over the file.
+// Map-valued keys (routes.by_type, routes.by_destination) come from the file only.
+type Config struct {
+	Database        Database `yaml:"database"`
+	Mode            string   `yaml:"mode" help:"polling | cdc"`
+	CDC             CDC      `yaml:"cdc"`
+	Relay           Relay    `yaml:"relay"`
+	AWS             AWS      `yaml:"aws"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns (kafka is reserved)"`
+	Sinks           Sinks    `yaml:"sinks"`
+	Routes          Routes   `yaml:"routes"`
+	Cleanup         Cleanup  `yaml:"cleanup"`
+	HTTP            HTTP     `yaml:"http"`
+	OTLP            OTLP     `yaml:"otlp"`
+	Log             Log      `yaml:"log"`
+	Migrate         bool     `yaml:"migrate" help:"create or upgrade the outbox tables at start"`
+	ShutdownTimeout Duration `yaml:"shutdown_timeout" help:"how long a graceful stop may take before it becomes a hard stop"`
+}
+
+// Database selects the outbox.
+type Database struct {
+	Driver string `yaml:"driver" help:"postgres | mysql | sqlite"`
+	DSN    string `yaml:"dsn" help:"connection string (postgres, mysql: parseTime=true) or file path (sqlite)"`
+	Schema string `yaml:"schema" help:"postgres schema of the outbox (default public)"`
+	Table  string `yaml:"table" help:"outbox table (default outbox)"`
+	Lanes  int    `yaml:"lanes" help:"lane count recorded by --migrate on a new outbox (default the library's)"`
+}
+
+// CDC configures mode cdc.
+type CDC struct {
+	Slot             string `yaml:"slot" help:"postgres replication slot (default outboxkit_<schema>_<table>)"`
+	ServerID         uint32 `yaml:"server_id" help:"mysql replica server id (default random per stream)"`
+	MaxRetainedBytes int64  `yaml:"max_retained_bytes" help:"cap of the log the database retains for the relay (0: none)"`
+	ReleaseOverCap   bool   `yaml:"release_over_cap" help:"release the slot and stop when over the cap"`
+}
+
+// Relay tunes the relays.
+type Relay struct {
+	Workers         int      `yaml:"workers" help:"polling relays in this process (default 1)"`
+	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once (default 500)"`
+	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime (default 30s)"`
+	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found (default 100ms)"`
+	DeleteOnPublish bool     `yaml:"delete_on_publish" help:"delete rows once acknowledged instead of marking them"`
+	Retry           Retry    `yaml:"retry"`
+}
+
+// Retry is core.RetryPolicy.
+type Retry struct {
+	Initial    Duration `yaml:"initial" help:"delay after the first failure (default 1s)"`
+	Max        Duration `yaml:"max" help:"cap of one delay (default 5m)"`
+	Multiplier float64  `yaml:"multiplier" help:"growth of the delay (default 2)"`
+	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20% (default 0.2)"`
+	Deadline   Duration `yaml:"deadline" help:"retry budget of one event before it is parked (default 24h)"`
+}
+
+// AWS overrides the SDK's default configuration chain.
+type AWS struct {
+	Region   string `yaml:"region" help:"AWS region (default: the SDK's chain)"`
+	Endpoint string `yaml:"endpoint" help:"endpoint override (an emulator, a VPC endpoint)"`
+}
+
+// Sinks holds each sink's settings; Config.Sink selects one.
+type Sinks struct {
+	SQS   AWSSink `yaml:"sqs"`
+	SNS   AWSSink `yaml:"sns"`
+	Kafka Kafka   `yaml:"kafka"`
+}
+
+// AWSSink tunes the SQS or SNS sink.
+type AWSSink struct {
+	Concurrency     int `yaml:"concurrency" help:"requests in flight per send (default 8)"`
+	MaxBatchEntries int `yaml:"max_batch_entries" help:"entries per batch request, 1-10 (default 10)"`
+}
+
+// Kafka is reserved for the Kafka sink.
+type Kafka struct {
+	Brokers []string `yaml:"brokers" help:"seed brokers"`
+}
+
+// Routes maps events to sink addresses (queue URLs, topic ARNs): by destination, else by type,
+// else Default. Trusted configuration only: an address is used as it is.
+type Routes struct {
+	Default       string            `yaml:"default" help:"address of events no other route matches"`
+	ByType        map[string]string `yaml:"by_type"`
+	ByDestination map[string]string `yaml:"by_destination"`
+}
+
+// Cleanup deletes published rows; one process of a fleet runs it at a time.
+type Cleanup struct {
+	Enabled   bool     `yaml:"enabled" help:"run the cleanup schedule"`
+	Retention Duration `yaml:"retention" help:"keep published rows this long (default 24h)"`
+	Interval  Duration `yaml:"interval" help:"time between cleanups (default 1h)"`
+}
+
+// HTTP serves /healthz, /readyz and /metrics.
+type HTTP struct {
+	Listen string `yaml:"listen" help:"address of the health and metrics server (default 127.0.0.1:9464; empty string keeps the default)"`
+}
+
+// OTLP pushes the metrics to an OpenTelemetry collector as well (they are served at /metrics
+// either way).
+type OTLP struct {
+	Endpoint string   `yaml:"endpoint" help:"OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics (empty: no push)"`
+	Interval Duration `yaml:"interval" help:"push interval (default 30s)"`
+}
+
+// Log configures the logs.
+type Log struct {
+	Format string `yaml:"format" help:"json | text"`
+	Level  string `yaml:"level" help:"debug | info | warn | error"`
+}
+
+// Duration is a time.Duration written as "30s" or "1h30m".
+type Duration time.Duration
+
+// D returns the duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Defaults returns the configuration every file starts from.
+func Defaults() Config {
+	return Config{
+		Mode: "polling", Sink: "sqs",
+		Relay:           Relay{Workers: 1},
+		Cleanup:         Cleanup{Retention: Duration(24 * time.Hour), Interval: Duration(time.Hour)},
+		HTTP:            HTTP{Listen: "127.0.0.1:9464"},
+		OTLP:            OTLP{Interval: Duration(30 * time.Second)},
+		Log:             Log{Format: "json", Level: "info"},
+		ShutdownTimeout: Duration(30 * time.Second),
+	}
+}
+
+// ConfigError lists every bad key of a configuration, one per line: "path: problem".
+type ConfigError struct{ Problems []string }
+
+func (e *ConfigError) Error() string { return strings.Join(e.Problems, "\n") }
+
+// leaf is one settable key.
+type leaf struct {
+	path string
+	help string
+	typ  reflect.Type
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+// leaves lists the keys of t that env and flags can set (every non-map leaf).
+func leaves(t reflect.Type, prefix string) []leaf {
+	var out []leaf
+	for i := range t.NumField() {
+		f := t.Field(i)
+		path := prefix + f.Tag.Get("yaml")
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			out = append(out, leaves(f.Type, path+".")...)
+		case f.Type.Kind() == reflect.Map:
+		default:
+			out = append(out, leaf{path: path, help: f.Tag.Get("help"), typ: f.Type})
+		}
+	}
+	return out
+}
+
+// field finds the value of path in v (a struct), or reports false.
+func field(v reflect.Value, path string) (reflect.Value, bool) {
+	for part := range strings.SplitSeq(path, ".") {
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}, false
+		}
+		found := false
+		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("yaml") == part {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return reflect.Value{}, false
+		}
+	}
+	return v, true
+}
+
+// EnvName returns the environment variable of a key.
+func EnvName(path string) string {
+	return "OUTBOXKIT_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+}
+
+// FlagName returns the flag of a key.
+func FlagName(path string) string {
+	return strings.NewReplacer(".", "-", "_", "-").Replace(path)
+}
+
+// setString parses s into v (a leaf).
+func setString(v reflect.Value, s string) error {
+	switch {
+	case v.Type() == durationType:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("not a duration: %q", s)
+		}
+		v.SetInt(int64(d))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", s)
+		}
+		v.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", s)
+		}
+		v.SetInt(n)
+	case reflect.Uint32:
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return fmt.Errorf("not an unsigned 32-bit integer: %q", s)
+		}
+		v.SetUint(n)
+	case reflect.Float64:
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		v.SetFloat(n)
+	case reflect.Slice:
+		var parts []string
+		for p := range strings.SplitSeq(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		v.Set(reflect.ValueOf(parts))
+	default:
+		return fmt.Errorf("unsupported key type %s", v.Type())
+	}
+	return nil
+}
+
+// decodeNode sets v from a YAML node, recording one problem per bad key.
+func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) {
+	bad := func(format string, args ...any) {
+		*problems = append(*problems, fmt.Sprintf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	switch {
+	case v.Kind() == reflect.Struct && v.Type() != durationType:
+		if n.Kind != yaml.MappingNode {
+			if n.Tag == "!!null" {
+				return
+			}
+			bad("must be a mapping (line %d)", n.Line)
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			sub := key
+			if path != "" {
+				sub = path + "." + key
+			}
+			fv, ok := field(v, key)
+			if !ok {
+				*problems = append(*problems, fmt.Sprintf("%s: unknown key (line %d)", sub, n.Content[i].Line))
+				continue
+			}
+			decodeNode(n.Content[i+1], fv, sub, problems)
+		}
+	case v.Kind() == reflect.Map:
+		m := map[string]string{}
+		if err := n.Decode(&m); err != nil {
+			bad("must be a mapping of strings to strings (line %d)", n.Line)
+			return
+		}
+		v.Set(reflect.ValueOf(m))
+	case v.Kind() == reflect.Slice:
+		var s []string
+		if err := n.Decode(&s); err != nil {
+			bad("must be a list of strings (line %d)", n.Line)
+			return
+		}
+		v.Set(reflect.ValueOf(s))
+	default:
+		if n.Kind != yaml.ScalarNode {
+			bad("must be a single value (line %d)", n.Line)
+			return
+		}
+		if err := setString(v, n.Value); err != nil {
+			bad("%v (line %d)", err, n.Line)
+		}
+	}
+}
+
+// Flags registers one flag per leaf key on fs; Load applies the ones that were set.
+func Flags(fs *pflag.FlagSet) {
+	for _, l := range leaves(reflect.TypeFor[Config](), "") {
+		name := FlagName(l.path)
+		help := l.help
+		if help == "" {
+			help = l.path
+		}
+		help += " (" + l.path + ", $" + EnvName(l.path) + ")"
+		fs.Var(&rawFlag{typ: flagType(l.typ)}, name, help)
+		if l.typ.Kind() == reflect.Bool {
+			fs.Lookup(name).NoOptDefVal = "true"
+		}
+	}
+}
+
+// rawFlag keeps a flag's text; Load parses it after the file and the environment.
+type rawFlag struct{ s, typ string }
+
+func (f *rawFlag) String() string     { return f.s }
+func (f *rawFlag) Set(s string) error { f.s = s; return nil }
+func (f *rawFlag) Type() string       { return f.typ }
+
+func flagType(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "duration"
+	case t.Kind() == reflect.Slice:
+		return "list"
+	}
+	return t.Kind().String()
+}
+
+// Load reads the YAML file at path (none when empty), then the environment (getenv), then the
+// flags of fs that were set, over Defaults, and validates the result. Every problem is reported,
+// one per bad key, in a *ConfigError.
+func Load(path string, getenv func(string) string, fs *pflag.FlagSet) (Config, error) {
+	cfg := Defaults()
+	v := reflect.ValueOf(&cfg).Elem()
+	var problems []string
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, &ConfigError{Problems: []string{fmt.Sprintf("config: %v", err)}}
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			return cfg, &ConfigError{Problems: []string{fmt.Sprintf("config: %v", err)}}
+		}
+		if len(doc.Content) > 0 {
+			decodeNode(doc.Content[0], v, "", &problems)
+		}
+	}
+	for _, l := range leaves(v.Type(), "") {
+		fv, _ := field(v, l.path)
+		if s := getenv(EnvName(l.path)); s != "" {
+			if err := setString(fv, s); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v (from $%s)", l.path, err, EnvName(l.path)))
+			}
+		}
+		if fs != nil {
+			if f := fs.Lookup(FlagName(l.path)); f != nil && f.Changed {
+				if err := setString(fv, f.Value.String()); err != nil {
+					problems = append(problems, fmt.Sprintf("%s: %v (from --%s)", l.path, err, f.Name))
+				}
+			}
+		}
+	}
+	problems = append(problems, cfg.validate()...)
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return cfg, &ConfigError{Problems: problems}
+	}
+	return cfg, nil
+}
+
+func oneOf(path, got string, allowed ...string) []string {
+	if slices.Contains(allowed, got) {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: %q is not one of %s", path, got, strings.Join(allowed, ", "))}
+}
+
+// validate returns one problem per bad key.
+func (c *Config) validate() []string {
+	var p []string
+	add := func(path, format string, args ...any) { p = append(p, path+": "+fmt.Sprintf(format, args...)) }
+	p = append(p, oneOf("database.driver", c.Database.Driver, "postgres", "mysql", "sqlite")...)
+	if c.Database.DSN == "" {
+		add("database.dsn", "required")
+	}
+	if c.Database.Schema != "" && c.Database.Driver != "postgres" {
+		add("database.schema", "only for driver postgres")
+	}
+	if c.Database.Lanes < 0 {
+		add("database.lanes", "must not be negative")
+	}
+	p = append(p, oneOf("mode", c.Mode, "polling", "cdc")...)
+	if c.Mode == "cdc" && c.Database.Driver == "sqlite" {
+		add("mode", "cdc needs driver postgres or mysql")
+	}
+	if c.CDC.MaxRetainedBytes < 0 {
+		add("cdc.max_retained_bytes", "must not be negative")
+	}
+	if c.Relay.Workers < 1 {
+		add("relay.workers", "must be at least 1")
+	}
+	if c.Mode == "cdc" && c.Relay.Workers > 1 {
+		add("relay.workers", "must be 1 in mode cdc (one CDC relay publishes for the whole outbox)")
+	}
+	for path, n := range map[string]int{"relay.batch_size": c.Relay.BatchSize, "sinks.sqs.concurrency": c.Sinks.SQS.Concurrency,
+		"sinks.sns.concurrency": c.Sinks.SNS.Concurrency} {
+		if n < 0 {
+			add(path, "must not be negative")
+		}
+	}
+	for path, n := range map[string]int{"sinks.sqs.max_batch_entries": c.Sinks.SQS.MaxBatchEntries, "sinks.sns.max_batch_entries": c.Sinks.SNS.MaxBatchEntries} {
+		if n < 0 || n > 10 {
+			add(path, "must be 1 to 10 (0: default)")
+		}
+	}
+	for path, d := range map[string]Duration{"relay.lease_ttl": c.Relay.LeaseTTL, "relay.poll_interval": c.Relay.PollInterval,
+		"relay.retry.initial": c.Relay.Retry.Initial, "relay.retry.max": c.Relay.Retry.Max, "relay.retry.deadline": c.Relay.Retry.Deadline} {
+		if d < 0 {
+			add(path, "must not be negative")
+		}
+	}
+	for path, d := range map[string]Duration{"cleanup.retention": c.Cleanup.Retention, "cleanup.interval": c.Cleanup.Interval,
+		"shutdown_timeout": c.ShutdownTimeout, "otlp.interval": c.OTLP.Interval} {
+		if d <= 0 {
+			add(path, "must be positive")
+		}
+	}
+	if c.Relay.Retry.Multiplier < 0 {
+		add("relay.retry.multiplier", "must not be negative")
+	}
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka")...)
+	if c.Sink == "kafka" {
+		add("sink", "kafka is not available in this build")
+	}
+	if c.Routes.Default == "" && len(c.Routes.ByType) == 0 && len(c.Routes.ByDestination) == 0 {
+		add("routes", "at least one route is required (routes.default, routes.by_type or routes.by_destination)")
+	}
+	for k, v := range c.Routes.ByType {
+		if v == "" {
+			add("routes.by_type."+k, "empty address")
+		}
+	}
+	for k, v := range c.Routes.ByDestination {
+		if v == "" {
+			add("routes.by_destination."+k, "empty address")
+		}
+	}
+	if c.OTLP.Endpoint != "" {
+		if u, err := url.Parse(c.OTLP.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("otlp.endpoint", "must be an http or https URL")
+		}
+	}
+	p = append(p, oneOf("log.format", c.Log.Format, "json", "text")...)
+	p = append(p, oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")...)
+	return p
+}
+
+// IsConfigError reports whether err is a bad configuration (exit status 2).
+func IsConfigError(err error) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce)
+}

@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// metrics are the daemon's OpenTelemetry instruments, served at /metrics in Prometheus format.
+// Their attributes are bounded: the database system, the outbox table and the relay mode —
+// never an event id or a partition key.
+type metrics struct {
+	handler  http.Handler
+	provider *sdkmetric.MeterProvider
+	cleaned  metric.Int64Counter
+	reg      metric.Registration
+}
+
+func newMetrics(d *Daemon) (*metrics, error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, err
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	if d.cfg.OTLP.Endpoint != "" {
+		push, err := otlpmetrichttp.New(context.Background(), otlpmetrichttp.WithEndpointURL(d.cfg.OTLP.Endpoint))
+		if err != nil {
+			return nil, fmt.Errorf("otlp.endpoint: %w", err)
+		}
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(push, sdkmetric.WithInterval(d.cfg.OTLP.Interval.D()))))
+	}
+	mp := sdkmetric.NewMeterProvider(opts...)
+	meter := mp.Meter("github.com/outboxkit/outbox/internal/daemon")
+	m := &metrics{handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), provider: mp}
+
+	table := d.cfg.Database.Table
+	if table == "" {
+		table = "outbox"
+	}
+	attrs := metric.WithAttributes(
+		attribute.String("db.system.name", d.cfg.Database.Driver),
+		attribute.String("db.collection.name", table),
+		attribute.String("outboxkit.mode", d.cfg.Mode),
+	)
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, e := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err == nil {
+			err = e
+		}
+		return g
+	}
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, e := meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err == nil {
+			err = e
+		}
+		return c
+	}
+	pending := gauge("outboxkit.outbox.pending", "{event}", "Unpublished events that are not parked (the backlog).")
+	parked := gauge("outboxkit.outbox.parked", "{event}", "Parked events: retries exhausted or a permanent error; they hold back their key.")
+	oldest, e := meter.Float64ObservableGauge("outboxkit.outbox.oldest_pending_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest pending event (0 when none)."))
+	if err == nil {
+		err = e
+	}
+	published := counter("outboxkit.relay.published", "{event}", "Events marked published after the sink acknowledged them.")
+	sends := counter("outboxkit.relay.sends", "{batch}", "Sink.Send calls.")
+	failures := counter("outboxkit.relay.failures", "{event}", "Failed delivery attempts recorded (each is retried later or parked).")
+	parkedTotal := counter("outboxkit.relay.parked", "{event}", "Events parked by this process.")
+	claimLost := counter("outboxkit.relay.claim_lost", "{settle}", "Settles refused because a lane lease was lost (the new owner resends).")
+	lanes := gauge("outboxkit.relay.lanes", "{lane}", "Lanes held by this process's relays.")
+	ready := gauge("outboxkit.relay.ready", "", "1 when every relay of the process is healthy (publishing, breaker closed, generation current).")
+	generation := gauge("outboxkit.relay.generation", "", "Publisher generation the relays run under.")
+	retained := gauge("outboxkit.cdc.retained_bytes", "By", "Change log the database retains for the CDC relay.")
+	retainedCap := gauge("outboxkit.cdc.retained_bytes_cap", "By", "cdc.max_retained_bytes (0: no cap).")
+	breaker := gauge("outboxkit.relay.breaker_open", "{relay}", "Relays whose breaker pauses fetching after sends in a row failed.")
+	cleaned, e := meter.Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"), metric.WithDescription("Published rows deleted by the cleanup schedule."))
+	if err == nil {
+		err = e
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.cleaned = cleaned
+
+	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if st, err := d.db.store.Stats(ctx); err == nil {
+			o.ObserveInt64(pending, st.Pending, attrs)
+			o.ObserveInt64(parked, st.Parked, attrs)
+			age := 0.0
+			if !st.OldestPendingAt.IsZero() {
+				age = max(time.Since(st.OldestPendingAt).Seconds(), 0)
+			}
+			o.ObserveFloat64(oldest, age, attrs)
+		}
+		var pub, snd, fail, park, lost, held, gen int64
+		for _, r := range d.relays {
+			st := r.Stats()
+			pub += int64(st.Published)
+			snd += int64(st.Sends)
+			fail += int64(st.Failures)
+			park += int64(st.Parked)
+			lost += int64(st.ClaimLost)
+			held += int64(st.Lanes)
+			gen = max(gen, st.Generation)
+		}
+		if d.cdc != nil {
+			st := d.cdc.Stats()
+			pub += int64(st.Published)
+			snd += int64(st.Sends)
+			fail += int64(st.Failures)
+			park += int64(st.Parked)
+			gen = max(gen, st.Generation)
+			o.ObserveInt64(retained, st.Retention.RetainedBytes, attrs)
+			o.ObserveInt64(retainedCap, d.cfg.CDC.MaxRetainedBytes, attrs)
+		}
+		o.ObserveInt64(published, pub, attrs)
+		o.ObserveInt64(sends, snd, attrs)
+		o.ObserveInt64(failures, fail, attrs)
+		o.ObserveInt64(parkedTotal, park, attrs)
+		o.ObserveInt64(claimLost, lost, attrs)
+		o.ObserveInt64(lanes, held, attrs)
+		o.ObserveInt64(generation, gen, attrs)
+		ok, open := int64(1), int64(0)
+		for _, r := range d.running() {
+			if err := r.Health(); err != nil {
+				ok = 0
+				if errors.Is(err, core.ErrBreakerOpen) {
+					open++
+				}
+			}
+		}
+		o.ObserveInt64(ready, ok, attrs)
+		o.ObserveInt64(breaker, open, attrs)
+		return nil
+	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained, retainedCap, breaker)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *metrics) shutdown() {
+	_ = m.reg.Unregister()
+	_ = m.provider.Shutdown(context.Background())
+}

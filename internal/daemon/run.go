@@ -1,0 +1,369 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/sqlite"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/sns"
+	"github.com/outboxkit/outbox/sinks/sqs"
+)
+
+// NewLogger returns the daemon's logger: JSON (or text) on w at the configured level.
+func NewLogger(cfg Log, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.Level))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, o))
+	}
+	return slog.New(slog.NewJSONHandler(w, o))
+}
+
+// outbox is what the daemon needs of an adapter's store.
+type outbox interface {
+	core.RelayStore
+	core.Admin
+	core.Pruner
+	Migrate(ctx context.Context) error
+}
+
+// backend is an opened database: its store, a CDC source factory and a closer.
+type backend struct {
+	store  outbox
+	ping   func(ctx context.Context) error
+	source func() (core.ChangeSource, error) // nil: no CDC
+	close  func()
+}
+
+func open(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
+	d := cfg.Database
+	switch d.Driver {
+	case "postgres":
+		pool, err := pgxpool.New(ctx, d.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		store, err := postgres.New(pool, &postgres.Options{Schema: d.Schema, Table: d.Table, Lanes: d.Lanes, Logger: log})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return &backend{store: store, ping: pool.Ping, close: pool.Close, source: func() (core.ChangeSource, error) {
+			return store.ChangeSource(&postgres.ChangeSourceOptions{Slot: cfg.CDC.Slot, Logger: log})
+		}}, nil
+	case "mysql":
+		db, err := sql.Open("mysql", d.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		store, err := mysql.New(ctx, db, &mysql.Options{Table: d.Table, Lanes: d.Lanes, DSN: d.DSN, Logger: log})
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &backend{store: store, ping: db.PingContext, close: func() { _ = db.Close() }, source: func() (core.ChangeSource, error) {
+			return store.ChangeSource(&mysql.ChangeSourceOptions{ServerID: cfg.CDC.ServerID, Logger: log})
+		}}, nil
+	case "sqlite":
+		db, err := sqlite.OpenDB(ctx, d.DSN)
+		if err != nil {
+			return nil, err
+		}
+		store, err := sqlite.New(db, &sqlite.Options{Table: d.Table, Lanes: d.Lanes, Logger: log})
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &backend{store: store, ping: db.PingContext, close: func() { _ = db.Close() }}, nil
+	}
+	return nil, fmt.Errorf("database.driver: %q unsupported", d.Driver)
+}
+
+func newSink(ctx context.Context, cfg Config, log *slog.Logger) (core.Sink, error) {
+	var opts []func(*awsconfig.LoadOptions) error
+	if cfg.AWS.Region != "" {
+		opts = append(opts, awsconfig.WithRegion(cfg.AWS.Region))
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("aws: %w", err)
+	}
+	var endpoint *string
+	if cfg.AWS.Endpoint != "" {
+		endpoint = aws.String(cfg.AWS.Endpoint)
+	}
+	switch cfg.Sink {
+	case "sqs":
+		client := awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) { o.BaseEndpoint = endpoint })
+		return sqs.New(client, &sqs.Options{Concurrency: cfg.Sinks.SQS.Concurrency, MaxBatchEntries: cfg.Sinks.SQS.MaxBatchEntries, Logger: log})
+	case "sns":
+		client := awssns.NewFromConfig(awsCfg, func(o *awssns.Options) { o.BaseEndpoint = endpoint })
+		return sns.New(client, &sns.Options{Concurrency: cfg.Sinks.SNS.Concurrency, MaxBatchEntries: cfg.Sinks.SNS.MaxBatchEntries, Logger: log})
+	}
+	return nil, fmt.Errorf("sink: %q unsupported", cfg.Sink)
+}
+
+// relayer is a running relay of either kind.
+type relayer interface {
+	Run(ctx context.Context) error
+	Health() error
+}
+
+// Daemon is one relay process.
+type Daemon struct {
+	cfg    Config
+	log    *slog.Logger
+	db     *backend
+	relays []*core.Relay
+	cdc    *core.CDCRelay
+	srv    *http.Server
+	ln     net.Listener
+	m      *metrics
+}
+
+// New opens the database and the sink and builds the relays; it starts nothing. With
+// cfg.Migrate it migrates the outbox first.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
+	db, err := open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: log, db: db}
+	ok := false
+	defer func() {
+		if !ok {
+			db.close()
+		}
+	}()
+	if cfg.Migrate {
+		if err := db.store.Migrate(ctx); err != nil {
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		log.Info("migrated")
+	}
+	sink, err := newSink(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if d.m, err = newMetrics(d); err != nil {
+		return nil, err
+	}
+	router := core.StaticRouter{Default: cfg.Routes.Default, ByType: cfg.Routes.ByType, ByDestination: cfg.Routes.ByDestination}
+	retry := core.RetryPolicy{Initial: cfg.Relay.Retry.Initial.D(), Max: cfg.Relay.Retry.Max.D(),
+		Multiplier: cfg.Relay.Retry.Multiplier, Jitter: cfg.Relay.Retry.Jitter, Deadline: cfg.Relay.Retry.Deadline.D()}
+	if cfg.Mode == "cdc" {
+		src, err := db.source()
+		if err != nil {
+			return nil, err
+		}
+		d.cdc, err = core.NewCDCRelay(db.store.(core.CDCStore), src, sink, router, &core.CDCOptions{
+			LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retry,
+			DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
+			ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: d.m.provider,
+		})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		for range cfg.Relay.Workers {
+			r, err := core.NewRelay(db.store, sink, router, &core.RelayOptions{
+				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
+				Retry: retry, DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+				MeterProvider: d.m.provider,
+			})
+			if err != nil {
+				return nil, err
+			}
+			d.relays = append(d.relays, r)
+		}
+	}
+	ok = true
+	return d, nil
+}
+
+func (d *Daemon) running() []relayer {
+	var out []relayer
+	for _, r := range d.relays {
+		out = append(out, r)
+	}
+	if d.cdc != nil {
+		out = append(out, d.cdc)
+	}
+	return out
+}
+
+// ready reports nil when the database answers and every relay is healthy.
+func (d *Daemon) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := d.db.ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	for _, r := range d.running() {
+		if err := r.Health(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.ready(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", d.m.handler)
+	return mux
+}
+
+// Run serves the HTTP endpoints and runs the relays (and the cleanup schedule) until ctx is
+// cancelled, then stops gracefully within cfg.ShutdownTimeout: polling relays finish and settle
+// their batches in flight and release their lanes; a CDC relay stops at once (what it sent and
+// did not checkpoint is resent by the next one). It returns nil after a graceful stop.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.db.close()
+	defer d.m.shutdown()
+	ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen: %w", err)
+	}
+	d.srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = d.srv.Serve(ln) }()
+	d.log.Info("daemon_started", "http", ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
+		"workers", len(d.running()), "sink", d.cfg.Sink)
+
+	// The relays run on their own context: a graceful stop asks them to drain; hard is the
+	// fallback once the shutdown timeout is over.
+	hardCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
+	defer hard()
+	cdcCtx, stopCDC := context.WithCancel(hardCtx)
+	defer stopCDC()
+	errc := make(chan error, len(d.running()))
+	var wg sync.WaitGroup
+	for _, r := range d.relays {
+		wg.Go(func() { errc <- r.Run(hardCtx) })
+	}
+	if d.cdc != nil {
+		wg.Go(func() { errc <- d.cdc.Run(cdcCtx) })
+	}
+	var cleanupWG sync.WaitGroup
+	cleanupCtx, stopCleanup := context.WithCancel(ctx)
+	defer stopCleanup()
+	if d.cfg.Cleanup.Enabled {
+		cleanupWG.Go(func() { d.cleanupLoop(cleanupCtx) })
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc: // a relay stopped on its own (fenced, position lost, ...)
+		d.log.Error("relay_stopped", "error", runErr)
+	}
+	stopCleanup()
+	d.log.Info("daemon_stopping", "timeout", d.cfg.ShutdownTimeout.D())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownTimeout.D())
+	defer cancel()
+	var swg sync.WaitGroup
+	var graceful = true
+	var gmu sync.Mutex
+	for _, r := range d.relays {
+		swg.Go(func() {
+			if err := r.Shutdown(sctx); err != nil {
+				gmu.Lock()
+				graceful = false
+				gmu.Unlock()
+				d.log.Error("relay_shutdown_timeout", "error", err)
+			}
+		})
+	}
+	stopCDC()
+	swg.Wait()
+	wg.Wait()
+	cleanupWG.Wait()
+	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer hcancel()
+	_ = d.srv.Shutdown(hctx)
+	d.log.Info("daemon_stopped", "published", d.published(), "graceful", graceful && runErr == nil)
+	if runErr != nil {
+		return runErr
+	}
+	if !graceful {
+		return errors.New("shutdown: timeout: relays were stopped hard")
+	}
+	return nil
+}
+
+// cleanupLoop runs CleanupOutbox every cleanup.interval while this process holds the cleanup
+// lease: a polling relay of this process holds lane 0, or its CDC relay is the running
+// publisher (it holds every lane). Lane leases are exclusive across the fleet, so one process
+// cleans at a time.
+func (d *Daemon) cleanupLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Cleanup.Interval.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !d.holdsCleanupLease() {
+			continue
+		}
+		n, err := core.CleanupOutbox(ctx, d.db.store, &core.CleanupOptions{Retention: d.cfg.Cleanup.Retention.D()})
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("cleanup_failed", "error", err)
+			continue
+		}
+		d.m.cleaned.Add(ctx, int64(n))
+		d.log.Info("cleanup_done", "deleted", n)
+	}
+}
+
+func (d *Daemon) holdsCleanupLease() bool {
+	if d.cdc != nil {
+		return d.cdc.Health() == nil && d.cdc.Stats().Generation != 0
+	}
+	for _, r := range d.relays {
+		if r.HoldsLane(0) {
+			return true
+		}
+	}
+	return false
+}
+
+// published is how many events this process's relays marked published.
+func (d *Daemon) published() uint64 {
+	var n uint64
+	for _, r := range d.relays {
+		n += r.Stats().Published
+	}
+	if d.cdc != nil {
+		n += d.cdc.Stats().Published
+	}
+	return n
+}
