@@ -256,13 +256,15 @@ func testDeliveryDelete[TTx any](e *env[TTx]) {
 }
 
 // testDeliveryWakeup: with a Waker/Notifier adapter, Outbox.Notify after commit makes a relay
-// with a one-hour poll interval deliver the event.
+// with a one-hour poll interval deliver the event. An adapter without both capabilities is
+// checked against the base behaviour instead (fstest.TestFS style): Notify is a no-op that
+// returns nil, and a relay still delivers by polling.
 func testDeliveryWakeup[TTx any](e *env[TTx]) {
-	if _, ok := any(e.a).(core.Waker); !ok {
-		e.t.Skip("adapter does not implement core.Waker")
-	}
-	if _, ok := any(e.a).(core.Notifier); !ok {
-		e.t.Skip("adapter does not implement core.Notifier")
+	_, waker := any(e.a).(core.Waker)
+	_, notifier := any(e.a).(core.Notifier)
+	if !waker || !notifier {
+		testDeliveryPollOnly(e)
+		return
 	}
 	sink := NewSink()
 	o := relayOptions(e.name("sleepy"))
@@ -282,6 +284,21 @@ func testDeliveryWakeup[TTx any](e *env[TTx]) {
 			}
 			return sink.Acks(ev[0].ID) > 0
 		})
+	}
+}
+
+// testDeliveryPollOnly is testDeliveryWakeup for an adapter without wake-ups: Outbox.Notify
+// returns nil and the relay delivers at its next poll.
+func testDeliveryPollOnly[TTx any](e *env[TTx]) {
+	sink := NewSink()
+	o := relayOptions(e.name("poller"))
+	o.PollInterval = 20 * time.Millisecond
+	r := e.startRelay(e.a, sink, o)
+	e.waitFor("the relay to claim its lanes", func() bool { return r.r.Stats().Lanes == e.lanes })
+	for i := range 3 {
+		ev := e.write(event("poll", i))
+		e.must(e.ob.Notify(e.ctx), "Outbox.Notify without a Notifier")
+		e.waitFor(fmt.Sprintf("event %d to be delivered by polling", i), func() bool { return sink.Acks(ev[0].ID) > 0 })
 	}
 }
 
