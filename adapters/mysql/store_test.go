@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestNewChecksConnection(t *testing.T) {
@@ -496,48 +497,21 @@ func TestGetLockStaleSettleKeepsCurrentLock(t *testing.T) {
 func TestLivenessTakeover(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
-	ctx := t.Context()
 	a := storeOn(t, db, &mysql.Options{Lanes: 4})
-	b, err := mysql.New(ctx, db, &mysql.Options{Lanes: 4, Logger: quietLogger()})
+	b, err := mysql.New(t.Context(), db, &mysql.Options{Lanes: 4, Logger: quietLogger()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
-
-	life, err := a.HoldLiveness(ctx, "old")
-	require.NoError(t, err)
-	defer func() { require.NoError(t, life.Release()) }()
-	old, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, old, 2)
-	require.NoError(t, life.Check(ctx))
-	plain, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "plain", Max: 2, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, plain, 2)
-
-	got, err := b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Empty(t, got, "the holders are alive")
-
-	var holder sql.NullInt64
-	require.NoError(t, db.QueryRow(`SELECT lock_session FROM outbox_lanes WHERE lane = ?`, old[0].Lane).Scan(&holder))
-	require.True(t, holder.Valid)
-	_, err = db.Exec(fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		got, err = b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
-		return err == nil && len(got) > 0
-	}, 10*time.Second, 20*time.Millisecond, "the dead session's lanes come free")
-	require.Len(t, got, 2, "only the lanes of the dead session, not those leased without a sign of life")
-	for i := range got {
-		require.Equal(t, old[i].Lane, got[i].Lane)
-		require.Equal(t, old[i].Generation+1, got[i].Generation)
-	}
-	require.Error(t, life.Check(ctx), "the sign of life is gone")
-	renewed, err := a.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Empty(t, renewed, "the old holder is fenced")
-	renewed, err = a.RenewLanes(ctx, core.RenewParams{Leases: plain, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, renewed, 2)
+	testkit.LivenessTakeover(t, a, b, func(ctx context.Context, lane int) error {
+		var holder sql.NullInt64
+		if err := db.QueryRowContext(ctx, `SELECT lock_session FROM outbox_lanes WHERE lane = ?`, lane).Scan(&holder); err != nil {
+			return err
+		}
+		if !holder.Valid {
+			return fmt.Errorf("lane %d has no lock session", lane)
+		}
+		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
+		return err
+	})
 }
 
 // A worker whose GET_LOCK session died does not count as live: otherwise the survivor's fair

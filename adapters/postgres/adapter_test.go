@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestOptionsValidation(t *testing.T) {
@@ -498,44 +499,15 @@ func fetchCount(ctx context.Context, t *testing.T, tx pgx.Tx, fetch string, lane
 // cannot; leases taken without a sign of life still wait for expiry; the old holder is fenced.
 func TestLivenessTakeover(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
 	other, err := New(d.pool, &Options{Schema: d.schema, Lanes: 4})
 	require.NoError(t, err)
-
-	life, err := s.HoldLiveness(ctx, "old")
-	require.NoError(t, err)
-	defer func() { require.NoError(t, life.Release()) }()
-	require.NoError(t, life.Check(ctx))
-	old, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, old, 2)
-	plain, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "plain", Max: 2, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, plain, 2)
-
-	got, err := other.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Empty(t, got, "the holders are alive")
-
-	var pid int32
-	require.NoError(t, d.pool.QueryRow(ctx, `SELECT live_pid FROM outbox_lanes WHERE lane = $1`, old[0].Lane).Scan(&pid))
-	_, err = admin(t).Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		got, err = other.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
-		return err == nil && len(got) > 0
-	}, 10*time.Second, 20*time.Millisecond, "the dead session's lanes come free")
-	require.Len(t, got, 2, "only the lanes of the dead session, not those leased without a sign of life")
-	for i := range got {
-		require.Equal(t, old[i].Lane, got[i].Lane)
-		require.Equal(t, old[i].Generation+1, got[i].Generation)
-	}
-	require.Error(t, life.Check(ctx), "the sign of life is gone")
-	renewed, err := s.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Empty(t, renewed, "the old holder is fenced")
-	renewed, err = s.RenewLanes(ctx, core.RenewParams{Leases: plain, TTL: time.Hour})
-	require.NoError(t, err)
-	require.Len(t, renewed, 2)
+	testkit.LivenessTakeover(t, s, other, func(ctx context.Context, lane int) error {
+		var pid int32
+		if err := d.pool.QueryRow(ctx, `SELECT live_pid FROM outbox_lanes WHERE lane = $1`, lane).Scan(&pid); err != nil {
+			return err
+		}
+		_, err := admin(t).Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
+		return err
+	})
 }
