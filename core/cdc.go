@@ -168,6 +168,13 @@ type CDCRelay struct {
 	position   string
 	lastResume time.Time
 	lanesWait  time.Duration
+
+	draining  chan struct{} // closed by Shutdown: read no more
+	drainOnce sync.Once
+	runMu     sync.Mutex
+	running   bool               // a session is between start and return
+	hardStop  context.CancelFunc // ends the running session now, its settling included
+	runDone   chan struct{}      // closed when the running session returns
 }
 
 // NewCDCRelay returns a CDC relay reading source and publishing to sink through router. opts may
@@ -218,6 +225,7 @@ func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, 
 		log:        o.Logger.With("owner", o.Owner, "relay", "cdc"),
 		parkedKeys: map[string]bool{},
 		phase:      PhaseStopped,
+		draining:   make(chan struct{}),
 	}, nil
 }
 
@@ -250,7 +258,8 @@ func (r *CDCRelay) now() time.Time {
 	return storeNow(r.o.now)
 }
 
-// Run publishes until ctx is cancelled (then it returns nil) or until it cannot go on:
+// Run publishes until ctx is cancelled or Shutdown is called (then it returns nil), or until it
+// cannot go on:
 //   - a newer publisher generation fenced it: an error wrapping ErrFenced;
 //   - the log no longer holds its checkpoint: a *PositionLostError (errors.Is ErrPositionLost).
 //     Run never skips a gap; run Backfill, then Run again;
@@ -258,6 +267,11 @@ func (r *CDCRelay) now() time.Time {
 //
 // With no checkpoint yet (the first run, or a cutover from polling), Run starts at the head of
 // the log after a backfill of every unpublished row, exactly as Backfill does.
+//
+// Cancelling ctx is a hard stop: the send in flight is abandoned, and what the sink acknowledged
+// after the last checkpoint is sent again by the next session (duplicates, never a loss).
+// Shutdown is the graceful stop. A Run or Backfill while another session of this relay runs
+// returns an error wrapping ErrRelayRunning.
 func (r *CDCRelay) Run(ctx context.Context) error {
 	return r.session(ctx, false)
 }
@@ -273,14 +287,91 @@ func (r *CDCRelay) Run(ctx context.Context) error {
 // Rows that commit while Backfill runs may be published twice (by the backfill, and by the
 // stream of the next Run, which starts at the new checkpoint): duplicates, never a loss. Run's
 // own backfill (first start, cutover) skips them in its stream.
+//
+// Shutdown stops a Backfill after the batch in flight: Backfill then returns an error wrapping
+// context.Canceled, and the checkpoint has not moved (run Backfill again).
 func (r *CDCRelay) Backfill(ctx context.Context) error {
 	return r.session(ctx, true)
 }
+
+// Shutdown stops the relay gracefully: the running Run reads no more transactions from the log,
+// lets the send in flight finish, marks what the sink acknowledged and checkpoints its position
+// (so that the next session sends none of it again), releases its lanes and its sign of life,
+// and returns nil. Shutdown waits for that, or until ctx ends: then it stops the session hard
+// (the settling in flight included) and returns ctx's error once Run has returned. Give ctx a
+// deadline longer than one send and settle.
+//
+// Shutdown is final: a Run or Backfill called after it returns nil at once. Shutdown of a relay
+// that is not running returns nil.
+func (r *CDCRelay) Shutdown(ctx context.Context) error {
+	r.drainOnce.Do(func() { close(r.draining) })
+	r.runMu.Lock()
+	running, hardStop, done := r.running, r.hardStop, r.runDone
+	r.runMu.Unlock()
+	if !running {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		hardStop()
+		<-done
+		return fmt.Errorf("outbox: cdc relay %s: shutdown: %w", r.o.Owner, ctx.Err())
+	}
+}
+
+func (r *CDCRelay) isDraining() bool {
+	select {
+	case <-r.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// errDrained ends a session that Shutdown stopped after settling what it sent.
+var errDrained = errors.New("outbox: cdc relay drained")
 
 // errStopped is the cause of a session ended by the renewal loop.
 type stopCause struct{ err error }
 
 func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
+	// hard ends the session (Shutdown past its deadline); settleBase bounds the settler's store
+	// calls, which outlive ctx (a cancelled Run still marks what was acknowledged) but not hard.
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	settleBase, stopSettle := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSettle()
+	r.runMu.Lock()
+	if r.running {
+		r.runMu.Unlock()
+		return fmt.Errorf("outbox: cdc relay %s: %w", r.o.Owner, ErrRelayRunning)
+	}
+	done := make(chan struct{})
+	r.running, r.runDone = true, done
+	r.hardStop = func() { stopRun(); stopSettle() }
+	r.runMu.Unlock()
+	defer func() {
+		r.runMu.Lock()
+		r.running = false
+		close(done)
+		r.runMu.Unlock()
+	}()
+	if r.isDraining() {
+		return nil
+	}
+	defer func() { // after the lanes and the sign of life are released (deferred below)
+		switch {
+		case !errors.Is(err, errDrained):
+		case backfillOnly:
+			err = fmt.Errorf("outbox: cdc relay: backfill stopped by Shutdown before it finished: %w", context.Canceled)
+		default:
+			r.log.Info("cdc_relay_drained", "checkpoint", r.Stats().Checkpoint)
+			err = nil
+		}
+	}()
+
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: lane count: %w", err))
@@ -328,7 +419,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if err := r.loadParkedKeys(sctx); err != nil {
 		return r.end(ctx, sctx, err)
 	}
-	r.settle = r.newSettler(id, log)
+	r.settle = r.newSettler(settleBase, id, log)
 	defer func() {
 		cancel(nil)
 		r.settle.close() // marks what the sink acknowledged, even when stopping
@@ -407,6 +498,9 @@ func (r *CDCRelay) end(ctx, sctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return nil
 	}
+	if errors.Is(err, errDrained) {
+		return err // session turns it into nil (Run) or context.Canceled (Backfill)
+	}
 	var c stopCause
 	if cause := context.Cause(sctx); cause != nil && errors.As(cause, &c) {
 		return c.err
@@ -450,6 +544,12 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-r.draining:
+			r.mu.Lock()
+			r.leases = sortedLeases(held)
+			r.mu.Unlock()
+			r.releaseLanes(context.WithoutCancel(ctx), log)
+			return errDrained
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 250*time.Millisecond)
@@ -637,6 +737,10 @@ func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (C
 	r.backfilled = map[int64]struct{}{}
 	total := 0
 	for {
+		if r.isDraining() {
+			_ = stream.Close()
+			return nil, errDrained // what was sent is marked; the checkpoint has not moved
+		}
 		recs, err := r.store.Fetch(ctx, FetchParams{Leases: r.currentLeases(), Limit: r.o.BatchSize, Now: farFuture})
 		if err != nil {
 			_ = stream.Close()
@@ -718,7 +822,24 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 		pending, lastPos = "", time.Now()
 		return r.settle.submit(ctx, &settleItem{pos: pos, stream: stream})
 	}
+	// drain ends a graceful stop: everything sent is settled and its position checkpointed
+	// (with the stream still open, so that it is confirmed to the source too); what was read
+	// ahead and not sent is read again by the next session.
+	drain := func() error {
+		if pending != "" {
+			if err := r.settle.submit(r.settle.base, &settleItem{pos: pending, stream: stream}); err != nil {
+				return err
+			}
+		}
+		if err := r.settle.flush(r.settle.base); err != nil {
+			return err
+		}
+		return errDrained
+	}
 	for {
+		if r.isDraining() && ctx.Err() == nil {
+			return drain()
+		}
 		var first changeOrErr
 		if carry != nil {
 			first, carry = *carry, nil
@@ -733,10 +854,12 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 				t := time.NewTimer(r.o.CheckpointInterval - time.Since(lastPos))
 				timers, due = append(timers, t), t.C
 			}
-			caughtUp, flush := false, false
+			caughtUp, flush, drained := false, false, false
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-r.draining:
+				drained = true
 			case first = <-ch:
 			case <-idle:
 				caughtUp = true
@@ -745,6 +868,9 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 			}
 			for _, t := range timers {
 				t.Stop()
+			}
+			if drained {
+				continue // drain() at the top of the loop
 			}
 			if caughtUp {
 				// Nothing to read for a while: every row the backfill published that the
@@ -945,6 +1071,10 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-r.draining:
+			// The failures are settled; the position is not checkpointed, so the next session
+			// reads the records waiting for a retry again.
+			return errDrained
 		case <-time.After(delay):
 		}
 	}

@@ -15,6 +15,7 @@ import (
 // is written only after the marks of every batch before it.
 type settler struct {
 	r    *CDCRelay
+	base context.Context // of the store calls: outlives the session, ends with a hard Shutdown
 	id   string
 	log  *slog.Logger
 	q    chan *settleItem
@@ -34,11 +35,12 @@ type settleItem struct {
 }
 
 // opTimeout bounds one store call of the settler; its context does not end with the session so
-// that a stopping relay still marks what the sink acknowledged.
+// that a stopping relay still marks what the sink acknowledged (only a Shutdown past its
+// deadline ends it).
 const opTimeout = 30 * time.Second
 
-func (r *CDCRelay) newSettler(id string, log *slog.Logger) *settler {
-	s := &settler{r: r, id: id, log: log, q: make(chan *settleItem, 8), done: make(chan struct{})}
+func (r *CDCRelay) newSettler(base context.Context, id string, log *slog.Logger) *settler {
+	s := &settler{r: r, base: base, id: id, log: log, q: make(chan *settleItem, 8), done: make(chan struct{})}
 	go s.run()
 	return s
 }
@@ -137,7 +139,7 @@ func (s *settler) apply(batch []*settleItem) error {
 	}
 	if len(p.Published)+len(p.Failed) > 0 {
 		p.Leases, p.Delete, p.Now = r.currentLeases(), r.o.DeleteOnPublish, r.now()
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(s.base, opTimeout)
 		err := r.store.Settle(ctx, p)
 		cancel()
 		if err != nil {
@@ -148,7 +150,7 @@ func (s *settler) apply(batch []*settleItem) error {
 	if pos == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(s.base, opTimeout)
 	defer cancel()
 	if err := r.store.SaveCheckpoint(ctx, Checkpoint{Source: s.id, Position: pos, Generation: r.gen.Load()}); err != nil {
 		return fmt.Errorf("outbox: cdc relay: save checkpoint: %w", err)

@@ -242,9 +242,9 @@ func (d *Daemon) handler() http.Handler {
 }
 
 // Run serves the HTTP endpoints and runs the relays (and the cleanup schedule) until ctx is
-// cancelled, then stops gracefully within cfg.ShutdownTimeout: polling relays finish and settle
-// their batches in flight and release their lanes; a CDC relay stops at once (what it sent and
-// did not checkpoint is resent by the next one). It returns nil after a graceful stop.
+// cancelled, then stops gracefully within cfg.ShutdownTimeout: the relays (polling or CDC)
+// finish and settle their sends in flight (a CDC relay checkpoints their position) and release
+// their lanes. It returns nil after a graceful stop.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.db.close()
 	defer d.m.shutdown()
@@ -261,15 +261,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// fallback once the shutdown timeout is over.
 	hardCtx, hard := context.WithCancel(context.WithoutCancel(ctx))
 	defer hard()
-	cdcCtx, stopCDC := context.WithCancel(hardCtx)
-	defer stopCDC()
 	errc := make(chan error, len(d.running()))
 	var wg sync.WaitGroup
 	for _, r := range d.relays {
 		wg.Go(func() { errc <- r.Run(hardCtx) })
 	}
 	if d.cdc != nil {
-		wg.Go(func() { errc <- d.cdc.Run(cdcCtx) })
+		wg.Go(func() { errc <- d.cdc.Run(hardCtx) })
 	}
 	var cleanupWG sync.WaitGroup
 	cleanupCtx, stopCleanup := context.WithCancel(ctx)
@@ -291,17 +289,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var swg sync.WaitGroup
 	var graceful = true
 	var gmu sync.Mutex
-	for _, r := range d.relays {
-		swg.Go(func() {
-			if err := r.Shutdown(sctx); err != nil {
-				gmu.Lock()
-				graceful = false
-				gmu.Unlock()
-				d.log.Error("relay_shutdown_timeout", "error", err)
-			}
-		})
+	shutdown := func(stop func(context.Context) error) {
+		if err := stop(sctx); err != nil {
+			gmu.Lock()
+			graceful = false
+			gmu.Unlock()
+			d.log.Error("relay_shutdown_timeout", "error", err)
+		}
 	}
-	stopCDC()
+	for _, r := range d.relays {
+		swg.Go(func() { shutdown(r.Shutdown) })
+	}
+	if d.cdc != nil {
+		swg.Go(func() { shutdown(d.cdc.Shutdown) })
+	}
 	swg.Wait()
 	wg.Wait()
 	cleanupWG.Wait()

@@ -1,0 +1,149 @@
+package core_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/memory"
+	"github.com/outboxkit/outbox/core"
+)
+
+type cdcStopBundle struct {
+	store *memory.Store
+	ob    *core.Outbox[*memory.Tx]
+	sink  *gatedSink
+}
+
+// setupCDCStop returns an empty memory outbox and a sink that holds its gateAt-th send.
+func setupCDCStop(t *testing.T, gateAt int) *cdcStopBundle {
+	t.Helper()
+	store, err := memory.New(&memory.Options{Lanes: 4, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ob, err := core.NewOutbox[*memory.Tx](context.Background(), store, nil)
+	require.NoError(t, err)
+	return &cdcStopBundle{store: store, ob: ob, sink: newGatedSink(gateAt)}
+}
+
+func (b *cdcStopBundle) relay(t *testing.T, owner string) *core.CDCRelay {
+	t.Helper()
+	r, err := core.NewCDCRelay(b.store, b.store.ChangeSource(), b.sink, core.StaticRouter{Default: "x"}, &core.CDCOptions{
+		Owner: owner, BatchSize: 5, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	return r
+}
+
+// streamUntilGated starts r, waits until it streams, then writes events (one transaction each)
+// until the gated send is in flight, and returns how many it wrote and Run's result channel.
+func (b *cdcStopBundle) streamUntilGated(t *testing.T, ctx context.Context, r *core.CDCRelay) (int, chan error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	written := 0
+	for {
+		writeOne(t, b.store, b.ob, "k"+string(rune('a'+written%7)))
+		written++
+		select {
+		case <-b.sink.entered:
+			for range 20 { // more for the reader to read ahead while the send is held
+				writeOne(t, b.store, b.ob, "k"+string(rune('a'+written%7)))
+				written++
+			}
+			return written, done
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// drainRest runs a second CDC relay (resuming from the first one's checkpoint) until the outbox
+// has nothing pending.
+func (b *cdcStopBundle) drainRest(t *testing.T) {
+	t.Helper()
+	r := b.relay(t, "second")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 30*time.Second, func() bool {
+		st, err := b.store.Stats(context.Background())
+		return err == nil && st.Pending == 0 && r.Stats().Phase == core.PhaseStreaming
+	}, "the second relay drains the outbox")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// A CDC relay stopped with Shutdown while a send is in flight lets it finish, marks it and
+// checkpoints its position: the next relay, resuming from that checkpoint, resends nothing.
+func TestCDCRelayShutdownResendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupCDCStop(t, 3)
+	r := b.relay(t, "first")
+	written, done := b.streamUntilGated(t, context.Background(), r)
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shut <- r.Shutdown(ctx)
+	}()
+	time.Sleep(20 * time.Millisecond) // Shutdown is waiting for the send
+	b.sink.release()
+	require.NoError(t, <-shut)
+	require.NoError(t, <-done)
+
+	sent, dups := b.sink.duplicates()
+	require.Zero(t, dups)
+	st := r.Stats()
+	require.EqualValues(t, sent, st.Published, "every acknowledged event was marked")
+	require.Less(t, sent, written, "the events read ahead were not sent")
+	require.Equal(t, st.Position, st.Checkpoint, "the position of the last send is checkpointed")
+	require.Equal(t, core.PhaseStopped, st.Phase)
+	require.Zero(t, st.LanesHeld, "lanes released")
+	require.NoError(t, r.Run(context.Background()), "Shutdown is final")
+
+	b.drainRest(t)
+	sent, dups = b.sink.duplicates()
+	require.Equal(t, written, sent)
+	require.Zero(t, dups, "a graceful stop resends nothing")
+}
+
+// Cancelling a CDC relay's Run stays a hard stop: the send in flight is not marked nor
+// checkpointed, and the next relay resends it. (Shutdown avoids this; if it ever changed, Run's
+// documentation must change with it.)
+func TestCDCRelayCancelIsHardStop(t *testing.T) {
+	t.Parallel()
+	b := setupCDCStop(t, 3)
+	r := b.relay(t, "first")
+	ctx, cancel := context.WithCancel(context.Background())
+	written, done := b.streamUntilGated(t, ctx, r)
+	cancel()
+	b.sink.release()
+	require.NoError(t, <-done)
+
+	b.drainRest(t)
+	sent, dups := b.sink.duplicates()
+	require.Equal(t, written, sent)
+	require.Positive(t, dups, "the abandoned send is sent again")
+}
+
+// A CDC relay's Shutdown whose ctx ends first stops it hard and says so; a second session
+// meanwhile is refused.
+func TestCDCRelayShutdownTimeoutIsHardStop(t *testing.T) {
+	t.Parallel()
+	b := setupCDCStop(t, 1)
+	r := b.relay(t, "first")
+	_, done := b.streamUntilGated(t, context.Background(), r)
+	require.ErrorIs(t, r.Run(context.Background()), core.ErrRelayRunning)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Shutdown(ctx) }()
+	time.Sleep(100 * time.Millisecond) // past Shutdown's deadline, the send is still held
+	b.sink.release()
+	require.ErrorIs(t, <-errc, context.DeadlineExceeded)
+	require.NoError(t, <-done)
+	require.Zero(t, r.Stats().Published, "the send was abandoned, not marked")
+}
