@@ -79,7 +79,8 @@ var (
 	// acquired its publisher generation, or after it returned).
 	ErrNotRunning = errors.New("outbox: relay not running")
 
-	// ErrRelayRunning means Run was called on a relay whose Run has not returned yet.
+	// ErrRelayRunning means Run was called on a relay whose Run has not returned yet (for a
+	// CDCRelay: Run or Backfill while its Run or Backfill has not returned).
 	ErrRelayRunning = errors.New("outbox: relay already running")
 
 	// ErrBreakerOpen is wrapped by Relay.Health while the relay's breaker pauses fetching after
