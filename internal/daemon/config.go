@@ -27,7 +27,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns (kafka is reserved)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -91,11 +91,6 @@ type Sinks struct {
 type AWSSink struct {
 	Concurrency     int `yaml:"concurrency" help:"requests in flight per send (default 8)"`
 	MaxBatchEntries int `yaml:"max_batch_entries" help:"entries per batch request, 1-10 (default 10)"`
-}
-
-// Kafka is reserved for the Kafka sink.
-type Kafka struct {
-	Brokers []string `yaml:"brokers" help:"seed brokers"`
 }
 
 // Routes maps events to sink addresses (queue URLs, topic ARNs): by destination, else by type,
@@ -456,7 +451,7 @@ func (c *Config) validate() []string {
 	}
 	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka")...)
 	if c.Sink == "kafka" {
-		add("sink", "kafka is not available in this build")
+		p = append(p, c.Sinks.Kafka.validate()...)
 	}
 	if c.Routes.Default == "" && len(c.Routes.ByType) == 0 && len(c.Routes.ByDestination) == 0 {
 		add("routes", "at least one route is required (routes.default, routes.by_type or routes.by_destination)")

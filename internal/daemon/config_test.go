@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,9 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -91,18 +95,83 @@ log:
 	}, err.(*ConfigError).Problems)
 }
 
-func TestLoadKafkaIsAdmittedButNotBuilt(t *testing.T) {
+// sink: kafka takes the franz-go client's settings from sinks.kafka; the password may come from
+// the environment, and the client is built with them.
+func TestLoadKafka(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"OUTBOXKIT_SINKS_KAFKA_SASL_PASSWORD": "s3cret"}
+	cfg, err := Load(writeConfig(t, `
+database: {driver: sqlite, dsn: /tmp/x.db}
+sink: kafka
+sinks:
+  kafka:
+    brokers: [127.0.0.1:9092, "[::1]:9093"]
+    client_id: billing-relay
+    compression: zstd
+    tls: {enabled: true, server_name: kafka.internal}
+    sasl: {mechanism: scram-sha-512, username: relay}
+routes: {default: events}
+`), func(k string) string { return env[k] }, nil)
+	require.NoError(t, err)
+	k := cfg.Sinks.Kafka
+	require.Equal(t, []string{"127.0.0.1:9092", "[::1]:9093"}, k.Brokers)
+	require.Equal(t, "s3cret", k.SASL.Password)
+
+	opts, err := k.clientOptions()
+	require.NoError(t, err)
+	client, err := kgo.NewClient(opts...)
+	require.NoError(t, err)
+	defer client.Close()
+	require.Equal(t, []string{"127.0.0.1:9092", "[::1]:9093"}, client.OptValue(kgo.SeedBrokers))
+	require.Equal(t, "billing-relay", client.OptValue(kgo.ClientID))
+	require.Equal(t, []kgo.CompressionCodec{kgo.ZstdCompression()}, client.OptValue(kgo.ProducerBatchCompression))
+	tlsCfg, _ := client.OptValue(kgo.DialTLSConfig).(*tls.Config)
+	require.NotNil(t, tlsCfg)
+	require.Equal(t, "kafka.internal", tlsCfg.ServerName)
+	require.Len(t, client.OptValue(kgo.SASL), 1)
+	_, err = kafka.New(client, nil)
+	require.NoError(t, err, "the client keeps the idempotent producer the sink requires")
+}
+
+func TestLoadKafkaReportsEveryBadKey(t *testing.T) {
 	t.Parallel()
 	_, err := Load(writeConfig(t, `
 database: {driver: sqlite, dsn: /tmp/x.db}
 sink: kafka
 sinks:
   kafka:
-    brokers: [127.0.0.1:9092]
+    brokers: [localhost]
+    compression: xz
+    concurrency: -1
+    tls: {ca_file: /nonexistent/ca.pem}
+    sasl: {username: relay}
 routes: {default: events}
 `), noEnv, nil)
 	require.Error(t, err)
-	require.Equal(t, []string{"sink: kafka is not available in this build"}, err.(*ConfigError).Problems)
+	require.Equal(t, []string{
+		`sinks.kafka.brokers: "localhost" is not host:port`,
+		`sinks.kafka.compression: "xz" is not one of none, gzip, snappy, lz4, zstd`,
+		`sinks.kafka.concurrency: must not be negative`,
+		`sinks.kafka.sasl.mechanism: required with sasl.username or sasl.password`,
+		`sinks.kafka.tls.ca_file: needs sinks.kafka.tls.enabled`,
+	}, err.(*ConfigError).Problems)
+
+	_, err = Load(writeConfig(t, `
+database: {driver: sqlite, dsn: /tmp/x.db}
+sink: kafka
+sinks:
+  kafka:
+    tls: {enabled: true, ca_file: /nonexistent/ca.pem, key_file: /nonexistent/key.pem}
+    sasl: {mechanism: gssapi}
+routes: {default: events}
+`), noEnv, nil)
+	require.Error(t, err)
+	require.Equal(t, []string{
+		`sinks.kafka.brokers: required with sink kafka`,
+		`sinks.kafka.sasl.mechanism: "gssapi" is not one of plain, scram-sha-256, scram-sha-512`,
+		`sinks.kafka.tls.ca_file: open /nonexistent/ca.pem: no such file or directory`,
+		`sinks.kafka.tls.cert_file: required with tls.key_file`,
+	}, err.(*ConfigError).Problems)
 }
 
 // A flag wins over the environment, which wins over the file.

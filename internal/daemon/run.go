@@ -98,14 +98,19 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
 	return nil, fmt.Errorf("database.driver: %q unsupported", d.Driver)
 }
 
-func newSink(ctx context.Context, cfg Config, log *slog.Logger) (core.Sink, error) {
+// newSink builds the configured sink; closeSink (never nil) is called after its last send.
+func newSink(ctx context.Context, cfg Config, log *slog.Logger) (_ core.Sink, closeSink func(), _ error) {
+	noop := func() {}
+	if cfg.Sink == "kafka" {
+		return newKafkaSink(cfg.Sinks.Kafka, log)
+	}
 	var opts []func(*awsconfig.LoadOptions) error
 	if cfg.AWS.Region != "" {
 		opts = append(opts, awsconfig.WithRegion(cfg.AWS.Region))
 	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("aws: %w", err)
+		return nil, nil, fmt.Errorf("aws: %w", err)
 	}
 	var endpoint *string
 	if cfg.AWS.Endpoint != "" {
@@ -114,12 +119,14 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger) (core.Sink, erro
 	switch cfg.Sink {
 	case "sqs":
 		client := awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) { o.BaseEndpoint = endpoint })
-		return sqs.New(client, &sqs.Options{Concurrency: cfg.Sinks.SQS.Concurrency, MaxBatchEntries: cfg.Sinks.SQS.MaxBatchEntries, Logger: log})
+		s, err := sqs.New(client, &sqs.Options{Concurrency: cfg.Sinks.SQS.Concurrency, MaxBatchEntries: cfg.Sinks.SQS.MaxBatchEntries, Logger: log})
+		return s, noop, err
 	case "sns":
 		client := awssns.NewFromConfig(awsCfg, func(o *awssns.Options) { o.BaseEndpoint = endpoint })
-		return sns.New(client, &sns.Options{Concurrency: cfg.Sinks.SNS.Concurrency, MaxBatchEntries: cfg.Sinks.SNS.MaxBatchEntries, Logger: log})
+		s, err := sns.New(client, &sns.Options{Concurrency: cfg.Sinks.SNS.Concurrency, MaxBatchEntries: cfg.Sinks.SNS.MaxBatchEntries, Logger: log})
+		return s, noop, err
 	}
-	return nil, fmt.Errorf("sink: %q unsupported", cfg.Sink)
+	return nil, nil, fmt.Errorf("sink: %q unsupported", cfg.Sink)
 }
 
 // relayer is a running relay of either kind.
@@ -133,6 +140,7 @@ type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
 	db     *backend
+	close  func() // the sink's client
 	relays []*core.Relay
 	cdc    *core.CDCRelay
 	srv    *http.Server
@@ -147,10 +155,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log, db: db}
+	d := &Daemon{cfg: cfg, log: log, db: db, close: func() {}}
 	ok := false
 	defer func() {
 		if !ok {
+			d.close()
 			db.close()
 		}
 	}()
@@ -160,10 +169,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 		log.Info("migrated")
 	}
-	sink, err := newSink(ctx, cfg, log)
+	sink, closeSink, err := newSink(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	d.close = closeSink
 	if d.m, err = newMetrics(d); err != nil {
 		return nil, err
 	}
@@ -247,6 +257,7 @@ func (d *Daemon) handler() http.Handler {
 // their lanes. It returns nil after a graceful stop.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.db.close()
+	defer d.close() // after the relays' last send
 	defer d.m.shutdown()
 	ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
 	if err != nil {
