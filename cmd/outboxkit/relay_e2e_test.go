@@ -31,6 +31,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/adapters/postgres"
@@ -310,21 +312,35 @@ func checkCardinality(t *testing.T, text string, ids map[string]bool) {
 	}
 }
 
-// runDaemonE2E runs `outboxkit relay` against b and the SQS emulator while a producer writes:
-// restarts graceful stops SIGTERM the daemon mid-traffic (each must exit 0 within the timeout),
-// then the last daemon drains; /metrics must reach backlog 0 and count every event, and the
-// queue must hold every event exactly maxDups-or-fewer extra times.
-func runDaemonE2E(t *testing.T, b e2eBackend, restarts, maxDups int) {
+// e2eSink is where the daemon publishes: its configuration keys (sink, sinks, aws, routes) and
+// how the test reads back what arrived (times each event id arrived).
+type e2eSink struct {
+	config  string
+	receive func(t *testing.T, want int) map[string]int
+}
+
+// sqsE2ESink is a fresh queue of the SQS emulator.
+func sqsE2ESink(t *testing.T) e2eSink {
 	endpoint := testkit.Need(t, testkit.AWSEndpoint)
-	ctx := t.Context()
 	client := sqsClient(endpoint)
-	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("daemon-" + randSuffix())})
+	q, err := client.CreateQueue(t.Context(), &awssqs.CreateQueueInput{QueueName: aws.String("daemon-" + randSuffix())})
 	require.NoError(t, err)
 	url := aws.ToString(q.QueueUrl)
 	t.Cleanup(func() {
 		_, _ = client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
 	})
+	return e2eSink{
+		config:  fmt.Sprintf("sink: sqs\naws:\n  endpoint: %s\nroutes:\n  default: %s\n", endpoint, url),
+		receive: func(t *testing.T, want int) map[string]int { return receiveAll(t, client, url, want) },
+	}
+}
 
+// runDaemonE2E runs `outboxkit relay` against b and sink s while a producer writes: restarts
+// graceful stops SIGTERM the daemon mid-traffic (each must exit 0 within the timeout), then the
+// last daemon drains; /metrics must reach backlog 0 and count every event, and the sink must
+// hold every event exactly maxDups-or-fewer extra times.
+func runDaemonE2E(t *testing.T, b e2eBackend, s e2eSink, restarts, maxDups int) {
+	ctx := t.Context()
 	schema := ""
 	if b.schema != "" {
 		schema = "  schema: " + b.schema + "\n"
@@ -340,17 +356,12 @@ relay:
   batch_size: 50
   lease_ttl: 3s
   poll_interval: 20ms
-sink: sqs
-aws:
-  endpoint: %s
-routes:
-  default: %s
-cleanup:
+%scleanup:
   enabled: true
   interval: 1s
   retention: 1h
 shutdown_timeout: %s
-`, b.driver, b.dsn, schema, b.mode, map[bool]int{true: 1, false: 2}[b.mode == "cdc"], endpoint, url, e2eShutdownTimeout)), 0o600))
+`, b.driver, b.dsn, schema, b.mode, map[bool]int{true: 1, false: 2}[b.mode == "cdc"], s.config, e2eShutdownTimeout)), 0o600))
 
 	// The producer: transactions of 2 events over 20 keys, ~4 ms apart: at least 600, and on
 	// until every restart is done, so that each SIGTERM lands mid-traffic.
@@ -417,7 +428,7 @@ shutdown_timeout: %s
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	published += p.stop(t)
 
-	got := receiveAll(t, client, url, written)
+	got := s.receive(t, written)
 	dups := 0
 	for id, n := range got {
 		require.True(t, ids[id], "delivered but never written: %q", id)
@@ -434,24 +445,80 @@ shutdown_timeout: %s
 // 20 graceful restarts under steady traffic resend nothing.
 func TestDaemonPostgres(t *testing.T) {
 	t.Parallel()
-	runDaemonE2E(t, postgresBackend(t), 20, 0)
+	runDaemonE2E(t, postgresBackend(t), sqsE2ESink(t), 20, 0)
 }
 
 func TestDaemonMariaDBPolling(t *testing.T) {
 	t.Parallel()
-	runDaemonE2E(t, mysqlBackend(t, "polling"), 3, 0)
+	runDaemonE2E(t, mysqlBackend(t, "polling"), sqsE2ESink(t), 3, 0)
 }
 
 // A CDC relay's graceful stop (CDCRelay.Shutdown) marks and checkpoints its send in flight:
 // its restarts resend nothing either.
 func TestDaemonMariaDBCDC(t *testing.T) {
 	t.Parallel()
-	runDaemonE2E(t, mysqlBackend(t, "cdc"), 3, 0)
+	runDaemonE2E(t, mysqlBackend(t, "cdc"), sqsE2ESink(t), 3, 0)
 }
 
 func TestDaemonSQLite(t *testing.T) {
 	t.Parallel()
-	runDaemonE2E(t, sqliteBackend(t), 3, 0)
+	runDaemonE2E(t, sqliteBackend(t), sqsE2ESink(t), 3, 0)
+}
+
+// The daemon with sink kafka (franz-go, zstd) against the Kafka-protocol test cluster: graceful
+// restarts resend nothing either.
+func TestDaemonKafka(t *testing.T) {
+	t.Parallel()
+	runDaemonE2E(t, sqliteBackend(t), kafkaE2ESink(t), 3, 0)
+}
+
+// kafkaE2ESink is a fresh topic of the test cluster.
+func kafkaE2ESink(t *testing.T) e2eSink {
+	brokers := strings.Split(testkit.Need(t, testkit.KafkaBrokers), ",")
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	defer admin.Close()
+	topic := "daemon-" + randSuffix()
+	res, err := kadm.NewClient(admin).CreateTopic(t.Context(), 4, 1, nil, topic)
+	require.NoError(t, err)
+	require.NoError(t, res.Err)
+	return e2eSink{
+		config: fmt.Sprintf("sink: kafka\nsinks:\n  kafka:\n    brokers: [%s]\n    client_id: daemon-e2e\n    compression: zstd\nroutes:\n  default: %s\n",
+			strings.Join(brokers, ", "), topic),
+		receive: func(t *testing.T, want int) map[string]int {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			require.NoError(t, err)
+			defer cl.Close()
+			got := map[string]int{}
+			n := 0
+			deadline := time.Now().Add(60 * time.Second)
+			for time.Now().Before(deadline) {
+				// Once every event arrived, a quiet second shows there is no late duplicate.
+				wait := 5 * time.Second
+				if len(got) >= want {
+					wait = time.Second
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), wait)
+				fs := cl.PollFetches(ctx)
+				cancel()
+				recs := fs.Records()
+				if len(recs) == 0 && len(got) >= want {
+					break
+				}
+				for _, r := range recs {
+					for _, h := range r.Headers {
+						if h.Key == "ce_id" {
+							got[string(h.Value)]++
+							n++
+						}
+					}
+				}
+			}
+			t.Logf("kafka: %d records, %d event ids", n, len(got))
+			return got
+		},
+	}
 }
 
 // daemonEnv is the test's environment without OUTBOXKIT_ variables: the test servers' addresses
