@@ -97,7 +97,10 @@ type CDCStats struct {
 	Backfilled   uint64 // records published by backfills
 	Checkpoints  uint64 // checkpoints saved
 	Generation   int64
-	Checkpoint   string    // the last checkpointed position
+	Checkpoint   string // the last checkpointed position
+	// CheckpointAt is when this relay last saved a checkpoint (this process's clock); zero
+	// before its first. Its age is the log a restart would read again.
+	CheckpointAt time.Time
 	Retention    Retention // the last measurement
 
 	Phase CDCPhase
@@ -150,6 +153,7 @@ type CDCRelay struct {
 
 	mu         sync.Mutex
 	checkpoint string
+	cpAt       time.Time // when this relay saved checkpoint
 	retention  Retention
 	health     error
 	parkedKeys map[string]bool
@@ -240,7 +244,7 @@ func (r *CDCRelay) Stats() CDCStats {
 		Transactions: r.stats.txs.Load(), Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(), Skipped: r.stats.skipped.Load(),
 		Backfilled: r.stats.backfilled.Load(), Checkpoints: r.stats.checkpoints.Load(),
-		Generation: r.gen.Load(), Checkpoint: r.checkpoint, Retention: r.retention,
+		Generation: r.gen.Load(), Checkpoint: r.checkpoint, CheckpointAt: r.cpAt, Retention: r.retention,
 		Phase: r.phase, LanesHeld: len(r.leases), Lanes: r.lanes, Live: r.live, Position: r.position,
 		Lag: time.Duration(r.stats.lag.Load()), LastResume: r.lastResume, LanesWait: r.lanesWait,
 	}
@@ -1020,6 +1024,7 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 		if sent {
 			r.stats.sends.Add(1)
 			r.inst.sent(ctx, time.Since(began), len(pending))
+			r.inst.acked(ctx, time.Now(), pending, outcome)
 		}
 		if err := ctx.Err(); err != nil {
 			return err // nothing is marked: the records will be read again

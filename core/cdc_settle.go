@@ -157,6 +157,9 @@ func (s *settler) apply(batch []*settleItem) error {
 	}
 	r.stats.checkpoints.Add(1)
 	r.setCheckpoint(pos)
+	r.mu.Lock()
+	r.cpAt = time.Now()
+	r.mu.Unlock()
 	if err := stream.Confirm(ctx, pos); err != nil {
 		s.log.Warn("cdc_relay_confirm_failed", "error", err)
 	}

@@ -60,6 +60,10 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					check(p.Attributes)
+					if m.Name == "outboxkit.relay.publish.latency" {
+						require.Equal(t, uint64(60), p.Count, "one latency per acknowledged record")
+						require.Positive(t, p.Sum)
+					}
 				}
 			case metricdata.Histogram[int64]:
 				for _, p := range d.DataPoints {
@@ -69,7 +73,7 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"outboxkit.relay.send.duration", "outboxkit.relay.batch.size", "outboxkit.relay.settled"} {
+	for _, name := range []string{"outboxkit.relay.send.duration", "outboxkit.relay.batch.size", "outboxkit.relay.settled", "outboxkit.relay.publish.latency"} {
 		require.True(t, seen[name], name)
 	}
 }
@@ -94,8 +98,14 @@ func TestCDCRelayMetrics(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	var sum int64
+	var latencies uint64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "outboxkit.relay.publish.latency" {
+				for _, p := range h.DataPoints {
+					latencies += p.Count
+				}
+			}
 			if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == "outboxkit.relay.batch.size" {
 				for _, p := range h.DataPoints {
 					kind, _ := p.Attributes.Value("outboxkit.relay.kind")
@@ -106,6 +116,7 @@ func TestCDCRelayMetrics(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(30), sum)
+	require.Equal(t, uint64(30), latencies, "one commit-to-publish latency per acknowledged record")
 }
 
 // The inbox counts outcomes per consumer, a digest conflict included; no event id is an

@@ -54,7 +54,9 @@ type RelayOptions struct {
 	// Propagator reads that trace context. Default nil: the global propagator.
 	Propagator propagation.TextMapPropagator
 	// MeterProvider receives the relay's instruments: outboxkit.relay.send.duration (seconds
-	// per Sink.Send), outboxkit.relay.batch.size (records per send) and
+	// per Sink.Send), outboxkit.relay.batch.size (records per send),
+	// outboxkit.relay.publish.latency (seconds from each acknowledged record's CreatedAt,
+	// database clock, to the acknowledgement, the relay's clock; negative skew counts as 0) and
 	// outboxkit.relay.settled ({event}, attribute outboxkit.outcome = published | failed |
 	// parked). Their only other attribute is outboxkit.relay.kind (polling): never an event
 	// id or partition key. Default nil: the global provider (otel.GetMeterProvider), a no-op
@@ -608,6 +610,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
 	if sent {
 		r.inst.sent(ctx, time.Since(began), len(recs))
+		r.inst.acked(ctx, time.Now(), recs, outcome)
 	}
 	endPublishSpan(span, outcome)
 	if sent {

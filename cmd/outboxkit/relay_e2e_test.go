@@ -417,6 +417,11 @@ shutdown_timeout: %s
 	require.Zero(t, metric(text, "outboxkit_outbox_oldest_pending_age_seconds"))
 	require.Equal(t, 1.0, metric(text, "outboxkit_relay_ready"))
 	checkCardinality(t, text, ids)
+	require.Positive(t, metric(text, "outboxkit_relay_publish_latency_seconds_count"), "commit-to-publish latency histogram")
+	if b.mode == "cdc" {
+		require.Positive(t, metric(text, "outboxkit_cdc_lag_seconds"))
+		require.GreaterOrEqual(t, metric(text, "outboxkit_cdc_checkpoint_age_seconds"), 0.0)
+	}
 
 	resp, err := http.Get("http://" + p.addr + "/readyz")
 	require.NoError(t, err)

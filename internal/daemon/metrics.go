@@ -85,6 +85,16 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	ready := gauge("outboxkit.relay.ready", "", "1 when every relay of the process is healthy (publishing, breaker closed, generation current).")
 	generation := gauge("outboxkit.relay.generation", "", "Publisher generation the relays run under.")
 	retained := gauge("outboxkit.cdc.retained_bytes", "By", "Change log the database retains for the CDC relay.")
+	cdcLag, e := meter.Float64ObservableGauge("outboxkit.cdc.lag", metric.WithUnit("s"),
+		metric.WithDescription("Age of the last record the CDC relay saw acknowledged when it was acknowledged (CDCStats.Lag)."))
+	if err == nil {
+		err = e
+	}
+	cpAge, e := meter.Float64ObservableGauge("outboxkit.cdc.checkpoint_age", metric.WithUnit("s"),
+		metric.WithDescription("Time since the CDC relay last saved its checkpoint (0 before the first)."))
+	if err == nil {
+		err = e
+	}
 	retainedCap := gauge("outboxkit.cdc.retained_bytes_cap", "By", "cdc.max_retained_bytes (0: no cap).")
 	breaker := gauge("outboxkit.relay.breaker_open", "{relay}", "Relays whose breaker pauses fetching after sends in a row failed.")
 	cleaned, e := meter.Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"), metric.WithDescription("Published rows deleted by the cleanup schedule."))
@@ -128,6 +138,12 @@ func newMetrics(d *Daemon) (*metrics, error) {
 			gen = max(gen, st.Generation)
 			o.ObserveInt64(retained, st.Retention.RetainedBytes, attrs)
 			o.ObserveInt64(retainedCap, d.cfg.CDC.MaxRetainedBytes, attrs)
+			o.ObserveFloat64(cdcLag, st.Lag.Seconds(), attrs)
+			age := 0.0
+			if !st.CheckpointAt.IsZero() {
+				age = time.Since(st.CheckpointAt).Seconds()
+			}
+			o.ObserveFloat64(cpAge, age, attrs)
 		}
 		o.ObserveInt64(published, pub, attrs)
 		o.ObserveInt64(sends, snd, attrs)
@@ -148,7 +164,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 		o.ObserveInt64(ready, ok, attrs)
 		o.ObserveInt64(breaker, open, attrs)
 		return nil
-	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained, retainedCap, breaker)
+	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained, retainedCap, cdcLag, cpAge, breaker)
 	if err != nil {
 		return nil, err
 	}
