@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // The relay's metrics carry bounded attributes only: never an event id or a partition key.
@@ -151,4 +152,38 @@ func TestInboxMetrics(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]int64{"applied": 1, "duplicate": 1, "digest_conflict": 1}, got)
+}
+
+// CleanupOutbox counts the rows it deleted on its MeterProvider, with no attribute.
+func TestCleanupMetrics(t *testing.T) {
+	t.Parallel()
+	b := setupStop(t, 25, 0)
+	r := b.relay(t, "cleanup")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Published == 25 }, "all published")
+	cancel()
+	require.NoError(t, <-done)
+
+	reader := sdkmetric.NewManualReader()
+	opts := &core.CleanupOptions{Retention: time.Hour, BatchSize: 10, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}
+	testhook.SetClock(opts, func() time.Time { return time.Now().Add(2 * time.Hour) })
+	n, err := core.CleanupOutbox(context.Background(), b.store, opts)
+	require.NoError(t, err)
+	require.Equal(t, 25, n)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var got int64 = -1
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxkit.cleanup.deleted" {
+				require.Len(t, s.DataPoints, 1)
+				require.Zero(t, s.DataPoints[0].Attributes.Len(), "no attribute")
+				got = s.DataPoints[0].Value
+			}
+		}
+	}
+	require.Equal(t, int64(25), got)
 }

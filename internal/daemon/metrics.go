@@ -24,7 +24,6 @@ import (
 type metrics struct {
 	handler  http.Handler
 	provider *sdkmetric.MeterProvider
-	cleaned  metric.Int64Counter
 	reg      metric.Registration
 }
 
@@ -97,14 +96,9 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	}
 	retainedCap := gauge("outboxkit.cdc.retained_bytes_cap", "By", "cdc.max_retained_bytes (0: no cap).")
 	breaker := gauge("outboxkit.relay.breaker_open", "{relay}", "Relays whose breaker pauses fetching after sends in a row failed.")
-	cleaned, e := meter.Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"), metric.WithDescription("Published rows deleted by the cleanup schedule."))
-	if err == nil {
-		err = e
-	}
 	if err != nil {
 		return nil, err
 	}
-	m.cleaned = cleaned
 
 	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

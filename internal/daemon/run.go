@@ -346,12 +346,11 @@ func (d *Daemon) cleanupLoop(ctx context.Context) {
 		if !d.holdsCleanupLease() {
 			continue
 		}
-		n, err := core.CleanupOutbox(ctx, d.db.store, &core.CleanupOptions{Retention: d.cfg.Cleanup.Retention.D()})
+		n, err := core.CleanupOutbox(ctx, d.db.store, &core.CleanupOptions{Retention: d.cfg.Cleanup.Retention.D(), MeterProvider: d.m.provider})
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("cleanup_failed", "error", err)
 			continue
 		}
-		d.m.cleaned.Add(ctx, int64(n))
 		d.log.Info("cleanup_done", "deleted", n)
 	}
 }
