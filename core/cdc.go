@@ -267,7 +267,9 @@ func (r *CDCRelay) now() time.Time {
 //   - a newer publisher generation fenced it: an error wrapping ErrFenced;
 //   - the log no longer holds its checkpoint: a *PositionLostError (errors.Is ErrPositionLost).
 //     Run never skips a gap; run Backfill, then Run again;
-//   - with ReleaseOverCap, the retained log went over its cap: a *RetentionError.
+//   - with ReleaseOverCap, the retained log went over its cap: a *RetentionError;
+//   - marking what the sink acknowledged, or saving a checkpoint, failed: that error (at once,
+//     even when the log is idle; the next Run resends what was not marked).
 //
 // With no checkpoint yet (the first run, or a cutover from polling), Run starts at the head of
 // the log after a backfill of every unpublished row, exactly as Backfill does.
@@ -423,7 +425,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if err := r.loadParkedKeys(sctx); err != nil {
 		return r.end(ctx, sctx, err)
 	}
-	r.settle = r.newSettler(settleBase, id, log)
+	r.settle = r.newSettler(settleBase, id, log, func(err error) { cancel(stopCause{err}) })
 	defer func() {
 		cancel(nil)
 		r.settle.close() // marks what the sink acknowledged, even when stopping

@@ -16,6 +16,7 @@ import (
 type settler struct {
 	r    *CDCRelay
 	base context.Context // of the store calls: outlives the session, ends with a hard Shutdown
+	fail func(error)     // ends the session when a store call failed
 	id   string
 	log  *slog.Logger
 	q    chan *settleItem
@@ -39,8 +40,8 @@ type settleItem struct {
 // deadline ends it).
 const opTimeout = 30 * time.Second
 
-func (r *CDCRelay) newSettler(base context.Context, id string, log *slog.Logger) *settler {
-	s := &settler{r: r, base: base, id: id, log: log, q: make(chan *settleItem, 8), done: make(chan struct{})}
+func (r *CDCRelay) newSettler(base context.Context, id string, log *slog.Logger, fail func(error)) *settler {
+	s := &settler{r: r, base: base, fail: fail, id: id, log: log, q: make(chan *settleItem, 8), done: make(chan struct{})}
 	go s.run()
 	return s
 }
@@ -113,6 +114,9 @@ func (s *settler) run() {
 				s.mu.Lock()
 				s.err = err
 				s.mu.Unlock()
+				// At once, not at the next submit: an idle stream would otherwise wait with
+				// acknowledged records unmarked and the relay looking healthy.
+				s.fail(err)
 			}
 		}
 		for _, b := range batch {

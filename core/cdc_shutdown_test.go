@@ -2,7 +2,9 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +148,39 @@ func TestCDCRelayShutdownTimeoutIsHardStop(t *testing.T) {
 	require.ErrorIs(t, <-errc, context.DeadlineExceeded)
 	require.NoError(t, <-done)
 	require.Zero(t, r.Stats().Published, "the send was abandoned, not marked")
+}
+
+// failingSettle fails every Settle once fail is set.
+type failingSettle struct {
+	*memory.Store
+	fail atomic.Bool
+}
+
+func (f *failingSettle) Settle(ctx context.Context, p core.SettleParams) error {
+	if f.fail.Load() {
+		return errors.New("database gone")
+	}
+	return f.Store.Settle(ctx, p)
+}
+
+// A failed mark ends the CDC relay's Run at once, even when nothing more comes from the log,
+// instead of leaving acknowledged records unmarked behind a relay that looks healthy.
+func TestCDCRelayStopsWhenAMarkFails(t *testing.T) {
+	t.Parallel()
+	b := setupCDCStop(t, 0)
+	store := &failingSettle{Store: b.store}
+	r, err := core.NewCDCRelay(store, b.store.ChangeSource(), b.sink, core.StaticRouter{Default: "x"},
+		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	store.fail.Store(true)
+	writeOne(t, b.store, b.ob, "k")
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "database gone")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop after its mark failed")
+	}
 }
