@@ -22,7 +22,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "gap-reject", run: testInboxGapReject[TTx]},
 		{name: "retention", run: testInboxRetention[TTx]},
 		{name: "consumers", run: testInboxConsumers[TTx]},
-		{name: "horizon-blocks-prune", run: testInboxHorizonBlocksPrune[TTx]},
+		{name: "horizon-after-insert", run: testInboxHorizonAfterInsert[TTx]},
 	}
 }
 
@@ -267,10 +267,12 @@ func testInboxConsumers[TTx any](e *env[TTx]) {
 	e.expectEffect("eff-b", 1)
 }
 
-// testInboxHorizonBlocksPrune: a transaction that read the horizon holds it: a concurrent
-// PruneInbox cannot delete a record between the horizon check and the duplicate check (which
-// would let an old message apply twice). It completes once the transaction ended.
-func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
+// testInboxHorizonAfterInsert: the retention rule without a lock (core.InboxStore.Horizon and
+// PruneInbox). A transaction that began before a PruneInbox (it took a version lock first, as
+// Process does) and whose InsertRecord inserts an old record's key again, because the prune
+// deleted it, must read the raised horizon afterwards, so Process refuses the old message
+// instead of applying it twice. The prune completes whether or not it waited.
+func testInboxHorizonAfterInsert[TTx any](e *env[TTx]) {
 	f := e.inbox(nil)
 	for _, consumer := range []string{"never-pruned", "pruned"} {
 		if consumer == "pruned" {
@@ -280,39 +282,44 @@ func testInboxHorizonBlocksPrune[TTx any](e *env[TTx]) {
 		f.expect("first delivery", consumer, msg("m", "p"), "eff-"+consumer, core.Applied, 0)
 		pruned := make(chan error, 1)
 		var n int
-		var inserted bool
 		err := e.a.InTx(e.ctx, func(ctx context.Context, tx TTx) error {
-			h, err := e.a.Horizon(ctx, tx, consumer)
-			if err != nil {
+			if _, _, err := e.a.LockVersion(ctx, tx, consumer, "entity"); err != nil {
 				return err
-			}
-			if !h.IsZero() && !h.Before(i0) {
-				return fmt.Errorf("horizon %v before the prune, want before %v", h, i0)
 			}
 			go func() {
 				var err error
 				n, err = e.a.PruneInbox(e.ctx, consumer, i0.Add(time.Hour), 10)
 				pruned <- err
 			}()
-			// Give a PruneInbox that does not wait every chance to delete the record now.
+			// Give a PruneInbox that does not wait (the point of the rule) the time to finish.
 			select {
 			case err := <-pruned:
 				pruned <- err
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(100 * time.Millisecond):
 			}
-			_, inserted, err = e.a.InsertRecord(ctx, tx, core.InboxRecord{Consumer: consumer, EventID: "m",
+			_, inserted, err := e.a.InsertRecord(ctx, tx, core.InboxRecord{Consumer: consumer, EventID: "m",
 				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: i0})
-			return err
+			if err != nil {
+				return err
+			}
+			h, err := e.a.Horizon(ctx, tx, consumer)
+			if err != nil {
+				return err
+			}
+			if inserted && h.Before(i0.Add(time.Hour)) {
+				e.fatalf("%s: PruneInbox deleted the record, yet Horizon after InsertRecord returned %v, not the raised horizon %v: the old message would apply twice",
+					consumer, h, i0.Add(time.Hour))
+			}
+			return errRollback
 		})
-		e.must(err, consumer+": transaction reading the horizon")
-		if inserted {
-			e.fatalf("%s: a PruneInbox that ran while a transaction held the horizon deleted the record, so the old message was inserted again", consumer)
+		if !errors.Is(err, errRollback) {
+			e.fatalf("%s: transaction: %v", consumer, err)
 		}
 		select {
 		case err := <-pruned:
 			e.must(err, consumer+": PruneInbox")
 		case <-e.ctx.Done():
-			e.fatalf("%s: PruneInbox did not complete after the transaction ended", consumer)
+			e.fatalf("%s: PruneInbox did not complete", consumer)
 		}
 		if n != 1 {
 			e.fatalf("%s: PruneInbox deleted %d records, want 1", consumer, n)

@@ -16,7 +16,7 @@ import (
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
 //   - inbox: concurrent-once, digest-mismatch, handler-error, versions, gap-reject, retention,
-//     consumers, horizon-blocks-prune
+//     consumers, horizon-after-insert
 //
 // Areas and cases run in parallel, each case on its own adapter from h.New and under a
 // watchdog (h.Timeout) that turns a hang into a failure with a dump of every goroutine.

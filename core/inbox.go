@@ -188,9 +188,10 @@ func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], 
 	return &Inbox[TTx]{store: store, o: o, inst: inst}, nil
 }
 
-// Process runs, in ONE transaction: the retention check, the version check, recording
-// (consumer, event id, payload digest, position, outcome), and handler when the outcome is
-// Applied; then it commits. A redelivery with the same digest runs nothing and returns
+// Process runs, in ONE transaction: the version check, recording (consumer, event id, payload
+// digest, position, outcome), the retention check, and handler when the outcome is Applied;
+// then it commits. A message older than the consumer's horizon returns ErrBeyondRetention (and
+// records nothing) whether or not its record was pruned yet. A redelivery with the same digest runs nothing and returns
 // Duplicate with the prior outcome. The same ID with another digest returns ErrDigestMismatch.
 // A handler error rolls everything back (nothing is recorded) and is returned as is. A handler
 // that panics is treated the same way: the transaction is rolled back (nothing is recorded) and
@@ -215,17 +216,6 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 	defer func() { in.inst.processed(ctx, consumer, res, err, time.Since(began)) }()
 	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
 		res = InboxResult{}
-		horizon, err := in.store.Horizon(ctx, tx, consumer)
-		if err != nil {
-			return fmt.Errorf("inbox: horizon: %w", err)
-		}
-		if !horizon.IsZero() && msg.OccurredAt.IsZero() {
-			return &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
-		}
-		if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
-			return fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
-				msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
-		}
 		outcome, gap := Applied, false
 		if msg.Version > 0 {
 			last, ok, err := in.store.LockVersion(ctx, tx, consumer, msg.Entity)
@@ -247,6 +237,20 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: record: %w", err)
+		}
+		// The retention check comes after the record's key is taken: a record that PruneInbox
+		// deleted behind a raised horizon lets InsertRecord insert only after that raise
+		// committed, so this read sees it (see InboxStore.Horizon). No lock is needed.
+		horizon, err := in.store.Horizon(ctx, tx, consumer)
+		if err != nil {
+			return fmt.Errorf("inbox: horizon: %w", err)
+		}
+		if !horizon.IsZero() && msg.OccurredAt.IsZero() {
+			return &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
+		}
+		if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
+			return fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
+				msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
 		}
 		if !inserted {
 			if existing.Digest != digest {

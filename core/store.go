@@ -210,8 +210,14 @@ type InboxRecord struct {
 // transaction begun with InTx.
 type InboxStore[TTx any] interface {
 	Transactor[TTx]
-	// Horizon returns the consumer's retention horizon (zero when never pruned) and holds it
-	// against a concurrent PruneInbox until tx ends (e.g. a shared row lock).
+	// Horizon returns the consumer's retention horizon (zero when never pruned). Inbox.Process
+	// calls it after InsertRecord, and it must see every horizon that PruneInbox committed
+	// before InsertRecord returned: a read of the latest committed value (read committed, or
+	// the first consistent read of the transaction), not a snapshot taken earlier in tx. It
+	// needs no lock. Together with PruneInbox's order this is the retention rule: a message
+	// older than the horizon is never applied after its record could have been pruned,
+	// because InsertRecord can only insert a pruned record's key again once the deletion
+	// committed, and the deletion comes after the raise.
 	Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error)
 	// InsertRecord inserts rec unless (Consumer, EventID) exists. When it exists it returns the
 	// existing record and inserted=false; when a concurrent transaction holds the same key it
@@ -222,9 +228,13 @@ type InboxStore[TTx any] interface {
 	LockVersion(ctx context.Context, tx TTx, consumer, entity string) (version int64, ok bool, err error)
 	// SetVersion stores the last applied version of (consumer, entity).
 	SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error
-	// PruneInbox, in one transaction, raises the consumer's horizon to before (never lowers it)
-	// and deletes up to limit (PruneLimit: DefaultPruneLimit when <= 0) of its records with
-	// OccurredAt < the horizon. It returns how many it deleted.
+	// PruneInbox raises the consumer's horizon to before (never lowers it) and deletes up to
+	// limit (PruneLimit: DefaultPruneLimit when <= 0) of its records with OccurredAt < the
+	// horizon. The raise must be committed before any of those records is deleted: in its own
+	// transaction ahead of the deleting one, or in one transaction that no inbox transaction
+	// runs beside (a single-writer database). Nothing else needs to wait for the inbox
+	// transactions that read the horizon, so a stream of them cannot starve a prune. It
+	// returns how many it deleted.
 	PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
 }
 

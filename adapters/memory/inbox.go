@@ -14,6 +14,9 @@ func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time
 	if err := tx.check(ctx); err != nil {
 		return time.Time{}, fmt.Errorf("memory: horizon: %w", err)
 	}
+	if tx.horizons != nil {
+		return tx.horizons[consumer], nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.horizons[consumer], nil
@@ -77,7 +80,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *Tx, consumer, entity string,
 // PruneInbox implements core.InboxStore. It takes the writer lock, so it waits for open
 // transactions (which may have read the horizon) to end.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if s.fault != testhook.FaultUnheldHorizon {
+	if s.fault != testhook.FaultStaleHorizon {
 		if err := s.lockWriter(ctx); err != nil {
 			return 0, fmt.Errorf("memory: prune inbox: %w", err)
 		}

@@ -133,6 +133,7 @@ type Tx struct {
 	counters map[string]int // deltas
 	inbox    map[inboxKey]core.InboxRecord
 	versions map[inboxKey]int64
+	horizons map[string]time.Time // FaultStaleHorizon: the horizons when tx began
 }
 
 // InTx runs fn in a transaction: it waits for the global writer lock (or ctx), runs fn, and
@@ -145,6 +146,11 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) e
 	}
 	defer s.unlockWriter()
 	tx := &Tx{s: s}
+	if s.fault == testhook.FaultStaleHorizon {
+		s.mu.Lock()
+		tx.horizons = maps.Clone(s.horizons)
+		s.mu.Unlock()
+	}
 	defer func() { tx.done = true }()
 	if err := fn(ctx, tx); err != nil {
 		return err

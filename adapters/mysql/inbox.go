@@ -22,29 +22,19 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	return err
 }
 
-// Horizon implements core.InboxStore: it makes sure the consumer's horizon row exists (INSERT
-// IGNORE, once per consumer and process) and reads it LOCK IN SHARE MODE, so that PruneInbox
-// (FOR UPDATE) waits until tx ends.
+// Horizon implements core.InboxStore with a consistent read and no lock. Inbox.Process calls
+// it after InsertRecord and runs only locking statements before it, so it is the transaction's
+// first consistent read and its snapshot (REPEATABLE READ) or statement (READ COMMITTED) sees
+// every horizon committed before the insert.
 func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.Time, error) {
-	if _, known := s.horizonKnown.Load(consumer); !known {
-		if _, err := tx.ExecContext(ctx, s.q.horizonEnsure, consumer); err != nil {
-			return time.Time{}, wrap("horizon", err)
-		}
-	}
 	var h sql.NullTime
-	err := tx.QueryRowContext(ctx, s.q.horizonLock, consumer).Scan(&h)
+	err := tx.QueryRowContext(ctx, s.q.horizonGet, consumer).Scan(&h)
 	if errors.Is(err, sql.ErrNoRows) {
-		// The row was removed behind the cache's back: create it and read again.
-		s.horizonKnown.Delete(consumer)
-		if _, err := tx.ExecContext(ctx, s.q.horizonEnsure, consumer); err != nil {
-			return time.Time{}, wrap("horizon", err)
-		}
-		err = tx.QueryRowContext(ctx, s.q.horizonLock, consumer).Scan(&h)
+		return time.Time{}, nil
 	}
 	if err != nil {
 		return time.Time{}, wrap("horizon", err)
 	}
-	s.horizonKnown.Store(consumer, struct{}{})
 	return nullTime(h), nil
 }
 
@@ -108,42 +98,29 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 	return nil
 }
 
-// PruneInbox implements core.InboxStore: in one transaction it locks the consumer's horizon
-// row FOR UPDATE (waiting for deliveries holding it), raises it to before, and deletes up to
-// limit records that occurred before the horizon.
+// PruneInbox implements core.InboxStore: it raises the consumer's horizon to before (never
+// lowers it) in one autocommit statement, reads it back, and only then deletes up to limit
+// records that occurred before it, in a third. It waits for no inbox transaction (see
+// core.InboxStore for why that is safe).
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	limit = core.PruneLimit(limit)
-	var deleted int
-	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		deleted = 0
-		if _, err := tx.ExecContext(ctx, s.q.horizonEnsure, consumer); err != nil {
-			return err
-		}
-		var h sql.NullTime
-		if err := tx.QueryRowContext(ctx, s.q.horizonLockX, consumer).Scan(&h); err != nil {
-			return err
-		}
-		horizon := nullTime(h)
-		if before.After(horizon) {
-			horizon = before
-			if _, err := tx.ExecContext(ctx, s.q.horizonSet, timeArg(horizon), consumer); err != nil {
-				return err
-			}
-		}
-		if horizon.IsZero() {
-			return nil
-		}
-		res, err := tx.ExecContext(ctx, s.q.pruneInbox, consumer, timeArg(horizon), limit)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		deleted = int(n)
-		return err
-	})
+	if _, err := s.db.ExecContext(ctx, s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
+		return 0, wrap("prune inbox: raise horizon", err)
+	}
+	var h sql.NullTime
+	if err := s.db.QueryRowContext(ctx, s.q.horizonGet, consumer).Scan(&h); err != nil {
+		return 0, wrap("prune inbox: read horizon", err)
+	}
+	horizon := nullTime(h)
+	if horizon.IsZero() {
+		return 0, nil
+	}
+	res, err := s.db.ExecContext(ctx, s.q.pruneInbox, consumer, timeArg(horizon), core.PruneLimit(limit))
 	if err != nil {
 		return 0, wrap("prune inbox", err)
 	}
-	s.horizonKnown.Store(consumer, struct{}{})
-	return deleted, nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, wrap("prune inbox", err)
+	}
+	return int(n), nil
 }

@@ -44,7 +44,7 @@ type queries struct {
 
 	listPrefix, stats, unpark, parkedKeys string
 
-	horizonLock, horizonEnsure, horizonLockX, horizonSet, pruneInbox string
+	horizonGet, raiseHorizon, pruneInbox                             string
 	insertRecord, readRecord, versionEnsure, versionRead, versionSet string
 
 	publisherInit, publisherRead, publisherLockX, publisherLockS, publisherBump string
@@ -109,10 +109,8 @@ func newQueries(n tableNames) (queries, error) {
 		stats:                  st.Get("Stats"),
 		parkedKeys:             st.Get("ParkedKeys"),
 		unpark:                 st.Get("Unpark"),
-		horizonLock:            st.Get("HorizonLock"),
-		horizonEnsure:          st.Get("HorizonEnsure"),
-		horizonLockX:           st.Get("HorizonLockX"),
-		horizonSet:             st.Get("HorizonSet"),
+		horizonGet:             st.Get("HorizonGet"),
+		raiseHorizon:           st.Get("RaiseHorizon"),
 		pruneInbox:             st.Get("PruneInbox"),
 		insertRecord:           st.Get("InsertRecord"),
 		readRecord:             st.Get("ReadRecord"),

@@ -144,17 +144,15 @@ SELECT DISTINCT partition_key FROM {{outbox}}
 UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 	WHERE failed_lane = ? AND partition_key = ?
 
--- name: HorizonLock
-SELECT horizon FROM {{horizons}} WHERE consumer = ? LOCK IN SHARE MODE
+-- name: HorizonGet
+-- A consistent read without a lock: Inbox.Process reads it after the record's insert, as the
+-- first consistent read of its transaction, so its snapshot begins after that insert.
+SELECT horizon FROM {{horizons}} WHERE consumer = ?
 
--- name: HorizonEnsure
-INSERT IGNORE INTO {{horizons}} (consumer, horizon) VALUES (?, NULL)
-
--- name: HorizonLockX
-SELECT horizon FROM {{horizons}} WHERE consumer = ? FOR UPDATE
-
--- name: HorizonSet
-UPDATE {{horizons}} SET horizon = CAST(? AS DATETIME(6)) WHERE consumer = ?
+-- name: RaiseHorizon
+-- Autocommit, before PruneInbox deletes anything below the horizon; never lowers it.
+INSERT INTO {{horizons}} (consumer, horizon) VALUES (?, CAST(? AS DATETIME(6)))
+	ON DUPLICATE KEY UPDATE horizon = GREATEST(COALESCE(horizon, VALUES(horizon)), VALUES(horizon))
 
 -- name: PruneInbox
 DELETE FROM {{inbox}}

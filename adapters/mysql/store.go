@@ -41,9 +41,8 @@ type Store struct {
 	// with a minimal row image; see Options.FullMarkImage).
 	markPrefix string
 
-	lanes        atomic.Int64 // cached lane count, 0 until read
-	deadlocks    atomic.Uint64
-	horizonKnown sync.Map // consumer -> struct{}: its horizon row exists
+	lanes     atomic.Int64 // cached lane count, 0 until read
+	deadlocks atomic.Uint64
 
 	lockMu    sync.Mutex
 	lockConns map[string]*lockConn

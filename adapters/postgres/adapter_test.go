@@ -511,3 +511,11 @@ func TestLivenessTakeover(t *testing.T) {
 		return err
 	})
 }
+
+// Inbox.Prune completes within a second or two while 16 consumers process without pause: the
+// horizon check takes no lock that a stream of deliveries could hold the prune behind.
+func TestPruneUnderLoad(t *testing.T) {
+	t.Parallel()
+	s, _ := migratedStore(t, dbOptions{maxConns: 20}, nil)
+	testkit.PruneUnderLoad(t, core.InboxStore[pgx.Tx](s))
+}

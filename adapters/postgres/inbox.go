@@ -11,17 +11,14 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Horizon returns the consumer's retention horizon and holds its row FOR SHARE until tx ends,
-// so a concurrent PruneInbox (which updates the row) waits. The row is created first when
-// missing, so that there is always something to lock.
+// Horizon returns the consumer's retention horizon (zero when never pruned). It takes no lock:
+// in a read committed transaction each statement sees what committed before it began, and
+// Inbox.Process calls it after InsertRecord (see core.InboxStore).
 func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error) {
-	q := s.txq(tx)
 	var h pgtype.Timestamptz
-	err := queryRow(ctx, q, s.q.horizonGet, []any{consumer}, &h)
+	err := queryRow(ctx, s.txq(tx), s.q.horizonGet, []any{consumer}, &h)
 	if errors.Is(err, errNoRows) {
-		if _, err = q.exec(ctx, s.q.horizonEnsure, consumer); err == nil {
-			err = queryRow(ctx, q, s.q.horizonGet, []any{consumer}, &h)
-		}
+		return time.Time{}, nil
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("postgres: horizon: %w", classify(err))
@@ -93,11 +90,18 @@ func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity st
 	return nil
 }
 
-// PruneInbox raises the consumer's horizon to before (never lowers it) and deletes up to limit
-// of its records that occurred earlier, in one statement.
+// PruneInbox raises the consumer's horizon to before (never lowers it) in one autocommit
+// statement, then deletes up to limit of its records that occurred before the horizon in a
+// second one. It waits for no inbox transaction: those that read the old horizon are safe
+// because a deleted record's key can be inserted again only after the deletion committed, and
+// their Horizon read comes after that insert (see core.InboxStore).
 func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	var n int64
-	if err := queryRow(ctx, s.db, s.q.pruneInbox, []any{consumer, occurredIn(before), core.PruneLimit(limit)}, &n); err != nil {
+	var h time.Time
+	if err := queryRow(ctx, s.db, s.q.raiseHorizon, []any{consumer, occurredIn(before)}, &h); err != nil {
+		return 0, fmt.Errorf("postgres: prune inbox: raise horizon: %w", classify(err))
+	}
+	n, err := s.db.exec(ctx, s.q.pruneInbox, consumer, h, core.PruneLimit(limit))
+	if err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: %w", classify(err))
 	}
 	return int(n), nil

@@ -35,7 +35,7 @@ type queries struct {
 	fetch                                      string
 	settleMark, settleDelete                   string // $10: Options.AsyncSettle
 
-	horizonGet, horizonEnsure          string
+	horizonGet, raiseHorizon           string
 	inboxInsert, inboxGet              string
 	versionGet, versionEnsure, version string
 	pruneInbox                         string
@@ -130,7 +130,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		settleDelete:    st.Get("SettleDelete"),
 
 		horizonGet:    st.Get("HorizonGet"),
-		horizonEnsure: st.Get("HorizonEnsure"),
+		raiseHorizon:  st.Get("RaiseHorizon"),
 		inboxInsert:   st.Get("InboxInsert"),
 		inboxGet:      st.Get("InboxGet"),
 		versionGet:    st.Get("VersionGet"),

@@ -287,10 +287,8 @@ WITH want AS (
 SELECT lane FROM lost ORDER BY lane
 
 -- name: HorizonGet
-SELECT horizon FROM {{horizons}} WHERE consumer = $1 FOR SHARE
-
--- name: HorizonEnsure
-INSERT INTO {{horizons}} (consumer) VALUES ($1) ON CONFLICT (consumer) DO NOTHING
+-- No lock: Inbox.Process reads it after the record's insert, in a new statement (read committed).
+SELECT horizon FROM {{horizons}} WHERE consumer = $1
 
 -- name: InboxInsert
 INSERT INTO {{inbox}} (consumer, event_id, digest, source_position, outcome, occurred_at)
@@ -313,21 +311,18 @@ ON CONFLICT (consumer, entity) DO NOTHING
 INSERT INTO {{versions}} (consumer, entity, version) VALUES ($1, $2, $3)
 ON CONFLICT (consumer, entity) DO UPDATE SET version = EXCLUDED.version
 
+-- name: RaiseHorizon
+-- Its own transaction, committed before PruneInbox deletes anything below the horizon.
+INSERT INTO {{horizons}} AS h (consumer, horizon) VALUES ($1, $2)
+ON CONFLICT (consumer) DO UPDATE SET horizon = greatest(h.horizon, EXCLUDED.horizon)
+RETURNING horizon
+
 -- name: PruneInbox
--- One statement: raise the horizon (never lower it; the upsert locks the row against Horizon's
--- FOR SHARE) and delete up to $3 records older than it.
-WITH h AS (
-	INSERT INTO {{horizons}} AS h (consumer, horizon) VALUES ($1, $2)
-	ON CONFLICT (consumer) DO UPDATE SET horizon = greatest(h.horizon, EXCLUDED.horizon)
-	RETURNING horizon
-), del AS (
-	DELETE FROM {{inbox}} WHERE consumer = $1 AND event_id = ANY(ARRAY(
-		SELECT event_id FROM {{inbox}}
-		WHERE consumer = $1 AND occurred_at < (SELECT horizon FROM h)
-		ORDER BY occurred_at LIMIT $3))
-	RETURNING 1
-)
-SELECT count(*) FROM del
+-- $2 is the horizon RaiseHorizon returned; delete up to $3 records older than it.
+DELETE FROM {{inbox}} WHERE consumer = $1 AND event_id = ANY(ARRAY(
+	SELECT event_id FROM {{inbox}}
+	WHERE consumer = $1 AND occurred_at < $2::timestamptz
+	ORDER BY occurred_at LIMIT $3))
 
 -- name: PruneOutbox
 -- $1 published before, $2 seq bound (exclusive), $3 limit. Nothing at or above the lowest

@@ -75,7 +75,7 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store[pgx.Tx], error) {
 	s.db = pgxQ{pool}
 	s.txq = func(tx pgx.Tx) querier { return pgxQ{tx} }
 	s.inTx = func(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	}
 	s.listen = func(ctx context.Context, fn func(listener) error) error {
 		c, err := pool.Acquire(ctx)
@@ -108,7 +108,7 @@ func NewSQL(db *sql.DB, opts *Options) (*Store[*sql.Tx], error) {
 	s.db = sqlQ{db}
 	s.txq = func(tx *sql.Tx) querier { return sqlQ{tx} }
 	s.inTx = func(ctx context.Context, fn func(context.Context, *sql.Tx) error) (err error) {
-		tx, err := db.BeginTx(ctx, nil)
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		if err != nil {
 			return err
 		}
@@ -183,7 +183,8 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 	return &Store[TTx]{o: o, n: n, q: q, log: o.Logger}, nil
 }
 
-// InTx runs fn in one transaction (read committed): commit when fn returns nil, roll back
+// InTx runs fn in one transaction, read committed whatever the server's default (the inbox's
+// retention check relies on it, see Horizon): commit when fn returns nil, roll back
 // otherwise and when fn panics. It implements core.Transactor.
 func (s *Store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
 	return s.inTx(ctx, fn)

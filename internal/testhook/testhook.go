@@ -27,8 +27,9 @@ const (
 	FaultNoInboxKey
 	// FaultPruneUnpublished: PruneOutbox deletes rows whether or not they were published.
 	FaultPruneUnpublished
-	// FaultUnheldHorizon: PruneInbox does not wait for transactions that read the horizon.
-	FaultUnheldHorizon
+	// FaultStaleHorizon: PruneInbox does not wait for open transactions, and Horizon returns the
+	// horizon as of the transaction's start (a snapshot older than InsertRecord).
+	FaultStaleHorizon
 	// FaultRacySettle: Settle checks the leases, then lets other calls run, then applies its changes
 	// (a check-then-act race instead of one transaction).
 	FaultRacySettle
