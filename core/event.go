@@ -30,7 +30,9 @@ type Event struct {
 	Type string
 	// SchemaID optionally names the payload schema; [A-Za-z0-9._-].
 	SchemaID string
-	// PartitionKey orders events: events of one key are published in write order. Empty means
+	// PartitionKey orders events: events of one key are published in write order, the order in
+	// which their rows got sequence numbers (not commit order), so writers of one key must be
+	// serialised (README, Guarantees). Empty means
 	// AggregateType + "/" + AggregateID.
 	PartitionKey string
 	// Destination is the logical destination a Router maps to a sink address; [A-Za-z0-9._-].
