@@ -19,7 +19,7 @@
 // must pass) and, in child processes, against variants of it (internal/testhook) that break one
 // guarantee each — an unfenced Settle, a Settle that checks its leases and applies in two steps,
 // non-exclusive lanes, a Fetch without per-key blocking, an inbox without its unique key, a
-// cleanup that deletes unpublished rows, a horizon that does not hold off PruneInbox — each of
+// cleanup that deletes unpublished rows, a horizon read from a snapshot older than the insert while PruneInbox does not wait — each of
 // which must fail in the subtests that check that guarantee.
 //
 // Sink, the recording and fault-injecting core.Sink the suite uses, is exported for tests of

@@ -16,8 +16,9 @@
 //     returns an error wrapping core.ErrDuplicateEvent. Seq is assigned in insertion order.
 //   - Relay calls (ClaimLanes, Settle, ...) lock the state briefly and are atomic: Settle checks
 //     every lease first and changes nothing when one is lost (*core.LanesLostError).
-//   - PruneInbox takes the writer lock, so a transaction that read a horizon holds it until the
-//     transaction ends. With a single writer, InsertRecord never waits for another transaction.
+//   - PruneInbox takes the writer lock, so it runs between transactions (the single-writer form
+//     of core.InboxStore's retention rule). With a single writer, InsertRecord never waits for
+//     another transaction.
 //   - Times are UTC with microsecond precision, like the SQL adapters. Every call with a Now
 //     field uses it when non-zero, else time.Now(). Insert stamps CreatedAt with time.Now().
 //   - Every method returns ctx.Err() (wrapped) when ctx is already done, and changes nothing.

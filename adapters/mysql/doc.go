@@ -51,8 +51,9 @@
 //     Resume (file positions) or the first Next (GTID positions, server error 1236).
 //   - Inbox: the (consumer, event_id) primary key, written with INSERT IGNORE in the effect's
 //     transaction, makes concurrent duplicate deliveries wait and then see the record; the
-//     effect is applied once. Horizon holds the consumer's horizon row LOCK IN SHARE MODE and
-//     PruneInbox takes it FOR UPDATE. Entity versions are locked with INSERT ... ON DUPLICATE
+//     effect is applied once. Horizon reads the consumer's horizon without a lock (the first
+//     consistent read of Process's transaction, after the insert); PruneInbox raises it in
+//     its own autocommit statement before it deletes, so busy consumers never hold it up. Entity versions are locked with INSERT ... ON DUPLICATE
 //     KEY UPDATE (an exclusive lock even for a new entity), so concurrent versions queue.
 //   - Concurrent duplicate deliveries that all commit cost no deadlock (the later ones wait
 //     for the first and then read its record). When the first delivery rolls back (its handler

@@ -66,8 +66,9 @@
 //     the calls that arrive while one is in flight, so notifications never cap producer
 //     throughput. Wakeups LISTENs on a dedicated connection and reconnects on failure. A lost
 //     notification costs latency only: relays still poll.
-//   - Inbox: Horizon holds the consumer's horizon row FOR SHARE until the transaction ends, so
-//     PruneInbox (which updates it) waits; InsertRecord uses INSERT ... ON CONFLICT DO NOTHING,
+//   - Inbox: Horizon reads the consumer's horizon without a lock, after the insert and in a new
+//     statement (transactions are read committed); PruneInbox raises it in its own autocommit
+//     statement before it deletes, so busy consumers never hold it up; InsertRecord uses INSERT ... ON CONFLICT DO NOTHING,
 //     so a concurrent duplicate waits on the unique index and then reads the committed row.
 //
 // Identifiers (schema, table names, notification channel) are validated and quoted once, when
