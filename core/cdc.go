@@ -173,12 +173,7 @@ type CDCRelay struct {
 	lastResume time.Time
 	lanesWait  time.Duration
 
-	draining  chan struct{} // closed by Shutdown: read no more
-	drainOnce sync.Once
-	runMu     sync.Mutex
-	running   bool               // a session is between start and return
-	hardStop  context.CancelFunc // ends the running session now, its settling included
-	runDone   chan struct{}      // closed when the running session returns
+	gate runGate // the running session: Shutdown drains it (read no more) or ends it, settling included
 }
 
 // NewCDCRelay returns a CDC relay reading source and publishing to sink through router. opts may
@@ -229,7 +224,7 @@ func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, 
 		log:        o.Logger.With("owner", o.Owner, "relay", "cdc"),
 		parkedKeys: map[string]bool{},
 		phase:      PhaseStopped,
-		draining:   make(chan struct{}),
+		gate:       newRunGate(),
 	}, nil
 }
 
@@ -310,30 +305,10 @@ func (r *CDCRelay) Backfill(ctx context.Context) error {
 // Shutdown is final: a Run or Backfill called after it returns nil at once. Shutdown of a relay
 // that is not running returns nil.
 func (r *CDCRelay) Shutdown(ctx context.Context) error {
-	r.drainOnce.Do(func() { close(r.draining) })
-	r.runMu.Lock()
-	running, hardStop, done := r.running, r.hardStop, r.runDone
-	r.runMu.Unlock()
-	if !running {
-		return nil
+	if err := r.gate.shutdown(ctx); err != nil {
+		return fmt.Errorf("outbox: cdc relay %s: shutdown: %w", r.o.Owner, err)
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		hardStop()
-		<-done
-		return fmt.Errorf("outbox: cdc relay %s: shutdown: %w", r.o.Owner, ctx.Err())
-	}
-}
-
-func (r *CDCRelay) isDraining() bool {
-	select {
-	case <-r.draining:
-		return true
-	default:
-		return false
-	}
+	return nil
 }
 
 // errDrained ends a session that Shutdown stopped after settling what it sent.
@@ -349,22 +324,12 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	defer stopRun()
 	settleBase, stopSettle := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSettle()
-	r.runMu.Lock()
-	if r.running {
-		r.runMu.Unlock()
+	end, ok := r.gate.start(func() { stopRun(); stopSettle() })
+	if !ok {
 		return fmt.Errorf("outbox: cdc relay %s: %w", r.o.Owner, ErrRelayRunning)
 	}
-	done := make(chan struct{})
-	r.running, r.runDone = true, done
-	r.hardStop = func() { stopRun(); stopSettle() }
-	r.runMu.Unlock()
-	defer func() {
-		r.runMu.Lock()
-		r.running = false
-		close(done)
-		r.runMu.Unlock()
-	}()
-	if r.isDraining() {
+	defer end()
+	if r.gate.isDraining() {
 		return nil
 	}
 	defer func() { // after the lanes and the sign of life are released (deferred below)
@@ -550,7 +515,7 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-r.draining:
+		case <-r.gate.draining:
 			r.mu.Lock()
 			r.leases = sortedLeases(held)
 			r.mu.Unlock()
@@ -743,7 +708,7 @@ func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (C
 	r.backfilled = map[int64]struct{}{}
 	total := 0
 	for {
-		if r.isDraining() {
+		if r.gate.isDraining() {
 			_ = stream.Close()
 			return nil, errDrained // what was sent is marked; the checkpoint has not moved
 		}
@@ -843,7 +808,7 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 		return errDrained
 	}
 	for {
-		if r.isDraining() && ctx.Err() == nil {
+		if r.gate.isDraining() && ctx.Err() == nil {
 			return drain()
 		}
 		var first changeOrErr
@@ -864,7 +829,7 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-r.draining:
+			case <-r.gate.draining:
 				drained = true
 			case first = <-ch:
 			case <-idle:
@@ -1078,7 +1043,7 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-r.draining:
+		case <-r.gate.draining:
 			// The failures are settled; the position is not checkpointed, so the next session
 			// reads the records waiting for a retry again.
 			return errDrained

@@ -101,12 +101,7 @@ type Relay struct {
 	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
 	fenceOnce sync.Once
 
-	draining  chan struct{} // closed by Shutdown: fetch no more
-	drainOnce sync.Once
-	runMu     sync.Mutex
-	running   bool               // Run is between start and return
-	hardStop  context.CancelFunc // cancels the running Run's context
-	runDone   chan struct{}      // closed when the running Run returns
+	gate      runGate // Run's session: Shutdown drains it (fetch no more) or cancels its context
 	healthErr atomic.Pointer[error]
 	breaker   atomic.Bool // the breaker is open
 
@@ -158,11 +153,11 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	}
 	return &Relay{
 		store: store, sink: sink, router: router, o: o, inst: inst,
-		log:      o.Logger.With("owner", o.Owner),
-		leases:   map[int]Lease{},
-		kick:     make(chan struct{}, 1),
-		fenced:   make(chan struct{}),
-		draining: make(chan struct{}),
+		log:    o.Logger.With("owner", o.Owner),
+		leases: map[int]Lease{},
+		kick:   make(chan struct{}, 1),
+		fenced: make(chan struct{}),
+		gate:   newRunGate(),
 	}, nil
 }
 
@@ -207,21 +202,12 @@ func (r *Relay) now() time.Time {
 func (r *Relay) Run(ctx context.Context) error {
 	ctx, hardStop := context.WithCancel(ctx)
 	defer hardStop()
-	r.runMu.Lock()
-	if r.running {
-		r.runMu.Unlock()
+	end, ok := r.gate.start(hardStop)
+	if !ok {
 		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrRelayRunning)
 	}
-	r.running, r.hardStop, r.runDone = true, hardStop, make(chan struct{})
-	done := r.runDone
-	r.runMu.Unlock()
-	defer func() {
-		r.runMu.Lock()
-		r.running = false
-		close(done)
-		r.runMu.Unlock()
-	}()
-	if r.isDraining() {
+	defer end()
+	if r.gate.isDraining() {
 		return nil
 	}
 
@@ -268,7 +254,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.leave(context.WithoutCancel(ctx))
 	}()
 
-	for ctx.Err() == nil && !r.isDraining() {
+	for ctx.Err() == nil && !r.gate.isDraining() {
 		if r.isFenced() {
 			return fmt.Errorf("outbox: relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
 		}
@@ -296,11 +282,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-r.kick:
 		case <-wake:
 		case <-r.fenced:
-		case <-r.draining:
+		case <-r.gate.draining:
 		}
 		t.Stop()
 	}
-	if r.isDraining() && ctx.Err() == nil {
+	if r.gate.isDraining() && ctx.Err() == nil {
 		r.log.Info("relay_drained")
 	}
 	return nil
@@ -315,30 +301,10 @@ func (r *Relay) Run(ctx context.Context) error {
 // Shutdown is final: a Run called after it returns at once. Shutdown of a relay that is not
 // running returns nil.
 func (r *Relay) Shutdown(ctx context.Context) error {
-	r.drainOnce.Do(func() { close(r.draining) })
-	r.runMu.Lock()
-	running, hardStop, done := r.running, r.hardStop, r.runDone
-	r.runMu.Unlock()
-	if !running {
-		return nil
+	if err := r.gate.shutdown(ctx); err != nil {
+		return fmt.Errorf("outbox: relay %s: shutdown: %w", r.o.Owner, err)
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		hardStop()
-		<-done
-		return fmt.Errorf("outbox: relay %s: shutdown: %w", r.o.Owner, ctx.Err())
-	}
-}
-
-func (r *Relay) isDraining() bool {
-	select {
-	case <-r.draining:
-		return true
-	default:
-		return false
-	}
+	return nil
 }
 
 // Health reports whether the relay is publishing normally; nil means healthy. It returns an
@@ -350,11 +316,8 @@ func (r *Relay) isDraining() bool {
 //
 // It is cheap (no I/O): readiness probes may call it often.
 func (r *Relay) Health() error {
-	r.runMu.Lock()
-	running := r.running
-	r.runMu.Unlock()
 	switch {
-	case !running || r.gen.Load() == 0:
+	case !r.gate.isRunning() || r.gen.Load() == 0:
 		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrNotRunning)
 	case r.isFenced():
 		return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
