@@ -85,15 +85,7 @@ func TestCDCRelayShutdownResendsNothing(t *testing.T) {
 	b := setupCDCStop(t, 3)
 	r := b.relay(t, "first")
 	written, done := b.streamUntilGated(t, context.Background(), r)
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		shut <- r.Shutdown(ctx)
-	}()
-	time.Sleep(20 * time.Millisecond) // Shutdown is waiting for the send
-	b.sink.release()
-	require.NoError(t, <-shut)
+	require.NoError(t, shutdownDuringSend(r, b.sink.release))
 	require.NoError(t, <-done)
 
 	sent, dups := b.sink.duplicates()

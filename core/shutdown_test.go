@@ -114,15 +114,7 @@ func TestRelayShutdownResendsNothing(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
 	<-b.sink.entered // the third send is in flight
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		shut <- r.Shutdown(ctx)
-	}()
-	time.Sleep(20 * time.Millisecond) // Shutdown is waiting for the send
-	b.sink.release()
-	require.NoError(t, <-shut)
+	require.NoError(t, shutdownDuringSend(r, b.sink.release))
 	require.NoError(t, <-done)
 
 	sent, dups := b.sink.duplicates()
@@ -244,4 +236,18 @@ func TestRelayRebalanceResendsNothing(t *testing.T) {
 	require.Equal(t, 200, sent)
 	require.Zero(t, dups, "a rebalance resends nothing")
 	require.Zero(t, first.Stats().ClaimLost+second.Stats().ClaimLost)
+}
+
+// shutdownDuringSend calls r.Shutdown (30 s deadline) while a send is held in flight, lets the
+// send finish with release once Shutdown waits for it, and returns Shutdown's result.
+func shutdownDuringSend(r interface{ Shutdown(context.Context) error }, release func()) error {
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shut <- r.Shutdown(ctx)
+	}()
+	time.Sleep(20 * time.Millisecond) // Shutdown is waiting for the send
+	release()
+	return <-shut
 }
