@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -69,15 +68,22 @@ var permanentCodes = map[string]bool{
 func (s *Sink) publishBatch(ctx context.Context, topicARN string, es []sinkkit.Entry) []error {
 	fifo := IsFIFO(topicARN)
 	in := &awssns.PublishBatchInput{TopicArn: aws.String(topicARN), PublishBatchRequestEntries: make([]types.PublishBatchRequestEntry, len(es))}
+	// The request points into the encoded entries (they outlive the call) and to shared
+	// constant strings, rather than allocating a *string per field (sinkkit.EntryID).
+	var fifoIDs []string
+	if fifo {
+		fifoIDs = make([]string, 2*len(es))
+	}
 	for k, e := range es {
 		attrs := make(map[string]types.MessageAttributeValue, len(e.Enc.Attrs))
-		for _, a := range e.Enc.Attrs {
-			attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(a.DataType), StringValue: aws.String(a.Value)}
+		for i := range e.Enc.Attrs {
+			a := &e.Enc.Attrs[i]
+			attrs[a.Name] = types.MessageAttributeValue{DataType: sinkkit.DataType(a.DataType), StringValue: &a.Value}
 		}
-		en := types.PublishBatchRequestEntry{Id: aws.String(strconv.Itoa(k)), Message: aws.String(e.Enc.Body), MessageAttributes: attrs}
+		en := types.PublishBatchRequestEntry{Id: sinkkit.EntryID(k), Message: &e.Enc.Body, MessageAttributes: attrs}
 		if fifo {
-			en.MessageGroupId = aws.String(wire.GroupID(e.Msg.GroupID))
-			en.MessageDeduplicationId = aws.String(wire.DedupID(e.Msg))
+			fifoIDs[2*k], fifoIDs[2*k+1] = wire.GroupID(e.Msg.GroupID), wire.DedupID(e.Msg)
+			en.MessageGroupId, en.MessageDeduplicationId = &fifoIDs[2*k], &fifoIDs[2*k+1]
 		}
 		in.PublishBatchRequestEntries[k] = en
 	}

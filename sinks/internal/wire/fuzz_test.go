@@ -20,6 +20,7 @@ func FuzzWriteAcceptedIsEncoded(f *testing.F) {
 	f.Add("", "order", "a b/c", "t", "pk", "dest", "acme", "corr", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", []byte{0, 0xff})
 	f.Add("x", "a", "\uFFFE", "t", "\u0085", "", "\uFDD0", "\U0001FFFF", "h", "\uFFFF", []byte(nil))
 	f.Add("x", "a", "é€😀\uFFFD", "t", "", "", "", "", "h", "\t", []byte("\r\n"))
+	f.Add("x", "a", "b", "t", "<k&\"\\>", "", "", "", "h<\u2028>", "v&\u2029\x7f\u00e9", []byte("x"))
 	f.Fuzz(func(t *testing.T, id, aggType, aggID, typ, pk, dest, tenant, corr, hk, hv string, payload []byte) {
 		ev := core.Event{ID: id, AggregateType: aggType, AggregateID: aggID, AggregateVersion: int64(len(payload)),
 			Type: typ, PartitionKey: pk, Destination: dest, Tenant: tenant, CorrelationID: corr, CausationID: corr,
@@ -39,6 +40,7 @@ func FuzzWriteAcceptedIsEncoded(f *testing.F) {
 		for _, a := range enc.Attrs {
 			require.True(t, wire.IsSafeText([]byte(a.Value)), "attribute %s", a.Name)
 		}
+		requireCanonicalMeta(t, enc)
 		dec, err := wire.Decode(enc.Body, attrs(enc))
 		require.NoError(t, err)
 		want := n

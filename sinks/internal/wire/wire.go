@@ -11,10 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -110,38 +112,26 @@ var (
 // claim-check reference.
 func Encode(m *core.Message, ref *ClaimCheck) (Encoded, error) {
 	ev := &m.Event
-	meta := Meta{V: Version, PartitionKey: ev.PartitionKey}
-	if !m.CreatedAt.IsZero() {
-		meta.CreatedAt = m.CreatedAt.UTC().Format(timeLayout)
-	}
-	var trace string
-	for k, v := range ev.Headers {
-		if k == HeaderTraceparent && v != "" {
-			trace = v
-			continue
-		}
-		if meta.Headers == nil {
-			meta.Headers = make(map[string]string, len(ev.Headers))
-		}
-		meta.Headers[k] = v
-	}
+	trace := ev.Headers[HeaderTraceparent]
 	var e Encoded
+	var encoding string
+	var refJSON []byte
 	switch {
 	case ref != nil:
-		meta.Encoding = EncodingS3
-		meta.ClaimCheck = ref
+		encoding = EncodingS3
 		b, err := json.Marshal(ref)
 		if err != nil {
 			return Encoded{}, err
 		}
+		refJSON = b
 		e.Body = string(b)
 	case len(ev.Payload) == 0:
-		meta.Encoding = EncodingEmpty
+		encoding = EncodingEmpty
 		e.Body = EmptyBody
 	case IsSafeText(ev.Payload):
 		e.Body = string(ev.Payload)
 	default:
-		meta.Encoding = EncodingBase64
+		encoding = EncodingBase64
 		e.Body = base64.StdEncoding.EncodeToString(ev.Payload)
 	}
 	if ev.ID == "" || ev.Type == "" || ev.AggregateType == "" || ev.AggregateID == "" {
@@ -164,13 +154,9 @@ func Encode(m *core.Message, ref *ClaimCheck) (Encoded, error) {
 	add(AttrCausationID, "String", ev.CausationID)
 	add(AttrCorrelationID, "String", ev.CorrelationID)
 	add(AttrTraceparent, "String", trace)
-	mb, err := json.Marshal(meta)
-	if err != nil {
-		return Encoded{}, err
-	}
-	add(AttrMeta, "String", string(mb))
+	add(AttrMeta, "String", string(appendMeta(make([]byte, 0, 128), m, encoding, refJSON)))
 	for _, a := range e.Attrs {
-		if !IsSafeText([]byte(a.Value)) {
+		if !isSafeText(a.Value) {
 			return Encoded{}, fmt.Errorf("event %s: attribute %s holds characters SQS does not accept", ev.ID, a.Name)
 		}
 	}
@@ -178,6 +164,72 @@ func Encode(m *core.Message, ref *ClaimCheck) (Encoded, error) {
 }
 
 const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// appendMeta appends the JSON of m's Meta (with the given encoding and, for EncodingS3, the
+// reference's JSON) to b: the bytes json.Marshal(Meta{...}) gives, built without reflection,
+// the intermediate Headers map or its sorting allocations.
+func appendMeta(b []byte, m *core.Message, encoding string, refJSON []byte) []byte {
+	ev := &m.Event
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, Version, 10)
+	if !m.CreatedAt.IsZero() {
+		b = append(b, `,"created_at":"`...)
+		b = m.CreatedAt.UTC().AppendFormat(b, timeLayout) // digits and -:.TZ+ only: nothing to escape
+		b = append(b, '"')
+	}
+	if ev.PartitionKey != "" {
+		b = append(b, `,"partition_key":`...)
+		b = appendJSONString(b, ev.PartitionKey)
+	}
+	n := len(ev.Headers)
+	if v, ok := ev.Headers[HeaderTraceparent]; ok && v != "" {
+		n--
+	}
+	if n > 0 {
+		var buf [8]string
+		keys := buf[:0]
+		for k, v := range ev.Headers {
+			if k != HeaderTraceparent || v == "" {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys) // encoding/json writes map keys in this order
+		b = append(b, `,"headers":{`...)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, ev.Headers[k])
+		}
+		b = append(b, '}')
+	}
+	if encoding != "" {
+		b = append(b, `,"encoding":`...)
+		b = appendJSONString(b, encoding)
+	}
+	if refJSON != nil {
+		b = append(b, `,"claim_check":`...)
+		b = append(b, refJSON...)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as encoding/json writes a string: quoted as is when it holds only
+// printable ASCII that needs no escape (encoding/json also escapes <, > and &), else as
+// json.Marshal writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
 
 // NewClaimCheck returns the reference of payload stored in bucket under prefix + hex SHA-256.
 func NewClaimCheck(bucket, prefix string, payload []byte) ClaimCheck {
@@ -223,6 +275,11 @@ func (c *ClaimCheck) Verify(payload []byte) error {
 // only of XML 1.0 characters (#x9, #xA, #x20-#xD7FF, #xE000-#xFFFD, #x10000-#x10FFFF). Carriage
 // returns are excluded too, so that no XML end-of-line normalisation can alter a payload.
 func IsSafeText(b []byte) bool {
+	// The string views b only for the duration of the check; nothing keeps it.
+	return isSafeText(unsafe.String(unsafe.SliceData(b), len(b)))
+}
+
+func isSafeText(b string) bool {
 	for i := 0; i < len(b); {
 		c := b[i]
 		if c < utf8.RuneSelf {
@@ -232,7 +289,7 @@ func IsSafeText(b []byte) bool {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRune(b[i:])
+		r, n := utf8.DecodeRuneInString(b[i:])
 		if r == utf8.RuneError && n == 1 {
 			return false
 		}

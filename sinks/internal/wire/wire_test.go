@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,60 @@ func TestIsSafeText(t *testing.T) {
 	require.True(t, wire.IsSafeText([]byte("a\tb\nc é \U0010FFFF")))
 	for _, s := range []string{"\x00", "\r", "\x0b", "\xff", "\uFFFE", "\xed\xa0\x80"} {
 		require.False(t, wire.IsSafeText([]byte(s)), "%q", s)
+	}
+}
+
+// requireCanonicalMeta checks that the outbox.meta attribute holds exactly the bytes
+// encoding/json gives for its Meta (the format's reference encoding).
+func requireCanonicalMeta(t *testing.T, e wire.Encoded) {
+	t.Helper()
+	raw, ok := attrFunc(e)(wire.AttrMeta)
+	require.True(t, ok)
+	var m wire.Meta
+	require.NoError(t, json.Unmarshal([]byte(raw), &m))
+	want, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.Equal(t, string(want), raw)
+}
+
+// The meta attribute is byte for byte what encoding/json writes, for every optional field and
+// for strings encoding/json escapes (HTML characters, quotes, controls, U+2028, non-ASCII).
+func TestMetaIsCanonicalJSON(t *testing.T) {
+	base := core.Message{Record: core.Record{Event: core.Event{ID: "id", Type: "t", AggregateType: "a", AggregateID: "1"}}}
+	ref := wire.NewClaimCheck("bucket", "p/<&>", []byte("x"))
+	cases := map[string]func(m *core.Message) *wire.ClaimCheck{
+		"minimal": func(m *core.Message) *wire.ClaimCheck { return nil },
+		"all":     func(m *core.Message) *wire.ClaimCheck { full := fullMessage([]byte("{}")); *m = full; return nil },
+		"created": func(m *core.Message) *wire.ClaimCheck {
+			m.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.FixedZone("x", 3600))
+			return nil
+		},
+		"escapes": func(m *core.Message) *wire.ClaimCheck { m.PartitionKey = "a<b>&\"c\\\u2028\u2029é\x01\t"; return nil },
+		"headers": func(m *core.Message) *wire.ClaimCheck {
+			m.Headers = map[string]string{"z": "1", "a<": "&", "": "", "é": "\u2028", "traceparent": "tp"}
+			return nil
+		},
+		"empty_tp": func(m *core.Message) *wire.ClaimCheck { m.Headers = map[string]string{"traceparent": ""}; return nil },
+		"only_tp":  func(m *core.Message) *wire.ClaimCheck { m.Headers = map[string]string{"traceparent": "tp"}; return nil },
+		"many": func(m *core.Message) *wire.ClaimCheck {
+			m.Headers = map[string]string{}
+			for i := range 20 {
+				m.Headers[string(rune('a'+i))+"k"] = "v"
+			}
+			return nil
+		},
+		"base64":      func(m *core.Message) *wire.ClaimCheck { m.Payload = []byte{0, 1, 2}; return nil },
+		"empty":       func(m *core.Message) *wire.ClaimCheck { m.Payload = nil; return nil },
+		"claim_check": func(m *core.Message) *wire.ClaimCheck { return &ref },
+	}
+	for name, mod := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := base
+			m.Payload = []byte("p")
+			r := mod(&m)
+			e, err := wire.Encode(&m, r)
+			require.NoError(t, err)
+			requireCanonicalMeta(t, e)
+		})
 	}
 }
