@@ -1,0 +1,140 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// BenchmarkProducerCost measures, in one run, the producer transaction three ways, interleaved
+// (A B C, then C B A, ...) over OUTBOXKIT_BENCH_ROUNDS rounds (default 3) of
+// OUTBOXKIT_BENCH_TX transactions each (default 3,000) from 4 and 16 clients:
+//
+//   - domain: one domain row;
+//   - bare: one domain row plus a hand-written INSERT of the same outbox row (same table,
+//     columns, ~1.1 KiB payload and lane) — no library code;
+//   - write: one domain row plus Outbox.Write of the same event.
+//
+// It reports the median tx/s of each and the medians of the per-round ratios write/bare,
+// bare/domain and write/domain. Durable server:
+//
+//	OUTBOXKIT_MARIADB_DURABLE=1 source scripts/lib/mariadb.sh && mariadb_start
+//	go test ./adapters/mysql -run '^$' -bench ProducerCost -benchtime 1x
+func BenchmarkProducerCost(b *testing.B) {
+	benchConfig(b)
+	rounds, txs := benchEnvInt("OUTBOXKIT_BENCH_ROUNDS", 3), benchEnvInt("OUTBOXKIT_BENCH_TX", 3000)
+	ctx := context.Background()
+	for _, clients := range []int{4, 16} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			s := newStore(b, nil)
+			_, err := s.DB().Exec(`CREATE TABLE orders (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+				customer VARCHAR(64) NOT NULL, total DECIMAL(12,2) NOT NULL, created_at DATETIME(6) NOT NULL) ENGINE=InnoDB`)
+			require.NoError(b, err)
+			ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+			require.NoError(b, err)
+			domain := func(ctx context.Context, tx *sql.Tx, i int64) error {
+				_, err := tx.ExecContext(ctx, "INSERT INTO orders (customer, total, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))",
+					"c-"+strconv.FormatInt(i%1000, 10), "50.00")
+				return err
+			}
+			variants := map[string]func(context.Context, *sql.Tx, int64) error{
+				"domain": domain,
+				"bare": func(ctx context.Context, tx *sql.Tx, i int64) error {
+					if err := domain(ctx, tx, i); err != nil {
+						return err
+					}
+					var id [13]byte
+					_, _ = rand.Read(id[:])
+					agg := strconv.FormatInt(i, 10)
+					key := "order/" + agg
+					_, err := tx.ExecContext(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key,
+						payload, headers, lane, created_at) VALUES (?, ?, ?, ?, ?, ?, '{}', ?, UTC_TIMESTAMP(6))`,
+						hex.EncodeToString(id[:]), "order", agg, "order.created", key, benchPayload, core.LaneOf(key, core.DefaultLanes))
+					return err
+				},
+				"write": func(ctx context.Context, tx *sql.Tx, i int64) error {
+					if err := domain(ctx, tx, i); err != nil {
+						return err
+					}
+					_, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.FormatInt(i, 10),
+						Type: "order.created", Payload: benchPayload})
+					return err
+				},
+			}
+			run := func(fn func(context.Context, *sql.Tx, int64) error) float64 {
+				var next atomic.Int64
+				var failed atomic.Value
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range clients {
+					wg.Go(func() {
+						for i := next.Add(1); i <= int64(txs); i = next.Add(1) {
+							if err := s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, tx, i) }); err != nil {
+								failed.Store(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if err, _ := failed.Load().(error); err != nil {
+					b.Fatal(err)
+				}
+				return float64(txs) / time.Since(start).Seconds()
+			}
+			order := []string{"domain", "bare", "write"}
+			rates := map[string][]float64{}
+			var wb, bd, wd []float64
+			for r := range rounds {
+				if r%2 == 1 {
+					slices.Reverse(order)
+				}
+				got := map[string]float64{}
+				for _, v := range order {
+					got[v] = run(variants[v])
+					rates[v] = append(rates[v], got[v])
+				}
+				wb = append(wb, got["write"]/got["bare"])
+				bd = append(bd, got["bare"]/got["domain"])
+				wd = append(wd, got["write"]/got["domain"])
+				b.Logf("round %d: domain %.0f bare %.0f write %.0f tx/s", r, got["domain"], got["bare"], got["write"])
+			}
+			for v, r := range rates {
+				b.ReportMetric(benchMedian(r), v+"_tx/s")
+			}
+			b.ReportMetric(benchMedian(wb), "write/bare")
+			b.ReportMetric(benchMedian(bd), "bare/domain")
+			b.ReportMetric(benchMedian(wd), "write/domain")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func benchEnvInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+func benchMedian(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// BenchmarkProducerCost measures, in one run, the producer transaction three ways, interleaved
+// (A B C, then C B A, ...) over OUTBOXKIT_BENCH_ROUNDS rounds (default 3) of
+// OUTBOXKIT_BENCH_TX transactions each (default 3,000) from 4 and 16 clients:
+//
+//   - domain: one domain row;
+//   - bare: one domain row plus a hand-written INSERT of the same outbox row (same table,
+//     columns, 1 KiB payload and lane) — no library code;
+//   - write: one domain row plus Outbox.Write of the same event.
+//
+// It reports the median tx/s of each and the medians of the per-round ratios write/bare,
+// bare/domain and write/domain. Durable server:
+//
+//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	go test ./adapters/postgres -run '^$' -bench ProducerCost -benchtime 1x
+func BenchmarkProducerCost(b *testing.B) {
+	testDSN(b)
+	rounds, txs := envInt("OUTBOXKIT_BENCH_ROUNDS", 3), envInt("OUTBOXKIT_BENCH_TX", 3000)
+	ctx := context.Background()
+	for _, clients := range []int{4, 16} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			s, d := migratedStore(b, dbOptions{maxConns: int32(clients + 2)}, &Options{})
+			_, err := d.pool.Exec(ctx, `CREATE TABLE orders (id bigserial PRIMARY KEY, customer text NOT NULL,
+				amount bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+			require.NoError(b, err)
+			ob, err := core.NewOutbox(ctx, s, nil)
+			require.NoError(b, err)
+			payload := make([]byte, 1024)
+			_, _ = rand.Read(payload)
+			domain := func(ctx context.Context, tx pgx.Tx, i int64) error {
+				_, err := tx.Exec(ctx, `INSERT INTO orders (customer, amount) VALUES ($1, $2)`,
+					"customer-"+strconv.FormatInt(i%1000, 10), i)
+				return err
+			}
+			variants := map[string]func(context.Context, pgx.Tx, int64) error{
+				"domain": domain,
+				"bare": func(ctx context.Context, tx pgx.Tx, i int64) error {
+					if err := domain(ctx, tx, i); err != nil {
+						return err
+					}
+					var id [13]byte
+					_, _ = rand.Read(id[:])
+					agg := strconv.FormatInt(i, 10)
+					key := "order/" + agg
+					_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane)
+						VALUES ($1, $2, $3, $4, $5, $6, '{}', $7)`, hex.EncodeToString(id[:]), "order", agg, "order.created", key,
+						payload, core.LaneOf(key, core.DefaultLanes))
+					return err
+				},
+				"write": func(ctx context.Context, tx pgx.Tx, i int64) error {
+					if err := domain(ctx, tx, i); err != nil {
+						return err
+					}
+					_, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.FormatInt(i, 10),
+						Type: "order.created", Payload: payload})
+					return err
+				},
+			}
+			order := []string{"domain", "bare", "write"}
+			rates := map[string][]float64{}
+			var wb, bd, wd []float64
+			for r := range rounds {
+				if r%2 == 1 {
+					slices.Reverse(order)
+				}
+				got := map[string]float64{}
+				for _, v := range order {
+					n := b.N // produce runs b.N transactions
+					b.N = txs
+					elapsed := produce(b, d.pool, clients, false, nil, variants[v])
+					b.N = n
+					got[v] = float64(txs) / elapsed.Seconds()
+					rates[v] = append(rates[v], got[v])
+				}
+				wb = append(wb, got["write"]/got["bare"])
+				bd = append(bd, got["bare"]/got["domain"])
+				wd = append(wd, got["write"]/got["domain"])
+				b.Logf("round %d: domain %.0f bare %.0f write %.0f tx/s", r, got["domain"], got["bare"], got["write"])
+			}
+			for v, r := range rates {
+				b.ReportMetric(median(r), v+"_tx/s")
+			}
+			b.ReportMetric(median(wb), "write/bare")
+			b.ReportMetric(median(bd), "bare/domain")
+			b.ReportMetric(median(wd), "write/domain")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
