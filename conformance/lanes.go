@@ -15,6 +15,7 @@ func laneCases[TTx any]() []tcase[TTx] {
 		{name: "lowest-first", lanes: 8, run: testLanesLowestFirst[TTx]},
 		{name: "fair-share", lanes: 8, run: testLanesFairShare[TTx]},
 		{name: "expiry-takeover", lanes: 2, run: testLanesExpiry[TTx]},
+		{name: "taken-over", lanes: 3, run: testLanesTakenOver[TTx]},
 		{name: "generation", lanes: 1, run: testLanesGeneration[TTx]},
 		{name: "release", lanes: 4, run: testLanesRelease[TTx]},
 		{name: "renew", lanes: 1, run: testLanesRenew[TTx]},
@@ -178,6 +179,35 @@ func testLanesExpiry[TTx any](e *env[TTx]) {
 	}
 	if r := e.renew(b, time.Minute, t0.Add(time.Minute+time.Second)); len(r) != 2 {
 		e.fatalf("the new owner renewed %d of its 2 lanes", len(r))
+	}
+}
+
+// testLanesTakenOver: ClaimLanes marks TakenOver exactly the leases of lanes that still had an
+// owner (expired), not those of free lanes (never claimed, or released).
+func testLanesTakenOver[TTx any](e *env[TTx]) {
+	check := func(step string, ls []core.Lease, want map[int]bool) {
+		e.t.Helper()
+		got := map[int]bool{}
+		for _, l := range ls {
+			got[l.Lane] = l.TakenOver
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			e.fatalf("%s: ClaimLanes returned lanes with TakenOver %v, want %v", step, got, want)
+		}
+	}
+	a := e.claim("a", 3, time.Minute, t0)
+	check("fresh lanes", a, map[int]bool{0: false, 1: false, 2: false})
+	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{a[0]}), "ReleaseLanes")
+	b := e.claim("b", 3, time.Minute, t0.Add(time.Second))
+	check("a released lane", b, map[int]bool{0: false})
+	// Every lease ran out: each lane is taken over from its last owner.
+	c := e.claim("c", 3, time.Minute, t0.Add(2*time.Minute))
+	check("expired leases", c, map[int]bool{0: true, 1: true, 2: true})
+	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{c[1]}), "ReleaseLanes")
+	d := e.claim("d", 3, time.Minute, t0.Add(4*time.Minute))
+	check("one released, two expired", d, map[int]bool{0: true, 1: false, 2: true})
+	if r := e.renew(d, time.Minute, t0.Add(4*time.Minute+time.Second)); len(r) != 3 {
+		e.fatalf("leases marked TakenOver were not renewable: %d of 3 renewed", len(r))
 	}
 }
 

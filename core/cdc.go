@@ -502,6 +502,7 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 		if err != nil {
 			return fmt.Errorf("outbox: cdc relay: claim lanes: %w", err)
 		}
+		r.inst.claimed(ctx, got)
 		for _, l := range got {
 			held[l.Lane] = l
 		}

@@ -78,7 +78,10 @@ type InboxOptions struct {
 	// attributes outboxkit.consumer and outboxkit.outcome = applied | duplicate | stale |
 	// digest_conflict | beyond_retention | version_gap | failed) and
 	// outboxkit.inbox.process.duration (seconds per Process transaction, attribute
-	// outboxkit.consumer). Never an event id. Default nil: the global provider
+	// outboxkit.consumer), outboxkit.inbox.retention.horizon (the consumer's horizon as a Unix
+	// time in seconds, set by Prune and whenever Process reads one) and outboxkit.inbox.pruned
+	// ({record}, deleted by Prune), both with the attribute outboxkit.consumer. Never an event
+	// id. Default nil: the global provider
 	// (otel.GetMeterProvider), a no-op until set.
 	MeterProvider metric.MeterProvider
 	// FirstVersion, under GapReject, is the version an entity's first message must not skip
@@ -245,6 +248,7 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 		if err != nil {
 			return fmt.Errorf("inbox: horizon: %w", err)
 		}
+		in.inst.horizonSeen(ctx, consumer, horizon)
 		if !horizon.IsZero() && msg.OccurredAt.IsZero() {
 			return &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
 		}
@@ -304,12 +308,14 @@ func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Ti
 	}
 	limit = PruneLimit(limit)
 	total := 0
+	defer func() { in.inst.prunedRecords(ctx, consumer, total) }()
 	for {
 		n, err := in.store.PruneInbox(ctx, consumer, before, limit)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("inbox: prune: %w", err)
 		}
+		in.inst.horizonSeen(ctx, consumer, before) // raised (never lowered) to before
 		if n < limit {
 			return total, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -111,6 +112,8 @@ type relayInstruments struct {
 	publishLatency            metric.Float64Histogram
 	batchSize                 metric.Int64Histogram
 	settledCount              metric.Int64Counter
+	laneMoves, leaseExpiries  metric.Int64Counter
+	resent                    metric.Int64Counter
 	kind                      metric.MeasurementOption
 	published, failed, parked metric.MeasurementOption
 }
@@ -136,9 +139,23 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 	i.settledCount, e = m.Int64Counter("outboxkit.relay.settled", metric.WithUnit("{event}"),
 		metric.WithDescription("Records settled: published, failed (retried later) or parked."))
 	err = errors.Join(err, e)
+	i.laneMoves, e = m.Int64Counter("outboxkit.relay.lane.moves", metric.WithUnit("{lane}"),
+		metric.WithDescription("Lanes this relay claimed: each claim moves a lane to a new lease (at start, when rebalancing, or after a lease expired)."))
+	err = errors.Join(err, e)
+	i.leaseExpiries, e = m.Int64Counter("outboxkit.relay.lease.expiries", metric.WithUnit("{lane}"),
+		metric.WithDescription("Lanes this relay took over from a lease that expired instead of being released (its holder crashed, stalled or lost the database)."))
+	err = errors.Join(err, e)
+	i.resent, e = m.Int64Counter("outboxkit.relay.resent", metric.WithUnit("{event}"),
+		metric.WithDescription("Records the sink acknowledged whose mark was refused because their lane's lease was lost: the lane's new owner sends them again."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
 	}
+	// Rare events: start the counters at 0 so that they are exported (and alertable) at once.
+	ctx := context.Background()
+	i.laneMoves.Add(ctx, 0, i.kind)
+	i.leaseExpiries.Add(ctx, 0, i.kind)
+	i.resent.Add(ctx, 0, i.kind)
 	outcome := func(o string) metric.MeasurementOption {
 		return metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind), attribute.String("outboxkit.outcome", o))
 	}
@@ -164,6 +181,34 @@ func (i *relayInstruments) acked(ctx context.Context, ack time.Time, recs []Reco
 	}
 }
 
+// laneCounters count a relay's lane claims, takeovers and resends (RelayStats).
+type laneCounters struct {
+	claimed, expired, resent atomic.Uint64
+}
+
+// claimed records the leases ClaimLanes returned and returns how many were taken over.
+func (i *relayInstruments) claimed(ctx context.Context, leases []Lease) (takenOver int) {
+	for _, l := range leases {
+		if l.TakenOver {
+			takenOver++
+		}
+	}
+	if len(leases) > 0 {
+		i.laneMoves.Add(ctx, int64(len(leases)), i.kind)
+	}
+	if takenOver > 0 {
+		i.leaseExpiries.Add(ctx, int64(takenOver), i.kind)
+	}
+	return takenOver
+}
+
+// lost records n acknowledged records whose settle a lost lease refused.
+func (i *relayInstruments) lost(ctx context.Context, n int) {
+	if n > 0 {
+		i.resent.Add(ctx, int64(n), i.kind)
+	}
+}
+
 func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
 	if len(p.Published) > 0 {
 		i.settledCount.Add(ctx, int64(len(p.Published)), i.published)
@@ -186,6 +231,8 @@ func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
 type inboxInstruments struct {
 	messages metric.Int64Counter
 	duration metric.Float64Histogram
+	horizon  metric.Float64Gauge
+	pruned   metric.Int64Counter
 }
 
 func newInboxInstruments(mp metric.MeterProvider) (*inboxInstruments, error) {
@@ -200,6 +247,12 @@ func newInboxInstruments(mp metric.MeterProvider) (*inboxInstruments, error) {
 	i.duration, e = m.Float64Histogram("outboxkit.inbox.process.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one inbox transaction (checks, record, handler, commit)."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	err = errors.Join(err, e)
+	i.horizon, e = m.Float64Gauge("outboxkit.inbox.retention.horizon", metric.WithUnit("s"),
+		metric.WithDescription("The consumer's retention horizon as a Unix time: messages that occurred before it are rejected (beyond retention). Set by Prune, and by Process when it reads a horizon."))
+	err = errors.Join(err, e)
+	i.pruned, e = m.Int64Counter("outboxkit.inbox.pruned", metric.WithUnit("{record}"),
+		metric.WithDescription("Inbox records deleted by Prune behind the retention horizon."))
 	if err = errors.Join(err, e); err != nil {
 		return nil, fmt.Errorf("inbox: instruments: %w", err)
 	}
@@ -225,4 +278,16 @@ func (i *inboxInstruments) processed(ctx context.Context, consumer string, res I
 	c := attribute.String("outboxkit.consumer", consumer)
 	i.messages.Add(ctx, 1, metric.WithAttributes(c, attribute.String("outboxkit.outcome", outcome)))
 	i.duration.Record(ctx, d.Seconds(), metric.WithAttributes(c))
+}
+
+// horizonSeen records consumer's retention horizon h (zero: never pruned, nothing recorded).
+func (i *inboxInstruments) horizonSeen(ctx context.Context, consumer string, h time.Time) {
+	if !h.IsZero() {
+		i.horizon.Record(ctx, float64(h.UnixMicro())/1e6, metric.WithAttributes(attribute.String("outboxkit.consumer", consumer)))
+	}
+}
+
+// prunedRecords records a Prune of consumer that deleted n records.
+func (i *inboxInstruments) prunedRecords(ctx context.Context, consumer string, n int) {
+	i.pruned.Add(ctx, int64(n), metric.WithAttributes(attribute.String("outboxkit.consumer", consumer)))
 }

@@ -120,7 +120,8 @@ func TestCDCRelayMetrics(t *testing.T) {
 	require.Equal(t, uint64(30), latencies, "one commit-to-publish latency per acknowledged record")
 }
 
-// The inbox counts outcomes per consumer, a digest conflict included; no event id is an
+// The inbox counts outcomes per consumer (applied, duplicate, digest conflict, stale, beyond
+// retention), exports the retention horizon and the records pruned; no event id is an
 // attribute.
 func TestInboxMetrics(t *testing.T) {
 	t.Parallel()
@@ -131,27 +132,65 @@ func TestInboxMetrics(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	apply := func(ctx context.Context, tx *memory.Tx, _ core.InboxMessage) error { return tx.Incr("n") }
-	for _, payload := range []string{"a", "a", "b"} { // applied, duplicate, digest conflict
-		_, _ = in.Process(ctx, "billing", core.InboxMessage{EventID: "ev-1", Payload: []byte(payload)}, apply)
+	old := time.Now().Add(-2 * time.Hour).UTC().Truncate(time.Microsecond)
+	for _, m := range []core.InboxMessage{
+		{EventID: "ev-1", Payload: []byte("a"), OccurredAt: old},                             // applied
+		{EventID: "ev-1", Payload: []byte("a"), OccurredAt: old},                             // duplicate
+		{EventID: "ev-1", Payload: []byte("b"), OccurredAt: old},                             // digest conflict
+		{EventID: "ev-2", Payload: []byte("a"), OccurredAt: old, Entity: "acct", Version: 2}, // applied
+		{EventID: "ev-3", Payload: []byte("a"), OccurredAt: old, Entity: "acct", Version: 1}, // stale
+	} {
+		_, _ = in.Process(ctx, "billing", m, apply)
 	}
+	horizon := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	n, err := in.Prune(ctx, "billing", horizon, 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	_, err = in.Process(ctx, "billing", core.InboxMessage{EventID: "ev-4", Payload: []byte("a"), OccurredAt: old}, apply)
+	require.ErrorIs(t, err, core.ErrBeyondRetention)
+
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(ctx, &rm))
 	got := map[string]int64{}
+	var pruned int64
+	var horizonSeen []float64
+	check := func(set attribute.Set) {
+		for _, kv := range set.ToSlice() {
+			require.Contains(t, []attribute.Key{"outboxkit.consumer", "outboxkit.outcome"}, kv.Key)
+			require.NotContains(t, []string{"ev-1", "ev-2", "ev-3", "ev-4", "acct"}, kv.Value.Emit())
+		}
+	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxkit.inbox.messages" {
-				for _, p := range s.DataPoints {
-					for _, kv := range p.Attributes.ToSlice() {
-						require.Contains(t, []attribute.Key{"outboxkit.consumer", "outboxkit.outcome"}, kv.Key)
-						require.NotEqual(t, "ev-1", kv.Value.Emit())
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					check(p.Attributes)
+					switch m.Name {
+					case "outboxkit.inbox.messages":
+						o, _ := p.Attributes.Value("outboxkit.outcome")
+						got[o.AsString()] += p.Value
+					case "outboxkit.inbox.pruned":
+						pruned += p.Value
 					}
-					o, _ := p.Attributes.Value("outboxkit.outcome")
-					got[o.AsString()] += p.Value
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					check(p.Attributes)
+					if m.Name == "outboxkit.inbox.retention.horizon" {
+						horizonSeen = append(horizonSeen, p.Value)
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					check(p.Attributes)
 				}
 			}
 		}
 	}
-	require.Equal(t, map[string]int64{"applied": 1, "duplicate": 1, "digest_conflict": 1}, got)
+	require.Equal(t, map[string]int64{"applied": 2, "duplicate": 1, "digest_conflict": 1, "stale": 1, "beyond_retention": 1}, got)
+	require.Equal(t, int64(3), pruned)
+	require.Equal(t, []float64{float64(horizon.UnixMicro()) / 1e6}, horizonSeen)
 }
 
 // CleanupOutbox counts the rows it deleted on its MeterProvider, with no attribute.
@@ -186,4 +225,64 @@ func TestCleanupMetrics(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(25), got)
+}
+
+// A relay counts the lanes it claims (lane moves), those it took over from an expired lease, and
+// the acknowledged records whose mark a lost lease refused (sent again by the new owner), in
+// Stats and in its instruments.
+func TestRelayCountsLaneMovesExpiriesAndResends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupStop(t, 30, 1)
+	base := time.Now().UTC().Truncate(time.Microsecond)
+	// A crashed worker's leases: they expire at base+1s and are never released.
+	ghost, err := b.store.ClaimLanes(ctx, core.ClaimParams{Owner: "ghost", Max: 4, TTL: time.Second, Now: base})
+	require.NoError(t, err)
+	require.Len(t, ghost, 4)
+
+	reader := sdkmetric.NewManualReader()
+	opts := &core.RelayOptions{Owner: "relay", PollInterval: 5 * time.Millisecond, BatchSize: 10,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Logger: slog.New(slog.DiscardHandler)}
+	testhook.SetClock(opts, func() time.Time { return base.Add(2 * time.Second) })
+	r, err := core.NewRelay(b.store, b.sink, core.StaticRouter{Default: "x"}, opts)
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	<-b.sink.entered // the first batch is in flight
+	st := r.Stats()
+	require.Equal(t, uint64(4), st.LaneMoves)
+	require.Equal(t, uint64(4), st.LeaseExpiries, "every lane was taken over from the ghost's expired lease")
+
+	// Meanwhile the relay's leases expire and another worker takes its lanes over.
+	pub, err := b.store.Generation(ctx)
+	require.NoError(t, err)
+	thief, err := b.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "thief", Max: 4,
+		TTL: time.Hour, Now: base.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, thief, 4)
+	b.sink.release()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().ClaimLost > 0 }, "the settle is refused")
+	cancel()
+	require.NoError(t, <-done)
+	st = r.Stats()
+	require.Equal(t, uint64(10), st.Resent, "the whole acknowledged batch is resent by the new owner")
+	require.Zero(t, st.Published)
+	require.Equal(t, uint64(4), st.LaneMoves, "no lane could be claimed back from the thief")
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range d.DataPoints {
+					got[m.Name] += p.Value
+				}
+			}
+		}
+	}
+	require.Equal(t, int64(4), got["outboxkit.relay.lane.moves"])
+	require.Equal(t, int64(4), got["outboxkit.relay.lease.expiries"])
+	require.Equal(t, int64(10), got["outboxkit.relay.resent"])
 }

@@ -58,9 +58,11 @@ type RelayOptions struct {
 	// outboxkit.relay.publish.latency (seconds from each acknowledged record's CreatedAt,
 	// database clock, to the acknowledgement, the relay's clock; negative skew counts as 0) and
 	// outboxkit.relay.settled ({event}, attribute outboxkit.outcome = published | failed |
-	// parked). Their only other attribute is outboxkit.relay.kind (polling): never an event
-	// id or partition key. Default nil: the global provider (otel.GetMeterProvider), a no-op
-	// until set.
+	// parked), outboxkit.relay.lane.moves (lanes claimed), outboxkit.relay.lease.expiries
+	// (lanes claimed from an expired lease) and outboxkit.relay.resent (acknowledged records
+	// whose mark a lost lease refused: sent again by the lane's new owner). Their only other
+	// attribute is outboxkit.relay.kind (polling): never an event id or partition key.
+	// Default nil: the global provider (otel.GetMeterProvider), a no-op until set.
 	MeterProvider metric.MeterProvider
 
 	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
@@ -76,6 +78,12 @@ type RelayStats struct {
 	Lanes     int    // lanes held now
 	// Generation is the publisher generation the relay runs under (0 before Run acquired it).
 	Generation int64
+	// Resent counts records the sink acknowledged whose mark a lost lease refused: the lane's
+	// new owner sends them again (duplicates, never losses).
+	Resent uint64
+	// LaneMoves counts lanes claimed (each claim moves a lane to a new lease) and
+	// LeaseExpiries those of them taken over from an expired lease (Lease.TakenOver).
+	LaneMoves, LeaseExpiries uint64
 }
 
 // Relay delivers committed outbox events to a sink, at least once, in order per partition key.
@@ -110,6 +118,7 @@ type Relay struct {
 	stats           struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
+		moves            laneCounters
 	}
 }
 
@@ -180,6 +189,7 @@ func (r *Relay) Stats() RelayStats {
 		Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(),
 		ClaimLost: r.stats.claimLost.Load(), Lanes: n, Generation: r.gen.Load(),
+		Resent: r.stats.moves.resent.Load(), LaneMoves: r.stats.moves.claimed.Load(), LeaseExpiries: r.stats.moves.expired.Load(),
 	}
 }
 
@@ -441,6 +451,8 @@ func (r *Relay) maintain(ctx context.Context) bool {
 			return false
 		}
 		if len(claimed) > 0 {
+			r.stats.moves.claimed.Add(uint64(len(claimed)))
+			r.stats.moves.expired.Add(uint64(r.inst.claimed(ctx, claimed)))
 			r.mu.Lock()
 			for _, l := range claimed {
 				r.leases[l.Lane] = l
@@ -660,12 +672,20 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 		if errors.As(err, &lost) {
 			r.stats.claimLost.Add(1)
 			r.dropLanes(lost.Lanes)
-			r.log.Warn("relay_claim_lost", "lanes", lost.Lanes)
 			progress := false
 			for _, l := range lost.Lanes {
 				progress = progress || (used[l] && !gone[l])
 				gone[l] = true
 			}
+			resent := 0
+			for _, d := range decisions {
+				if d.failure == nil && gone[d.lane] && used[d.lane] {
+					resent++
+				}
+			}
+			r.stats.moves.resent.Add(uint64(resent))
+			r.inst.lost(ctx, resent)
+			r.log.Warn("relay_claim_lost", "lanes", lost.Lanes, "resent", resent)
 			if !progress { // the store named no lane of this settle: do not loop forever
 				return fmt.Errorf("settle: %w", err)
 			}

@@ -39,6 +39,10 @@ type Lease struct {
 	Owner      string
 	Generation int64
 	Until      time.Time // lease expiry, by the clock that made it
+	// TakenOver is set by ClaimLanes on a lease whose lane still had an owner: that owner's
+	// lease ran out (or its sign of life was gone) instead of being released. Relays count
+	// these as lease expiries. It is informational and no part of the fencing token.
+	TakenOver bool
 }
 
 // HeldAt reports whether l is still held at now when its lane's lease, as the store reads it
@@ -170,7 +174,8 @@ type RelayStore interface {
 	Heartbeat(ctx context.Context, p HeartbeatParams) (live int, err error)
 	// ClaimLanes takes up to p.Max lanes whose lease is free or expired at now, lowest lane first,
 	// for p.Owner: each taken lane's generation is incremented and its lease runs until now+TTL.
-	// Two concurrent callers never get the same lane. A p.Generation other than the current one
+	// A lease taken from a lane that still had an owner (its lease expired; ReleaseLanes frees a
+	// lane of its owner) has TakenOver set. Two concurrent callers never get the same lane. A p.Generation other than the current one
 	// claims nothing and returns an error wrapping ErrFenced.
 	ClaimLanes(ctx context.Context, p ClaimParams) ([]Lease, error)
 	// RenewLanes extends, to now+TTL, each given lease whose lane still has the same owner and

@@ -63,10 +63,11 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		if st.owner != "" && st.until.After(now) && s.fault != testhook.FaultSharedLanes {
 			continue
 		}
+		takenOver := st.owner != ""
 		st.generation++
 		st.owner = p.Owner
 		st.until = until
-		out = append(out, core.Lease{Lane: lane, Owner: p.Owner, Generation: st.generation, Until: until})
+		out = append(out, core.Lease{Lane: lane, Owner: p.Owner, Generation: st.generation, Until: until, TakenOver: takenOver})
 	}
 	return out, nil
 }

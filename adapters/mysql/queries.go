@@ -33,7 +33,7 @@ type queries struct {
 
 	heartbeatUpsert, heartbeatDelete, heartbeatCount, heartbeatPurgeDead string
 
-	claimSkipLocked, claimUpdate, lanesRead, lanesLock, renewUpdate, release string
+	claimSkipLocked, claimOwned, claimUpdate, lanesRead, lanesLock, renewUpdate, release string
 	claimGetLockCandidates, setLockSession, lockedBy                         string
 
 	fetchBlocked, fetchPrefix, fetchNotExists string
@@ -90,6 +90,7 @@ func newQueries(n tableNames) (queries, error) {
 		heartbeatPurgeDead:     st.Get("HeartbeatPurgeDead"),
 		claimSkipLocked:        st.Get("ClaimSkipLocked"),
 		claimGetLockCandidates: st.Get("ClaimGetLockCandidates"),
+		claimOwned:             st.Get("ClaimOwned"),
 		claimUpdate:            st.Get("ClaimUpdate"),
 		lockedBy:               st.Get("LockedBy"),
 		setLockSession:         st.Get("SetLockSession"),

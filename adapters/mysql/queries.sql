@@ -61,6 +61,12 @@ SELECT lane, (owner = '' OR lease_until IS NULL OR lease_until <= {{now}}) AS ex
 	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
 	ORDER BY lane FOR UPDATE SKIP LOCKED
 
+-- name: ClaimOwned
+-- Lanes of a claim (locked by its transaction) that still have an owner: their leases
+-- expired or their holder's session is gone (ReleaseLanes clears the owner). ClaimLanes
+-- marks their new leases TakenOver.
+SELECT lane FROM {{lanes}} WHERE lane IN ({{lane_list}}) AND owner <> ''
+
 -- name: ClaimUpdate
 UPDATE {{lanes}} SET owner = ?, generation = generation + 1,
 	lease_until = {{now}} + INTERVAL ? MICROSECOND, lock_session = ? WHERE lane IN ({{lane_list}})

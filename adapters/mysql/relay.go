@@ -74,12 +74,20 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 
 // takeLanes gives lanes (locked by tx) to p.Owner and returns the new leases.
 func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p core.ClaimParams, lanes []int, lockSession any) ([]core.Lease, error) {
+	owned, err := queryInts(ctx, tx, lists(s.q.claimOwned, len(lanes), 0), appendInts(nil, lanes)...)
+	if err != nil {
+		return nil, err
+	}
 	args := []any{p.Owner, timeArg(p.Now), micros(p.TTL), lockSession}
 	args = appendInts(args, lanes)
 	if _, err := tx.ExecContext(ctx, lists(s.q.claimUpdate, len(lanes), 0), args...); err != nil {
 		return nil, err
 	}
-	return s.readLeases(ctx, tx, p.Owner, lanes)
+	leases, err := s.readLeases(ctx, tx, p.Owner, lanes)
+	for i := range leases {
+		leases[i].TakenOver = slices.Contains(owned, leases[i].Lane)
+	}
+	return leases, err
 }
 
 func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes []int) ([]core.Lease, error) {

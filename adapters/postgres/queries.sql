@@ -87,7 +87,9 @@ SELECT count(*) FROM {{workers}} WHERE owner <> $1 AND expires_at > coalesce($2:
 -- A lane is claimable when it is free, its lease expired, or the sign of life its lease was
 -- taken with is gone (core.Liveness: no session holds the advisory lock ($6 class, live_pid) any
 -- more). $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation, $6 liveness class, $7
--- the claimer's live_pid (NULL without a sign of life). ARRAY(...) keeps the LIMIT
+-- the claimer's live_pid (NULL without a sign of life). Rows: lane, owner, generation,
+-- lease_until, taken_over (the lane had an owner: read from the statement's snapshot, before
+-- the update; core.Lease.TakenOver, informational), fenced. ARRAY(...) keeps the LIMIT
 -- however stale the statistics are (IN (SELECT ... LIMIT n) may lock every candidate); the outer
 -- WHERE repeats the predicate for the row as updated.
 WITH pub AS MATERIALIZED (
@@ -110,11 +112,12 @@ WITH pub AS MATERIALIZED (
 			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
 			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
 	  AND (SELECT generation FROM pub) = $5::bigint
-	RETURNING lane, owner, generation, lease_until
+	RETURNING lane, owner, generation, lease_until,
+		(SELECT o.owner <> '' FROM {{lanes}} AS o WHERE o.lane = {{lanes}}.lane) AS taken_over
 )
-SELECT lane, owner, generation, lease_until, false FROM up
+SELECT lane, owner, generation, lease_until, taken_over, false FROM up
 UNION ALL
-SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> $5::bigint
 
 -- name: ClaimAdvisory
 -- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
@@ -146,11 +149,12 @@ WITH pub AS MATERIALIZED (
 			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
 			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
 	  AND (SELECT generation FROM pub) = $5::bigint
-	RETURNING lane, owner, generation, lease_until
+	RETURNING lane, owner, generation, lease_until,
+		(SELECT o.owner <> '' FROM {{lanes}} AS o WHERE o.lane = {{lanes}}.lane) AS taken_over
 )
-SELECT lane, owner, generation, lease_until, false FROM up
+SELECT lane, owner, generation, lease_until, taken_over, false FROM up
 UNION ALL
-SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> $5::bigint
 
 -- name: Renew
 -- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
@@ -173,9 +177,9 @@ WITH pub AS MATERIALIZED (
 		AND (SELECT generation FROM pub) = $5::bigint ORDER BY lane FOR UPDATE))
 	RETURNING l.lane, l.owner, l.generation, l.lease_until
 )
-SELECT lane, owner, generation, lease_until, false FROM up
+SELECT lane, owner, generation, lease_until, false, false FROM up
 UNION ALL
-SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, true FROM pub WHERE generation <> $5::bigint
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> $5::bigint
 
 -- name: PublisherGet
 SELECT generation, kind, holder, since FROM {{publisher}}

@@ -101,7 +101,7 @@ func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]cor
 		var l core.Lease
 		var lane int64
 		var fenced bool
-		if err := r.Scan(&lane, &l.Owner, &l.Generation, &l.Until, &fenced); err != nil {
+		if err := r.Scan(&lane, &l.Owner, &l.Generation, &l.Until, &l.TakenOver, &fenced); err != nil {
 			return nil, err
 		}
 		if fenced {

@@ -52,6 +52,7 @@ type queries struct {
 	heartbeatExpired string
 	heartbeatCount   string
 	claim            string
+	claimOwned       string
 	renew            string
 	releaseLane      string
 	fetch            string
@@ -138,6 +139,7 @@ func buildQueries(n names) (queries, error) {
 		heartbeatExpired: st.Get("HeartbeatExpired"),
 		heartbeatCount:   st.Get("HeartbeatCount"),
 		claim:            st.Get("Claim"),
+		claimOwned:       st.Get("ClaimOwned"),
 		renew:            st.Get("Renew"),
 		releaseLane:      st.Get("ReleaseLane"),
 		fetch:            st.Get("Fetch"),
@@ -163,7 +165,7 @@ func buildQueries(n names) (queries, error) {
 	}
 	q.cached = []string{
 		q.mainFile, q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
-		q.heartbeatExpired, q.heartbeatCount, q.claim, q.renew, q.releaseLane, q.fetch,
+		q.heartbeatExpired, q.heartbeatCount, q.claim, q.claimOwned, q.renew, q.releaseLane, q.fetch,
 		q.leaseState, q.publish, q.deletePublished, q.fail, q.minPending, q.prune, q.horizon,
 		q.insertInbox, q.selectInbox, q.lockVersion, q.setVersion, q.raiseHorizon, q.pruneInbox,
 	}

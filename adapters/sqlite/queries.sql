@@ -87,6 +87,11 @@ DELETE FROM {{workers}} WHERE expires_at <= ?
 -- name: HeartbeatCount
 SELECT count(*) FROM {{workers}} WHERE expires_at > ?
 
+-- name: ClaimOwned
+-- ?1 now. The claimable lanes that still have an owner (its lease expired): ClaimLanes runs it
+-- in the same write transaction before Claim and marks their leases TakenOver.
+SELECT lane FROM {{lanes}} WHERE owner <> '' AND lease_until <= ?1
+
 -- name: Claim
 -- ?1 owner, ?2 lease_until, ?3 now, ?4 max
 UPDATE {{lanes}} SET owner = ?1, generation = generation + 1, lease_until = ?2

@@ -60,6 +60,10 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
 			return err
 		}
+		owned, err := s.claimOwned(ctx, tx, now)
+		if err != nil {
+			return err
+		}
 		rows, err := s.query(ctx, tx, s.q.claim, p.Owner, until, now, p.Max)
 		if err != nil {
 			return err
@@ -70,6 +74,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 			if err := rows.Scan(&l.Lane, &l.Generation); err != nil {
 				return err
 			}
+			l.TakenOver = owned[l.Lane]
 			out = append(out, l)
 		}
 		return rows.Err()
@@ -79,6 +84,25 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	}
 	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
 	return out, nil
+}
+
+// claimOwned returns the claimable lanes at now that still have an owner (expired leases), read
+// in ClaimLanes' write transaction before its update.
+func (s *Store) claimOwned(ctx context.Context, tx *sql.Tx, now int64) (map[int]bool, error) {
+	rows, err := s.query(ctx, tx, s.q.claimOwned, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	owned := map[int]bool{}
+	for rows.Next() {
+		var lane int
+		if err := rows.Scan(&lane); err != nil {
+			return nil, err
+		}
+		owned[lane] = true
+	}
+	return owned, rows.Err()
 }
 
 // RenewLanes implements core.RelayStore. It checks the publisher generation in the same write
