@@ -70,4 +70,5 @@ func TestPlaceOrder(t *testing.T) {
 	require.Len(t, msgs, 1)
 	require.Equal(t, "billing-queue", sink.Messages()[0].Destination)
 }
+
 // readme:end
