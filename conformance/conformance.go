@@ -12,8 +12,9 @@
 // The suite drives the adapter through the real core.Outbox, core.Relay, core.Inbox and
 // core.CleanupOutbox, with a recording, fault-injecting sink, so what it proves is what users
 // get. Subtests have stable names (area/case); each runs under a watchdog that turns a hang into
-// a failure. The package imports only core, the standard library and the module's own test hook
-// (internal/testhook, which sets the clock of a cleanup without a public option).
+// a failure. The package imports only core, the standard library, the module's own test hook
+// (internal/testhook, which sets the clock of a cleanup without a public option) and the public
+// test helpers of package outboxtest (which import core and the standard library only).
 //
 // The suite proves itself: its own tests run it against the in-memory reference adapter (which
 // must pass) and, in child processes, against variants of it (internal/testhook) that break one

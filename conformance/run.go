@@ -17,6 +17,9 @@ import (
 //   - cleanup: retention, below-seq, batches
 //   - inbox: concurrent-once, digest-mismatch, handler-error, versions, gap-reject, retention,
 //     consumers, horizon-after-insert
+//   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its
+//     transaction: effect, inbox record and events commit together or not at all), outboxtest
+//     (package outboxtest's database helpers on the adapter)
 //
 // Areas and cases run in parallel, each case on its own adapter from h.New and under a
 // watchdog (h.Timeout) that turns a hang into a failure with a dump of every goroutine.
@@ -36,6 +39,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	runArea(t, h, "cleanup", cleanupCases[TTx]())
 	runArea(t, h, "inbox", inboxCases[TTx]())
 	runArea(t, h, "publisher", publisherCases[TTx]())
+	runArea(t, h, "chain", chainCases[TTx]())
 	if h.CDC != nil {
 		if h.CDC.Source == nil || h.CDC.LosePosition == nil {
 			t.Fatal("conformance: CDCHarness.Source and LosePosition are required")

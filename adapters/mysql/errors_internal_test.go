@@ -39,14 +39,18 @@ func TestSplitSQL(t *testing.T) {
 	t.Parallel()
 	got := splitSQL("-- a; comment\nCREATE TABLE a (x INT);\n\n  -- b\nCREATE TABLE b (y INT);\n")
 	require.Equal(t, []string{"CREATE TABLE a (x INT)", "CREATE TABLE b (y INT)"}, got)
-	// Every migration statement survives the split (no ';' inside comments or strings).
+	// A ';' that does not end its line stays inside the statement (a trigger body).
+	got = splitSQL("CREATE TRIGGER t BEFORE UPDATE ON a FOR EACH ROW\n\tIF 1 THEN SIGNAL SQLSTATE '45000'; END IF;  \nCREATE TABLE c (z INT);")
+	require.Equal(t, []string{"CREATE TRIGGER t BEFORE UPDATE ON a FOR EACH ROW\n\tIF 1 THEN SIGNAL SQLSTATE '45000'; END IF",
+		"CREATE TABLE c (z INT)"}, got)
+	// Every migration statement survives the split (no line-ending ';' inside comments or strings).
 	files, err := migrationFS.ReadDir("migrations")
 	require.NoError(t, err)
 	for _, f := range files {
 		b, err := migrationFS.ReadFile("migrations/" + f.Name())
 		require.NoError(t, err)
 		for _, stmt := range splitSQL(string(b)) {
-			require.Regexp(t, `^CREATE TABLE IF NOT EXISTS \{\{[a-z]+\}\} \(`, stmt)
+			require.Regexp(t, `^CREATE (TABLE IF NOT EXISTS \{\{[a-z]+\}\} \(|TRIGGER IF NOT EXISTS \{\{[a-z_]+\}\} BEFORE UPDATE ON \{\{outbox\}\} FOR EACH ROW\n)`, stmt)
 		}
 	}
 }

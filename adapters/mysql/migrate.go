@@ -110,21 +110,30 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 	})
 }
 
-// splitSQL drops comment lines and splits a migration file into statements.
+// splitSQL drops comment lines and splits a migration file into statements: a statement ends
+// at a ';' that ends a line, so that a trigger body may hold ';' elsewhere on a line.
 func splitSQL(src string) []string {
+	var out []string
 	var b strings.Builder
+	flush := func() {
+		if stmt := strings.TrimSpace(b.String()); stmt != "" {
+			out = append(out, stmt)
+		}
+		b.Reset()
+	}
 	for line := range strings.SplitSeq(src, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		line = strings.TrimRight(line, " \t\r")
+		if stmt, ok := strings.CutSuffix(line, ";"); ok {
+			b.WriteString(stmt)
+			flush()
 			continue
 		}
 		b.WriteString(line)
 		b.WriteByte('\n')
 	}
-	var out []string
-	for stmt := range strings.SplitSeq(b.String(), ";") {
-		if stmt = strings.TrimSpace(stmt); stmt != "" {
-			out = append(out, stmt)
-		}
-	}
+	flush()
 	return out
 }

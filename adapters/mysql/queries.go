@@ -61,6 +61,7 @@ func (n tableNames) idents() sqlfile.Idents {
 		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint),
 		"now": nowExpr, "cols": recordColumns,
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
+		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
 	}
 }
 

@@ -65,22 +65,30 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxReco
 	if n == 1 {
 		return core.InboxRecord{}, true, nil
 	}
-	ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
+	ex, err := scanInbox(s.queryRow(ctx, tx, s.q.selectInbox, rec.Consumer, rec.EventID), rec.Consumer, rec.EventID)
+	if err != nil {
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
+	}
+	return ex, false, nil
+}
+
+// scanInbox reads a row of the SelectInbox query.
+func scanInbox(row *sql.Row, consumer, eventID string) (core.InboxRecord, error) {
+	ex := core.InboxRecord{Consumer: consumer, EventID: eventID}
 	var (
 		digest    []byte
 		outcome   int
 		occurred  sql.NullInt64
 		processed int64
 	)
-	if err := s.queryRow(ctx, tx, s.q.selectInbox, rec.Consumer, rec.EventID).
-		Scan(&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
+	if err := row.Scan(&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
+		return core.InboxRecord{}, err
 	}
 	copy(ex.Digest[:], digest)
 	ex.Outcome = core.Outcome(outcome)
 	ex.OccurredAt = fromNullMicros(occurred)
 	ex.ProcessedAt = fromMicros(processed)
-	return ex, false, nil
+	return ex, nil
 }
 
 // LockVersion implements core.InboxStore. Inside InTx the write lock holds the version.

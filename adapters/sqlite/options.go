@@ -42,7 +42,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 type names struct {
 	outbox, lanes, workers, meta, migrations, publisher   string
 	outboxID, outboxPending, outboxBlocked, outboxPublish string
-	outboxAggVersion                                      string
+	outboxAggVersion, outboxImmutable                     string
 	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
 	inboxMigrations                                       string
 }
@@ -74,6 +74,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.outboxBlocked, "Table", table + "_blocked"},
 		{&n.outboxPublish, "Table", table + "_published"},
 		{&n.outboxAggVersion, "Table", table + "_aggregate_version"},
+		{&n.outboxImmutable, "Table", table + "_immutable"},
 		{&n.inbox, "InboxTable", inbox},
 		{&n.inboxHorizons, "InboxTable", inbox + "_horizons"},
 		{&n.inboxVersions, "InboxTable", inbox + "_versions"},

@@ -346,7 +346,8 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, held, 1)
 	// Turn it into what the previous version left: schema version 1, no publisher table.
-	_, err = db.ExecContext(ctx, `DROP TABLE events_publisher; DELETE FROM events_migrations WHERE version >= 2`)
+	_, err = db.ExecContext(ctx, `DROP TABLE events_publisher; DROP TRIGGER events_immutable;
+		DELETE FROM events_migrations WHERE version >= 2`)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	lanesBefore := laneRows(t, db, table)
@@ -399,7 +400,7 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.NoError(t, rows.Close())
-		require.Equal(t, []int{1, 2}, versions)
+		require.Equal(t, []int{1, 2, 3}, versions)
 		pub, err := ops.Generation(ctx)
 		require.NoError(t, err)
 		require.Equal(t, core.Publisher{}, pub)

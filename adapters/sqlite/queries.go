@@ -99,6 +99,7 @@ func (n names) idents() sqlfile.Idents {
 		"outbox_blocked":           n.outboxBlocked,
 		"outbox_published":         n.outboxPublish,
 		"outbox_aggregate_version": n.outboxAggVersion,
+		"outbox_immutable":         n.outboxImmutable,
 		"inbox":                    n.inbox,
 		"inbox_horizons":           n.inboxHorizons,
 		"inbox_versions":           n.inboxVersions,

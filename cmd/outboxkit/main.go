@@ -57,6 +57,7 @@ func newRoot() *cobra.Command {
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
 		relayCommand(),
+		reconcileCommand(),
 		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
 	)
 	for _, c := range []struct{ name, use, short string }{

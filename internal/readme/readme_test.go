@@ -165,7 +165,7 @@ func TestSnippets(t *testing.T) {
 	for _, m := range readmeBlock.FindAllStringSubmatch(string(readme), -1) {
 		blocks = append(blocks, strings.Trim(m[1], "\n"))
 	}
-	want := snippets(t, "readme_test.go", "snippets.go")
-	require.Len(t, want, 4, "the snippets of this package")
-	require.Equal(t, want, blocks, "README.md's Go blocks must be this package's snippets (readme_test.go, then snippets.go)")
+	want := snippets(t, "readme_test.go", "snippets.go", "apptest_test.go")
+	require.Len(t, want, 5, "the snippets of this package")
+	require.Equal(t, want, blocks, "README.md's Go blocks must be this package's snippets (readme_test.go, snippets.go, then apptest_test.go)")
 }

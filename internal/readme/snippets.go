@@ -1,7 +1,7 @@
 // Package readme holds the Go blocks of README.md as compiled code. Each block is the text
 // between a "readme:begin" and a "readme:end" comment, one tab less indented; TestSnippets
 // checks that README.md shows exactly these blocks, in this order (readme_test.go first, then
-// this file), and TestQuickStart runs the quick start. Edit a block here and in README.md
+// this file, then apptest_test.go, which TestPlaceOrder runs), and TestQuickStart runs the quick start. Edit a block here and in README.md
 // together.
 package readme
 

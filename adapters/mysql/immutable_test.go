@@ -1,0 +1,62 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	driver "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// TestImmutableColumnsTrigger mirrors PostgreSQL's: an UPDATE that changes a semantic column
+// fails and changes nothing; the relay's status columns may change.
+func TestImmutableColumnsTrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := newDB(t)
+	s := storeOn(t, db, nil)
+	require.NoError(t, s.Migrate(ctx)) // idempotent: the trigger exists once
+	ob, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t", Payload: []byte("x")})
+		return err
+	}))
+	var before string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT CONCAT_WS('|', seq, id, aggregate_id, payload, lane, created_at) FROM outbox").Scan(&before))
+
+	for _, set := range []string{
+		"payload = 'changed'", "id = 'other'", "aggregate_id = 'x'", "aggregate_version = 7", "lane = lane + 1",
+		"created_at = created_at - INTERVAL 1 DAY", "headers = '{\"a\":\"b\"}'", "seq = seq + 100",
+		"type = 'x', published_at = UTC_TIMESTAMP(6)", "destination = 'd'", "tenant = 'x'",
+		"causation_id = 'c'", "correlation_id = 'c'", "schema_id = 's'", "partition_key = 'k'",
+		"aggregate_type = 'b'",
+	} {
+		_, err := db.ExecContext(ctx, "UPDATE outbox SET "+set)
+		var me *driver.MySQLError
+		require.True(t, errors.As(err, &me), "%s: %v", set, err)
+		require.EqualValues(t, 1644, me.Number, "%s: %v", set, err) // SIGNAL SQLSTATE '45000'
+		require.Contains(t, me.Message, "only published_at", set)
+	}
+	var after string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT CONCAT_WS('|', seq, id, aggregate_id, payload, lane, created_at) FROM outbox").Scan(&after))
+	require.Equal(t, before, after)
+	// Status columns may change, and naming a semantic column without changing it is allowed.
+	for _, set := range []string{
+		"published_at = UTC_TIMESTAMP(6)", "attempts = attempts + 1, last_error = 'boom'",
+		"next_attempt_at = UTC_TIMESTAMP(6), parked_at = UTC_TIMESTAMP(6)", "id = id, payload = payload",
+	} {
+		res, err := db.ExecContext(ctx, "UPDATE outbox SET "+set)
+		require.NoError(t, err, set)
+		n, err := res.RowsAffected()
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, int64(1), set)
+	}
+	var attempts int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT attempts FROM outbox").Scan(&attempts))
+	require.Equal(t, 1, attempts)
+}

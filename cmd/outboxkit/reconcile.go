@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"iter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outboxkit/outbox/reconcile"
+)
+
+// reconcileCommand is `outboxkit reconcile`: package reconcile on an existing SQLite outbox,
+// the expected events read by a query of the same database.
+func reconcileCommand() *cobra.Command {
+	return legacy("reconcile --db FILE --expected-sql QUERY [--consumer NAME] [--since T] [--until T] [--unpublished-after D]",
+		"compare, by event id, the events a query of the domain tables says must exist with the outbox and a consumer's inbox; exit 1 on any finding",
+		runReconcile)
+}
+
+// runReconcile prints the report on stdout; it returns 0 when nothing was found, 1 on a finding
+// or an error, 2 on bad usage.
+func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("db", "", "SQLite database file holding the outbox (and the domain tables, the inbox) (required)")
+	query := fs.String("expected-sql", "", "query returning the expected events: id, aggregate_type, aggregate_id, version (required)")
+	consumer := fs.String("consumer", "", "also check this consumer's inbox in the same database")
+	since := fs.String("since", "", "window start, RFC 3339 (outbox rows created at or after it; default: unbounded)")
+	until := fs.String("until", "", "window end, RFC 3339 (outbox rows created before it; default: unbounded)")
+	after := fs.Duration("unpublished-after", reconcile.DefaultUnpublishedAfter, "age past which an unpublished (or unapplied) event is a finding")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "outboxkit reconcile: "+format+"\n", a...)
+		return 2
+	}
+	if *path == "" || *query == "" {
+		return usage("--db and --expected-sql are required")
+	}
+	if fs.NArg() != 0 {
+		return usage("unexpected arguments %q", fs.Args())
+	}
+	var o reconcile.Options
+	for _, f := range []struct {
+		name, v string
+		dst     *time.Time
+	}{{"since", *since, &o.Since}, {"until", *until, &o.Until}} {
+		if f.v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, f.v)
+		if err != nil {
+			return usage("--%s: %v", f.name, err)
+		}
+		*f.dst = t
+	}
+	o.UnpublishedAfter = *after
+	db, store, err := openExisting(ctx, *path)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxkit reconcile: %v\n", err)
+		return 1
+	}
+	defer db.Close()
+	if *consumer != "" {
+		o.Inbox, o.Consumer = store, *consumer
+	}
+	rows, err := db.QueryContext(ctx, *query)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxkit reconcile: --expected-sql: %v\n", err)
+		return 1
+	}
+	defer rows.Close()
+	expected := iter.Seq2[reconcile.Expected, error](func(yield func(reconcile.Expected, error) bool) {
+		for rows.Next() {
+			var e reconcile.Expected
+			if err := rows.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.Version); err != nil {
+				yield(e, fmt.Errorf("--expected-sql: %w", err))
+				return
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield(reconcile.Expected{}, err)
+		}
+	})
+	rep, err := reconcile.Run(ctx, expected, store, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxkit reconcile: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, rep.String())
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}

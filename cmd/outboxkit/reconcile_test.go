@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/sqlite"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/outboxtest"
+)
+
+// `outboxkit reconcile` reads the expected events with the given query, prints the report and
+// exits 1 on a finding, 0 when everything matches, 2 on bad usage.
+func TestReconcileCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := sqlite.OpenDB(ctx, path)
+	require.NoError(t, err)
+	defer db.Close()
+	store, err := sqlite.New(db, &sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	_, err = db.ExecContext(ctx, `CREATE TABLE order_events (event_id TEXT, order_id TEXT, version INTEGER)`)
+	require.NoError(t, err)
+	ob, err := core.NewOutbox[*sql.Tx](ctx, store, nil)
+	require.NoError(t, err)
+	// Three transitions of order 7 require events; v3's event was never written, and v2's twice.
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO order_events VALUES ('e1', '7', 1), ('e2', '7', 2), ('e3', '7', 3)`)
+		if err != nil {
+			return err
+		}
+		_, err = ob.Write(ctx, tx,
+			core.Event{ID: "e1", AggregateType: "order", AggregateID: "7", AggregateVersion: 1, Type: "order.changed"},
+			core.Event{ID: "e2", AggregateType: "order", AggregateID: "7", AggregateVersion: 2, Type: "order.changed"},
+			core.Event{ID: "e2-again", AggregateType: "order", AggregateID: "7", AggregateVersion: 2, Type: "order.changed"})
+		return err
+	}))
+	outboxtest.RequireDrained(t, store, outboxtest.NewSink(), nil)
+	query := `SELECT event_id, 'order', order_id, version FROM order_events ORDER BY version`
+	reconcileCmd := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"reconcile", "--db", path}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	code, out, _ := reconcileCmd("--expected-sql", query)
+	require.Equal(t, 1, code)
+	require.Equal(t, "reconcile: FINDINGS expected=3 outbox=3 findings=3\nmissing 1: e3\nextra 1: e2-again\nduplicate_versions 1: order/7@2\n", out)
+
+	// Once the expected set and the outbox agree, the exit status is 0.
+	_, err = db.ExecContext(ctx, `DELETE FROM order_events WHERE event_id = 'e3'`)
+	require.NoError(t, err)
+	code, out, _ = reconcileCmd("--expected-sql", query, "--until", "2000-01-01T00:00:00Z")
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "reconcile: ok expected=2 outbox=0 findings=0\n", out)
+
+	// With the consumer's inbox: published events it never applied are findings.
+	code, out, _ = reconcileCmd("--expected-sql", query, "--until", "2000-01-01T00:00:00Z", "--consumer", "billing", "--unpublished-after", "1ns")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "not_applied 2: e1 e2\n")
+
+	for _, args := range [][]string{{}, {"--expected-sql", query, "--since", "yesterday"}, {"--expected-sql", query, "extra"}} {
+		code, _, stderr := reconcileCmd(args...)
+		require.Equal(t, 2, code, "%q: %s", args, stderr)
+	}
+	code, _, stderr := reconcileCmd("--expected-sql", "SELECT nope")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--expected-sql")
+}
