@@ -34,7 +34,7 @@ type queries struct {
 	heartbeatUpsert, heartbeatDelete, heartbeatCount, heartbeatPurgeDead string
 
 	claimSkipLocked, claimOwned, claimUpdate, lanesRead, lanesLock, renewUpdate, release string
-	claimGetLockCandidates, setLockSession, lockedBy                         string
+	claimGetLockCandidates, setLockSession, lockedBy                                     string
 
 	fetchBlocked, fetchPrefix, fetchNotExists string
 
