@@ -199,8 +199,8 @@ func TestClaimKeepsLimitWithStaleStatistics(t *testing.T) {
 				var owner string
 				var gen int64
 				var until time.Time
-				var fenced bool
-				return lane, r.Scan(&lane, &owner, &gen, &until, &fenced)
+				var fenced, takenOver bool
+				return lane, r.Scan(&lane, &owner, &gen, &until, &fenced, &takenOver)
 			})
 			require.NoError(t, err)
 			require.ElementsMatch(t, []int{0, 1, 2}, got)
