@@ -23,6 +23,7 @@ func writeCases[TTx any]() []tcase[TTx] {
 		{name: "defaults", lanes: 7, run: testWriteDefaults[TTx]},
 		{name: "roundtrip", run: testWriteRoundtrip[TTx]},
 		{name: "lane-count", lanes: 3, run: testWriteLaneCount[TTx]},
+		{name: "tx-group", run: testWriteTxGroup[TTx]},
 	}
 }
 
@@ -270,9 +271,18 @@ func testWriteRoundtrip[TTx any](e *env[TTx]) {
 		{ID: "rt-3", AggregateType: "a", AggregateID: "c", Type: "t"},
 		{ID: "rt-4", AggregateType: "a", AggregateID: "d", Type: "t", Payload: bytes.Repeat([]byte{0, 0xff}, 40000)},
 	}
-	e.write(evs...)
+	written := e.write(evs...)
 	recs := e.byID()
-	for _, want := range evs {
+	for i, want := range evs {
+		// Write adds the transaction group headers (tested by tx-group); everything else
+		// comes back as given.
+		want.Headers = maps.Clone(want.Headers)
+		if want.Headers == nil {
+			want.Headers = map[string]string{}
+		}
+		for _, k := range []string{core.HeaderTxID, core.HeaderTxIndex, core.HeaderTxCount} {
+			want.Headers[k] = written[i].Headers[k]
+		}
 		got, ok := recs[want.ID]
 		if !ok {
 			e.fatalf("event %s not stored", want.ID)
@@ -304,4 +314,55 @@ func testWriteLaneCount[TTx any](e *env[TTx]) {
 	if e.ob.Lanes() != e.lanes {
 		e.fatalf("Outbox.Lanes = %d, want %d", e.ob.Lanes(), e.lanes)
 	}
+}
+
+// testWriteTxGroup: every event carries its transaction group in its stored headers: one Write
+// call is one group with a count; Write calls under one WithTxGroup context share an id and
+// continue the index, without a count; separate calls get separate ids.
+func testWriteTxGroup[TTx any](e *env[TTx]) {
+	gctx, err := core.WithTxGroup(e.ctx)
+	e.must(err, "WithTxGroup")
+	var one, grouped []core.Event
+	e.must(e.a.InTx(e.ctx, func(ctx context.Context, tx TTx) error {
+		var err error
+		if one, err = e.ob.Write(ctx, tx, event("g1", 1), event("g2", 1), event("g1", 2)); err != nil {
+			return err
+		}
+		other, err := e.ob.Write(ctx, tx, event("g3", 1))
+		if err != nil {
+			return err
+		}
+		if other[0].Headers[core.HeaderTxID] == one[0].Headers[core.HeaderTxID] {
+			return fmt.Errorf("two Write calls without WithTxGroup share tx id %s", one[0].Headers[core.HeaderTxID])
+		}
+		return nil
+	}), "write one group per call")
+	e.must(e.a.InTx(gctx, func(ctx context.Context, tx TTx) error {
+		for _, k := range []string{"g4", "g5"} {
+			evs, err := e.ob.Write(ctx, tx, event(k, 1), event(k, 2))
+			if err != nil {
+				return err
+			}
+			grouped = append(grouped, evs...)
+		}
+		return nil
+	}), "write one group over two calls")
+	recs := e.byID()
+	check := func(what string, evs []core.Event, count string) {
+		id := evs[0].Headers[core.HeaderTxID]
+		if !isUUIDv7(id) {
+			e.t.Errorf("%s: tx id %q is not a UUIDv7", what, id)
+		}
+		for i, ev := range evs {
+			h := recs[ev.ID].Headers
+			if h[core.HeaderTxID] != id || h[core.HeaderTxIndex] != fmt.Sprint(i) {
+				e.t.Errorf("%s: event %d stored tx id %q index %q, want %q and %d", what, i, h[core.HeaderTxID], h[core.HeaderTxIndex], id, i)
+			}
+			if c, ok := h[core.HeaderTxCount]; c != count || ok != (count != "") {
+				e.t.Errorf("%s: event %d stored tx count %q (present %v), want %q", what, i, c, ok, count)
+			}
+		}
+	}
+	check("one call", one, "3")
+	check("WithTxGroup", grouped, "")
 }

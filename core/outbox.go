@@ -55,8 +55,9 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 // stored (ID and PartitionKey filled in). An invalid event returns a *ValidationError and
 // writes nothing; a database error writes nothing of this call either. The events become
 // visible to relays when tx commits, and never if it rolls back. When ctx carries a span, its
-// trace context is added to each event's Headers (OutboxOptions.Propagator); the caller's maps
-// are not modified.
+// trace context is added to each event's Headers (OutboxOptions.Propagator), and every event
+// carries its transaction group (HeaderTxID, HeaderTxIndex, HeaderTxCount; see WithTxGroup); the
+// caller's maps are not modified.
 func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -75,6 +76,11 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 		}
 		seen[n.ID] = i
 		out[i] = n
+	}
+	if err := stampTxGroup(ctx, out); err != nil {
+		return nil, err
+	}
+	for i, n := range out {
 		recs[i] = Record{Event: n, Lane: LaneOf(n.PartitionKey, o.lanes)}
 	}
 	if err := o.store.Insert(ctx, tx, recs); err != nil {

@@ -51,7 +51,8 @@
 //	ce_traceparent       extension (CloudEvents distributed tracing): the event's
 //	                     "traceparent" header, when set
 //	ce_tracestate        the event's "tracestate" header, when set
-//	outbox.h.<name>      every other event header <name>
+//	outbox.h.<name>      every other event header <name>, among them the transaction
+//	                     group headers outbox.tx_id, outbox.tx_index and outbox.tx_count
 //
 // Any CloudEvents SDK reads these records as CloudEvents (the tests decode them with
 // github.com/cloudevents/sdk-go/v2). The Consumer rebuilds the event from the same headers

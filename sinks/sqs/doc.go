@@ -48,7 +48,9 @@
 //	{"v":1,                                  format version; readers refuse other versions
 //	 "created_at":"2026-11-30T05:00:00.123456Z", outbox CreatedAt, UTC, when known
 //	 "partition_key":"order/42",             the partition key (FIFO group before hashing)
-//	 "headers":{"k":"v"},                    every header except traceparent, when any
+//	 "headers":{"k":"v"},                    every header except traceparent, when any (the
+//	                                         transaction group headers outbox.tx_id,
+//	                                         outbox.tx_index and outbox.tx_count among them)
 //	 "encoding":"base64",                    how the body holds the payload, below
 //	 "claim_check":{"bucket":"b","key":"<sha256 hex>","sha256":"<hex>","size":123}}
 //

@@ -1,13 +1,16 @@
 package wire_test
 
 import (
+	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
@@ -198,5 +201,33 @@ func TestMetaIsCanonicalJSON(t *testing.T) {
 			require.NoError(t, err)
 			requireCanonicalMeta(t, e)
 		})
+	}
+}
+
+// TestTxGroupHeadersTravel: the transaction group headers that Outbox.Write adds come back from
+// the SQS/SNS wire format unchanged.
+func TestTxGroupHeadersTravel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	ob, err := core.NewOutbox[*memory.Tx](ctx, store, nil)
+	require.NoError(t, err)
+	var evs []core.Event
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
+		evs, err = ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"},
+			core.Event{AggregateType: "a", AggregateID: "2", Type: "t", Headers: map[string]string{"k": "v"}})
+		return err
+	}))
+	for i, ev := range evs {
+		m := core.Message{Record: core.Record{Event: ev}, Destination: "q", DedupID: ev.ID, GroupID: ev.PartitionKey}
+		e, err := wire.Encode(&m, nil)
+		require.NoError(t, err)
+		d, err := wire.Decode(e.Body, attrFunc(e))
+		require.NoError(t, err)
+		require.Equal(t, evs[0].Headers[core.HeaderTxID], d.Event.Headers[core.HeaderTxID])
+		require.Equal(t, strconv.Itoa(i), d.Event.Headers[core.HeaderTxIndex])
+		require.Equal(t, "2", d.Event.Headers[core.HeaderTxCount])
+		require.Equal(t, ev.Headers, d.Event.Headers)
 	}
 }

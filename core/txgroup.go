@@ -1,0 +1,82 @@
+package core
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// Headers that Outbox.Write adds to every event so that a consumer can tell which events were
+// written together (atomic group visibility). They travel with the other headers in every
+// sink's wire format. Write replaces a caller's value for these keys; they are added after
+// validation and do not count towards Limits.
+const (
+	// HeaderTxID identifies the group: a UUIDv7 shared by every event of one Write call, or
+	// of every Write call made with one WithTxGroup context.
+	HeaderTxID = "outbox.tx_id"
+	// HeaderTxIndex is the event's 0-based position in its group, in write order (decimal).
+	HeaderTxIndex = "outbox.tx_index"
+	// HeaderTxCount is the number of events in the group (decimal). It is present only when
+	// Write knows it: for a Write call without a WithTxGroup context, where the group is that
+	// call. Events written through WithTxGroup carry no count, since later calls may add more.
+	HeaderTxCount = "outbox.tx_count"
+)
+
+// txGroup is the state WithTxGroup puts in a context: the group's id and the next index.
+type txGroup struct {
+	id   string
+	mu   sync.Mutex
+	next int
+}
+
+type txGroupKey struct{}
+
+// WithTxGroup returns a context under which every Outbox.Write call shares one transaction id
+// (HeaderTxID) and continues one index (HeaderTxIndex), for a transaction that writes its
+// events in several calls. Use one such context per transaction. Without it, each Write call
+// is its own group and also carries HeaderTxCount; write the events that consumers must see
+// together in one call when they need the count.
+func WithTxGroup(ctx context.Context) (context.Context, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, txGroupKey{}, &txGroup{id: id.String()}), nil
+}
+
+// stampTxGroup sets the group headers on the normalized events of one Write call. The events'
+// Headers maps are copies owned by Write or shared with the caller, so each event gets a new map.
+func stampTxGroup(ctx context.Context, evs []Event) error {
+	var id string
+	first, count := 0, len(evs)
+	if g, ok := ctx.Value(txGroupKey{}).(*txGroup); ok {
+		g.mu.Lock()
+		id, first = g.id, g.next
+		g.next += len(evs)
+		g.mu.Unlock()
+		count = -1
+	} else {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return err
+		}
+		id = u.String()
+	}
+	for i := range evs {
+		h := make(map[string]string, len(evs[i].Headers)+3)
+		for k, v := range evs[i].Headers {
+			h[k] = v
+		}
+		h[HeaderTxID] = id
+		h[HeaderTxIndex] = strconv.Itoa(first + i)
+		if count >= 0 {
+			h[HeaderTxCount] = strconv.Itoa(count)
+		} else {
+			delete(h, HeaderTxCount)
+		}
+		evs[i].Headers = h
+	}
+	return nil
+}
