@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -449,11 +451,15 @@ func TestRoundTrip(t *testing.T) {
 	recs, err := b.store.List(b.ctx, core.ListParams{})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
+	// Write added the transaction group headers; everything else is as given.
+	require.Equal(t, written[0], recs[0].Event)
+	require.Equal(t, "abc", recs[0].Headers["trace"])
+	full.Headers = recs[0].Headers
 	require.Equal(t, full, recs[0].Event)
 	require.Equal(t, core.LaneOf("pk-1", 16), recs[0].Lane)
 	require.Equal(t, written[1], recs[1].Event)
 	require.Nil(t, recs[1].Payload)
-	require.Nil(t, recs[1].Headers)
+	require.Equal(t, []string{core.HeaderTxCount, core.HeaderTxID, core.HeaderTxIndex}, slices.Sorted(maps.Keys(recs[1].Headers)))
 	for _, r := range recs {
 		require.Equal(t, time.UTC, r.CreatedAt.Location())
 		require.True(t, r.CreatedAt.After(before))
