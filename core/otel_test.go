@@ -241,7 +241,7 @@ func TestRelayCountsLaneMovesExpiriesAndResends(t *testing.T) {
 	require.Len(t, ghost, 4)
 
 	reader := sdkmetric.NewManualReader()
-	opts := &core.RelayOptions{Owner: "relay", PollInterval: 5 * time.Millisecond, BatchSize: 10,
+	opts := &core.RelayOptions{Owner: "relay", PollInterval: 5 * time.Millisecond, BatchSize: 10, InFlight: 1,
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Logger: slog.New(slog.DiscardHandler)}
 	testhook.SetClock(opts, func() time.Time { return base.Add(2 * time.Second) })
 	r, err := core.NewRelay(b.store, b.sink, core.StaticRouter{Default: "x"}, opts)

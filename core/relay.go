@@ -34,6 +34,13 @@ type RelayOptions struct {
 	PollInterval time.Duration
 	// BatchSize is the most records fetched and sent at once. Default 500; at most MaxBatchSize.
 	BatchSize int
+	// InFlight is how many batches the relay keeps in flight at once. The held lanes are split
+	// between InFlight loops (lane mod InFlight), each fetching, sending and settling its own
+	// batches, so that one loop's fetch and settle overlap another's send (a broker's latency is
+	// paid InFlight times over in parallel) while a lane still has one batch in flight at a time:
+	// order per key and the prefix rule hold as with one loop. The Sink is then called from up
+	// to InFlight goroutines at once. Default 4; 1 is one batch at a time; at most MaxInFlight.
+	InFlight int
 	// Retry decides backoff and parking of failed events.
 	Retry RetryPolicy
 	// BreakerThreshold is how many sends in a row must fail entirely (retryable errors) before
@@ -68,6 +75,12 @@ type RelayOptions struct {
 	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
 }
 
+// MaxInFlight bounds RelayOptions.InFlight (MaxLanes: a loop without a lane idles).
+const MaxInFlight = MaxLanes
+
+// DefaultInFlight is the default of RelayOptions.InFlight.
+const DefaultInFlight = 4
+
 // RelayStats counts what a relay did since it was created.
 type RelayStats struct {
 	Sends     uint64 // Sink.Send calls
@@ -99,9 +112,9 @@ type Relay struct {
 	mu     sync.Mutex
 	leases map[int]Lease
 	lanes  int
-	kick   chan struct{}
-	// busy holds the lanes of the batch in flight; a lane given up while busy waits in
-	// releasing until the batch is settled, so that a rebalance never resends it.
+	kicks  []chan struct{} // one per loop: lanes were claimed, or a wake-up arrived
+	// busy holds the lanes of the batches in flight; a lane given up while busy waits in
+	// releasing until its batch is settled, so that a rebalance never resends it.
 	busy      map[int]bool
 	releasing []Lease
 
@@ -111,11 +124,10 @@ type Relay struct {
 
 	gate      runGate // Run's session: Shutdown drains it (fetch no more) or cancels its context
 	healthErr atomic.Pointer[error]
-	breaker   atomic.Bool // the breaker is open
+	openLoops atomic.Int32 // loops whose breaker is open; the relay's breaker is open when > 0
 
-	consecutiveFail int
-	inst            *relayInstruments
-	stats           struct {
+	inst  *relayInstruments
+	stats struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
 		moves            laneCounters
@@ -146,6 +158,12 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if o.PollInterval < 0 {
 		return nil, &OptionError{Field: "PollInterval", Reason: "must be positive"}
 	}
+	if o.InFlight == 0 {
+		o.InFlight = DefaultInFlight
+	}
+	if err := checkCount("InFlight", o.InFlight, MaxInFlight); err != nil {
+		return nil, err
+	}
 	if o.BreakerThreshold <= 0 {
 		o.BreakerThreshold = 5
 	}
@@ -160,11 +178,16 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	kicks := make([]chan struct{}, o.InFlight)
+	for i := range kicks {
+		kicks[i] = make(chan struct{}, 1)
+	}
 	return &Relay{
 		store: store, sink: sink, router: router, o: o, inst: inst,
 		log:    o.Logger.With("owner", o.Owner),
 		leases: map[int]Lease{},
-		kick:   make(chan struct{}, 1),
+		kicks:  kicks,
+		busy:   map[int]bool{},
 		fenced: make(chan struct{}),
 		gate:   newRunGate(),
 	}, nil
@@ -258,30 +281,87 @@ func (r *Relay) Run(ctx context.Context) error {
 	mctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.maintainLoop(mctx) })
+	if wake != nil {
+		wg.Go(func() {
+			for {
+				select {
+				case <-mctx.Done():
+					return
+				case _, ok := <-wake:
+					if !ok {
+						return
+					}
+					r.kickAll()
+				}
+			}
+		})
+	}
 	defer func() {
 		stop()
 		wg.Wait()
 		r.leave(context.WithoutCancel(ctx))
 	}()
 
+	errs := make(chan error, r.o.InFlight)
+	var loops sync.WaitGroup
+	for k := range r.o.InFlight {
+		loops.Go(func() { errs <- r.loop(ctx, k) })
+	}
+	loops.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	if r.gate.isDraining() && ctx.Err() == nil {
+		r.log.Info("relay_drained")
+	}
+	return nil
+}
+
+// loop is one of the relay's InFlight delivery loops: it delivers the held lanes l with
+// l mod InFlight = k until ctx ends, the relay drains, or it is fenced (an error).
+func (r *Relay) loop(ctx context.Context, k int) error {
+	fails := 0 // sends in a row that failed entirely
+	open := false
+	defer func() {
+		if open {
+			r.openLoops.Add(-1)
+		}
+	}()
 	for ctx.Err() == nil && !r.gate.isDraining() {
 		if r.isFenced() {
 			return fmt.Errorf("outbox: relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
 		}
 		began := time.Now()
-		n, err := r.cycle(ctx)
+		n, allFailed, err := r.cycle(ctx, k)
+		if err == nil && n > 0 {
+			if allFailed {
+				fails++
+			} else {
+				fails = 0
+			}
+		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("relay_cycle_failed", "error", err)
 		}
-		if err == nil && n >= r.o.BatchSize && r.consecutiveFail == 0 {
+		if err == nil && n >= r.o.BatchSize && fails == 0 {
 			continue // a full batch: more is probably waiting
 		}
 		// Poll every PollInterval, the cycle included, not PollInterval after each cycle.
 		delay := max(r.o.PollInterval-time.Since(began), 0)
-		r.breaker.Store(r.consecutiveFail >= r.o.BreakerThreshold)
-		if r.consecutiveFail >= r.o.BreakerThreshold {
-			delay = r.breakerDelay()
-			r.log.Warn("relay_breaker_open", "consecutive_failures", r.consecutiveFail, "pause", delay)
+		if nowOpen := fails >= r.o.BreakerThreshold; nowOpen != open {
+			open = nowOpen
+			if open {
+				r.openLoops.Add(1)
+			} else {
+				r.openLoops.Add(-1)
+			}
+		}
+		if open {
+			delay = r.breakerDelay(fails)
+			r.log.Warn("relay_breaker_open", "consecutive_failures", fails, "pause", delay)
 		} else if err != nil {
 			delay = max(delay, time.Second)
 		}
@@ -289,17 +369,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-r.kick:
-		case <-wake:
+		case <-r.kicks[k]:
 		case <-r.fenced:
 		case <-r.gate.draining:
 		}
 		t.Stop()
 	}
-	if r.gate.isDraining() && ctx.Err() == nil {
-		r.log.Info("relay_drained")
-	}
 	return nil
+}
+
+// kickAll wakes every loop (lanes were claimed, or events were committed).
+func (r *Relay) kickAll() {
+	for _, c := range r.kicks {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Shutdown stops the relay gracefully: Run fetches no more, lets the batch in flight finish its
@@ -331,7 +417,7 @@ func (r *Relay) Health() error {
 		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrNotRunning)
 	case r.isFenced():
 		return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
-	case r.breaker.Load():
+	case r.openLoops.Load() > 0:
 		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrBreakerOpen)
 	}
 	if p := r.healthErr.Load(); p != nil {
@@ -363,9 +449,11 @@ func (r *Relay) storeFailed(ctx context.Context, event string, err error) {
 	}
 }
 
-func (r *Relay) breakerDelay() time.Duration {
+// breakerDelay is the pause of a loop whose last fails sends all failed: PollInterval, doubled
+// for every failure past BreakerThreshold, at most BreakerMaxDelay.
+func (r *Relay) breakerDelay(fails int) time.Duration {
 	d := r.o.PollInterval
-	for i := r.o.BreakerThreshold; i < r.consecutiveFail && d < r.o.BreakerMaxDelay; i++ {
+	for i := r.o.BreakerThreshold; i < fails && d < r.o.BreakerMaxDelay; i++ {
 		d *= 2
 	}
 	return min(d, r.o.BreakerMaxDelay)
@@ -459,10 +547,7 @@ func (r *Relay) maintain(ctx context.Context) bool {
 			}
 			r.mu.Unlock()
 			r.log.Debug("relay_lanes_claimed", "count", len(claimed), "live_workers", live)
-			select {
-			case r.kick <- struct{}{}:
-			default:
-			}
+			r.kickAll()
 		}
 		return len(held)+len(claimed) >= share
 	case len(held) > share:
@@ -517,12 +602,23 @@ func (r *Relay) HoldsLane(lane int) bool {
 	return ok
 }
 
-// settled ends a cycle: it releases the lanes given up while the cycle's batch was in flight.
-func (r *Relay) settled(ctx context.Context) {
+// settled ends a cycle over leases: it releases the lanes given up while the cycle's batch was
+// in flight.
+func (r *Relay) settled(ctx context.Context, leases []Lease) {
 	r.mu.Lock()
-	r.busy = nil
-	rel := r.releasing
-	r.releasing = nil
+	for _, l := range leases {
+		delete(r.busy, l.Lane)
+	}
+	var rel []Lease
+	keep := r.releasing[:0]
+	for _, l := range r.releasing {
+		if r.busy[l.Lane] {
+			keep = append(keep, l)
+		} else {
+			rel = append(rel, l)
+		}
+	}
+	r.releasing = keep
 	r.mu.Unlock()
 	if len(rel) == 0 {
 		return
@@ -557,26 +653,29 @@ func (r *Relay) dropLanes(lanes []int) {
 	}
 }
 
-// cycle fetches one batch from the held lanes, sends it and settles the outcomes.
-// It returns how many records it fetched.
-func (r *Relay) cycle(ctx context.Context) (int, error) {
+// cycle fetches one batch from the held lanes of loop k, sends it and settles the outcomes.
+// It returns how many records it fetched, and whether every send attempt of the batch failed
+// with a retryable error (a reason to open the loop's breaker).
+func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	r.mu.Lock()
-	leases := r.snapshotLocked()
-	r.busy = make(map[int]bool, len(leases))
-	for _, l := range leases {
-		r.busy[l.Lane] = true
+	var leases []Lease
+	for _, l := range r.snapshotLocked() {
+		if l.Lane%r.o.InFlight == k {
+			leases = append(leases, l)
+			r.busy[l.Lane] = true
+		}
 	}
 	r.mu.Unlock()
-	defer r.settled(ctx)
+	defer r.settled(ctx, leases)
 	if len(leases) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	recs, err := r.store.Fetch(ctx, FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
 	if err != nil {
-		return 0, fmt.Errorf("fetch: %w", err)
+		return 0, false, fmt.Errorf("fetch: %w", err)
 	}
 	if len(recs) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
@@ -623,14 +722,9 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		decisions = append(decisions, decision{seq: rec.Seq, lane: rec.Lane, failure: f})
 	}
 	if err := r.settle(ctx, leases, decisions); err != nil {
-		return len(recs), err
+		return len(recs), allFailed, err
 	}
-	if allFailed {
-		r.consecutiveFail++
-	} else {
-		r.consecutiveFail = 0
-	}
-	return len(recs), nil
+	return len(recs), allFailed, nil
 }
 
 // decision is the settlement of one record: published when failure is nil.

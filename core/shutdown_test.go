@@ -84,7 +84,9 @@ func setupStop(t *testing.T, events, gateAt int) *stopBundle {
 func (b *stopBundle) relay(t *testing.T, owner string) *core.Relay {
 	t.Helper()
 	r, err := core.NewRelay(b.store, b.sink, core.StaticRouter{Default: "x"}, &core.RelayOptions{
-		Owner: owner, PollInterval: 5 * time.Millisecond, BatchSize: 10, Logger: slog.New(slog.DiscardHandler),
+		// One batch in flight, so that the gated send is the only one: these tests are about
+		// what happens to that batch (pipelined relays: relay_inflight_test.go).
+		Owner: owner, PollInterval: 5 * time.Millisecond, BatchSize: 10, InFlight: 1, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	return r
@@ -162,8 +164,11 @@ func TestRelayShutdownTimeoutIsHardStop(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- r.Shutdown(ctx) }()
-	// Shutdown waits for Run, which waits for the stuck send: let the send end after the deadline.
-	time.Sleep(100 * time.Millisecond)
+	// Shutdown waits for Run, which waits for the stuck send: let the send end after the deadline
+	// (waiting for the deadline itself, not a fixed sleep, so that a slow start of the Shutdown
+	// goroutine under load cannot let the send end first).
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond)
 	b.sink.release()
 	err := <-errc
 	require.ErrorIs(t, err, context.DeadlineExceeded)

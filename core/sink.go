@@ -28,6 +28,10 @@ type Message struct {
 // ErrNotAcknowledged for it even when it was already part of the same broker request (brokers
 // such as SQS handle the entries of one request independently, so such a message may arrive as
 // a duplicate later). The relay resends from the first unacknowledged message of each group.
+//
+// Send must be safe for concurrent use: a Relay calls it from up to RelayOptions.InFlight
+// goroutines at once (never with two calls holding messages of one group), and several relays
+// may share one Sink.
 type Sink interface {
 	Send(ctx context.Context, msgs []Message) []error
 }
