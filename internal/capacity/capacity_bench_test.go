@@ -40,11 +40,13 @@ import (
 // endpoint that answers after a lognormal 12 ms p50 / 80 ms p99 delay (capacity.Model; a child
 // process, so its CPU is not counted here), a durable PostgreSQL outbox seeded with a backlog of
 // OUTBOXKIT_BENCH_EVENTS (default 200,000) events of 1 KiB over 10,000 keys. Each of
-// OUTBOXKIT_BENCH_ROUNDS rounds (default 3) runs three phases, in reversed order every other
+// OUTBOXKIT_BENCH_ROUNDS rounds (default 3) runs four phases, in reversed order every other
 // round, each on a freshly seeded outbox:
 //
 //   - relay: one core.Relay with default options drains the backlog; events/s, and this
 //     process's CPU time (user + system) and heap allocations per event;
+//   - relay1: the same with RelayOptions.InFlight 1 (one batch at a time, the relay before it
+//     was pipelined);
 //   - bare4: the bare client, 4 loops: BEGIN; DELETE … RETURNING 1,000 rows (FOR UPDATE SKIP
 //     LOCKED); send them as 100 concurrent ten-entry SendMessageBatch requests; COMMIT. Same
 //     figures;
@@ -55,7 +57,7 @@ import (
 //     more without any drain. It reports the drain rate, the producers' rate during the drain
 //     and without it, the catch-up ratio (drain rate / producers' achieved rate) and the
 //     commit-to-publish latency (from COMMIT issued to the sink's acknowledgement) of the events
-//     produced during the catch-up.
+//     produced during the catch-up. OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out.
 //
 // Medians over the rounds are reported; every round is logged (-test.v). Run with a durable
 // server:
@@ -98,7 +100,10 @@ func BenchmarkCapacity(b *testing.B) {
 	}
 	b.ResetTimer()
 	for round := range cfg.rounds {
-		phases := []func() map[string]float64{h.relayPhase, h.barePhase, h.catchupPhase}
+		phases := []func() map[string]float64{h.relayPhase, h.relay1Phase, h.barePhase}
+		if !h.cfg.noCatchup {
+			phases = append(phases, h.catchupPhase)
+		}
 		if round%2 == 1 {
 			slices.Reverse(phases)
 		}
@@ -109,6 +114,7 @@ func BenchmarkCapacity(b *testing.B) {
 			}
 		}
 		round["relay/bare4"] = round["relay_events/s"] / round["bare4_events/s"]
+		round["relay1/bare4"] = round["relay1_events/s"] / round["bare4_events/s"]
 		add(round)
 	}
 	b.StopTimer()
@@ -123,6 +129,7 @@ type benchConfig struct {
 	rate                float64
 	catchupCap, produce time.Duration
 	upstream            string
+	noCatchup           bool // OUTBOXKIT_CAPACITY_NO_CATCHUP=1: the drain phases only
 }
 
 func loadConfig() benchConfig {
@@ -138,6 +145,7 @@ func loadConfig() benchConfig {
 		rate:       num("OUTBOXKIT_CAPACITY_RATE", 2000),
 		catchupCap: time.Duration(num("OUTBOXKIT_BENCH_SECONDS", 300) * float64(time.Second)),
 		produce:    time.Duration(num("OUTBOXKIT_CAPACITY_PRODUCE_SECONDS", 15) * float64(time.Second)),
+		noCatchup:  os.Getenv("OUTBOXKIT_CAPACITY_NO_CATCHUP") == "1",
 		upstream:   os.Getenv("OUTBOXKIT_CAPACITY_UPSTREAM"),
 	}
 }
@@ -238,19 +246,26 @@ func perEvent(m map[string]float64, name string, u0 usage, n int) {
 	m[name+"_allocs/event"] = float64(u1.allocs-u0.allocs) / float64(n)
 }
 
-func (h *harness) newRelay(o *outbox, sink core.Sink) *core.Relay {
-	r, err := core.NewRelay(o.store, sink, core.StaticRouter{Default: h.queue}, &core.RelayOptions{Owner: "cap-" + randHex()})
+func (h *harness) newRelay(o *outbox, sink core.Sink, inFlight int) *core.Relay {
+	r, err := core.NewRelay(o.store, sink, core.StaticRouter{Default: h.queue}, &core.RelayOptions{Owner: "cap-" + randHex(), InFlight: inFlight})
 	require.NoError(h.b, err)
 	return r
 }
 
 // relayPhase: one relay with default options drains the backlog.
-func (h *harness) relayPhase() map[string]float64 {
+func (h *harness) relayPhase() map[string]float64 { return h.drainPhase("relay", 0) }
+
+// relay1Phase: the same with one batch in flight (InFlight 1, the relay before pipelining).
+func (h *harness) relay1Phase() map[string]float64 { return h.drainPhase("relay1", 1) }
+
+// drainPhase: one relay with default options but inFlight (0: the default) drains the backlog;
+// its figures are named after name.
+func (h *harness) drainPhase(name string, inFlight int) map[string]float64 {
 	o := h.seed(8)
 	defer h.drop(o)
 	sink, err := sqs.New(h.client, nil)
 	require.NoError(h.b, err)
-	r := h.newRelay(o, sink)
+	r := h.newRelay(o, sink, inFlight)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	u0 := now()
@@ -264,11 +279,11 @@ func (h *harness) relayPhase() map[string]float64 {
 		}
 	}
 	elapsed := time.Since(start)
-	m := map[string]float64{"relay_events/s": float64(h.cfg.events) / elapsed.Seconds()}
-	perEvent(m, "relay", u0, h.cfg.events)
+	m := map[string]float64{name + "_events/s": float64(h.cfg.events) / elapsed.Seconds()}
+	perEvent(m, name, u0, h.cfg.events)
 	cancel()
 	require.NoError(h.b, <-done)
-	m["relay_failed_attempts"] = float64(r.Stats().Failures)
+	m[name+"_failed_attempts"] = float64(r.Stats().Failures)
 	return m
 }
 
@@ -404,7 +419,7 @@ func (h *harness) catchupPhase() map[string]float64 {
 	inner, err := sqs.New(h.client, nil)
 	require.NoError(h.b, err)
 	sink := &latencySink{Sink: inner}
-	r := h.newRelay(o, sink)
+	r := h.newRelay(o, sink, 0)
 
 	pctx, stopProducers := context.WithCancel(ctx)
 	defer stopProducers()
