@@ -64,7 +64,10 @@ func Drain(ctx context.Context, store DrainStore, sink core.Sink, router core.Ro
 	for {
 		n, err := deliverable(ctx, store)
 		if err == nil && n == 0 {
-			return relay.Stats(), stop()
+			// Stop first: the relay counts a settle once it returned, which may be after the
+			// database already shows it.
+			serr := stop()
+			return relay.Stats(), serr
 		}
 		if err == nil {
 			waiting = n
