@@ -97,6 +97,12 @@ type RelayStats struct {
 	// LaneMoves counts lanes claimed (each claim moves a lane to a new lease) and
 	// LeaseExpiries those of them taken over from an expired lease (Lease.TakenOver).
 	LaneMoves, LeaseExpiries uint64
+	// Fetches counts Store.Fetch calls that returned records; FetchTime, SendTime and
+	// SettleTime are the wall time spent in those fetches, in Sink.Send (routing included) and
+	// in Store.Settle, summed over every loop (with InFlight loops they overlap, so their sum
+	// can exceed the time the relay ran). Divide by Fetches (or Sends) for the time per batch.
+	Fetches                         uint64
+	FetchTime, SendTime, SettleTime time.Duration
 }
 
 // Relay delivers committed outbox events to a sink, at least once, in order per partition key.
@@ -131,6 +137,9 @@ type Relay struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
 		moves            laneCounters
+		fetches          atomic.Uint64
+		fetchNs, sendNs  atomic.Int64
+		settleNs         atomic.Int64
 	}
 }
 
@@ -213,6 +222,8 @@ func (r *Relay) Stats() RelayStats {
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(),
 		ClaimLost: r.stats.claimLost.Load(), Lanes: n, Generation: r.gen.Load(),
 		Resent: r.stats.moves.resent.Load(), LaneMoves: r.stats.moves.claimed.Load(), LeaseExpiries: r.stats.moves.expired.Load(),
+		Fetches: r.stats.fetches.Load(), FetchTime: time.Duration(r.stats.fetchNs.Load()),
+		SendTime: time.Duration(r.stats.sendNs.Load()), SettleTime: time.Duration(r.stats.settleNs.Load()),
 	}
 }
 
@@ -670,6 +681,7 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	if len(leases) == 0 {
 		return 0, false, nil
 	}
+	fetchBegan := time.Now()
 	recs, err := r.store.Fetch(ctx, FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
 	if err != nil {
 		return 0, false, fmt.Errorf("fetch: %w", err)
@@ -677,11 +689,14 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	if len(recs) == 0 {
 		return 0, false, nil
 	}
+	r.stats.fetches.Add(1)
+	r.stats.fetchNs.Add(int64(time.Since(fetchBegan)))
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
 	sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", recs)
 	began := time.Now()
 	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
+	r.stats.sendNs.Add(int64(time.Since(began)))
 	if sent {
 		r.inst.sent(ctx, time.Since(began), len(recs))
 		r.inst.acked(ctx, time.Now(), recs, outcome)
@@ -721,7 +736,10 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 		}
 		decisions = append(decisions, decision{seq: rec.Seq, lane: rec.Lane, failure: f})
 	}
-	if err := r.settle(ctx, leases, decisions); err != nil {
+	settleBegan := time.Now()
+	err = r.settle(ctx, leases, decisions)
+	r.stats.settleNs.Add(int64(time.Since(settleBegan)))
+	if err != nil {
 		return len(recs), allFailed, err
 	}
 	return len(recs), allFailed, nil

@@ -110,6 +110,13 @@ func TestRelayInFlight(t *testing.T) {
 			cancel()
 			require.NoError(t, <-done)
 
+			// The relay's timings: every batch was fetched, sent (20 ms each) and settled.
+			st := r.Stats()
+			require.GreaterOrEqual(t, st.Fetches, uint64(n/10))
+			require.GreaterOrEqual(t, st.SendTime, time.Duration(st.Sends)*20*time.Millisecond)
+			require.Positive(t, st.FetchTime)
+			require.Positive(t, st.SettleTime)
+
 			sink.mu.Lock()
 			defer sink.mu.Unlock()
 			require.Empty(t, sink.overlap, "two sends in flight held one partition key")
