@@ -255,11 +255,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 
 	r.maintain(ctx)
-	mctx, stop := context.WithCancel(ctx)
+	// The loop stops between rounds, not by cancelling one: a claim or release cancelled
+	// halfway can commit unseen, and its lanes would stay leased to this gone relay until the
+	// leases expired (LeaseTTL). Only a hard stop (ctx) cancels a round.
+	quit := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { r.maintainLoop(mctx) })
+	wg.Go(func() { r.maintainLoop(ctx, quit) })
 	defer func() {
-		stop()
+		close(quit)
 		wg.Wait()
 		r.leave(context.WithoutCancel(ctx))
 	}()
@@ -371,15 +374,15 @@ func (r *Relay) breakerDelay() time.Duration {
 	return min(d, r.o.BreakerMaxDelay)
 }
 
-// maintainLoop renews and rebalances every RenewInterval. While this relay holds more or fewer
-// lanes than its fair share, and during its first RenewInterval (when relays started together
-// discover each other), it does so every max(PollInterval, 250ms) instead, so that a lane
-// another relay released, or one this relay must give up, changes hands within a fraction of a
-// second. A lane given up while a batch of it is in flight is released only once that batch is
-// settled, so a rebalance resends nothing. A lane lost otherwise (its lease expired or was taken
-// over) makes the settle fail (ErrClaimLost): the new owner resends it, a duplicate and never a
-// loss.
-func (r *Relay) maintainLoop(ctx context.Context) {
+// maintainLoop renews and rebalances every RenewInterval until quit is closed or ctx ends.
+// While this relay holds more or fewer lanes than its fair share, and during its first
+// RenewInterval (when relays started together discover each other), it does so every
+// max(PollInterval, 250ms) instead, so that a lane another relay released, or one this relay
+// must give up, changes hands within a fraction of a second. A lane given up while a batch of
+// it is in flight is released only once that batch is settled, so a rebalance resends
+// nothing. A lane lost otherwise (its lease expired or was taken over) makes the settle fail
+// (ErrClaimLost): the new owner resends it, a duplicate and never a loss.
+func (r *Relay) maintainLoop(ctx context.Context, quit <-chan struct{}) {
 	fast := min(r.o.RenewInterval, max(r.o.PollInterval, 250*time.Millisecond))
 	started := time.Now()
 	t := time.NewTimer(fast)
@@ -387,6 +390,8 @@ func (r *Relay) maintainLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-quit:
 			return
 		case <-t.C:
 		}
