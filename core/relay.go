@@ -485,8 +485,11 @@ func (r *Relay) maintain(ctx context.Context) bool {
 		}
 		r.mu.Unlock()
 		if len(now) > 0 {
-			if err := r.store.ReleaseLanes(ctx, now); err != nil && ctx.Err() == nil {
-				r.log.Warn("relay_release_failed", "error", err)
+			if err := r.store.ReleaseLanes(ctx, now); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("relay_release_failed", "error", err)
+				}
+				r.keep(now)
 			}
 		}
 		r.log.Debug("relay_lanes_released", "count", len(extra), "live_workers", live)
@@ -536,6 +539,20 @@ func (r *Relay) settled(ctx context.Context) {
 	defer cancel()
 	if err := r.store.ReleaseLanes(ctx, rel); err != nil {
 		r.log.Warn("relay_release_failed", "error", err)
+		r.keep(rel)
+	}
+}
+
+// keep takes back leases whose release failed: the relay renews them and gives them up again
+// at its next round (or when it leaves), instead of leaving them leased to a relay that no
+// longer knows it holds them until they expire (LeaseTTL).
+func (r *Relay) keep(leases []Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range leases {
+		if _, ok := r.leases[l.Lane]; !ok {
+			r.leases[l.Lane] = l
+		}
 	}
 }
 
