@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,57 +67,88 @@ const (
 // The relays run with a 10 s LeaseTTL: a claim whose reply a fault loses leaves its lanes
 // stalled until the lease expires (seen with the default 30 s: a 27 s recovery), so the bound
 // is LeaseTTL + 10 s. A relay stuck on a connection forever, a lane never handed back, or a
-// relay that stops for good on a database error fails it. Every database runs at once (see
-// TestChurn).
+// relay that stops for good on a database error fails it. The same faults also run between
+// the relays and the SQS emulator (sqsTarget). Every target runs at once (see TestChurn).
 func TestFaults(t *testing.T) {
 	t.Parallel()
 	hold := envSeconds(t, "OUTBOXKIT_OUTAGE_SECONDS", 3*time.Second)
 	targets := []struct {
-		name string
-		open func(t *testing.T, lanes int) db
+		name  string
+		setup func(t *testing.T, hold time.Duration) faultTarget
 	}{
-		{"postgres/skip_locked", func(t *testing.T, l int) db { return postgresDB(t, l, postgres.ClaimSkipLocked) }},
-		{"postgres/advisory_lock", func(t *testing.T, l int) db { return postgresDB(t, l, postgres.ClaimAdvisoryLock) }},
-		{"mariadb/skip_locked", func(t *testing.T, l int) db { return mysqlDB(t, l, mysql.ClaimSkipLocked) }},
-		{"mariadb/get_lock", func(t *testing.T, l int) db { return mysqlDB(t, l, mysql.ClaimGetLock) }},
+		{"postgres/skip_locked", dbTarget(func(t *testing.T, l int) db { return postgresDB(t, l, postgres.ClaimSkipLocked) })},
+		{"postgres/advisory_lock", dbTarget(func(t *testing.T, l int) db { return postgresDB(t, l, postgres.ClaimAdvisoryLock) })},
+		{"mariadb/skip_locked", dbTarget(func(t *testing.T, l int) db { return mysqlDB(t, l, mysql.ClaimSkipLocked) })},
+		{"mariadb/get_lock", dbTarget(func(t *testing.T, l int) db { return mysqlDB(t, l, mysql.ClaimGetLock) })},
+		{"sqs", sqsTarget},
 	}
 	results := make([]faultResult, len(targets))
+	checks := make([]func(t *testing.T, res faultResult), len(targets))
 	var wg sync.WaitGroup
 	for i, tg := range targets {
-		d := tg.open(t, 16)
-		server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-		proxy := toxiproxy.NewProxy(server, "db", "127.0.0.1:0", d.upstream)
-		require.NoError(t, proxy.Start())
-		t.Cleanup(proxy.Stop)
-		store := d.relayStore(t, proxy.Listen)
-		wg.Go(func() { results[i] = injectFaults(t.Context(), d, store, proxy, hold) })
+		ft := tg.setup(t, hold)
+		checks[i] = ft.check
+		wg.Go(func() { results[i] = ft.run(t.Context()) })
 	}
 	wg.Wait()
 	for i, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) {
-			res := results[i]
-			for _, p := range res.phases {
-				rec := "recovered in"
-				if !p.recovered {
-					rec = "NOT recovered after"
-				}
-				t.Logf("%s for %v: %d deliveries during the fault; %s %v (every event committed before the fault ended delivered); relay restarts %d %s",
-					p.name, hold, p.during, rec, p.recovery.Round(time.Millisecond), p.restarts, p.why)
-			}
-			t.Logf("%s; relay restarts %d in all", res.report, res.restarts)
-			require.Empty(t, res.errs)
-			for _, p := range res.phases {
-				require.True(t, p.recovered, "%s: not recovered within %v", p.name, faultRecover)
-				if p.progress {
-					require.Positive(t, p.during, "%s: the relays deliver during the fault", p.name)
-				}
-			}
-			require.Len(t, res.phases, len(faults))
-			require.Zero(t, res.report.Lost, "lost")
-			require.Zero(t, res.report.Unknown, "delivered but never committed")
-			require.Zero(t, res.report.OrderBreaks, "first deliveries in write order per key")
-		})
+		t.Run(tg.name, func(t *testing.T) { checks[i](t, results[i]) })
 	}
+}
+
+// faultTarget is one fault-injection run, set up: run injects the faults (it runs beside the
+// others and touches no *testing.T), check checks its result.
+type faultTarget struct {
+	run   func(ctx context.Context) faultResult
+	check func(t *testing.T, res faultResult)
+}
+
+// dbTarget puts the proxy between the relays and the database that open returns.
+func dbTarget(open func(t *testing.T, lanes int) db) func(t *testing.T, hold time.Duration) faultTarget {
+	return func(t *testing.T, hold time.Duration) faultTarget {
+		d := open(t, 16)
+		proxy := newProxy(t, d.upstream)
+		store := d.relayStore(t, proxy.Listen)
+		return faultTarget{
+			run: func(ctx context.Context) faultResult {
+				return injectFaults(ctx, d, store, newRecorder(5*time.Millisecond), proxy, hold, 10*time.Millisecond, faultRecover)
+			},
+			check: func(t *testing.T, res faultResult) { checkFaults(t, res, hold, faultRecover) },
+		}
+	}
+}
+
+// newProxy starts an in-process toxiproxy proxy to upstream on a free loopback port.
+func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
+	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	proxy := toxiproxy.NewProxy(server, "p", "127.0.0.1:0", upstream)
+	require.NoError(t, proxy.Start())
+	t.Cleanup(proxy.Stop)
+	return proxy
+}
+
+// checkFaults logs what each fault did and checks it.
+func checkFaults(t *testing.T, res faultResult, hold, bound time.Duration) {
+	for _, p := range res.phases {
+		rec := "recovered in"
+		if !p.recovered {
+			rec = "NOT recovered after"
+		}
+		t.Logf("%s for %v: %d deliveries during the fault; %s %v (every event committed before the fault ended delivered); relay restarts %d %s",
+			p.name, hold, p.during, rec, p.recovery.Round(time.Millisecond), p.restarts, p.why)
+	}
+	t.Logf("%s; relay restarts %d in all", res.report, res.restarts)
+	require.Empty(t, res.errs)
+	for _, p := range res.phases {
+		require.True(t, p.recovered, "%s: not recovered within %v", p.name, bound)
+		if p.progress {
+			require.Positive(t, p.during, "%s: the relays deliver during the fault", p.name)
+		}
+	}
+	require.Len(t, res.phases, len(faults))
+	require.Zero(t, res.report.Lost, "lost")
+	require.Zero(t, res.report.Unknown, "delivered but never committed")
+	require.Zero(t, res.report.OrderBreaks, "first deliveries in write order per key")
 }
 
 // phase is what one fault did.
@@ -131,6 +163,7 @@ type phase struct {
 }
 
 type faultResult struct {
+	events   []committed // what the producer committed
 	phases   []phase
 	report   report
 	restarts int64
@@ -147,12 +180,12 @@ type supervisor struct {
 	errs     *errSet
 }
 
-func supervise(ctx context.Context, name string, store core.RelayStore, sink core.Sink, restarts *atomic.Int64, errs *errSet) *supervisor {
+func supervise(ctx context.Context, name string, store core.RelayStore, sink core.Sink, router core.Router, restarts *atomic.Int64, errs *errSet) *supervisor {
 	s := &supervisor{done: make(chan struct{}), restarts: restarts, errs: errs}
 	go func() {
 		defer close(s.done)
 		for gen := 0; ctx.Err() == nil; gen++ {
-			r, err := core.NewRelay(store, sink, core.StaticRouter{Default: "faults"}, &core.RelayOptions{
+			r, err := core.NewRelay(store, sink, router, &core.RelayOptions{
 				Owner: fmt.Sprintf("%s-%d", name, gen), LeaseTTL: faultLeaseTTL,
 				PollInterval: 20 * time.Millisecond, BatchSize: 50, Logger: quiet,
 			})
@@ -239,7 +272,10 @@ func (e *errSet) take() []string {
 
 // injectFaults runs the faults one after another on one database; like churn it does not
 // touch a *testing.T.
-func injectFaults(ctx context.Context, d db, store core.RelayStore, proxy *toxiproxy.Proxy, hold time.Duration) faultResult {
+// The relays deliver to sink; the producer commits a transaction every interval; bound is the
+// recovery bound of each fault.
+func injectFaults(ctx context.Context, d db, store core.RelayStore, sink *recorder, proxy *toxiproxy.Proxy,
+	hold, interval, bound time.Duration) faultResult {
 	var res faultResult
 	var mu sync.Mutex
 	fail := func(format string, args ...any) {
@@ -247,13 +283,13 @@ func injectFaults(ctx context.Context, d db, store core.RelayStore, proxy *toxip
 		defer mu.Unlock()
 		res.errs = append(res.errs, fmt.Sprintf(format, args...))
 	}
-	sink := newRecorder(5 * time.Millisecond)
 	var restarts atomic.Int64
 	why := &errSet{}
-	prod := produce(ctx, d, 32, 10*time.Millisecond, fail)
+	router := core.StaticRouter{Default: cmp.Or(d.route, "faults")}
+	prod := produce(ctx, d, 32, interval, fail)
 	relays := []*supervisor{
-		supervise(ctx, "a", store, sink, &restarts, why),
-		supervise(ctx, "b", store, sink, &restarts, why),
+		supervise(ctx, "a", store, sink, router, &restarts, why),
+		supervise(ctx, "b", store, sink, router, &restarts, why),
 	}
 	stopAll := func(sups []*supervisor) {
 		for _, s := range sups {
@@ -266,7 +302,7 @@ func injectFaults(ctx context.Context, d db, store core.RelayStore, proxy *toxip
 	for len(prod.committed()) < 200 && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, ok := waitDelivered(ctx, sink, prod.committed(), faultRecover); !ok {
+	if _, ok := waitDelivered(ctx, sink, prod.committed(), bound); !ok {
 		fail("the relays did not deliver before the first fault")
 	}
 	for _, f := range faults {
@@ -280,7 +316,7 @@ func injectFaults(ctx context.Context, d db, store core.RelayStore, proxy *toxip
 			fail("%s: add toxic: %v", f.name, err)
 			break
 		}
-		late := supervise(ctx, "late-"+f.name, store, sink, &restarts, why)
+		late := supervise(ctx, "late-"+f.name, store, sink, router, &restarts, why)
 		began := sink.count()
 		time.Sleep(hold)
 		p.during = sink.count() - began
@@ -295,7 +331,7 @@ func injectFaults(ctx context.Context, d db, store core.RelayStore, proxy *toxip
 			break
 		}
 		evs := prod.committed()
-		p.recovery, p.recovered = waitDelivered(ctx, sink, evs, faultRecover)
+		p.recovery, p.recovered = waitDelivered(ctx, sink, evs, bound)
 		stopAll([]*supervisor{late})
 		p.restarts = restarts.Load() - before
 		if msgs := why.take(); len(msgs) > 0 {
@@ -308,10 +344,11 @@ func injectFaults(ctx context.Context, d db, store core.RelayStore, proxy *toxip
 	}
 	prod.stop()
 	evs := prod.committed()
-	if _, ok := waitDelivered(ctx, sink, evs, faultRecover); !ok {
-		fail("not every event was delivered within %v after the last fault", faultRecover)
+	if _, ok := waitDelivered(ctx, sink, evs, bound); !ok {
+		fail("not every event was delivered within %v after the last fault", bound)
 	}
 	stopAll(relays)
+	res.events = evs
 	res.report = sink.check(evs)
 	res.restarts = restarts.Load()
 	if ctx.Err() != nil {

@@ -84,10 +84,12 @@ type delivery struct {
 	version int64
 }
 
-// recorder is a sink that acknowledges every message after a random delay of up to maxDelay
-// and records it, in acknowledgement order.
+// recorder is a sink that acknowledges every message after a random delay of up to maxDelay,
+// or that passes them to next and keeps its outcomes, and records what was acknowledged, in
+// acknowledgement order.
 type recorder struct {
 	maxDelay time.Duration
+	next     core.Sink
 	mu       sync.Mutex
 	got      []delivery
 	ids      map[string]bool
@@ -97,8 +99,16 @@ func newRecorder(maxDelay time.Duration) *recorder {
 	return &recorder{maxDelay: maxDelay, ids: map[string]bool{}}
 }
 
+// recording records what next acknowledges.
+func recording(next core.Sink) *recorder {
+	return &recorder{next: next, ids: map[string]bool{}}
+}
+
 func (r *recorder) Send(ctx context.Context, msgs []core.Message) []error {
-	if r.maxDelay > 0 {
+	out := make([]error, len(msgs))
+	if r.next != nil {
+		out = r.next.Send(ctx, msgs)
+	} else if r.maxDelay > 0 {
 		select {
 		case <-ctx.Done():
 			return core.Outcomes(len(msgs), ctx.Err())
@@ -107,11 +117,13 @@ func (r *recorder) Send(ctx context.Context, msgs []core.Message) []error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, m := range msgs {
-		r.got = append(r.got, delivery{m.ID, m.PartitionKey, m.AggregateVersion})
-		r.ids[m.ID] = true
+	for i, m := range msgs {
+		if out[i] == nil {
+			r.got = append(r.got, delivery{m.ID, m.PartitionKey, m.AggregateVersion})
+			r.ids[m.ID] = true
+		}
 	}
-	return make([]error, len(msgs))
+	return out
 }
 
 // has reports whether every event of evs was delivered.

@@ -39,6 +39,7 @@ type db struct {
 	write      func(ctx context.Context, evs []core.Event) ([]core.Event, error)
 	relayStore func(t *testing.T, addr string) core.RelayStore
 	upstream   string // host:port of the server ("" for memory and SQLite)
+	route      string // the relays' sink destination ("" for a recorder)
 }
 
 // writer adapts an outbox store to db.write.
