@@ -46,9 +46,6 @@ const (
 	// committed, the relay saw an error) leaves its lanes leased to a relay that does not know
 	// it holds them until the lease expires: it bounds that stall (RELIABILITY.md).
 	faultLeaseTTL = 10 * time.Second
-	// faultRecover bounds the recovery after each fault: every event committed before the
-	// fault ended is delivered within it.
-	faultRecover = faultLeaseTTL + 10*time.Second
 )
 
 // TestFaults puts a toxiproxy proxy (in-process) between two polling relays and their
@@ -66,7 +63,7 @@ const (
 //
 // The relays run with a 10 s LeaseTTL: a claim whose reply a fault loses leaves its lanes
 // stalled until the lease expires (seen with the default 30 s: a 27 s recovery), so the bound
-// is LeaseTTL + 10 s. A relay stuck on a connection forever, a lane never handed back, or a
+// is LeaseTTL + the fault's length + 10 s. A relay stuck on a connection forever, a lane never handed back, or a
 // relay that stops for good on a database error fails it. The same faults also run between
 // the relays and the SQS emulator (sqsTarget). Every target runs at once (see TestChurn).
 func TestFaults(t *testing.T) {
@@ -109,11 +106,15 @@ func dbTarget(open func(t *testing.T, lanes int) db) func(t *testing.T, hold tim
 		d := open(t, 16)
 		proxy := newProxy(t, d.upstream)
 		store := d.relayStore(t, proxy.Listen)
+		// Every event committed before a fault ended is delivered within bound after it: a
+		// fault longer than LeaseTTL expires every lease, and a lost claim stalls its lanes
+		// for LeaseTTL.
+		bound := faultLeaseTTL + hold + 10*time.Second
 		return faultTarget{
 			run: func(ctx context.Context) faultResult {
-				return injectFaults(ctx, d, store, newRecorder(5*time.Millisecond), proxy, hold, 10*time.Millisecond, faultRecover)
+				return injectFaults(ctx, d, store, newRecorder(5*time.Millisecond), proxy, hold, 10*time.Millisecond, bound)
 			},
-			check: func(t *testing.T, res faultResult) { checkFaults(t, res, hold, faultRecover) },
+			check: func(t *testing.T, res faultResult) { checkFaults(t, res, hold, bound) },
 		}
 	}
 }
