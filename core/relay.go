@@ -289,14 +289,19 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 
 	r.maintain(ctx)
-	mctx, stop := context.WithCancel(ctx)
+	// The loop stops between rounds, not by cancelling one: a claim or release cancelled
+	// halfway can commit unseen, and its lanes would stay leased to this gone relay until the
+	// leases expired (LeaseTTL). Only a hard stop (ctx) cancels a round.
+	quit := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { r.maintainLoop(mctx) })
+	wg.Go(func() { r.maintainLoop(ctx, quit) })
 	if wake != nil {
 		wg.Go(func() {
 			for {
 				select {
-				case <-mctx.Done():
+				case <-ctx.Done():
+					return
+				case <-quit:
 					return
 				case _, ok := <-wake:
 					if !ok {
@@ -308,7 +313,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		})
 	}
 	defer func() {
-		stop()
+		close(quit)
 		wg.Wait()
 		r.leave(context.WithoutCancel(ctx))
 	}()
@@ -470,15 +475,15 @@ func (r *Relay) breakerDelay(fails int) time.Duration {
 	return min(d, r.o.BreakerMaxDelay)
 }
 
-// maintainLoop renews and rebalances every RenewInterval. While this relay holds more or fewer
-// lanes than its fair share, and during its first RenewInterval (when relays started together
-// discover each other), it does so every max(PollInterval, 250ms) instead, so that a lane
-// another relay released, or one this relay must give up, changes hands within a fraction of a
-// second. A lane given up while a batch of it is in flight is released only once that batch is
-// settled, so a rebalance resends nothing. A lane lost otherwise (its lease expired or was taken
-// over) makes the settle fail (ErrClaimLost): the new owner resends it, a duplicate and never a
-// loss.
-func (r *Relay) maintainLoop(ctx context.Context) {
+// maintainLoop renews and rebalances every RenewInterval until quit is closed or ctx ends.
+// While this relay holds more or fewer lanes than its fair share, and during its first
+// RenewInterval (when relays started together discover each other), it does so every
+// max(PollInterval, 250ms) instead, so that a lane another relay released, or one this relay
+// must give up, changes hands within a fraction of a second. A lane given up while a batch of
+// it is in flight is released only once that batch is settled, so a rebalance resends
+// nothing. A lane lost otherwise (its lease expired or was taken over) makes the settle fail
+// (ErrClaimLost): the new owner resends it, a duplicate and never a loss.
+func (r *Relay) maintainLoop(ctx context.Context, quit <-chan struct{}) {
 	fast := min(r.o.RenewInterval, max(r.o.PollInterval, 250*time.Millisecond))
 	started := time.Now()
 	t := time.NewTimer(fast)
@@ -486,6 +491,8 @@ func (r *Relay) maintainLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-quit:
 			return
 		case <-t.C:
 		}
@@ -576,8 +583,11 @@ func (r *Relay) maintain(ctx context.Context) bool {
 		}
 		r.mu.Unlock()
 		if len(now) > 0 {
-			if err := r.store.ReleaseLanes(ctx, now); err != nil && ctx.Err() == nil {
-				r.log.Warn("relay_release_failed", "error", err)
+			if err := r.store.ReleaseLanes(ctx, now); err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("relay_release_failed", "error", err)
+				}
+				r.keep(now)
 			}
 		}
 		r.log.Debug("relay_lanes_released", "count", len(extra), "live_workers", live)
@@ -621,15 +631,15 @@ func (r *Relay) settled(ctx context.Context, leases []Lease) {
 		delete(r.busy, l.Lane)
 	}
 	var rel []Lease
-	keep := r.releasing[:0]
+	waiting := r.releasing[:0]
 	for _, l := range r.releasing {
 		if r.busy[l.Lane] {
-			keep = append(keep, l)
+			waiting = append(waiting, l)
 		} else {
 			rel = append(rel, l)
 		}
 	}
-	r.releasing = keep
+	r.releasing = waiting
 	r.mu.Unlock()
 	if len(rel) == 0 {
 		return
@@ -638,6 +648,20 @@ func (r *Relay) settled(ctx context.Context, leases []Lease) {
 	defer cancel()
 	if err := r.store.ReleaseLanes(ctx, rel); err != nil {
 		r.log.Warn("relay_release_failed", "error", err)
+		r.keep(rel)
+	}
+}
+
+// keep takes back leases whose release failed: the relay renews them and gives them up again
+// at its next round (or when it leaves), instead of leaving them leased to a relay that no
+// longer knows it holds them until they expire (LeaseTTL).
+func (r *Relay) keep(leases []Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range leases {
+		if _, ok := r.leases[l.Lane]; !ok {
+			r.leases[l.Lane] = l
+		}
 	}
 }
 
