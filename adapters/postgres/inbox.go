@@ -28,36 +28,44 @@ func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time
 
 // InsertRecord inserts rec with INSERT ... ON CONFLICT DO NOTHING. A concurrent transaction
 // inserting the same key makes it wait on the unique index; when the key exists the existing
-// record is read (a new snapshot, read committed) and returned with inserted=false.
+// record is read (a new snapshot, read committed) and returned with inserted=false. When that
+// record is gone by the time it is read (a concurrent prune deleted it), the insert is tried
+// again: the key is free now, and Inbox.Process's horizon check after the insert refuses a
+// message older than the horizon the prune raised.
 func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
 	q := s.txq(tx)
-	var processed time.Time
-	err := queryRow(ctx, q, s.q.inboxInsert, []any{rec.Consumer, rec.EventID, rec.Digest[:],
-		rec.SourcePosition, int16(rec.Outcome), occurredIn(rec.OccurredAt)}, &processed)
-	if err == nil {
-		return core.InboxRecord{}, true, nil
+	for attempt := 1; ; attempt++ {
+		var processed time.Time
+		err := queryRow(ctx, q, s.q.inboxInsert, []any{rec.Consumer, rec.EventID, rec.Digest[:],
+			rec.SourcePosition, int16(rec.Outcome), occurredIn(rec.OccurredAt)}, &processed)
+		if err == nil {
+			return core.InboxRecord{}, true, nil
+		}
+		if !errors.Is(err, errNoRows) {
+			return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", classify(err))
+		}
+		var (
+			digest   []byte
+			outcome  int64
+			occurred time.Time
+		)
+		ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
+		err = queryRow(ctx, q, s.q.inboxGet, []any{rec.Consumer, rec.EventID},
+			&digest, &ex.SourcePosition, &outcome, &occurred, &processed)
+		if errors.Is(err, errNoRows) && attempt < 3 {
+			continue // pruned between the insert and the read
+		}
+		if err != nil {
+			return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", classify(err))
+		}
+		if len(digest) != len(ex.Digest) {
+			return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: digest of %d bytes", len(digest))
+		}
+		copy(ex.Digest[:], digest)
+		ex.Outcome = core.Outcome(outcome)
+		ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
+		return ex, false, nil
 	}
-	if !errors.Is(err, errNoRows) {
-		return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", classify(err))
-	}
-	var (
-		digest   []byte
-		outcome  int64
-		occurred time.Time
-	)
-	ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
-	err = queryRow(ctx, q, s.q.inboxGet, []any{rec.Consumer, rec.EventID},
-		&digest, &ex.SourcePosition, &outcome, &occurred, &processed)
-	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", classify(err))
-	}
-	if len(digest) != len(ex.Digest) {
-		return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: digest of %d bytes", len(digest))
-	}
-	copy(ex.Digest[:], digest)
-	ex.Outcome = core.Outcome(outcome)
-	ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
-	return ex, false, nil
 }
 
 // occurredIn stores the zero time as 0001-01-01 UTC, which is older than any horizon.
