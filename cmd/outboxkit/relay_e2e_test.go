@@ -186,7 +186,7 @@ const (
 type daemonProc struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
 }
 
@@ -196,7 +196,7 @@ func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc
 	cmd := exec.Command(daemonBinary(t), args...)
 	cmd.Env = append(daemonEnv(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion,
 		"AWS_EC2_METADATA_DISABLED=true")
-	p := &daemonProc{cmd: cmd, addr: addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &daemonProc{cmd: cmd, addr: addr, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	go func() { p.done <- cmd.Wait() }()
@@ -207,6 +207,24 @@ func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc
 		}
 	})
 	return p
+}
+
+// lockedBuffer is a daemon's stderr: written by its process, read by the test meanwhile.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // scrape returns the /metrics text, or "" while the daemon is not serving.
@@ -468,8 +486,8 @@ shutdown_timeout: %s
 		text = p.scrape()
 		return metric(text, "outboxkit_outbox_pending") == 0 &&
 			published+int(metric(text, "outboxkit_relay_published_total")) == written
-	}, 60*time.Second, 50*time.Millisecond, "backlog 0 and every event counted (written %d, earlier daemons %d); stderr:\n%s",
-		written, published, p.stderr)
+	}, 60*time.Second, 50*time.Millisecond, "backlog 0 and every event counted (written %d, earlier daemons %d); last scrape:\n%s\nstderr:\n%s",
+		written, published, &text, p.stderr)
 	require.Zero(t, metric(text, "outboxkit_outbox_oldest_pending_age_seconds"))
 	require.Equal(t, 1.0, metric(text, "outboxkit_relay_ready"))
 	checkCardinality(t, text, ids)
