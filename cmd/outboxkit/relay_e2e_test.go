@@ -491,6 +491,7 @@ shutdown_timeout: %s
 	require.Zero(t, metric(text, "outboxkit_outbox_oldest_pending_age_seconds"))
 	require.Equal(t, 1.0, metric(text, "outboxkit_relay_ready"))
 	checkCardinality(t, text, ids)
+	require.Contains(t, text, `target_info{service_name="outboxkit-relay",`, "the resource names the service")
 	checkCatalog(t, p, b)
 	require.Positive(t, metric(text, "outboxkit_relay_publish_latency_seconds_count"), "commit-to-publish latency histogram")
 	if b.mode == "cdc" {

@@ -15,6 +15,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -66,7 +67,14 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	// The resource names the service "outboxkit-relay" unless OTEL_SERVICE_NAME or
+	// OTEL_RESOURCE_ATTRIBUTES say otherwise (Prometheus: the target_info metric).
+	res, err := resource.New(context.Background(), resource.WithAttributes(attribute.String("service.name", "outboxkit-relay")),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
 	if d.cfg.OTLP.Endpoint != "" {
 		push, err := otlpmetrichttp.New(context.Background(), otlpmetrichttp.WithEndpointURL(d.cfg.OTLP.Endpoint))
 		if err != nil {
