@@ -53,8 +53,9 @@ type CDCOptions struct {
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// TracerProvider, Propagator and MeterProvider: as RelayOptions (a "publish outbox" span
-	// per send linked to the producers' spans; the send duration and batch size histograms,
-	// attribute outboxkit.relay.kind = cdc). Default nil: the global providers.
+	// per send linked to the producers' spans; the same instruments, attribute
+	// outboxkit.relay.kind = cdc, except that only the polling relay records
+	// outboxkit.relay.resent). Default nil: the global providers.
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
 	MeterProvider  metric.MeterProvider

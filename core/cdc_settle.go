@@ -150,6 +150,7 @@ func (s *settler) apply(batch []*settleItem) error {
 			return fmt.Errorf("outbox: cdc relay: settle: %w", err)
 		}
 		r.stats.count(p)
+		r.inst.settled(s.base, p)
 	}
 	if pos == "" {
 		return nil

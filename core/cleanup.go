@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,8 +23,10 @@ type CleanupOptions struct {
 	// is unpublished, and cleanup never deletes an unpublished row.
 	BelowSeq int64
 	// MeterProvider receives outboxkit.cleanup.deleted ({row}), the rows each call deleted
-	// (partitions dropped included; also when it fails part-way), with no attribute. Default
-	// nil: the global provider (otel.GetMeterProvider), a no-op until set.
+	// (partitions dropped included; also when it fails part-way; 0 included), and
+	// outboxkit.cleanup.watermark (s), the retention cutoff of the last call that finished as a
+	// Unix time: rows published before it are gone. Neither has an attribute. Default nil: the
+	// global provider (otel.GetMeterProvider), a no-op until set.
 	MeterProvider metric.MeterProvider
 
 	now func() time.Time // test hook (internal/testhook.SetClock); nil: time.Now
@@ -56,22 +59,28 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	deleted, err := mp.Meter(instrumentationName).Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"),
+	meter := mp.Meter(instrumentationName)
+	deleted, err := meter.Int64Counter("outboxkit.cleanup.deleted", metric.WithUnit("{row}"),
 		metric.WithDescription("Published rows deleted by cleanup."))
-	if err != nil {
+	watermark, e := meter.Float64Gauge("outboxkit.cleanup.watermark", metric.WithUnit("s"),
+		metric.WithDescription("Retention cutoff of the last cleanup that finished, as a Unix time: rows published before it were deleted."))
+	if err = errors.Join(err, e); err != nil {
 		return 0, fmt.Errorf("outbox: cleanup instruments: %w", err)
 	}
 	params := PruneParams{PublishedBefore: now().Add(-o.Retention), BelowSeq: o.BelowSeq, Limit: o.BatchSize}
 	total := 0
+	var failed error
 	defer func() {
-		if total > 0 {
-			deleted.Add(ctx, int64(total))
+		deleted.Add(ctx, int64(total))
+		if failed == nil {
+			watermark.Record(ctx, float64(params.PublishedBefore.UnixMicro())/1e6)
 		}
 	}()
 	if pp, ok := p.(PartitionPruner); ok {
 		n, err := pp.DropPartitions(ctx, params)
 		total += n
 		if err != nil {
+			failed = err
 			return total, fmt.Errorf("outbox: cleanup: drop partitions: %w", err)
 		}
 	}
@@ -79,6 +88,7 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 		n, err := p.PruneOutbox(ctx, params)
 		total += n
 		if err != nil {
+			failed = err
 			return total, fmt.Errorf("outbox: cleanup: %w", err)
 		}
 		if n < o.BatchSize {

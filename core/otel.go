@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -114,8 +115,33 @@ type relayInstruments struct {
 	settledCount              metric.Int64Counter
 	laneMoves, leaseExpiries  metric.Int64Counter
 	resent                    metric.Int64Counter
+	sendErrors                metric.Int64Counter
 	kind                      metric.MeasurementOption
 	published, failed, parked metric.MeasurementOption
+	errorTypes                map[string]metric.MeasurementOption // by error.type, built once
+}
+
+// The error.type values of outboxkit.relay.send.errors (OpenTelemetry's error.type attribute;
+// "_OTHER" is its name for an error of no known class).
+const (
+	errTypeTimeout  = "timeout"          // the send's context ended, or a network timeout
+	errTypeRejected = "rejected"         // a permanent error (IsPermanent): parked at once
+	errTypeNotAcked = "not_acknowledged" // ErrNotAcknowledged: no answer, or behind a failed key
+	errTypeOther    = "_OTHER"           // any other retryable error
+)
+
+// errorType classifies a record's failed outcome for outboxkit.relay.send.errors.
+func errorType(err error) string {
+	var ne net.Error
+	switch {
+	case IsPermanent(err):
+		return errTypeRejected
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return errTypeTimeout
+	case errors.Is(err, ErrNotAcknowledged):
+		return errTypeNotAcked
+	}
+	return errTypeOther
 }
 
 func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstruments, error) {
@@ -148,18 +174,32 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 	i.resent, e = m.Int64Counter("outboxkit.relay.resent", metric.WithUnit("{event}"),
 		metric.WithDescription("Records the sink acknowledged whose mark was refused because their lane's lease was lost: the lane's new owner sends them again."))
 	err = errors.Join(err, e)
+	i.sendErrors, e = m.Int64Counter("outboxkit.relay.send.errors", metric.WithUnit("{event}"),
+		metric.WithDescription("Records a send did not deliver, by error.type: timeout, rejected (permanent: parked), not_acknowledged, _OTHER (retryable)."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
 	}
-	// Rare events: start the counters at 0 so that they are exported (and alertable) at once.
-	ctx := context.Background()
-	i.laneMoves.Add(ctx, 0, i.kind)
-	i.leaseExpiries.Add(ctx, 0, i.kind)
-	i.resent.Add(ctx, 0, i.kind)
 	outcome := func(o string) metric.MeasurementOption {
 		return metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind), attribute.String("outboxkit.outcome", o))
 	}
 	i.published, i.failed, i.parked = outcome("published"), outcome("failed"), outcome("parked")
+	i.errorTypes = map[string]metric.MeasurementOption{}
+	for _, t := range []string{errTypeTimeout, errTypeRejected, errTypeNotAcked, errTypeOther} {
+		i.errorTypes[t] = metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind), attribute.String("error.type", t))
+	}
+	// Rare events: start the counters at 0 so that every series is exported (and alertable)
+	// at once.
+	ctx := context.Background()
+	i.laneMoves.Add(ctx, 0, i.kind)
+	i.leaseExpiries.Add(ctx, 0, i.kind)
+	i.resent.Add(ctx, 0, i.kind)
+	for _, o := range []metric.MeasurementOption{i.published, i.failed, i.parked} {
+		i.settledCount.Add(ctx, 0, o)
+	}
+	for _, o := range i.errorTypes {
+		i.sendErrors.Add(ctx, 0, o)
+	}
 	return i, nil
 }
 
@@ -168,14 +208,16 @@ func (i *relayInstruments) sent(ctx context.Context, d time.Duration, n int) {
 	i.batchSize.Record(ctx, int64(n), i.kind)
 }
 
-// acked records the commit-to-publish latency of each record the sink acknowledged at ack (one
-// measurement per record: the only per-record instrument; a no-op provider makes it free).
+// acked records the commit-to-publish latency of each record the sink acknowledged at ack, and
+// counts each record it did not by error type (the only per-record measurements; a no-op
+// provider makes them free).
 func (i *relayInstruments) acked(ctx context.Context, ack time.Time, recs []Record, outcome []error) {
-	if !i.publishLatency.Enabled(ctx) {
-		return
-	}
+	latency := i.publishLatency.Enabled(ctx)
 	for k := range recs {
-		if outcome[k] == nil && !recs[k].CreatedAt.IsZero() {
+		switch {
+		case outcome[k] != nil:
+			i.sendErrors.Add(ctx, 1, i.errorTypes[errorType(outcome[k])])
+		case latency && !recs[k].CreatedAt.IsZero():
 			i.publishLatency.Record(ctx, max(ack.Sub(recs[k].CreatedAt).Seconds(), 0), i.kind)
 		}
 	}

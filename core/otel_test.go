@@ -2,7 +2,10 @@ package core_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +42,7 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 	for id := range b.sink.sent {
 		ids[id] = true
 	}
-	allowed := map[attribute.Key]bool{"outboxkit.relay.kind": true, "outboxkit.outcome": true}
+	allowed := map[attribute.Key]bool{"outboxkit.relay.kind": true, "outboxkit.outcome": true, "error.type": true}
 	seen := map[string]bool{}
 	check := func(set attribute.Set) {
 		for _, kv := range set.ToSlice() {
@@ -55,7 +58,11 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 				for _, p := range d.DataPoints {
 					check(p.Attributes)
 					if m.Name == "outboxkit.relay.settled" {
-						require.Equal(t, int64(60), p.Value)
+						o, _ := p.Attributes.Value("outboxkit.outcome")
+						require.Equal(t, map[bool]int64{true: 60, false: 0}[o.AsString() == "published"], p.Value, o.AsString())
+					}
+					if m.Name == "outboxkit.relay.send.errors" {
+						require.Zero(t, p.Value, "exported at 0 before any error")
 					}
 				}
 			case metricdata.Histogram[float64]:
@@ -74,7 +81,9 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"outboxkit.relay.send.duration", "outboxkit.relay.batch.size", "outboxkit.relay.settled", "outboxkit.relay.publish.latency"} {
+	for _, name := range []string{"outboxkit.relay.send.duration", "outboxkit.relay.batch.size", "outboxkit.relay.settled",
+		"outboxkit.relay.publish.latency", "outboxkit.relay.send.errors", "outboxkit.relay.lane.moves",
+		"outboxkit.relay.lease.expiries", "outboxkit.relay.resent"} {
 		require.True(t, seen[name], name)
 	}
 }
@@ -98,10 +107,17 @@ func TestCDCRelayMetrics(t *testing.T) {
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
-	var sum int64
+	var sum, settled int64
 	var latencies uint64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxkit.relay.settled" {
+				for _, p := range d.DataPoints {
+					if o, _ := p.Attributes.Value("outboxkit.outcome"); o.AsString() == "published" {
+						settled += p.Value
+					}
+				}
+			}
 			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "outboxkit.relay.publish.latency" {
 				for _, p := range h.DataPoints {
 					latencies += p.Count
@@ -117,6 +133,7 @@ func TestCDCRelayMetrics(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(30), sum)
+	require.Equal(t, int64(30), settled, "settled published, as the polling relay counts it")
 	require.Equal(t, uint64(30), latencies, "one commit-to-publish latency per acknowledged record")
 }
 
@@ -215,6 +232,7 @@ func TestCleanupMetrics(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	var got int64 = -1
+	watermark := 0.0
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "outboxkit.cleanup.deleted" {
@@ -222,9 +240,16 @@ func TestCleanupMetrics(t *testing.T) {
 				require.Zero(t, s.DataPoints[0].Attributes.Len(), "no attribute")
 				got = s.DataPoints[0].Value
 			}
+			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && m.Name == "outboxkit.cleanup.watermark" {
+				require.Len(t, g.DataPoints, 1)
+				require.Zero(t, g.DataPoints[0].Attributes.Len(), "no attribute")
+				watermark = g.DataPoints[0].Value
+			}
 		}
 	}
 	require.Equal(t, int64(25), got)
+	// The cutoff is the (test) clock minus the retention: about now + 1h, as a Unix time.
+	require.InDelta(t, float64(time.Now().Add(time.Hour).Unix()), watermark, 60)
 }
 
 // A relay counts the lanes it claims (lane moves), those it took over from an expired lease, and
@@ -285,4 +310,78 @@ func TestRelayCountsLaneMovesExpiriesAndResends(t *testing.T) {
 	require.Equal(t, int64(4), got["outboxkit.relay.lane.moves"])
 	require.Equal(t, int64(4), got["outboxkit.relay.lease.expiries"])
 	require.Equal(t, int64(10), got["outboxkit.relay.resent"])
+}
+
+// failingSink rejects every message of aggregate "0" for good and times out the first attempt
+// of each message of aggregate "1".
+type failingSink struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *failingSink) Send(_ context.Context, msgs []core.Message) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]error, len(msgs))
+	for i, m := range msgs {
+		switch {
+		case m.Record.AggregateID == "0":
+			out[i] = core.Permanent(errors.New("rejected by the broker"))
+		case m.Record.AggregateID == "1" && !s.seen[m.Record.ID]:
+			s.seen[m.Record.ID] = true
+			out[i] = fmt.Errorf("send: %w", context.DeadlineExceeded)
+		}
+	}
+	return out
+}
+
+// outboxkit.relay.send.errors counts each record a send did not deliver by error.type, and
+// outboxkit.relay.settled the retries and parks that follow.
+func TestRelayCountsSendErrorsByType(t *testing.T) {
+	t.Parallel()
+	b := setupStop(t, 14, 0) // 2 events per aggregate "0".."6"
+	reader := sdkmetric.NewManualReader()
+	r, err := core.NewRelay(b.store, &failingSink{seen: map[string]bool{}}, core.StaticRouter{Default: "x"}, &core.RelayOptions{
+		PollInterval: 5 * time.Millisecond, BatchSize: 20, Retry: core.RetryPolicy{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond},
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	// Aggregate "0" is parked (its second event waits behind it); "1" is retried and published.
+	waitFor(t, 30*time.Second, func() bool { st := r.Stats(); return st.Published == 12 && st.Parked == 1 }, "published and parked")
+	cancel()
+	require.NoError(t, <-done)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	errs, settled := map[string]int64{}, map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			d, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, p := range d.DataPoints {
+				switch m.Name {
+				case "outboxkit.relay.send.errors":
+					v, _ := p.Attributes.Value("error.type")
+					errs[v.AsString()] += p.Value
+				case "outboxkit.relay.settled":
+					v, _ := p.Attributes.Value("outboxkit.outcome")
+					settled[v.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	require.Equal(t, int64(2), errs["timeout"], "each event of aggregate 1 timed out once")
+	require.Contains(t, []int64{1, 2}, errs["rejected"], "the first event of aggregate 0, and the second when it was in the same send")
+	require.Zero(t, errs["not_acknowledged"])
+	require.Zero(t, errs["_OTHER"])
+	require.Len(t, errs, 4, "every error.type is exported")
+	// A failure holds back the rest of its key's batch: one or two retries were recorded.
+	st := r.Stats()
+	require.Equal(t, map[string]int64{"published": 12, "failed": int64(st.Failures - st.Parked), "parked": 1}, settled)
+	require.Positive(t, settled["failed"])
 }

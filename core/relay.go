@@ -65,10 +65,12 @@ type RelayOptions struct {
 	// outboxkit.relay.publish.latency (seconds from each acknowledged record's CreatedAt,
 	// database clock, to the acknowledgement, the relay's clock; negative skew counts as 0) and
 	// outboxkit.relay.settled ({event}, attribute outboxkit.outcome = published | failed |
-	// parked), outboxkit.relay.lane.moves (lanes claimed), outboxkit.relay.lease.expiries
-	// (lanes claimed from an expired lease) and outboxkit.relay.resent (acknowledged records
-	// whose mark a lost lease refused: sent again by the lane's new owner). Their only other
-	// attribute is outboxkit.relay.kind (polling): never an event id or partition key.
+	// parked), outboxkit.relay.send.errors ({event}, records a send did not deliver, attribute
+	// error.type = timeout | rejected | not_acknowledged | _OTHER), outboxkit.relay.lane.moves
+	// (lanes claimed), outboxkit.relay.lease.expiries (lanes claimed from an expired lease) and
+	// outboxkit.relay.resent (acknowledged records whose mark a lost lease refused: sent again
+	// by the lane's new owner). The counters start at 0 for every attribute value. Their only
+	// other attribute is outboxkit.relay.kind (polling): never an event id or partition key.
 	// Default nil: the global provider (otel.GetMeterProvider), a no-op until set.
 	MeterProvider metric.MeterProvider
 

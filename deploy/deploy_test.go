@@ -1,5 +1,3 @@
-// Package deploy holds the deployment files of outboxkit (alert rules, dashboard, Dockerfile);
-// its tests check them with promtool and a live Prometheus.
 package deploy
 
 import (
@@ -11,11 +9,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,9 +27,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"gopkg.in/yaml.v3"
 
+	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -60,7 +67,7 @@ func TestDashboardIsValidJSON(t *testing.T) {
 	for _, p := range d.Panels {
 		require.NotEmpty(t, p.Targets, p.Title)
 		for _, tg := range p.Targets {
-			require.Contains(t, tg.Expr, "outboxkit_", p.Title)
+			require.Contains(t, tg.Expr, "outboxkit", p.Title)
 		}
 	}
 }
@@ -292,4 +299,132 @@ func daemonEnv() []string {
 		}
 	}
 	return env
+}
+
+// ruleExprs returns the expressions of alerts.yml (alerts and recording rules) and the names of
+// its recording rules.
+func ruleExprs(t *testing.T) (exprs map[string]string, recorded map[string]bool) {
+	t.Helper()
+	b, err := os.ReadFile("prometheus/alerts.yml")
+	require.NoError(t, err)
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string `yaml:"alert"`
+				Record string `yaml:"record"`
+				Expr   string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &doc))
+	exprs, recorded = map[string]string{}, map[string]bool{}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			exprs["alerts.yml "+r.Alert+r.Record] = r.Expr
+			if r.Record != "" {
+				recorded[r.Record] = true
+			}
+		}
+	}
+	return exprs, recorded
+}
+
+var recordedRE = regexp.MustCompile(`outboxkit:[a-zA-Z0-9_:]+`)
+
+// Every metric and label the alert rules and the dashboard use is one README's metrics table
+// lists, which the daemon's end-to-end tests compare with what /metrics serves: a renamed
+// metric breaks this test rather than an alert in production.
+func TestDeployUsesExportedMetrics(t *testing.T) {
+	t.Parallel()
+	catalog, err := ReadMetrics("../README.md")
+	require.NoError(t, err)
+	known := map[string]bool{}
+	for _, m := range catalog {
+		known[m.Name] = true
+		if m.Type == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				known[m.Name+s] = true
+			}
+		}
+		for _, l := range m.Labels {
+			known[l] = true
+		}
+	}
+	exprs, recorded := ruleExprs(t)
+	b, err := os.ReadFile("grafana/outboxkit.json")
+	require.NoError(t, err)
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(b, &d))
+	for _, p := range d.Panels {
+		for i, tg := range p.Targets {
+			exprs[fmt.Sprintf("dashboard %q target %d", p.Title, i)] = tg.Expr
+		}
+	}
+	used := map[string]bool{}
+	for where, expr := range exprs {
+		for _, n := range Names(expr) {
+			require.True(t, known[n], "%s uses %s, which README's metrics table does not list (expr %q)", where, n, expr)
+			used[n] = true
+		}
+		for _, n := range recordedRE.FindAllString(expr, -1) {
+			require.True(t, recorded[n], "%s uses %s, which no recording rule of alerts.yml defines", where, n)
+		}
+	}
+	// The dashboard shows every metric the daemon exports.
+	for _, m := range catalog {
+		if m.Exported == "inbox" || m.Exported == "sqs consumer" {
+			continue
+		}
+		shown := used[m.Name] || used[m.Name+"_bucket"] || used[m.Name+"_count"] || used[m.Name+"_sum"]
+		require.True(t, shown, "no rule or dashboard panel shows %s", m.Name)
+	}
+}
+
+// The inbox's instruments appear in Prometheus exactly as README's metrics table lists them
+// (the daemon's end-to-end tests check the daemon's rows the same way).
+func TestInboxMetricsAsDocumented(t *testing.T) {
+	t.Parallel()
+	catalog, err := ReadMetrics("../README.md")
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	require.NoError(t, err)
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	in, err := core.NewInbox[*memory.Tx](store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))})
+	require.NoError(t, err)
+	ctx := t.Context()
+	apply := func(ctx context.Context, tx *memory.Tx, _ core.InboxMessage) error { return tx.Incr("n") }
+	_, err = in.Process(ctx, "billing", core.InboxMessage{EventID: "ev-1", Payload: []byte("a"), OccurredAt: time.Now().Add(-2 * time.Hour)}, apply)
+	require.NoError(t, err)
+	_, err = in.Prune(ctx, "billing", time.Now().Add(-time.Hour), 0)
+	require.NoError(t, err)
+
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	fams := Families(rec.Body.String())
+	n := 0
+	for _, m := range catalog {
+		if m.Exported != "inbox" {
+			continue
+		}
+		n++
+		f := fams[m.Name]
+		require.NotNil(t, f, "%s is not exported; got %v", m.Name, slices.Collect(maps.Keys(fams)))
+		require.Equal(t, m.Type, f.Type, m.Name)
+		require.Equal(t, m.Labels, f.Labels, m.Name)
+	}
+	require.Equal(t, 4, n)
+	for name := range fams {
+		if strings.HasPrefix(name, "outboxkit_") {
+			require.True(t, slices.ContainsFunc(catalog, func(m Metric) bool { return m.Name == name }), "%s is not in README's metrics table", name)
+		}
+	}
 }

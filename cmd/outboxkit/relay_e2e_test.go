@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/deploy"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -97,7 +99,7 @@ type e2eBackend struct {
 	write                     func(ctx context.Context, key string) ([]string, error)
 }
 
-func postgresBackend(t *testing.T) e2eBackend {
+func postgresBackend(t *testing.T, mode string) e2eBackend {
 	dsn := testkit.Need(t, testkit.PostgresDSN)
 	ctx := t.Context()
 	schema := "daemon_" + randSuffix()
@@ -106,8 +108,21 @@ func postgresBackend(t *testing.T) e2eBackend {
 	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		_ = admin.Close(context.Background())
+		bg := context.Background()
+		_, _ = admin.Exec(bg, "DROP SCHEMA "+schema+" CASCADE")
+		if mode == "cdc" {
+			// The daemon's slot (cdc.slot's default): it would keep WAL. It turns inactive
+			// shortly after the last daemon's connection closed.
+			for range 50 {
+				var left int
+				if admin.QueryRow(bg, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, "outboxkit_"+schema+"_outbox").Scan(&left) != nil || left == 0 {
+					break
+				}
+				_, _ = admin.Exec(bg, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, "outboxkit_"+schema+"_outbox")
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		_ = admin.Close(bg)
 	})
 	pool, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
@@ -117,7 +132,7 @@ func postgresBackend(t *testing.T) e2eBackend {
 	require.NoError(t, store.Migrate(ctx))
 	ob, err := core.NewOutbox(ctx, store, nil)
 	require.NoError(t, err)
-	return e2eBackend{driver: "postgres", dsn: dsn, schema: schema, mode: "polling", write: testkit.Writer(store, ob, 2, []byte(`{"n":1}`))}
+	return e2eBackend{driver: "postgres", dsn: dsn, schema: schema, mode: mode, write: testkit.Writer(store, ob, 2, []byte(`{"n":1}`))}
 }
 
 func mysqlBackend(t *testing.T, mode string) e2eBackend {
@@ -171,7 +186,7 @@ const (
 type daemonProc struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan error
 }
 
@@ -181,7 +196,7 @@ func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc
 	cmd := exec.Command(daemonBinary(t), args...)
 	cmd.Env = append(daemonEnv(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion,
 		"AWS_EC2_METADATA_DISABLED=true")
-	p := &daemonProc{cmd: cmd, addr: addr, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &daemonProc{cmd: cmd, addr: addr, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	go func() { p.done <- cmd.Wait() }()
@@ -192,6 +207,24 @@ func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc
 		}
 	})
 	return p
+}
+
+// lockedBuffer is a daemon's stderr: written by its process, read by the test meanwhile.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // scrape returns the /metrics text, or "" while the daemon is not serving.
@@ -295,7 +328,7 @@ func receiveAll(t *testing.T, client *awssqs.Client, url string, want int) map[s
 // allowedLabels are the only metric attributes the daemon may export (bounded cardinality).
 var allowedLabels = map[string]bool{
 	"db_system_name": true, "db_collection_name": true, "outboxkit_mode": true,
-	"outboxkit_relay_kind": true, "outboxkit_outcome": true,
+	"outboxkit_relay_kind": true, "outboxkit_outcome": true, "error_type": true,
 	"otel_scope_name": true, "otel_scope_version": true, "otel_scope_schema_url": true,
 	"job": true, "instance": true, "le": true, "service_name": true, "telemetry_sdk_language": true,
 	"telemetry_sdk_name": true, "telemetry_sdk_version": true,
@@ -309,6 +342,45 @@ func checkCardinality(t *testing.T, text string, ids map[string]bool) {
 	for _, m := range labelRE.FindAllStringSubmatch(text, -1) {
 		require.True(t, allowedLabels[m[1]], "unexpected metric label %s=%q (unbounded attributes are not allowed)", m[1], m[2])
 		require.False(t, ids[m[2]], "an event id is a metric label value: %s", m[0])
+	}
+}
+
+// checkCatalog compares what p's /metrics serves with README's metrics table: every outboxkit_
+// family is a row with its type and labels, and every row the daemon exports in b's driver and
+// mode is served (waiting for the first cleanup to finish).
+func checkCatalog(t *testing.T, p *daemonProc, b e2eBackend) {
+	t.Helper()
+	catalog, err := deploy.ReadMetrics("../../README.md")
+	require.NoError(t, err)
+	var want []string
+	for _, m := range catalog {
+		switch {
+		case m.Exported == "always", m.Exported == "cleanup.enabled",
+			m.Exported == "mode cdc" && b.mode == "cdc",
+			m.Exported == "mode cdc, mysql" && b.mode == "cdc" && b.driver == "mysql":
+			want = append(want, m.Name)
+		}
+	}
+	var fams map[string]*deploy.Family
+	var missing []string
+	require.Eventually(t, func() bool {
+		fams = deploy.Families(p.scrape())
+		missing = missing[:0]
+		for _, n := range want {
+			if fams[n] == nil {
+				missing = append(missing, n)
+			}
+		}
+		return len(missing) == 0
+	}, 15*time.Second, 100*time.Millisecond, "metrics README lists for %s/%s are not served: %v", b.driver, b.mode, &missing)
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "outboxkit_") {
+			continue
+		}
+		i := slices.IndexFunc(catalog, func(m deploy.Metric) bool { return m.Name == name })
+		require.GreaterOrEqual(t, i, 0, "%s is served but not in README's metrics table", name)
+		require.Equal(t, catalog[i].Type, f.Type, "type of %s", name)
+		require.Equal(t, catalog[i].Labels, f.Labels, "labels of %s", name)
 	}
 }
 
@@ -360,6 +432,8 @@ relay:
   enabled: true
   interval: 1s
   retention: 1h
+metrics:
+  stats_interval: 200ms
 shutdown_timeout: %s
 `, b.driver, b.dsn, schema, b.mode, map[bool]int{true: 1, false: 2}[b.mode == "cdc"], s.config, e2eShutdownTimeout)), 0o600))
 
@@ -412,11 +486,13 @@ shutdown_timeout: %s
 		text = p.scrape()
 		return metric(text, "outboxkit_outbox_pending") == 0 &&
 			published+int(metric(text, "outboxkit_relay_published_total")) == written
-	}, 60*time.Second, 50*time.Millisecond, "backlog 0 and every event counted (written %d, earlier daemons %d); stderr:\n%s",
-		written, published, p.stderr)
+	}, 60*time.Second, 50*time.Millisecond, "backlog 0 and every event counted (written %d, earlier daemons %d); last scrape:\n%s\nstderr:\n%s",
+		written, published, &text, p.stderr)
 	require.Zero(t, metric(text, "outboxkit_outbox_oldest_pending_age_seconds"))
 	require.Equal(t, 1.0, metric(text, "outboxkit_relay_ready"))
 	checkCardinality(t, text, ids)
+	require.Contains(t, text, `target_info{service_name="outboxkit-relay",`, "the resource names the service")
+	checkCatalog(t, p, b)
 	require.Positive(t, metric(text, "outboxkit_relay_publish_latency_seconds_count"), "commit-to-publish latency histogram")
 	if b.mode == "cdc" {
 		require.Positive(t, metric(text, "outboxkit_cdc_lag_seconds"))
@@ -450,7 +526,14 @@ shutdown_timeout: %s
 // 20 graceful restarts under steady traffic resend nothing.
 func TestDaemonPostgres(t *testing.T) {
 	t.Parallel()
-	runDaemonE2E(t, postgresBackend(t), sqsE2ESink(t), 20, 0)
+	runDaemonE2E(t, postgresBackend(t, "polling"), sqsE2ESink(t), 20, 0)
+}
+
+// The PostgreSQL CDC relay (logical replication): CDCRelay.Shutdown marks and checkpoints its
+// send in flight, so graceful restarts under traffic resend nothing.
+func TestDaemonPostgresCDC(t *testing.T) {
+	t.Parallel()
+	runDaemonE2E(t, postgresBackend(t, "cdc"), sqsE2ESink(t), 3, 0)
 }
 
 func TestDaemonMariaDBPolling(t *testing.T) {

@@ -32,6 +32,7 @@ type Config struct {
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
 	HTTP            HTTP     `yaml:"http"`
+	Metrics         Metrics  `yaml:"metrics"`
 	OTLP            OTLP     `yaml:"otlp"`
 	Log             Log      `yaml:"log"`
 	Migrate         bool     `yaml:"migrate" help:"create or upgrade the outbox tables at start"`
@@ -113,6 +114,11 @@ type HTTP struct {
 	Listen string `yaml:"listen" help:"address of the health and metrics server (default 127.0.0.1:9464; empty string keeps the default)"`
 }
 
+// Metrics tunes what /metrics (and the OTLP push) measure.
+type Metrics struct {
+	StatsInterval Duration `yaml:"stats_interval" help:"least time between two backlog queries (Admin.Stats); collections in between reuse the last answer (default 5s)"`
+}
+
 // OTLP pushes the metrics to an OpenTelemetry collector as well (they are served at /metrics
 // either way).
 type OTLP struct {
@@ -139,6 +145,7 @@ func Defaults() Config {
 		Relay:           Relay{Workers: 1},
 		Cleanup:         Cleanup{Retention: Duration(24 * time.Hour), Interval: Duration(time.Hour)},
 		HTTP:            HTTP{Listen: "127.0.0.1:9464"},
+		Metrics:         Metrics{StatsInterval: Duration(5 * time.Second)},
 		OTLP:            OTLP{Interval: Duration(30 * time.Second)},
 		Log:             Log{Format: "json", Level: "info"},
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -441,7 +448,7 @@ func (c *Config) validate() []string {
 		}
 	}
 	for path, d := range map[string]Duration{"cleanup.retention": c.Cleanup.Retention, "cleanup.interval": c.Cleanup.Interval,
-		"shutdown_timeout": c.ShutdownTimeout, "otlp.interval": c.OTLP.Interval} {
+		"shutdown_timeout": c.ShutdownTimeout, "otlp.interval": c.OTLP.Interval, "metrics.stats_interval": c.Metrics.StatsInterval} {
 		if d <= 0 {
 			add(path, "must be positive")
 		}

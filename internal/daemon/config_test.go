@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,4 +198,41 @@ func TestLoadPrecedence(t *testing.T) {
 	env["OUTBOXKIT_RELAY_WORKERS"] = "many"
 	_, err = Load(writeConfig(t, goodConfig), func(k string) string { return env[k] }, fs)
 	require.EqualError(t, err, `relay.workers: not an integer: "many" (from $OUTBOXKIT_RELAY_WORKERS)`)
+}
+
+// README's "Run the relay" table documents every configuration key: its first cells, with
+// "`a.b.c`, `.d`" meaning a.b.c and a.b.d, name exactly the keys of Config.
+func TestREADMEListsEveryKey(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(b), "\n## Run the relay\n")
+	require.True(t, ok, "README has no Run the relay section")
+	section, _, _ = strings.Cut(section, "\n#")
+	documented := map[string]bool{}
+	for l := range strings.SplitSeq(section, "\n") {
+		if !strings.HasPrefix(l, "| `") {
+			continue
+		}
+		first, _, _ := strings.Cut(strings.TrimPrefix(l, "| "), " |")
+		prev := ""
+		for cell := range strings.SplitSeq(first, ", ") {
+			key := strings.Trim(cell, "`")
+			if strings.HasPrefix(key, ".") {
+				key = prev[:strings.LastIndex(prev, ".")] + key
+			}
+			documented[key] = true
+			prev = key
+		}
+	}
+	want := map[string]bool{"routes.by_type": true, "routes.by_destination": true}
+	for _, l := range leaves(reflect.TypeFor[Config](), "") {
+		want[l.path] = true
+	}
+	for k := range want {
+		require.True(t, documented[k], "README's relay configuration table does not document %s", k)
+	}
+	for k := range documented {
+		require.True(t, want[k], "README documents %s, which is not a configuration key", k)
+	}
 }

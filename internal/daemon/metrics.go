@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -25,6 +27,38 @@ type metrics struct {
 	handler  http.Handler
 	provider *sdkmetric.MeterProvider
 	reg      metric.Registration
+	backlog  *backlog
+}
+
+// backlog is the outbox's Admin.Stats, queried at most once per interval: a collection (a
+// Prometheus scrape, an OTLP push) within interval of the last query reuses its answer, and
+// concurrent collections share one query. Stats counts the pending rows, which is a scan of
+// them in some adapters: this bounds its cost to one query per interval whatever the number of
+// scrapers. A failed query is also kept for interval, so that a struggling database is not
+// queried at every scrape.
+type backlog struct {
+	stats    func(ctx context.Context) (core.Stats, error)
+	interval time.Duration
+	now      func() time.Time // time.Now; tests replace it
+
+	mu      sync.Mutex
+	at      time.Time // of the last query; zero before the first
+	st      core.Stats
+	err     error
+	queries int // Stats calls made (tests)
+}
+
+// get returns the last answer when it is younger than interval, else queries Stats.
+func (b *backlog) get(ctx context.Context) (core.Stats, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.at.IsZero() && b.now().Sub(b.at) < b.interval {
+		return b.st, b.err
+	}
+	b.queries++
+	b.st, b.err = b.stats(ctx)
+	b.at = b.now()
+	return b.st, b.err
 }
 
 func newMetrics(d *Daemon) (*metrics, error) {
@@ -33,7 +67,14 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	// The resource names the service "outboxkit-relay" unless OTEL_SERVICE_NAME or
+	// OTEL_RESOURCE_ATTRIBUTES say otherwise (Prometheus: the target_info metric).
+	res, err := resource.New(context.Background(), resource.WithAttributes(attribute.String("service.name", "outboxkit-relay")),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
 	if d.cfg.OTLP.Endpoint != "" {
 		push, err := otlpmetrichttp.New(context.Background(), otlpmetrichttp.WithEndpointURL(d.cfg.OTLP.Endpoint))
 		if err != nil {
@@ -43,7 +84,8 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	}
 	mp := sdkmetric.NewMeterProvider(opts...)
 	meter := mp.Meter("github.com/outboxkit/outbox/internal/daemon")
-	m := &metrics{handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), provider: mp}
+	m := &metrics{handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), provider: mp,
+		backlog: &backlog{stats: d.db.store.Stats, interval: d.cfg.Metrics.StatsInterval.D(), now: time.Now}}
 
 	table := d.cfg.Database.Table
 	if table == "" {
@@ -95,6 +137,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 		err = e
 	}
 	retainedCap := gauge("outboxkit.cdc.retained_bytes_cap", "By", "cdc.max_retained_bytes (0: no cap).")
+	headroom := gauge("outboxkit.cdc.headroom_bytes", "By", "MySQL/MariaDB: binary log between the oldest log on the server and the CDC checkpoint; purging more loses the position (Retention.HeadroomBytes). Not exported where the relay's slot pins the log (PostgreSQL).")
 	breaker := gauge("outboxkit.relay.breaker_open", "{relay}", "Relays whose breaker pauses fetching after sends in a row failed.")
 	if err != nil {
 		return nil, err
@@ -103,7 +146,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if st, err := d.db.store.Stats(ctx); err == nil {
+		if st, err := m.backlog.get(ctx); err == nil {
 			o.ObserveInt64(pending, st.Pending, attrs)
 			o.ObserveInt64(parked, st.Parked, attrs)
 			age := 0.0
@@ -132,6 +175,10 @@ func newMetrics(d *Daemon) (*metrics, error) {
 			gen = max(gen, st.Generation)
 			o.ObserveInt64(retained, st.Retention.RetainedBytes, attrs)
 			o.ObserveInt64(retainedCap, d.cfg.CDC.MaxRetainedBytes, attrs)
+			if st.Retention.HeadroomBytes >= 0 {
+				o.ObserveInt64(headroom, st.Retention.HeadroomBytes, attrs)
+			}
+			held += int64(st.LanesHeld)
 			o.ObserveFloat64(cdcLag, st.Lag.Seconds(), attrs)
 			age := 0.0
 			if !st.CheckpointAt.IsZero() {
@@ -158,7 +205,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 		o.ObserveInt64(ready, ok, attrs)
 		o.ObserveInt64(breaker, open, attrs)
 		return nil
-	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained, retainedCap, cdcLag, cpAge, breaker)
+	}, pending, parked, oldest, published, sends, failures, parkedTotal, claimLost, lanes, ready, generation, retained, retainedCap, headroom, cdcLag, cpAge, breaker)
 	if err != nil {
 		return nil, err
 	}
