@@ -15,6 +15,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/outboxkit/outbox/core"
 )
 
 // Config is the relay daemon's configuration. Every leaf key can be set in the YAML file, by an
@@ -60,6 +62,7 @@ type CDC struct {
 type Relay struct {
 	Workers         int      `yaml:"workers" help:"polling relays in this process (default 1)"`
 	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once (default 500)"`
+	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes (default 4)"`
 	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime (default 30s)"`
 	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found (default 100ms)"`
 	DeleteOnPublish bool     `yaml:"delete_on_publish" help:"delete rows once acknowledged instead of marking them"`
@@ -429,6 +432,9 @@ func (c *Config) validate() []string {
 	}
 	if c.Mode == "cdc" && c.Relay.Workers > 1 {
 		add("relay.workers", "must be 1 in mode cdc (one CDC relay publishes for the whole outbox)")
+	}
+	if c.Relay.InFlight < 0 || c.Relay.InFlight > core.MaxInFlight {
+		add("relay.in_flight", "must be between 0 (default) and %d", core.MaxInFlight)
 	}
 	for path, n := range map[string]int{"relay.batch_size": c.Relay.BatchSize, "sinks.sqs.concurrency": c.Sinks.SQS.Concurrency,
 		"sinks.sns.concurrency": c.Sinks.SNS.Concurrency} {

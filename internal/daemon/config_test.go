@@ -236,3 +236,18 @@ func TestREADMEListsEveryKey(t *testing.T) {
 		require.True(t, want[k], "README documents %s, which is not a configuration key", k)
 	}
 }
+
+// relay.in_flight reaches RelayOptions.InFlight's bounds: refused below 0 and above
+// core.MaxInFlight, with its path.
+func TestLoadInFlight(t *testing.T) {
+	t.Parallel()
+	base := "database: {driver: sqlite, dsn: /tmp/x.db}\nsink: sqs\nroutes: {default: https://x}\nrelay:\n  in_flight: "
+	cfg, err := Load(writeConfig(t, base+"8\n"), noEnv, nil)
+	require.NoError(t, err)
+	require.Equal(t, 8, cfg.Relay.InFlight)
+	for _, bad := range []string{"-1", "4097"} {
+		_, err := Load(writeConfig(t, base+bad+"\n"), noEnv, nil)
+		require.True(t, IsConfigError(err), "%s: %v", bad, err)
+		require.Equal(t, []string{"relay.in_flight: must be between 0 (default) and 4096"}, err.(*ConfigError).Problems)
+	}
+}

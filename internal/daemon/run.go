@@ -197,7 +197,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		for range cfg.Relay.Workers {
 			r, err := core.NewRelay(db.store, sink, router, &core.RelayOptions{
 				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
-				Retry: retry, DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+				InFlight: cfg.Relay.InFlight, Retry: retry, DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
 				MeterProvider: d.m.provider,
 			})
 			if err != nil {
