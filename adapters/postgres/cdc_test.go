@@ -402,8 +402,19 @@ func TestCDCRetention(t *testing.T) {
 		}
 		f.write(t, evs...)
 	}
-	ret, err := f.src.Retention(ctx, pos)
-	require.NoError(t, err)
+	// Retention measures up to pg_current_wal_lsn, the WAL written so far: with the test
+	// cluster's synchronous_commit=off the WAL writer may not have written the last commits yet,
+	// so wait for it (wal_writer_delay) instead of reading once.
+	var ret core.Retention
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ret, err = f.src.Retention(ctx, pos)
+		require.NoError(t, err)
+		if ret.RetainedBytes > int64(5*50*2048) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	require.Greater(t, ret.RetainedBytes, int64(5*50*2048), "the unconfirmed slot retains the writes")
 	require.EqualValues(t, -1, ret.HeadroomBytes)
 	before := ret.RetainedBytes
