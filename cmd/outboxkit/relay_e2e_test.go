@@ -487,7 +487,7 @@ shutdown_timeout: %s
 		return metric(text, "outboxkit_outbox_pending") == 0 &&
 			published+int(metric(text, "outboxkit_relay_published_total")) == written
 	}, 60*time.Second, 50*time.Millisecond, "backlog 0 and every event counted (written %d, earlier daemons %d); last scrape:\n%s\nstderr:\n%s",
-		written, published, &text, p.stderr)
+		written, published, textOf(&text), p.stderr)
 	require.Zero(t, metric(text, "outboxkit_outbox_oldest_pending_age_seconds"))
 	require.Equal(t, 1.0, metric(text, "outboxkit_relay_ready"))
 	checkCardinality(t, text, ids)
@@ -620,3 +620,11 @@ func daemonEnv() []string {
 	}
 	return env
 }
+
+// lazyText prints what a string variable holds when the message is formatted (require's
+// messages are formatted after the condition gave up, so the last scrape shows).
+type lazyText struct{ p *string }
+
+func (l lazyText) String() string { return *l.p }
+
+func textOf(p *string) fmt.Stringer { return lazyText{p} }
