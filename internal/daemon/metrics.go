@@ -103,7 +103,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	m.reg, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if st, err := d.db.store.Stats(ctx); err == nil {
+		if st, err := d.db.Store.Stats(ctx); err == nil {
 			o.ObserveInt64(pending, st.Pending, attrs)
 			o.ObserveInt64(parked, st.Parked, attrs)
 			age := 0.0
