@@ -34,15 +34,63 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 	return recs, nil
 }
 
-// Stats implements core.Admin. It scans the outbox table.
+// statsExactRows: Stats counts the published rows exactly when InnoDB estimates the table at
+// fewer rows than this, and estimates them beyond.
+const statsExactRows = 100_000
+
+// Stats implements core.Admin with index scans of the unpublished rows only. Published is exact
+// in a table InnoDB estimates at fewer than 100,000 rows and otherwise an estimate from InnoDB's
+// table statistics (see the Stats statement in queries.sql).
 func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
+	var unpublished, rows int64
 	var oldest sql.NullTime
-	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.stats, s.names.outbox).Scan(&unpublished, &st.Parked, &rows, &oldest); err != nil {
 		return core.Stats{}, wrap("stats", err)
+	}
+	st.Pending = unpublished - st.Parked
+	st.Published = max(rows-unpublished, 0)
+	if rows < statsExactRows {
+		if err := s.db.QueryRowContext(ctx, s.q.statsExact).Scan(&st.Published); err != nil {
+			return core.Stats{}, wrap("stats", err)
+		}
 	}
 	st.OldestPendingAt = nullTime(oldest)
 	return st, nil
+}
+
+// Blocked returns how many pending (unpublished, not parked) records wait behind an earlier
+// parked record of their partition key (index lookups from the parked records on).
+func (s *Store) Blocked(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.blocked).Scan(&n); err != nil {
+		return 0, wrap("blocked", err)
+	}
+	return n, nil
+}
+
+// Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
+// no Owner. TakenOver is never set.
+func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.lanesList)
+	if err != nil {
+		return nil, wrap("lanes", err)
+	}
+	defer rows.Close()
+	var out []core.Lease
+	for rows.Next() {
+		var l core.Lease
+		var until sql.NullTime
+		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
+			return nil, wrap("lanes", err)
+		}
+		l.Until = nullTime(until)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("lanes", err)
+	}
+	return out, nil
 }
 
 // Unpark implements core.Admin. The key's lane is computed from the recorded lane count.

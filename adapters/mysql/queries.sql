@@ -135,12 +135,39 @@ DELETE FROM {{outbox}}
 SELECT {{cols}} FROM {{outbox}} WHERE seq > ?
 
 -- name: Stats
+-- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
+-- rows. Unpublished rows are counted on ix_unpublished, parked ones on ix_failed; the table's row
+-- count is InnoDB's estimate (information_schema.TABLES.TABLE_ROWS; ? is the bare table name),
+-- from which Go subtracts the unpublished rows (or, for a small table, counts the published rows
+-- with StatsPublished); the oldest pending record is the first one in seq order on ix_unpublished.
 SELECT
-	COALESCE(SUM(published_at IS NULL AND parked_at IS NULL), 0),
-	COALESCE(SUM(published_at IS NULL AND parked_at IS NOT NULL), 0),
-	COALESCE(SUM(published_at IS NOT NULL), 0),
-	MIN(IF(published_at IS NULL AND parked_at IS NULL, created_at, NULL))
-	FROM {{outbox}}
+	(SELECT COUNT(*) FROM {{outbox}} WHERE unpublished = 1),
+	(SELECT COUNT(*) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL),
+	(SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
+	(SELECT created_at FROM {{outbox}} WHERE unpublished = 1 AND parked_at IS NULL ORDER BY seq LIMIT 1)
+
+-- name: StatsPublished
+-- The exact count of published rows (ix_unpublished's NULL prefix), for a small table only.
+SELECT COUNT(*) FROM {{outbox}} WHERE unpublished IS NULL
+
+-- name: Blocked
+-- Pending records held back by an earlier parked record of their partition key: the parked keys
+-- from ix_failed, then their pending records after the first parked one on ix_unpublished.
+SELECT COUNT(*) FROM (
+	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{outbox}}
+	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
+	GROUP BY failed_lane, partition_key
+) AS p
+JOIN {{outbox}} AS o ON o.unpublished = 1 AND o.seq > p.seq AND o.lane = p.failed_lane
+	AND o.partition_key = p.partition_key AND o.parked_at IS NULL
+
+-- name: Lanes
+SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
+
+-- name: ScriptMetaPut
+-- MigrationSQL: MetaPut with the literals {{key}} and {{value}} the adapter quotes.
+INSERT INTO {{meta}} (name, value) VALUES ({{key}}, {{value}}) ON DUPLICATE KEY UPDATE value = VALUES(value)
 
 -- name: ParkedKeys
 SELECT DISTINCT partition_key FROM {{outbox}}
