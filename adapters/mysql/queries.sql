@@ -153,14 +153,18 @@ SELECT COUNT(*) FROM {{outbox}} WHERE unpublished IS NULL
 
 -- name: Blocked
 -- Pending records held back by an earlier parked record of their partition key: the parked keys
--- from ix_failed, then their pending records after the first parked one on ix_unpublished.
-SELECT COUNT(*) FROM (
-	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{outbox}}
-	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
-	GROUP BY failed_lane, partition_key
-) AS p
-JOIN {{outbox}} AS o ON o.unpublished = 1 AND o.seq > p.seq AND o.lane = p.failed_lane
-	AND o.partition_key = p.partition_key AND o.parked_at IS NULL
+-- from ix_failed, then, per key, its pending records after the first parked one on
+-- ix_unpublished (a correlated count, so that the planner cannot turn it into a full scan).
+SELECT COALESCE(SUM(n), 0) FROM (
+	SELECT (SELECT COUNT(*) FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
+		WHERE o.unpublished = 1 AND o.seq > p.seq AND o.lane = p.failed_lane
+		  AND o.partition_key = p.partition_key AND o.parked_at IS NULL) AS n
+	FROM (
+		SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{outbox}}
+		WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
+		GROUP BY failed_lane, partition_key
+	) AS p
+) AS counts
 
 -- name: Lanes
 SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane

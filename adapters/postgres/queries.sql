@@ -377,7 +377,9 @@ WITH unpub AS (
 ), rel AS (
 	SELECT c.reltuples, c.relpages, pg_catalog.pg_relation_size(c.oid) AS bytes FROM pg_catalog.pg_class AS c
 	WHERE c.oid = '{{outbox}}'::regclass
-	   OR c.oid IN (SELECT i.inhrelid FROM pg_catalog.pg_inherits AS i WHERE i.inhparent = '{{outbox}}'::regclass)
+	UNION ALL
+	SELECT c.reltuples, c.relpages, pg_catalog.pg_relation_size(c.oid) FROM pg_catalog.pg_inherits AS i
+	JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = '{{outbox}}'::regclass
 ), est AS (
 	SELECT coalesce(sum(CASE WHEN reltuples > 0 AND relpages > 0
 		THEN reltuples / relpages * (bytes / current_setting('block_size')::bigint) ELSE 0 END), 0)::bigint AS n,
