@@ -32,14 +32,14 @@ type opsDB struct {
 	flags  []string // --db URL [--schema S]
 	cfg    opendb.Config
 	// tables lists the tables the database holds (to check that a failed command created none).
-	tables func(t *testing.T) []string
+	tables func(t testing.TB) []string
 	// exec runs a whole SQL script on the database.
-	exec func(t *testing.T, script string)
+	exec func(t testing.TB, script string)
 	// meta returns the rows of the outbox's bookkeeping table (name=value, sorted).
-	meta func(t *testing.T, table string) []string
+	meta func(t testing.TB, table string) []string
 }
 
-func opsPostgres(t *testing.T) opsDB {
+func opsPostgres(t testing.TB) opsDB {
 	dsn := testkit.Need(t, testkit.PostgresDSN)
 	ctx := t.Context()
 	schema := "ops_" + randSuffix()
@@ -54,21 +54,21 @@ func opsPostgres(t *testing.T) opsDB {
 	return opsDB{
 		driver: "postgres", flags: []string{"--db", dsn, "--schema", schema},
 		cfg: opendb.Config{Driver: "postgres", DSN: dsn, Schema: schema},
-		tables: func(t *testing.T) []string {
+		tables: func(t testing.TB) []string {
 			rows, err := admin.Query(t.Context(), "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema)
 			require.NoError(t, err)
 			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
 			return names
 		},
-		meta: func(t *testing.T, table string) []string {
+		meta: func(t testing.TB, table string) []string {
 			rows, err := admin.Query(t.Context(), "SELECT name || '=' || value FROM "+schema+"."+table+"_meta ORDER BY 1")
 			require.NoError(t, err)
 			out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
 			return out
 		},
-		exec: func(t *testing.T, script string) {
+		exec: func(t testing.TB, script string) {
 			// One simple-protocol Exec of the whole script, in one transaction, as psql -1 -f.
 			tx, err := admin.Begin(t.Context())
 			require.NoError(t, err)
@@ -79,7 +79,7 @@ func opsPostgres(t *testing.T) opsDB {
 	}
 }
 
-func opsMySQL(t *testing.T) opsDB {
+func opsMySQL(t testing.TB) opsDB {
 	dsn := testkit.Need(t, testkit.MySQLDSN)
 	ctx := t.Context()
 	cfg, err := gomysql.ParseDSN(dsn)
@@ -103,7 +103,7 @@ func opsMySQL(t *testing.T) opsDB {
 	return opsDB{
 		driver: "mysql", flags: []string{"--db", url},
 		cfg: opendb.Config{Driver: "mysql", DSN: mdsn},
-		tables: func(t *testing.T) []string {
+		tables: func(t testing.TB) []string {
 			rows, err := admin.QueryContext(t.Context(), "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY 1", name)
 			require.NoError(t, err)
 			defer rows.Close()
@@ -116,10 +116,10 @@ func opsMySQL(t *testing.T) opsDB {
 			require.NoError(t, rows.Err())
 			return names
 		},
-		meta: func(t *testing.T, table string) []string {
+		meta: func(t testing.TB, table string) []string {
 			return queryStrings(t, admin, "SELECT CONCAT(name, '=', value) FROM `"+name+"`.`"+table+"_meta` ORDER BY 1")
 		},
-		exec: func(t *testing.T, script string) {
+		exec: func(t testing.TB, script string) {
 			// One multi-statement batch, as a migration tool sends it.
 			c := cfg.Clone()
 			c.DBName, c.MultiStatements = name, true
@@ -132,12 +132,12 @@ func opsMySQL(t *testing.T) opsDB {
 	}
 }
 
-func opsSQLite(t *testing.T) opsDB {
+func opsSQLite(t testing.TB) opsDB {
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	return opsDB{
 		driver: "sqlite", flags: []string{"--db", "sqlite:" + path},
 		cfg: opendb.Config{Driver: "sqlite", DSN: path},
-		tables: func(t *testing.T) []string {
+		tables: func(t testing.TB) []string {
 			if _, err := os.Stat(path); err != nil {
 				return nil
 			}
@@ -156,7 +156,7 @@ func opsSQLite(t *testing.T) opsDB {
 			require.NoError(t, rows.Err())
 			return names
 		},
-		meta: func(t *testing.T, table string) []string {
+		meta: func(t testing.TB, table string) []string {
 			db, err := sqlite.OpenDB(t.Context(), path)
 			require.NoError(t, err)
 			defer db.Close()
@@ -164,7 +164,7 @@ func opsSQLite(t *testing.T) opsDB {
 				SELECT 'migration=' || version || ':' || name FROM "`+table+`_migrations" UNION ALL
 				SELECT 'inbox_migration=' || version || ':' || name FROM "inbox_migrations" ORDER BY 1`)
 		},
-		exec: func(t *testing.T, script string) {
+		exec: func(t testing.TB, script string) {
 			db, err := sqlite.OpenDB(t.Context(), path)
 			require.NoError(t, err)
 			defer db.Close()
@@ -177,7 +177,7 @@ func opsSQLite(t *testing.T) opsDB {
 	}
 }
 
-func queryStrings(t *testing.T, db *sql.DB, query string) []string {
+func queryStrings(t testing.TB, db *sql.DB, query string) []string {
 	t.Helper()
 	rows, err := db.QueryContext(t.Context(), query)
 	require.NoError(t, err)
@@ -194,11 +194,11 @@ func queryStrings(t *testing.T, db *sql.DB, query string) []string {
 
 var opsBackends = []struct {
 	name string
-	new  func(t *testing.T) opsDB
+	new  func(t testing.TB) opsDB
 }{{"postgres", opsPostgres}, {"mysql", opsMySQL}, {"sqlite", opsSQLite}}
 
 // cli runs the cobra root in this process and returns the exit status, stdout and stderr.
-func cli(t *testing.T, args ...string) (int, string, string) {
+func cli(t testing.TB, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(t.Context(), args, &out, &errb)
@@ -206,7 +206,7 @@ func cli(t *testing.T, args ...string) (int, string, string) {
 }
 
 // ok runs a command that must succeed and returns its stdout.
-func ok(t *testing.T, args ...string) string {
+func ok(t testing.TB, args ...string) string {
 	t.Helper()
 	code, out, errs := cli(t, args...)
 	require.Equal(t, 0, code, "%q: %s", args, errs)
@@ -215,7 +215,7 @@ func ok(t *testing.T, args ...string) string {
 
 // fails runs a command that must exit with code after printing exactly one line on stderr that
 // contains want; it returns that line.
-func fails(t *testing.T, code int, want string, args ...string) string {
+func fails(t testing.TB, code int, want string, args ...string) string {
 	t.Helper()
 	got, out, errs := cli(t, args...)
 	require.Equal(t, code, got, "%q: stdout %q stderr %q", args, out, errs)
@@ -226,7 +226,7 @@ func fails(t *testing.T, code int, want string, args ...string) string {
 
 // writeEvents writes one event per key through the adapter's own transaction type and returns
 // their IDs in order.
-func writeEvents(t *testing.T, store opendb.Store, keys ...string) []string {
+func writeEvents(t testing.TB, store opendb.Store, keys ...string) []string {
 	t.Helper()
 	ctx := t.Context()
 	var write func(ctx context.Context, key string) ([]string, error)
