@@ -323,9 +323,10 @@ const (
 // Stats counts outbox rows. The SQL adapters answer from indexes of the unpublished rows and
 // never scan the published ones, so that operators and metrics may ask often on a large table.
 type Stats struct {
-	// Pending counts the unpublished records that are not parked: exactly, except on
-	// PostgreSQL beyond 10,000 unpublished rows, where it is the planner's estimate (the null
-	// fraction of published_at at the last ANALYZE times the table's estimated rows).
+	// Pending counts the unpublished records that are not parked: exactly, except beyond
+	// 10,000 unpublished rows on PostgreSQL, where it is the planner's estimate (the null
+	// fraction of published_at at the last ANALYZE times the table's estimated rows), and on
+	// MySQL/MariaDB, where it is the optimizer's estimate of the unpublished index range.
 	Pending int64
 	Parked  int64 // unpublished and parked (exact)
 	// Published counts the published rows still present (mark mode "set"). The SQL adapters

@@ -44,6 +44,7 @@ type queries struct {
 
 	listPrefix, stats, unpark, parkedKeys string
 	statsExact, blocked, lanesList        string
+	pendingEstimate                       string
 	scriptMetaPut                         string
 
 	horizonGet, raiseHorizon, pruneInbox                             string
@@ -113,6 +114,7 @@ func newQueries(n tableNames) (queries, error) {
 		listPrefix:             st.Get("ListPrefix"),
 		stats:                  st.Get("Stats"),
 		statsExact:             st.Get("StatsPublished"),
+		pendingEstimate:        st.Get("PendingEstimate"),
 		blocked:                st.Get("Blocked"),
 		lanesList:              st.Get("Lanes"),
 		scriptMetaPut:          st.Get("ScriptMetaPut"),

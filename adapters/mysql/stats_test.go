@@ -32,7 +32,7 @@ func TestStatsPlan(t *testing.T) {
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
-	}{"stats": {stats, []any{"outbox"}}, "blocked": {blocked, nil}} {
+	}{"stats": {stats, []any{10_000, "outbox"}}, "blocked": {blocked, []any{10_000}}} {
 		rows, err := db.Query("EXPLAIN "+q.sql, q.args...)
 		require.NoError(t, err)
 		cols, err := rows.Columns()
@@ -67,4 +67,13 @@ func TestStatsPlan(t *testing.T) {
 	n, err := s.Blocked(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, int64(19), n, "order/1's pending records after e8001")
+
+	// Beyond 10,000 unpublished rows, Pending is the optimizer's estimate.
+	_, err = db.Exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane, created_at)
+		SELECT CONCAT('f', seq), 'order', seq % 100, 't', CONCAT('order/', seq % 100), '', '{}', (seq % 100) % 64,
+		UTC_TIMESTAMP(6) FROM seq_1_to_10000`)
+	require.NoError(t, err)
+	st, err = s.Stats(t.Context())
+	require.NoError(t, err)
+	require.InEpsilon(t, 11999, st.Pending, 0.5, "the estimate")
 }
