@@ -260,7 +260,8 @@ func writeEvents(t testing.TB, store opendb.Store, keys ...string) []string {
 // a parked key, the event blocked behind it and the held lanes; parked lists it; cleanup keeps
 // the published event behind the unpublished ones; unpark (flags after the key) releases it.
 func TestOpsCommands(t *testing.T) {
-	t.Parallel()
+	// Not parallel with the other tests (its subtests are, with each other): under the load of
+	// three databases at once the daemon end-to-end tests miss their deadlines.
 	for _, b := range opsBackends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
@@ -433,7 +434,8 @@ func TestOpsBinary(t *testing.T) {
 // that `migrate` with the same options finds current: it records nothing more, and the
 // operator commands work on it.
 func TestMigrateSQL(t *testing.T) {
-	t.Parallel()
+	// Not parallel with the other tests (its subtests are, with each other): under the load of
+	// three databases at once the daemon end-to-end tests miss their deadlines.
 	for _, b := range opsBackends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
