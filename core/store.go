@@ -320,12 +320,24 @@ const (
 	StatePublished
 )
 
-// Stats counts outbox rows.
+// Stats counts outbox rows. The SQL adapters answer from indexes of the unpublished rows and
+// never scan the published ones, so that operators and metrics may ask often on a large table.
 type Stats struct {
-	Pending   int64 // unpublished, not parked
-	Parked    int64
-	Published int64 // still present (mark mode "set")
-	// OldestPendingAt is the CreatedAt of the oldest pending record (zero when none).
+	// Pending counts the unpublished records that are not parked: exactly, except beyond
+	// 10,000 unpublished rows on PostgreSQL, where it is the planner's estimate (the null
+	// fraction of published_at at the last ANALYZE times the table's estimated rows), and on
+	// MySQL/MariaDB, where it is the optimizer's estimate of the unpublished index range.
+	Pending int64
+	Parked  int64 // unpublished and parked (exact)
+	// Published counts the published rows still present (mark mode "set"). The SQL adapters
+	// count it exactly in a small table and estimate it in a large one: PostgreSQL beyond
+	// 16 MiB and MySQL/MariaDB beyond 100,000 rows from the table statistics (the planner's
+	// estimate, InnoDB's TABLE_ROWS; as fresh as the last ANALYZE or autovacuum) less the
+	// unpublished rows, SQLite beyond 100,000 published rows from the seq range.
+	Published int64
+	// OldestPendingAt is the CreatedAt of the oldest pending record (zero when none). The SQL
+	// adapters take the first pending record in Seq order (an index lookup), which is the
+	// oldest unless an earlier transaction committed a later CreatedAt.
 	OldestPendingAt time.Time
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -34,15 +35,110 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 	return recs, nil
 }
 
-// Stats implements core.Admin. It scans the outbox table.
+// statsExactRows: Stats counts the published rows exactly when InnoDB estimates the table at
+// fewer rows than this, and estimates them beyond.
+const statsExactRows = 100_000
+
+// statsExactUnpublished: Stats counts at most this many unpublished rows, and estimates them
+// beyond; Blocked looks at most at this many pending rows.
+const statsExactUnpublished = 10_000
+
+// Stats implements core.Admin with index scans of at most 10,000 unpublished rows. Pending is
+// exact up to there and otherwise the optimizer's estimate; Published is exact in a table
+// InnoDB estimates at fewer than 100,000 rows and otherwise an estimate from InnoDB's table
+// statistics (see the Stats statement in queries.sql).
 func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
+	var unpublished, rows int64
 	var oldest sql.NullTime
-	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.stats, statsExactUnpublished, s.names.outbox).Scan(&unpublished, &st.Parked, &rows, &oldest); err != nil {
 		return core.Stats{}, wrap("stats", err)
+	}
+	if unpublished >= statsExactUnpublished {
+		est, err := s.pendingEstimate(ctx)
+		if err != nil {
+			return core.Stats{}, wrap("stats", err)
+		}
+		unpublished = max(unpublished, est)
+	}
+	st.Pending = max(unpublished-st.Parked, 0)
+	st.Published = max(rows-unpublished, 0)
+	if rows < statsExactRows {
+		if err := s.db.QueryRowContext(ctx, s.q.statsExact).Scan(&st.Published); err != nil {
+			return core.Stats{}, wrap("stats", err)
+		}
 	}
 	st.OldestPendingAt = nullTime(oldest)
 	return st, nil
+}
+
+// pendingEstimate reads the "rows" column of the optimizer's plan of the unpublished rows.
+func (s *Store) pendingEstimate(ctx context.Context) (int64, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.pendingEstimate)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, err
+	}
+	var est int64
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return 0, err
+		}
+		for i, c := range cols {
+			if c == "rows" && vals[i].Valid {
+				n, err := strconv.ParseInt(vals[i].String, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("pending estimate: rows %q: %w", vals[i].String, err)
+				}
+				est = max(est, n)
+			}
+		}
+	}
+	return est, rows.Err()
+}
+
+// Blocked returns how many pending (unpublished, not parked) records wait behind an earlier
+// parked record of their partition key, among the first 10,000 pending records after the first
+// parked one (a lower bound beyond them).
+func (s *Store) Blocked(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.blocked, statsExactUnpublished).Scan(&n); err != nil {
+		return 0, wrap("blocked", err)
+	}
+	return n, nil
+}
+
+// Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
+// no Owner. TakenOver is never set.
+func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.lanesList)
+	if err != nil {
+		return nil, wrap("lanes", err)
+	}
+	defer rows.Close()
+	var out []core.Lease
+	for rows.Next() {
+		var l core.Lease
+		var until sql.NullTime
+		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
+			return nil, wrap("lanes", err)
+		}
+		l.Until = nullTime(until)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("lanes", err)
+	}
+	return out, nil
 }
 
 // Unpark implements core.Admin. The key's lane is computed from the recorded lane count.

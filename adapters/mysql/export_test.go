@@ -12,3 +12,7 @@ func (s *Store) FetchPlanQueries(lanes []int, total, blocked int) (string, []any
 
 // MinimalMarks reports whether marks are logged with a minimal row image.
 func (s *Store) MinimalMarks() bool { return s.markPrefix != "" }
+
+// StatsQueries returns the statements of Stats (its argument: the table name) and Blocked,
+// for tests (EXPLAIN).
+func (s *Store) StatsQueries() (stats, blocked string) { return s.q.stats, s.q.blocked }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 //go:embed migrations/*.sql
@@ -109,6 +110,68 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 		return nil
 	})
 }
+
+// MigrationSQL returns, as one plain SQL script, what Migrate does to an empty database with
+// opts: the embedded migrations with the table names of opts, the lane rows, the publisher row
+// and the rows Migrate records (lane count, schema version), so that Migrate with the same
+// options then finds the outbox current. It is for teams whose schema changes go through their
+// own tool (goose, atlas, golang-migrate); it needs no database to be built. Every statement
+// ends with ";" at the end of a line; the trigger's body holds one more ";" inside a line, so
+// send the script as one multi-statement batch (go-sql-driver/mysql multiStatements=true, the
+// tools' default) or split it at line ends, as Migrate does; the mysql command-line client needs
+// a DELIMITER around the trigger. MySQL DDL is not transactional.
+func MigrationSQL(opts *Options) (string, error) {
+	o, names, err := resolve(opts)
+	if err != nil {
+		return "", err
+	}
+	q, err := newQueries(names)
+	if err != nil {
+		return "", err
+	}
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outboxkit MySQL/MariaDB migrations: outbox `%s`, inbox `%s`, %d lanes.\n\n", names.outbox, names.inbox, o.Lanes)
+	add := func(stmt string) { b.WriteString(strings.TrimSpace(stmt) + ";\n\n") }
+	id := names.idents()
+	for _, f := range files {
+		src, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		text, err := id.Expand(string(src))
+		if err != nil {
+			return "", fmt.Errorf("mysql: %s: %w", f, err)
+		}
+		for _, stmt := range splitSQL(text) {
+			add(stmt)
+		}
+	}
+	if o.UniqueAggregateVersion {
+		add(q.aggVersionIdx)
+	}
+	values := make([]string, o.Lanes)
+	for l := range values {
+		values[l] = "(" + strconv.Itoa(l) + ")"
+	}
+	add(q.laneInsert + strings.Join(values, ","))
+	add(q.publisherInit)
+	for _, kv := range [][2]string{{"lanes", strconv.Itoa(o.Lanes)}, {"schema_version", strconv.Itoa(len(files))}} {
+		stmt, err := sqlfile.Idents{"key": sqlLiteral(kv[0]), "value": sqlLiteral(kv[1])}.Expand(q.scriptMetaPut)
+		if err != nil {
+			return "", err
+		}
+		add(stmt)
+	}
+	return b.String(), nil
+}
+
+// sqlLiteral quotes s, made of letters, digits and "_" only, as a string literal.
+func sqlLiteral(s string) string { return "'" + s + "'" }
 
 // splitSQL drops comment lines and splits a migration file into statements: a statement ends
 // at a ';' that ends a line, so that a trigger body may hold ';' elsewhere on a line.

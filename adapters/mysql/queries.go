@@ -43,6 +43,9 @@ type queries struct {
 	minUnpublished, pruneOutbox string
 
 	listPrefix, stats, unpark, parkedKeys string
+	statsExact, blocked, lanesList        string
+	pendingEstimate                       string
+	scriptMetaPut                         string
 
 	horizonGet, raiseHorizon, pruneInbox                             string
 	insertRecord, readRecord, versionEnsure, versionRead, versionSet string
@@ -61,6 +64,7 @@ func (n tableNames) idents() sqlfile.Idents {
 		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint),
 		"now": nowExpr, "cols": recordColumns,
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
+		"key": "{{key}}", "value": "{{value}}",
 		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
 	}
 }
@@ -109,6 +113,11 @@ func newQueries(n tableNames) (queries, error) {
 		pruneOutbox:            st.Get("PruneOutbox"),
 		listPrefix:             st.Get("ListPrefix"),
 		stats:                  st.Get("Stats"),
+		statsExact:             st.Get("StatsPublished"),
+		pendingEstimate:        st.Get("PendingEstimate"),
+		blocked:                st.Get("Blocked"),
+		lanesList:              st.Get("Lanes"),
+		scriptMetaPut:          st.Get("ScriptMetaPut"),
 		parkedKeys:             st.Get("ParkedKeys"),
 		unpark:                 st.Get("Unpark"),
 		horizonGet:             st.Get("HorizonGet"),

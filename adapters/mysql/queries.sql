@@ -135,12 +135,50 @@ DELETE FROM {{outbox}}
 SELECT {{cols}} FROM {{outbox}} WHERE seq > ?
 
 -- name: Stats
+-- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
+-- rows, and at most the first ? (Go's cap) entries of ix_unpublished: beyond it Go takes the
+-- optimizer's estimate (PendingEstimate). Parked rows are counted on ix_failed; the table's row
+-- count is InnoDB's estimate (information_schema.TABLES.TABLE_ROWS; the second ? is the bare
+-- table name), from which Go subtracts the unpublished rows (or, for a small table, counts the
+-- published rows with StatsPublished); the oldest pending record is the first one in seq order
+-- on ix_unpublished.
 SELECT
-	COALESCE(SUM(published_at IS NULL AND parked_at IS NULL), 0),
-	COALESCE(SUM(published_at IS NULL AND parked_at IS NOT NULL), 0),
-	COALESCE(SUM(published_at IS NOT NULL), 0),
-	MIN(IF(published_at IS NULL AND parked_at IS NULL, created_at, NULL))
-	FROM {{outbox}}
+	(SELECT COUNT(*) FROM (SELECT 1 FROM {{outbox}} WHERE unpublished = 1 LIMIT ?) AS u),
+	(SELECT COUNT(*) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL),
+	(SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
+	(SELECT created_at FROM {{outbox}} WHERE unpublished = 1 AND parked_at IS NULL ORDER BY seq LIMIT 1)
+
+-- name: PendingEstimate
+-- The optimizer's estimate of the unpublished rows (index dives on ix_unpublished): the "rows"
+-- column of this EXPLAIN.
+EXPLAIN SELECT 1 FROM {{outbox}} WHERE unpublished = 1
+
+-- name: StatsPublished
+-- The exact count of published rows (ix_unpublished's NULL prefix), for a small table only.
+SELECT COUNT(*) FROM {{outbox}} WHERE unpublished IS NULL
+
+-- name: Blocked
+-- Pending records held back by an earlier parked record of their partition key, among the
+-- first ? unpublished records after the first parked one (ix_unpublished; a lower bound beyond
+-- them). The parked keys come from ix_failed.
+SELECT COUNT(*) FROM (
+	SELECT o.seq, o.lane, o.partition_key FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
+	WHERE o.unpublished = 1 AND o.parked_at IS NULL
+	  AND o.seq > (SELECT COALESCE(MIN(seq), 9223372036854775807) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL)
+	ORDER BY o.seq LIMIT ?
+) AS w JOIN (
+	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{outbox}}
+	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
+	GROUP BY failed_lane, partition_key
+) AS p ON w.lane = p.failed_lane AND w.partition_key = p.partition_key AND w.seq > p.seq
+
+-- name: Lanes
+SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
+
+-- name: ScriptMetaPut
+-- MigrationSQL: MetaPut with the literals {{key}} and {{value}} the adapter quotes.
+INSERT INTO {{meta}} (name, value) VALUES ({{key}}, {{value}}) ON DUPLICATE KEY UPDATE value = VALUES(value)
 
 -- name: ParkedKeys
 SELECT DISTINCT partition_key FROM {{outbox}}

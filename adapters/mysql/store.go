@@ -71,58 +71,9 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	if db == nil {
 		return nil, &core.OptionError{Field: "db", Reason: "must not be nil"}
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Table == "" {
-		o.Table = "outbox"
-	}
-	if o.InboxTable == "" {
-		o.InboxTable = "inbox"
-	}
-	if !identRE.MatchString(o.Table) {
-		return nil, &core.OptionError{Field: "Table", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
-	}
-	if !identRE.MatchString(o.InboxTable) {
-		return nil, &core.OptionError{Field: "InboxTable", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
-	}
-	names := tableNames{
-		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
-		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
-		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
-	}
-	if err := sqlident.CheckCollisions(
-		sqlident.Ident{Field: "Table", Name: names.outbox}, sqlident.Ident{Field: "Table", Name: names.lanes},
-		sqlident.Ident{Field: "Table", Name: names.workers}, sqlident.Ident{Field: "Table", Name: names.meta},
-		sqlident.Ident{Field: "Table", Name: names.publisher}, sqlident.Ident{Field: "Table", Name: names.checkpoint},
-		sqlident.Ident{Field: "InboxTable", Name: names.inbox}, sqlident.Ident{Field: "InboxTable", Name: names.horizons},
-		sqlident.Ident{Field: "InboxTable", Name: names.versions},
-	); err != nil {
+	o, names, err := resolve(opts)
+	if err != nil {
 		return nil, err
-	}
-	var err error
-	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
-		return nil, err
-	}
-	if o.ClaimStrategy != ClaimSkipLocked && o.ClaimStrategy != ClaimGetLock {
-		return nil, &core.OptionError{Field: "ClaimStrategy", Reason: "unknown claim strategy"}
-	}
-	if o.DeadlockRetries > MaxDeadlockRetries {
-		return nil, &core.OptionError{Field: "DeadlockRetries", Reason: fmt.Sprintf("must be at most %d", MaxDeadlockRetries)}
-	}
-	if o.DeadlockRetries == 0 {
-		o.DeadlockRetries = 8
-	} else if o.DeadlockRetries < 0 {
-		o.DeadlockRetries = 0
-	}
-	if o.DSN != "" {
-		if _, err := driver.ParseDSN(o.DSN); err != nil {
-			return nil, &core.OptionError{Field: "DSN", Reason: err.Error()}
-		}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
 	}
 	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}, live: map[string]bool{}}
 
@@ -164,6 +115,64 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 	sum := sha256.Sum256([]byte(s.database + "." + o.Table))
 	s.lockPrefix = "obk:" + hex.EncodeToString(sum[:8]) + ":"
 	return s, nil
+}
+
+// resolve applies opts' defaults and checks them and the table names (no I/O).
+func resolve(opts *Options) (Options, tableNames, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Table == "" {
+		o.Table = "outbox"
+	}
+	if o.InboxTable == "" {
+		o.InboxTable = "inbox"
+	}
+	if !identRE.MatchString(o.Table) {
+		return Options{}, tableNames{}, &core.OptionError{Field: "Table", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
+	}
+	if !identRE.MatchString(o.InboxTable) {
+		return Options{}, tableNames{}, &core.OptionError{Field: "InboxTable", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
+	}
+	names := tableNames{
+		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
+		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
+		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
+	}
+	if err := sqlident.CheckCollisions(
+		sqlident.Ident{Field: "Table", Name: names.outbox}, sqlident.Ident{Field: "Table", Name: names.lanes},
+		sqlident.Ident{Field: "Table", Name: names.workers}, sqlident.Ident{Field: "Table", Name: names.meta},
+		sqlident.Ident{Field: "Table", Name: names.publisher}, sqlident.Ident{Field: "Table", Name: names.checkpoint},
+		sqlident.Ident{Field: "InboxTable", Name: names.inbox}, sqlident.Ident{Field: "InboxTable", Name: names.horizons},
+		sqlident.Ident{Field: "InboxTable", Name: names.versions},
+	); err != nil {
+		return Options{}, tableNames{}, err
+	}
+	var err error
+	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
+		return Options{}, tableNames{}, err
+	}
+	if o.ClaimStrategy != ClaimSkipLocked && o.ClaimStrategy != ClaimGetLock {
+		return Options{}, tableNames{}, &core.OptionError{Field: "ClaimStrategy", Reason: "unknown claim strategy"}
+	}
+	if o.DeadlockRetries > MaxDeadlockRetries {
+		return Options{}, tableNames{}, &core.OptionError{Field: "DeadlockRetries", Reason: fmt.Sprintf("must be at most %d", MaxDeadlockRetries)}
+	}
+	if o.DeadlockRetries == 0 {
+		o.DeadlockRetries = 8
+	} else if o.DeadlockRetries < 0 {
+		o.DeadlockRetries = 0
+	}
+	if o.DSN != "" {
+		if _, err := driver.ParseDSN(o.DSN); err != nil {
+			return Options{}, tableNames{}, &core.OptionError{Field: "DSN", Reason: err.Error()}
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, names, nil
 }
 
 // checkTimeSettings verifies that DATETIME values come back as time.Time in UTC

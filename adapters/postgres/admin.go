@@ -36,15 +36,73 @@ func (s *Store[TTx]) List(ctx context.Context, p core.ListParams) ([]core.Record
 	return recs, nil
 }
 
-// Stats counts the outbox rows (a full scan: an operator's call, not a hot path).
+// statsExactBytes: Stats counts the published rows exactly in an outbox table (partitions
+// included) of at most this size, and estimates them beyond.
+const statsExactBytes = 16 << 20
+
+// statsExactUnpublished: Stats counts at most this many unpublished rows, and estimates them
+// beyond; Blocked looks at most at this many pending rows.
+const statsExactUnpublished = 10_000
+
+// Stats counts the outbox rows with index scans of at most 10,000 unpublished rows. Pending is
+// exact up to there and otherwise the planner's estimate; Published is exact in a table of at
+// most 16 MiB and otherwise an estimate from the table statistics (see the Stats statement in
+// queries.sql).
 func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
+	var unpublished, rows, bytes int64
+	var nullFrac float64
 	var oldest pgtype.Timestamptz
-	if err := queryRow(ctx, s.db, s.q.stats, nil, &st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+	if err := queryRow(ctx, s.db, s.q.stats, []any{statsExactUnpublished}, &unpublished, &st.Parked, &rows, &bytes, &nullFrac, &oldest); err != nil {
 		return core.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
+	}
+	if unpublished >= statsExactUnpublished {
+		unpublished = max(unpublished, int64(nullFrac*float64(rows)))
+	}
+	st.Pending = max(unpublished-st.Parked, 0)
+	st.Published = max(rows-unpublished, 0)
+	if bytes <= statsExactBytes {
+		if err := queryRow(ctx, s.db, s.q.statsExact, nil, &st.Published); err != nil {
+			return core.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
+		}
 	}
 	st.OldestPendingAt = tsOut(oldest)
 	return st, nil
+}
+
+// Blocked returns how many pending (unpublished, not parked) records wait behind an earlier
+// parked record of their partition key, among the first 10,000 pending records after the first
+// parked one (a lower bound beyond them). It reads the failed and the pending index.
+func (s *Store[TTx]) Blocked(ctx context.Context) (int64, error) {
+	var n int64
+	if err := queryRow(ctx, s.db, s.q.blocked, []any{statsExactUnpublished}, &n); err != nil {
+		return 0, fmt.Errorf("postgres: blocked: %w", classify(err))
+	}
+	return n, nil
+}
+
+// Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
+// no Owner (its Until is the last lease's expiry). TakenOver is never set.
+func (s *Store[TTx]) Lanes(ctx context.Context) ([]core.Lease, error) {
+	rows, err := s.db.query(ctx, s.q.lanesList)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: lanes: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []core.Lease
+	for rows.Next() {
+		var l core.Lease
+		var until pgtype.Timestamptz
+		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
+			return nil, fmt.Errorf("postgres: lanes: %w", err)
+		}
+		l.Until = tsOut(until)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: lanes: %w", classify(err))
+	}
+	return out, nil
 }
 
 // ParkedKeys implements core.Admin.

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 //go:embed migrations/0000_outbox_partitioned.sql
@@ -131,6 +133,66 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	}
 	return nil
 }
+
+// MigrationSQL returns, as one plain SQL script, what Migrate does to an empty schema with opts
+// (opts.Schema must exist): the embedded migrations with the identifiers of opts, and the rows
+// Migrate records (lane count, applied migrations, lane rows), so that Migrate with the same
+// options then finds the outbox current and changes nothing. It is for teams whose schema
+// changes go through their own tool (goose, atlas, golang-migrate): the script takes no
+// parameters, holds no transaction control (run it in one transaction) and needs no database to
+// be built. A partitioned outbox (opts.Partitioning) is refused with a *core.OptionError: its
+// partitions depend on the time of migration, use Migrate.
+func MigrationSQL(opts *Options) (string, error) {
+	o, n, err := opts.resolve()
+	if err != nil {
+		return "", err
+	}
+	if o.Partitioning != nil {
+		return "", &core.OptionError{Field: "Partitioning", Reason: "MigrationSQL does not create partitions; use Migrate"}
+	}
+	q, err := buildQueries(n, false)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outboxkit PostgreSQL migrations: outbox %s, inbox %s, %d lanes.\n-- Run in one transaction.\n\n", n.outbox, n.inbox, o.Lanes)
+	add := func(stmt string) {
+		b.WriteString(strings.TrimRight(strings.TrimSpace(stmt), ";"))
+		b.WriteString(";\n\n")
+	}
+	put := func(key, value string) error {
+		stmt, err := sqlfile.Idents{"key": sqlLiteral(key), "value": sqlLiteral(value)}.Expand(q.scriptMetaPut)
+		if err == nil {
+			add(stmt)
+		}
+		return err
+	}
+	add(q.metaTable)
+	if err := put("lanes", strconv.Itoa(o.Lanes)); err != nil {
+		return "", err
+	}
+	if err := put("partitioning", "none"); err != nil {
+		return "", err
+	}
+	for _, m := range q.migrations {
+		add(m.sql)
+		if err := put(m.name, "applied"); err != nil {
+			return "", err
+		}
+	}
+	lanes, err := sqlfile.Idents{"value": strconv.Itoa(o.Lanes)}.Expand(q.scriptLanes)
+	if err != nil {
+		return "", err
+	}
+	add(lanes)
+	if o.UniqueAggregateVersion {
+		add(q.aggverIdx)
+	}
+	return b.String(), nil
+}
+
+// sqlLiteral quotes s as a string literal (standard_conforming_strings, the default since 9.1).
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // withTx runs fn in a transaction of the store's pool or database.
 func (s *Store[TTx]) withTx(ctx context.Context, fn func(ctx context.Context, q querier) error) error {

@@ -23,6 +23,7 @@ type queries struct {
 	migrateLock, indexExists    string
 	metaTable, metaGet, metaPut string
 	lanesFill, laneCount        string
+	scriptMetaPut, scriptLanes  string // MigrationSQL; {{key}}, {{value}}
 
 	insert string
 
@@ -43,6 +44,9 @@ type queries struct {
 	pruneOutbox string
 	list        [4]string // by core.RecordState
 	stats       string
+	statsExact  string
+	blocked     string
+	lanesList   string
 	unpark      string
 	parkedKeys  string
 
@@ -93,6 +97,8 @@ func (n names) idents() sqlfile.Idents {
 		"partition":    "{{partition}}",
 		"from":         "{{from}}",
 		"to":           "{{to}}",
+		"key":          "{{key}}",
+		"value":        "{{value}}",
 	}
 }
 
@@ -103,14 +109,16 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	q := &queries{
-		migrateLock: st.Get("MigrateLock"),
-		indexExists: st.Get("IndexExists"),
-		metaTable:   st.Get("MetaTable"),
-		metaGet:     st.Get("MetaGet"),
-		metaPut:     st.Get("MetaPut"),
-		lanesFill:   st.Get("LanesFill"),
-		laneCount:   st.Get("LaneCount"),
-		aggverIdx:   st.Get("AggverIndex"),
+		migrateLock:   st.Get("MigrateLock"),
+		indexExists:   st.Get("IndexExists"),
+		metaTable:     st.Get("MetaTable"),
+		metaGet:       st.Get("MetaGet"),
+		metaPut:       st.Get("MetaPut"),
+		lanesFill:     st.Get("LanesFill"),
+		laneCount:     st.Get("LaneCount"),
+		scriptMetaPut: st.Get("ScriptMetaPut"),
+		scriptLanes:   st.Get("ScriptLanesFill"),
+		aggverIdx:     st.Get("AggverIndex"),
 
 		insert: st.Get("Insert"),
 
@@ -141,6 +149,9 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		pruneOutbox: st.Get("PruneOutbox"),
 		list:        [4]string{st.Get("ListAll"), st.Get("ListPending"), st.Get("ListParked"), st.Get("ListPublished")},
 		stats:       st.Get("Stats"),
+		statsExact:  st.Get("StatsPublished"),
+		blocked:     st.Get("Blocked"),
+		lanesList:   st.Get("Lanes"),
 		unpark:      st.Get("Unpark"),
 		parkedKeys:  st.Get("ParkedKeys"),
 

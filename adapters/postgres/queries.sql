@@ -24,6 +24,16 @@ INSERT INTO {{meta}} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
 INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, $1::int - 1) AS g
 	ON CONFLICT (lane) DO NOTHING
 
+-- name: ScriptMetaPut
+-- MigrationSQL: MetaPut with the literals {{key}} and {{value}} the adapter quotes (a script has
+-- no parameters).
+INSERT INTO {{meta}} (name, value) VALUES ({{key}}, {{value}}) ON CONFLICT (name) DO NOTHING
+
+-- name: ScriptLanesFill
+-- MigrationSQL: LanesFill with the lane count {{value}} as a literal.
+INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, {{value}} - 1) AS g
+	ON CONFLICT (lane) DO NOTHING
+
 -- name: LaneCount
 SELECT count(*) FROM {{lanes}}
 
@@ -352,12 +362,63 @@ SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NULL AND park
 SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NOT NULL ORDER BY seq LIMIT $2
 
 -- name: Stats
-SELECT
-	count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL),
-	count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NOT NULL),
-	count(*) FILTER (WHERE published_at IS NOT NULL),
-	min(created_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL)
-FROM {{outbox}}
+-- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
+-- rows, and at most $1 entries of the pending index. The unpublished rows are counted on the
+-- pending index up to $1 (Go's cap; beyond it Go takes the planner's estimate: the null
+-- fraction of published_at times the table's estimated rows), the parked ones on the failed
+-- index; the table's rows are estimated as the planner does (reltuples per page at the last
+-- ANALYZE or vacuum, times the pages the table has now; 0 before any), summed over the table
+-- and its partitions, with their size in bytes (Go counts the published rows exactly, with
+-- StatsPublished, when the table is small); the oldest pending record is the first one in seq
+-- order (the pending index, stopping at the first row that is not parked).
+WITH unpub AS (
+	SELECT count(*) AS n FROM (SELECT 1 FROM {{outbox}} WHERE published_at IS NULL LIMIT $1) AS u
+), parked AS (
+	SELECT count(*) AS n FROM {{outbox}}
+	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
+), rel AS (
+	SELECT c.reltuples, c.relpages, pg_catalog.pg_relation_size(c.oid) AS bytes FROM pg_catalog.pg_class AS c
+	WHERE c.oid = '{{outbox}}'::regclass
+	UNION ALL
+	SELECT c.reltuples, c.relpages, pg_catalog.pg_relation_size(c.oid) FROM pg_catalog.pg_inherits AS i
+	JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = '{{outbox}}'::regclass
+), est AS (
+	SELECT coalesce(sum(CASE WHEN reltuples > 0 AND relpages > 0
+		THEN reltuples / relpages * (bytes / current_setting('block_size')::bigint) ELSE 0 END), 0)::bigint AS n,
+		coalesce(sum(bytes), 0)::bigint AS bytes
+	FROM rel
+), nf AS (
+	SELECT coalesce(max(s.null_frac), 0)::float8 AS f FROM pg_catalog.pg_stats AS s
+	JOIN pg_catalog.pg_class AS c ON c.relname = s.tablename
+	JOIN pg_catalog.pg_namespace AS ns ON ns.oid = c.relnamespace AND ns.nspname = s.schemaname
+	WHERE c.oid = '{{outbox}}'::regclass AND s.attname = 'published_at'
+)
+SELECT unpub.n, parked.n, est.n, est.bytes, nf.f,
+	(SELECT o.created_at FROM {{outbox}} AS o WHERE o.published_at IS NULL AND o.parked_at IS NULL ORDER BY o.seq LIMIT 1)
+FROM unpub, parked, est, nf
+
+-- name: StatsPublished
+-- The exact count of published rows, for a small table only (see Stats).
+SELECT count(*) FROM {{outbox}} WHERE published_at IS NOT NULL
+
+-- name: Blocked
+-- Pending records held back by an earlier parked record of their partition key, among the
+-- first $1 unpublished records from the first parked one on (the pending index; a lower bound
+-- beyond them). The parked keys come from the failed index. Operators only (outboxkit status),
+-- and run only when something is parked.
+WITH p AS MATERIALIZED (
+	SELECT partition_key, min(seq) AS seq FROM {{outbox}}
+	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
+	GROUP BY partition_key
+), w AS MATERIALIZED (
+	SELECT o.seq, o.partition_key FROM {{outbox}} AS o
+	WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.seq > (SELECT min(seq) FROM p)
+	ORDER BY o.seq LIMIT $1
+)
+SELECT count(*) FROM w JOIN p ON w.partition_key = p.partition_key AND w.seq > p.seq
+
+-- name: Lanes
+SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 
 -- name: ParkedKeys
 SELECT DISTINCT partition_key FROM {{outbox}}

@@ -59,15 +59,63 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 	return recs, nil
 }
 
-// Stats implements core.Admin. It scans the outbox table.
+// statsExactPublished is how many published rows Stats counts exactly; beyond it Published is
+// an estimate.
+const statsExactPublished = 100_000
+
+// Stats implements core.Admin with index scans of the unpublished rows only. Published is exact
+// up to 100,000 rows and beyond that an estimate from the seq range (see the Stats statement in
+// queries.sql).
 func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
+	var unpublished, published, span int64
 	var oldest sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Pending, &st.Parked, &st.Published, &oldest); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.stats, statsExactPublished).Scan(&unpublished, &st.Parked, &published, &span, &oldest); err != nil {
 		return core.Stats{}, fmt.Errorf("sqlite: stats: %w", classify(err))
+	}
+	st.Pending = unpublished - st.Parked
+	st.Published = published
+	if published >= statsExactPublished {
+		st.Published = max(published, span-unpublished)
 	}
 	st.OldestPendingAt = fromNullMicros(oldest)
 	return st, nil
+}
+
+// Blocked returns how many pending (unpublished, not parked) records wait behind an earlier
+// parked record of their partition key (index lookups from the parked records on).
+func (s *Store) Blocked(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.blocked).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: blocked: %w", classify(err))
+	}
+	return n, nil
+}
+
+// Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
+// no Owner. TakenOver is never set.
+func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.lanesList)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: lanes: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []core.Lease
+	for rows.Next() {
+		var l core.Lease
+		var until int64
+		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
+			return nil, fmt.Errorf("sqlite: lanes: %w", classify(err))
+		}
+		if until != 0 {
+			l.Until = fromMicros(until)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: lanes: %w", classify(err))
+	}
+	return out, nil
 }
 
 // Unpark implements core.Admin. It returns how many unpublished records of the key were

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 //go:embed migrations/outbox/*.sql migrations/inbox/*.sql
@@ -56,6 +57,59 @@ func loadMigrations(dir string) ([]migration, error) {
 		}
 	}
 	return out, nil
+}
+
+// MigrationSQL returns, as one plain SQL script, what Migrate does to an empty database with
+// opts: the bookkeeping tables, the embedded migrations with the table names of opts and their
+// version rows, the lane count and the lane rows, so that Migrate with the same options then
+// finds the outbox current and changes nothing. It is for teams whose schema changes go through
+// their own tool (goose, atlas, golang-migrate); it takes no parameters, holds no transaction
+// control (run it in one transaction) and needs no database to be built.
+func MigrationSQL(opts *Options) (string, error) {
+	o, n, q, err := resolve(opts)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outboxkit SQLite migrations: outbox %s, inbox %s, %d lanes.\n-- Run in one transaction.\n\n", n.outbox, n.inbox, o.Lanes)
+	add := func(stmt string) {
+		b.WriteString(strings.TrimRight(strings.TrimSpace(stmt), ";"))
+		b.WriteString(";\n\n")
+	}
+	lit := func(stmt string, version int, name string) error {
+		text, err := sqlfile.Idents{"version": strconv.Itoa(version), "name": "'" + strings.ReplaceAll(name, "'", "''") + "'"}.Expand(stmt)
+		if err == nil {
+			add(text)
+		}
+		return err
+	}
+	add(q.bootstrap)
+	id := n.idents()
+	for i, dir := range migrationSets {
+		migs, err := loadMigrations(dir)
+		if err != nil {
+			return "", fmt.Errorf("sqlite: %w", err)
+		}
+		for _, m := range migs {
+			text, err := id.Expand(m.sql)
+			if err != nil {
+				return "", fmt.Errorf("sqlite: %s: %w", m.name, err)
+			}
+			add(text)
+			if err := lit(q.scriptRecordVersion[i], m.version, m.name); err != nil {
+				return "", err
+			}
+		}
+	}
+	for _, stmt := range []string{q.scriptSetLanes, q.scriptSeedLanes} {
+		if err := lit(stmt, o.Lanes, ""); err != nil {
+			return "", err
+		}
+	}
+	if o.UniqueAggregateVersion {
+		add(q.aggVersionIdx)
+	}
+	return b.String(), nil
 }
 
 // Migrate creates or upgrades the adapter's tables, in one transaction. It is idempotent and

@@ -57,6 +57,20 @@ func TestQueryPlans(t *testing.T) {
 	t.Log("min pending:\n" + p)
 	require.Contains(t, p, "outbox_pending")
 
+	// Stats and Blocked never scan the table: only indexes (and rowid lookups).
+	for name, q := range map[string]string{"stats": s.q.stats, "blocked": s.q.blocked} {
+		p = plan(q, statsExactPublished)
+		t.Log(name + ":\n" + p)
+		for line := range strings.Lines(p) {
+			if strings.HasPrefix(line, "SCAN outbox") || strings.HasPrefix(line, "SCAN o") {
+				require.Contains(t, line, "INDEX", name)
+			}
+		}
+	}
+	require.Contains(t, plan(s.q.stats, 1), "outbox_pending")
+	require.Contains(t, plan(s.q.stats, 1), "outbox_blocked")
+	require.Contains(t, plan(s.q.blocked), "outbox_blocked")
+
 	p = plan(s.q.unpark, "k")
 	t.Log("unpark:\n" + p)
 	require.Contains(t, p, "outbox_blocked")

@@ -66,8 +66,14 @@ type queries struct {
 	prune      string
 	list       [4]string // by core.RecordState
 	stats      string
-	unpark     string
-	parkedKeys string
+	blocked    string
+	lanesList  string
+	// MigrationSQL; {{version}}, {{name}}
+	scriptRecordVersion [2]string
+	scriptSetLanes      string
+	scriptSeedLanes     string
+	unpark              string
+	parkedKeys          string
 
 	// inbox
 	horizon      string
@@ -107,6 +113,8 @@ func (n names) idents() sqlfile.Idents {
 		"inbox_migrations":         n.inboxMigrations,
 		"cols":                     recordColumns,
 		"insert_cols":              insertColumns,
+		"version":                  "{{version}}",
+		"name":                     "{{name}}",
 	}
 }
 
@@ -119,47 +127,52 @@ func buildQueries(n names) (queries, error) {
 		return queries{}, fmt.Errorf("sqlite: %w", err)
 	}
 	q := queries{
-		appliedVersion:   [2]string{st.Get("AppliedVersionOutbox"), st.Get("AppliedVersionInbox")},
-		recordVersion:    [2]string{st.Get("RecordVersionOutbox"), st.Get("RecordVersionInbox")},
-		list:             [4]string{st.Get("ListAll"), st.Get("ListPending"), st.Get("ListParked"), st.Get("ListPublished")},
-		bootstrap:        st.Get("Bootstrap"),
-		getLanes:         st.Get("GetLanes"),
-		setLanes:         st.Get("SetLanes"),
-		seedLanes:        st.Get("SeedLanes"),
-		aggVersionIdx:    st.Get("AggVersionIdx"),
-		writeLock:        st.Get("WriteLock"),
-		publisherGet:     st.Get("PublisherGet"),
-		publisherBump:    st.Get("PublisherBump"),
-		insertPrefix:     st.Get("InsertPrefix"),
-		spSave:           st.Get("SpSave"),
-		mainFile:         st.Get("MainFile"),
-		spRelease:        st.Get("SpRelease"),
-		spRollback:       st.Get("SpRollback"),
-		heartbeatUpsert:  st.Get("HeartbeatUpsert"),
-		heartbeatDelete:  st.Get("HeartbeatDelete"),
-		heartbeatExpired: st.Get("HeartbeatExpired"),
-		heartbeatCount:   st.Get("HeartbeatCount"),
-		claim:            st.Get("Claim"),
-		claimOwned:       st.Get("ClaimOwned"),
-		renew:            st.Get("Renew"),
-		releaseLane:      st.Get("ReleaseLane"),
-		fetch:            st.Get("Fetch"),
-		leaseState:       st.Get("LeaseState"),
-		publish:          st.Get("Publish"),
-		deletePublished:  st.Get("DeletePublished"),
-		fail:             st.Get("Fail"),
-		minPending:       st.Get("MinPending"),
-		prune:            st.Get("Prune"),
-		stats:            st.Get("Stats"),
-		parkedKeys:       st.Get("ParkedKeys"),
-		unpark:           st.Get("Unpark"),
-		horizon:          st.Get("Horizon"),
-		insertInbox:      st.Get("InsertInbox"),
-		selectInbox:      st.Get("SelectInbox"),
-		lockVersion:      st.Get("LockVersion"),
-		setVersion:       st.Get("SetVersion"),
-		raiseHorizon:     st.Get("RaiseHorizon"),
-		pruneInbox:       st.Get("PruneInbox"),
+		appliedVersion:      [2]string{st.Get("AppliedVersionOutbox"), st.Get("AppliedVersionInbox")},
+		recordVersion:       [2]string{st.Get("RecordVersionOutbox"), st.Get("RecordVersionInbox")},
+		list:                [4]string{st.Get("ListAll"), st.Get("ListPending"), st.Get("ListParked"), st.Get("ListPublished")},
+		bootstrap:           st.Get("Bootstrap"),
+		getLanes:            st.Get("GetLanes"),
+		setLanes:            st.Get("SetLanes"),
+		seedLanes:           st.Get("SeedLanes"),
+		aggVersionIdx:       st.Get("AggVersionIdx"),
+		writeLock:           st.Get("WriteLock"),
+		publisherGet:        st.Get("PublisherGet"),
+		publisherBump:       st.Get("PublisherBump"),
+		insertPrefix:        st.Get("InsertPrefix"),
+		spSave:              st.Get("SpSave"),
+		mainFile:            st.Get("MainFile"),
+		spRelease:           st.Get("SpRelease"),
+		spRollback:          st.Get("SpRollback"),
+		heartbeatUpsert:     st.Get("HeartbeatUpsert"),
+		heartbeatDelete:     st.Get("HeartbeatDelete"),
+		heartbeatExpired:    st.Get("HeartbeatExpired"),
+		heartbeatCount:      st.Get("HeartbeatCount"),
+		claim:               st.Get("Claim"),
+		claimOwned:          st.Get("ClaimOwned"),
+		renew:               st.Get("Renew"),
+		releaseLane:         st.Get("ReleaseLane"),
+		fetch:               st.Get("Fetch"),
+		leaseState:          st.Get("LeaseState"),
+		publish:             st.Get("Publish"),
+		deletePublished:     st.Get("DeletePublished"),
+		fail:                st.Get("Fail"),
+		minPending:          st.Get("MinPending"),
+		prune:               st.Get("Prune"),
+		stats:               st.Get("Stats"),
+		blocked:             st.Get("Blocked"),
+		lanesList:           st.Get("Lanes"),
+		scriptRecordVersion: [2]string{st.Get("ScriptRecordVersionOutbox"), st.Get("ScriptRecordVersionInbox")},
+		scriptSetLanes:      st.Get("ScriptSetLanes"),
+		scriptSeedLanes:     st.Get("ScriptSeedLanes"),
+		parkedKeys:          st.Get("ParkedKeys"),
+		unpark:              st.Get("Unpark"),
+		horizon:             st.Get("Horizon"),
+		insertInbox:         st.Get("InsertInbox"),
+		selectInbox:         st.Get("SelectInbox"),
+		lockVersion:         st.Get("LockVersion"),
+		setVersion:          st.Get("SetVersion"),
+		raiseHorizon:        st.Get("RaiseHorizon"),
+		pruneInbox:          st.Get("PruneInbox"),
 	}
 	if err := st.Err(); err != nil {
 		return queries{}, fmt.Errorf("sqlite: %w", err)

@@ -41,6 +41,23 @@ INSERT INTO {{meta}} (name, value) VALUES ('lanes', ?)
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
 INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
 
+-- name: ScriptRecordVersionOutbox
+-- MigrationSQL: RecordVersionOutbox with the literals {{version}} and {{name}} the adapter
+-- writes, at the time the script runs.
+INSERT INTO {{migrations}} (version, name, applied_at)
+    VALUES ({{version}}, {{name}}, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+
+-- name: ScriptRecordVersionInbox
+INSERT INTO {{inbox_migrations}} (version, name, applied_at)
+    VALUES ({{version}}, {{name}}, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+
+-- name: ScriptSetLanes
+INSERT INTO {{meta}} (name, value) VALUES ('lanes', {{version}})
+
+-- name: ScriptSeedLanes
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {{version}})
+INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
+
 -- name: AggVersionIdx
 CREATE UNIQUE INDEX IF NOT EXISTS {{outbox_aggregate_version}}
     ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version, type) WHERE aggregate_version > 0
@@ -170,12 +187,32 @@ DELETE FROM {{outbox}} WHERE seq IN (
     LIMIT ?3)
 
 -- name: Stats
+-- Bounded cost: never a scan of all published rows. Unpublished rows are counted on the pending
+-- index, parked ones on the blocked index; published rows are counted on the published index up
+-- to ? (Go's cap), and beyond it estimated from the seq range (AUTOINCREMENT: max - min + 1,
+-- less the rows deleted in between); the oldest pending record is the first one in seq order.
 SELECT
-    coalesce(sum(published_at IS NULL AND parked_at IS NULL), 0),
-    coalesce(sum(published_at IS NULL AND parked_at IS NOT NULL), 0),
-    coalesce(sum(published_at IS NOT NULL), 0),
-    min(CASE WHEN published_at IS NULL AND parked_at IS NULL THEN created_at END)
-FROM {{outbox}}
+    (SELECT count(*) FROM {{outbox}} WHERE published_at IS NULL),
+    (SELECT count(*) FROM {{outbox}}
+        WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL),
+    (SELECT count(*) FROM (SELECT 1 FROM {{outbox}} WHERE published_at IS NOT NULL LIMIT ?)),
+    coalesce((SELECT max(seq) FROM {{outbox}}) - (SELECT min(seq) FROM {{outbox}}) + 1, 0),
+    (SELECT created_at FROM {{outbox}} WHERE published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT 1)
+
+-- name: Blocked
+-- Pending records held back by an earlier parked record of their partition key: the parked keys
+-- from the blocked index, then (CROSS JOIN keeps that order) their pending records after the
+-- first parked one on the pending index.
+WITH p AS (
+    SELECT partition_key, min(seq) AS seq FROM {{outbox}}
+    WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
+    GROUP BY partition_key
+)
+SELECT count(*) FROM p CROSS JOIN {{outbox}} AS o
+WHERE o.published_at IS NULL AND o.seq > p.seq AND o.partition_key = p.partition_key AND o.parked_at IS NULL
+
+-- name: Lanes
+SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 
 -- name: ParkedKeys
 SELECT DISTINCT partition_key FROM {{outbox}}

@@ -61,6 +61,15 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 	if db == nil {
 		return nil, &core.OptionError{Field: "db", Reason: "must not be nil"}
 	}
+	o, n, q, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, o: o, n: n, q: q, log: o.Logger, wlock: make(chan struct{}, 1)}, nil
+}
+
+// resolve applies opts' defaults, checks them and builds the names and statements (no I/O).
+func resolve(opts *Options) (Options, names, queries, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -73,20 +82,20 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 	}
 	var err error
 	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
-		return nil, err
+		return Options{}, names{}, queries{}, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	n, err := buildNames(o.Table, o.InboxTable)
 	if err != nil {
-		return nil, err
+		return Options{}, names{}, queries{}, err
 	}
 	q, err := buildQueries(n)
 	if err != nil {
-		return nil, err
+		return Options{}, names{}, queries{}, err
 	}
-	return &Store{db: db, o: o, n: n, q: q, log: o.Logger, wlock: make(chan struct{}, 1)}, nil
+	return o, n, q, nil
 }
 
 // DB returns the database the Store was built on.

@@ -1,13 +1,18 @@
-// Command outboxkit runs the relay daemon and the end-to-end demo, and operates SQLite outboxes.
+// Command outboxkit runs the relay daemon and the end-to-end demo, and operates outboxes of
+// PostgreSQL, MySQL/MariaDB and SQLite.
 //
 //	outboxkit relay --config FILE         run the relays of one outbox (see README "Run the relay")
 //	outboxkit demo [--chaos] [flags]      producers -> outbox -> relays -> broker -> inbox, verified
-//	outboxkit stats   --db FILE           count pending, parked and published events
-//	outboxkit parked  --db FILE           list parked events
-//	outboxkit unpark  --db FILE KEY       release a parked partition key
-//	outboxkit cleanup --db FILE           delete published events behind the watermark
+//	outboxkit status  --db URL            pending, parked, blocked, oldest age, lanes, publisher, CDC checkpoint
+//	outboxkit parked  --db URL            list parked events
+//	outboxkit unpark  --db URL KEY|--all  release parked partition keys
+//	outboxkit cleanup --db URL            delete published events behind the watermark
+//	outboxkit migrate --db URL            create or upgrade the outbox tables
+//	outboxkit migrate sql --dialect D     print the migrations as plain SQL
+//	outboxkit version                     print the module version
 //
-// Exit status: 0 success, 1 failure, 2 bad usage or configuration.
+// --db is postgres://..., mysql://user:pass@host:port/db or sqlite:PATH. Exit status: 0 success,
+// 1 failure, 2 bad usage or configuration.
 package main
 
 import (
@@ -60,16 +65,11 @@ func newRoot() *cobra.Command {
 		reconcileCommand(),
 		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
 	)
-	for _, c := range []struct{ name, use, short string }{
-		{"stats", "stats --db FILE", "count pending, parked and published events of a SQLite outbox"},
-		{"parked", "parked --db FILE", "list parked events"},
-		{"unpark", "unpark --db FILE KEY", "release a parked partition key"},
-		{"cleanup", "cleanup --db FILE [--retention D]", "delete published events older than --retention behind the watermark"},
-	} {
-		root.AddCommand(legacy(c.use, c.short, func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-			return runOps(ctx, c.name, args, stdout, stderr)
-		}))
-	}
+	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), cleanupCommand(), migrateCommand(), versionCommand())
+	// A bad flag is one line naming it, and exit status 2.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageErr(cmd, "%v", err)
+	})
 	return root
 }
 
@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ee):
 		return ee.code
 	default: // unknown command or flag
-		fmt.Fprintf(stderr, "outboxkit: %v\nRun 'outboxkit --help' for usage.\n", err)
+		fmt.Fprintf(stderr, "outboxkit: %v (see outboxkit --help)\n", err)
 		return 2
 	}
 }

@@ -3,88 +3,426 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"text/tabwriter"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/opendb"
 )
 
-// runOps runs the operator commands against a SQLite outbox.
-func runOps(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("db", "", "SQLite database file holding the outbox (required)")
-	retention := fs.Duration("retention", 24*time.Hour, "cleanup: keep published events this long")
-	limit := fs.Int("limit", 100, "parked: most events to list")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *path == "" {
-		fmt.Fprintf(stderr, "outboxkit %s: --db is required\n", cmd)
-		return 2
-	}
-	if cmd == "unpark" && fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "outboxkit unpark: give exactly one partition key")
-		return 2
-	}
-	db, store, err := openExisting(ctx, *path)
-	if err != nil {
-		fmt.Fprintf(stderr, "outboxkit %s: %v\n", cmd, err)
-		return 1
-	}
-	defer db.Close()
-	switch cmd {
-	case "stats":
-		st, err2 := store.Stats(ctx)
-		if err = err2; err != nil {
-			break
-		}
-		oldest := "none"
-		if !st.OldestPendingAt.IsZero() {
-			oldest = st.OldestPendingAt.UTC().Format(time.RFC3339Nano)
-		}
-		fmt.Fprintf(stdout, "pending=%d parked=%d published=%d oldest_pending=%s\n", st.Pending, st.Parked, st.Published, oldest)
-		return 0
-	case "parked":
-		recs, err2 := store.List(ctx, core.ListParams{State: core.StateParked, Limit: *limit})
-		if err = err2; err != nil {
-			break
-		}
-		for _, r := range recs {
-			fmt.Fprintf(stdout, "seq=%d id=%s key=%q type=%s attempts=%d parked_at=%s error=%q\n",
-				r.Seq, r.ID, r.PartitionKey, r.Type, r.Attempts, r.ParkedAt.UTC().Format(time.RFC3339), r.LastError)
-		}
-		return 0
-	case "unpark":
-		n, err2 := store.Unpark(ctx, fs.Arg(0))
-		if err = err2; err != nil {
-			break
-		}
-		fmt.Fprintf(stdout, "unparked=%d\n", n)
-		return 0
-	case "cleanup":
-		n, err2 := core.CleanupOutbox(ctx, store, &core.CleanupOptions{Retention: *retention})
-		if err = err2; err != nil {
-			break
-		}
-		fmt.Fprintf(stdout, "deleted=%d\n", n)
-		return 0
-	}
-	fmt.Fprintf(stderr, "outboxkit %s: %v\n", cmd, err)
-	return 1
+// The operator commands: status, parked, unpark, cleanup and migrate on an outbox of any SQL
+// adapter. Each takes --db (postgres://, mysql://, sqlite:PATH), --schema (postgres), --table and
+// --output; they never create or migrate anything except `migrate` itself.
+
+// dbFlags are the flags every operator command shares.
+type dbFlags struct {
+	db, schema, table, output string
 }
 
-// openExisting opens the outbox of an existing SQLite file as it is: operators never migrate,
-// and the lane count is read from the database.
+func addDBFlags(cmd *cobra.Command) *dbFlags {
+	f := &dbFlags{}
+	fl := cmd.Flags()
+	fl.StringVar(&f.db, "db", "", "the outbox's database: postgres://..., mysql://user:pass@host:port/db or sqlite:PATH (required)")
+	fl.StringVar(&f.schema, "schema", "", "PostgreSQL schema of the outbox (default public)")
+	fl.StringVar(&f.table, "table", "", "outbox table (default outbox)")
+	fl.StringVar(&f.output, "output", "text", "output format: text or json")
+	return f
+}
+
+// usageErr prints one line naming the bad flag or argument and ends with exit status 2.
+func usageErr(cmd *cobra.Command, format string, a ...any) error {
+	fmt.Fprintf(cmd.ErrOrStderr(), "outboxkit %s: %s\n", cmd.Name(), fmt.Sprintf(format, a...))
+	return &exitError{code: 2}
+}
+
+// failErr prints one line naming the problem and ends with exit status 1.
+func failErr(cmd *cobra.Command, err error) error {
+	msg := strings.Join(strings.Fields(err.Error()), " ") // one line
+	fmt.Fprintf(cmd.ErrOrStderr(), "outboxkit %s: %s\n", cmd.Name(), msg)
+	return &exitError{code: 1}
+}
+
+// config checks the flags (exit 2 on a bad one) and returns what to open.
+func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
+	if f.output != "text" && f.output != "json" {
+		return opendb.Config{}, usageErr(cmd, "--output: want text or json, got %q", f.output)
+	}
+	if f.db == "" {
+		return opendb.Config{}, usageErr(cmd, "--db is required")
+	}
+	driver, dsn, err := opendb.ParseURL(f.db)
+	if err != nil {
+		return opendb.Config{}, usageErr(cmd, "--db: %v", err)
+	}
+	if f.schema != "" && driver != "postgres" {
+		return opendb.Config{}, usageErr(cmd, "--schema: only for a postgres:// database (MySQL: the database of the URL)")
+	}
+	return opendb.Config{Driver: driver, DSN: dsn, Schema: f.schema, Table: f.table, Logger: slog.New(slog.DiscardHandler)}, nil
+}
+
+// ErrNotMigrated is reported when the database holds no migrated outbox.
+var ErrNotMigrated = errors.New("no migrated outbox (run outboxkit migrate)")
+
+// open opens an existing, migrated outbox as it is: operators never migrate, and the lane count
+// is read from the database. A bad flag returns an exit-2 error, anything else exit 1; both are
+// printed already.
+func (f *dbFlags) open(cmd *cobra.Command) (*opendb.DB, error) {
+	cfg, err := f.config(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Driver == "sqlite" {
+		if _, err := os.Stat(cfg.DSN); err != nil { // sqlite.OpenDB would create it
+			if errors.Is(err, os.ErrNotExist) {
+				err = fmt.Errorf("%w: database file %s does not exist", ErrNotMigrated, cfg.DSN)
+			}
+			return nil, failErr(cmd, err)
+		}
+	}
+	ctx := cmd.Context()
+	db, err := opendb.Open(ctx, cfg)
+	if err != nil {
+		return nil, failErr(cmd, err)
+	}
+	if err := db.Ping(ctx); err != nil {
+		db.Close()
+		return nil, failErr(cmd, fmt.Errorf("database: %w", err))
+	}
+	if _, err := db.Store.LaneCount(ctx); err != nil {
+		db.Close()
+		if missingTable(err) || errors.Is(err, core.ErrSchemaMismatch) {
+			err = fmt.Errorf("%w: %w", ErrNotMigrated, err)
+		}
+		return nil, failErr(cmd, err)
+	}
+	return db, nil
+}
+
+// missingTable reports whether err is a database's "no such table" error.
+func missingTable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "42P01" || pg.Code == "3F000" // undefined_table, invalid_schema_name
+	}
+	var my *gomysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1146 // ER_NO_SUCH_TABLE
+	}
+	return strings.Contains(err.Error(), "no such table")
+}
+
+// emit writes v as JSON, or text through the function.
+func emit(cmd *cobra.Command, f *dbFlags, v any, text func(w io.Writer)) error {
+	w := cmd.OutOrStdout()
+	if f.output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	text(w)
+	return nil
+}
+
+// opsCommand builds an operator command on an opened outbox.
+func opsCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error) (*cobra.Command, *dbFlags) {
+	var f *dbFlags
+	cmd := &cobra.Command{
+		Use: use, Short: short, Args: args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			db, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := run(cmd, f, db, args); err != nil {
+				var ee *exitError
+				if errors.As(err, &ee) {
+					return err
+				}
+				return failErr(cmd, err)
+			}
+			return nil
+		},
+	}
+	f = addDBFlags(cmd)
+	return cmd, f
+}
+
+// statusReport is the output of `outboxkit status`.
+type statusReport struct {
+	Pending   int64 `json:"pending"`
+	Parked    int64 `json:"parked"`
+	Blocked   int64 `json:"blocked"`   // pending records behind a parked record of their key
+	Published int64 `json:"published"` // an estimate on a large table (core.Stats)
+	// OldestPendingAt and OldestPendingAge are absent when nothing is pending.
+	OldestPendingAt  *time.Time     `json:"oldest_pending_at,omitempty"`
+	OldestPendingAge float64        `json:"oldest_pending_age_seconds,omitempty"`
+	Publisher        publisherJSON  `json:"publisher"`
+	Checkpoint       *checkpointOut `json:"cdc_checkpoint,omitempty"`
+	Lanes            []laneJSON     `json:"lanes"`
+}
+
+type publisherJSON struct {
+	Generation int64      `json:"generation"`
+	Kind       string     `json:"kind"`
+	Holder     string     `json:"holder"`
+	Since      *time.Time `json:"since,omitempty"`
+}
+
+type checkpointOut struct {
+	Source     string    `json:"source"`
+	Position   string    `json:"position"`
+	Generation int64     `json:"generation"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+type laneJSON struct {
+	Lane       int        `json:"lane"`
+	Owner      string     `json:"owner"`
+	Generation int64      `json:"generation"`
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+}
+
+// The adapters' operator reads beyond core.Admin (postgres, mysql and sqlite have them).
+type (
+	laneLister interface {
+		Lanes(context.Context) ([]core.Lease, error)
+	}
+	blockedCounter interface {
+		Blocked(context.Context) (int64, error)
+	}
+)
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func statusCommand() *cobra.Command {
+	cmd, _ := opsCommand("status --db URL", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint",
+		cobra.NoArgs, runStatus)
+	cmd.Aliases = []string{"stats"}
+	return cmd
+}
+
+func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+	ctx := cmd.Context()
+	st, err := db.Store.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	r := statusReport{Pending: st.Pending, Parked: st.Parked, Published: st.Published, OldestPendingAt: timePtr(st.OldestPendingAt), Lanes: []laneJSON{}}
+	if !st.OldestPendingAt.IsZero() {
+		r.OldestPendingAge = max(now.Sub(st.OldestPendingAt).Seconds(), 0)
+	}
+	if bc, ok := db.Store.(blockedCounter); ok && st.Parked > 0 {
+		if r.Blocked, err = bc.Blocked(ctx); err != nil {
+			return err
+		}
+	}
+	pub, err := db.Store.Generation(ctx)
+	if err != nil {
+		return err
+	}
+	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
+	if cs, ok := db.Store.(core.CheckpointStore); ok {
+		c, found, err := cs.LoadCheckpoint(ctx)
+		if err != nil {
+			return err
+		}
+		if found {
+			r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC()}
+		}
+	}
+	if ll, ok := db.Store.(laneLister); ok {
+		lanes, err := ll.Lanes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, l := range lanes {
+			r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
+		}
+	}
+	return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now) })
+}
+
+func printStatus(w io.Writer, r statusReport, now time.Time) {
+	fmt.Fprintf(w, "pending    %d\n", r.Pending)
+	fmt.Fprintf(w, "parked     %d\n", r.Parked)
+	fmt.Fprintf(w, "blocked    %d (pending behind a parked key)\n", r.Blocked)
+	fmt.Fprintf(w, "published  %d (an estimate on a large table)\n", r.Published)
+	if r.OldestPendingAt == nil {
+		fmt.Fprintln(w, "oldest     none")
+	} else {
+		fmt.Fprintf(w, "oldest     %s (age %s)\n", r.OldestPendingAt.Format(time.RFC3339), time.Duration(r.OldestPendingAge*float64(time.Second)).Round(time.Second))
+	}
+	p := r.Publisher
+	kind := p.Kind
+	if kind == "" {
+		kind = "none"
+	}
+	fmt.Fprintf(w, "publisher  generation %d, kind %s", p.Generation, kind)
+	if p.Holder != "" {
+		fmt.Fprintf(w, ", holder %s", p.Holder)
+	}
+	if p.Since != nil {
+		fmt.Fprintf(w, ", since %s", p.Since.Format(time.RFC3339))
+	}
+	fmt.Fprintln(w)
+	if c := r.Checkpoint; c != nil {
+		fmt.Fprintf(w, "checkpoint position %s (source %s, generation %d, updated %s)\n", c.Position, c.Source, c.Generation, c.UpdatedAt.Format(time.RFC3339))
+	} else {
+		fmt.Fprintln(w, "checkpoint none")
+	}
+	held := 0
+	for _, l := range r.Lanes {
+		if l.Owner != "" {
+			held++
+		}
+	}
+	fmt.Fprintf(w, "lanes      %d, %d with an owner\n", len(r.Lanes), held)
+	if held == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  LANE\tOWNER\tGENERATION\tLEASE_EXPIRY")
+	for _, l := range r.Lanes {
+		if l.Owner == "" {
+			continue
+		}
+		expiry := "none"
+		if l.LeaseUntil != nil {
+			expiry = l.LeaseUntil.Format(time.RFC3339)
+			if !l.LeaseUntil.After(now) {
+				expiry += " (expired)"
+			}
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", l.Lane, l.Owner, l.Generation, expiry)
+	}
+	_ = tw.Flush()
+}
+
+// parkedJSON is one parked event of `outboxkit parked --output json`.
+type parkedJSON struct {
+	Seq          int64     `json:"seq"`
+	ID           string    `json:"id"`
+	PartitionKey string    `json:"partition_key"`
+	Type         string    `json:"type"`
+	Attempts     int       `json:"attempts"`
+	ParkedAt     time.Time `json:"parked_at"`
+	LastError    string    `json:"last_error"`
+}
+
+func parkedCommand() *cobra.Command {
+	var limit int
+	cmd, _ := opsCommand("parked --db URL [--limit N]", "list parked events with their attempts and last error (\"none\" when there are none)", cobra.NoArgs,
+		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+			recs, err := db.Store.List(cmd.Context(), core.ListParams{State: core.StateParked, Limit: limit})
+			if err != nil {
+				return err
+			}
+			out := []parkedJSON{}
+			for _, r := range recs {
+				out = append(out, parkedJSON{Seq: r.Seq, ID: r.ID, PartitionKey: r.PartitionKey, Type: r.Type, Attempts: r.Attempts, ParkedAt: r.ParkedAt.UTC(), LastError: r.LastError})
+			}
+			return emit(cmd, f, out, func(w io.Writer) {
+				if len(out) == 0 {
+					fmt.Fprintln(w, "none")
+				}
+				for _, r := range out {
+					fmt.Fprintf(w, "seq=%d id=%s key=%q type=%s attempts=%d parked_at=%s error=%q\n",
+						r.Seq, r.ID, r.PartitionKey, r.Type, r.Attempts, r.ParkedAt.Format(time.RFC3339), r.LastError)
+				}
+			})
+		})
+	cmd.Flags().IntVar(&limit, "limit", core.DefaultListLimit, "most events to list")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if limit < 1 {
+			return usageErr(cmd, "--limit: must be at least 1, got %d", limit)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// unparkJSON is the output of `outboxkit unpark --output json`.
+type unparkJSON struct {
+	Unparked int      `json:"unparked"`
+	Keys     []string `json:"keys"`
+}
+
+func unparkCommand() *cobra.Command {
+	var all bool
+	cmd, _ := opsCommand("unpark --db URL (KEY | --all)", "release a parked partition key (or every parked key) so that its events are delivered again in order", cobra.MaximumNArgs(1),
+		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error {
+			ctx := cmd.Context()
+			keys := args
+			if all {
+				var err error
+				if keys, err = db.Store.ParkedKeys(ctx); err != nil {
+					return err
+				}
+			}
+			out := unparkJSON{Keys: []string{}}
+			for _, k := range keys {
+				n, err := db.Store.Unpark(ctx, k)
+				if err != nil {
+					return err
+				}
+				out.Unparked += n
+				out.Keys = append(out.Keys, k)
+			}
+			return emit(cmd, f, out, func(w io.Writer) { fmt.Fprintf(w, "unparked=%d keys=%d\n", out.Unparked, len(out.Keys)) })
+		})
+	cmd.Flags().BoolVar(&all, "all", false, "release every parked key")
+	// Checked before the database is opened.
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if all == (len(args) == 1) {
+			return usageErr(cmd, "give one partition key or --all")
+		}
+		return nil
+	}
+	return cmd
+}
+
+func cleanupCommand() *cobra.Command {
+	var retention time.Duration
+	cmd, _ := opsCommand("cleanup --db URL [--retention D]", "delete published events older than --retention that are behind the watermark (the lowest unpublished event)", cobra.NoArgs,
+		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+			n, err := core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
+			if err != nil {
+				return err
+			}
+			return emit(cmd, f, map[string]int{"deleted": n}, func(w io.Writer) { fmt.Fprintf(w, "deleted=%d\n", n) })
+		})
+	cmd.Flags().DurationVar(&retention, "retention", 24*time.Hour, "keep published events this long (must be positive)")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if retention <= 0 {
+			return usageErr(cmd, "--retention: must be positive, got %s", retention)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// openExisting opens the outbox of an existing SQLite file as it is, with the *sql.DB that
+// `outboxkit reconcile` also queries (its expected events come from the same file).
 func openExisting(ctx context.Context, path string) (*sql.DB, *sqlite.Store, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, nil, err

@@ -4,73 +4,477 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/opendb"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
-// The operator commands work on an existing outbox as it is (no migration, lane count read from
-// the database): a parked key is listed, counted and released by unpark, and cleanup keeps
-// published rows behind an unpublished one.
-func TestOpsCommands(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ops.db")
-	db, err := sqlite.OpenDB(ctx, path)
-	require.NoError(t, err)
-	defer db.Close()
-	store, err := sqlite.New(db, &sqlite.Options{Lanes: 4})
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(ctx))
-	ob, err := core.NewOutbox[*sql.Tx](ctx, store, nil)
-	require.NoError(t, err)
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	evs, err := ob.Write(ctx, tx,
-		core.Event{AggregateType: "order", AggregateID: "1", Type: "order.created"},
-		core.Event{AggregateType: "order", AggregateID: "2", Type: "order.created"})
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
+// opsDB is an empty database (a PostgreSQL schema, a MySQL database, a SQLite file path) for
+// the operator commands.
+type opsDB struct {
+	driver string
+	flags  []string // --db URL [--schema S]
+	cfg    opendb.Config
+	// tables lists the tables the database holds (to check that a failed command created none).
+	tables func(t testing.TB) []string
+	// exec runs a whole SQL script on the database.
+	exec func(t testing.TB, script string)
+	// meta returns the rows of the outbox's bookkeeping table (name=value, sorted).
+	meta func(t testing.TB, table string) []string
+}
 
-	// Park order/1, publish order/2.
-	leases, err := store.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 4, TTL: time.Minute})
+func opsPostgres(t testing.TB) opsDB {
+	dsn := testkit.Need(t, testkit.PostgresDSN)
+	ctx := t.Context()
+	schema := "ops_" + randSuffix()
+	admin, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
-	recs, err := store.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
 	require.NoError(t, err)
-	require.Len(t, recs, 2)
-	p := core.SettleParams{Leases: leases}
-	for _, r := range recs {
-		if r.ID == evs[0].ID {
-			p.Failed = append(p.Failed, core.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected schema", Park: true})
-		} else {
-			p.Published = append(p.Published, r.Seq)
-		}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		_ = admin.Close(context.Background())
+	})
+	return opsDB{
+		driver: "postgres", flags: []string{"--db", dsn, "--schema", schema},
+		cfg: opendb.Config{Driver: "postgres", DSN: dsn, Schema: schema},
+		tables: func(t testing.TB) []string {
+			rows, err := admin.Query(t.Context(), "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema)
+			require.NoError(t, err)
+			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			return names
+		},
+		meta: func(t testing.TB, table string) []string {
+			rows, err := admin.Query(t.Context(), "SELECT name || '=' || value FROM "+schema+"."+table+"_meta ORDER BY 1")
+			require.NoError(t, err)
+			out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			return out
+		},
+		exec: func(t testing.TB, script string) {
+			// One simple-protocol Exec of the whole script, in one transaction, as psql -1 -f.
+			tx, err := admin.Begin(t.Context())
+			require.NoError(t, err)
+			_, err = tx.Exec(t.Context(), script)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit(t.Context()))
+		},
 	}
-	require.NoError(t, store.Settle(ctx, p))
+}
 
-	ops := func(args ...string) string {
-		t.Helper()
-		var out, errb bytes.Buffer
-		require.Equal(t, 0, run(ctx, append(args[:1:1], append([]string{"--db", path}, args[1:]...)...), &out, &errb), errb.String())
-		return out.String()
+func opsMySQL(t testing.TB) opsDB {
+	dsn := testkit.Need(t, testkit.MySQLDSN)
+	ctx := t.Context()
+	cfg, err := gomysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	admin, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	name := "ops_" + randSuffix()
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+		_ = admin.Close()
+	})
+	user := cfg.User
+	if cfg.Passwd != "" {
+		user += ":" + cfg.Passwd
 	}
-	require.Contains(t, ops("stats"), "pending=0 parked=1 published=1")
-	parked := ops("parked")
-	require.Contains(t, parked, evs[0].ID)
-	require.Contains(t, parked, `key="order/1"`)
-	require.Contains(t, parked, `error="rejected schema"`)
-	// The published order/2 was written after the parked order/1: it stays behind the
-	// watermark (the lowest unpublished seq) until order/1 is delivered.
-	require.Contains(t, ops("cleanup", "--retention", "1ns"), "deleted=0")
-	require.Equal(t, "unparked=1\n", ops("unpark", "order/1"))
-	require.Contains(t, ops("stats"), "pending=1 parked=0 published=1")
+	url := "mysql://" + user + "@" + cfg.Addr + "/" + name
+	_, mdsn, err := opendb.ParseURL(url)
+	require.NoError(t, err)
+	return opsDB{
+		driver: "mysql", flags: []string{"--db", url},
+		cfg: opendb.Config{Driver: "mysql", DSN: mdsn},
+		tables: func(t testing.TB) []string {
+			rows, err := admin.QueryContext(t.Context(), "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY 1", name)
+			require.NoError(t, err)
+			defer rows.Close()
+			var names []string
+			for rows.Next() {
+				var n string
+				require.NoError(t, rows.Scan(&n))
+				names = append(names, n)
+			}
+			require.NoError(t, rows.Err())
+			return names
+		},
+		meta: func(t testing.TB, table string) []string {
+			return queryStrings(t, admin, "SELECT CONCAT(name, '=', value) FROM `"+name+"`.`"+table+"_meta` ORDER BY 1")
+		},
+		exec: func(t testing.TB, script string) {
+			// One multi-statement batch, as a migration tool sends it.
+			c := cfg.Clone()
+			c.DBName, c.MultiStatements = name, true
+			db, err := sql.Open("mysql", c.FormatDSN())
+			require.NoError(t, err)
+			defer db.Close()
+			_, err = db.ExecContext(t.Context(), script)
+			require.NoError(t, err)
+		},
+	}
+}
 
+func opsSQLite(t testing.TB) opsDB {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	return opsDB{
+		driver: "sqlite", flags: []string{"--db", "sqlite:" + path},
+		cfg: opendb.Config{Driver: "sqlite", DSN: path},
+		tables: func(t testing.TB) []string {
+			if _, err := os.Stat(path); err != nil {
+				return nil
+			}
+			db, err := sqlite.OpenDB(t.Context(), path)
+			require.NoError(t, err)
+			defer db.Close()
+			rows, err := db.QueryContext(t.Context(), "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1")
+			require.NoError(t, err)
+			defer rows.Close()
+			var names []string
+			for rows.Next() {
+				var n string
+				require.NoError(t, rows.Scan(&n))
+				names = append(names, n)
+			}
+			require.NoError(t, rows.Err())
+			return names
+		},
+		meta: func(t testing.TB, table string) []string {
+			db, err := sqlite.OpenDB(t.Context(), path)
+			require.NoError(t, err)
+			defer db.Close()
+			return queryStrings(t, db, `SELECT name || '=' || value FROM "`+table+`_meta" UNION ALL
+				SELECT 'migration=' || version || ':' || name FROM "`+table+`_migrations" UNION ALL
+				SELECT 'inbox_migration=' || version || ':' || name FROM "inbox_migrations" ORDER BY 1`)
+		},
+		exec: func(t testing.TB, script string) {
+			db, err := sqlite.OpenDB(t.Context(), path)
+			require.NoError(t, err)
+			defer db.Close()
+			tx, err := db.BeginTx(t.Context(), nil)
+			require.NoError(t, err)
+			_, err = tx.ExecContext(t.Context(), script)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+		},
+	}
+}
+
+func queryStrings(t testing.TB, db *sql.DB, query string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		require.NoError(t, rows.Scan(&v))
+		out = append(out, v)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+var opsBackends = []struct {
+	name string
+	new  func(t testing.TB) opsDB
+}{{"postgres", opsPostgres}, {"mysql", opsMySQL}, {"sqlite", opsSQLite}}
+
+// cli runs the cobra root in this process and returns the exit status, stdout and stderr.
+func cli(t testing.TB, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	require.Equal(t, 1, run(ctx, []string{"stats", "--db", filepath.Join(t.TempDir(), "missing.db")}, &out, &errb))
-	require.Contains(t, errb.String(), "no such file")
+	code := run(t.Context(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// ok runs a command that must succeed and returns its stdout.
+func ok(t testing.TB, args ...string) string {
+	t.Helper()
+	code, out, errs := cli(t, args...)
+	require.Equal(t, 0, code, "%q: %s", args, errs)
+	return out
+}
+
+// fails runs a command that must exit with code after printing exactly one line on stderr that
+// contains want; it returns that line.
+func fails(t testing.TB, code int, want string, args ...string) string {
+	t.Helper()
+	got, out, errs := cli(t, args...)
+	require.Equal(t, code, got, "%q: stdout %q stderr %q", args, out, errs)
+	require.Equal(t, 1, strings.Count(errs, "\n"), "%q: one line: %q", args, errs)
+	require.Contains(t, errs, want, "%q", args)
+	return errs
+}
+
+// writeEvents writes one event per key through the adapter's own transaction type and returns
+// their IDs in order.
+func writeEvents(t testing.TB, store opendb.Store, keys ...string) []string {
+	t.Helper()
+	ctx := t.Context()
+	var write func(ctx context.Context, key string) ([]string, error)
+	switch s := store.(type) {
+	case *postgres.Store[pgx.Tx]:
+		ob, err := core.NewOutbox(ctx, s, nil)
+		require.NoError(t, err)
+		write = testkit.Writer(s, ob, 1, []byte(`{}`))
+	case *mysql.Store:
+		ob, err := core.NewOutbox(ctx, s, nil)
+		require.NoError(t, err)
+		write = testkit.Writer(s, ob, 1, []byte(`{}`))
+	case *sqlite.Store:
+		ob, err := core.NewOutbox(ctx, s, nil)
+		require.NoError(t, err)
+		write = testkit.Writer(s, ob, 1, []byte(`{}`))
+	default:
+		t.Fatalf("no writer for %T", store)
+	}
+	var ids []string
+	for _, k := range keys {
+		got, err := write(ctx, k)
+		require.NoError(t, err)
+		ids = append(ids, got...)
+	}
+	return ids
+}
+
+// TestOpsCommands runs every operator command on each database through the cobra root: before
+// migration every command fails with one line and creates nothing; after `migrate`, status counts
+// a parked key, the event blocked behind it and the held lanes; parked lists it; cleanup keeps
+// the published event behind the unpublished ones; unpark (flags after the key) releases it.
+func TestOpsCommands(t *testing.T) {
+	// Not parallel with the other tests (its subtests are, with each other): under the load of
+	// three databases at once the daemon end-to-end tests miss their deadlines.
+	for _, b := range opsBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			d := b.new(t)
+			with := func(cmd ...string) []string { return append(cmd, d.flags...) }
+
+			// Not migrated: one line naming the problem, exit 1, nothing created.
+			for _, cmd := range [][]string{{"status"}, {"parked"}, {"unpark", "k"}, {"cleanup"}} {
+				fails(t, 1, "no migrated outbox", with(cmd...)...)
+			}
+			require.Empty(t, d.tables(t))
+
+			require.Equal(t, "migrated lanes=4\n", ok(t, with("migrate", "--lanes", "4")...))
+			require.Equal(t, "migrated lanes=4\n", ok(t, with("migrate")...), "an existing outbox keeps its lane count")
+			fails(t, 1, "lanes", with("migrate", "--lanes", "8")...)
+			fails(t, 1, "no migrated outbox", with("status", "--table", "nope")...)
+			require.Equal(t, "none\n", ok(t, with("parked")...))
+
+			db, err := opendb.Open(t.Context(), d.cfg)
+			require.NoError(t, err)
+			defer db.Close()
+			store := db.Store
+			ids := writeEvents(t, store, "a", "a", "b")
+			_, err = store.AcquireGeneration(t.Context(), core.AcquireParams{Kind: core.KindPolling, Holder: "ops-test"})
+			require.NoError(t, err)
+			pub, err := store.Generation(t.Context())
+			require.NoError(t, err)
+			leases, err := store.ClaimLanes(t.Context(), core.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 4, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Len(t, leases, 4)
+			recs, err := store.Fetch(t.Context(), core.FetchParams{Leases: leases, Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, recs, 3)
+			p := core.SettleParams{Leases: leases}
+			for _, r := range recs {
+				switch r.ID {
+				case ids[0]: // the first event of a: parked, holding back the second
+					p.Failed = append(p.Failed, core.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected schema", Park: true})
+				case ids[2]:
+					p.Published = append(p.Published, r.Seq)
+				}
+			}
+			require.NoError(t, store.Settle(t.Context(), p))
+
+			text := ok(t, with("status")...)
+			for _, want := range []string{"pending    1\n", "parked     1\n", "blocked    1 ", "published  1 ",
+				"publisher  generation " + itoa(pub.Generation) + ", kind polling, holder ops-test", "lanes      4, 4 with an owner", "w1"} {
+				require.Contains(t, text, want)
+			}
+			require.Equal(t, text[:strings.Index(text, "oldest")], func() string {
+				alias := ok(t, with("stats")...)
+				return alias[:strings.Index(alias, "oldest")]
+			}(), "stats is an alias of status")
+			var st statusReport
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
+			require.Equal(t, [4]int64{1, 1, 1, 1}, [4]int64{st.Pending, st.Parked, st.Blocked, st.Published})
+			require.NotNil(t, st.OldestPendingAt)
+			require.Len(t, st.Lanes, 4)
+			for _, l := range st.Lanes {
+				require.Equal(t, "w1", l.Owner)
+				require.NotNil(t, l.LeaseUntil)
+				require.True(t, l.LeaseUntil.After(time.Now().Add(50*time.Minute)))
+			}
+			require.Equal(t, pub.Generation, st.Publisher.Generation)
+			require.Equal(t, core.KindPolling, st.Publisher.Kind)
+			require.Nil(t, st.Checkpoint)
+			if cs, isCS := store.(core.CheckpointStore); isCS {
+				require.NoError(t, cs.SaveCheckpoint(t.Context(), core.Checkpoint{Source: "log-1", Position: "42", Generation: pub.Generation}))
+				require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
+				require.NotNil(t, st.Checkpoint)
+				require.Equal(t, "42", st.Checkpoint.Position)
+				require.Contains(t, ok(t, with("status")...), "checkpoint position 42 (source log-1")
+			}
+
+			parked := ok(t, with("parked")...)
+			require.Contains(t, parked, "id="+ids[0])
+			require.Contains(t, parked, `key="a"`)
+			require.Contains(t, parked, "attempts=1")
+			require.Contains(t, parked, `error="rejected schema"`)
+			var pj []parkedJSON
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("parked", "--output", "json")...)), &pj))
+			require.Len(t, pj, 1)
+			require.Equal(t, parkedJSON{Seq: pj[0].Seq, ID: ids[0], PartitionKey: "a", Type: "order.changed", Attempts: 1, ParkedAt: pj[0].ParkedAt, LastError: "rejected schema"}, pj[0])
+
+			// The published b was written after the unpublished a's: it stays.
+			require.Equal(t, "deleted=0\n", ok(t, with("cleanup", "--retention", "1ns")...))
+
+			// Flags after the key.
+			require.Equal(t, "unparked=1 keys=1\n", ok(t, append([]string{"unpark", "a"}, d.flags...)...))
+			require.Equal(t, "none\n", ok(t, with("parked")...))
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
+			require.Equal(t, [3]int64{2, 0, 0}, [3]int64{st.Pending, st.Parked, st.Blocked})
+			require.Equal(t, "unparked=0 keys=0\n", ok(t, with("unpark", "--all")...))
+		})
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Bad usage: one line naming the flag, exit 2, before any database is opened.
+func TestOpsUsage(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "none.db")
+	db := "sqlite:" + path
+	for _, c := range []struct {
+		want string
+		args []string
+	}{
+		{"--retention", []string{"cleanup", "--db", db, "--retention", "0s"}},
+		{"--retention", []string{"cleanup", "--db", db, "--retention", "-1h"}},
+		{"--retention", []string{"status", "--db", db, "--retention", "1h"}}, // not a status flag
+		{"--bogus", []string{"parked", "--db", db, "--bogus"}},
+		{"--output", []string{"status", "--db", db, "--output", "xml"}},
+		{"--db is required", []string{"status"}},
+		{"--db", []string{"status", "--db", "redis://x"}},
+		{"--schema", []string{"status", "--db", db, "--schema", "s"}},
+		{"--limit", []string{"parked", "--db", db, "--limit", "0"}},
+		{"one partition key or --all", []string{"unpark", "--db", db}},
+		{"one partition key or --all", []string{"unpark", "--db", db, "k", "--all"}},
+		{"accepts at most 1 arg", []string{"unpark", "--db", db, "k", "l"}},
+		{"--dialect", []string{"migrate", "sql"}},
+		{"--dialect", []string{"migrate", "sql", "--dialect", "oracle"}},
+		{"--schema", []string{"migrate", "sql", "--dialect", "sqlite", "--schema", "s"}},
+		{"Table", []string{"migrate", "sql", "--dialect", "postgres", "--table", "bad-name"}},
+		{"--lanes", []string{"migrate", "--db", db, "--lanes", "-1"}},
+	} {
+		fails(t, 2, c.want, c.args...)
+	}
+	_, err := os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "no command created the database")
+
+	help := ok(t, "status", "-h")
+	require.NotContains(t, help, "--retention")
+	require.Contains(t, help, "--output")
+	require.Contains(t, ok(t, "cleanup", "-h"), "--retention")
+}
+
+// The built binary: exit statuses of a real process, version, a wrong DSN.
+func TestOpsBinary(t *testing.T) {
+	t.Parallel()
+	bin := daemonBinary(t)
+	out, err := exec.Command(bin, "version").Output()
+	require.NoError(t, err)
+	require.Regexp(t, `^outboxkit github.com/outboxkit/outbox \S+ \(go1\.`, string(out))
+
+	code := func(args ...string) (int, string) {
+		cmd := exec.Command(bin, args...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		if ee, isExit := err.(*exec.ExitError); isExit {
+			return ee.ExitCode(), errb.String()
+		}
+		require.NoError(t, err)
+		return 0, errb.String()
+	}
+	c, errs := code("cleanup", "--db", "sqlite:x.db", "--retention", "0s")
+	require.Equal(t, 2, c)
+	require.Contains(t, errs, "--retention")
+	c, errs = code("status", "--db", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	require.Equal(t, 1, c)
+	require.Equal(t, 1, strings.Count(errs, "\n"), errs)
+	require.Contains(t, errs, "outboxkit status: database:")
+	c, errs = code("status", "--db", "mysql://nobody@127.0.0.1:1/none?timeout=2s")
+	require.Equal(t, 1, c)
+	require.Equal(t, 1, strings.Count(errs, "\n"), errs)
+}
+
+// `migrate sql` for each dialect, applied as one script to an empty database, gives an outbox
+// that `migrate` with the same options finds current: it records nothing more, and the
+// operator commands work on it.
+func TestMigrateSQL(t *testing.T) {
+	// Not parallel with the other tests (its subtests are, with each other): under the load of
+	// three databases at once the daemon end-to-end tests miss their deadlines.
+	for _, b := range opsBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			d := b.new(t)
+			args := []string{"migrate", "sql", "--dialect", d.driver, "--lanes", "4", "--table", "events"}
+			if d.driver == "postgres" {
+				args = append(args, "--schema", d.cfg.Schema)
+			}
+			script := ok(t, args...)
+			require.NotContains(t, script, "{{")
+			d.exec(t, script)
+			tables := d.tables(t)
+			require.Contains(t, tables, "events")
+			require.Contains(t, tables, "events_lanes")
+			cfg := d.cfg
+			cfg.Table, cfg.Lanes = "events", 4
+			db, err := opendb.Open(t.Context(), cfg)
+			require.NoError(t, err)
+			defer db.Close()
+			n, err := db.Store.LaneCount(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, 4, n)
+			tablesBefore, metaBefore := d.tables(t), d.meta(t, "events")
+			require.NotEmpty(t, metaBefore)
+			require.NoError(t, db.Store.Migrate(t.Context()))
+			require.Equal(t, tablesBefore, d.tables(t))
+			require.Equal(t, metaBefore, d.meta(t, "events"), "Migrate recorded nothing more: the script recorded every migration")
+			cfg2 := cfg
+			cfg2.Lanes = 8
+			db2, err := opendb.Open(t.Context(), cfg2)
+			require.NoError(t, err)
+			defer db2.Close()
+			require.ErrorIs(t, db2.Store.Migrate(t.Context()), core.ErrSchemaMismatch, "the script recorded its lane count")
+
+			writeEvents(t, db.Store, "k")
+			st, err := db.Store.Stats(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, int64(1), st.Pending)
+			require.Contains(t, ok(t, append([]string{"status", "--table", "events"}, d.flags...)...), "pending    1\n")
+		})
+	}
 }

@@ -85,7 +85,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(opts...)
 	meter := mp.Meter("github.com/outboxkit/outbox/internal/daemon")
 	m := &metrics{handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), provider: mp,
-		backlog: &backlog{stats: d.db.store.Stats, interval: d.cfg.Metrics.StatsInterval.D(), now: time.Now}}
+		backlog: &backlog{stats: d.db.Store.Stats, interval: d.cfg.Metrics.StatsInterval.D(), now: time.Now}}
 
 	table := d.cfg.Database.Table
 	if table == "" {

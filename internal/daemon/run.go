@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -16,13 +15,9 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/adapters/mysql"
-	"github.com/outboxkit/outbox/adapters/postgres"
-	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
@@ -38,64 +33,11 @@ func NewLogger(cfg Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, o))
 }
 
-// outbox is what the daemon needs of an adapter's store.
-type outbox interface {
-	core.RelayStore
-	core.Admin
-	core.Pruner
-	Migrate(ctx context.Context) error
-}
-
-// backend is an opened database: its store, a CDC source factory and a closer.
-type backend struct {
-	store  outbox
-	ping   func(ctx context.Context) error
-	source func() (core.ChangeSource, error) // nil: no CDC
-	close  func()
-}
-
-func open(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
+// open opens the configured database (internal/opendb, shared with the operator commands).
+func open(ctx context.Context, cfg Config, log *slog.Logger) (*opendb.DB, error) {
 	d := cfg.Database
-	switch d.Driver {
-	case "postgres":
-		pool, err := pgxpool.New(ctx, d.DSN)
-		if err != nil {
-			return nil, fmt.Errorf("database: %w", err)
-		}
-		store, err := postgres.New(pool, &postgres.Options{Schema: d.Schema, Table: d.Table, Lanes: d.Lanes, Logger: log})
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		return &backend{store: store, ping: pool.Ping, close: pool.Close, source: func() (core.ChangeSource, error) {
-			return store.ChangeSource(&postgres.ChangeSourceOptions{Slot: cfg.CDC.Slot, Logger: log})
-		}}, nil
-	case "mysql":
-		db, err := sql.Open("mysql", d.DSN)
-		if err != nil {
-			return nil, fmt.Errorf("database: %w", err)
-		}
-		store, err := mysql.New(ctx, db, &mysql.Options{Table: d.Table, Lanes: d.Lanes, DSN: d.DSN, Logger: log})
-		if err != nil {
-			db.Close()
-			return nil, err
-		}
-		return &backend{store: store, ping: db.PingContext, close: func() { _ = db.Close() }, source: func() (core.ChangeSource, error) {
-			return store.ChangeSource(&mysql.ChangeSourceOptions{ServerID: cfg.CDC.ServerID, Logger: log})
-		}}, nil
-	case "sqlite":
-		db, err := sqlite.OpenDB(ctx, d.DSN)
-		if err != nil {
-			return nil, err
-		}
-		store, err := sqlite.New(db, &sqlite.Options{Table: d.Table, Lanes: d.Lanes, Logger: log})
-		if err != nil {
-			db.Close()
-			return nil, err
-		}
-		return &backend{store: store, ping: db.PingContext, close: func() { _ = db.Close() }}, nil
-	}
-	return nil, fmt.Errorf("database.driver: %q unsupported", d.Driver)
+	return opendb.Open(ctx, opendb.Config{Driver: d.Driver, DSN: d.DSN, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes,
+		Slot: cfg.CDC.Slot, ServerID: cfg.CDC.ServerID, Logger: log})
 }
 
 // newSink builds the configured sink; closeSink (never nil) is called after its last send.
@@ -139,7 +81,7 @@ type relayer interface {
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
-	db     *backend
+	db     *opendb.DB
 	close  func() // the sink's client
 	relays []*core.Relay
 	cdc    *core.CDCRelay
@@ -160,11 +102,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	defer func() {
 		if !ok {
 			d.close()
-			db.close()
+			db.Close()
 		}
 	}()
 	if cfg.Migrate {
-		if err := db.store.Migrate(ctx); err != nil {
+		if err := db.Store.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
 		log.Info("migrated")
@@ -181,11 +123,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	retry := core.RetryPolicy{Initial: cfg.Relay.Retry.Initial.D(), Max: cfg.Relay.Retry.Max.D(),
 		Multiplier: cfg.Relay.Retry.Multiplier, Jitter: cfg.Relay.Retry.Jitter, Deadline: cfg.Relay.Retry.Deadline.D()}
 	if cfg.Mode == "cdc" {
-		src, err := db.source()
+		src, err := db.ChangeSource()
 		if err != nil {
 			return nil, err
 		}
-		d.cdc, err = core.NewCDCRelay(db.store.(core.CDCStore), src, sink, router, &core.CDCOptions{
+		d.cdc, err = core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router, &core.CDCOptions{
 			LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retry,
 			DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
 			ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: d.m.provider,
@@ -195,7 +137,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	} else {
 		for range cfg.Relay.Workers {
-			r, err := core.NewRelay(db.store, sink, router, &core.RelayOptions{
+			r, err := core.NewRelay(db.Store, sink, router, &core.RelayOptions{
 				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
 				InFlight: cfg.Relay.InFlight, Retry: retry, DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
 				MeterProvider: d.m.provider,
@@ -225,7 +167,7 @@ func (d *Daemon) running() []relayer {
 func (d *Daemon) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := d.db.ping(ctx); err != nil {
+	if err := d.db.Ping(ctx); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	for _, r := range d.running() {
@@ -256,7 +198,7 @@ func (d *Daemon) handler() http.Handler {
 // finish and settle their sends in flight (a CDC relay checkpoints their position) and release
 // their lanes. It returns nil after a graceful stop.
 func (d *Daemon) Run(ctx context.Context) error {
-	defer d.db.close()
+	defer d.db.Close()
 	defer d.close() // after the relays' last send
 	defer d.m.shutdown()
 	ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
@@ -346,7 +288,7 @@ func (d *Daemon) cleanupLoop(ctx context.Context) {
 		if !d.holdsCleanupLease() {
 			continue
 		}
-		n, err := core.CleanupOutbox(ctx, d.db.store, &core.CleanupOptions{Retention: d.cfg.Cleanup.Retention.D(), MeterProvider: d.m.provider})
+		n, err := core.CleanupOutbox(ctx, d.db.Store, &core.CleanupOptions{Retention: d.cfg.Cleanup.Retention.D(), MeterProvider: d.m.provider})
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("cleanup_failed", "error", err)
 			continue

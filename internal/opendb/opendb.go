@@ -1,0 +1,179 @@
+// Package opendb opens an outbox store of any SQL adapter (PostgreSQL, MySQL/MariaDB, SQLite)
+// from a driver name and a connection string: the one way the relay daemon and the operator
+// commands of cmd/outboxkit open their database.
+package opendb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/sqlite"
+	"github.com/outboxkit/outbox/core"
+)
+
+// Drivers are the supported driver names.
+var Drivers = []string{"postgres", "mysql", "sqlite"}
+
+// ErrBadURL is wrapped by ParseURL's errors.
+var ErrBadURL = errors.New("bad database URL")
+
+// Config selects the outbox to open.
+type Config struct {
+	// Driver is "postgres", "mysql" or "sqlite".
+	Driver string
+	// DSN is the connection string: a pgx connection string (postgres), a go-sql-driver/mysql
+	// DSN with parseTime=true (mysql) or a file path (sqlite).
+	DSN string
+	// Schema is the PostgreSQL schema (default "public"); other drivers ignore it.
+	Schema string
+	// Table is the outbox table (default "outbox").
+	Table string
+	// Lanes is the lane count Migrate records (default the adapter's).
+	Lanes int
+	// Slot is the PostgreSQL replication slot of the change source (default the adapter's).
+	Slot string
+	// ServerID is the MySQL replica server id of the change source (default random).
+	ServerID uint32
+	// Logger receives the store's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is what the daemon and the operator commands use of an adapter's store.
+type Store interface {
+	core.RelayStore
+	core.Admin
+	core.Pruner
+	Migrate(ctx context.Context) error
+}
+
+// DB is an opened database.
+type DB struct {
+	Store Store
+	// Ping checks that the database answers.
+	Ping func(ctx context.Context) error
+	// ChangeSource builds the store's change source; nil when the driver has no CDC (sqlite).
+	ChangeSource func() (core.ChangeSource, error)
+	// Close closes the connection pool.
+	Close func()
+}
+
+// Open connects to the database of cfg and builds its store. It creates and migrates nothing
+// (sqlite.OpenDB creates a missing file: callers that must not create one check first).
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	switch cfg.Driver {
+	case "postgres":
+		pool, err := pgxpool.New(ctx, cfg.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		store, err := postgres.New(pool, &postgres.Options{Schema: cfg.Schema, Table: cfg.Table, Lanes: cfg.Lanes, Logger: log})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return &DB{Store: store, Ping: pool.Ping, Close: pool.Close, ChangeSource: func() (core.ChangeSource, error) {
+			return store.ChangeSource(&postgres.ChangeSourceOptions{Slot: cfg.Slot, Logger: log})
+		}}, nil
+	case "mysql":
+		db, err := sql.Open("mysql", cfg.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		store, err := mysql.New(ctx, db, &mysql.Options{Table: cfg.Table, Lanes: cfg.Lanes, DSN: cfg.DSN, Logger: log})
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &DB{Store: store, Ping: db.PingContext, Close: func() { _ = db.Close() }, ChangeSource: func() (core.ChangeSource, error) {
+			return store.ChangeSource(&mysql.ChangeSourceOptions{ServerID: cfg.ServerID, Logger: log})
+		}}, nil
+	case "sqlite":
+		db, err := sqlite.OpenDB(ctx, cfg.DSN)
+		if err != nil {
+			return nil, err
+		}
+		store, err := sqlite.New(db, &sqlite.Options{Table: cfg.Table, Lanes: cfg.Lanes, Logger: log})
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		return &DB{Store: store, Ping: db.PingContext, Close: func() { _ = db.Close() }}, nil
+	}
+	return nil, fmt.Errorf("database.driver: %q unsupported", cfg.Driver)
+}
+
+// ParseURL turns an operator's database address into a driver name and DSN:
+//
+//	postgres://user:pass@host:port/db?sslmode=disable   (or postgresql://): passed to pgx as it is
+//	mysql://user:pass@host:port/db?param=value          a go-sql-driver/mysql DSN with parseTime=true, loc=UTC
+//	sqlite:PATH                                          a SQLite file
+//
+// Anything else with a "://" is an error wrapping ErrBadURL; text without one is a SQLite file
+// path.
+func ParseURL(s string) (driver, dsn string, err error) {
+	switch {
+	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		return "postgres", s, nil
+	case strings.HasPrefix(s, "mysql://"):
+		dsn, err := mysqlDSN(s)
+		return "mysql", dsn, err
+	case strings.HasPrefix(s, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(s, "sqlite:"), "//")
+		if path == "" {
+			return "", "", fmt.Errorf("%w: sqlite: needs a file path", ErrBadURL)
+		}
+		return "sqlite", path, nil
+	case strings.Contains(s, "://"):
+		scheme, _, _ := strings.Cut(s, "://")
+		return "", "", fmt.Errorf("%w: unknown scheme %q (want postgres://, mysql:// or sqlite:PATH)", ErrBadURL, scheme)
+	case s == "":
+		return "", "", fmt.Errorf("%w: empty", ErrBadURL)
+	}
+	return "sqlite", s, nil
+}
+
+// mysqlDSN converts mysql://user:pass@host:port/db?params to a go-sql-driver/mysql DSN.
+func mysqlDSN(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadURL, err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return "", fmt.Errorf("%w: mysql:// needs a database name as its path", ErrBadURL)
+	}
+	c := gomysql.NewConfig()
+	if u.User != nil {
+		c.User = u.User.Username()
+		c.Passwd, _ = u.User.Password()
+	}
+	c.Net, c.Addr, c.DBName = "tcp", u.Host, db
+	if u.Port() == "" {
+		c.Addr = u.Host + ":3306"
+	}
+	c.ParseTime, c.Loc = true, time.UTC
+	// Other query parameters are the driver's own (tls, timeout, ...).
+	if q := u.Query(); len(q) > 0 {
+		parsed, err := gomysql.ParseDSN(c.FormatDSN() + "&" + q.Encode())
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrBadURL, err)
+		}
+		c = parsed
+	}
+	return c.FormatDSN(), nil
+}
