@@ -149,10 +149,19 @@ func (p *producer) finish() (map[string][]string, []string) {
 	return p.want, all
 }
 
-// checkDelivered fails unless every id was acknowledged and per-key order holds.
-func (e *env[TTx]) checkDelivered(sink *Sink, want map[string][]string, all []string) {
+// checkDelivered fails unless every id was acknowledged and per-key order holds. With a CDC
+// relay that is to deliver them, it fails at once, with the relay's error, when that relay
+// returns first (instead of waiting for the watchdog).
+func (e *env[TTx]) checkDelivered(sink *Sink, want map[string][]string, all []string, by ...*cdcRun) {
 	e.t.Helper()
-	e.waitFor(fmt.Sprintf("all %d events to be delivered", len(all)), func() bool { return sink.AllAcked(all) })
+	e.waitFor(fmt.Sprintf("all %d events to be delivered", len(all)), func() bool {
+		for _, c := range by {
+			if done, err := c.exited(); done {
+				e.fatalf("the CDC relay returned (%v) with %d of %d events delivered", err, sink.Seen(), len(all))
+			}
+		}
+		return sink.AllAcked(all)
+	})
 	for _, err := range sink.CheckOrder(want) {
 		e.t.Error(err)
 	}
@@ -233,7 +242,7 @@ func cdcCases[TTx any]() []tcase[TTx] {
 			last := e.write(event("last", 0))
 			all = append(all, last[0].ID)
 			want["last"] = ids(last)
-			e.checkDelivered(sink, want, all)
+			e.checkDelivered(sink, want, all, c)
 			// The log is in commit order: with one writer at a time, the deliveries are exactly
 			// the writes, in order, each once.
 			ds := sink.Deliveries()

@@ -277,6 +277,18 @@ func (rr *runner[R]) stop() error {
 	return rr.err
 }
 
+// exited reports, without waiting, whether the relay's Run (or Backfill) has returned, and
+// its error.
+func (rr *runner[R]) exited() (bool, error) {
+	select {
+	case err := <-rr.done:
+		rr.once.Do(func() { rr.cancel(); rr.err = err })
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
 // returned waits, bounded by the watchdog, for the relay to return by itself, and returns
 // its error.
 func returned[TTx any, R interface{ Owner() string }](e *env[TTx], rr *runner[R], what string) error {
