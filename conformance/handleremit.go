@@ -11,12 +11,13 @@ import (
 
 // The "chain" area: an inbox handler that writes outbox events in its own transaction (the
 // inbox transaction "may insert local outbox records for further publication"), and the public
-// test helpers of package outboxtest on the adapter.
+// helpers of packages outboxtest and reconcile on the adapter.
 func chainCases[TTx any]() []tcase[TTx] {
 	return []tcase[TTx]{
 		{name: "handler-emits", run: testChainHandlerEmits[TTx]},
 		{name: "handler-emits-rollback", run: testChainHandlerEmitsRollback[TTx]},
 		{name: "outboxtest", run: testChainOutboxtest[TTx]},
+		{name: "reconcile", run: testChainReconcile[TTx]},
 	}
 }
 

@@ -48,7 +48,7 @@ type Expected struct {
 }
 
 // InboxReader reads a consumer's inbox records by event ID. Adapters that support
-// reconciliation implement it (sqlite.Store does).
+// reconciliation implement it (the PostgreSQL, MySQL and SQLite stores do).
 type InboxReader interface {
 	// InboxRecords returns the records of consumer among ids, by event ID; absent IDs are
 	// omitted.

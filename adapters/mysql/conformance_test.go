@@ -7,7 +7,11 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/conformance"
+	"github.com/outboxkit/outbox/reconcile"
 )
+
+// The store reads inbox records for reconciliation (conformance chain/reconcile checks them).
+var _ reconcile.InboxReader = (*mysql.Store)(nil)
 
 func harness(strategy mysql.ClaimStrategy) conformance.Harness[*sql.Tx] {
 	return conformance.Harness[*sql.Tx]{

@@ -54,26 +54,54 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxReco
 	if n == 1 {
 		return core.InboxRecord{}, true, nil
 	}
-	ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
+	ex, err := s.readRecord(ctx, tx, rec.Consumer, rec.EventID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return core.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q event %s", rec.Consumer, rec.EventID)
+	}
+	if err != nil {
+		return core.InboxRecord{}, false, wrap("insert record", err)
+	}
+	return ex, false, nil
+}
+
+// readRecord reads the inbox record of (consumer, eventID) through q (a transaction or the
+// pool); sql.ErrNoRows when there is none.
+func (s *Store) readRecord(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, consumer, eventID string) (core.InboxRecord, error) {
+	ex := core.InboxRecord{Consumer: consumer, EventID: eventID}
 	var digest []byte
 	var outcome int
 	var occurred sql.NullTime
-	err = tx.QueryRowContext(ctx, s.q.readRecord, rec.Consumer, rec.EventID).Scan(&digest, &ex.SourcePosition,
-		&outcome, &occurred, &ex.ProcessedAt)
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return core.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q event %s", rec.Consumer, rec.EventID)
-		}
-		return core.InboxRecord{}, false, wrap("insert record", err)
+	if err := q.QueryRowContext(ctx, s.q.readRecord, consumer, eventID).Scan(&digest, &ex.SourcePosition,
+		&outcome, &occurred, &ex.ProcessedAt); err != nil {
+		return core.InboxRecord{}, err
 	}
 	if len(digest) != len(ex.Digest) {
-		return core.InboxRecord{}, false, fmt.Errorf("mysql: insert record: stored digest has %d bytes", len(digest))
+		return core.InboxRecord{}, fmt.Errorf("stored digest has %d bytes", len(digest))
 	}
 	copy(ex.Digest[:], digest)
 	ex.Outcome = core.Outcome(outcome)
 	ex.OccurredAt = nullTime(occurred)
 	ex.ProcessedAt = ex.ProcessedAt.UTC()
-	return ex, false, nil
+	return ex, nil
+}
+
+// InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
+// ID (absent IDs omitted), read outside any transaction, one ID at a time.
+func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {
+	out := make(map[string]core.InboxRecord, len(ids))
+	for _, id := range ids {
+		rec, err := s.readRecord(ctx, s.db, consumer, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, wrap("inbox records", err)
+		}
+		out[id] = rec
+	}
+	return out, nil
 }
 
 // LockVersion implements core.InboxStore. It creates the (consumer, entity) row when missing

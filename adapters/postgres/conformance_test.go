@@ -13,9 +13,17 @@ import (
 
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/reconcile"
 )
 
 const counterTable = `CREATE TABLE counters (key text PRIMARY KEY, n integer NOT NULL)`
+
+// Both stores read inbox records for reconciliation (conformance chain/reconcile checks them).
+var (
+	_ reconcile.InboxReader = (*Store[pgx.Tx])(nil)
+	_ reconcile.InboxReader = (*Store[*sql.Tx])(nil)
+)
+
 const counterBump = `INSERT INTO counters AS c (key, n) VALUES ($1, 1)
 	ON CONFLICT (key) DO UPDATE SET n = c.n + 1`
 const counterGet = `SELECT coalesce((SELECT n FROM counters WHERE key = $1), 0)`

@@ -44,28 +44,53 @@ func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRec
 		if !errors.Is(err, errNoRows) {
 			return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", classify(err))
 		}
-		var (
-			digest   []byte
-			outcome  int64
-			occurred time.Time
-		)
-		ex := core.InboxRecord{Consumer: rec.Consumer, EventID: rec.EventID}
-		err = queryRow(ctx, q, s.q.inboxGet, []any{rec.Consumer, rec.EventID},
-			&digest, &ex.SourcePosition, &outcome, &occurred, &processed)
+		ex, err := s.readRecord(ctx, q, rec.Consumer, rec.EventID)
 		if errors.Is(err, errNoRows) && attempt < 3 {
 			continue // pruned between the insert and the read
 		}
 		if err != nil {
 			return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", classify(err))
 		}
-		if len(digest) != len(ex.Digest) {
-			return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: digest of %d bytes", len(digest))
-		}
-		copy(ex.Digest[:], digest)
-		ex.Outcome = core.Outcome(outcome)
-		ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
 		return ex, false, nil
 	}
+}
+
+// readRecord reads the inbox record of (consumer, eventID); errNoRows when there is none.
+func (s *Store[TTx]) readRecord(ctx context.Context, q querier, consumer, eventID string) (core.InboxRecord, error) {
+	var (
+		digest              []byte
+		outcome             int64
+		occurred, processed time.Time
+	)
+	ex := core.InboxRecord{Consumer: consumer, EventID: eventID}
+	if err := queryRow(ctx, q, s.q.inboxGet, []any{consumer, eventID},
+		&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
+		return core.InboxRecord{}, err
+	}
+	if len(digest) != len(ex.Digest) {
+		return core.InboxRecord{}, fmt.Errorf("digest of %d bytes", len(digest))
+	}
+	copy(ex.Digest[:], digest)
+	ex.Outcome = core.Outcome(outcome)
+	ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
+	return ex, nil
+}
+
+// InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
+// ID (absent IDs omitted), read outside any transaction, one ID at a time.
+func (s *Store[TTx]) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {
+	out := make(map[string]core.InboxRecord, len(ids))
+	for _, id := range ids {
+		rec, err := s.readRecord(ctx, s.db, consumer, id)
+		if errors.Is(err, errNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("postgres: inbox records: %w", classify(err))
+		}
+		out[id] = rec
+	}
+	return out, nil
 }
 
 // occurredIn stores the zero time as 0001-01-01 UTC, which is older than any horizon.
