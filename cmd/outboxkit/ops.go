@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
@@ -83,29 +81,38 @@ func (f *dbFlags) open(cmd *cobra.Command) (*opendb.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	db, err := openExisting(cmd.Context(), cfg)
+	if err != nil {
+		return nil, failErr(cmd, err)
+	}
+	return db, nil
+}
+
+// openExisting opens an existing, migrated outbox as it is (it creates and migrates nothing):
+// the operator commands' and `outboxkit reconcile`'s way in.
+func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 	if cfg.Driver == "sqlite" {
 		if _, err := os.Stat(cfg.DSN); err != nil { // sqlite.OpenDB would create it
 			if errors.Is(err, os.ErrNotExist) {
 				err = fmt.Errorf("%w: database file %s does not exist", ErrNotMigrated, cfg.DSN)
 			}
-			return nil, failErr(cmd, err)
+			return nil, err
 		}
 	}
-	ctx := cmd.Context()
 	db, err := opendb.Open(ctx, cfg)
 	if err != nil {
-		return nil, failErr(cmd, err)
+		return nil, err
 	}
 	if err := db.Ping(ctx); err != nil {
 		db.Close()
-		return nil, failErr(cmd, fmt.Errorf("database: %w", err))
+		return nil, fmt.Errorf("database: %w", err)
 	}
 	if _, err := db.Store.LaneCount(ctx); err != nil {
 		db.Close()
 		if missingTable(err) || errors.Is(err, core.ErrSchemaMismatch) {
 			err = fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		}
-		return nil, failErr(cmd, err)
+		return nil, err
 	}
 	return db, nil
 }
@@ -419,25 +426,4 @@ func cleanupCommand() *cobra.Command {
 		return nil
 	}
 	return cmd
-}
-
-// openExisting opens the outbox of an existing SQLite file as it is, with the *sql.DB that
-// `outboxkit reconcile` also queries (its expected events come from the same file).
-func openExisting(ctx context.Context, path string) (*sql.DB, *sqlite.Store, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, nil, err
-	}
-	db, err := sqlite.OpenDB(ctx, path)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := sqlite.New(db, &sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err == nil {
-		_, err = store.LaneCount(ctx) // fails clearly when the file holds no outbox
-	}
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return db, store, nil
 }

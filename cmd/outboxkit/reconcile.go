@@ -7,17 +7,20 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/reconcile"
 )
 
-// reconcileCommand is `outboxkit reconcile`: package reconcile on an existing SQLite outbox,
-// the expected events read by a query of the same database.
+// reconcileCommand is `outboxkit reconcile`: package reconcile on an existing outbox of any SQL
+// adapter, the expected events read by a query of the same database.
 func reconcileCommand() *cobra.Command {
-	return legacy("reconcile --db FILE --expected-sql QUERY [--consumer NAME] [--since T] [--until T] [--unpublished-after D]",
+	return legacy("reconcile --db URL --expected-sql QUERY [--schema S] [--table T] [--consumer NAME] [--since T] [--until T] [--unpublished-after D]",
 		"compare, by event id, the events a query of the domain tables says must exist with the outbox and a consumer's inbox; exit 1 on any finding",
 		runReconcile)
 }
@@ -27,7 +30,9 @@ func reconcileCommand() *cobra.Command {
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("db", "", "SQLite database file holding the outbox (and the domain tables, the inbox) (required)")
+	path := fs.String("db", "", "the database holding the outbox (and the domain tables, the inbox): postgres://..., mysql://user:pass@host:port/db or sqlite:PATH (a bare path is a SQLite file) (required)")
+	schema := fs.String("schema", "", "PostgreSQL schema of the outbox and the inbox (default public)")
+	table := fs.String("table", "", "outbox table (default outbox)")
 	query := fs.String("expected-sql", "", "query returning the expected events: id, aggregate_type, aggregate_id, version (required)")
 	consumer := fs.String("consumer", "", "also check this consumer's inbox in the same database")
 	since := fs.String("since", "", "window start, RFC 3339 (outbox rows created at or after it; default: unbounded)")
@@ -64,16 +69,32 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		*f.dst = t
 	}
 	o.UnpublishedAfter = *after
-	db, store, err := openExisting(ctx, *path)
+	driver, dsn, err := opendb.ParseURL(*path)
 	if err != nil {
-		fmt.Fprintf(stderr, "outboxkit reconcile: %v\n", err)
+		return usage("--db: %v", err)
+	}
+	if *schema != "" && driver != "postgres" {
+		return usage("--schema: only for a postgres:// database")
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "outboxkit reconcile: %s\n", strings.Join(strings.Fields(err.Error()), " "))
 		return 1
 	}
-	defer db.Close()
-	if *consumer != "" {
-		o.Inbox, o.Consumer = store, *consumer
+	db, err := openExisting(ctx, opendb.Config{Driver: driver, DSN: dsn, Schema: *schema, Table: *table,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fail(err)
 	}
-	rows, err := db.QueryContext(ctx, *query)
+	defer db.Close()
+	store := db.Store
+	if *consumer != "" {
+		reader, ok := store.(reconcile.InboxReader)
+		if !ok {
+			return fail(fmt.Errorf("--consumer: the %s store reads no inbox records", driver))
+		}
+		o.Inbox, o.Consumer = reader, *consumer
+	}
+	rows, err := db.SQL.QueryContext(ctx, *query)
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxkit reconcile: --expected-sql: %v\n", err)
 		return 1

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
@@ -74,4 +75,31 @@ func TestReconcileCommand(t *testing.T) {
 	code, _, stderr := reconcileCmd("--expected-sql", "SELECT nope")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "--expected-sql")
+}
+
+// `outboxkit reconcile --db URL` on every database: the expected events come from a query of the
+// same database, a missing one is a finding (exit 1), and --consumer reads that database's inbox.
+func TestReconcileCommandEveryDatabase(t *testing.T) {
+	t.Parallel()
+	for _, b := range opsBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			d := b.new(t)
+			ok(t, append([]string{"migrate"}, d.flags...)...)
+			db, err := opendb.Open(t.Context(), d.cfg)
+			require.NoError(t, err)
+			defer db.Close()
+			ids := writeEvents(t, db.Store, "a", "b")
+			query := "SELECT '" + ids[0] + "', 'order', 'x', 0 UNION ALL SELECT '" + ids[1] + "', 'order', 'y', 0 UNION ALL SELECT 'never-written', 'order', 'z', 0"
+			code, out, errs := cli(t, append([]string{"reconcile", "--expected-sql", query}, d.flags...)...)
+			require.Equal(t, 1, code, "stdout %q stderr %q", out, errs)
+			require.Contains(t, out, "missing 1: never-written\n")
+			// With the inbox: the written events are unpublished past 1ns, and the query fails
+			// with one line naming it.
+			code, out, errs = cli(t, append([]string{"reconcile", "--expected-sql", query, "--consumer", "billing", "--unpublished-after", "1ns"}, d.flags...)...)
+			require.Equal(t, 1, code, "stdout %q stderr %q", out, errs)
+			require.Contains(t, out, "unpublished 2:")
+			fails(t, 1, "--expected-sql", append([]string{"reconcile", "--expected-sql", "SELECT nope FROM nowhere"}, d.flags...)...)
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/adapters/postgres"
@@ -64,6 +65,9 @@ type DB struct {
 	Ping func(ctx context.Context) error
 	// ChangeSource builds the store's change source; nil when the driver has no CDC (sqlite).
 	ChangeSource func() (core.ChangeSource, error)
+	// SQL is the same database through database/sql, for the caller's own queries (for
+	// PostgreSQL, over the store's pgx pool).
+	SQL *sql.DB
 	// Close closes the connection pool.
 	Close func()
 }
@@ -86,7 +90,8 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			pool.Close()
 			return nil, err
 		}
-		return &DB{Store: store, Ping: pool.Ping, Close: pool.Close, ChangeSource: func() (core.ChangeSource, error) {
+		sqlDB := stdlib.OpenDBFromPool(pool)
+		return &DB{Store: store, Ping: pool.Ping, SQL: sqlDB, Close: func() { _ = sqlDB.Close(); pool.Close() }, ChangeSource: func() (core.ChangeSource, error) {
 			return store.ChangeSource(&postgres.ChangeSourceOptions{Slot: cfg.Slot, Logger: log})
 		}}, nil
 	case "mysql":
@@ -99,7 +104,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			db.Close()
 			return nil, err
 		}
-		return &DB{Store: store, Ping: db.PingContext, Close: func() { _ = db.Close() }, ChangeSource: func() (core.ChangeSource, error) {
+		return &DB{Store: store, Ping: db.PingContext, SQL: db, Close: func() { _ = db.Close() }, ChangeSource: func() (core.ChangeSource, error) {
 			return store.ChangeSource(&mysql.ChangeSourceOptions{ServerID: cfg.ServerID, Logger: log})
 		}}, nil
 	case "sqlite":
@@ -112,7 +117,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			db.Close()
 			return nil, err
 		}
-		return &DB{Store: store, Ping: db.PingContext, Close: func() { _ = db.Close() }}, nil
+		return &DB{Store: store, Ping: db.PingContext, SQL: db, Close: func() { _ = db.Close() }}, nil
 	}
 	return nil, fmt.Errorf("database.driver: %q unsupported", cfg.Driver)
 }
