@@ -69,23 +69,32 @@ func readQueue(t *testing.T, c *awssqs.Client, queueURL string, evs []committed)
 		keyOf[ev.id] = ev.key
 	}
 	queued := newRecorder(0)
-	for idle := 0; idle < 3 && len(queued.ids) < len(evs); {
+	// The emulator may lose an answer under load (the SDK retries the request): a lost receive
+	// leaves its messages in flight, blocking their FIFO groups, until their visibility ends,
+	// and a lost delete brings one back. So: a short visibility, patience longer than it, and
+	// each SQS message counted once (a second SQS message of one event is still a duplicate).
+	const visibility = 5
+	seen := map[string]bool{}
+	for last := time.Now(); len(queued.ids) < len(evs) && time.Since(last) < (visibility+7)*time.Second; {
 		out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(queueURL),
-			MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60, MessageAttributeNames: []string{"All"}})
+			MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: visibility, MessageAttributeNames: []string{"All"}})
 		require.NoError(t, err)
 		if len(out.Messages) == 0 {
-			idle++
 			continue
 		}
-		idle = 0
+		last = time.Now()
 		del := &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(queueURL)}
 		for i, m := range out.Messages {
+			del.Entries = append(del.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+			if seen[aws.ToString(m.MessageId)] {
+				continue
+			}
+			seen[aws.ToString(m.MessageId)] = true
 			id := aws.ToString(m.MessageAttributes["outbox.id"].StringValue)
 			v, err := strconv.ParseInt(aws.ToString(m.MessageAttributes["outbox.aggregate_version"].StringValue), 10, 64)
 			require.NoError(t, err)
 			queued.got = append(queued.got, delivery{id, keyOf[id], v})
 			queued.ids[id] = true
-			del.Entries = append(del.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 		}
 		_, err = c.DeleteMessageBatch(ctx, del)
 		require.NoError(t, err)
