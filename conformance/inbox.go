@@ -23,6 +23,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "retention", run: testInboxRetention[TTx]},
 		{name: "consumers", run: testInboxConsumers[TTx]},
 		{name: "horizon-after-insert", run: testInboxHorizonAfterInsert[TTx]},
+		{name: "batch", run: testInboxBatch[TTx]},
 	}
 }
 
@@ -332,3 +333,68 @@ func testInboxHorizonAfterInsert[TTx any](e *env[TTx]) {
 // i0 is the base of inbox message times (OccurredAt, Prune horizons): in the past, because
 // Inbox.Prune refuses a horizon beyond now plus core.MaxClockSkew.
 var i0 = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// testInboxBatch: ProcessBatch applies each message as Process would, in one transaction:
+// a second delivery within the batch is a Duplicate, versions ascend within it; a failing
+// message (digest conflict, handler error) rolls the whole batch back, and the error names
+// its index and wraps the cause.
+func testInboxBatch[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	effect := func(key string) core.BatchHandler[TTx] {
+		return func(ctx context.Context, tx TTx, i int, m core.InboxMessage) error {
+			f.calls.Add(1)
+			return e.h.Effect(ctx, tx, key)
+		}
+	}
+	batch := []core.InboxMessage{msg("b1", "p1"), msg("b2", "p2"), msg("b1", "p1"),
+		versioned("b3", "order/b", 1), versioned("b4", "order/b", 2), versioned("b5", "order/b", 1)}
+	res, err := f.in.ProcessBatch(e.ctx, "c1", batch, effect("eff"))
+	e.must(err, "ProcessBatch")
+	want := []core.InboxResult{{Outcome: core.Applied}, {Outcome: core.Applied}, {Outcome: core.Duplicate, Prior: core.Applied},
+		{Outcome: core.Applied}, {Outcome: core.Applied}, {Outcome: core.Stale}}
+	if fmt.Sprint(res) != fmt.Sprint(want) {
+		e.fatalf("ProcessBatch results %v, want %v", res, want)
+	}
+	e.expectEffect("eff", 4)
+	f.expect("a message of the batch, delivered again", "c1", msg("b2", "p2"), "eff", core.Duplicate, core.Applied)
+
+	// A digest conflict at index 2 rolls back the new messages before it.
+	calls := f.calls.Load()
+	_, err = f.in.ProcessBatch(e.ctx, "c1", []core.InboxMessage{msg("b6", "p6"), msg("b7", "p7"), msg("b1", "other")}, effect("eff2"))
+	var be *core.BatchError
+	if !errors.As(err, &be) || be.Index != 2 || !errors.Is(err, core.ErrDigestMismatch) {
+		e.fatalf("ProcessBatch with a conflict at index 2 returned %v, want a *core.BatchError at 2 wrapping ErrDigestMismatch", err)
+	}
+	if f.calls.Load() != calls+2 {
+		e.fatalf("the handler ran %d times before the conflict, want 2", f.calls.Load()-calls)
+	}
+	e.expectEffect("eff2", 0)
+	f.expect("a message rolled back with its batch", "c1", msg("b6", "p6"), "eff2", core.Applied, 0)
+
+	// A handler error at index 1 rolls back index 0.
+	_, err = f.in.ProcessBatch(e.ctx, "c1", []core.InboxMessage{msg("b8", "p8"), msg("b9", "p9")},
+		func(ctx context.Context, tx TTx, i int, m core.InboxMessage) error {
+			if err := e.h.Effect(ctx, tx, "eff3"); err != nil {
+				return err
+			}
+			if i == 1 {
+				return errHandler
+			}
+			return nil
+		})
+	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, errHandler) {
+		e.fatalf("ProcessBatch with a failing handler at index 1 returned %v, want a *core.BatchError at 1 wrapping the handler's error", err)
+	}
+	e.expectEffect("eff3", 0)
+	f.expect("the first message after its batch failed", "c1", msg("b8", "p8"), "eff3", core.Applied, 0)
+
+	// An invalid message refuses the batch before anything runs.
+	calls = f.calls.Load()
+	_, err = f.in.ProcessBatch(e.ctx, "c1", []core.InboxMessage{msg("b10", "p"), {Payload: []byte("no id")}}, effect("eff4"))
+	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, core.ErrInvalidMessage) {
+		e.fatalf("ProcessBatch with an invalid message at index 1 returned %v, want a *core.BatchError at 1 wrapping ErrInvalidMessage", err)
+	}
+	if f.calls.Load() != calls {
+		e.fatalf("the handler ran for a batch that was refused")
+	}
+}

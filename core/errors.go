@@ -121,6 +121,18 @@ func (e *MessageError) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalidMessage) true.
 func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
 
+// BatchError is Inbox.ProcessBatch's error for the message at Index: Err is the error
+// Process would have returned for it. errors.Is and errors.As see Err through it.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string { return fmt.Sprintf("inbox: batch message %d: %v", e.Index, e.Err) }
+
+// Unwrap returns Err.
+func (e *BatchError) Unwrap() error { return e.Err }
+
 // OptionError names the option that is invalid. errors.Is(err, ErrInvalidOptions) is true for it.
 type OptionError struct {
 	Field  string

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"time"
 
@@ -213,77 +214,157 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 	if handler == nil {
 		return InboxResult{}, &MessageError{Field: "handler", Reason: "must not be nil"}
 	}
-	digest := sha256.Sum256(msg.Payload)
 	var res InboxResult
 	began := time.Now()
-	defer func() { in.inst.processed(ctx, consumer, res, err, time.Since(began)) }()
+	defer func() {
+		in.inst.processed(ctx, consumer, res, err)
+		in.inst.recordTx(ctx, consumer, time.Since(began))
+	}()
 	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		res = InboxResult{}
-		outcome, gap := Applied, false
-		if msg.Version > 0 {
-			last, ok, err := in.store.LockVersion(ctx, tx, consumer, msg.Entity)
-			if err != nil {
-				return fmt.Errorf("inbox: lock version: %w", err)
-			}
-			switch {
-			case ok && msg.Version <= last:
-				outcome = Stale
-			case ok && in.o.Gap == GapReject && msg.Version > last+1:
-				gap = true
-			case !ok && in.o.Gap == GapReject && in.o.FirstVersion > 0 && msg.Version > in.o.FirstVersion:
-				gap = true
-			}
-		}
-		existing, inserted, err := in.store.InsertRecord(ctx, tx, InboxRecord{
-			Consumer: consumer, EventID: msg.EventID, Digest: digest,
-			SourcePosition: msg.SourcePosition, Outcome: outcome, OccurredAt: msg.OccurredAt,
-		})
-		if err != nil {
-			return fmt.Errorf("inbox: record: %w", err)
-		}
-		// The retention check comes after the record's key is taken: a record that PruneInbox
-		// deleted behind a raised horizon lets InsertRecord insert only after that raise
-		// committed, so this read sees it (see InboxStore.Horizon). No lock is needed.
-		horizon, err := in.store.Horizon(ctx, tx, consumer)
-		if err != nil {
-			return fmt.Errorf("inbox: horizon: %w", err)
-		}
-		in.inst.horizonSeen(ctx, consumer, horizon)
-		if !horizon.IsZero() && msg.OccurredAt.IsZero() {
-			return &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
-		}
-		if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
-			return fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
-				msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
-		}
-		if !inserted {
-			if existing.Digest != digest {
-				return fmt.Errorf("%w: consumer %q event %s", ErrDigestMismatch, consumer, msg.EventID)
-			}
-			res = InboxResult{Outcome: Duplicate, Prior: existing.Outcome}
-			return nil
-		}
-		if gap {
-			return fmt.Errorf("%w: consumer %q entity %q version %d", ErrVersionGap, consumer, msg.Entity, msg.Version)
-		}
-		res.Outcome = outcome
-		if outcome == Stale {
-			return nil
-		}
-		if err := handler(ctx, tx, msg); err != nil {
-			return err
-		}
-		if msg.Version > 0 {
-			if err := in.store.SetVersion(ctx, tx, consumer, msg.Entity, msg.Version); err != nil {
-				return fmt.Errorf("inbox: set version: %w", err)
-			}
-		}
-		return nil
+		var err error
+		res, err = in.apply(ctx, tx, consumer, msg, handler)
+		return err
 	})
 	if err != nil {
 		return InboxResult{}, err
 	}
 	return res, nil
+}
+
+// BatchHandler applies the effect of msgs[i], the message ProcessBatch hands it, in tx.
+type BatchHandler[TTx any] func(ctx context.Context, tx TTx, i int, msg InboxMessage) error
+
+// ProcessBatch processes msgs in order, each exactly as Process does (the version check, the
+// record, the retention check and, when Applied, handler), all in ONE transaction that commits
+// once: it is all or nothing. It returns one result per message. When a message fails (a
+// *MessageError before anything runs, ErrDigestMismatch, ErrBeyondRetention, ErrVersionGap, a
+// handler error or panic), the whole transaction rolls back, nothing of the batch is recorded,
+// and the error is a *BatchError naming the message's index that wraps the error Process
+// would have returned (errors.Is and errors.As see through it). An error of the transaction
+// itself (begin, commit, a cancelled ctx) is returned as is. Later messages see the effects of
+// earlier ones: a second delivery of an event ID in one batch is a Duplicate, and versions of
+// one entity must ascend within the batch as they would across calls.
+//
+// A batch amortises the transaction's begin and commit over its messages; it also holds the
+// version locks of all its entities until it commits, so keep batches small where many
+// consumers share entities. An empty batch returns nil, nil.
+func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []InboxMessage, handler BatchHandler[TTx]) (_ []InboxResult, err error) {
+	if err := CheckConsumer(consumer); err != nil {
+		return nil, err
+	}
+	for i := range msgs {
+		if err := msgs[i].check(); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+	}
+	if handler == nil {
+		return nil, &MessageError{Field: "handler", Reason: "must not be nil"}
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	res := make([]InboxResult, len(msgs))
+	began, returned := time.Now(), false
+	defer func() {
+		var be *BatchError
+		switch {
+		case returned && err == nil:
+			for i := range res {
+				in.inst.processed(ctx, consumer, res[i], nil)
+			}
+		case errors.As(err, &be):
+			// The others were rolled back unprocessed: they are processed again later.
+			in.inst.processed(ctx, consumer, InboxResult{}, be.Err)
+		default: // the transaction failed, or a handler panicked
+			in.inst.processed(ctx, consumer, InboxResult{}, errPanicked)
+		}
+		in.inst.recordTx(ctx, consumer, time.Since(began))
+	}()
+	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		for i := range msgs {
+			r, err := in.apply(ctx, tx, consumer, msgs[i], func(ctx context.Context, tx TTx, msg InboxMessage) error {
+				return handler(ctx, tx, i, msg)
+			})
+			if err != nil {
+				return &BatchError{Index: i, Err: err}
+			}
+			res[i] = r
+		}
+		return nil
+	})
+	returned = true
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// errPanicked stands for a batch whose handler panicked, in the metrics (outcome failed).
+var errPanicked = errors.New("inbox: handler panicked")
+
+// apply runs one message's steps in tx: the version check, recording (consumer, event id,
+// payload digest, position, outcome), the retention check, and handler when the outcome is
+// Applied. The one rule of Process and ProcessBatch.
+func (in *Inbox[TTx]) apply(ctx context.Context, tx TTx, consumer string, msg InboxMessage, handler Handler[TTx]) (InboxResult, error) {
+	digest := sha256.Sum256(msg.Payload)
+	outcome, gap := Applied, false
+	if msg.Version > 0 {
+		last, ok, err := in.store.LockVersion(ctx, tx, consumer, msg.Entity)
+		if err != nil {
+			return InboxResult{}, fmt.Errorf("inbox: lock version: %w", err)
+		}
+		switch {
+		case ok && msg.Version <= last:
+			outcome = Stale
+		case ok && in.o.Gap == GapReject && msg.Version > last+1:
+			gap = true
+		case !ok && in.o.Gap == GapReject && in.o.FirstVersion > 0 && msg.Version > in.o.FirstVersion:
+			gap = true
+		}
+	}
+	existing, inserted, err := in.store.InsertRecord(ctx, tx, InboxRecord{
+		Consumer: consumer, EventID: msg.EventID, Digest: digest,
+		SourcePosition: msg.SourcePosition, Outcome: outcome, OccurredAt: msg.OccurredAt,
+	})
+	if err != nil {
+		return InboxResult{}, fmt.Errorf("inbox: record: %w", err)
+	}
+	// The retention check comes after the record's key is taken: a record that PruneInbox
+	// deleted behind a raised horizon lets InsertRecord insert only after that raise
+	// committed, so this read sees it (see InboxStore.Horizon). No lock is needed.
+	horizon, err := in.store.Horizon(ctx, tx, consumer)
+	if err != nil {
+		return InboxResult{}, fmt.Errorf("inbox: horizon: %w", err)
+	}
+	in.inst.horizonSeen(ctx, consumer, horizon)
+	if !horizon.IsZero() && msg.OccurredAt.IsZero() {
+		return InboxResult{}, &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
+	}
+	if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
+		return InboxResult{}, fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
+			msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
+	}
+	if !inserted {
+		if existing.Digest != digest {
+			return InboxResult{}, fmt.Errorf("%w: consumer %q event %s", ErrDigestMismatch, consumer, msg.EventID)
+		}
+		return InboxResult{Outcome: Duplicate, Prior: existing.Outcome}, nil
+	}
+	if gap {
+		return InboxResult{}, fmt.Errorf("%w: consumer %q entity %q version %d", ErrVersionGap, consumer, msg.Entity, msg.Version)
+	}
+	if outcome == Stale {
+		return InboxResult{Outcome: Stale}, nil
+	}
+	if err := handler(ctx, tx, msg); err != nil {
+		return InboxResult{}, err
+	}
+	if msg.Version > 0 {
+		if err := in.store.SetVersion(ctx, tx, consumer, msg.Entity, msg.Version); err != nil {
+			return InboxResult{}, fmt.Errorf("inbox: set version: %w", err)
+		}
+	}
+	return InboxResult{Outcome: Applied}, nil
 }
 
 // Prune raises consumer's retention horizon to before and deletes its records of messages that

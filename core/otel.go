@@ -269,7 +269,8 @@ func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
 	}
 }
 
-// inboxInstruments are an inbox's instruments, recorded once per Process call.
+// inboxInstruments are an inbox's instruments: messages once per message, duration once per
+// transaction (a Process call or a ProcessBatch call).
 type inboxInstruments struct {
 	messages metric.Int64Counter
 	duration metric.Float64Histogram
@@ -301,7 +302,8 @@ func newInboxInstruments(mp metric.MeterProvider) (*inboxInstruments, error) {
 	return &i, nil
 }
 
-func (i *inboxInstruments) processed(ctx context.Context, consumer string, res InboxResult, err error, d time.Duration) {
+// processed counts one message by its outcome.
+func (i *inboxInstruments) processed(ctx context.Context, consumer string, res InboxResult, err error) {
 	outcome := "failed"
 	switch {
 	case err == nil && res.Outcome == Applied:
@@ -317,9 +319,12 @@ func (i *inboxInstruments) processed(ctx context.Context, consumer string, res I
 	case errors.Is(err, ErrVersionGap):
 		outcome = "version_gap"
 	}
-	c := attribute.String("outboxkit.consumer", consumer)
-	i.messages.Add(ctx, 1, metric.WithAttributes(c, attribute.String("outboxkit.outcome", outcome)))
-	i.duration.Record(ctx, d.Seconds(), metric.WithAttributes(c))
+	i.messages.Add(ctx, 1, metric.WithAttributes(attribute.String("outboxkit.consumer", consumer), attribute.String("outboxkit.outcome", outcome)))
+}
+
+// recordTx records the duration of one inbox transaction (of Process or ProcessBatch).
+func (i *inboxInstruments) recordTx(ctx context.Context, consumer string, d time.Duration) {
+	i.duration.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.String("outboxkit.consumer", consumer)))
 }
 
 // horizonSeen records consumer's retention horizon h (zero: never pruned, nothing recorded).

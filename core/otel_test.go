@@ -210,6 +210,57 @@ func TestInboxMetrics(t *testing.T) {
 	require.Equal(t, []float64{float64(horizon.UnixMicro()) / 1e6}, horizonSeen)
 }
 
+// ProcessBatch counts each message of a committed batch by its outcome and records one
+// duration per transaction; a batch that fails counts only the message that failed it (the
+// others were rolled back unprocessed).
+func TestInboxBatchMetrics(t *testing.T) {
+	t.Parallel()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	reader := sdkmetric.NewManualReader()
+	in, err := core.NewInbox[*memory.Tx](store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	require.NoError(t, err)
+	ctx := context.Background()
+	apply := func(ctx context.Context, tx *memory.Tx, _ int, _ core.InboxMessage) error { return tx.Incr("n") }
+	m := func(id, payload string) core.InboxMessage {
+		return core.InboxMessage{EventID: id, Payload: []byte(payload)}
+	}
+	_, err = in.ProcessBatch(ctx, "billing", []core.InboxMessage{m("ev-1", "a"), m("ev-2", "a"), m("ev-1", "a")}, apply)
+	require.NoError(t, err)
+	_, err = in.ProcessBatch(ctx, "billing", []core.InboxMessage{m("ev-3", "a"), m("ev-1", "b")}, apply)
+	var be *core.BatchError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, 1, be.Index)
+	require.ErrorIs(t, err, core.ErrDigestMismatch)
+	require.Equal(t, 2, store.Counter("n"), "the failed batch rolled back")
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	got := map[string]int64{}
+	var transactions uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, met := range sm.Metrics {
+			switch d := met.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if met.Name == "outboxkit.inbox.messages" {
+						o, _ := p.Attributes.Value("outboxkit.outcome")
+						got[o.AsString()] += p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					if met.Name == "outboxkit.inbox.process.duration" {
+						transactions += p.Count
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, map[string]int64{"applied": 2, "duplicate": 1, "digest_conflict": 1}, got)
+	require.Equal(t, uint64(2), transactions)
+}
+
 // CleanupOutbox counts the rows it deleted on its MeterProvider, with no attribute.
 func TestCleanupMetrics(t *testing.T) {
 	t.Parallel()

@@ -40,6 +40,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 const benchKeys = 10000
@@ -565,45 +566,29 @@ func median(v []float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
-// BenchmarkInboxApply measures core.Inbox.Process of distinct, unversioned messages with a
-// one-INSERT handler, one transaction per message: serial (one consumer) and with 8 concurrent
-// consumers of one consumer name. msgs/s is the metric.
+// BenchmarkInboxApply measures core.Inbox of distinct, unversioned messages with a one-INSERT
+// handler: serial (one consumer) and with 8 concurrent consumers of one consumer name, one
+// transaction per message (Process, batch=1) or 100 per transaction (ProcessBatch). msgs/s is
+// the metric.
 func BenchmarkInboxApply(b *testing.B) {
 	for _, par := range []int{1, 8} {
-		b.Run(fmt.Sprintf("consumers=%d", par), func(b *testing.B) {
-			ctx := context.Background()
-			s, d := migratedStore(b, dbOptions{maxConns: 10}, nil)
-			if _, err := d.pool.Exec(ctx, `CREATE TABLE bench_effects (id text PRIMARY KEY)`); err != nil {
-				b.Fatal(err)
-			}
-			in, err := core.NewInbox[pgx.Tx](s, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			handler := func(ctx context.Context, tx pgx.Tx, msg core.InboxMessage) error {
-				_, err := tx.Exec(ctx, `INSERT INTO bench_effects (id) VALUES ($1)`, msg.EventID)
-				return err
-			}
-			var next atomic.Int64
-			now := time.Now()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for range par {
-				wg.Go(func() {
-					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-						res, err := in.Process(ctx, "bench", core.InboxMessage{
-							EventID: fmt.Sprint("evt-", i), Payload: []byte(`{"n":1}`), OccurredAt: now,
-						}, handler)
-						if err != nil || res.Outcome != core.Applied {
-							b.Errorf("Process: %v %v", res.Outcome, err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-		})
+		for _, batch := range []int{1, 100} {
+			b.Run(fmt.Sprintf("consumers=%d/batch=%d", par, batch), func(b *testing.B) {
+				ctx := context.Background()
+				s, d := migratedStore(b, dbOptions{maxConns: 10}, nil)
+				if _, err := d.pool.Exec(ctx, `CREATE TABLE bench_effects (id text PRIMARY KEY)`); err != nil {
+					b.Fatal(err)
+				}
+				in, err := core.NewInbox[pgx.Tx](s, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				handler := func(ctx context.Context, tx pgx.Tx, msg core.InboxMessage) error {
+					_, err := tx.Exec(ctx, `INSERT INTO bench_effects (id) VALUES ($1)`, msg.EventID)
+					return err
+				}
+				testkit.InboxApply(b, in, par, batch, handler)
+			})
+		}
 	}
 }

@@ -177,10 +177,13 @@ func BenchmarkRelayToKafka(b *testing.B) {
 
 // BenchmarkConsumerToPostgresInbox consumes 10,000 records (1 KiB, 64 keys, 6 partitions, a
 // new topic per iteration) with a fresh consumer group and applies each through the PostgreSQL
-// inbox (one transaction per record: horizon, version gate, inbox row, one INSERT of effect),
-// and reports records/s from the consumer's start until the last one is applied. Interleaved
-// with it, bare_inbox applies the same messages by calling core.Inbox.Process directly from 6
-// goroutines (one per partition): the inbox's own ceiling on this database.
+// inbox (per record: horizon, version gate, inbox row, one INSERT of effect), and reports
+// records/s from the consumer's start until the last one is applied: inbox_msgs/s with the
+// default options (up to MaxBatch 100 records of a partition per inbox transaction),
+// unbatched_inbox_msgs/s with MaxBatch 1 (one transaction per record). Interleaved with them,
+// bare_inbox applies the same messages by calling core.Inbox.Process directly from 6
+// goroutines (one per partition, one transaction per message): the unbatched inbox's own
+// ceiling on this database.
 //
 //	go test -run '^$' -bench ConsumerToPostgres -benchtime 3x -count 3 ./sinks/kafka/
 func BenchmarkConsumerToPostgresInbox(b *testing.B) {
@@ -208,7 +211,7 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 		}
 		return msgs
 	}
-	consumer := func(i int) time.Duration {
+	consumer := func(i, maxBatch int) time.Duration {
 		topic := newTopic(b, benchPartitions)
 		msgs := messages(topic)
 		for j := range msgs {
@@ -223,6 +226,7 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 			func(ctx context.Context, tx pgx.Tx, d *kafka.Delivery) error { return effect(ctx, tx, &d.Event) },
 			&kafka.ConsumerOptions{
 				ClientOptions: []kgo.Opt{kgo.SeedBrokers(brokers(b)...), kgo.FetchMaxWait(50 * time.Millisecond)},
+				MaxBatch:      maxBatch,
 				Logger:        slog.New(slog.DiscardHandler),
 			})
 		require.NoError(b, err)
@@ -262,17 +266,20 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 		wg.Wait()
 		return time.Since(start)
 	}
-	var tConsumer, tBare time.Duration
+	var tConsumer, tUnbatched, tBare time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if i%2 == 0 {
-			tConsumer += consumer(i)
+			tConsumer += consumer(3*i, 0)
+			tUnbatched += consumer(3*i+1, 1)
 			tBare += bare(i)
 		} else {
 			tBare += bare(i)
-			tConsumer += consumer(i)
+			tUnbatched += consumer(3*i+1, 1)
+			tConsumer += consumer(3*i, 0)
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/tConsumer.Seconds(), "inbox_msgs/s")
+	b.ReportMetric(float64(n*b.N)/tUnbatched.Seconds(), "unbatched_inbox_msgs/s")
 	b.ReportMetric(float64(n*b.N)/tBare.Seconds(), "bare_inbox_msgs/s")
 }

@@ -51,6 +51,13 @@ type ConsumerOptions struct {
 	// revoke and shutdown). A record processed but not committed yet is consumed again after
 	// a crash and is then a no-op in the inbox. Default 500ms.
 	CommitInterval time.Duration
+	// MaxBatch is the most queued records of one partition processed in one inbox transaction
+	// (core.Inbox.ProcessBatch), in offset order; a worker takes what is queued, up to MaxBatch,
+	// and never waits for more. When a batch fails, its records are tried again one at a time
+	// (each in its own transaction, with MaxAttempts and the dead-letter rule; the batch counts
+	// as the first attempt of the record that failed it). 1 gives every record its own
+	// transaction. Default 100.
+	MaxBatch int
 	// MaxAttempts is how many times a record is tried before it goes to the dead-letter topic.
 	// Default 5.
 	MaxAttempts int
@@ -98,7 +105,9 @@ type ConsumerStats struct {
 // Guarantees:
 //   - Each partition has a worker that processes its records one after another in offset
 //     order; partitions are processed in parallel. Each record's handler runs in the inbox's
-//     transaction (core.Inbox.Process): a redelivered record is a no-op (Duplicate).
+//     transaction (core.Inbox.ProcessBatch over up to MaxBatch queued records, all or
+//     nothing; a failed batch is tried again one record at a time): a redelivered record is a
+//     no-op (Duplicate).
 //   - Offsets are committed (every CommitInterval, on revoke and on shutdown) only up to the
 //     last record whose inbox transaction committed or that was dead-lettered: at least once
 //     into the inbox, exactly once in effect.
@@ -168,6 +177,12 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		o.CommitInterval = 500 * time.Millisecond
 	case o.CommitInterval < 0:
 		return nil, &core.OptionError{Field: "CommitInterval", Reason: "must not be negative"}
+	}
+	switch {
+	case o.MaxBatch == 0:
+		o.MaxBatch = 100
+	case o.MaxBatch < 0:
+		return nil, &core.OptionError{Field: "MaxBatch", Reason: "must not be negative"}
 	}
 	switch {
 	case o.MaxAttempts == 0:
@@ -396,18 +411,23 @@ func (r *run[TTx]) work(cl *kgo.Client, w *worker) {
 				w.mu.Unlock()
 				break
 			}
-			rec := w.queue[0]
-			w.queue = w.queue[1:]
+			n := min(len(w.queue), r.c.o.MaxBatch)
+			batch := make([]*kgo.Record, 0, n)
+			for _, rec := range w.queue[:n] {
+				if rec.Offset >= w.next { // else done already (fetched again after a rewind)
+					batch = append(batch, rec)
+				}
+			}
+			w.queue = w.queue[n:]
 			resume := w.paused && len(w.queue) <= r.c.o.MaxBufferedRecords/2
 			if resume {
 				w.paused = false
 			}
-			skip := rec.Offset < w.next // already done (fetched again after a rewind)
 			w.mu.Unlock()
 			if resume {
 				cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.part}})
 			}
-			if skip {
+			if len(batch) == 0 {
 				continue
 			}
 			select {
@@ -415,17 +435,18 @@ func (r *run[TTx]) work(cl *kgo.Client, w *worker) {
 				return // revoked or shutting down: the rest is abandoned
 			default:
 			}
-			ok := r.c.record(r.ctx, cl, rec, w.quit)
+			done := r.c.records(r.ctx, cl, batch, w.quit)
 			w.mu.Lock()
-			if ok {
-				w.done, w.next = rec, rec.Offset+1
-			} else {
+			if done > 0 {
+				w.done, w.next = batch[done-1], batch[done-1].Offset+1
+			}
+			if done < len(batch) {
 				// Not done (shutdown, or the dead-letter topic could not be written): drop what
-				// is queued; the poll loop rewinds the partition to rec.
-				r.c.abandoned.Add(uint64(1 + len(w.queue)))
+				// is queued; the poll loop rewinds the partition to the first record not done.
+				r.c.abandoned.Add(uint64(len(batch) - done + len(w.queue)))
 				w.queue = nil
 				if r.ctx.Err() == nil {
-					w.stuck = rec
+					w.stuck = batch[done]
 				}
 			}
 			w.mu.Unlock()
@@ -508,15 +529,86 @@ func (r *run[TTx]) release(cl *kgo.Client, ps map[string][]int32, commit bool) {
 	}
 }
 
-// record tries r up to MaxAttempts times, then dead-letters it. It reports whether r is done.
-// Once quit is closed (revoke, shutdown) it starts no further attempt.
-func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Record, quit <-chan struct{}) bool {
+// records processes recs (one partition's, in offset order) in one inbox transaction when
+// there are several; when that fails, one at a time (record). It returns how many of recs,
+// from the first, are done; once quit is closed it starts no further attempt.
+func (c *Consumer[TTx]) records(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, quit <-chan struct{}) int {
+	prior := make([]error, len(recs)) // the failed batch attempt of a record
+	if len(recs) > 1 {
+		err := c.batch(ctx, recs)
+		if err == nil {
+			return len(recs)
+		}
+		if ctx.Err() != nil {
+			return 0 // interrupted by shutdown, not a failure of the records
+		}
+		var be *core.BatchError
+		if errors.As(err, &be) {
+			// Undecodable records are not in the batch: the one-at-a-time pass dead-letters them.
+			prior[be.Index] = be.Err
+		}
+		if !errors.Is(err, errUndecodable) {
+			c.failed.Add(1)
+			c.log.Warn("kafka_batch_failed", "topic", recs[0].Topic, "partition", recs[0].Partition,
+				"first_offset", recs[0].Offset, "records", len(recs), "error", err)
+		}
+	}
+	for i, rec := range recs {
+		if i > 0 {
+			select {
+			case <-quit:
+				return i
+			default:
+			}
+		}
+		if !c.record(ctx, cl, rec, prior[i], quit) {
+			return i
+		}
+	}
+	return len(recs)
+}
+
+// errUndecodable stops a batch that holds a record that is not an outbox record.
+var errUndecodable = errors.New("kafka: undecodable record in the batch")
+
+// batch processes recs in one inbox transaction (core.Inbox.ProcessBatch). A *core.BatchError
+// names the record that failed it.
+func (c *Consumer[TTx]) batch(ctx context.Context, recs []*kgo.Record) error {
+	ds := make([]*Delivery, len(recs))
+	msgs := make([]core.InboxMessage, len(recs))
+	for i, r := range recs {
+		ev, created, err := decodeRecord(r)
+		if err != nil {
+			return errUndecodable
+		}
+		ds[i] = &Delivery{Event: ev, CreatedAt: created, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempt: 1}
+		msgs[i] = c.message(ds[i])
+	}
+	res, err := c.inbox.ProcessBatch(ctx, c.name, msgs, func(ctx context.Context, tx TTx, i int, _ core.InboxMessage) error {
+		return c.handle(ctx, tx, ds[i])
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		c.count(r)
+	}
+	return nil
+}
+
+// record tries r up to MaxAttempts times (counting a failed batch attempt, prior, as the
+// first), then dead-letters it. It reports whether r is done. Once quit is closed (revoke,
+// shutdown) it starts no further attempt.
+func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Record, prior error, quit <-chan struct{}) bool {
 	ev, created, err := decodeRecord(r)
 	if err != nil {
 		c.failed.Add(1)
 		return c.deadLetter(ctx, cl, r, 1, err)
 	}
 	attempts := 0
+	if prior != nil {
+		attempts, err = 1, prior
+	}
 	for attempts < c.o.MaxAttempts {
 		if attempts > 0 {
 			select {
@@ -542,21 +634,35 @@ func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Recor
 	return c.deadLetter(ctx, cl, r, attempts, err)
 }
 
-func (c *Consumer[TTx]) process(ctx context.Context, d *Delivery) (err error) {
-	entity, version := c.o.Entity(&d.Event)
-	msg := core.InboxMessage{EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
-		OccurredAt: d.CreatedAt, SourcePosition: fmt.Sprintf("kafka:%s/%d@%d", d.Topic, d.Partition, d.Offset)}
-	res, err := c.inbox.Process(ctx, c.name, msg, func(ctx context.Context, tx TTx, _ core.InboxMessage) (herr error) {
-		defer func() {
-			if p := recover(); p != nil {
-				herr = fmt.Errorf("%w: %v", ErrHandlerPanic, p)
-			}
-		}()
-		return c.handler(ctx, tx, d)
+func (c *Consumer[TTx]) process(ctx context.Context, d *Delivery) error {
+	res, err := c.inbox.Process(ctx, c.name, c.message(d), func(ctx context.Context, tx TTx, _ core.InboxMessage) error {
+		return c.handle(ctx, tx, d)
 	})
 	if err != nil {
 		return err
 	}
+	c.count(res)
+	return nil
+}
+
+// message is d's inbox message.
+func (c *Consumer[TTx]) message(d *Delivery) core.InboxMessage {
+	entity, version := c.o.Entity(&d.Event)
+	return core.InboxMessage{EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
+		OccurredAt: d.CreatedAt, SourcePosition: fmt.Sprintf("kafka:%s/%d@%d", d.Topic, d.Partition, d.Offset)}
+}
+
+// handle runs the handler on d, a panic turned into ErrHandlerPanic.
+func (c *Consumer[TTx]) handle(ctx context.Context, tx TTx, d *Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrHandlerPanic, p)
+		}
+	}()
+	return c.handler(ctx, tx, d)
+}
+
+func (c *Consumer[TTx]) count(res core.InboxResult) {
 	switch res.Outcome {
 	case core.Applied:
 		c.applied.Add(1)
@@ -565,7 +671,6 @@ func (c *Consumer[TTx]) process(ctx context.Context, d *Delivery) (err error) {
 	case core.Stale:
 		c.stale.Add(1)
 	}
-	return nil
 }
 
 func (c *Consumer[TTx]) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, attempts int, cause error) bool {

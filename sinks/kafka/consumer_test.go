@@ -18,26 +18,49 @@ import (
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
-// applied records, per partition key, the aggregate versions whose effect committed.
+// applied records the handler's calls; its views keep, per partition key, the aggregate
+// versions whose effect committed, in commit order. A call's effect committed when the
+// store's counter of its event is set; within a batch a later record can fail after the
+// handler ran for an earlier one, and the rollback is followed by a retry that calls the
+// handler again: the last call of an event is the one that committed (commits follow calls in
+// order).
 type applied struct {
-	mu   sync.Mutex
-	keys map[string][]int64
+	store *memory.Store
+	mu    sync.Mutex
+	calls []call
 }
 
-func (a *applied) add(key string, v int64) {
+type call struct {
+	key, id string
+	version int64
+}
+
+func (a *applied) add(key, id string, v int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.keys == nil {
-		a.keys = map[string][]int64{}
+	a.calls = append(a.calls, call{key: key, id: id, version: v})
+}
+
+// keys returns, per partition key, the versions that committed, in order.
+func (a *applied) keys() map[string][]int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last := map[string]int{}
+	for i, c := range a.calls {
+		last[c.id] = i
 	}
-	a.keys[key] = append(a.keys[key], v)
+	out := map[string][]int64{}
+	for i, c := range a.calls {
+		if last[c.id] == i && a.store.Counter("applied:"+c.id) > 0 {
+			out[c.key] = append(out[c.key], c.version)
+		}
+	}
+	return out
 }
 
 func (a *applied) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	n := 0
-	for _, vs := range a.keys {
+	for _, vs := range a.keys() {
 		n += len(vs)
 	}
 	return n
@@ -46,10 +69,9 @@ func (a *applied) count() int {
 // requireInOrder: every key's versions 1..perKey applied once each, in order.
 func (a *applied) requireInOrder(t *testing.T, keys, perKey int) {
 	t.Helper()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	require.Len(t, a.keys, keys)
-	for k, vs := range a.keys {
+	got := a.keys()
+	require.Len(t, got, keys)
+	for k, vs := range got {
 		want := make([]int64, perKey)
 		for i := range want {
 			want[i] = int64(i + 1)
@@ -69,7 +91,7 @@ func newConsumerEnv(t *testing.T) *consumerEnv {
 	require.NoError(t, err)
 	inbox, err := core.NewInbox[*memory.Tx](store, nil)
 	require.NoError(t, err)
-	return &consumerEnv{store: store, inbox: inbox, applied: &applied{}}
+	return &consumerEnv{store: store, inbox: inbox, applied: &applied{store: store}}
 }
 
 // start runs a consumer of topic in group until stop is called or the test ends. fail, when
@@ -90,9 +112,7 @@ func (e *consumerEnv) start(t *testing.T, group, topic string, opts *kafka.Consu
 		if err := tx.Incr("applied:" + d.Event.ID); err != nil {
 			return err
 		}
-		// The handler is the last step of the inbox transaction, and the memory store's commit
-		// does not fail: what is recorded here committed.
-		e.applied.add(d.Event.PartitionKey, d.Event.AggregateVersion)
+		e.applied.add(d.Event.PartitionKey, d.Event.ID, d.Event.AggregateVersion)
 		return nil
 	}, opts)
 	require.NoError(t, err)
@@ -194,9 +214,7 @@ func TestConsumerDeadLettersAfterMaxAttempts(t *testing.T) {
 	stop()
 	require.Equal(t, []int{1, 2, 3}, attempts)
 	require.Zero(t, e.store.Counter("applied:"+poison), "the failed attempts rolled back")
-	e.applied.mu.Lock()
-	require.Equal(t, []int64{1, 3, 4, 5}, e.applied.keys["order/k0"], "the partition moved on in order")
-	e.applied.mu.Unlock()
+	require.Equal(t, []int64{1, 3, 4, 5}, e.applied.keys()["order/k0"], "the partition moved on in order")
 
 	dlt := consume(t, topic+".dlt", 2)
 	require.Equal(t, poison, header(dlt[0], kafka.HeaderID))
@@ -300,9 +318,7 @@ func TestConsumerHoldsPartitionWhileDeadLetterTopicIsMissing(t *testing.T) {
 	eventually(t, "the rest applied", func() bool { return e.applied.count() == 5 })
 	stop()
 	require.Equal(t, uint64(1), c.Stats().DeadLettered)
-	e.applied.mu.Lock()
-	require.Equal(t, []int64{1, 2, 4, 5, 6}, e.applied.keys["order/k0"])
-	e.applied.mu.Unlock()
+	require.Equal(t, []int64{1, 2, 4, 5, 6}, e.applied.keys()["order/k0"])
 }
 
 // TestConsumerPausesPartitionThatFallsBehind: with a slow handler and a small buffer, the

@@ -60,8 +60,9 @@
 //
 // # Consumer
 //
-// Consumer[TTx] joins a consumer group (Run), polls records and processes each through
-// core.Inbox.Process with the Handler in the inbox's transaction. See Consumer for its
+// Consumer[TTx] joins a consumer group (Run), polls records and processes them through
+// core.Inbox (ProcessBatch: up to ConsumerOptions.MaxBatch queued records of a partition per
+// inbox transaction) with the Handler in the inbox's transaction. See Consumer for its
 // guarantees: per-partition order, offsets committed only after the inbox transaction
 // committed, revoked partitions finished or abandoned before the revoke completes, a
 // dead-letter topic after ConsumerOptions.MaxAttempts, pausing partitions that fall behind,
