@@ -128,7 +128,9 @@ type BatchError struct {
 	Err   error
 }
 
-func (e *BatchError) Error() string { return fmt.Sprintf("inbox: batch message %d: %v", e.Index, e.Err) }
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("inbox: batch message %d: %v", e.Index, e.Err)
+}
 
 // Unwrap returns Err.
 func (e *BatchError) Unwrap() error { return e.Err }
