@@ -144,8 +144,10 @@ func (s *settler) apply(batch []*settleItem) error {
 	if len(p.Published)+len(p.Failed) > 0 {
 		p.Leases, p.Delete, p.Now = r.currentLeases(), r.o.DeleteOnPublish, r.now()
 		ctx, cancel := context.WithTimeout(s.base, opTimeout)
+		began := time.Now()
 		err := r.store.Settle(ctx, p)
 		cancel()
+		r.inst.settledIn(s.base, time.Since(began))
 		if err != nil {
 			return fmt.Errorf("outbox: cdc relay: settle: %w", err)
 		}

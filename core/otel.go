@@ -110,6 +110,8 @@ func endPublishSpan(span trace.Span, outcome []error) {
 // record, so that metrics cost nothing measurable on the drain path).
 type relayInstruments struct {
 	sendDuration              metric.Float64Histogram
+	fetchDuration             metric.Float64Histogram
+	settleDuration            metric.Float64Histogram
 	publishLatency            metric.Float64Histogram
 	batchSize                 metric.Int64Histogram
 	settledCount              metric.Int64Counter
@@ -153,7 +155,16 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 	var err, e error
 	i.sendDuration, err = m.Float64Histogram("outboxkit.relay.send.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of one Sink.Send call (one batch)."),
-		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
+	i.fetchDuration, e = m.Float64Histogram("outboxkit.relay.fetch.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one Store.Fetch call that returned records (one batch; polling relay)."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
+	i.settleDuration, e = m.Float64Histogram("outboxkit.relay.settle.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of one Store.Settle call: the fenced marks of one batch's records."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
 	i.batchSize, e = m.Int64Histogram("outboxkit.relay.batch.size", metric.WithUnit("{event}"),
 		metric.WithDescription("Records sent in one Sink.Send call."),
 		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 5000))
@@ -201,6 +212,19 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 		i.sendErrors.Add(ctx, 0, o)
 	}
 	return i, nil
+}
+
+// durationBuckets are the bucket boundaries (s) of the relay's fetch, send and settle durations.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// fetched records the duration of a fetch that returned records.
+func (i *relayInstruments) fetched(ctx context.Context, d time.Duration) {
+	i.fetchDuration.Record(ctx, d.Seconds(), i.kind)
+}
+
+// settledIn records the duration of one Store.Settle call.
+func (i *relayInstruments) settledIn(ctx context.Context, d time.Duration) {
+	i.settleDuration.Record(ctx, d.Seconds(), i.kind)
 }
 
 func (i *relayInstruments) sent(ctx context.Context, d time.Duration, n int) {

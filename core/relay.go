@@ -715,8 +715,10 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	if len(recs) == 0 {
 		return 0, false, nil
 	}
+	fetchTime := time.Since(fetchBegan)
 	r.stats.fetches.Add(1)
-	r.stats.fetchNs.Add(int64(time.Since(fetchBegan)))
+	r.stats.fetchNs.Add(int64(fetchTime))
+	r.inst.fetched(ctx, fetchTime)
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
 	sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", recs)
@@ -805,7 +807,9 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 		if len(p.Leases) == 0 {
 			return nil
 		}
+		began := time.Now()
 		err := r.store.Settle(ctx, p)
+		r.inst.settledIn(ctx, time.Since(began))
 		var lost *LanesLostError
 		if errors.As(err, &lost) {
 			r.stats.claimLost.Add(1)

@@ -18,7 +18,7 @@ type Metric struct {
 	Type   string   // counter, gauge or histogram
 	Unit   string   // OpenTelemetry unit
 	Labels []string // attributes as Prometheus labels, sorted (otel_scope_* not listed)
-	// Exported says where the metric comes from: "always" (every `outboxkit relay`), "mode cdc",
+	// Exported says where the metric comes from: "always" (every `outboxkit relay`), "mode polling", "mode cdc",
 	// "mode cdc, mysql", "cleanup.enabled", or "inbox" / "sqs consumer" (an application's
 	// MeterProvider, not the daemon).
 	Exported string

@@ -357,6 +357,7 @@ func checkCatalog(t *testing.T, p *daemonProc, b e2eBackend) {
 		switch {
 		case m.Exported == "always", m.Exported == "cleanup.enabled",
 			m.Exported == "mode cdc" && b.mode == "cdc",
+			m.Exported == "mode polling" && b.mode == "polling",
 			m.Exported == "mode cdc, mysql" && b.mode == "cdc" && b.driver == "mysql":
 			want = append(want, m.Name)
 		}
