@@ -24,6 +24,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "consumers", run: testInboxConsumers[TTx]},
 		{name: "horizon-after-insert", run: testInboxHorizonAfterInsert[TTx]},
 		{name: "batch", run: testInboxBatch[TTx]},
+		{name: "batch-outcomes", run: testInboxBatchOutcomes[TTx]},
 	}
 }
 
@@ -396,5 +397,63 @@ func testInboxBatch[TTx any](e *env[TTx]) {
 	}
 	if f.calls.Load() != calls {
 		e.fatalf("the handler ran for a batch that was refused")
+	}
+}
+
+// messageByMessage hides an adapter's InboxBatchStore methods: ProcessBatch on it takes the
+// path of one apply per message.
+type messageByMessage[TTx any] struct{ core.InboxStore[TTx] }
+
+// testInboxBatchOutcomes: ProcessBatch gives the outcomes Process would give one message after
+// another, with and without the adapter's core.InboxBatchStore: redeliveries of recorded
+// events among new versions of their entity, a second delivery within the batch, stale
+// versions, a gap (GapReject refuses the whole batch), and an event first recorded without a
+// version and redelivered with one.
+func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
+	stores := map[string]core.InboxStore[TTx]{"adapter": core.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}}
+	for _, name := range []string{"adapter", "message-by-message"} {
+		c := "cb-" + name
+		in, err := core.NewInbox(stores[name], nil)
+		e.must(err, "NewInbox")
+		gapIn, err := core.NewInbox(stores[name], &core.InboxOptions{Gap: core.GapReject})
+		e.must(err, "NewInbox")
+		run := func(what string, in *core.Inbox[TTx], msgs []core.InboxMessage, want ...core.InboxResult) {
+			e.t.Helper()
+			res, err := in.ProcessBatch(e.ctx, c, msgs, func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error {
+				return e.h.Effect(ctx, tx, c+"/"+m.EventID)
+			})
+			if err != nil {
+				e.fatalf("%s (%s): ProcessBatch: %v", what, name, err)
+			}
+			if fmt.Sprint(res) != fmt.Sprint(want) {
+				e.fatalf("%s (%s): results %v, want %v", what, name, res, want)
+			}
+		}
+		applied, stale := core.InboxResult{Outcome: core.Applied}, core.InboxResult{Outcome: core.Stale}
+		dupApplied := core.InboxResult{Outcome: core.Duplicate, Prior: core.Applied}
+		run("first versions", in, []core.InboxMessage{versioned("x1", "E", 1), versioned("x2", "E", 2)}, applied, applied)
+		run("redelivery among new versions", in, []core.InboxMessage{
+			versioned("x2", "E", 2), versioned("y3", "E", 3), versioned("y3", "E", 3), versioned("z", "E", 2),
+			msg("w", "p"), versioned("y5", "E", 5), versioned("z", "E", 2)},
+			dupApplied, applied, dupApplied, stale, applied, applied, core.InboxResult{Outcome: core.Duplicate, Prior: core.Stale})
+		for _, id := range []string{"x1", "x2", "y3", "w", "y5"} {
+			e.expectEffect(c+"/"+id, 1)
+		}
+		e.expectEffect(c+"/z", 0)
+
+		_, err = gapIn.ProcessBatch(e.ctx, c, []core.InboxMessage{versioned("g1", "F", 1), versioned("g3", "F", 3)},
+			func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error { return e.h.Effect(ctx, tx, c+"/"+m.EventID) })
+		var be *core.BatchError
+		if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, core.ErrVersionGap) {
+			e.fatalf("a gap at index 1 (%s): ProcessBatch returned %v, want a *core.BatchError at 1 wrapping ErrVersionGap", name, err)
+		}
+		e.expectEffect(c+"/g1", 0)
+		run("the same versions without the gap", gapIn, []core.InboxMessage{versioned("g1", "F", 1), versioned("g2", "F", 2), versioned("g3", "F", 3)},
+			applied, applied, applied)
+
+		// u is recorded without a version, then redelivered with one: it stays a Duplicate and
+		// does not raise K, so k2 (K version 2) applies.
+		run("unversioned first", in, []core.InboxMessage{msg("u", "payload of u"), msg("v", "p")}, applied, applied)
+		run("redelivered with a version", in, []core.InboxMessage{versioned("u", "K", 3), versioned("k2", "K", 2)}, dupApplied, applied)
 	}
 }

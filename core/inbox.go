@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -241,7 +242,8 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, i int, msg InboxMes
 // handler error or panic), the whole transaction rolls back, nothing of the batch is recorded,
 // and the error is a *BatchError naming the message's index that wraps the error Process
 // would have returned (errors.Is and errors.As see through it). An error of the transaction
-// itself (begin, commit, a cancelled ctx) is returned as is. Later messages see the effects of
+// itself (begin, commit, a cancelled ctx) is returned as is, and so may be a database error
+// of a step that serves the whole batch (InboxBatchStore). Later messages see the effects of
 // earlier ones: a second delivery of an event ID in one batch is a Duplicate, and versions of
 // one entity must ascend within the batch as they would across calls.
 //
@@ -280,7 +282,7 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 		}
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	sequential := func(ctx context.Context, tx TTx) error {
 		for i := range msgs {
 			r, err := in.apply(ctx, tx, consumer, msgs[i], func(ctx context.Context, tx TTx, msg InboxMessage) error {
 				return handler(ctx, tx, i, msg)
@@ -291,12 +293,153 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 			res[i] = r
 		}
 		return nil
-	})
+	}
+	if bs, ok := in.store.(InboxBatchStore[TTx]); ok && len(msgs) > 1 {
+		err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+			return in.applyBatch(ctx, tx, bs, consumer, msgs, handler, res)
+		})
+		if errors.Is(err, errBatchReplay) {
+			err = in.store.InTx(ctx, sequential)
+		}
+	} else {
+		err = in.store.InTx(ctx, sequential)
+	}
 	returned = true
 	if err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// errBatchReplay makes ProcessBatch roll back applyBatch and process the batch one message
+// after another.
+var errBatchReplay = errors.New("inbox: batch replayed message by message")
+
+// applyBatch is ProcessBatch through an InboxBatchStore, with the outcome of every message the
+// one apply would give it in order: the versions of the batch's entities are locked first,
+// each message's outcome follows from them and from the earlier messages of the batch, the
+// records are inserted together, then each message in order is checked (retention, digest,
+// gap) and, when Applied, handed to handler; the new versions are stored at the end. The
+// horizon is read once, after every insert (the retention rule needs a read after the
+// message's insert). A redelivery that the outcomes took as new (an earlier record of a
+// versioned message) would change the later outcomes: then errBatchReplay.
+func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler BatchHandler[TTx], res []InboxResult) error {
+	seen := map[string]bool{}
+	var entities []string
+	for i := range msgs {
+		if msgs[i].Version > 0 && !seen[msgs[i].Entity] {
+			seen[msgs[i].Entity] = true
+			entities = append(entities, msgs[i].Entity)
+		}
+	}
+	slices.Sort(entities)
+	last := map[string]int64{}
+	if len(entities) > 0 {
+		var err error
+		if last, err = bs.LockVersions(ctx, tx, consumer, entities); err != nil {
+			return fmt.Errorf("inbox: lock versions: %w", err)
+		}
+	}
+	type plan struct {
+		digest   [32]byte
+		first    int // index of the first message of this event ID in the batch
+		rec      int // index into recs (first occurrences)
+		outcome  Outcome
+		gap, set bool // set: the outcome raised the entity's version
+	}
+	plans := make([]plan, len(msgs))
+	firsts := map[string]int{}
+	recs := make([]InboxRecord, 0, len(msgs))
+	for i := range msgs {
+		m, p := &msgs[i], &plans[i]
+		p.digest = sha256.Sum256(m.Payload)
+		if j, ok := firsts[m.EventID]; ok {
+			p.first, p.rec = j, plans[j].rec
+			continue
+		}
+		firsts[m.EventID] = i
+		p.first, p.rec, p.outcome = i, len(recs), Applied
+		if m.Version > 0 {
+			v, ok := last[m.Entity]
+			switch {
+			case ok && m.Version <= v:
+				p.outcome = Stale
+			case ok && in.o.Gap == GapReject && m.Version > v+1:
+				p.gap = true
+			case !ok && in.o.Gap == GapReject && in.o.FirstVersion > 0 && m.Version > in.o.FirstVersion:
+				p.gap = true
+			}
+			if p.outcome == Applied && !p.gap {
+				last[m.Entity], p.set = m.Version, true
+			}
+		}
+		recs = append(recs, InboxRecord{Consumer: consumer, EventID: m.EventID, Digest: p.digest,
+			SourcePosition: m.SourcePosition, Outcome: p.outcome, OccurredAt: m.OccurredAt})
+	}
+	existing, inserted, err := bs.InsertRecords(ctx, tx, recs)
+	if err != nil {
+		return fmt.Errorf("inbox: records: %w", err)
+	}
+	for i := range plans {
+		if p := &plans[i]; p.first == i && p.set && !inserted[p.rec] {
+			return errBatchReplay
+		}
+	}
+	horizon, err := in.store.Horizon(ctx, tx, consumer)
+	if err != nil {
+		return fmt.Errorf("inbox: horizon: %w", err)
+	}
+	in.inst.horizonSeen(ctx, consumer, horizon)
+	versions := map[string]int64{}
+	for i := range msgs {
+		m, p := &msgs[i], &plans[i]
+		if err := checkHorizon(consumer, m, horizon); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+		prior := existing[p.rec]
+		if inserted[p.rec] {
+			first := &plans[p.first]
+			prior = InboxRecord{Digest: first.digest, Outcome: first.outcome}
+		}
+		if p.first != i || !inserted[p.rec] {
+			if prior.Digest != p.digest {
+				return &BatchError{Index: i, Err: fmt.Errorf("%w: consumer %q event %s", ErrDigestMismatch, consumer, m.EventID)}
+			}
+			res[i] = InboxResult{Outcome: Duplicate, Prior: prior.Outcome}
+			continue
+		}
+		if p.gap {
+			return &BatchError{Index: i, Err: fmt.Errorf("%w: consumer %q entity %q version %d", ErrVersionGap, consumer, m.Entity, m.Version)}
+		}
+		res[i] = InboxResult{Outcome: p.outcome}
+		if p.outcome == Stale {
+			continue
+		}
+		if err := handler(ctx, tx, i, *m); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+		if m.Version > 0 {
+			versions[m.Entity] = m.Version
+		}
+	}
+	if len(versions) > 0 {
+		if err := bs.SetVersions(ctx, tx, consumer, versions); err != nil {
+			return fmt.Errorf("inbox: set versions: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkHorizon is the retention check of msg against consumer's horizon.
+func checkHorizon(consumer string, msg *InboxMessage, horizon time.Time) error {
+	if !horizon.IsZero() && msg.OccurredAt.IsZero() {
+		return &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
+	}
+	if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
+		return fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
+			msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // errPanicked stands for a batch whose handler panicked, in the metrics (outcome failed).
@@ -337,12 +480,8 @@ func (in *Inbox[TTx]) apply(ctx context.Context, tx TTx, consumer string, msg In
 		return InboxResult{}, fmt.Errorf("inbox: horizon: %w", err)
 	}
 	in.inst.horizonSeen(ctx, consumer, horizon)
-	if !horizon.IsZero() && msg.OccurredAt.IsZero() {
-		return InboxResult{}, &MessageError{Field: "OccurredAt", Reason: "required: consumer " + consumer + " prunes its inbox (it has a retention horizon)"}
-	}
-	if !horizon.IsZero() && msg.OccurredAt.Before(horizon) {
-		return InboxResult{}, fmt.Errorf("%w: event %s occurred at %s, horizon %s", ErrBeyondRetention, msg.EventID,
-			msg.OccurredAt.UTC().Format(time.RFC3339Nano), horizon.UTC().Format(time.RFC3339Nano))
+	if err := checkHorizon(consumer, &msg, horizon); err != nil {
+		return InboxResult{}, err
 	}
 	if !inserted {
 		if existing.Digest != digest {

@@ -243,6 +243,21 @@ type InboxStore[TTx any] interface {
 	PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
 }
 
+// InboxBatchStore is an optional capability of an InboxStore: the steps of Inbox.ProcessBatch
+// for a whole batch in a few statements instead of a few per message. Every method runs in a
+// transaction begun with InTx, and each keeps the rule of the InboxStore method it batches.
+type InboxBatchStore[TTx any] interface {
+	// LockVersions is LockVersion for each of entities (distinct and sorted; lock them in that
+	// order): the last applied version of each entity that has one (absent: none), every one of
+	// them held against concurrent changes until tx ends.
+	LockVersions(ctx context.Context, tx TTx, consumer string, entities []string) (map[string]int64, error)
+	// InsertRecords is InsertRecord for each of recs (one consumer, distinct event IDs):
+	// existing[i] and inserted[i] are what InsertRecord would return for recs[i].
+	InsertRecords(ctx context.Context, tx TTx, recs []InboxRecord) (existing []InboxRecord, inserted []bool, err error)
+	// SetVersions is SetVersion for each entity of versions.
+	SetVersions(ctx context.Context, tx TTx, consumer string, versions map[string]int64) error
+}
+
 // Page and batch sizes that callers left at 0 (or below). Adapters read the limits through
 // ListParams.PageSize, PruneParams.BatchSize and PruneLimit, so every adapter applies the same
 // defaults.

@@ -109,3 +109,40 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	}
 	return n, nil
 }
+
+// LockVersions implements core.InboxBatchStore: LockVersion for each entity.
+func (s *Store) LockVersions(ctx context.Context, tx *Tx, consumer string, entities []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(entities))
+	for _, e := range entities {
+		v, ok, err := s.LockVersion(ctx, tx, consumer, e)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[e] = v
+		}
+	}
+	return out, nil
+}
+
+// InsertRecords implements core.InboxBatchStore: InsertRecord for each record.
+func (s *Store) InsertRecords(ctx context.Context, tx *Tx, recs []core.InboxRecord) ([]core.InboxRecord, []bool, error) {
+	existing, inserted := make([]core.InboxRecord, len(recs)), make([]bool, len(recs))
+	for i, rec := range recs {
+		var err error
+		if existing[i], inserted[i], err = s.InsertRecord(ctx, tx, rec); err != nil {
+			return nil, nil, err
+		}
+	}
+	return existing, inserted, nil
+}
+
+// SetVersions implements core.InboxBatchStore: SetVersion for each entity.
+func (s *Store) SetVersions(ctx context.Context, tx *Tx, consumer string, versions map[string]int64) error {
+	for e, v := range versions {
+		if err := s.SetVersion(ctx, tx, consumer, e, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
