@@ -442,7 +442,9 @@ func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
 		e.expectEffect(c+"/z", 0)
 
 		_, err = gapIn.ProcessBatch(e.ctx, c, []core.InboxMessage{versioned("g1", "F", 1), versioned("g3", "F", 3)},
-			func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error { return e.h.Effect(ctx, tx, c+"/"+m.EventID) })
+			func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error {
+				return e.h.Effect(ctx, tx, c+"/"+m.EventID)
+			})
 		var be *core.BatchError
 		if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, core.ErrVersionGap) {
 			e.fatalf("a gap at index 1 (%s): ProcessBatch returned %v, want a *core.BatchError at 1 wrapping ErrVersionGap", name, err)
