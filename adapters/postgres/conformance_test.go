@@ -22,6 +22,9 @@ const counterTable = `CREATE TABLE counters (key text PRIMARY KEY, n integer NOT
 var (
 	_ reconcile.InboxReader = (*Store[pgx.Tx])(nil)
 	_ reconcile.InboxReader = (*Store[*sql.Tx])(nil)
+
+	_ core.InboxBatchStore[pgx.Tx]  = (*Store[pgx.Tx])(nil)
+	_ core.InboxBatchStore[*sql.Tx] = (*Store[*sql.Tx])(nil)
 )
 
 const counterBump = `INSERT INTO counters AS c (key, n) VALUES ($1, 1)

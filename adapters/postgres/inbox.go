@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -57,38 +59,23 @@ func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRec
 
 // readRecord reads the inbox record of (consumer, eventID); errNoRows when there is none.
 func (s *Store[TTx]) readRecord(ctx context.Context, q querier, consumer, eventID string) (core.InboxRecord, error) {
-	var (
-		digest              []byte
-		outcome             int64
-		occurred, processed time.Time
-	)
-	ex := core.InboxRecord{Consumer: consumer, EventID: eventID}
-	if err := queryRow(ctx, q, s.q.inboxGet, []any{consumer, eventID},
-		&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
+	found, err := s.readRecords(ctx, q, consumer, []string{eventID})
+	if err != nil {
 		return core.InboxRecord{}, err
 	}
-	if len(digest) != len(ex.Digest) {
-		return core.InboxRecord{}, fmt.Errorf("digest of %d bytes", len(digest))
+	rec, ok := found[eventID]
+	if !ok {
+		return core.InboxRecord{}, errNoRows
 	}
-	copy(ex.Digest[:], digest)
-	ex.Outcome = core.Outcome(outcome)
-	ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
-	return ex, nil
+	return rec, nil
 }
 
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
-// ID (absent IDs omitted), read outside any transaction, one ID at a time.
+// ID (absent IDs omitted), read outside any transaction, in one statement.
 func (s *Store[TTx]) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {
-	out := make(map[string]core.InboxRecord, len(ids))
-	for _, id := range ids {
-		rec, err := s.readRecord(ctx, s.db, consumer, id)
-		if errors.Is(err, errNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("postgres: inbox records: %w", classify(err))
-		}
-		out[id] = rec
+	out, err := s.readRecords(ctx, s.db, consumer, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox records: %w", classify(err))
 	}
 	return out, nil
 }
@@ -138,4 +125,163 @@ func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before tim
 		return 0, fmt.Errorf("postgres: prune inbox: %w", classify(err))
 	}
 	return int(n), nil
+}
+
+// LockVersions implements core.InboxBatchStore: the rows of entities locked FOR UPDATE in
+// entity order, the missing ones created without a version first.
+func (s *Store[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string, entities []string) (map[string]int64, error) {
+	q := s.txq(tx)
+	out, n, err := s.lockVersions(ctx, q, consumer, entities)
+	if err == nil && n < len(entities) {
+		if _, err = q.exec(ctx, s.q.versionEnsureMany, consumer, entities); err == nil {
+			out, _, err = s.lockVersions(ctx, q, consumer, entities)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: lock versions: %w", classify(err))
+	}
+	return out, nil
+}
+
+// lockVersions locks the existing rows of entities; it returns the versions set and how many
+// rows it locked.
+func (s *Store[TTx]) lockVersions(ctx context.Context, q querier, consumer string, entities []string) (map[string]int64, int, error) {
+	r, err := q.query(ctx, s.q.versionLockMany, consumer, entities)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer r.Close()
+	out, n := make(map[string]int64, len(entities)), 0
+	for r.Next() {
+		var (
+			e string
+			v pgtype.Int8
+		)
+		if err := r.Scan(&e, &v); err != nil {
+			return nil, 0, err
+		}
+		n++
+		if v.Valid {
+			out[e] = v.Int64
+		}
+	}
+	return out, n, r.Err()
+}
+
+// InsertRecords implements core.InboxBatchStore: one INSERT ... ON CONFLICT DO NOTHING for
+// every record, then one read of the records that existed; a record pruned between the two is
+// inserted again (as InsertRecord does).
+func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []core.InboxRecord) ([]core.InboxRecord, []bool, error) {
+	q := s.txq(tx)
+	existing, inserted := make([]core.InboxRecord, len(recs)), make([]bool, len(recs))
+	if len(recs) == 0 {
+		return existing, inserted, nil
+	}
+	consumer := recs[0].Consumer
+	todo := make([]int, len(recs))
+	for i := range todo {
+		todo[i] = i
+	}
+	for attempt := 1; len(todo) > 0; attempt++ {
+		ids, digests, positions := make([]string, len(todo)), make([][]byte, len(todo)), make([]string, len(todo))
+		outcomes, occurred := make([]int16, len(todo)), make([]time.Time, len(todo))
+		for k, i := range todo {
+			ids[k], digests[k], positions[k] = recs[i].EventID, recs[i].Digest[:], recs[i].SourcePosition
+			outcomes[k], occurred[k] = int16(recs[i].Outcome), occurredIn(recs[i].OccurredAt)
+		}
+		got, err := s.insertMany(ctx, q, consumer, ids, digests, positions, outcomes, occurred)
+		if err != nil {
+			return nil, nil, fmt.Errorf("postgres: insert inbox records: %w", classify(err))
+		}
+		var others []string
+		for k, i := range todo {
+			if got[ids[k]] {
+				inserted[i] = true
+			} else {
+				others = append(others, ids[k])
+			}
+		}
+		if len(others) == 0 {
+			break
+		}
+		found, err := s.readRecords(ctx, q, consumer, others)
+		if err != nil {
+			return nil, nil, fmt.Errorf("postgres: read inbox records: %w", classify(err))
+		}
+		next := todo[:0]
+		for _, i := range todo {
+			if inserted[i] {
+				continue
+			}
+			if ex, ok := found[recs[i].EventID]; ok {
+				existing[i] = ex
+			} else {
+				next = append(next, i) // pruned between the insert and the read
+			}
+		}
+		todo = next
+		if len(todo) > 0 && attempt == 3 {
+			return nil, nil, fmt.Errorf("postgres: read inbox records: %d records pruned between their insert and their read three times", len(todo))
+		}
+	}
+	return existing, inserted, nil
+}
+
+func (s *Store[TTx]) insertMany(ctx context.Context, q querier, consumer string, ids []string, digests [][]byte, positions []string, outcomes []int16, occurred []time.Time) (map[string]bool, error) {
+	r, err := q.query(ctx, s.q.inboxInsertMany, consumer, ids, digests, positions, outcomes, occurred)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	got := make(map[string]bool, len(ids))
+	for r.Next() {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			return nil, err
+		}
+		got[id] = true
+	}
+	return got, r.Err()
+}
+
+// readRecords reads the records of consumer among ids, by event ID (absent ones omitted).
+func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string, ids []string) (map[string]core.InboxRecord, error) {
+	r, err := q.query(ctx, s.q.inboxGetMany, consumer, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	out := make(map[string]core.InboxRecord, len(ids))
+	for r.Next() {
+		var (
+			digest              []byte
+			outcome             int64
+			occurred, processed time.Time
+		)
+		ex := core.InboxRecord{Consumer: consumer}
+		if err := r.Scan(&ex.EventID, &digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
+			return nil, err
+		}
+		if len(digest) != len(ex.Digest) {
+			return nil, fmt.Errorf("digest of %d bytes", len(digest))
+		}
+		copy(ex.Digest[:], digest)
+		ex.Outcome = core.Outcome(outcome)
+		ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
+		out[ex.EventID] = ex
+	}
+	return out, r.Err()
+}
+
+// SetVersions implements core.InboxBatchStore: one upsert for every entity.
+func (s *Store[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string, versions map[string]int64) error {
+	entities := slices.Sorted(maps.Keys(versions))
+	vs := make([]int64, len(entities))
+	for i, e := range entities {
+		vs[i] = versions[e]
+	}
+	if _, err := s.txq(tx).exec(ctx, s.q.versionSetMany, consumer, entities, vs); err != nil {
+		return fmt.Errorf("postgres: set versions: %w", classify(err))
+	}
+	return nil
 }

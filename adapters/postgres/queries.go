@@ -37,9 +37,12 @@ type queries struct {
 	settleMark, settleDelete                   string // $10: Options.AsyncSettle
 
 	horizonGet, raiseHorizon           string
-	inboxInsert, inboxGet              string
+	inboxInsert                        string
 	versionGet, versionEnsure, version string
 	pruneInbox                         string
+	// core.InboxBatchStore
+	inboxInsertMany, inboxGetMany                      string
+	versionLockMany, versionEnsureMany, versionSetMany string
 
 	pruneOutbox string
 	list        [4]string // by core.RecordState
@@ -140,11 +143,16 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		horizonGet:    st.Get("HorizonGet"),
 		raiseHorizon:  st.Get("RaiseHorizon"),
 		inboxInsert:   st.Get("InboxInsert"),
-		inboxGet:      st.Get("InboxGet"),
 		versionGet:    st.Get("VersionGet"),
 		versionEnsure: st.Get("VersionEnsure"),
 		version:       st.Get("VersionSet"),
 		pruneInbox:    st.Get("PruneInbox"),
+
+		inboxInsertMany:   st.Get("InboxInsertMany"),
+		inboxGetMany:      st.Get("InboxGetMany"),
+		versionLockMany:   st.Get("VersionLockMany"),
+		versionEnsureMany: st.Get("VersionEnsureMany"),
+		versionSetMany:    st.Get("VersionSetMany"),
 
 		pruneOutbox: st.Get("PruneOutbox"),
 		list:        [4]string{st.Get("ListAll"), st.Get("ListPending"), st.Get("ListParked"), st.Get("ListPublished")},

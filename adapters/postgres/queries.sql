@@ -310,10 +310,6 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (consumer, event_id) DO NOTHING
 RETURNING processed_at
 
--- name: InboxGet
-SELECT digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
-WHERE consumer = $1 AND event_id = $2
-
 -- name: VersionGet
 SELECT version FROM {{versions}} WHERE consumer = $1 AND entity = $2 FOR UPDATE
 
@@ -323,6 +319,35 @@ ON CONFLICT (consumer, entity) DO NOTHING
 
 -- name: VersionSet
 INSERT INTO {{versions}} (consumer, entity, version) VALUES ($1, $2, $3)
+ON CONFLICT (consumer, entity) DO UPDATE SET version = EXCLUDED.version
+
+-- name: InboxInsertMany
+-- core.InboxBatchStore: InboxInsert for many records of consumer $1 (distinct event IDs), in
+-- event ID order (one lock order for every batch); returns the event IDs inserted.
+INSERT INTO {{inbox}} (consumer, event_id, digest, source_position, outcome, occurred_at)
+SELECT $1, event_id, digest, source_position, outcome, occurred_at
+FROM unnest($2::text[], $3::bytea[], $4::text[], $5::smallint[], $6::timestamptz[])
+	AS r(event_id, digest, source_position, outcome, occurred_at)
+ORDER BY event_id
+ON CONFLICT (consumer, event_id) DO NOTHING
+RETURNING event_id
+
+-- name: InboxGetMany
+SELECT event_id, digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
+WHERE consumer = $1 AND event_id = ANY($2::text[])
+
+-- name: VersionLockMany
+-- The rows of the entities $2, locked in entity order.
+SELECT entity, version FROM {{versions}} WHERE consumer = $1 AND entity = ANY($2::text[])
+ORDER BY entity FOR UPDATE
+
+-- name: VersionEnsureMany
+INSERT INTO {{versions}} (consumer, entity) SELECT $1, e FROM unnest($2::text[]) AS r(e) ORDER BY e
+ON CONFLICT (consumer, entity) DO NOTHING
+
+-- name: VersionSetMany
+INSERT INTO {{versions}} (consumer, entity, version)
+SELECT $1, e, v FROM unnest($2::text[], $3::bigint[]) AS r(e, v) ORDER BY e
 ON CONFLICT (consumer, entity) DO UPDATE SET version = EXCLUDED.version
 
 -- name: RaiseHorizon
