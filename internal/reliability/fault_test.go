@@ -34,6 +34,11 @@ type fault struct {
 
 var faults = []fault{
 	{name: "latency", toxic: `{"name":"f","type":"latency","stream":"downstream","attributes":{"latency":150,"jitter":50}}`, progress: true},
+	// A slow link: 64 KB/s each way, deliveries go on (slowly).
+	{name: "bandwidth", toxic: `{"name":"f","type":"bandwidth","stream":"downstream","attributes":{"rate":64}}`, progress: true},
+	// Closes delayed by 2 s: a relay that drops a connection (a timeout, a pool reset) must not
+	// wait for the close.
+	{name: "slow_close", toxic: `{"name":"f","type":"slow_close","stream":"downstream","attributes":{"delay":2000}}`, progress: true},
 	{name: "reset_peer", toxic: `{"name":"f","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`},
 	// A black hole: nothing the relays send arrives and their connections stay open; removing
 	// the toxic closes them.
@@ -50,7 +55,8 @@ const (
 
 // TestFaults puts a toxiproxy proxy (in-process) between two polling relays and their
 // database while a producer commits straight to the database, and injects, one after another:
-// 150±50 ms of latency on every response, connections reset (RST) as soon as they carry data,
+// 150±50 ms of latency on every response, a 64 KB/s link, closes delayed by 2 s, connections
+// reset (RST) as soon as they carry data,
 // a black hole (data dropped, connections left open) and an outage (the proxy disabled: every
 // connection closed and new ones refused). Each fault lasts OUTBOXKIT_OUTAGE_SECONDS (default
 // 3 s; the issue's long run is 10). The relays run under a supervisor that restarts a relay
