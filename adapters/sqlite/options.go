@@ -41,6 +41,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // names holds every identifier the adapter uses, validated and quoted once.
 type names struct {
 	outbox, lanes, workers, meta, migrations, publisher   string
+	audit                                                 string
 	outboxID, outboxPending, outboxBlocked, outboxPublish string
 	outboxAggVersion, outboxImmutable                     string
 	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
@@ -69,6 +70,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.meta, "Table", table + "_meta"},
 		{&n.migrations, "Table", table + "_migrations"},
 		{&n.publisher, "Table", table + "_publisher"},
+		{&n.audit, "Table", table + "_audit"},
 		{&n.outboxID, "Table", table + "_id"},
 		{&n.outboxPending, "Table", table + "_pending"},
 		{&n.outboxBlocked, "Table", table + "_blocked"},

@@ -376,6 +376,7 @@ type unparkJSON struct {
 
 func unparkCommand() *cobra.Command {
 	var all bool
+	var actor *string
 	cmd, _ := opsCommand("unpark --db URL (KEY | --all)", "release a parked partition key (or every parked key) so that its events are delivered again in order", cobra.MaximumNArgs(1),
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error {
 			ctx := cmd.Context()
@@ -386,18 +387,16 @@ func unparkCommand() *cobra.Command {
 					return err
 				}
 			}
-			out := unparkJSON{Keys: []string{}}
-			for _, k := range keys {
-				n, err := db.Store.Unpark(ctx, k)
-				if err != nil {
-					return err
-				}
-				out.Unparked += n
-				out.Keys = append(out.Keys, k)
+			out := unparkJSON{Keys: append([]string{}, keys...)}
+			n, err := db.Store.UnparkKeys(ctx, keys, auditEntry(*actor, "unpark", map[string]any{"keys": out.Keys, "all": all}))
+			if err != nil {
+				return err
 			}
+			out.Unparked = n
 			return emit(cmd, f, out, func(w io.Writer) { fmt.Fprintf(w, "unparked=%d keys=%d\n", out.Unparked, len(out.Keys)) })
 		})
 	cmd.Flags().BoolVar(&all, "all", false, "release every parked key")
+	actor = addActorFlag(cmd)
 	// Checked before the database is opened.
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if all == (len(args) == 1) {
@@ -408,17 +407,30 @@ func unparkCommand() *cobra.Command {
 	return cmd
 }
 
+// defaultRetention is cleanup's --retention default (core.CleanupOptions' default).
+const defaultRetention = 24 * time.Hour
+
 func cleanupCommand() *cobra.Command {
 	var retention time.Duration
+	var actor *string
 	cmd, _ := opsCommand("cleanup --db URL [--retention D]", "delete published events older than --retention that are behind the watermark (the lowest unpublished event)", cobra.NoArgs,
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			n, err := core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
+			var n int
+			var err error
+			if retention == defaultRetention {
+				n, err = core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
+			} else {
+				// Audited: one transaction with its audit row.
+				n, err = db.Store.PruneAudited(cmd.Context(), core.PruneParams{PublishedBefore: time.Now().Add(-retention)},
+					*auditEntry(*actor, "cleanup", map[string]any{"retention": retention.String()}))
+			}
 			if err != nil {
 				return err
 			}
 			return emit(cmd, f, map[string]int{"deleted": n}, func(w io.Writer) { fmt.Fprintf(w, "deleted=%d\n", n) })
 		})
-	cmd.Flags().DurationVar(&retention, "retention", 24*time.Hour, "keep published events this long (must be positive)")
+	cmd.Flags().DurationVar(&retention, "retention", defaultRetention, "keep published events this long (must be positive); another value than the default deletes in one transaction and writes an audit row")
+	actor = addActorFlag(cmd)
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if retention <= 0 {
 			return usageErr(cmd, "--retention: must be positive, got %s", retention)
