@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +175,34 @@ func TestOpsReplayAudit(t *testing.T) {
 			fails(t, 1, "replay", with("replay", "--ids", b1)...)
 			require.Equal(t, "published", states(t, store)[b1])
 		})
+	}
+}
+
+// TestReadmeOperatorCommands: every command of README's operator block exists, and every flag
+// the block shows is one of that command's own (its -h lists it).
+func TestReadmeOperatorCommands(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, ops, found := strings.Cut(string(readme), "\n## Operations\n")
+	require.True(t, found)
+	_, block, found := strings.Cut(ops, "\n```\n")
+	require.True(t, found)
+	block, _, _ = strings.Cut(block, "\n```\n")
+	lines := strings.Split(block, "\n")
+	require.GreaterOrEqual(t, len(lines), 9)
+	flagRE := regexp.MustCompile(`--[a-z]+`)
+	for _, line := range lines {
+		line, _, _ = strings.Cut(line, "#")
+		words := strings.Fields(line)
+		require.Equal(t, "outboxkit", words[0], line)
+		cmd := []string{words[1]}
+		if len(words) > 2 && words[2] == "sql" {
+			cmd = append(cmd, "sql")
+		}
+		help := ok(t, append(cmd, "-h")...)
+		for _, f := range flagRE.FindAllString(line, -1) {
+			require.Contains(t, help, f+" ", "%s: %s", cmd, f)
+		}
 	}
 }
