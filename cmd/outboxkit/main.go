@@ -3,7 +3,7 @@
 //
 //	outboxkit relay --config FILE         run the relays of one outbox (see README "Run the relay")
 //	outboxkit demo [--chaos] [flags]      producers -> outbox -> relays -> broker -> inbox, verified
-//	outboxkit status  --db URL            pending, parked, blocked, oldest age, lanes, publisher, CDC checkpoint
+//	outboxkit status  --db URL [--watch]  pending, parked, blocked, oldest age, lanes, publisher, CDC checkpoint
 //	outboxkit parked  --db URL            list parked events
 //	outboxkit unpark  --db URL KEY|--all  release parked partition keys
 //	outboxkit replay  --db URL --ids ID,..|--key K --since T  put published events back to pending

@@ -179,6 +179,11 @@ type statusReport struct {
 	Publisher        publisherJSON  `json:"publisher"`
 	Checkpoint       *checkpointOut `json:"cdc_checkpoint,omitempty"`
 	Lanes            []laneJSON     `json:"lanes"`
+	// DrainRate and DrainETA (status --watch only, once it has looked twice): how fast pending
+	// fell over the last minute of the watch (net of new events; negative while it grows), and
+	// the time to empty at that rate (absent unless it falls).
+	DrainRate *float64 `json:"drain_rate_per_second,omitempty"`
+	DrainETA  *float64 `json:"drain_eta_seconds,omitempty"`
 }
 
 type publisherJSON struct {
@@ -221,17 +226,35 @@ func timePtr(t time.Time) *time.Time {
 }
 
 func statusCommand() *cobra.Command {
-	cmd, _ := opsCommand("status --db URL", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint",
-		cobra.NoArgs, runStatus)
+	var w watchFlags
+	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint (--watch: again every second, with the drain rate and ETA)",
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+			if w.watch {
+				return watchStatus(cmd, f, db, w.interval)
+			}
+			r, now, err := collectStatus(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now) })
+		})
 	cmd.Aliases = []string{"stats"}
+	cmd.Flags().BoolVar(&w.watch, "watch", false, "show the status again every --interval until interrupted: redrawn on a terminal, one line each time otherwise (one JSON object a line with --output json)")
+	cmd.Flags().DurationVar(&w.interval, "interval", time.Second, "with --watch: time between two looks (at least 10ms)")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if w.interval < 10*time.Millisecond {
+			return usageErr(cmd, "--interval: must be at least 10ms, got %s", w.interval)
+		}
+		return nil
+	}
 	return cmd
 }
 
-func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-	ctx := cmd.Context()
+// collectStatus reads the status of the outbox (indexed reads and estimates only).
+func collectStatus(ctx context.Context, db *opendb.DB) (statusReport, time.Time, error) {
 	st, err := db.Store.Stats(ctx)
 	if err != nil {
-		return err
+		return statusReport{}, time.Time{}, err
 	}
 	now := time.Now()
 	r := statusReport{Pending: st.Pending, Parked: st.Parked, Published: st.Published, OldestPendingAt: timePtr(st.OldestPendingAt), Lanes: []laneJSON{}}
@@ -240,18 +263,18 @@ func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error 
 	}
 	if bc, ok := db.Store.(blockedCounter); ok && st.Parked > 0 {
 		if r.Blocked, err = bc.Blocked(ctx); err != nil {
-			return err
+			return statusReport{}, now, err
 		}
 	}
 	pub, err := db.Store.Generation(ctx)
 	if err != nil {
-		return err
+		return statusReport{}, now, err
 	}
 	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
 	if cs, ok := db.Store.(core.CheckpointStore); ok {
 		c, found, err := cs.LoadCheckpoint(ctx)
 		if err != nil {
-			return err
+			return statusReport{}, now, err
 		}
 		if found {
 			r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC()}
@@ -260,13 +283,13 @@ func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error 
 	if ll, ok := db.Store.(laneLister); ok {
 		lanes, err := ll.Lanes(ctx)
 		if err != nil {
-			return err
+			return statusReport{}, now, err
 		}
 		for _, l := range lanes {
 			r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
 		}
 	}
-	return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now) })
+	return r, now, nil
 }
 
 func printStatus(w io.Writer, r statusReport, now time.Time) {
