@@ -15,6 +15,8 @@ import (
 //     (skipped unless the adapter implements core.Waker and core.Notifier)
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
+//   - operator: replay (adapters with core.Operator: Replay in seq order and its refusals, the
+//     watermark behind a replayed event, audited UnparkKeys and PruneAudited, AuditLog)
 //   - inbox: concurrent-once, digest-mismatch, handler-error, versions, gap-reject, retention,
 //     consumers, horizon-after-insert
 //   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its
@@ -37,6 +39,7 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	runArea(t, h, "delivery", deliveryCases[TTx]())
 	runArea(t, h, "retry", retryCases[TTx]())
 	runArea(t, h, "cleanup", cleanupCases[TTx]())
+	runArea(t, h, "operator", operatorCases[TTx]())
 	runArea(t, h, "inbox", inboxCases[TTx]())
 	runArea(t, h, "publisher", publisherCases[TTx]())
 	runArea(t, h, "chain", chainCases[TTx]())

@@ -22,8 +22,8 @@ func (c ClaimStrategy) String() string {
 // Options configures a Store. A nil *Options means every default.
 type Options struct {
 	// Table is the outbox table. The adapter also uses Table+"_lanes", Table+"_workers",
-	// Table+"_meta", Table+"_pub" (the publisher generation) and Table+"_cdc" (the CDC
-	// checkpoint). Default "outbox". It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$ (MySQL
+	// Table+"_meta", Table+"_pub" (the publisher generation), Table+"_cdc" (the CDC
+	// checkpoint) and Table+"_audit" (the operator audit log, core.Operator). Default "outbox". It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$ (MySQL
 	// identifiers are at most 64 characters, suffixes included).
 	Table string
 	// InboxTable is the inbox table; the adapter also uses InboxTable+"_horizons" and

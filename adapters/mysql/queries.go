@@ -52,6 +52,8 @@ type queries struct {
 
 	publisherInit, publisherRead, publisherLockX, publisherLockS, publisherBump string
 	checkpointRead, checkpointPut                                               string
+
+	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
 }
 
 // idents are the {{key}} substitutions of the adapter's SQL: the quoted tables, the clock
@@ -61,7 +63,7 @@ func (n tableNames) idents() sqlfile.Idents {
 	return sqlfile.Idents{
 		"outbox": qt(n.outbox), "lanes": qt(n.lanes), "workers": qt(n.workers), "meta": qt(n.meta),
 		"inbox": qt(n.inbox), "horizons": qt(n.horizons), "versions": qt(n.versions),
-		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint),
+		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint), "audit": qt(n.audit),
 		"now": nowExpr, "cols": recordColumns,
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
 		"key": "{{key}}", "value": "{{value}}",
@@ -130,6 +132,12 @@ func newQueries(n tableNames) (queries, error) {
 		versionSet:             st.Get("VersionSet"),
 		publisherInit:          st.Get("PublisherInit"),
 		publisherRead:          st.Get("PublisherRead"),
+		replayByIDs:            st.Get("ReplayByIDs"),
+		replayByKey:            st.Get("ReplayByKey"),
+		keyUnpublished:         st.Get("KeyUnpublished"),
+		replay:                 st.Get("Replay"),
+		auditInsert:            st.Get("AuditInsert"),
+		auditList:              st.Get("AuditList"),
 		publisherLockX:         st.Get("PublisherLockX"),
 		publisherLockS:         st.Get("PublisherLockS"),
 		publisherBump:          st.Get("PublisherBump"),

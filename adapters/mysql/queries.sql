@@ -276,3 +276,34 @@ SELECT GET_LOCK(?, 60)
 
 -- name: MigrateUnlock
 SELECT RELEASE_LOCK(?)
+
+-- name: ReplayByIDs
+-- Replay's selection by ID ({{seq_list}} holds one mark per ID), locked so that a concurrent
+-- cleanup cannot delete it meanwhile.
+SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
+	WHERE id IN ({{seq_list}}) ORDER BY seq FOR UPDATE
+
+-- name: ReplayByKey
+-- Replay's selection by key, created at or after ?, at most ? rows, locked.
+SELECT seq, id, partition_key, 1 FROM {{outbox}}
+	WHERE partition_key = ? AND created_at >= CAST(? AS DATETIME(6)) AND published_at IS NOT NULL
+	ORDER BY seq LIMIT ? FOR UPDATE
+
+-- name: KeyUnpublished
+-- Whether the key has an unpublished row (walks ix_unpublished).
+SELECT EXISTS (SELECT 1 FROM {{outbox}} WHERE unpublished = 1 AND partition_key = ?)
+
+-- name: Replay
+-- Puts the published rows {{seq_list}} back to pending, as never attempted.
+UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = NULL,
+	parked_at = NULL
+	WHERE seq IN ({{seq_list}}) AND published_at IS NOT NULL
+
+-- name: AuditInsert
+-- actor, command, arguments (JSON text), rows affected.
+INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES ({{now}}, ?, ?, ?, ?)
+
+-- name: AuditList
+-- since, limit: the latest rows, newest first.
+SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
+	WHERE at >= CAST(? AS DATETIME(6)) ORDER BY id DESC LIMIT ?

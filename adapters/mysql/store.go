@@ -52,7 +52,7 @@ type Store struct {
 
 type tableNames struct {
 	outbox, lanes, workers, meta, inbox, horizons, versions string // unquoted
-	publisher, checkpoint                                   string // unquoted
+	publisher, checkpoint, audit                            string // unquoted
 }
 
 // New checks the server and the connection settings and returns a Store on db. It does not
@@ -138,12 +138,13 @@ func resolve(opts *Options) (Options, tableNames, error) {
 	names := tableNames{
 		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
 		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
-		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc",
+		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc", audit: o.Table + "_audit",
 	}
 	if err := sqlident.CheckCollisions(
 		sqlident.Ident{Field: "Table", Name: names.outbox}, sqlident.Ident{Field: "Table", Name: names.lanes},
 		sqlident.Ident{Field: "Table", Name: names.workers}, sqlident.Ident{Field: "Table", Name: names.meta},
 		sqlident.Ident{Field: "Table", Name: names.publisher}, sqlident.Ident{Field: "Table", Name: names.checkpoint},
+		sqlident.Ident{Field: "Table", Name: names.audit},
 		sqlident.Ident{Field: "InboxTable", Name: names.inbox}, sqlident.Ident{Field: "InboxTable", Name: names.horizons},
 		sqlident.Ident{Field: "InboxTable", Name: names.versions},
 	); err != nil {

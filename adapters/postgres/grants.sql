@@ -1,7 +1,8 @@
 -- Least-privilege roles for the outboxkit PostgreSQL adapter, for the default table names
 -- (outbox, inbox). Run after Store.Migrate, as the tables' owner, with psql:
 --
---   psql -v schema=public -v app_role=orders_app -v relay_role=orders_relay -f grants.sql
+--   psql -v schema=public -v app_role=orders_app -v relay_role=orders_relay \
+--        -v operator_role=orders_operator -f grants.sql
 --
 -- The roles must exist. The application role may append to the outbox (and use its sequence)
 -- and run the inbox; it can neither read nor change outbox rows. The relay role may read the
@@ -23,8 +24,13 @@
 -- A partitioned outbox (Options.Partitioning) also needs, for the application role,
 --   GRANT INSERT (id) ON :"schema".outbox_ids TO :"app_role";
 -- and its cleanup (which creates and drops partitions) runs as the tables' owner.
+--
+-- The operator role runs `outboxkit status|parked|unpark|replay|cleanup|audit`: it reads the
+-- outbox and its bookkeeping, changes the status columns, deletes published rows, and appends
+-- to the audit table (outbox_audit), which it can neither change nor delete from. Neither the
+-- application nor the relay role can write audit rows.
 
-GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role", :"operator_role";
 
 -- Application: INSERT only, on the columns a writer sets.
 GRANT SELECT ON :"schema".outbox_meta TO :"app_role";
@@ -45,3 +51,13 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_lanes, :"schema".outbox
 GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch(integer[], timestamptz, integer) TO :"relay_role";
 GRANT SELECT, UPDATE ON :"schema".outbox_publisher TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON :"schema".outbox_cdc_checkpoint TO :"relay_role";
+
+-- Operator: what the relay may do to outbox rows, read the bookkeeping, append audit rows.
+GRANT SELECT ON :"schema".outbox, :"schema".outbox_meta, :"schema".outbox_lanes,
+    :"schema".outbox_publisher, :"schema".outbox_cdc_checkpoint, :"schema".outbox_audit
+    TO :"operator_role";
+GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
+    ON :"schema".outbox TO :"operator_role";
+GRANT DELETE ON :"schema".outbox TO :"operator_role";
+GRANT INSERT (actor, command, arguments, rows_affected) ON :"schema".outbox_audit TO :"operator_role";
+GRANT USAGE ON SEQUENCE :"schema".outbox_audit_id_seq TO :"operator_role";

@@ -58,8 +58,8 @@ func TestGrants(t *testing.T) {
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
 	a := admin(t)
-	appRole, relayRole := randomName("okt_app_"), randomName("okt_relay_")
-	for _, r := range []string{appRole, relayRole} {
+	appRole, relayRole, opRole := randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
+	for _, r := range []string{appRole, relayRole, opRole} {
 		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" NOLOGIN")
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -72,11 +72,14 @@ func TestGrants(t *testing.T) {
 	grants, err := os.ReadFile("grants.sql")
 	require.NoError(t, err)
 	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
-		`:"relay_role"`, quote(relayRole)).Replace(string(grants))
+		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
 	_, err = d.pool.Exec(ctx, script)
 	require.NoError(t, err)
 
 	appPool := newPool(t, d.schema, dbOptions{role: appRole})
+	opPool := newPool(t, d.schema, dbOptions{role: opRole})
+	operator, err := New(opPool, &Options{Schema: d.schema})
+	require.NoError(t, err)
 	relayPool := newPool(t, d.schema, dbOptions{role: relayRole})
 	app, err := New(appPool, &Options{Schema: d.schema})
 	require.NoError(t, err)
@@ -143,6 +146,15 @@ func TestGrants(t *testing.T) {
 	n, err := relay.Unpark(ctx, recs[1].PartitionKey)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+	// The operator replays the published event (auditing it); the relay publishes it again.
+	n, err = operator.Replay(ctx, core.ReplayParams{IDs: []string{recs[0].ID}, Audit: &core.AuditEntry{Actor: "op", Command: "replay", Arguments: `{}`}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	again, err := relay.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	require.Equal(t, recs[0].ID, again[0].ID)
+	require.NoError(t, relay.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{again[0].Seq}}))
 	_, err = relay.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 10})
 	require.NoError(t, err)
 	require.NoError(t, relay.ReleaseLanes(ctx, leases))
@@ -155,6 +167,32 @@ func TestGrants(t *testing.T) {
 		_, err := relayPool.Exec(ctx, sql)
 		requireSQLState(t, err, "42501")
 	}
+	requireRowCount(t, s, 1)
+
+	// Only the operator appends audit rows (and cannot change them); it unparks, prunes and
+	// reads the log.
+	_, err = operator.UnparkKeys(ctx, []string{recs[1].PartitionKey}, &core.AuditEntry{Actor: "op", Command: "unpark"})
+	require.NoError(t, err)
+	_, err = operator.PruneAudited(ctx, core.PruneParams{PublishedBefore: time.Now()}, core.AuditEntry{Actor: "op", Command: "cleanup"})
+	require.NoError(t, err)
+	log, err := operator.AuditLog(ctx, core.AuditListParams{})
+	require.NoError(t, err)
+	require.Len(t, log, 3)
+	require.Equal(t, []string{"replay", "unpark", "cleanup"}, []string{log[0].Command, log[1].Command, log[2].Command})
+	require.EqualValues(t, 1, log[0].Rows)
+	insert := "INSERT INTO outbox_audit (actor, command, arguments, rows_affected) VALUES ('x', 'replay', '{}', 0)"
+	for _, p := range []*pgxpool.Pool{appPool, relayPool} {
+		_, err := p.Exec(ctx, insert)
+		requireSQLState(t, err, "42501")
+		_, err = p.Exec(ctx, "SELECT count(*) FROM outbox_audit")
+		requireSQLState(t, err, "42501")
+	}
+	for _, sql := range []string{"UPDATE outbox_audit SET actor = 'x'", "DELETE FROM outbox_audit", "INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane) VALUES ('x', 'a', '1', 't', 'a/1', 0)"} {
+		_, err := opPool.Exec(ctx, sql)
+		requireSQLState(t, err, "42501")
+	}
+	_, err = app.UnparkKeys(ctx, nil, &core.AuditEntry{Actor: "app", Command: "unpark"})
+	requireSQLState(t, err, "42501")
 	requireRowCount(t, s, 1)
 }
 
@@ -172,8 +210,8 @@ func TestGrantsCDC(t *testing.T) {
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
 	a := admin(t)
-	appRole, relayRole := randomName("okt_app_"), randomName("okt_relay_")
-	for _, r := range []string{appRole, relayRole} {
+	appRole, relayRole, opRole := randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
+	for _, r := range []string{appRole, relayRole, opRole} {
 		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" LOGIN")
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -188,7 +226,7 @@ func TestGrantsCDC(t *testing.T) {
 	grants, err := os.ReadFile("grants.sql")
 	require.NoError(t, err)
 	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
-		`:"relay_role"`, quote(relayRole)).Replace(string(grants))
+		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
 	_, err = d.pool.Exec(ctx, script)
 	require.NoError(t, err)
 

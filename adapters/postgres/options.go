@@ -40,7 +40,7 @@ type Options struct {
 	// Table is the outbox table. The lanes, workers, meta, publisher and checkpoint tables, the
 	// indexes, the trigger and the fetch function are named after it (Table+"_lanes",
 	// Table+"_workers", Table+"_meta", Table+"_publisher", Table+"_cdc_checkpoint",
-	// Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
+	// Table+"_audit" (the operator audit log, core.Operator), Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; InboxTable+"_horizons" and InboxTable+"_versions" go with
 	// it (at most 50 bytes, for the suffixes). Default "inbox".
@@ -105,7 +105,7 @@ var (
 // names holds every identifier, validated and quoted once.
 type names struct {
 	schema, outbox, lanes, workers, meta      string // quoted and schema-qualified
-	publisher, checkpoint                     string
+	publisher, checkpoint, audit              string
 	inbox, horizons, versions                 string
 	fn, fetchFn                               string // functions, qualified
 	trigger, pendingIdx, failedIdx, aggverIdx string // bare quoted names
@@ -126,7 +126,7 @@ func quote(s string) string { return `"` + s + `"` }
 // longest partition name).
 var (
 	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
-		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint"}
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq"}
 	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx"}
 )
 
@@ -217,6 +217,7 @@ func (o *Options) resolve() (Options, names, error) {
 		meta:       s + quote(r.Table+"_meta"),
 		publisher:  s + quote(r.Table+"_publisher"),
 		checkpoint: s + quote(r.Table+"_cdc_checkpoint"),
+		audit:      s + quote(r.Table+"_audit"),
 		fn:         s + quote(r.Table+"_immutable"),
 		fetchFn:    s + quote(r.Table+"_fetch"),
 		trigger:    quote(r.Table + "_immutable"),

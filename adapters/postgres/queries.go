@@ -53,6 +53,9 @@ type queries struct {
 	unpark      string
 	parkedKeys  string
 
+	replayByIDs, replayByKey, keyUnpublished, replay string
+	auditInsert, auditList                           string
+
 	notify, listen string
 
 	partitions, partCheck, partIDs string // partitioned outbox; partCheck has {{partition}}
@@ -81,6 +84,7 @@ func (n names) idents() sqlfile.Idents {
 		"meta":         n.meta,
 		"publisher":    n.publisher,
 		"checkpoint":   n.checkpoint,
+		"audit":        n.audit,
 		"fn":           n.fn,
 		"fetch_fn":     n.fetchFn,
 		"trigger":      n.trigger,
@@ -163,6 +167,13 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		unpark:      st.Get("Unpark"),
 		parkedKeys:  st.Get("ParkedKeys"),
 
+		replayByIDs:    st.Get("ReplayByIDs"),
+		replayByKey:    st.Get("ReplayByKey"),
+		keyUnpublished: st.Get("KeyUnpublished"),
+		replay:         st.Get("Replay"),
+		auditInsert:    st.Get("AuditInsert"),
+		auditList:      st.Get("AuditList"),
+
 		notify: st.Get("Notify"),
 		listen: st.Get("Listen"),
 
@@ -192,6 +203,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0002_inbox:" + n.rawInbox, "0002_inbox.sql"},
 		file{"migration:0003_publisher", "0003_publisher.sql"},
 		file{"migration:0004_liveness", "0004_liveness.sql"},
+		file{"migration:0005_audit", "0005_audit.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -503,3 +503,34 @@ LOCK TABLE {{outbox}} IN ACCESS EXCLUSIVE MODE
 
 -- name: PartitionDrop
 DROP TABLE {{partition}}
+
+-- name: ReplayByIDs
+-- Replay's selection by ID ($1), locked so that a concurrent cleanup cannot delete it meanwhile.
+SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
+WHERE id = ANY($1::text[]) ORDER BY seq FOR UPDATE
+
+-- name: ReplayByKey
+-- Replay's selection by key ($1), created at or after $2, at most $3 rows, locked.
+SELECT seq, id, partition_key, true FROM {{outbox}}
+WHERE partition_key = $1 AND created_at >= $2::timestamptz AND published_at IS NOT NULL
+ORDER BY seq LIMIT $3 FOR UPDATE
+
+-- name: KeyUnpublished
+-- Whether key $1 has an unpublished row (walks the pending index).
+SELECT EXISTS (SELECT 1 FROM {{outbox}} WHERE published_at IS NULL AND partition_key = $1)
+
+-- name: Replay
+-- Puts the published rows $1 back to pending, as never attempted.
+UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = '',
+    parked_at = NULL
+WHERE seq = ANY($1::bigint[]) AND published_at IS NOT NULL
+
+-- name: AuditInsert
+-- $1 actor, $2 command, $3 arguments (JSON text), $4 rows affected.
+INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES ($1, $2, $3, $4)
+
+-- name: AuditList
+-- $1 since (NULL: all), $2 limit: the latest rows, newest first.
+SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
+WHERE $1::timestamptz IS NULL OR at >= $1::timestamptz
+ORDER BY id DESC LIMIT $2

@@ -14,31 +14,36 @@ import (
 // p.BelowSeq when > 0) that were published before p.PublishedBefore (a zero PublishedBefore
 // means now).
 func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
-	limit := p.BatchSize()
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		below := int64(math.MaxInt64)
-		var minPending sql.NullInt64
-		if err := s.queryRow(ctx, tx, s.q.minPending).Scan(&minPending); err != nil {
-			return err
-		}
-		if minPending.Valid {
-			below = minPending.Int64
-		}
-		if p.BelowSeq > 0 {
-			below = min(below, p.BelowSeq)
-		}
-		res, err := s.exec(ctx, tx, s.q.prune, nowMicros(p.PublishedBefore), below, limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
+		var err error
+		n, err = s.pruneIn(ctx, tx, p)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: prune outbox: %w", classify(err))
 	}
 	return int(n), nil
+}
+
+// pruneIn is one batch of PruneOutbox in tx.
+func (s *Store) pruneIn(ctx context.Context, tx *sql.Tx, p core.PruneParams) (int64, error) {
+	below := int64(math.MaxInt64)
+	var minPending sql.NullInt64
+	if err := s.queryRow(ctx, tx, s.q.minPending).Scan(&minPending); err != nil {
+		return 0, err
+	}
+	if minPending.Valid {
+		below = minPending.Int64
+	}
+	if p.BelowSeq > 0 {
+		below = min(below, p.BelowSeq)
+	}
+	res, err := s.exec(ctx, tx, s.q.prune, nowMicros(p.PublishedBefore), below, p.BatchSize())
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // List implements core.Admin: records with Seq > p.AfterSeq in seq order, filtered by p.State,

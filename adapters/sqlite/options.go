@@ -14,7 +14,7 @@ import (
 type Options struct {
 	// Table is the outbox table. The adapter's other outbox tables and indexes derive their
 	// names from it: <Table>_lanes, <Table>_workers, <Table>_meta, <Table>_migrations,
-	// <Table>_publisher and <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
+	// <Table>_publisher, <Table>_audit (the operator audit log, core.Operator) and <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
 	// It and every derived name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$, must not begin with
 	// "sqlite_" (in any case; SQLite reserves it) and must not collide with another derived name
 	// (case-insensitively); New refuses them with a *core.OptionError. Default "outbox".
@@ -41,6 +41,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // names holds every identifier the adapter uses, validated and quoted once.
 type names struct {
 	outbox, lanes, workers, meta, migrations, publisher   string
+	audit                                                 string
 	outboxID, outboxPending, outboxBlocked, outboxPublish string
 	outboxAggVersion, outboxImmutable                     string
 	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
@@ -69,6 +70,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.meta, "Table", table + "_meta"},
 		{&n.migrations, "Table", table + "_migrations"},
 		{&n.publisher, "Table", table + "_publisher"},
+		{&n.audit, "Table", table + "_audit"},
 		{&n.outboxID, "Table", table + "_id"},
 		{&n.outboxPending, "Table", table + "_pending"},
 		{&n.outboxBlocked, "Table", table + "_blocked"},

@@ -346,7 +346,7 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, held, 1)
 	// Turn it into what the previous version left: schema version 1, no publisher table.
-	_, err = db.ExecContext(ctx, `DROP TABLE events_publisher; DROP TRIGGER events_immutable;
+	_, err = db.ExecContext(ctx, `DROP TABLE events_publisher; DROP TRIGGER events_immutable; DROP TABLE events_audit;
 		DELETE FROM events_migrations WHERE version >= 2`)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
@@ -400,7 +400,7 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.NoError(t, rows.Close())
-		require.Equal(t, []int{1, 2, 3}, versions)
+		require.Equal(t, []int{1, 2, 3, 4}, versions)
 		pub, err := ops.Generation(ctx)
 		require.NoError(t, err)
 		require.Equal(t, core.Publisher{}, pub)

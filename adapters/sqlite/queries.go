@@ -75,6 +75,9 @@ type queries struct {
 	unpark              string
 	parkedKeys          string
 
+	replayByIDs, replayByKey, keyUnpublished, replay string
+	auditInsert, auditList                           string
+
 	// inbox
 	horizon      string
 	insertInbox  string
@@ -100,6 +103,7 @@ func (n names) idents() sqlfile.Idents {
 		"meta":                     n.meta,
 		"migrations":               n.migrations,
 		"publisher":                n.publisher,
+		"audit":                    n.audit,
 		"outbox_id":                n.outboxID,
 		"outbox_pending":           n.outboxPending,
 		"outbox_blocked":           n.outboxBlocked,
@@ -166,6 +170,12 @@ func buildQueries(n names) (queries, error) {
 		scriptSeedLanes:     st.Get("ScriptSeedLanes"),
 		parkedKeys:          st.Get("ParkedKeys"),
 		unpark:              st.Get("Unpark"),
+		replayByIDs:         st.Get("ReplayByIDs"),
+		replayByKey:         st.Get("ReplayByKey"),
+		keyUnpublished:      st.Get("KeyUnpublished"),
+		replay:              st.Get("Replay"),
+		auditInsert:         st.Get("AuditInsert"),
+		auditList:           st.Get("AuditList"),
 		horizon:             st.Get("Horizon"),
 		insertInbox:         st.Get("InsertInbox"),
 		selectInbox:         st.Get("SelectInbox"),

@@ -268,3 +268,33 @@ SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NULL AND park
 
 -- name: ListPublished
 SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NOT NULL ORDER BY seq LIMIT ?2
+
+-- name: ReplayByIDs
+-- ?1 the IDs as a JSON array.
+SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
+WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY seq
+
+-- name: ReplayByKey
+-- ?1 key, ?2 created at or after (unix µs), ?3 limit.
+SELECT seq, id, partition_key, 1 FROM {{outbox}}
+WHERE partition_key = ?1 AND created_at >= ?2 AND published_at IS NOT NULL
+ORDER BY seq LIMIT ?3
+
+-- name: KeyUnpublished
+SELECT EXISTS (SELECT 1 FROM {{outbox}} INDEXED BY {{outbox_pending}}
+               WHERE published_at IS NULL AND partition_key = ?1)
+
+-- name: Replay
+-- ?1 the seqs as a JSON array: back to pending, as never attempted.
+UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = '',
+    parked_at = NULL
+WHERE seq IN (SELECT value FROM json_each(?1)) AND published_at IS NOT NULL
+
+-- name: AuditInsert
+-- ?1 at (unix µs), ?2 actor, ?3 command, ?4 arguments, ?5 rows affected.
+INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES (?1, ?2, ?3, ?4, ?5)
+
+-- name: AuditList
+-- ?1 since (unix µs), ?2 limit: the latest rows, newest first.
+SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
+WHERE at >= ?1 ORDER BY id DESC LIMIT ?2

@@ -3,10 +3,12 @@
 //
 //	outboxkit relay --config FILE         run the relays of one outbox (see README "Run the relay")
 //	outboxkit demo [--chaos] [flags]      producers -> outbox -> relays -> broker -> inbox, verified
-//	outboxkit status  --db URL            pending, parked, blocked, oldest age, lanes, publisher, CDC checkpoint
+//	outboxkit status  --db URL [--watch]  pending, parked, blocked, oldest age, lanes, publisher, CDC checkpoint
 //	outboxkit parked  --db URL            list parked events
 //	outboxkit unpark  --db URL KEY|--all  release parked partition keys
+//	outboxkit replay  --db URL --ids ID,..|--key K --since T  put published events back to pending
 //	outboxkit cleanup --db URL            delete published events behind the watermark
+//	outboxkit audit   --db URL            list the audit rows of replay, unpark and cleanup
 //	outboxkit migrate --db URL            create or upgrade the outbox tables
 //	outboxkit migrate sql --dialect D     print the migrations as plain SQL
 //	outboxkit version                     print the module version
@@ -65,7 +67,7 @@ func newRoot() *cobra.Command {
 		reconcileCommand(),
 		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
 	)
-	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), cleanupCommand(), migrateCommand(), versionCommand())
+	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), replayCommand(), cleanupCommand(), auditCommand(), migrateCommand(), versionCommand())
 	// A bad flag is one line naming it, and exit status 2.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErr(cmd, "%v", err)

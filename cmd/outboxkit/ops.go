@@ -179,6 +179,11 @@ type statusReport struct {
 	Publisher        publisherJSON  `json:"publisher"`
 	Checkpoint       *checkpointOut `json:"cdc_checkpoint,omitempty"`
 	Lanes            []laneJSON     `json:"lanes"`
+	// DrainRate and DrainETA (status --watch only, once it has looked twice): how fast pending
+	// fell over the last minute of the watch (net of new events; negative while it grows), and
+	// the time to empty at that rate (absent unless it falls).
+	DrainRate *float64 `json:"drain_rate_per_second,omitempty"`
+	DrainETA  *float64 `json:"drain_eta_seconds,omitempty"`
 }
 
 type publisherJSON struct {
@@ -221,17 +226,35 @@ func timePtr(t time.Time) *time.Time {
 }
 
 func statusCommand() *cobra.Command {
-	cmd, _ := opsCommand("status --db URL", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint",
-		cobra.NoArgs, runStatus)
+	var w watchFlags
+	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint (--watch: again every second, with the drain rate and ETA)",
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+			if w.watch {
+				return watchStatus(cmd, f, db, w.interval)
+			}
+			r, now, err := collectStatus(cmd.Context(), db)
+			if err != nil {
+				return err
+			}
+			return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now) })
+		})
 	cmd.Aliases = []string{"stats"}
+	cmd.Flags().BoolVar(&w.watch, "watch", false, "show the status again every --interval until interrupted: redrawn on a terminal, one line each time otherwise (one JSON object a line with --output json)")
+	cmd.Flags().DurationVar(&w.interval, "interval", time.Second, "with --watch: time between two looks (at least 10ms)")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if w.interval < 10*time.Millisecond {
+			return usageErr(cmd, "--interval: must be at least 10ms, got %s", w.interval)
+		}
+		return nil
+	}
 	return cmd
 }
 
-func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-	ctx := cmd.Context()
+// collectStatus reads the status of the outbox (indexed reads and estimates only).
+func collectStatus(ctx context.Context, db *opendb.DB) (statusReport, time.Time, error) {
 	st, err := db.Store.Stats(ctx)
 	if err != nil {
-		return err
+		return statusReport{}, time.Time{}, err
 	}
 	now := time.Now()
 	r := statusReport{Pending: st.Pending, Parked: st.Parked, Published: st.Published, OldestPendingAt: timePtr(st.OldestPendingAt), Lanes: []laneJSON{}}
@@ -240,18 +263,18 @@ func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error 
 	}
 	if bc, ok := db.Store.(blockedCounter); ok && st.Parked > 0 {
 		if r.Blocked, err = bc.Blocked(ctx); err != nil {
-			return err
+			return statusReport{}, now, err
 		}
 	}
 	pub, err := db.Store.Generation(ctx)
 	if err != nil {
-		return err
+		return statusReport{}, now, err
 	}
 	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
 	if cs, ok := db.Store.(core.CheckpointStore); ok {
 		c, found, err := cs.LoadCheckpoint(ctx)
 		if err != nil {
-			return err
+			return statusReport{}, now, err
 		}
 		if found {
 			r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC()}
@@ -260,13 +283,13 @@ func runStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error 
 	if ll, ok := db.Store.(laneLister); ok {
 		lanes, err := ll.Lanes(ctx)
 		if err != nil {
-			return err
+			return statusReport{}, now, err
 		}
 		for _, l := range lanes {
 			r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
 		}
 	}
-	return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now) })
+	return r, now, nil
 }
 
 func printStatus(w io.Writer, r statusReport, now time.Time) {
@@ -376,6 +399,7 @@ type unparkJSON struct {
 
 func unparkCommand() *cobra.Command {
 	var all bool
+	var actor *string
 	cmd, _ := opsCommand("unpark --db URL (KEY | --all)", "release a parked partition key (or every parked key) so that its events are delivered again in order", cobra.MaximumNArgs(1),
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error {
 			ctx := cmd.Context()
@@ -386,18 +410,16 @@ func unparkCommand() *cobra.Command {
 					return err
 				}
 			}
-			out := unparkJSON{Keys: []string{}}
-			for _, k := range keys {
-				n, err := db.Store.Unpark(ctx, k)
-				if err != nil {
-					return err
-				}
-				out.Unparked += n
-				out.Keys = append(out.Keys, k)
+			out := unparkJSON{Keys: append([]string{}, keys...)}
+			n, err := db.Store.UnparkKeys(ctx, keys, auditEntry(*actor, "unpark", map[string]any{"keys": out.Keys, "all": all}))
+			if err != nil {
+				return err
 			}
+			out.Unparked = n
 			return emit(cmd, f, out, func(w io.Writer) { fmt.Fprintf(w, "unparked=%d keys=%d\n", out.Unparked, len(out.Keys)) })
 		})
 	cmd.Flags().BoolVar(&all, "all", false, "release every parked key")
+	actor = addActorFlag(cmd)
 	// Checked before the database is opened.
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if all == (len(args) == 1) {
@@ -408,17 +430,30 @@ func unparkCommand() *cobra.Command {
 	return cmd
 }
 
+// defaultRetention is cleanup's --retention default (core.CleanupOptions' default).
+const defaultRetention = 24 * time.Hour
+
 func cleanupCommand() *cobra.Command {
 	var retention time.Duration
+	var actor *string
 	cmd, _ := opsCommand("cleanup --db URL [--retention D]", "delete published events older than --retention that are behind the watermark (the lowest unpublished event)", cobra.NoArgs,
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			n, err := core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
+			var n int
+			var err error
+			if retention == defaultRetention {
+				n, err = core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
+			} else {
+				// Audited: one transaction with its audit row.
+				n, err = db.Store.PruneAudited(cmd.Context(), core.PruneParams{PublishedBefore: time.Now().Add(-retention)},
+					*auditEntry(*actor, "cleanup", map[string]any{"retention": retention.String()}))
+			}
 			if err != nil {
 				return err
 			}
 			return emit(cmd, f, map[string]int{"deleted": n}, func(w io.Writer) { fmt.Fprintf(w, "deleted=%d\n", n) })
 		})
-	cmd.Flags().DurationVar(&retention, "retention", 24*time.Hour, "keep published events this long (must be positive)")
+	cmd.Flags().DurationVar(&retention, "retention", defaultRetention, "keep published events this long (must be positive); another value than the default deletes in one transaction and writes an audit row")
+	actor = addActorFlag(cmd)
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if retention <= 0 {
 			return usageErr(cmd, "--retention: must be positive, got %s", retention)

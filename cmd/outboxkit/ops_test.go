@@ -387,6 +387,15 @@ func TestOpsUsage(t *testing.T) {
 		{"--schema", []string{"migrate", "sql", "--dialect", "sqlite", "--schema", "s"}},
 		{"Table", []string{"migrate", "sql", "--dialect", "postgres", "--table", "bad-name"}},
 		{"--lanes", []string{"migrate", "--db", db, "--lanes", "-1"}},
+		{"give --ids or --key with --since", []string{"replay", "--db", db}},
+		{"not both", []string{"replay", "--db", db, "--ids", "x", "--key", "k", "--since", "1h"}},
+		{"--key needs --since", []string{"replay", "--db", db, "--key", "k"}},
+		{"--since", []string{"replay", "--db", db, "--key", "k", "--since", "yesterday"}},
+		{"--since", []string{"replay", "--db", db, "--key", "k", "--since", "-1h"}},
+		{"--ids: empty ID", []string{"replay", "--db", db, "--ids", "a,,b"}},
+		{"--since", []string{"audit", "--db", db, "--since", "2026-13-01"}},
+		{"--limit", []string{"audit", "--db", db, "--limit", "0"}},
+		{"--actor", []string{"status", "--db", db, "--actor", "x"}}, // only the audited commands
 	} {
 		fails(t, 2, c.want, c.args...)
 	}
@@ -450,6 +459,7 @@ func TestMigrateSQL(t *testing.T) {
 			tables := d.tables(t)
 			require.Contains(t, tables, "events")
 			require.Contains(t, tables, "events_lanes")
+			require.Contains(t, tables, "events_audit")
 			cfg := d.cfg
 			cfg.Table, cfg.Lanes = "events", 4
 			db, err := opendb.Open(t.Context(), cfg)

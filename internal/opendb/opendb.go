@@ -55,6 +55,7 @@ type Store interface {
 	core.RelayStore
 	core.Admin
 	core.Pruner
+	core.Operator
 	Migrate(ctx context.Context) error
 }
 

@@ -1,0 +1,194 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Replay implements core.Operator: one transaction that reads the publisher kind, selects and
+// locks the rows, applies core.CheckReplayTargets, clears their status columns and writes
+// p.Audit.
+func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
+	ids, err := core.CheckReplay(p)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		pub, err := scanPublisher(tx.QueryRowContext(ctx, s.q.publisherRead))
+		if err != nil {
+			return s.publisherErr("replay", err)
+		}
+		if pub.Kind == core.KindCDC {
+			return &core.ReplayError{Err: core.ErrReplayCDC, Detail: fmt.Sprintf("generation %d held by %q", pub.Generation, pub.Holder)}
+		}
+		var rows *sql.Rows
+		if len(ids) > 0 {
+			args := make([]any, len(ids))
+			for i, id := range ids {
+				args[i] = id
+			}
+			rows, err = tx.QueryContext(ctx, lists(s.q.replayByIDs, 0, len(ids)), args...)
+		} else {
+			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, sinceArg(p.Since), core.MaxReplay+1)
+		}
+		if err != nil {
+			return err
+		}
+		var targets []core.ReplayTarget
+		for rows.Next() {
+			var t core.ReplayTarget
+			if err := rows.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
+				rows.Close()
+				return err
+			}
+			targets = append(targets, t)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		seqs, err := core.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
+			var pending bool
+			err := tx.QueryRowContext(ctx, s.q.keyUnpublished, key).Scan(&pending)
+			return pending, err
+		})
+		if err != nil {
+			return err
+		}
+		args := make([]any, len(seqs))
+		for i, seq := range seqs {
+			args[i] = seq
+		}
+		res, err := tx.ExecContext(ctx, lists(s.q.replay, 0, len(seqs)), args...)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, p.Audit, n)
+	})
+	if err != nil {
+		return 0, wrap("replay", err)
+	}
+	return int(n), nil
+}
+
+// audit writes a (when not nil) with rows affected in tx.
+func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *core.AuditEntry, rows int64) error {
+	if a == nil {
+		return nil
+	}
+	args := a.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	_, err := tx.ExecContext(ctx, s.q.auditInsert, timeArg(a.At), a.Actor, a.Command, args, rows)
+	return err
+}
+
+// UnparkKeys implements core.Operator.
+func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.AuditEntry) (int, error) {
+	lanes, err := s.LaneCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		total = 0
+		for _, k := range keys {
+			res, err := tx.ExecContext(ctx, s.q.unpark, core.LaneOf(k, lanes), k)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		return s.audit(ctx, tx, audit, total)
+	})
+	if err != nil {
+		return 0, wrap("unpark", err)
+	}
+	return int(total), nil
+}
+
+// PruneAudited implements core.Operator.
+func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core.AuditEntry) (int, error) {
+	var total int64
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		total = 0
+		var low sql.NullInt64
+		if err := tx.QueryRowContext(ctx, s.q.minUnpublished).Scan(&low); err != nil {
+			return err
+		}
+		below := int64(1<<63 - 1)
+		if low.Valid {
+			below = low.Int64
+		}
+		if p.BelowSeq > 0 && p.BelowSeq < below {
+			below = p.BelowSeq
+		}
+		for !p.PublishedBefore.IsZero() {
+			res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.BatchSize())
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			total += n
+			if n < int64(p.BatchSize()) {
+				break
+			}
+		}
+		return s.audit(ctx, tx, &audit, total)
+	})
+	if err != nil {
+		return 0, wrap("prune outbox", err)
+	}
+	return int(total), nil
+}
+
+// AuditLog implements core.Operator.
+func (s *Store) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.AuditEntry, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, sinceArg(p.Since), core.ListParams{Limit: p.Limit}.PageSize())
+	if err != nil {
+		return nil, wrap("audit log", err)
+	}
+	defer rows.Close()
+	var out []core.AuditEntry
+	for rows.Next() {
+		var e core.AuditEntry
+		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Command, &e.Arguments, &e.Rows); err != nil {
+			return nil, wrap("audit log", err)
+		}
+		e.At = e.At.UTC()
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("audit log", err)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+// sinceArg is a lower time bound: the zero time is the Unix epoch (before any row).
+func sinceArg(t time.Time) any {
+	if t.IsZero() {
+		t = time.Unix(0, 0)
+	}
+	return timeArg(t)
+}

@@ -1,0 +1,159 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Replay implements core.Operator: one transaction that reads the publisher kind, selects and
+// locks the rows, applies core.CheckReplayTargets, clears their status columns and writes
+// p.Audit.
+func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
+	ids, err := core.CheckReplay(p)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
+		var gen int64
+		var kind, holder string
+		var since pgtype.Timestamptz
+		if err := queryRow(ctx, q, s.q.publisherGet, nil, &gen, &kind, &holder, &since); err != nil {
+			return err
+		}
+		if kind == core.KindCDC {
+			return &core.ReplayError{Err: core.ErrReplayCDC, Detail: fmt.Sprintf("generation %d held by %q", gen, holder)}
+		}
+		var r rows
+		var err error
+		if len(ids) > 0 {
+			r, err = q.query(ctx, s.q.replayByIDs, ids)
+		} else {
+			r, err = q.query(ctx, s.q.replayByKey, p.PartitionKey, occurredIn(p.Since), core.MaxReplay+1)
+		}
+		if err != nil {
+			return err
+		}
+		var targets []core.ReplayTarget
+		for r.Next() {
+			var t core.ReplayTarget
+			if err := r.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
+				r.Close()
+				return err
+			}
+			targets = append(targets, t)
+		}
+		r.Close()
+		if err := r.Err(); err != nil {
+			return err
+		}
+		seqs, err := core.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
+			var pending bool
+			err := queryRow(ctx, q, s.q.keyUnpublished, []any{key}, &pending)
+			return pending, err
+		})
+		if err != nil {
+			return err
+		}
+		if n, err = q.exec(ctx, s.q.replay, seqs); err != nil {
+			return err
+		}
+		return s.audit(ctx, q, p.Audit, n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: replay: %w", classify(err))
+	}
+	return int(n), nil
+}
+
+// audit writes a (when not nil) with rows affected.
+func (s *Store[TTx]) audit(ctx context.Context, q querier, a *core.AuditEntry, rows int64) error {
+	if a == nil {
+		return nil
+	}
+	args := a.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	_, err := q.exec(ctx, s.q.auditInsert, a.Actor, a.Command, args, rows)
+	return err
+}
+
+// UnparkKeys implements core.Operator.
+func (s *Store[TTx]) UnparkKeys(ctx context.Context, keys []string, audit *core.AuditEntry) (int, error) {
+	var total int64
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		total = 0
+		for _, k := range keys {
+			n, err := q.exec(ctx, s.q.unpark, k)
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		return s.audit(ctx, q, audit, total)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: unpark: %w", classify(err))
+	}
+	return int(total), nil
+}
+
+// PruneAudited implements core.Operator. It deletes rows (a partitioned outbox's partitions
+// are not dropped: use core.CleanupOutbox for that).
+func (s *Store[TTx]) PruneAudited(ctx context.Context, p core.PruneParams, audit core.AuditEntry) (int, error) {
+	below := p.BelowSeq
+	if below <= 0 {
+		below = math.MaxInt64
+	}
+	var total int64
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		total = 0
+		for {
+			n, err := q.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
+			if err != nil {
+				return err
+			}
+			total += n
+			if n < int64(p.BatchSize()) {
+				break
+			}
+		}
+		return s.audit(ctx, q, &audit, total)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: prune outbox: %w", classify(err))
+	}
+	return int(total), nil
+}
+
+// AuditLog implements core.Operator.
+func (s *Store[TTx]) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.AuditEntry, error) {
+	r, err := s.db.query(ctx, s.q.auditList, tsIn(p.Since), core.ListParams{Limit: p.Limit}.PageSize())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: audit log: %w", classify(err))
+	}
+	defer r.Close()
+	var out []core.AuditEntry
+	for r.Next() {
+		var e core.AuditEntry
+		var at pgtype.Timestamptz
+		if err := r.Scan(&e.ID, &at, &e.Actor, &e.Command, &e.Arguments, &e.Rows); err != nil {
+			return nil, fmt.Errorf("postgres: audit log: %w", err)
+		}
+		e.At = tsOut(at)
+		out = append(out, e)
+	}
+	if err := r.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: audit log: %w", classify(err))
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}

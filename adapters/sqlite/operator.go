@@ -1,0 +1,168 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Replay implements core.Operator in one write transaction (which serialises it with the
+// relays' marks and cleanup). SQLite has no change source, so the publisher is never a CDC
+// relay.
+func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
+	ids, err := core.CheckReplay(p)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		var rows *sql.Rows
+		var err error
+		if len(ids) > 0 {
+			list, _ := json.Marshal(ids)
+			rows, err = tx.QueryContext(ctx, s.q.replayByIDs, string(list))
+		} else {
+			since := int64(0)
+			if !p.Since.IsZero() {
+				since = nowMicros(p.Since)
+			}
+			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, since, core.MaxReplay+1)
+		}
+		if err != nil {
+			return err
+		}
+		var targets []core.ReplayTarget
+		for rows.Next() {
+			var t core.ReplayTarget
+			if err := rows.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
+				rows.Close()
+				return err
+			}
+			targets = append(targets, t)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		seqs, err := core.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
+			var pending bool
+			err := tx.QueryRowContext(ctx, s.q.keyUnpublished, key).Scan(&pending)
+			return pending, err
+		})
+		if err != nil {
+			return err
+		}
+		list, _ := json.Marshal(seqs)
+		res, err := tx.ExecContext(ctx, s.q.replay, string(list))
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, p.Audit, n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: replay: %w", classify(err))
+	}
+	_ = s.Notify(ctx) // wake local relays
+	return int(n), nil
+}
+
+// audit writes a (when not nil) with rows affected in tx.
+func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *core.AuditEntry, rows int64) error {
+	if a == nil {
+		return nil
+	}
+	args := a.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	_, err := tx.ExecContext(ctx, s.q.auditInsert, nowMicros(a.At), a.Actor, a.Command, args, rows)
+	return err
+}
+
+// UnparkKeys implements core.Operator.
+func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.AuditEntry) (int, error) {
+	var total int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		total = 0
+		for _, k := range keys {
+			res, err := tx.ExecContext(ctx, s.q.unpark, k)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		return s.audit(ctx, tx, audit, total)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: unpark: %w", classify(err))
+	}
+	if total > 0 {
+		_ = s.Notify(ctx)
+	}
+	return int(total), nil
+}
+
+// PruneAudited implements core.Operator.
+func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core.AuditEntry) (int, error) {
+	var total int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		total = 0
+		for {
+			n, err := s.pruneIn(ctx, tx, p)
+			if err != nil {
+				return err
+			}
+			total += n
+			if n < int64(p.BatchSize()) {
+				break
+			}
+		}
+		return s.audit(ctx, tx, &audit, total)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune outbox: %w", classify(err))
+	}
+	return int(total), nil
+}
+
+// AuditLog implements core.Operator.
+func (s *Store) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.AuditEntry, error) {
+	since := int64(0)
+	if !p.Since.IsZero() {
+		since = nowMicros(p.Since)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, since, core.ListParams{Limit: p.Limit}.PageSize())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: audit log: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []core.AuditEntry
+	for rows.Next() {
+		var e core.AuditEntry
+		var at int64
+		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Command, &e.Arguments, &e.Rows); err != nil {
+			return nil, fmt.Errorf("sqlite: audit log: %w", err)
+		}
+		e.At = fromMicros(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: audit log: %w", classify(err))
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}

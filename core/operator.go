@@ -1,0 +1,191 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The audited operator capability of the SQL adapters (PostgreSQL, MySQL/MariaDB, SQLite):
+// replay, unpark and prune, each writing its AuditEntry in the transaction of the change, and
+// the audit log. `outboxkit replay|unpark|cleanup|audit` use it.
+
+// Replay's refusals: each is wrapped by the error of a Replay that changed nothing.
+var (
+	// ErrReplayNotFound: an ID names no outbox row (never written, or already deleted by
+	// cleanup or by a relay that deletes on publish), or --key/--since match no published row.
+	ErrReplayNotFound = errors.New("outbox: replay: no such published event")
+	// ErrReplayKeyPending: a partition key of the replay still has unpublished events (pending,
+	// retrying or parked; an ID that is itself unpublished is one). Replaying then could put an
+	// event behind a later event of its key that a relay holds in flight; wait until the key has
+	// drained (unpark it if it is parked) and replay again.
+	ErrReplayKeyPending = errors.New("outbox: replay: partition key has unpublished events")
+	// ErrReplayCDC: the outbox's publisher generation is a CDC relay's. A CDC relay delivers
+	// what the database log carries as inserted and does not see a row that becomes unpublished
+	// again; stop it and run the polling relay to replay.
+	ErrReplayCDC = errors.New("outbox: replay: the publisher is a CDC relay (replay needs the polling relay)")
+	// ErrReplayTooMany: more than MaxReplay events match; narrow --since.
+	ErrReplayTooMany = errors.New("outbox: replay: too many events")
+)
+
+// MaxReplay is the most events one Replay puts back (one transaction).
+const MaxReplay = 10_000
+
+// ReplayParams selects published events to put back to pending: IDs, or PartitionKey with
+// Since (events of the key created at or after Since).
+type ReplayParams struct {
+	IDs          []string
+	PartitionKey string
+	Since        time.Time
+	// Audit, when not nil, is written to the audit table in the replay's transaction with Rows
+	// set to the number of events replayed.
+	Audit *AuditEntry
+}
+
+// AuditEntry is one row of the outbox's audit table (Table+"_audit"): an operator change.
+type AuditEntry struct {
+	ID        int64     // assigned by the database
+	At        time.Time // set by the database clock
+	Actor     string    // who ran it (outboxkit --actor, default the OS user)
+	Command   string    // "replay", "unpark", "cleanup"
+	Arguments string    // the command's arguments as a JSON object
+	Rows      int64     // rows the change affected (set by the adapter)
+}
+
+// AuditListParams selects audit rows: at or after Since (zero: all), the latest Limit
+// (<= 0: DefaultListLimit), returned oldest first.
+type AuditListParams struct {
+	Since time.Time
+	Limit int
+}
+
+// Operator is the SQL adapters' audited operator capability.
+type Operator interface {
+	// Replay puts the published events of p back to pending (published_at, attempts,
+	// next_attempt_at, last_error and parked_at cleared) in one transaction, and returns how
+	// many. Replayed rows keep their Seq, so a polling relay delivers them again in their
+	// original order and cleanup's watermark (the lowest unpublished Seq) holds back behind them
+	// until they are published again. Replay changes nothing and returns an error wrapping
+	// ErrReplayNotFound, ErrReplayKeyPending, ErrReplayCDC or ErrReplayTooMany when p selects
+	// an unknown or pruned ID, a key with unpublished events, a CDC-published outbox, or too
+	// many events; p must give IDs or a PartitionKey (an *OptionError otherwise).
+	Replay(ctx context.Context, p ReplayParams) (int, error)
+	// UnparkKeys unparks the keys (as Admin.Unpark) in one transaction, writes audit (when not
+	// nil, Rows set) in it, and returns how many records changed.
+	UnparkKeys(ctx context.Context, keys []string, audit *AuditEntry) (int, error)
+	// PruneAudited deletes, in one transaction, every row PruneOutbox would delete under p
+	// (batches of p.BatchSize()), writes audit (Rows set) in it, and returns how many.
+	PruneAudited(ctx context.Context, p PruneParams, audit AuditEntry) (int, error)
+	// AuditLog returns the audit rows of p.
+	AuditLog(ctx context.Context, p AuditListParams) ([]AuditEntry, error)
+}
+
+// CheckReplay checks p's selection (IDs, or a PartitionKey) and returns its IDs deduplicated
+// in their order: the adapters' shared argument check.
+func CheckReplay(p ReplayParams) ([]string, error) {
+	if (len(p.IDs) == 0) == (p.PartitionKey == "") {
+		return nil, &OptionError{Field: "ReplayParams", Reason: "give IDs or a PartitionKey"}
+	}
+	if len(p.IDs) > MaxReplay {
+		return nil, ErrReplayTooMany
+	}
+	seen := make(map[string]bool, len(p.IDs))
+	var ids []string
+	for _, id := range p.IDs {
+		if id == "" {
+			return nil, &OptionError{Field: "ReplayParams.IDs", Reason: "empty ID"}
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// ReplayTarget is one row a Replay selected (the adapters' shared check input).
+type ReplayTarget struct {
+	Seq          int64
+	ID           string
+	PartitionKey string
+	Published    bool
+}
+
+// CheckReplayTargets applies Replay's refusals to the rows the adapter selected (in the
+// replay's transaction): key (ReplayParams.PartitionKey) without unpublished events, every ID
+// found and published, some row found, no more than MaxReplay, no key of a row with unpublished
+// events. pendingKey reports whether a key has an unpublished event. It returns the seqs to
+// replay.
+func CheckReplayTargets(ids []string, key string, rows []ReplayTarget, pendingKey func(key string) (bool, error)) ([]int64, error) {
+	if key != "" {
+		pending, err := pendingKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if pending {
+			return nil, &ReplayError{Err: ErrReplayKeyPending, Detail: "key " + key}
+		}
+	}
+	found := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		found[r.ID] = true
+	}
+	var missing []string
+	for _, id := range ids {
+		if !found[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, &ReplayError{Err: ErrReplayNotFound, Detail: "unknown or pruned: " + joinLimited(missing)}
+	}
+	if len(rows) == 0 {
+		return nil, &ReplayError{Err: ErrReplayNotFound, Detail: "no published event of the key since then"}
+	}
+	if len(rows) > MaxReplay {
+		return nil, &ReplayError{Err: ErrReplayTooMany, Detail: "more than 10000 match"}
+	}
+	var seqs []int64
+	keys := map[string]bool{}
+	for _, r := range rows {
+		if !r.Published {
+			return nil, &ReplayError{Err: ErrReplayKeyPending, Detail: "event " + r.ID + " is unpublished"}
+		}
+		seqs = append(seqs, r.Seq)
+		if !keys[r.PartitionKey] && r.PartitionKey != key {
+			keys[r.PartitionKey] = true
+			pending, err := pendingKey(r.PartitionKey)
+			if err != nil {
+				return nil, err
+			}
+			if pending {
+				return nil, &ReplayError{Err: ErrReplayKeyPending, Detail: "key " + r.PartitionKey}
+			}
+		}
+	}
+	return seqs, nil
+}
+
+// ReplayError is a Replay refusal: Err is one of the ErrReplay sentinels.
+type ReplayError struct {
+	Err    error
+	Detail string
+}
+
+func (e *ReplayError) Error() string { return e.Err.Error() + ": " + e.Detail }
+func (e *ReplayError) Unwrap() error { return e.Err }
+
+func joinLimited(ids []string) string {
+	const most = 10
+	s := ""
+	for i, id := range ids {
+		if i == most {
+			return s + ", ..."
+		}
+		if i > 0 {
+			s += ", "
+		}
+		s += id
+	}
+	return s
+}
