@@ -400,12 +400,13 @@ func testInboxBatch[TTx any](e *env[TTx]) {
 	}
 }
 
-// messageByMessage hides an adapter's InboxBatchStore methods: ProcessBatch on it takes the
-// path of one apply per message.
+// messageByMessage hides an adapter's InboxBatchStore methods: ProcessBatch on it makes one
+// InboxStore call per message.
 type messageByMessage[TTx any] struct{ core.InboxStore[TTx] }
 
 // testInboxBatchOutcomes: ProcessBatch gives the outcomes Process would give one message after
-// another, with and without the adapter's core.InboxBatchStore: redeliveries of recorded
+// another, through the adapter's core.InboxBatchStore when it has one and through its
+// InboxStore methods alone: redeliveries of recorded
 // events among new versions of their entity, a second delivery within the batch, stale
 // versions, a gap (GapReject refuses the whole batch), and an event first recorded without a
 // version and redelivered with one.

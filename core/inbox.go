@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -215,21 +216,23 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 	if handler == nil {
 		return InboxResult{}, &MessageError{Field: "handler", Reason: "must not be nil"}
 	}
-	var res InboxResult
+	res := make([]InboxResult, 1)
 	began := time.Now()
 	defer func() {
-		in.inst.processed(ctx, consumer, res, err)
+		in.inst.processed(ctx, consumer, res[0], err)
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		var err error
-		res, err = in.apply(ctx, tx, consumer, msg, handler)
-		return err
-	})
+	err = in.run(ctx, consumer, []InboxMessage{msg}, func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
+		return handler(ctx, tx, msg)
+	}, res)
+	if be, ok := err.(*BatchError); ok {
+		err = be.Err // the error of the one message, as is
+	}
 	if err != nil {
+		res[0] = InboxResult{}
 		return InboxResult{}, err
 	}
-	return res, nil
+	return res[0], nil
 }
 
 // BatchHandler applies the effect of msgs[i], the message ProcessBatch hands it, in tx.
@@ -282,28 +285,7 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 		}
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	sequential := func(ctx context.Context, tx TTx) error {
-		for i := range msgs {
-			r, err := in.apply(ctx, tx, consumer, msgs[i], func(ctx context.Context, tx TTx, msg InboxMessage) error {
-				return handler(ctx, tx, i, msg)
-			})
-			if err != nil {
-				return &BatchError{Index: i, Err: err}
-			}
-			res[i] = r
-		}
-		return nil
-	}
-	if bs, ok := in.store.(InboxBatchStore[TTx]); ok && len(msgs) > 1 {
-		err = in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
-			return in.applyBatch(ctx, tx, bs, consumer, msgs, handler, res)
-		})
-		if errors.Is(err, errBatchReplay) {
-			err = in.store.InTx(ctx, sequential)
-		}
-	} else {
-		err = in.store.InTx(ctx, sequential)
-	}
+	err = in.run(ctx, consumer, msgs, handler, res)
 	returned = true
 	if err != nil {
 		return nil, err
@@ -311,19 +293,84 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 	return res, nil
 }
 
-// errBatchReplay makes ProcessBatch roll back applyBatch and process the batch one message
-// after another.
-var errBatchReplay = errors.New("inbox: batch replayed message by message")
+// run processes msgs in one transaction (applyBatch), on the adapter's InboxBatchStore or,
+// without one, on its InboxStore one call per message; when the records found already
+// recorded were not the ones the outcomes assumed, it runs again, knowing them.
+func (in *Inbox[TTx]) run(ctx context.Context, consumer string, msgs []InboxMessage, handler BatchHandler[TTx], res []InboxResult) error {
+	bs, ok := in.store.(InboxBatchStore[TTx])
+	if !ok {
+		bs = oneByOne[TTx]{in.store}
+	}
+	var recorded map[string]bool
+	for attempt := 1; ; attempt++ {
+		err := in.store.InTx(ctx, func(ctx context.Context, tx TTx) error {
+			return in.applyBatch(ctx, tx, bs, consumer, msgs, handler, res, recorded)
+		})
+		var replay *replayError
+		if !errors.As(err, &replay) {
+			return err
+		}
+		if attempt == 3 {
+			return fmt.Errorf("inbox: the records of the batch kept changing under it (%d tries)", attempt)
+		}
+		recorded = replay.recorded
+	}
+}
 
-// applyBatch is ProcessBatch through an InboxBatchStore, with the outcome of every message the
-// one apply would give it in order: the versions of the batch's entities are locked first,
-// each message's outcome follows from them and from the earlier messages of the batch, the
-// records are inserted together, then each message in order is checked (retention, digest,
-// gap) and, when Applied, handed to handler; the new versions are stored at the end. The
-// horizon is read once, after every insert (the retention rule needs a read after the
-// message's insert). A redelivery that the outcomes took as new (an earlier record of a
-// versioned message) would change the later outcomes: then errBatchReplay.
-func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler BatchHandler[TTx], res []InboxResult) error {
+// replayError makes run roll back applyBatch and run it again, knowing which event IDs
+// were recorded.
+type replayError struct{ recorded map[string]bool }
+
+func (*replayError) Error() string { return "inbox: batch outcomes replayed" }
+
+// oneByOne is an InboxStore's InboxBatchStore: one call per entity or record.
+type oneByOne[TTx any] struct{ s InboxStore[TTx] }
+
+func (o oneByOne[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string, entities []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(entities))
+	for _, e := range entities {
+		v, ok, err := o.s.LockVersion(ctx, tx, consumer, e)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[e] = v
+		}
+	}
+	return out, nil
+}
+
+func (o oneByOne[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []InboxRecord) ([]InboxRecord, []bool, error) {
+	existing, inserted := make([]InboxRecord, len(recs)), make([]bool, len(recs))
+	for i, rec := range recs {
+		var err error
+		if existing[i], inserted[i], err = o.s.InsertRecord(ctx, tx, rec); err != nil {
+			return nil, nil, err
+		}
+	}
+	return existing, inserted, nil
+}
+
+func (o oneByOne[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string, versions map[string]int64) error {
+	for _, e := range slices.Sorted(maps.Keys(versions)) {
+		if err := o.s.SetVersion(ctx, tx, consumer, e, versions[e]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyBatch is the inbox's one rule, for one message (Process) or many (ProcessBatch), in tx,
+// giving each message the outcome it would get processed alone after the earlier ones: the
+// versions of the messages' entities are locked first; each message's outcome follows from
+// them and from the earlier messages (a message of an event ID in recorded, or repeated in
+// msgs, changes no version); the records are inserted; the horizon is read once, after every
+// insert (the retention rule needs a read after the message's insert, before anything else
+// of tx could have taken a snapshot); then each message in order is checked (retention,
+// digest, gap) and, when Applied, handed to handler; the new versions are stored at the end.
+// When the records found already there are not those of recorded (a redelivery the outcomes
+// took as new, or the reverse) the outcomes may be wrong: it returns a *replayError.
+func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler BatchHandler[TTx], res []InboxResult, recorded map[string]bool) error {
 	seen := map[string]bool{}
 	var entities []string
 	for i := range msgs {
@@ -359,7 +406,7 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 		}
 		firsts[m.EventID] = i
 		p.first, p.rec, p.outcome = i, len(recs), Applied
-		if m.Version > 0 {
+		if m.Version > 0 && !recorded[m.EventID] {
 			v, ok := last[m.Entity]
 			switch {
 			case ok && m.Version <= v:
@@ -380,10 +427,20 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 	if err != nil {
 		return fmt.Errorf("inbox: records: %w", err)
 	}
+	found, replay := map[string]bool{}, false
 	for i := range plans {
-		if p := &plans[i]; p.first == i && p.set && !inserted[p.rec] {
-			return errBatchReplay
+		if p := &plans[i]; p.first == i {
+			if !inserted[p.rec] {
+				found[msgs[i].EventID] = true
+			}
+			// A message taken as recorded that was not changes no outcome unless it has a version.
+			if (p.set && !inserted[p.rec]) || (recorded[msgs[i].EventID] && inserted[p.rec] && msgs[i].Version > 0) {
+				replay = true
+			}
 		}
+	}
+	if replay {
+		return &replayError{recorded: found}
 	}
 	horizon, err := in.store.Horizon(ctx, tx, consumer)
 	if err != nil {
@@ -444,67 +501,6 @@ func checkHorizon(consumer string, msg *InboxMessage, horizon time.Time) error {
 
 // errPanicked stands for a batch whose handler panicked, in the metrics (outcome failed).
 var errPanicked = errors.New("inbox: handler panicked")
-
-// apply runs one message's steps in tx: the version check, recording (consumer, event id,
-// payload digest, position, outcome), the retention check, and handler when the outcome is
-// Applied. The one rule of Process and ProcessBatch.
-func (in *Inbox[TTx]) apply(ctx context.Context, tx TTx, consumer string, msg InboxMessage, handler Handler[TTx]) (InboxResult, error) {
-	digest := sha256.Sum256(msg.Payload)
-	outcome, gap := Applied, false
-	if msg.Version > 0 {
-		last, ok, err := in.store.LockVersion(ctx, tx, consumer, msg.Entity)
-		if err != nil {
-			return InboxResult{}, fmt.Errorf("inbox: lock version: %w", err)
-		}
-		switch {
-		case ok && msg.Version <= last:
-			outcome = Stale
-		case ok && in.o.Gap == GapReject && msg.Version > last+1:
-			gap = true
-		case !ok && in.o.Gap == GapReject && in.o.FirstVersion > 0 && msg.Version > in.o.FirstVersion:
-			gap = true
-		}
-	}
-	existing, inserted, err := in.store.InsertRecord(ctx, tx, InboxRecord{
-		Consumer: consumer, EventID: msg.EventID, Digest: digest,
-		SourcePosition: msg.SourcePosition, Outcome: outcome, OccurredAt: msg.OccurredAt,
-	})
-	if err != nil {
-		return InboxResult{}, fmt.Errorf("inbox: record: %w", err)
-	}
-	// The retention check comes after the record's key is taken: a record that PruneInbox
-	// deleted behind a raised horizon lets InsertRecord insert only after that raise
-	// committed, so this read sees it (see InboxStore.Horizon). No lock is needed.
-	horizon, err := in.store.Horizon(ctx, tx, consumer)
-	if err != nil {
-		return InboxResult{}, fmt.Errorf("inbox: horizon: %w", err)
-	}
-	in.inst.horizonSeen(ctx, consumer, horizon)
-	if err := checkHorizon(consumer, &msg, horizon); err != nil {
-		return InboxResult{}, err
-	}
-	if !inserted {
-		if existing.Digest != digest {
-			return InboxResult{}, fmt.Errorf("%w: consumer %q event %s", ErrDigestMismatch, consumer, msg.EventID)
-		}
-		return InboxResult{Outcome: Duplicate, Prior: existing.Outcome}, nil
-	}
-	if gap {
-		return InboxResult{}, fmt.Errorf("%w: consumer %q entity %q version %d", ErrVersionGap, consumer, msg.Entity, msg.Version)
-	}
-	if outcome == Stale {
-		return InboxResult{Outcome: Stale}, nil
-	}
-	if err := handler(ctx, tx, msg); err != nil {
-		return InboxResult{}, err
-	}
-	if msg.Version > 0 {
-		if err := in.store.SetVersion(ctx, tx, consumer, msg.Entity, msg.Version); err != nil {
-			return InboxResult{}, fmt.Errorf("inbox: set version: %w", err)
-		}
-	}
-	return InboxResult{Outcome: Applied}, nil
-}
 
 // Prune raises consumer's retention horizon to before and deletes its records of messages that
 // occurred earlier, limit at a time, until none is left. Messages older than the horizon are
