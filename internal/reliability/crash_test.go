@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,7 +91,7 @@ func crashChild(raw string) error {
 	if err != nil {
 		return err
 	}
-	store := &crashStore{RelayStore: inner, log: logf, claimed: map[[2]int64]bool{}}
+	store := &crashStore{RelayStore: inner, log: logf, claimed: map[[2]int64]bool{}, lanes: map[int64]int{}}
 	var relayStore core.RelayStore = store
 	sink, err := testkit.FileSink(sp.Out)
 	if err != nil {
@@ -161,7 +162,9 @@ func openChild(ctx context.Context, c childDB) (core.RelayStore, error) {
 // <lane>:<generation> ...")
 // and, after a stall, each settle that carries a lease claimed before the
 // stall ("stale_settle refused" when the store's fencing refused it, "stale_settle marked"
-// when it changed something). For the stall it also gates every call: stallAt stops the
+// when it changed something), and for every settle that a lost lease refused "refused <n>":
+// the n acknowledged records of the lost lanes, which the lanes' new owner sends again. For
+// the stall it also gates every call: stallAt stops the
 // process only when no call is open (no transaction, no row lock held through the stall), so
 // that the stall is exactly "acknowledged, not yet settled".
 type crashStore struct {
@@ -171,6 +174,7 @@ type crashStore struct {
 	mu      sync.Mutex
 	stalled bool
 	claimed map[[2]int64]bool // (lane, generation) of the leases claimed before the stall
+	lanes   map[int64]int     // lane of each fetched, unsettled seq
 }
 
 func (s *crashStore) logf(format string, args ...any) {
@@ -220,7 +224,13 @@ func (s *crashStore) ReleaseLanes(ctx context.Context, leases []core.Lease) erro
 func (s *crashStore) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	return s.RelayStore.Fetch(ctx, p)
+	recs, err := s.RelayStore.Fetch(ctx, p)
+	s.mu.Lock()
+	for _, r := range recs {
+		s.lanes[r.Seq] = r.Lane
+	}
+	s.mu.Unlock()
+	return recs, err
 }
 
 func (s *crashStore) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
@@ -253,8 +263,27 @@ func (s *crashStore) Settle(ctx context.Context, p core.SettleParams) error {
 	}
 	s.mu.Unlock()
 	err := s.RelayStore.Settle(ctx, p)
+	var lost *core.LanesLostError
+	if errors.As(err, &lost) {
+		// The acknowledged records of the lost lanes: the lanes' new owner sends them again.
+		s.mu.Lock()
+		resent := 0
+		for _, seq := range p.Published {
+			if slices.Contains(lost.Lanes, s.lanes[seq]) {
+				resent++
+			}
+		}
+		s.mu.Unlock()
+		s.logf("refused %d", resent)
+	}
+	if err == nil {
+		s.mu.Lock()
+		for _, seq := range p.Published {
+			delete(s.lanes, seq)
+		}
+		s.mu.Unlock()
+	}
 	if stale {
-		var lost *core.LanesLostError
 		switch {
 		case errors.As(err, &lost):
 			s.logf("stale_settle refused")
@@ -289,13 +318,17 @@ const crashParallel = 8
 // process runs to its kill point, then starts a relay process that must deliver everything.
 // After every run the case checks, over everything delivered so far: lost = 0 (every
 // committed event in the file), no delivery of an event never committed, first deliveries in
-// write order per key, and duplicates within what was in flight: a kill leaves at most
+// write order per key, and duplicates within what was in flight. Every run SIGKILLs two
+// processes (the one at its kill point, or the stalled one once it has run on, and then the
+// one that delivered the rest, once the file holds every event); each kill leaves at most
 // InFlight batches acknowledged and unsettled (InFlight loops, one batch each), which the next
-// process sends again, and every run kills two processes (the one at its kill point, then the
-// one that delivered the rest, once the file holds every event); a stall adds, after its SIGCONT, at most one more batch per loop sent
-// on leases already lost (Fetch is not fenced; the settle is). The stalled process's settles
-// on its old leases must all be refused by the store's fencing ("the stale one must not mark
-// the other's work"), and at least one must happen.
+// process sends again. Besides, every acknowledged record whose settle a lost lease refused is
+// sent again by the lane's new owner: the stalled process's batches, sent before the stall or
+// after its SIGCONT on leases already lost (Fetch is not fenced; the settle is), and any lease
+// a live process lost to a long pause of the loaded machine. The child's store counts those
+// records, so the bound is 2 * InFlight * BatchSize per run plus that count. The stalled
+// process's settles on its old leases must all be refused by the store's fencing ("the stale
+// one must not mark the other's work"), and at least one must happen.
 //
 // Cases run side by side, crashParallel at a time (goroutines, not parallel subtests, which
 // -parallel would queue two at a time on two cores); a subtest per case then reports.
@@ -334,8 +367,8 @@ func TestCrashMatrix(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			res := results[i]
-			t.Logf("%d runs, %d kills/stalls; %s; duplicate bound %d; stale settles refused %d; took %v",
-				res.runs, res.kills, res.report, res.bound, res.staleRefused, res.took.Round(time.Millisecond))
+			t.Logf("%d runs, %d SIGKILLs; %s; acknowledged records refused by a lost lease %d; duplicate bound %d; stale settles refused %d; took %v",
+				res.runs, res.kills, res.report, res.refused, res.bound, res.staleRefused, res.took.Round(time.Millisecond))
 			require.Empty(t, res.errs)
 			require.Equal(t, runs, res.runs)
 			require.Zero(t, res.report.Lost, "lost")
@@ -352,6 +385,7 @@ type crashResult struct {
 	report       report // over every run
 	bound        int    // the duplicates allowed over every run
 	staleRefused int
+	refused      int // acknowledged records whose settle a lost lease refused
 	took         time.Duration
 	errs         []string
 }
@@ -473,17 +507,39 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 		stop(a, aDone)
 		stop(b, bDone)
 		stopProd()
+		all = append(all, prod.committed()...)
+		rep, err := fileReport(out, all)
+		if err != nil {
+			fail("run %d: %v", run, err)
+			break
+		}
+		res.report = rep
 		if !ok {
 			break
 		}
-		// Each run kills two processes with batches possibly in flight: the one at its kill
-		// point, and the one that delivered the rest, SIGKILLed once the file had every event
-		// (its last batch acknowledged, maybe not yet settled: the next run resends it).
+		// Each run SIGKILLs two processes with batches possibly in flight, InFlight at most
+		// (at a kill point, or at the end of the run once the file had every event: the last
+		// batch acknowledged, maybe not yet settled, which the next run resends); and whatever
+		// a lost lease refused is sent again (the stalled process's batches, or a live
+		// process's lease lost to a pause of the loaded machine).
 		res.runs++
 		res.kills += 2
 		res.bound += 2 * crashInFlight * crashBatch
+		for _, log := range logs {
+			lines, err := readLines(log)
+			if err != nil {
+				fail("run %d: %v", run, err)
+				break
+			}
+			for _, l := range lines {
+				var n int
+				if _, err := fmt.Sscanf(l, "refused %d", &n); err == nil {
+					res.refused += n
+					res.bound += n
+				}
+			}
+		}
 		if point == pointStall {
-			res.bound += crashInFlight * crashBatch
 			lines, err := readLines(logs[0])
 			if err != nil {
 				fail("run %d: %v", run, err)
@@ -499,13 +555,6 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 				}
 			}
 		}
-		all = append(all, prod.committed()...)
-		rep, err := fileReport(out, all)
-		if err != nil {
-			fail("run %d: %v", run, err)
-			break
-		}
-		res.report = rep
 	}
 	return res
 }
