@@ -63,7 +63,10 @@ type crashSpec struct {
 	Out   string // its FileSink
 	Log   string // its store's log: claims and settles (crashStore)
 	Point string
-	N     int // the send or settle of the kill point, counted from 1
+	N     int // the send, settle, handler call or delete request of the kill point, from 1
+	// Queue and Endpoint make it an SQS consumer process (consumerChild) of that queue of
+	// that SQS endpoint.
+	Queue, Endpoint string
 }
 
 // The relay processes' options: short leases so that the next process takes over within
@@ -76,13 +79,44 @@ const (
 	crashLanes    = 8
 )
 
-// crashChild runs a polling relay process until it is killed.
+// proc is a relay or consumer process this test started.
+type proc struct {
+	cmd  *exec.Cmd
+	done <-chan error // its Wait
+}
+
+// startProc starts a relay or consumer process that runs sp.
+func startProc(sp crashSpec) (*proc, error) {
+	spec, err := json.Marshal(sp)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := testkit.StartChild(crashChildEnv, string(spec))
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return &proc{cmd, done}, nil
+}
+
+// kill SIGKILLs the process (stopped or not) and waits for it.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	<-p.done
+}
+
+// crashChild runs a polling relay process, or an SQS consumer process, until it is killed.
 func crashChild(raw string) error {
 	var sp crashSpec
 	if err := json.Unmarshal([]byte(raw), &sp); err != nil {
 		return err
 	}
 	ctx := context.Background()
+	if sp.Queue != "" {
+		return consumerChild(ctx, sp)
+	}
 	inner, err := openChild(ctx, sp.DB)
 	if err != nil {
 		return err
@@ -406,18 +440,12 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 	for run := range runs {
 		logs := [2]string{filepath.Join(dir, fmt.Sprintf("a%d.log", run)), filepath.Join(dir, fmt.Sprintf("b%d.log", run))}
 		start := func(point, log string, n int) (*exec.Cmd, <-chan error) {
-			spec, err := json.Marshal(crashSpec{DB: d.child, Out: out, Log: log, Point: point, N: n})
-			if err != nil {
-				panic(err)
-			}
-			cmd, err := testkit.StartChild(crashChildEnv, string(spec))
+			p, err := startProc(crashSpec{DB: d.child, Out: out, Log: log, Point: point, N: n})
 			if err != nil {
 				fail("run %d: %v", run, err)
 				return nil, nil
 			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			return cmd, done
+			return p.cmd, p.done
 		}
 		// Keys of their own per run: each producer numbers its versions from 1.
 		prod := produceKeys(ctx, d, fmt.Sprintf("r%dk", run), 8, 20*time.Millisecond, fail)
