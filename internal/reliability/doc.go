@@ -2,7 +2,8 @@
 // (polling relays started and gracefully stopped at random on every database, checked for
 // losses, duplicates and order regressions), the fault-injection tests (toxiproxy between
 // the relays and their database, and between the relays and the SQS emulator) and the crash
-// matrix (polling relay processes killed at chosen points on every database). RELIABILITY.md
+// matrix (polling relay processes killed at chosen points on every database; SQS consumer
+// processes killed before and after their inbox commit). RELIABILITY.md
 // at the repository root lists what they prove, their figures and the commands that measured
 // them.
 //
