@@ -243,13 +243,13 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 			return res
 		}
 		select {
-		case <-a.done:
+		case <-a.exited:
 		case <-time.After(30 * time.Second):
 			a.kill()
 			fail("run %d: the consumer process did not reach its kill point within 30 s", run)
 			return res
 		}
-		if ws, _ := a.cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		if !a.killedBySIGKILL() {
 			fail("run %d: the consumer process ended with %v, not at its kill point", run, a.cmd.ProcessState)
 			return res
 		}

@@ -81,8 +81,8 @@ const (
 
 // proc is a relay or consumer process this test started.
 type proc struct {
-	cmd  *exec.Cmd
-	done <-chan error // its Wait
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once it ended (cmd.ProcessState is then set)
 }
 
 // startProc starts a relay or consumer process that runs sp.
@@ -95,16 +95,29 @@ func startProc(sp crashSpec) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	return &proc{cmd, done}, nil
+	p := &proc{cmd, make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
 }
 
-// kill SIGKILLs the process (stopped or not) and waits for it.
+// kill SIGKILLs the process (stopped or not, or already ended) and waits for it; nil is a
+// no-op.
 func (p *proc) kill() {
+	if p == nil {
+		return
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	<-p.done
+	<-p.exited
+}
+
+// killedBySIGKILL reports whether the ended process was killed by SIGKILL.
+func (p *proc) killedBySIGKILL() bool {
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // crashChild runs a polling relay process, or an SQS consumer process, until it is killed.
@@ -439,56 +452,45 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 	var all []committed
 	for run := range runs {
 		logs := [2]string{filepath.Join(dir, fmt.Sprintf("a%d.log", run)), filepath.Join(dir, fmt.Sprintf("b%d.log", run))}
-		start := func(point, log string, n int) (*exec.Cmd, <-chan error) {
+		start := func(point, log string, n int) *proc {
 			p, err := startProc(crashSpec{DB: d.child, Out: out, Log: log, Point: point, N: n})
 			if err != nil {
 				fail("run %d: %v", run, err)
-				return nil, nil
 			}
-			return p.cmd, p.done
+			return p
 		}
 		// Keys of their own per run: each producer numbers its versions from 1.
 		prod := produceKeys(ctx, d, fmt.Sprintf("r%dk", run), 8, 20*time.Millisecond, fail)
 		stopProd := sync.OnceFunc(prod.stop)
-		a, aDone := start(point, logs[0], 1+rand.IntN(5))
+		a := start(point, logs[0], 1+rand.IntN(5))
 		if a == nil {
 			stopProd()
 			break
 		}
-		var b *exec.Cmd
-		var bDone <-chan error
-		stop := func(cmd *exec.Cmd, done <-chan error) {
-			if cmd != nil {
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				_ = cmd.Process.Signal(syscall.SIGCONT)
-				<-done
-			}
-		}
+		var b *proc
 		ok := func() bool {
 			if point != pointStall {
 				// The process reaches its kill point by itself.
 				select {
-				case <-aDone:
+				case <-a.exited:
 				case <-time.After(30 * time.Second):
 					fail("run %d: the relay process did not reach its kill point within 30 s", run)
 					return false
 				}
-				if ws, _ := a.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-					fail("run %d: the relay process ended with %v, not at its kill point", run, a.ProcessState)
+				if !a.killedBySIGKILL() {
+					fail("run %d: the relay process ended with %v, not at its kill point", run, a.cmd.ProcessState)
 					return false
 				}
-				a = nil
 				stopProd()
-				b, bDone = start(pointNone, logs[1], 0)
+				b = start(pointNone, logs[1], 0)
 				return b != nil && waitFile(ctx, out, prod.committed(), 30*time.Second, run, fail)
 			}
 			// The stall: wait for the SIGSTOP, let another process take the lanes over and
 			// deliver everything, then SIGCONT the stale one.
-			for deadline := time.Now().Add(30 * time.Second); !testkit.Stopped(a.Process.Pid); {
+			for deadline := time.Now().Add(30 * time.Second); !testkit.Stopped(a.cmd.Process.Pid); {
 				select {
-				case err := <-aDone:
-					fail("run %d: the relay process ended (%v) before its stall", run, err)
-					a = nil
+				case <-a.exited:
+					fail("run %d: the relay process ended (%v) before its stall", run, a.cmd.ProcessState)
 					return false
 				case <-time.After(5 * time.Millisecond):
 				}
@@ -504,7 +506,7 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 				fail("run %d: the stalled relay process logged no claim (%v)", run, err)
 				return false
 			}
-			b, bDone = start(pointNone, logs[1], 0)
+			b = start(pointNone, logs[1], 0)
 			if b == nil || !waitLog(ctx, logs[1], func(string) bool {
 				got, _ := claimedLanes(logs[1])
 				for l := range held {
@@ -521,7 +523,7 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 			if !waitFile(ctx, out, prod.committed(), 30*time.Second, run, fail) {
 				return false
 			}
-			if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+			if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				fail("run %d: SIGCONT: %v", run, err)
 				return false
 			}
@@ -532,8 +534,8 @@ func crashCaseRun(ctx context.Context, d db, dir, point string, runs int) (res c
 			time.Sleep(4 * crashRenew) // its other loop's stale batch, its rebalance with the other
 			return true
 		}()
-		stop(a, aDone)
-		stop(b, bDone)
+		a.kill()
+		b.kill()
 		stopProd()
 		all = append(all, prod.committed()...)
 		rep, err := fileReport(out, all)
