@@ -213,7 +213,8 @@ func openChild(ctx context.Context, c childDB) (core.RelayStore, error) {
 // the n acknowledged records of the lost lanes, which the lanes' new owner sends again. For
 // the stall it also gates every call: stallAt stops the
 // process only when no call is open (no transaction, no row lock held through the stall), so
-// that the stall is exactly "acknowledged, not yet settled".
+// that the stall is exactly "acknowledged, not yet settled". Being a core.RelayStore only, it
+// hides the store's wake-ups (core.Waker): the relay polls every 20 ms.
 type crashStore struct {
 	core.RelayStore
 	log     *os.File

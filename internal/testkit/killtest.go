@@ -270,7 +270,9 @@ func SignalSink(next core.Sink, n int, sig syscall.Signal, before bool) core.Sin
 
 // SettleSignal wraps a relay process's store so that, once its nth Settle has begun, a
 // goroutine sends sig to the process after a random delay of up to maxDelay: the settle is cut
-// short anywhere from before its first statement to after its commit.
+// short anywhere from before its first statement to after its commit. The wrapper is a
+// core.RelayStore only: the relay no longer sees the store's optional interfaces (core.Waker),
+// so it polls.
 func SettleSignal(store core.RelayStore, n int, sig syscall.Signal, maxDelay time.Duration) core.RelayStore {
 	return &settleSignal{RelayStore: store, n: int64(n), sig: sig, maxDelay: maxDelay}
 }
