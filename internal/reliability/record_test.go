@@ -33,6 +33,11 @@ type producer struct {
 // the stop: a write cancelled halfway could commit and still return an error, leaving an
 // event delivered that the producer never recorded.
 func produce(ctx context.Context, d db, keys int, interval time.Duration, fail func(format string, args ...any)) *producer {
+	return produceKeys(ctx, d, "k", keys, interval, fail)
+}
+
+// produceKeys is produce with the partition keys named prefix+N.
+func produceKeys(ctx context.Context, d db, prefix string, keys int, interval time.Duration, fail func(format string, args ...any)) *producer {
 	quit := make(chan struct{})
 	p := &producer{done: make(chan struct{})}
 	p.stop = func() { close(quit); <-p.done }
@@ -50,7 +55,7 @@ func produce(ctx context.Context, d db, keys int, interval time.Duration, fail f
 			case <-tick.C:
 			}
 			k := i % keys
-			key := fmt.Sprintf("k%d", k)
+			key := fmt.Sprintf("%s%d", prefix, k)
 			evs := make([]core.Event, 4)
 			for j := range evs {
 				evs[j] = core.Event{AggregateType: "order", AggregateID: key, AggregateVersion: version[k] + int64(j) + 1,

@@ -40,6 +40,8 @@ type db struct {
 	relayStore func(t *testing.T, addr string) core.RelayStore
 	upstream   string // host:port of the server ("" for memory and SQLite)
 	route      string // the relays' sink destination ("" for a recorder)
+	// child is how a relay process opens the relay store (crashStore); zero for memory.
+	child childDB
 }
 
 // writer adapts an outbox store to db.write.
@@ -74,14 +76,16 @@ func memoryDB(t *testing.T, lanes int) db {
 
 func sqliteDB(t *testing.T, lanes int) db {
 	ctx := t.Context()
-	h, err := sqlite.OpenDB(ctx, filepath.Join(t.TempDir(), "outbox.db"))
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	h, err := sqlite.OpenDB(ctx, path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
 	s, err := sqlite.New(h, &sqlite.Options{Lanes: lanes, Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	t.Cleanup(func() { _ = s.Close() })
-	return db{write: writer[*sql.Tx](t, s), relayStore: func(*testing.T, string) core.RelayStore { return s }}
+	return db{write: writer[*sql.Tx](t, s), relayStore: func(*testing.T, string) core.RelayStore { return s },
+		child: childDB{Kind: "sqlite", Name: path, Lanes: lanes}}
 }
 
 // postgresDB migrates an outbox in a fresh schema of OUTBOXKIT_POSTGRES_DSN's database.
@@ -107,6 +111,7 @@ func postgresDB(t *testing.T, lanes int, strategy postgres.ClaimStrategy) db {
 	return db{
 		write:    writer[pgx.Tx](t, s),
 		upstream: u.Host,
+		child:    childDB{Kind: "postgres", Name: schema, Lanes: lanes, Strategy: int(strategy)},
 		relayStore: func(t *testing.T, addr string) core.RelayStore {
 			rs, err := postgres.New(pgPool(t, dsn, schema, addr, 8), opts)
 			require.NoError(t, err)
@@ -118,26 +123,54 @@ func postgresDB(t *testing.T, lanes int, strategy postgres.ClaimStrategy) db {
 // pgPool opens a pool on dsn with search_path schema (unless empty), through addr (unless
 // empty).
 func pgPool(t *testing.T, dsn, schema, addr string, maxConns int32) *pgxpool.Pool {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgConfig(dsn, schema, addr)
 	require.NoError(t, err)
-	if schema != "" {
-		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
-	}
-	if addr != "" {
-		host, port, err := net.SplitHostPort(addr)
-		require.NoError(t, err)
-		cfg.ConnConfig.Host = host
-		n, err := strconv.Atoi(port)
-		require.NoError(t, err)
-		cfg.ConnConfig.Port = uint16(n)
-		cfg.ConnConfig.Fallbacks = nil
-		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	}
 	cfg.MaxConns = maxConns
 	p, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return p
+}
+
+// pgConfig is the configuration of pgPool (a relay process opens its pool with it).
+func pgConfig(dsn, schema, addr string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ConnConfig.Host = host
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ConnConfig.Port = uint16(n)
+		cfg.ConnConfig.Fallbacks = nil
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	return cfg, nil
+}
+
+// mysqlConfig is the configuration of a handle on database name of the server of base,
+// through addr (unless empty).
+func mysqlConfig(base *driver.Config, name, addr string) *driver.Config {
+	c := base.Clone()
+	c.DBName = name
+	c.ParseTime = true
+	c.Loc = time.UTC
+	c.InterpolateParams = true
+	if addr != "" {
+		c.Net, c.Addr = "tcp", addr
+		c.Timeout = 5 * time.Second
+	}
+	return c
 }
 
 // mysqlDB migrates an outbox in a fresh database of OUTBOXKIT_MYSQL_DSN's server.
@@ -159,16 +192,7 @@ func mysqlDB(t *testing.T, lanes int, strategy mysql.ClaimStrategy) db {
 		}
 	})
 	open := func(t *testing.T, addr string) *sql.DB {
-		c := base.Clone()
-		c.DBName = name
-		c.ParseTime = true
-		c.Loc = time.UTC
-		c.InterpolateParams = true
-		if addr != "" {
-			c.Net, c.Addr = "tcp", addr
-			c.Timeout = 5 * time.Second
-		}
-		h, err := sql.Open("mysql", c.FormatDSN())
+		h, err := sql.Open("mysql", mysqlConfig(base, name, addr).FormatDSN())
 		require.NoError(t, err)
 		h.SetMaxOpenConns(20)
 		t.Cleanup(func() { _ = h.Close() })
@@ -182,6 +206,7 @@ func mysqlDB(t *testing.T, lanes int, strategy mysql.ClaimStrategy) db {
 	return db{
 		write:    writer[*sql.Tx](t, s),
 		upstream: base.Addr,
+		child:    childDB{Kind: "mysql", Name: name, Lanes: lanes, Strategy: int(strategy)},
 		relayStore: func(t *testing.T, addr string) core.RelayStore {
 			rs, err := mysql.New(t.Context(), open(t, addr), opts)
 			require.NoError(t, err)

@@ -1,8 +1,12 @@
 package testkit
 
-// SIGKILL tests of CDC relay processes: a test re-executes its own binary as a relay whose sink
-// appends to a file, SIGKILLs it while it delivers, restarts it, and checks what the file
-// received against what was committed. The adapters' SIGKILL tests share it.
+// Tests of relay processes: a test re-executes its own binary as a relay process (StartChild,
+// KillMain) whose sink appends the messages it acknowledges to a file (FileSink), kills it, and
+// checks what the file received against what was committed (ReadDeliveries). RunKill SIGKILLs
+// CDC relay processes at random moments (the adapters' CDC SIGKILL tests); a child reaches a
+// chosen kill point itself by wrapping its sink (SignalSink: before or after the Nth send) or
+// its store (SettleSignal: during the Nth settle), as internal/reliability's crash matrix of
+// polling relays does.
 
 import (
 	"bufio"
@@ -12,9 +16,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +34,7 @@ import (
 func KillMain(m *testing.M, env string, child func(spec string) error) {
 	if spec := os.Getenv(env); spec != "" {
 		if err := child(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "cdc relay process:", err)
+			fmt.Fprintln(os.Stderr, "relay process:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -130,11 +136,9 @@ func RunKill(t *testing.T, o KillOptions) {
 	}()
 
 	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), o.ChildEnv+"="+o.ChildSpec)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start a relay process: %v", err)
+		cmd, err := StartChild(o.ChildEnv, o.ChildSpec)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return cmd
 	}
@@ -192,18 +196,20 @@ func RunKill(t *testing.T, o KillOptions) {
 	for _, ids := range want {
 		total += len(ids)
 	}
-	var acks map[string]int
-	var lines []string
+	var got []Delivery
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		acks, lines = read(t, o.Out)
-		if len(acks) >= total || time.Now().After(deadline) {
+		var err error
+		if got, err = ReadDeliveries(o.Out); err != nil {
+			t.Fatal(err)
+		}
+		if len(distinct(got)) >= total || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(acks) != total {
-		t.Fatalf("events lost: %d of %d delivered", len(acks), total)
+	if n := len(distinct(got)); n != total {
+		t.Fatalf("events lost: %d of %d delivered", n, total)
 	}
 	pos := map[string]int{}
 	for _, ids := range want {
@@ -212,8 +218,8 @@ func RunKill(t *testing.T, o KillOptions) {
 		}
 	}
 	next := map[string]int{}
-	for _, l := range lines {
-		id, key, _ := strings.Cut(l, " ")
+	for _, d := range got {
+		id, key := d.ID, d.Key
 		switch i, ok := pos[id]; {
 		case !ok:
 			t.Fatalf("event %s delivered but never committed", id)
@@ -223,36 +229,135 @@ func RunKill(t *testing.T, o KillOptions) {
 			next[key]++
 		}
 	}
-	dups := len(lines) - total
-	t.Logf("%d events, %d deliveries, %d duplicates over %d kills", total, len(lines), dups, o.Kills)
+	dups := len(got) - total
+	t.Logf("%d events, %d deliveries, %d duplicates over %d kills", total, len(got), dups, o.Kills)
 	if dups > o.Kills*o.MaxResent {
 		t.Fatalf("%d duplicates over %d kills; at most %d per kill may be resent", dups, o.Kills, o.MaxResent)
 	}
 }
 
-func read(t *testing.T, path string) (map[string]int, []string) {
+// StartChild starts this test binary again, running no test, with env=spec in its environment:
+// its TestMain (KillMain) makes it a relay process. Its stderr is the test's.
+func StartChild(env, spec string) (*exec.Cmd, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+spec)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start a relay process: %w", err)
+	}
+	return cmd, nil
+}
+
+// SignalSink wraps a relay process's sink so that the process reaches a kill point by itself:
+// at the nth Send (counted over the relay's concurrent sends) it sends sig to its own process,
+// before passing the messages to next when before is set (nothing of that send is
+// acknowledged), otherwise once next has acknowledged them (the relay has not settled them
+// yet). SIGKILL ends the process there; SIGSTOP stalls it there until a SIGCONT (SignalSelf).
+func SignalSink(next core.Sink, n int, sig syscall.Signal, before bool) core.Sink {
+	var sends atomic.Int64
+	return core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
+		hit := sends.Add(1) == int64(n)
+		if hit && before {
+			SignalSelf(sig)
+		}
+		out := next.Send(ctx, msgs)
+		if hit && !before {
+			SignalSelf(sig)
+		}
+		return out
+	})
+}
+
+// SettleSignal wraps a relay process's store so that, once its nth Settle has begun, a
+// goroutine sends sig to the process after a random delay of up to maxDelay: the settle is cut
+// short anywhere from before its first statement to after its commit. The wrapper is a
+// core.RelayStore only: the relay no longer sees the store's optional interfaces (core.Waker),
+// so it polls.
+func SettleSignal(store core.RelayStore, n int, sig syscall.Signal, maxDelay time.Duration) core.RelayStore {
+	return &settleSignal{RelayStore: store, n: int64(n), sig: sig, maxDelay: maxDelay}
+}
+
+type settleSignal struct {
+	core.RelayStore
+	n        int64
+	sig      syscall.Signal
+	maxDelay time.Duration
+	settles  atomic.Int64
+}
+
+func (s *settleSignal) Settle(ctx context.Context, p core.SettleParams) error {
+	if s.settles.Add(1) == s.n {
+		go func() {
+			time.Sleep(rand.N(s.maxDelay + 1))
+			SignalSelf(s.sig)
+		}()
+	}
+	return s.RelayStore.Settle(ctx, p)
+}
+
+// SignalSelf sends sig to its own process and returns once the signal took effect: never for
+// SIGKILL, and for SIGSTOP once the process has been continued (SIGCONT). The kernel stops or
+// kills the other threads a moment after kill(2) returns; without this wait the caller would
+// run on past its kill point (a "before the send" kill could still send).
+func SignalSelf(sig syscall.Signal) {
+	cont := make(chan os.Signal, 1)
+	if sig == syscall.SIGSTOP {
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
+	}
+	if err := syscall.Kill(os.Getpid(), sig); err != nil {
+		fmt.Fprintln(os.Stderr, "relay process: signal itself:", err)
+		os.Exit(2)
+	}
+	if sig == syscall.SIGSTOP {
+		<-cont
+		return
+	}
+	select {} // SIGKILL: the process ends
+}
+
+// Stopped reports whether the process pid is stopped by a signal (Linux: state T in
+// /proc/pid/stat).
+func Stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses, the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+}
+
+// Delivery is one line of a FileSink's file: a message the sink acknowledged.
+type Delivery struct{ ID, Key string }
+
+// ReadDeliveries reads the lines of a FileSink's file in the order they were acknowledged (no
+// file yet: none).
+func ReadDeliveries(path string) ([]Delivery, error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
-		return map[string]int{}, nil
+		return nil, nil
 	}
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer f.Close()
-	acks := map[string]int{}
-	var lines []string
+	var out []Delivery
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		l := sc.Text()
-		if !strings.Contains(l, " ") {
-			continue
+		id, key, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue // a line cut short by a kill
 		}
-		lines = append(lines, l)
-		id, _, _ := strings.Cut(l, " ")
-		acks[id]++
+		out = append(out, Delivery{id, key})
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	return out, sc.Err()
+}
+
+func distinct(ds []Delivery) map[string]bool {
+	ids := make(map[string]bool, len(ds))
+	for _, d := range ds {
+		ids[d.ID] = true
 	}
-	return acks, lines
+	return ids
 }
