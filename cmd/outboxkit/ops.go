@@ -47,6 +47,9 @@ func usageErr(cmd *cobra.Command, format string, a ...any) error {
 
 // failErr prints one line naming the problem and ends with exit status 1.
 func failErr(cmd *cobra.Command, err error) error {
+	if permissionDenied(err) && !errors.Is(err, ErrPrivileges) {
+		err = fmt.Errorf("%w: %w", ErrPrivileges, err)
+	}
 	msg := strings.Join(strings.Fields(err.Error()), " ") // one line
 	fmt.Fprintf(cmd.ErrOrStderr(), "outboxkit %s: %s\n", cmd.Name(), msg)
 	return &exitError{code: 1}
@@ -115,6 +118,26 @@ func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// ErrPrivileges is reported when the database refused a statement for the role's privileges.
+var ErrPrivileges = errors.New("missing privileges (the roles of adapters/postgres/grants.sql, or MySQL GRANTs on the outbox tables)")
+
+// permissionDenied reports whether err is a database's refusal for missing privileges.
+func permissionDenied(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "42501" // insufficient_privilege
+	}
+	var my *gomysql.MySQLError
+	if errors.As(err, &my) {
+		switch my.Number {
+		case 1044, 1142, 1143, 1227: // database, table, column access denied; specific privilege needed
+			return true
+		}
+		return false
+	}
+	return strings.Contains(err.Error(), "attempt to write a readonly database")
 }
 
 // missingTable reports whether err is a database's "no such table" error.

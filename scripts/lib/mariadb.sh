@@ -78,9 +78,10 @@ mariadb_start() {
 		return 1
 	fi
 	# root@localhost only; tests connect over TCP from 127.0.0.1 (skip-name-resolve): a
-	# dedicated passwordless user with every privilege on the throwaway server.
+	# dedicated passwordless user with every privilege on the throwaway server (and the grant
+	# option: the privilege tests create users of their own).
 	if ! mariadb --no-defaults --protocol=SOCKET -S "$_mariadb_dir/mysqld.sock" -u root -e \
-		"CREATE USER IF NOT EXISTS 'outboxkit'@'127.0.0.1'; GRANT ALL ON *.* TO 'outboxkit'@'127.0.0.1';" \
+		"CREATE USER IF NOT EXISTS 'outboxkit'@'127.0.0.1'; GRANT ALL ON *.* TO 'outboxkit'@'127.0.0.1' WITH GRANT OPTION;" \
 		>"$_mariadb_dir/grant.log" 2>&1; then
 		cat "$_mariadb_dir/grant.log" >&2
 		_mariadb_fail "cannot create the test user"
