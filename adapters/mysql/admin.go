@@ -165,16 +165,9 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 	if p.PublishedBefore.IsZero() {
 		return 0, nil
 	}
-	var low sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.minUnpublished).Scan(&low); err != nil {
+	below, err := s.pruneBelow(ctx, s.db, p)
+	if err != nil {
 		return 0, wrap("prune outbox", err)
-	}
-	below := int64(1<<63 - 1)
-	if low.Valid {
-		below = low.Int64
-	}
-	if p.BelowSeq > 0 && p.BelowSeq < below {
-		below = p.BelowSeq
 	}
 	res, err := s.exec(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.BatchSize())
 	if err != nil {
@@ -185,6 +178,25 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 		return 0, wrap("prune outbox", err)
 	}
 	return int(n), nil
+}
+
+// pruneBelow is the exclusive seq bound of a prune: the lowest unpublished seq (the
+// watermark), or p.BelowSeq when that is lower.
+func (s *Store) pruneBelow(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, p core.PruneParams) (int64, error) {
+	var low sql.NullInt64
+	if err := q.QueryRowContext(ctx, s.q.minUnpublished).Scan(&low); err != nil {
+		return 0, err
+	}
+	below := int64(1<<63 - 1)
+	if low.Valid {
+		below = low.Int64
+	}
+	if p.BelowSeq > 0 && p.BelowSeq < below {
+		below = p.BelowSeq
+	}
+	return below, nil
 }
 
 // ParkedKeys implements core.Admin.

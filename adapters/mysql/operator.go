@@ -127,16 +127,9 @@ func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core
 	var total int64
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		total = 0
-		var low sql.NullInt64
-		if err := tx.QueryRowContext(ctx, s.q.minUnpublished).Scan(&low); err != nil {
+		below, err := s.pruneBelow(ctx, tx, p)
+		if err != nil {
 			return err
-		}
-		below := int64(1<<63 - 1)
-		if low.Valid {
-			below = low.Int64
-		}
-		if p.BelowSeq > 0 && p.BelowSeq < below {
-			below = p.BelowSeq
 		}
 		for !p.PublishedBefore.IsZero() {
 			res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.BatchSize())
