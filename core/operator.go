@@ -189,3 +189,14 @@ func joinLimited(ids []string) string {
 	}
 	return s
 }
+
+// CheckpointReleaser is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audited removal of the
+// CDC checkpoint: `outboxkit cdc release`.
+type CheckpointReleaser interface {
+	// ReleaseCheckpoint deletes the CDC checkpoint and writes audit (Rows set to 1 when there
+	// was a checkpoint, else 0) in one transaction, and reports whether there was one. The next
+	// CDCRelay.Run then starts as on its first run: a backfill of every unpublished row, then
+	// the head of the log. It is the recovery from a lost position (a dropped or invalidated
+	// slot, purged binary logs) for a relay run by `outboxkit relay`. Stop the CDC relay first.
+	ReleaseCheckpoint(ctx context.Context, audit AuditEntry) (bool, error)
+}
