@@ -47,7 +47,7 @@ type AuditEntry struct {
 	ID        int64     // assigned by the database
 	At        time.Time // set by the database clock
 	Actor     string    // who ran it (outboxkit --actor, default the OS user)
-	Command   string    // "replay", "unpark", "cleanup"
+	Command   string    // "replay", "unpark", "cleanup", "cdc release"
 	Arguments string    // the command's arguments as a JSON object
 	Rows      int64     // rows the change affected (set by the adapter)
 }

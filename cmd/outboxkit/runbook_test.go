@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -235,7 +236,7 @@ func settle(t *testing.T, store opendb.Store, park ...string) {
 
 // runbookRelay writes the relay daemon's configuration (relay.yaml of the pages) for d, with an
 // SQS queue of the emulator as its sink.
-func runbookRelay(t *testing.T, d runbookDB) string {
+func runbookRelay(t *testing.T, d runbookDB, mode string) string {
 	s := sqsE2ESink(t)
 	schema := ""
 	if d.cfg.Schema != "" {
@@ -245,12 +246,12 @@ func runbookRelay(t *testing.T, d runbookDB) string {
 	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, `database:
   driver: %s
   dsn: %q
-%smode: polling
+%smode: %s
 relay:
   lease_ttl: 3s
   poll_interval: 20ms
 %sshutdown_timeout: 10s
-`, d.cfg.Driver, d.cfg.DSN, schema, s.config), 0o600))
+`, d.cfg.Driver, d.cfg.DSN, schema, mode, s.config), 0o600))
 	return path
 }
 
@@ -281,7 +282,7 @@ func TestRunbookRelayOutage(t *testing.T) {
 			require.Contains(t, text, "oldest     20") // a time, with its age
 			require.Contains(t, text, "lanes      4, 0 with an owner")
 
-			relay := startPageRelay(t, page, runbookRelay(t, d))
+			relay := startPageRelay(t, page, runbookRelay(t, d, "polling"))
 			require.Eventually(t, func() bool {
 				text = d.run(t, page, "status", 2, nil) // "how to check it worked"
 				return strings.Contains(text, "pending    0\n") && strings.Contains(text, "oldest     none\n") &&
@@ -326,7 +327,7 @@ func TestRunbookStuckClaims(t *testing.T) {
 				require.False(t, l.LeaseUntil.After(time.Now()))
 			}
 
-			relay := startPageRelay(t, page, runbookRelay(t, d))
+			relay := startPageRelay(t, page, runbookRelay(t, d, "polling"))
 			require.Eventually(t, func() bool {
 				text = d.run(t, page, "status", 2, nil)
 				return strings.Contains(text, "pending    0\n") && !strings.Contains(text, "crashed-") &&
@@ -444,7 +445,8 @@ func TestRunbookReplay(t *testing.T) {
 
 // TestRunbookCDCLogLoss: on PostgreSQL (a real slot) and MariaDB, the page's cdc release drops
 // the slot and the checkpoint with an audit row (status then says checkpoint none; a second
-// release finds nothing); SQLite has no CDC: one line, exit 1.
+// release finds nothing), and the page's CDC relay then backfills the pending events and
+// checkpoints anew; SQLite has no CDC: one line, exit 1.
 func TestRunbookCDCLogLoss(t *testing.T) {
 	const page = "cdc-log-loss.md"
 	for _, b := range []struct {
@@ -472,8 +474,17 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 				admin, err := pgx.Connect(ctx, testkit.Need(t, testkit.PostgresDSN))
 				require.NoError(t, err)
 				t.Cleanup(func() {
-					_, _ = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-					_ = admin.Close(ctx)
+					// The daemon's slot turns inactive shortly after its connection closed.
+					bg := context.Background()
+					for range 50 {
+						var left int
+						if admin.QueryRow(bg, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&left) != nil || left == 0 {
+							break
+						}
+						_, _ = admin.Exec(bg, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
+						time.Sleep(100 * time.Millisecond)
+					}
+					_ = admin.Close(bg)
 				})
 				slots = func() int {
 					var n int
@@ -521,6 +532,20 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			require.Equal(t, 2, strings.Count(audit, "cdc release"), audit)
 			if b.name == "postgres" {
 				require.Contains(t, audit, `{"slot":"`+src.(slotNamer).Slot()+`"}`)
+			}
+			require.Equal(t, "unparked=0 keys=0\n", d.run(t, page, "unpark", 0, nil), "nothing parked here")
+
+			// The page's relay: without a checkpoint it backfills the pending events, then
+			// checkpoints the head of the log (a new slot on PostgreSQL).
+			relay := startPageRelay(t, page, runbookRelay(t, d, "cdc"))
+			require.Eventually(t, func() bool {
+				text = d.run(t, page, "status", 1, nil)
+				return strings.Contains(text, "pending    0\n") && strings.Contains(text, "checkpoint position ")
+			}, 30*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
+			require.Contains(t, relay.stderr.String(), `"cdc_relay_backfill_done"`)
+			require.Equal(t, 2, relay.stop(t))
+			if b.name == "postgres" {
+				require.Equal(t, 1, slots(), "the relay created a new slot")
 			}
 		})
 	}
