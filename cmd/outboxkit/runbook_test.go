@@ -235,8 +235,8 @@ func settle(t *testing.T, store opendb.Store, park ...string) {
 }
 
 // runbookRelay writes the relay daemon's configuration (relay.yaml of the pages) for d, with an
-// SQS queue of the emulator as its sink.
-func runbookRelay(t *testing.T, d runbookDB, mode string) string {
+// SQS queue of the emulator as its sink; edit, when given, changes the YAML text.
+func runbookRelay(t *testing.T, d runbookDB, mode string, edit ...func(string) string) string {
 	s := sqsE2ESink(t)
 	schema := ""
 	if d.cfg.Schema != "" {
@@ -252,6 +252,11 @@ relay:
   poll_interval: 20ms
 %sshutdown_timeout: 10s
 `, d.cfg.Driver, d.cfg.DSN, schema, mode, s.config), 0o600))
+	for _, e := range edit {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, []byte(e(string(b))), 0o600))
+	}
 	return path
 }
 
@@ -291,6 +296,46 @@ func TestRunbookRelayOutage(t *testing.T) {
 			require.Equal(t, 5, relay.stop(t))
 		})
 	}
+}
+
+// TestRunbookBrokerAmbiguity: a relay whose broker does not answer records failures
+// (outboxkit_relay_failures_total), never marks the events published, and parks them once the
+// retry deadline is over; after the page's parked and unpark --all, the page's relay with a
+// longer deadline and a broker that answers delivers them: parked none, pending 0.
+func TestRunbookBrokerAmbiguity(t *testing.T) {
+	const page = "broker-ambiguity.md"
+	t.Parallel()
+	d := newRunbookDB(t, opsSQLite, 2)
+	ids := writeEvents(t, d.store, "a", "b", "a")
+	endpoint := testkit.Need(t, testkit.AWSEndpoint)
+	dead := "http://" + freePort(t) // nothing listens: every send fails
+	config := runbookRelay(t, d, "polling", func(y string) string {
+		return strings.Replace(strings.Replace(y, "endpoint: "+endpoint, "endpoint: "+dead, 1),
+			"relay:\n", "relay:\n  retry:\n    initial: 50ms\n    max: 100ms\n    deadline: 200ms\n", 1)
+	})
+	broken := startDaemon(t, config, freePort(t))
+	var text string
+	require.Eventually(t, func() bool {
+		text = d.run(t, page, "parked", 0, nil)
+		return strings.Count(text, "seq=") == 2 // the first event of each key; the second a waits
+	}, 30*time.Second, 100*time.Millisecond, "parked:\n%s\nrelay:\n%s", text, broken.stderr)
+	require.Greater(t, metric(broken.scrape(), "outboxkit_relay_failures_total"), 0.0)
+	require.Greater(t, metric(broken.scrape(), "outboxkit_relay_send_errors_total"), 0.0)
+	require.Equal(t, 0, broken.stop(t), "nothing was marked published")
+	text = d.run(t, page, "status", 0, nil)
+	require.Contains(t, text, "parked     2\n")
+	require.Contains(t, text, "blocked    1 ")
+
+	require.Equal(t, "unparked=2 keys=2\n", d.run(t, page, "unpark", 0, nil))
+	args := pageCmd(t, page, "relay", 0, nil, nil)
+	require.Equal(t, []string{"relay", "--config", "relay.yaml", "--relay-retry-deadline", "72h"}, args)
+	relay := startDaemon(t, runbookRelay(t, d, "polling"), freePort(t), args[3:]...)
+	require.Eventually(t, func() bool {
+		text = d.run(t, page, "status", 1, nil)
+		return strings.Contains(text, "pending    0\n") && strings.Contains(text, "parked     0\n")
+	}, 20*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
+	require.Equal(t, "none\n", d.run(t, page, "parked", 1, nil))
+	require.Equal(t, len(ids), relay.stop(t))
 }
 
 // TestRunbookStuckClaims: a crashed relay's leases (owner "crashed", expired) show in the lane
