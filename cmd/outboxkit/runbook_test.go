@@ -338,6 +338,26 @@ func TestRunbookBrokerAmbiguity(t *testing.T) {
 	require.Equal(t, len(ids), relay.stop(t))
 }
 
+// TestRunbookDatabaseOverload: the page's lighter relay (one worker, one batch in flight, a
+// longer poll interval, stats interval and lease) starts and drains a backlog that the page's
+// status shows.
+func TestRunbookDatabaseOverload(t *testing.T) {
+	const page = "database-overload.md"
+	t.Parallel()
+	d := newRunbookDB(t, opsSQLite, 4)
+	writeEvents(t, d.store, "a", "b", "c", "d")
+	require.Contains(t, d.run(t, page, "status", 0, nil), "pending    4\n")
+	args := pageCmd(t, page, "relay", 0, nil, nil)
+	require.Equal(t, []string{"relay", "--config", "relay.yaml"}, args[:3])
+	relay := startDaemon(t, runbookRelay(t, d, "polling"), freePort(t), args[3:]...)
+	var text string
+	require.Eventually(t, func() bool {
+		text = d.run(t, page, "status", 0, nil)
+		return strings.Contains(text, "pending    0\n")
+	}, 20*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
+	require.Equal(t, 4, relay.stop(t))
+}
+
 // TestRunbookStuckClaims: a crashed relay's leases (owner "crashed", expired) show in the lane
 // table as (expired) with the events of its lanes pending; the page's relay takes the lanes over
 // with a new generation and drains them.
