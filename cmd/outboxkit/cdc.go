@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +14,10 @@ import (
 
 // ErrNoCDC is reported by the cdc commands on a database without change-data-capture (SQLite).
 var ErrNoCDC = errors.New("no CDC on this database (SQLite runs the polling relay only)")
+
+// ErrLanesHeld is reported by `cdc release` while a relay holds a lane lease that has not
+// expired: a running CDC relay would save a new checkpoint behind the release.
+var ErrLanesHeld = errors.New("a relay holds lanes of the outbox (stop the CDC relay first, or wait for its leases to expire)")
 
 // cdcCommand is `outboxkit cdc`: the CDC relay's hold on the database's change log.
 func cdcCommand() *cobra.Command {
@@ -53,6 +58,17 @@ func cdcReleaseCommand() *cobra.Command {
 			src, err := db.ChangeSource()
 			if err != nil {
 				return err
+			}
+			if ll, ok := db.Store.(laneLister); ok {
+				lanes, err := ll.Lanes(ctx)
+				if err != nil {
+					return err
+				}
+				for _, l := range lanes {
+					if l.Owner != "" && l.Until.After(time.Now()) {
+						return fmt.Errorf("%w: lane %d owner %s until %s", ErrLanesHeld, l.Lane, l.Owner, l.Until.UTC().Format(time.RFC3339))
+					}
+				}
 			}
 			var out releaseJSON
 			// The slot first: an active one (a CDC relay streams from it) is refused, and the

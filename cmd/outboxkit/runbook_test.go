@@ -510,7 +510,7 @@ func TestRunbookReplay(t *testing.T) {
 
 // TestRunbookCDCLogLoss: on PostgreSQL (a real slot) and MariaDB, the page's cdc release drops
 // the slot and the checkpoint with an audit row (status then says checkpoint none; a second
-// release finds nothing), and the page's CDC relay then backfills the pending events and
+// release finds nothing; refused while a relay holds a lane), and the page's CDC relay then backfills the pending events and
 // checkpoints anew; SQLite has no CDC: one line, exit 1.
 func TestRunbookCDCLogLoss(t *testing.T) {
 	const page = "cdc-log-loss.md"
@@ -573,6 +573,18 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			text := d.run(t, page, "status", 0, nil)
 			require.Contains(t, text, "checkpoint position "+cp.Position)
 			require.Contains(t, text, "pending    2\n")
+
+			// Refused, changing nothing, while the relay holds a lane (step 1: stop it first).
+			leases, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "cdc-relay", Max: 1, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Len(t, leases, 1)
+			args := pageCmd(t, page, "cdc release", 0, map[string]string{"DB": d.url}, d.extra)
+			code, _, errs := binRun(t, args...)
+			require.Equal(t, 1, code)
+			require.Contains(t, errs, ErrLanesHeld.Error())
+			require.Contains(t, d.run(t, page, "status", 0, nil), "checkpoint position "+cp.Position)
+			require.NotContains(t, d.run(t, page, "audit", 0, nil), "cdc release")
+			require.NoError(t, d.store.ReleaseLanes(ctx, leases))
 
 			want := "released checkpoint_deleted=true\n"
 			if b.name == "postgres" {
