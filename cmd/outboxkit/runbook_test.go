@@ -602,12 +602,20 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			require.Equal(t, want, out)
 			require.Equal(t, 0, slots())
 			require.Equal(t, strings.Replace(want, "true", "false", 1), d.run(t, page, "cdc release", 0, nil), "a second release finds nothing")
+			var rj releaseJSON
+			require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"cdc", "release", "--output", "json", "--actor", "ops"}, d.flags...)...)), &rj))
+			wantJSON := releaseJSON{}
+			if b.name == "postgres" {
+				wantJSON.Slot = src.(slotNamer).Slot()
+			}
+			require.Equal(t, wantJSON, rj)
 
 			text = d.run(t, page, "status", 0, nil)
 			require.Contains(t, text, "checkpoint none\n")
 			require.Contains(t, text, "pending    2\n", "nothing is lost: the next relay backfills them")
 			audit := d.run(t, page, "audit", 0, nil)
-			require.Equal(t, 2, strings.Count(audit, "cdc release"), audit)
+			require.Equal(t, 3, strings.Count(audit, "cdc release"), audit)
+			require.Contains(t, audit, " ops ", "--actor")
 			if b.name == "postgres" {
 				require.Contains(t, audit, `{"slot":"`+src.(slotNamer).Slot()+`"}`)
 			}
