@@ -47,7 +47,7 @@ type AuditEntry struct {
 	ID        int64     // assigned by the database
 	At        time.Time // set by the database clock
 	Actor     string    // who ran it (outboxkit --actor, default the OS user)
-	Command   string    // "replay", "unpark", "cleanup"
+	Command   string    // "replay", "unpark", "cleanup", "cdc release"
 	Arguments string    // the command's arguments as a JSON object
 	Rows      int64     // rows the change affected (set by the adapter)
 }
@@ -188,4 +188,15 @@ func joinLimited(ids []string) string {
 		s += id
 	}
 	return s
+}
+
+// CheckpointReleaser is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audited removal of the
+// CDC checkpoint: `outboxkit cdc release`.
+type CheckpointReleaser interface {
+	// ReleaseCheckpoint deletes the CDC checkpoint and writes audit (Rows set to 1 when there
+	// was a checkpoint, else 0) in one transaction, and reports whether there was one. The next
+	// CDCRelay.Run then starts as on its first run: a backfill of every unpublished row, then
+	// the head of the log. It is the recovery from a lost position (a dropped or invalidated
+	// slot, purged binary logs) for a relay run by `outboxkit relay`. Stop the CDC relay first.
+	ReleaseCheckpoint(ctx context.Context, audit AuditEntry) (bool, error)
 }

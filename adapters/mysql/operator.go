@@ -185,3 +185,24 @@ func sinceArg(t time.Time) any {
 	}
 	return timeArg(t)
 }
+
+// ReleaseCheckpoint implements core.CheckpointReleaser.
+func (s *Store) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (bool, error) {
+	var n int64
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.checkpointDelete)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, &audit, n)
+	})
+	if err != nil {
+		return false, wrap("release checkpoint", err)
+	}
+	return n > 0, nil
+}
+
+var _ core.CheckpointReleaser = (*Store)(nil)

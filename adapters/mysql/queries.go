@@ -52,6 +52,7 @@ type queries struct {
 
 	publisherInit, publisherRead, publisherLockX, publisherLockS, publisherBump string
 	checkpointRead, checkpointPut                                               string
+	checkpointDelete                                                            string
 
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
 }
@@ -143,6 +144,7 @@ func newQueries(n tableNames) (queries, error) {
 		publisherBump:          st.Get("PublisherBump"),
 		checkpointRead:         st.Get("CheckpointRead"),
 		checkpointPut:          st.Get("CheckpointPut"),
+		checkpointDelete:       st.Get("CheckpointDelete"),
 	}
 	if err := st.Err(); err != nil {
 		return queries{}, fmt.Errorf("mysql: %w", err)

@@ -243,6 +243,10 @@ UPDATE {{publisher}} SET generation = generation + 1, kind = ?, holder = ?,
 -- name: CheckpointRead
 SELECT source, position, generation, updated_at FROM {{checkpoint}} WHERE id = 1
 
+-- name: CheckpointDelete
+-- outboxkit cdc release: the next CDC relay starts as on its first run (a backfill).
+DELETE FROM {{checkpoint}} WHERE id = 1
+
 -- name: CheckpointPut
 INSERT INTO {{checkpoint}} (id, source, position, generation, updated_at)
 	VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6))

@@ -25,10 +25,12 @@
 --   GRANT INSERT (id) ON :"schema".outbox_ids TO :"app_role";
 -- and its cleanup (which creates and drops partitions) runs as the tables' owner.
 --
--- The operator role runs `outboxkit status|parked|unpark|replay|cleanup|audit`: it reads the
--- outbox and its bookkeeping, changes the status columns, deletes published rows, and appends
--- to the audit table (outbox_audit), which it can neither change nor delete from. Neither the
--- application nor the relay role can write audit rows.
+-- The operator role runs `outboxkit status|parked|unpark|replay|cleanup|cdc release|audit`: it
+-- reads the outbox and its bookkeeping, changes the status columns, deletes published rows and
+-- the CDC checkpoint, and appends to the audit table (outbox_audit), which it can neither change
+-- nor delete from. Neither the application nor the relay role can write audit rows. Dropping
+-- the replication slot (`outboxkit cdc release`) also needs the REPLICATION attribute:
+--   ALTER ROLE <operator_role> REPLICATION;
 
 GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role", :"operator_role";
 
@@ -59,5 +61,6 @@ GRANT SELECT ON :"schema".outbox, :"schema".outbox_meta, :"schema".outbox_lanes,
 GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
     ON :"schema".outbox TO :"operator_role";
 GRANT DELETE ON :"schema".outbox TO :"operator_role";
+GRANT DELETE ON :"schema".outbox_cdc_checkpoint TO :"operator_role";
 GRANT INSERT (actor, command, arguments, rows_affected) ON :"schema".outbox_audit TO :"operator_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_audit_id_seq TO :"operator_role";

@@ -175,10 +175,21 @@ func TestGrants(t *testing.T) {
 	require.NoError(t, err)
 	_, err = operator.PruneAudited(ctx, core.PruneParams{PublishedBefore: time.Now()}, core.AuditEntry{Actor: "op", Command: "cleanup"})
 	require.NoError(t, err)
+	// It deletes the CDC checkpoint (cdc release); the application and the relay cannot.
+	for _, s := range []*Store[pgx.Tx]{app, relay} {
+		_, err = s.ReleaseCheckpoint(ctx, core.AuditEntry{Actor: "x", Command: "cdc release"})
+		requireSQLState(t, err, "42501")
+	}
+	released, err := operator.ReleaseCheckpoint(ctx, core.AuditEntry{Actor: "op", Command: "cdc release"})
+	require.NoError(t, err)
+	require.True(t, released)
+	_, ok, err = relay.LoadCheckpoint(ctx)
+	require.NoError(t, err)
+	require.False(t, ok)
 	log, err := operator.AuditLog(ctx, core.AuditListParams{})
 	require.NoError(t, err)
-	require.Len(t, log, 3)
-	require.Equal(t, []string{"replay", "unpark", "cleanup"}, []string{log[0].Command, log[1].Command, log[2].Command})
+	require.Len(t, log, 4)
+	require.Equal(t, []string{"replay", "unpark", "cleanup", "cdc release"}, []string{log[0].Command, log[1].Command, log[2].Command, log[3].Command})
 	require.EqualValues(t, 1, log[0].Rows)
 	insert := "INSERT INTO outbox_audit (actor, command, arguments, rows_affected) VALUES ('x', 'replay', '{}', 0)"
 	for _, p := range []*pgxpool.Pool{appPool, relayPool} {

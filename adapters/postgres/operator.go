@@ -157,3 +157,19 @@ func (s *Store[TTx]) AuditLog(ctx context.Context, p core.AuditListParams) ([]co
 	}
 	return out, nil
 }
+
+// ReleaseCheckpoint implements core.CheckpointReleaser.
+func (s *Store[TTx]) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (bool, error) {
+	var n int64
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		var err error
+		if n, err = q.exec(ctx, s.q.checkpointDelete); err != nil {
+			return err
+		}
+		return s.audit(ctx, q, &audit, n)
+	})
+	if err != nil {
+		return false, fmt.Errorf("postgres: release checkpoint: %w", classify(err))
+	}
+	return n > 0, nil
+}

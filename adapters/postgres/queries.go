@@ -58,6 +58,8 @@ type queries struct {
 
 	notify, listen string
 
+	checkpointDelete string // outboxkit cdc release
+
 	partitions, partCheck, partIDs string // partitioned outbox; partCheck has {{partition}}
 	createPartition                string // {{partition}}, {{from}}, {{to}}
 	partCount, partDrop            string // {{partition}}
@@ -176,6 +178,8 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 
 		notify: st.Get("Notify"),
 		listen: st.Get("Listen"),
+
+		checkpointDelete: st.Get("CheckpointDelete"),
 
 		partitions:      st.Get("Partitions"),
 		partCheck:       st.Get("PartitionCheck"),

@@ -207,6 +207,10 @@ RETURNING generation, kind, holder, since
 -- name: CheckpointGet
 SELECT source, position, generation, updated_at FROM {{checkpoint}}
 
+-- name: CheckpointDelete
+-- outboxkit cdc release: the next CDC relay starts as on its first run (a backfill).
+DELETE FROM {{checkpoint}}
+
 -- name: CheckpointPut
 -- $1 source, $2 position, $3 generation. One statement: lock the publisher row FOR SHARE
 -- (AcquireGeneration waits, and a waiting save reads the new generation), upsert only when $3 is

@@ -197,8 +197,8 @@ func TestReadmeOperatorCommands(t *testing.T) {
 		words := strings.Fields(line)
 		require.Equal(t, "outboxkit", words[0], line)
 		cmd := []string{words[1]}
-		if len(words) > 2 && words[2] == "sql" {
-			cmd = append(cmd, "sql")
+		if len(words) > 2 && (words[2] == "sql" || words[2] == "release") {
+			cmd = append(cmd, words[2])
 		}
 		help := ok(t, append(cmd, "-h")...)
 		for _, f := range flagRE.FindAllString(line, -1) {

@@ -27,6 +27,7 @@ import (
 // dbFlags are the flags every operator command shares.
 type dbFlags struct {
 	db, schema, table, output string
+	slot                      string // cdc release only (--slot)
 }
 
 func addDBFlags(cmd *cobra.Command) *dbFlags {
@@ -70,7 +71,7 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	if f.schema != "" && driver != "postgres" {
 		return opendb.Config{}, usageErr(cmd, "--schema: only for a postgres:// database (MySQL: the database of the URL)")
 	}
-	return opendb.Config{Driver: driver, DSN: dsn, Schema: f.schema, Table: f.table, Logger: slog.New(slog.DiscardHandler)}, nil
+	return opendb.Config{Driver: driver, DSN: dsn, Schema: f.schema, Table: f.table, Slot: f.slot, Logger: slog.New(slog.DiscardHandler)}, nil
 }
 
 // ErrNotMigrated is reported when the database holds no migrated outbox.

@@ -396,6 +396,10 @@ func TestOpsUsage(t *testing.T) {
 		{"--since", []string{"audit", "--db", db, "--since", "2026-13-01"}},
 		{"--limit", []string{"audit", "--db", db, "--limit", "0"}},
 		{"--actor", []string{"status", "--db", db, "--actor", "x"}}, // only the audited commands
+		{"--slot: only for a postgres:// database", []string{"cdc", "release", "--db", db, "--slot", "s"}},
+		{"--slot: only for a postgres:// database", []string{"cdc", "release", "--db", "mysql://u@h/d", "--slot", "s"}},
+		{"give a subcommand: release", []string{"cdc"}},
+		{"--slot", []string{"unpark", "--db", db, "--all", "--slot", "s"}}, // only cdc release
 	} {
 		fails(t, 2, c.want, c.args...)
 	}
