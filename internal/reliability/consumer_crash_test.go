@@ -208,6 +208,11 @@ type consumerCase struct {
 	// has also seen again what the killed one left unacknowledged; false: not within its
 	// bound.
 	settle func(ctx context.Context) bool
+	// companion, when set, is the spec of a process started beside the first one once that
+	// one applied something (it makes the kill point's rebalance), and killed with the next
+	// one; before, when set, runs before each run's first process.
+	companion func(sp crashSpec) crashSpec
+	before    func(ctx context.Context) error
 }
 
 type consumerCrashResult struct {
@@ -265,9 +270,35 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 			}
 			return p, true
 		}
+		if cc.before != nil {
+			if err := cc.before(ctx); err != nil {
+				fail("run %d: %v", run, err)
+				return res
+			}
+		}
 		a, ok := start(sp)
 		if !ok {
 			return res
+		}
+		var c *proc // the companion
+		var cspec crashSpec
+		defer func() { c.kill() }()
+		if cc.companion != nil {
+			cspec = cc.companion(sp)
+			cspec.Log = filepath.Join(dir, fmt.Sprintf("c%d.log", run))
+			if !waitLog(ctx, sp.Log, func(l string) bool {
+				var x [5]int
+				_, err := fmt.Sscanf(l, "stats %d %d %d %d %d", &x[0], &x[1], &x[2], &x[3], &x[4])
+				return err == nil && x[1] > 0
+			}, 30*time.Second) {
+				a.kill()
+				fail("run %d: the consumer process applied nothing within 30 s", run)
+				return res
+			}
+			if c, ok = start(cspec); !ok {
+				a.kill()
+				return res
+			}
 		}
 		select {
 		case <-a.exited:
@@ -316,7 +347,14 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 		settled := done && cc.settle(ctx)
 		b.kill()
 		res.kills += 2
-		for i, log := range []string{sp.Log, plain.Log} {
+		logs := []string{sp.Log, plain.Log}
+		if c != nil {
+			c.kill()
+			res.kills++
+			logs = append(logs, cspec.Log)
+		}
+		for i, log := range logs {
+			i = min(i, 1) // the companion counts with the next process
 			st, err := consumerStats(log)
 			if err != nil {
 				fail("run %d: %v", run, err)

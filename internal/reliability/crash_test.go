@@ -70,6 +70,9 @@ type crashSpec struct {
 	// Topic and Brokers make it a Kafka consumer process (kafkaConsumerChild) of that topic
 	// of that cluster (broker addresses, comma-separated).
 	Topic, Brokers string
+	// Member is the Kafka consumer's static group member ID (kgo.InstanceID); default
+	// "crash".
+	Member string
 }
 
 // The relay processes' options: short leases so that the next process takes over within

@@ -7,7 +7,9 @@ package reliability_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -18,7 +20,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
@@ -32,6 +36,12 @@ import (
 // kill point is pointBeforeCommit, taken mid-batch: SIGKILL in the first handler call from the
 // Nth on that is not the first of its inbox transaction.
 const pointBeforeOffsetCommit = "before_offset_commit"
+
+// pointDuringRebalance: SIGKILL 0–300 ms after the Kafka consumer process, once it applied
+// something, sends a JoinGroup request: in the rebalance that a second member joining the
+// group started (the join, the sync, the revoke of the partitions it hands over and its
+// commit, its rejoin), its workers mid-stream (its handler takes 30 ms a record).
+const pointDuringRebalance = "during_rebalance"
 
 // kafkaCrashPartitions is the partition count of a Kafka consumer case's topic.
 const kafkaCrashPartitions = 4
@@ -52,8 +62,16 @@ func kafkaConsumerChild(ctx context.Context, sp crashSpec) error {
 		return err
 	}
 	var store core.InboxStore[*sql.Tx] = s
+	member := sp.Member
+	if member == "" {
+		member = "crash"
+	}
+	var hooks []kgo.Opt
+	var c *kafka.Consumer[*sql.Tx]
 	switch sp.Point {
 	case pointNone, pointBeforeCommit:
+	case pointDuringRebalance:
+		hooks = append(hooks, kgo.WithHooks(&joinSignal{armed: func() bool { return c.Stats().Applied > 0 }}))
 	case pointBeforeOffsetCommit:
 		store = &commitSignal{Store: s, n: int64(sp.N)}
 	default:
@@ -68,6 +86,9 @@ func kafkaConsumerChild(ctx context.Context, sp crashSpec) error {
 	handler := func(ctx context.Context, tx *sql.Tx, d *kafka.Delivery) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO effects (id, key, version) VALUES (?, ?, ?)",
 			d.Event.ID, d.Event.AggregateID, d.Event.AggregateVersion)
+		if sp.Point == pointDuringRebalance {
+			time.Sleep(30 * time.Millisecond) // still at work when the second member joins
+		}
 		if sp.Point == pointBeforeCommit {
 			mu.Lock()
 			handled++
@@ -80,10 +101,10 @@ func kafkaConsumerChild(ctx context.Context, sp crashSpec) error {
 		}
 		return err
 	}
-	c, err := kafka.NewConsumer(sp.Topic+"-g", []string{sp.Topic}, inbox, "crash", handler, &kafka.ConsumerOptions{
-		ClientOptions: []kgo.Opt{kgo.SeedBrokers(strings.Split(sp.Brokers, ",")...), kgo.InstanceID("crash"),
+	c, err = kafka.NewConsumer(sp.Topic+"-g", []string{sp.Topic}, inbox, "crash", handler, &kafka.ConsumerOptions{
+		ClientOptions: append([]kgo.Opt{kgo.SeedBrokers(strings.Split(sp.Brokers, ",")...), kgo.InstanceID(member),
 			kgo.FetchMaxWait(200 * time.Millisecond),
-			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)},
+			kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}, hooks...),
 		MaxPollRecords: 20, MaxBatch: 5, CommitInterval: 200 * time.Millisecond, Logger: quiet,
 	})
 	if err != nil {
@@ -117,6 +138,24 @@ func (s *commitSignal) InTx(ctx context.Context, fn func(ctx context.Context, tx
 		testkit.SignalSelf(syscall.SIGKILL)
 	}
 	return err
+}
+
+// joinSignal is a Kafka client hook that SIGKILLs the process 0–300 ms after it writes a
+// JoinGroup request once armed reports true (its first joins are its own).
+type joinSignal struct {
+	armed func() bool
+	once  sync.Once
+}
+
+func (j *joinSignal) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key == int16(kmsg.JoinGroup) && j.armed() {
+		j.once.Do(func() {
+			go func() {
+				time.Sleep(rand.N(300 * time.Millisecond))
+				testkit.SignalSelf(syscall.SIGKILL)
+			}()
+		})
+	}
 }
 
 // caughtUp waits up to bound until group has committed, on every partition of topic that
@@ -166,10 +205,11 @@ func TestKafkaConsumerCrash(t *testing.T) {
 	adm := kadm.NewClient(cl)
 	sink, err := kafka.New(cl, &kafka.Options{Logger: quiet})
 	require.NoError(t, err)
-	points := []string{pointBeforeCommit, pointBeforeOffsetCommit}
+	points := []string{pointBeforeCommit, pointBeforeOffsetCommit, pointDuringRebalance}
 	killAt := map[string]func(run, events int) int{
 		pointBeforeCommit:       func(run, events int) int { return 1 + run%3 + events/10 }, // handler call
 		pointBeforeOffsetCommit: func(run, events int) int { return 2 + run%3 + events/20 }, // inbox transaction (of up to 5 records)
+		pointDuringRebalance:    func(int, int) int { return 0 },                            // unused
 	}
 	results := make([]consumerCrashResult, len(points))
 	var wg sync.WaitGroup
@@ -182,18 +222,35 @@ func TestKafkaConsumerCrash(t *testing.T) {
 		require.NoError(t, created.Err)
 		t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), topic) })
 		out := memoryDB(t, 8)
+		cc := consumerCase{
+			dest:   topic,
+			killAt: killAt[point],
+			settle: func(ctx context.Context) bool {
+				ok := caughtUp(ctx, adm, topic+"-g", topic, 30*time.Second)
+				time.Sleep(200 * time.Millisecond) // its last stats line
+				return ok
+			},
+		}
+		if point == pointDuringRebalance {
+			// A second member joins once the first applied something; the killed one's
+			// replacement (the same static member) then joins the rebalance. The previous
+			// run's second member, killed, is removed from the group first.
+			cc.companion = func(sp crashSpec) crashSpec {
+				sp.Point, sp.Member = pointNone, "crash2"
+				return sp
+			}
+			cc.before = func(ctx context.Context) error {
+				_, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(topic+"-g").InstanceIDs("crash2"))
+				if errors.Is(err, kerr.GroupIDNotFound) {
+					return nil // the first run
+				}
+				return err
+			}
+		}
 		wg.Go(func() {
 			results[i] = consumerCrashRun(ctx, out, recording(sink), h, dir, crashSpec{
 				DB: childDB{Kind: "sqlite", Name: path}, Point: point, Topic: topic, Brokers: brokers,
-			}, runs, consumerCase{
-				dest:   topic,
-				killAt: killAt[point],
-				settle: func(ctx context.Context) bool {
-					ok := caughtUp(ctx, adm, topic+"-g", topic, 30*time.Second)
-					time.Sleep(200 * time.Millisecond) // its last stats line
-					return ok
-				},
-			})
+			}, runs, cc)
 		})
 	}
 	wg.Wait()
