@@ -353,17 +353,17 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 			res.kills++
 			logs = append(logs, cspec.Log)
 		}
-		for i, log := range logs {
-			i = min(i, 1) // the companion counts with the next process
+		for j, log := range logs {
+			i := min(j, 1) // the companion counts with the next process
 			st, err := consumerStats(log)
 			if err != nil {
 				fail("run %d: %v", run, err)
 				return res
 			}
-			for j := range st {
-				res.stats[i][j] += st[j]
+			for k := range st {
+				res.stats[i][k] += st[k]
 			}
-			if i == 1 && (sp.Point == pointBeforeDelete || sp.Point == pointBeforeOffsetCommit) && st[2] == 0 {
+			if j == 1 && (sp.Point == pointBeforeDelete || sp.Point == pointBeforeOffsetCommit) && st[2] == 0 {
 				// The batch whose delete or offset commit the kill stopped had committed in
 				// the inbox: it comes back.
 				fail("run %d: the next consumer process saw no duplicate", run)
