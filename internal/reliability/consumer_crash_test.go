@@ -140,15 +140,7 @@ func TestConsumerCrash(t *testing.T) {
 	for i, point := range points {
 		ctx := t.Context()
 		dir := t.TempDir()
-		path := filepath.Join(dir, "inbox.db")
-		h, err := sqlite.OpenDB(ctx, path)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = h.Close() })
-		s, err := sqlite.New(h, &sqlite.Options{Logger: quiet})
-		require.NoError(t, err)
-		require.NoError(t, s.Migrate(ctx))
-		_, err = h.ExecContext(ctx, "CREATE TABLE effects (n INTEGER PRIMARY KEY, id TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL)")
-		require.NoError(t, err)
+		path, h := effectsDB(t, dir)
 		client := sqsClient(ep)
 		q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(randomName("okc-") + ".fifo"),
 			Attributes: map[string]string{"FifoQueue": "true"}})
@@ -163,7 +155,15 @@ func TestConsumerCrash(t *testing.T) {
 		wg.Go(func() {
 			results[i] = consumerCrashRun(ctx, out, recording(sink), h, dir, crashSpec{
 				DB: childDB{Kind: "sqlite", Name: path}, Point: point, Queue: queueURL, Endpoint: ep,
-			}, runs)
+			}, runs, consumerCase{
+				dest:   queueURL,
+				killAt: func(run, events int) int { return 1 + run%3 + events/10 },
+				settle: func(context.Context) bool {
+					// Let the redelivered messages of the kill come back and be recognised.
+					time.Sleep(crashVisibility + time.Second)
+					return true
+				},
+			})
 		})
 	}
 	wg.Wait()
@@ -183,6 +183,38 @@ func TestConsumerCrash(t *testing.T) {
 	}
 }
 
+// effectsDB creates the SQLite file of a consumer case's inbox in dir, migrated, with its
+// effects table (one row per effect, n in apply order).
+func effectsDB(t *testing.T, dir string) (string, *sql.DB) {
+	ctx := t.Context()
+	path := filepath.Join(dir, "inbox.db")
+	h, err := sqlite.OpenDB(ctx, path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	s, err := sqlite.New(h, &sqlite.Options{Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	_, err = h.ExecContext(ctx, "CREATE TABLE effects (n INTEGER PRIMARY KEY, id TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL)")
+	require.NoError(t, err)
+	return path, h
+}
+
+// consumerCase is what differs between the SQS and the Kafka consumer cases.
+type consumerCase struct {
+	dest string // the relay's destination: the queue or the topic
+	// killAt is the kill point's N (crashSpec.N) of a run that committed events events.
+	killAt func(run, events int) int
+	// settle waits, once every effect is applied, until the process that applied the rest
+	// has also seen again what the killed one left unacknowledged; false: not within its
+	// bound.
+	settle func(ctx context.Context) bool
+	// companion, when set, is the spec of a process started beside the first one once that
+	// one applied something (it makes the kill point's rebalance), and killed with the next
+	// one; before, when set, runs before each run's first process.
+	companion func(sp crashSpec) crashSpec
+	before    func(ctx context.Context) error
+}
+
 type consumerCrashResult struct {
 	runs, kills int
 	// stats sums, over the runs, the last stats of the killed processes ([0]) and of the
@@ -194,7 +226,7 @@ type consumerCrashResult struct {
 }
 
 // consumerCrashRun runs one consumer case runs times; it does not touch a *testing.T.
-func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB, dir string, sp crashSpec, runs int) (res consumerCrashResult) {
+func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB, dir string, sp crashSpec, runs int, cc consumerCase) (res consumerCrashResult) {
 	began := time.Now()
 	defer func() { res.took = time.Since(began) }()
 	var mu sync.Mutex
@@ -203,7 +235,7 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 		defer mu.Unlock()
 		res.errs = append(res.errs, fmt.Sprintf(format, args...))
 	}
-	relay, err := core.NewRelay(out.relayStore(nil, ""), sink, core.StaticRouter{Default: sp.Queue}, &core.RelayOptions{
+	relay, err := core.NewRelay(out.relayStore(nil, ""), sink, core.StaticRouter{Default: cc.dest}, &core.RelayOptions{
 		PollInterval: 20 * time.Millisecond, BatchSize: 10, Logger: quiet,
 	})
 	if err != nil {
@@ -228,7 +260,7 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 			return res
 		}
 		all = append(all, evs...)
-		sp.N = 1 + run%3 + len(evs)/10
+		sp.N = cc.killAt(run, len(evs))
 		sp.Log = filepath.Join(dir, fmt.Sprintf("a%d.log", run))
 		start := func(sp crashSpec) (*proc, bool) {
 			p, err := startProc(sp)
@@ -238,9 +270,35 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 			}
 			return p, true
 		}
+		if cc.before != nil {
+			if err := cc.before(ctx); err != nil {
+				fail("run %d: %v", run, err)
+				return res
+			}
+		}
 		a, ok := start(sp)
 		if !ok {
 			return res
+		}
+		var c *proc // the companion
+		var cspec crashSpec
+		defer func() { c.kill() }()
+		if cc.companion != nil {
+			cspec = cc.companion(sp)
+			cspec.Log = filepath.Join(dir, fmt.Sprintf("c%d.log", run))
+			if !waitLog(ctx, sp.Log, func(l string) bool {
+				var x [5]int
+				_, err := fmt.Sscanf(l, "stats %d %d %d %d %d", &x[0], &x[1], &x[2], &x[3], &x[4])
+				return err == nil && x[1] > 0
+			}, 30*time.Second) {
+				a.kill()
+				fail("run %d: the consumer process applied nothing within 30 s", run)
+				return res
+			}
+			if c, ok = start(cspec); !ok {
+				a.kill()
+				return res
+			}
 		}
 		select {
 		case <-a.exited:
@@ -286,26 +344,35 @@ func consumerCrashRun(ctx context.Context, out db, sink *recorder, inbox *sql.DB
 				break
 			}
 		}
-		// Let the redelivered messages of the kill come back and be recognised.
-		time.Sleep(crashVisibility + time.Second)
+		settled := done && cc.settle(ctx)
 		b.kill()
 		res.kills += 2
-		for i, log := range []string{sp.Log, plain.Log} {
+		logs := []string{sp.Log, plain.Log}
+		if c != nil {
+			c.kill()
+			res.kills++
+			logs = append(logs, cspec.Log)
+		}
+		for j, log := range logs {
+			i := min(j, 1) // the companion counts with the next process
 			st, err := consumerStats(log)
 			if err != nil {
 				fail("run %d: %v", run, err)
 				return res
 			}
-			for j := range st {
-				res.stats[i][j] += st[j]
+			for k := range st {
+				res.stats[i][k] += st[k]
 			}
-			if i == 1 && sp.Point == pointBeforeDelete && st[2] == 0 {
-				// The batch whose delete the kill stopped had committed: it comes back.
+			if j == 1 && (sp.Point == pointBeforeDelete || sp.Point == pointBeforeOffsetCommit) && st[2] == 0 {
+				// The batch whose delete or offset commit the kill stopped had committed in
+				// the inbox: it comes back.
 				fail("run %d: the next consumer process saw no duplicate", run)
 			}
 		}
 		if !done {
 			fail("run %d: not every event applied within 30 s", run)
+		} else if !settled {
+			fail("run %d: the next consumer process did not settle", run)
 		}
 		rep, err := effectsReport(ctx, inbox, all)
 		if err != nil {

@@ -67,6 +67,12 @@ type crashSpec struct {
 	// Queue and Endpoint make it an SQS consumer process (consumerChild) of that queue of
 	// that SQS endpoint.
 	Queue, Endpoint string
+	// Topic and Brokers make it a Kafka consumer process (kafkaConsumerChild) of that topic
+	// of that cluster (broker addresses, comma-separated).
+	Topic, Brokers string
+	// Member is the Kafka consumer's static group member ID (kgo.InstanceID); default
+	// "crash".
+	Member string
 }
 
 // The relay processes' options: short leases so that the next process takes over within
@@ -120,15 +126,19 @@ func (p *proc) killedBySIGKILL() bool {
 	return ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
-// crashChild runs a polling relay process, or an SQS consumer process, until it is killed.
+// crashChild runs a polling relay process, or an SQS or Kafka consumer process, until it is
+// killed.
 func crashChild(raw string) error {
 	var sp crashSpec
 	if err := json.Unmarshal([]byte(raw), &sp); err != nil {
 		return err
 	}
 	ctx := context.Background()
-	if sp.Queue != "" {
+	switch {
+	case sp.Queue != "":
 		return consumerChild(ctx, sp)
+	case sp.Topic != "":
+		return kafkaConsumerChild(ctx, sp)
 	}
 	inner, err := openChild(ctx, sp.DB)
 	if err != nil {
