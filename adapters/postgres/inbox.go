@@ -28,33 +28,13 @@ func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time
 	return tsOut(h), nil
 }
 
-// InsertRecord inserts rec with INSERT ... ON CONFLICT DO NOTHING. A concurrent transaction
-// inserting the same key makes it wait on the unique index; when the key exists the existing
-// record is read (a new snapshot, read committed) and returned with inserted=false. When that
-// record is gone by the time it is read (a concurrent prune deleted it), the insert is tried
-// again: the key is free now, and Inbox.Process's horizon check after the insert refuses a
-// message older than the horizon the prune raised.
+// InsertRecord is InsertRecords of rec alone.
 func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
-	q := s.txq(tx)
-	for attempt := 1; ; attempt++ {
-		var processed time.Time
-		err := queryRow(ctx, q, s.q.inboxInsert, []any{rec.Consumer, rec.EventID, rec.Digest[:],
-			rec.SourcePosition, int16(rec.Outcome), occurredIn(rec.OccurredAt)}, &processed)
-		if err == nil {
-			return core.InboxRecord{}, true, nil
-		}
-		if !errors.Is(err, errNoRows) {
-			return core.InboxRecord{}, false, fmt.Errorf("postgres: insert inbox record: %w", classify(err))
-		}
-		ex, err := s.readRecord(ctx, q, rec.Consumer, rec.EventID)
-		if errors.Is(err, errNoRows) && attempt < 3 {
-			continue // pruned between the insert and the read
-		}
-		if err != nil {
-			return core.InboxRecord{}, false, fmt.Errorf("postgres: read inbox record: %w", classify(err))
-		}
-		return ex, false, nil
+	existing, inserted, err := s.InsertRecords(ctx, tx, []core.InboxRecord{rec})
+	if err != nil {
+		return core.InboxRecord{}, false, err
 	}
+	return existing[0], inserted[0], nil
 }
 
 // readRecord reads the inbox record of (consumer, eventID); errNoRows when there is none.
@@ -85,29 +65,19 @@ func occurredIn(t time.Time) time.Time {
 	return t.Truncate(time.Microsecond).UTC()
 }
 
-// LockVersion returns the entity's last applied version and holds its row FOR UPDATE until tx
-// ends (creating a row without a version first when missing).
+// LockVersion is LockVersions of entity alone.
 func (s *Store[TTx]) LockVersion(ctx context.Context, tx TTx, consumer, entity string) (int64, bool, error) {
-	q := s.txq(tx)
-	var v pgtype.Int8
-	err := queryRow(ctx, q, s.q.versionGet, []any{consumer, entity}, &v)
-	if errors.Is(err, errNoRows) {
-		if _, err = q.exec(ctx, s.q.versionEnsure, consumer, entity); err == nil {
-			err = queryRow(ctx, q, s.q.versionGet, []any{consumer, entity}, &v)
-		}
-	}
+	vs, err := s.LockVersions(ctx, tx, consumer, []string{entity})
 	if err != nil {
-		return 0, false, fmt.Errorf("postgres: lock version: %w", classify(err))
+		return 0, false, err
 	}
-	return v.Int64, v.Valid, nil
+	v, ok := vs[entity]
+	return v, ok, nil
 }
 
-// SetVersion stores the entity's last applied version.
+// SetVersion is SetVersions of entity alone.
 func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error {
-	if _, err := s.txq(tx).exec(ctx, s.q.version, consumer, entity, version); err != nil {
-		return fmt.Errorf("postgres: set version: %w", classify(err))
-	}
-	return nil
+	return s.SetVersions(ctx, tx, consumer, map[string]int64{entity: version})
 }
 
 // PruneInbox raises the consumer's horizon to before (never lowers it) in one autocommit
@@ -169,8 +139,11 @@ func (s *Store[TTx]) lockVersions(ctx context.Context, q querier, consumer strin
 }
 
 // InsertRecords implements core.InboxBatchStore: one INSERT ... ON CONFLICT DO NOTHING for
-// every record, then one read of the records that existed; a record pruned between the two is
-// inserted again (as InsertRecord does).
+// every record (a concurrent transaction inserting one of the keys makes it wait on the unique
+// index), then one read of the records that existed (a new snapshot, read committed). A record
+// gone by the time it is read (a concurrent prune deleted it) is inserted again: its key is
+// free now, and the inbox's horizon check after the insert refuses a message older than the
+// horizon the prune raised.
 func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []core.InboxRecord) ([]core.InboxRecord, []bool, error) {
 	q := s.txq(tx)
 	existing, inserted := make([]core.InboxRecord, len(recs)), make([]bool, len(recs))

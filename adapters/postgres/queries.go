@@ -36,10 +36,8 @@ type queries struct {
 	fetch                                      string
 	settleMark, settleDelete                   string // $10: Options.AsyncSettle
 
-	horizonGet, raiseHorizon           string
-	inboxInsert                        string
-	versionGet, versionEnsure, version string
-	pruneInbox                         string
+	horizonGet, raiseHorizon string
+	pruneInbox               string
 	// core.InboxBatchStore
 	inboxInsertMany, inboxGetMany                      string
 	versionLockMany, versionEnsureMany, versionSetMany string
@@ -146,13 +144,9 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		settleMark:      st.Get("SettleMark"),
 		settleDelete:    st.Get("SettleDelete"),
 
-		horizonGet:    st.Get("HorizonGet"),
-		raiseHorizon:  st.Get("RaiseHorizon"),
-		inboxInsert:   st.Get("InboxInsert"),
-		versionGet:    st.Get("VersionGet"),
-		versionEnsure: st.Get("VersionEnsure"),
-		version:       st.Get("VersionSet"),
-		pruneInbox:    st.Get("PruneInbox"),
+		horizonGet:   st.Get("HorizonGet"),
+		raiseHorizon: st.Get("RaiseHorizon"),
+		pruneInbox:   st.Get("PruneInbox"),
 
 		inboxInsertMany:   st.Get("InboxInsertMany"),
 		inboxGetMany:      st.Get("InboxGetMany"),

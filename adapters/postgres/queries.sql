@@ -308,23 +308,6 @@ SELECT lane FROM lost ORDER BY lane
 -- No lock: Inbox.Process reads it after the record's insert, in a new statement (read committed).
 SELECT horizon FROM {{horizons}} WHERE consumer = $1
 
--- name: InboxInsert
-INSERT INTO {{inbox}} (consumer, event_id, digest, source_position, outcome, occurred_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (consumer, event_id) DO NOTHING
-RETURNING processed_at
-
--- name: VersionGet
-SELECT version FROM {{versions}} WHERE consumer = $1 AND entity = $2 FOR UPDATE
-
--- name: VersionEnsure
-INSERT INTO {{versions}} (consumer, entity) VALUES ($1, $2)
-ON CONFLICT (consumer, entity) DO NOTHING
-
--- name: VersionSet
-INSERT INTO {{versions}} (consumer, entity, version) VALUES ($1, $2, $3)
-ON CONFLICT (consumer, entity) DO UPDATE SET version = EXCLUDED.version
-
 -- name: InboxInsertMany
 -- core.InboxBatchStore: InboxInsert for many records of consumer $1 (distinct event IDs), in
 -- event ID order (one lock order for every batch); returns the event IDs inserted.
