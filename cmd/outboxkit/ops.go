@@ -494,7 +494,7 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 		case c.HeadroomBytes == nil:
 			fmt.Fprintf(w, "retention  %d bytes retained (slot %s; no headroom: the slot pins the WAL)\n", *c.RetainedBytes, c.Slot)
 		default:
-			fmt.Fprintf(w, "retention  %d bytes retained, %d bytes of headroom (before the oldest binary log)\n", *c.RetainedBytes, *c.HeadroomBytes)
+			fmt.Fprintf(w, "retention  %d bytes retained, %d bytes of headroom (binary log kept before the checkpoint)\n", *c.RetainedBytes, *c.HeadroomBytes)
 		}
 	} else {
 		fmt.Fprintln(w, "checkpoint none")

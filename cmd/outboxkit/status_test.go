@@ -172,8 +172,16 @@ func TestStatusDetails(t *testing.T) {
 				require.Positive(t, *c.RetainedBytes)
 				require.NotNil(t, c.HeadroomBytes)
 				require.GreaterOrEqual(t, *c.HeadroomBytes, offset, "at least the log before the position in its own file")
-				require.Regexp(t, `\nretention  \d+ bytes retained, \d+ bytes of headroom \(before the oldest binary log\)\n`,
+				require.Regexp(t, `\nretention  \d+ bytes retained, \d+ bytes of headroom \(binary log kept before the checkpoint\)\n`,
 					ok(t, append([]string{"status"}, d.flags...)...))
+
+				// A checkpoint whose file is gone: every log retained, no headroom.
+				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "mysql:1/x.outbox", Position: "file:gone-bin.000001:4", Generation: pub.Generation}))
+				c = statusJSON(t, d.flags).Checkpoint
+				require.NotNil(t, c.RetainedBytes)
+				require.GreaterOrEqual(t, *c.RetainedBytes, *st.Checkpoint.RetainedBytes)
+				require.NotNil(t, c.HeadroomBytes)
+				require.Zero(t, *c.HeadroomBytes)
 
 				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "mysql:1/x.outbox", Position: "nonsense", Generation: pub.Generation}))
 				require.Contains(t, statusJSON(t, d.flags).Checkpoint.RetentionError, `position "nonsense"`)
