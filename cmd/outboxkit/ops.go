@@ -307,7 +307,7 @@ func timePtr(t time.Time) *time.Time {
 
 func statusCommand() *cobra.Command {
 	var w watchFlags
-	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint (--watch: again every second, with the drain rate and ETA)",
+	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute (SQLite, partitioned PostgreSQL), the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
 			if w.watch {
 				return watchStatus(cmd, f, db, w.interval)
