@@ -418,12 +418,13 @@ func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
 	}
 	var src core.ChangeSource
 	var err error
-	if slot, ok := postgres.IdentitySlot(c.Source); ok {
-		c.Slot = slot
-		pg, isPG := db.Store.(pgSources)
-		if !isPG {
+	if pg, isPG := db.Store.(pgSources); isPG {
+		slot, ok := postgres.IdentitySlot(c.Source)
+		if !ok {
+			c.RetentionError = "the checkpoint's source names no replication slot"
 			return
 		}
+		c.Slot = slot
 		src, err = pg.ChangeSource(&postgres.ChangeSourceOptions{Slot: slot})
 	} else {
 		src, err = db.ChangeSource()

@@ -162,6 +162,10 @@ func TestStatusDetails(t *testing.T) {
 				require.Nil(t, st.Checkpoint.RetainedBytes)
 				require.Contains(t, st.Checkpoint.RetentionError, "replication slot "+gone+" does not exist")
 				require.Contains(t, ok(t, append([]string{"status"}, d.flags...)...), "retention  unknown: ")
+
+				// A checkpoint of another form names no slot.
+				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "log-1", Position: lsn, Generation: pub.Generation}))
+				require.Equal(t, "the checkpoint's source names no replication slot", statusJSON(t, d.flags).Checkpoint.RetentionError)
 			case "mysql":
 				require.True(t, isCS)
 				file, offset := binlogHead(t, db.SQL)
