@@ -490,6 +490,7 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	if c := r.Checkpoint; c != nil {
 		fmt.Fprintf(w, "checkpoint position %s (source %s, generation %d, updated %s, age %s)\n", c.Position, c.Source, c.Generation, c.UpdatedAt.Format(time.RFC3339), seconds(c.AgeSeconds))
 		switch {
+		case c.RetainedBytes == nil && c.RetentionError == "": // no change source (not reached: SQLite keeps no checkpoint)
 		case c.RetainedBytes == nil:
 			fmt.Fprintf(w, "retention  unknown: %s\n", c.RetentionError)
 		case c.HeadroomBytes == nil:
