@@ -207,3 +207,27 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	}
 	return keys, nil
 }
+
+// PendingDestinations returns how many pending (unpublished, not parked) records each
+// destination has among the first limit pending records in seq order (ix_unpublished, as
+// Blocked): the whole backlog when it is smaller. Operators only (outboxkit status).
+func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.pendingDest, limit)
+	if err != nil {
+		return nil, wrap("pending destinations", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var d string
+		var n int64
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, wrap("pending destinations", err)
+		}
+		out[d] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("pending destinations", err)
+	}
+	return out, nil
+}

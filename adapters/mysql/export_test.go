@@ -16,3 +16,6 @@ func (s *Store) MinimalMarks() bool { return s.markPrefix != "" }
 // StatsQueries returns the statements of Stats (its argument: the table name) and Blocked,
 // for tests (EXPLAIN).
 func (s *Store) StatsQueries() (stats, blocked string) { return s.q.stats, s.q.blocked }
+
+// PendingDestinationsQuery returns the statement of PendingDestinations, for tests (EXPLAIN).
+func (s *Store) PendingDestinationsQuery() string { return s.q.pendingDest }

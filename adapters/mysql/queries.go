@@ -44,6 +44,7 @@ type queries struct {
 
 	listPrefix, stats, unpark, parkedKeys string
 	statsExact, blocked, lanesList        string
+	pendingDest                           string
 	pendingEstimate                       string
 	scriptMetaPut                         string
 
@@ -119,6 +120,7 @@ func newQueries(n tableNames) (queries, error) {
 		statsExact:             st.Get("StatsPublished"),
 		pendingEstimate:        st.Get("PendingEstimate"),
 		blocked:                st.Get("Blocked"),
+		pendingDest:            st.Get("PendingDestinations"),
 		lanesList:              st.Get("Lanes"),
 		scriptMetaPut:          st.Get("ScriptMetaPut"),
 		parkedKeys:             st.Get("ParkedKeys"),

@@ -77,6 +77,15 @@ SELECT COUNT(*) FROM {{lanes}} WHERE lane = ? AND owner = ? AND lock_session = ?
 -- name: SetLockSession
 UPDATE {{lanes}} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?
 
+-- name: PendingDestinations
+-- Pending (unpublished, not parked) records per destination among the first ? of them in seq
+-- order (ix_unpublished, as Blocked). Operators only (outboxkit status).
+SELECT w.destination, COUNT(*) FROM (
+	SELECT o.destination FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
+	WHERE o.unpublished = 1 AND o.parked_at IS NULL
+	ORDER BY o.seq LIMIT ?
+) AS w GROUP BY w.destination
+
 -- name: LanesRead
 SELECT lane, generation, lease_until FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane
 

@@ -10,7 +10,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 )
 
-// Stats and Blocked read the outbox through ix_unpublished and ix_failed only, never a full
+// Stats, Blocked and PendingDestinations read the outbox through ix_unpublished and ix_failed only, never a full
 // scan (EXPLAIN type ALL), on a table analysed while large; pending and parked are exact.
 func TestStatsPlan(t *testing.T) {
 	t.Parallel()
@@ -32,7 +32,8 @@ func TestStatsPlan(t *testing.T) {
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
-	}{"stats": {stats, []any{10_000, "outbox"}}, "blocked": {blocked, []any{10_000}}} {
+	}{"stats": {stats, []any{10_000, "outbox"}}, "blocked": {blocked, []any{10_000}},
+		"pending destinations": {s.PendingDestinationsQuery(), []any{10_000}}} {
 		rows, err := db.Query("EXPLAIN "+q.sql, q.args...)
 		require.NoError(t, err)
 		cols, err := rows.Columns()
@@ -67,6 +68,9 @@ func TestStatsPlan(t *testing.T) {
 	n, err := s.Blocked(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, int64(19), n, "order/1's pending records after e8001")
+	dests, err := s.PendingDestinations(t.Context(), 10_000)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"": 1999}, dests)
 
 	// Beyond 10,000 unpublished rows, Pending is the optimizer's estimate.
 	_, err = db.Exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane, created_at)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -134,4 +135,58 @@ func (s *Store[TTx]) Unpark(ctx context.Context, partitionKey string) (int, erro
 		return 0, fmt.Errorf("postgres: unpark: %w", classify(err))
 	}
 	return int(n), nil
+}
+
+// PendingDestinations returns how many pending (unpublished, not parked) records each
+// destination has among the first limit pending records in seq order (the pending index, as
+// Blocked): the whole backlog when it is smaller. Operators only (outboxkit status).
+func (s *Store[TTx]) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
+	rows, err := s.db.query(ctx, s.q.pendingDest, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: pending destinations: %w", classify(err))
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var d string
+		var n int64
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, fmt.Errorf("postgres: pending destinations: %w", err)
+		}
+		out[d] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: pending destinations: %w", classify(err))
+	}
+	return out, nil
+}
+
+// PublishRate returns the records published per second over the last window (by the database's
+// clock), read from at most limit of the most recent ones on the published_at index of a
+// partitioned outbox: when more were published in the window, the rate is that of the last
+// limit records (over the time they took). ok is false, with nothing else read, when the outbox
+// has no such index (a plain outbox: it would be a table scan). Published rows already deleted
+// (cleanup, a relay that deletes on publish) are not counted. Operators only (outboxkit status).
+func (s *Store[TTx]) PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error) {
+	if err := queryRow(ctx, s.db, s.q.indexExists, []any{s.n.schema + "." + s.n.pubIdx}, &ok); err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("postgres: publish rate: %w", classify(err))
+		}
+		return 0, false, err
+	}
+	var n int64
+	var oldest, now pgtype.Timestamptz
+	if err := queryRow(ctx, s.db, s.q.pubRecent, []any{window.Seconds(), limit}, &n, &oldest, &now); err != nil {
+		return 0, false, fmt.Errorf("postgres: publish rate: %w", classify(err))
+	}
+	return recentRate(n, limit, window, tsOut(now).Sub(tsOut(oldest))), true, nil
+}
+
+// recentRate is n records over window, or, when n reached limit (more were published in the
+// window), over span, the time the n most recent ones took.
+func recentRate(n int64, limit int, window, span time.Duration) float64 {
+	if n >= int64(limit) {
+		window = max(span, time.Millisecond)
+	}
+	return float64(n) / window.Seconds()
 }

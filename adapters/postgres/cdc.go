@@ -161,6 +161,20 @@ func (c *ChangeSource) identity(sysID string) string {
 	return "postgres:" + sysID + "/" + c.o.Slot + "/" + c.schema + "." + c.table
 }
 
+// IdentitySlot returns the replication slot named by a ChangeSource's Identity (the Source of
+// its checkpoints), and false for an identity of another form.
+func IdentitySlot(identity string) (string, bool) {
+	rest, ok := strings.CutPrefix(identity, "postgres:")
+	if !ok {
+		return "", false
+	}
+	parts := strings.SplitN(rest, "/", 3) // the system identifier and the slot have no "/"
+	if len(parts) != 3 || !slotRE.MatchString(parts[1]) {
+		return "", false
+	}
+	return parts[1], true
+}
+
 // systemID returns the cached system identifier, or asks the server on conn (or on a new
 // replication connection when conn is nil).
 func (c *ChangeSource) systemID(ctx context.Context, conn *pgconn.PgConn) (string, error) {

@@ -47,6 +47,8 @@ type queries struct {
 	stats       string
 	statsExact  string
 	blocked     string
+	pendingDest string
+	pubRecent   string
 	lanesList   string
 	unpark      string
 	parkedKeys  string
@@ -159,6 +161,8 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		stats:       st.Get("Stats"),
 		statsExact:  st.Get("StatsPublished"),
 		blocked:     st.Get("Blocked"),
+		pendingDest: st.Get("PendingDestinations"),
+		pubRecent:   st.Get("PublishedRecent"),
 		lanesList:   st.Get("Lanes"),
 		unpark:      st.Get("Unpark"),
 		parkedKeys:  st.Get("ParkedKeys"),

@@ -20,6 +20,28 @@ SELECT value FROM {{meta}} WHERE name = $1
 -- name: MetaPut
 INSERT INTO {{meta}} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
 
+-- name: PendingDestinations
+-- Pending (unpublished, not parked) records per destination among the first $1 of them in seq
+-- order (the pending index, as Blocked). Operators only (outboxkit status).
+WITH w AS MATERIALIZED (
+	SELECT o.destination FROM {{outbox}} AS o
+	WHERE o.published_at IS NULL AND o.parked_at IS NULL
+	ORDER BY o.seq LIMIT $1
+)
+SELECT destination, count(*) FROM w GROUP BY destination
+
+-- name: PublishedRecent
+-- The records published in the last $1 seconds, at most $2 of the most recent ones: their
+-- count, the oldest publication time among them and the database's clock. Only for a
+-- partitioned outbox, whose published_at index serves it (a plain outbox has none: it would be
+-- a table scan). Operators only (outboxkit status).
+WITH w AS MATERIALIZED (
+	SELECT o.published_at FROM {{outbox}} AS o
+	WHERE o.published_at IS NOT NULL AND o.published_at > now() - make_interval(secs => $1)
+	ORDER BY o.published_at DESC LIMIT $2
+)
+SELECT count(*), min(w.published_at), now() FROM w
+
 -- name: LanesFill
 INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, $1::int - 1) AS g
 	ON CONFLICT (lane) DO NOTHING

@@ -67,6 +67,21 @@ func TestStatsPlan(t *testing.T) {
 		require.Contains(t, string(plan), strings.Trim(s.n.failedIdx, `"`), name)
 	}
 
+	// status's breakdown: the first 10,000 pending rows on the pending index, no table scan.
+	var plan []byte
+	require.NoError(t, d.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+s.q.pendingDest, statsExactUnpublished).Scan(&plan))
+	var doc any
+	require.NoError(t, json.Unmarshal(plan, &doc))
+	require.NotContains(t, seqScans(doc), s.n.rawTable, "pending destinations: %s", plan)
+	require.Contains(t, string(plan), strings.Trim(s.n.pendingIdx, `"`), "pending destinations")
+	dests, err := s.PendingDestinations(ctx, statsExactUnpublished)
+	require.NoError(t, err)
+	var counted int64
+	for _, n := range dests {
+		counted += n
+	}
+	require.Equal(t, int64(statsExactUnpublished), counted)
+
 	got, err := s.Stats(ctx)
 	require.NoError(t, err)
 	require.InEpsilon(t, pending-1, got.Pending, 0.1, "beyond 10,000: the estimate")

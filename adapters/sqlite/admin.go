@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -159,4 +160,46 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("sqlite: parked keys: %w", err)
 	}
 	return keys, nil
+}
+
+// PendingDestinations returns how many pending (unpublished, not parked) records each
+// destination has among the first limit pending records in seq order (the pending index): the
+// whole backlog when it is smaller. Operators only (outboxkit status).
+func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.pendingDest, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: pending destinations: %w", classify(err))
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var d string
+		var n int64
+		if err := rows.Scan(&d, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: pending destinations: %w", classify(err))
+		}
+		out[d] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: pending destinations: %w", classify(err))
+	}
+	return out, nil
+}
+
+// PublishRate returns the records published per second over the last window, read from at
+// most limit of the most recent ones on the published index: when more were published in the
+// window, the rate is that of the last limit records (over the time they took). ok is always
+// true. Published rows already deleted (cleanup, a relay that deletes on publish) are not
+// counted. Operators only (outboxkit status).
+func (s *Store) PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error) {
+	now := time.Now()
+	var n int64
+	var oldest sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.q.pubRecent, nowMicros(now.Add(-window)), limit).Scan(&n, &oldest); err != nil {
+		return 0, false, fmt.Errorf("sqlite: publish rate: %w", classify(err))
+	}
+	if n >= int64(limit) {
+		window = max(now.Sub(fromNullMicros(oldest)), time.Millisecond)
+	}
+	return float64(n) / window.Seconds(), true, nil
 }

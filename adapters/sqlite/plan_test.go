@@ -71,6 +71,17 @@ func TestQueryPlans(t *testing.T) {
 	require.Contains(t, plan(s.q.stats, 1), "outbox_blocked")
 	require.Contains(t, plan(s.q.blocked), "outbox_blocked")
 
+	// status's breakdown walks the pending index in seq order; its publish rate the published
+	// index, newest first.
+	p = plan(s.q.pendingDest, 10)
+	t.Log("pending destinations:\n" + p)
+	require.Contains(t, p, "outbox_pending")
+	require.NotContains(t, p, "TEMP B-TREE FOR ORDER BY")
+	p = plan(s.q.pubRecent, 1, 10)
+	t.Log("published recent:\n" + p)
+	require.Contains(t, p, "outbox_published")
+	require.NotContains(t, p, "TEMP B-TREE FOR ORDER BY")
+
 	p = plan(s.q.unpark, "k")
 	t.Log("unpark:\n" + p)
 	require.Contains(t, p, "outbox_blocked")

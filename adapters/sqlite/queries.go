@@ -62,12 +62,14 @@ type queries struct {
 	fail             string
 
 	// cleanup and admin
-	minPending string
-	prune      string
-	list       [4]string // by core.RecordState
-	stats      string
-	blocked    string
-	lanesList  string
+	minPending  string
+	prune       string
+	list        [4]string // by core.RecordState
+	stats       string
+	blocked     string
+	pendingDest string
+	pubRecent   string
+	lanesList   string
 	// MigrationSQL; {{version}}, {{name}}
 	scriptRecordVersion [2]string
 	scriptSetLanes      string
@@ -164,6 +166,8 @@ func buildQueries(n names) (queries, error) {
 		prune:               st.Get("Prune"),
 		stats:               st.Get("Stats"),
 		blocked:             st.Get("Blocked"),
+		pendingDest:         st.Get("PendingDestinations"),
+		pubRecent:           st.Get("PublishedRecent"),
 		lanesList:           st.Get("Lanes"),
 		scriptRecordVersion: [2]string{st.Get("ScriptRecordVersionOutbox"), st.Get("ScriptRecordVersionInbox")},
 		scriptSetLanes:      st.Get("ScriptSetLanes"),

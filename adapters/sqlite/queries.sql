@@ -211,6 +211,22 @@ WITH p AS (
 SELECT count(*) FROM p CROSS JOIN {{outbox}} AS o
 WHERE o.published_at IS NULL AND o.seq > p.seq AND o.partition_key = p.partition_key AND o.parked_at IS NULL
 
+-- name: PendingDestinations
+-- Pending (unpublished, not parked) records per destination among the first ? of them in seq
+-- order (the pending index). Operators only (outboxkit status).
+SELECT destination, count(*) FROM (
+    SELECT destination FROM {{outbox}} WHERE published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT ?
+) GROUP BY destination
+
+-- name: PublishedRecent
+-- The records published after ? (unix microseconds), at most ? of the most recent ones (the
+-- published index): their count and the oldest publication time among them. Operators only
+-- (outboxkit status).
+SELECT count(*), min(published_at) FROM (
+    SELECT published_at FROM {{outbox}} WHERE published_at IS NOT NULL AND published_at > ?
+    ORDER BY published_at DESC LIMIT ?
+)
+
 -- name: Lanes
 SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 

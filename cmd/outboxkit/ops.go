@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
@@ -198,11 +201,19 @@ type statusReport struct {
 	Blocked   int64 `json:"blocked"`   // pending records behind a parked record of their key
 	Published int64 `json:"published"` // an estimate on a large table (core.Stats)
 	// OldestPendingAt and OldestPendingAge are absent when nothing is pending.
-	OldestPendingAt  *time.Time     `json:"oldest_pending_at,omitempty"`
-	OldestPendingAge float64        `json:"oldest_pending_age_seconds,omitempty"`
-	Publisher        publisherJSON  `json:"publisher"`
-	Checkpoint       *checkpointOut `json:"cdc_checkpoint,omitempty"`
-	Lanes            []laneJSON     `json:"lanes"`
+	OldestPendingAt  *time.Time `json:"oldest_pending_at,omitempty"`
+	OldestPendingAge float64    `json:"oldest_pending_age_seconds,omitempty"`
+	// Destinations counts the pending records per destination, among the oldest
+	// statusDestinations of them in seq order.
+	Destinations destinationsJSON `json:"pending_by_destination"`
+	// PublishRate (one-shot, where an index on published_at serves it: SQLite and a partitioned
+	// PostgreSQL outbox) is the records published per second over the last minute, and
+	// PublishETA the time to publish the pending ones at that rate (absent unless it is > 0).
+	PublishRate *float64       `json:"publish_rate_per_second,omitempty"`
+	PublishETA  *float64       `json:"publish_eta_seconds,omitempty"`
+	Publisher   publisherJSON  `json:"publisher"`
+	Checkpoint  *checkpointOut `json:"cdc_checkpoint,omitempty"`
+	Lanes       []laneJSON     `json:"lanes"`
 	// DrainRate and DrainETA (status --watch only, once it has looked twice): how fast pending
 	// fell over the last minute of the watch (net of new events; negative while it grows), and
 	// the time to empty at that rate (absent unless it falls).
@@ -217,11 +228,46 @@ type publisherJSON struct {
 	Since      *time.Time `json:"since,omitempty"`
 }
 
+// statusDestinations is how many of the oldest pending records status breaks down by
+// destination (the bound of the adapters' Stats).
+const statusDestinations = 10_000
+
+// statusRateWindow is the window of status's publish rate, and statusRateRecords the most
+// published records it reads for it (beyond, the rate of the most recent ones).
+const (
+	statusRateWindow  = time.Minute
+	statusRateRecords = 10_000
+)
+
+type destinationsJSON struct {
+	// Counted is how many pending records were counted: all of them, or the oldest
+	// statusDestinations when Partial.
+	Counted int64 `json:"counted"`
+	Partial bool  `json:"partial"`
+	// Counts has one entry per destination (the event's Destination, "" when the router
+	// decides), most pending first.
+	Counts []destinationJSON `json:"counts"`
+}
+
+type destinationJSON struct {
+	Destination string `json:"destination"`
+	Pending     int64  `json:"pending"`
+}
+
 type checkpointOut struct {
 	Source     string    `json:"source"`
 	Position   string    `json:"position"`
 	Generation int64     `json:"generation"`
 	UpdatedAt  time.Time `json:"updated_at"`
+	AgeSeconds float64   `json:"age_seconds"` // now - updated_at
+	// Slot is the PostgreSQL replication slot the checkpoint's source names.
+	Slot string `json:"slot,omitempty"`
+	// RetainedBytes and HeadroomBytes are the change source's Retention of the checkpoint
+	// (core.Retention); HeadroomBytes is absent on PostgreSQL, whose slot pins the WAL. Both
+	// are absent when it could not be measured, with RetentionError saying why.
+	RetainedBytes  *int64 `json:"retained_bytes,omitempty"`
+	HeadroomBytes  *int64 `json:"headroom_bytes,omitempty"`
+	RetentionError string `json:"retention_error,omitempty"`
 }
 
 type laneJSON struct {
@@ -239,6 +285,16 @@ type (
 	blockedCounter interface {
 		Blocked(context.Context) (int64, error)
 	}
+	destinationCounter interface {
+		PendingDestinations(ctx context.Context, limit int) (map[string]int64, error)
+	}
+	publishRater interface {
+		PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error)
+	}
+	// pgSources builds a PostgreSQL change source of another slot than the default.
+	pgSources interface {
+		ChangeSource(*postgres.ChangeSourceOptions) (*postgres.ChangeSource, error)
+	}
 )
 
 func timePtr(t time.Time) *time.Time {
@@ -251,7 +307,7 @@ func timePtr(t time.Time) *time.Time {
 
 func statusCommand() *cobra.Command {
 	var w watchFlags
-	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the lanes, the publisher generation and the CDC checkpoint (--watch: again every second, with the drain rate and ETA)",
+	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute (SQLite, partitioned PostgreSQL), the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
 			if w.watch {
 				return watchStatus(cmd, f, db, w.interval)
@@ -301,7 +357,29 @@ func collectStatus(ctx context.Context, db *opendb.DB) (statusReport, time.Time,
 			return statusReport{}, now, err
 		}
 		if found {
-			r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC()}
+			r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC(),
+				AgeSeconds: max(now.Sub(c.UpdatedAt).Seconds(), 0)}
+			checkpointRetention(ctx, db, r.Checkpoint)
+		}
+	}
+	if dc, ok := db.Store.(destinationCounter); ok {
+		counts, err := dc.PendingDestinations(ctx, statusDestinations)
+		if err != nil {
+			return statusReport{}, now, err
+		}
+		r.Destinations = destinationsOf(counts)
+	}
+	if pr, ok := db.Store.(publishRater); ok {
+		rate, ok, err := pr.PublishRate(ctx, statusRateWindow, statusRateRecords)
+		if err != nil {
+			return statusReport{}, now, err
+		}
+		if ok {
+			r.PublishRate = &rate
+			if rate > 0 && r.Pending > 0 {
+				eta := float64(r.Pending) / rate
+				r.PublishETA = &eta
+			}
 		}
 	}
 	if ll, ok := db.Store.(laneLister); ok {
@@ -316,6 +394,54 @@ func collectStatus(ctx context.Context, db *opendb.DB) (statusReport, time.Time,
 	return r, now, nil
 }
 
+// destinationsOf sorts the counts, most pending first (then by name).
+func destinationsOf(counts map[string]int64) destinationsJSON {
+	d := destinationsJSON{Counts: []destinationJSON{}}
+	for dest, n := range counts {
+		d.Counts = append(d.Counts, destinationJSON{Destination: dest, Pending: n})
+		d.Counted += n
+	}
+	sort.Slice(d.Counts, func(i, j int) bool {
+		a, b := d.Counts[i], d.Counts[j]
+		return a.Pending > b.Pending || (a.Pending == b.Pending && a.Destination < b.Destination)
+	})
+	d.Partial = d.Counted >= statusDestinations
+	return d
+}
+
+// checkpointRetention measures the log the database retains for the checkpoint through the
+// change source's Retention (PostgreSQL: of the slot the checkpoint's source names); a failure
+// is recorded in RetentionError, not returned: status shows the rest.
+func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
+	if db.ChangeSource == nil {
+		return
+	}
+	var src core.ChangeSource
+	var err error
+	if pg, isPG := db.Store.(pgSources); isPG {
+		slot, ok := postgres.IdentitySlot(c.Source)
+		if !ok {
+			c.RetentionError = "the checkpoint's source names no replication slot"
+			return
+		}
+		c.Slot = slot
+		src, err = pg.ChangeSource(&postgres.ChangeSourceOptions{Slot: slot})
+	} else {
+		src, err = db.ChangeSource()
+	}
+	if err == nil {
+		var ret core.Retention
+		if ret, err = src.Retention(ctx, c.Position); err == nil {
+			c.RetainedBytes = &ret.RetainedBytes
+			if ret.HeadroomBytes >= 0 {
+				c.HeadroomBytes = &ret.HeadroomBytes
+			}
+			return
+		}
+	}
+	c.RetentionError = strings.Join(strings.Fields(err.Error()), " ")
+}
+
 func printStatus(w io.Writer, r statusReport, now time.Time) {
 	fmt.Fprintf(w, "pending    %d\n", r.Pending)
 	fmt.Fprintf(w, "parked     %d\n", r.Parked)
@@ -324,7 +450,29 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	if r.OldestPendingAt == nil {
 		fmt.Fprintln(w, "oldest     none")
 	} else {
-		fmt.Fprintf(w, "oldest     %s (age %s)\n", r.OldestPendingAt.Format(time.RFC3339), time.Duration(r.OldestPendingAge*float64(time.Second)).Round(time.Second))
+		fmt.Fprintf(w, "oldest     %s (age %s)\n", r.OldestPendingAt.Format(time.RFC3339), seconds(r.OldestPendingAge))
+	}
+	switch {
+	case r.PublishRate == nil:
+		fmt.Fprintln(w, "rate       unknown (no index on published_at; status --watch measures the drain rate)")
+	case r.PublishETA != nil:
+		fmt.Fprintf(w, "rate       %.2f/s published over the last minute (eta %s at that rate)\n", *r.PublishRate, seconds(*r.PublishETA))
+	default:
+		fmt.Fprintf(w, "rate       %.2f/s published over the last minute\n", *r.PublishRate)
+	}
+	d := r.Destinations
+	fmt.Fprintf(w, "destinations %d", len(d.Counts))
+	if d.Partial {
+		fmt.Fprintf(w, " (of the oldest %s pending)", thousands(statusDestinations))
+	}
+	fmt.Fprintln(w)
+	if len(d.Counts) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  DESTINATION\tPENDING")
+		for _, c := range d.Counts {
+			fmt.Fprintf(tw, "  %q\t%d\n", c.Destination, c.Pending)
+		}
+		_ = tw.Flush()
 	}
 	p := r.Publisher
 	kind := p.Kind
@@ -340,7 +488,16 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	}
 	fmt.Fprintln(w)
 	if c := r.Checkpoint; c != nil {
-		fmt.Fprintf(w, "checkpoint position %s (source %s, generation %d, updated %s)\n", c.Position, c.Source, c.Generation, c.UpdatedAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "checkpoint position %s (source %s, generation %d, updated %s, age %s)\n", c.Position, c.Source, c.Generation, c.UpdatedAt.Format(time.RFC3339), seconds(c.AgeSeconds))
+		switch {
+		case c.RetainedBytes == nil && c.RetentionError == "": // no change source (not reached: SQLite keeps no checkpoint)
+		case c.RetainedBytes == nil:
+			fmt.Fprintf(w, "retention  unknown: %s\n", c.RetentionError)
+		case c.HeadroomBytes == nil:
+			fmt.Fprintf(w, "retention  %d bytes retained (slot %s; no headroom: the slot pins the WAL)\n", *c.RetainedBytes, c.Slot)
+		default:
+			fmt.Fprintf(w, "retention  %d bytes retained, %d bytes of headroom (binary log kept before the checkpoint)\n", *c.RetainedBytes, *c.HeadroomBytes)
+		}
 	} else {
 		fmt.Fprintln(w, "checkpoint none")
 	}
@@ -370,6 +527,20 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", l.Lane, l.Owner, l.Generation, expiry)
 	}
 	_ = tw.Flush()
+}
+
+// seconds is s seconds as a duration rounded to the second.
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Second)
+}
+
+// thousands writes n with comma separators (10,000).
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // parkedJSON is one parked event of `outboxkit parked --output json`.

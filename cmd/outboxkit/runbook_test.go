@@ -574,6 +574,11 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			text := d.run(t, page, "status", 0, nil)
 			require.Contains(t, text, "checkpoint position "+cp.Position)
 			require.Contains(t, text, "pending    2\n")
+			if b.name == "postgres" {
+				require.Regexp(t, `\nretention  \d+ bytes retained \(slot `+src.(slotNamer).Slot()+`;`, text)
+			} else {
+				require.Regexp(t, `\nretention  \d+ bytes retained, \d+ bytes of headroom`, text)
+			}
 
 			// Refused, changing nothing, while the relay holds a lane (step 1: stop it first).
 			leases, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "cdc-relay", Max: 1, TTL: time.Hour})
