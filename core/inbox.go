@@ -281,7 +281,7 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 			// The others were rolled back unprocessed: they are processed again later.
 			in.inst.processed(ctx, consumer, InboxResult{}, be.Err)
 		default: // the transaction failed, or a handler panicked
-			in.inst.processed(ctx, consumer, InboxResult{}, errPanicked)
+			in.inst.processed(ctx, consumer, InboxResult{}, errBatchFailed)
 		}
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
@@ -499,8 +499,9 @@ func checkHorizon(consumer string, msg *InboxMessage, horizon time.Time) error {
 	return nil
 }
 
-// errPanicked stands for a batch whose handler panicked, in the metrics (outcome failed).
-var errPanicked = errors.New("inbox: handler panicked")
+// errBatchFailed stands, in the metrics (outcome failed), for a batch whose transaction failed
+// or whose handler panicked.
+var errBatchFailed = errors.New("inbox: batch failed")
 
 // Prune raises consumer's retention horizon to before and deletes its records of messages that
 // occurred earlier, limit at a time, until none is left. Messages older than the horizon are

@@ -37,19 +37,6 @@ func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRec
 	return existing[0], inserted[0], nil
 }
 
-// readRecord reads the inbox record of (consumer, eventID); errNoRows when there is none.
-func (s *Store[TTx]) readRecord(ctx context.Context, q querier, consumer, eventID string) (core.InboxRecord, error) {
-	found, err := s.readRecords(ctx, q, consumer, []string{eventID})
-	if err != nil {
-		return core.InboxRecord{}, err
-	}
-	rec, ok := found[eventID]
-	if !ok {
-		return core.InboxRecord{}, errNoRows
-	}
-	return rec, nil
-}
-
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
 // ID (absent IDs omitted), read outside any transaction, in one statement.
 func (s *Store[TTx]) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {

@@ -544,9 +544,10 @@ func (c *Consumer[TTx]) records(ctx context.Context, cl *kgo.Client, recs []*kgo
 		}
 		var be *core.BatchError
 		if errors.As(err, &be) {
-			// Undecodable records are not in the batch: the one-at-a-time pass dead-letters them.
-			prior[be.Index] = be.Err
+			prior[be.Index] = be.Err // the batch was this record's first attempt
 		}
+		// An undecodable record stops the batch before the inbox: the one-at-a-time pass
+		// dead-letters it, and the batch is no failed attempt.
 		if !errors.Is(err, errUndecodable) {
 			c.failed.Add(1)
 			c.log.Warn("kafka_batch_failed", "topic", recs[0].Topic, "partition", recs[0].Partition,
