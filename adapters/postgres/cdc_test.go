@@ -635,11 +635,23 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 	require.Greater(t, walBytesOf(t, f.d.schema, start), bytes)
 }
 
-// walLSN is the current WAL insert position.
+// walLSN is the current WAL insert position. The WAL from there on is kept until the test ends:
+// a physical slot reserved before the position is read holds it, because the relay's own slot
+// moves on with its checkpoints and a server checkpoint would otherwise recycle the segments
+// that walBytesOf reads (CI saw "requested WAL segment has already been removed").
 func walLSN(t *testing.T) string {
 	t.Helper()
+	ctx := t.Context()
+	a := admin(t)
+	slot := randomName("okt_walhold_")
+	_, err := a.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true, false)`, slot)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := a.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot)
+		require.NoError(t, err)
+	})
 	var lsn string
-	require.NoError(t, admin(t).QueryRow(t.Context(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn))
+	require.NoError(t, a.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn))
 	return lsn
 }
 
