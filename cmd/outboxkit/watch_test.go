@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -113,4 +115,50 @@ func TestStatusWatchBinary(t *testing.T) {
 	require.NoError(t, cmd.Wait(), errb.String())
 	require.Empty(t, errb.String())
 	fails(t, 2, "--interval", append([]string{"status", "--watch", "--interval", "1ms"}, d.flags...)...)
+}
+
+// On a terminal, status --watch redraws the screen on every look (cursor home, clear) with a
+// header, the status, the drain line and, once a backlog was seen, a progress bar toward empty
+// that fills as the backlog drains. The built binary's standard output is a pseudo-terminal.
+func TestStatusWatchTerminal(t *testing.T) {
+	t.Parallel()
+	d := opsSQLite(t)
+	ok(t, append([]string{"migrate", "--lanes", "1"}, d.flags...)...)
+	db, err := opendb.Open(t.Context(), d.cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	writeEvents(t, db.Store, "a", "b", "c")
+
+	ptmx, tty, err := pty.Open()
+	require.NoError(t, err)
+	defer ptmx.Close()
+	cmd := exec.Command(daemonBinary(t), append([]string{"status", "--watch", "--interval", "20ms"}, d.flags...)...)
+	cmd.Stdout = tty
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	require.NoError(t, tty.Close()) // the child holds it
+	var screen syncBuffer
+	go func() { _, _ = io.Copy(&screen, ptmx) }() // ends when ptmx is closed or the child exits
+
+	const clear = "\x1b[H\x1b[2J"
+	header := regexp.MustCompile(`outboxkit status  \d{4}-\d\d-\d\dT\S+Z  \(every 20ms; Ctrl-C stops\)`)
+	require.Eventually(t, func() bool {
+		s := screen.String()
+		return strings.Count(s, clear) >= 2 && header.MatchString(s) &&
+			strings.Contains(s, "progress   [........................................] 0 of 3 sent")
+	}, 10*time.Second, 10*time.Millisecond, "%q", screen.String())
+	// Every redraw starts with the clear: the screen shows one status at a time.
+	frames := strings.Split(screen.String(), clear)
+	require.Empty(t, strings.TrimSpace(frames[0]), "nothing before the first clear")
+	publishAll(t, db.Store)
+	require.Eventually(t, func() bool {
+		s := screen.String()
+		last := s[strings.LastIndex(s, clear):]
+		return strings.Contains(last, "progress   [########################################] 3 of 3 sent") &&
+			regexp.MustCompile(`drain      rate=\d+\.\d/s eta=0s`).MatchString(last)
+	}, 10*time.Second, 10*time.Millisecond, "%q", screen.String())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, cmd.Wait(), errb.String())
+	require.Empty(t, errb.String())
 }
