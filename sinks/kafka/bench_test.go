@@ -4,17 +4,23 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/capacity"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
@@ -30,11 +36,11 @@ func benchPayload() []byte {
 	return p
 }
 
-// BenchmarkRelayToKafka publishes benchEvents events (1 KiB, 64 keys) to a 6-partition topic
-// several ways in every iteration, interleaved:
+// BenchmarkRelayToKafka publishes benchEvents events (1 KiB, 64 keys) to a 6-partition topic of
+// the kfake cluster process several ways in every iteration, interleaved:
 //
-//   - relay_pg: one core.Relay (batch 500) drains them, committed beforehand, from PostgreSQL
-//     through the Kafka sink (fetch, send, mark per batch),
+//   - relay_pg: one core.Relay (batch 500, default InFlight) drains them, committed
+//     beforehand, from PostgreSQL through the Kafka sink (fetch, send, mark per batch),
 //   - relay_mem: the same relay draining the in-memory adapter (the relay and sink without a
 //     database),
 //   - sink: the sink alone, Send calls of 500 messages,
@@ -46,6 +52,48 @@ func benchPayload() []byte {
 //
 //	go test -run '^$' -bench RelayToKafka -benchtime 3x -count 3 ./sinks/kafka/
 func BenchmarkRelayToKafka(b *testing.B) {
+	cl := newClient(b)
+	benchRelayToKafka(b, cl, newTopic(b, benchPartitions), benchEvents)
+}
+
+// BenchmarkRelayToKafkaLatency is BenchmarkRelayToKafka against a broker that answers every
+// produce request after a lognormal delay of the design document's capacity model (12 ms
+// median, 80 ms p99: capacity.Model), as a replicated cluster with acks=all does, instead of
+// kfake's ~1 ms. The cluster is kfake in this process (3 brokers), delaying each produce
+// request in a control function (each request draws its own delay; kfake replies to the
+// requests of one connection in order). 20,000 events per way and iteration.
+//
+//	go test -run '^$' -bench RelayToKafkaLatency -benchtime 3x -count 3 ./sinks/kafka/
+func BenchmarkRelayToKafkaLatency(b *testing.B) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(benchPartitions))
+	require.NoError(b, err)
+	b.Cleanup(c.Close)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	var delayed atomic.Int64
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		d := capacity.Model.Sample(rng)
+		mu.Unlock()
+		delayed.Add(1)
+		c.SleepControl(func() { time.Sleep(d) })
+		return nil, nil, false // then handled as usual
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(b, err)
+	b.Cleanup(cl.Close)
+	topic := fmt.Sprintf("latency-%d", time.Now().UnixNano())
+	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), benchPartitions, 1, nil, topic)
+	require.NoError(b, err)
+	benchRelayToKafka(b, cl, topic, 4*benchEvents)
+	require.Positive(b, delayed.Load(), "produce requests went through the delay")
+}
+
+// benchRelayToKafka runs the ways of BenchmarkRelayToKafka with n events each per iteration
+// against topic, through cl.
+func benchRelayToKafka(b *testing.B, cl *kgo.Client, topic string, n int) {
 	ctx := context.Background()
 	_, _, _, store := pgSchema(b)
 	ob, err := core.NewOutbox(ctx, store, nil)
@@ -54,13 +102,11 @@ func BenchmarkRelayToKafka(b *testing.B) {
 	require.NoError(b, err)
 	memOb, err := core.NewOutbox[*memory.Tx](ctx, mem, nil)
 	require.NoError(b, err)
-	topic := newTopic(b, 6)
-	cl := newClient(b)
 	sink, err := kafka.New(cl, &kafka.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	payload := benchPayload()
 	events := func() []core.Event {
-		evs := make([]core.Event, benchEvents)
+		evs := make([]core.Event, n)
 		for i := range evs {
 			evs[i] = core.Event{AggregateType: "order", AggregateID: fmt.Sprint(i % benchKeys), Type: "order.changed", Payload: payload}
 		}
@@ -84,7 +130,7 @@ func BenchmarkRelayToKafka(b *testing.B) {
 		done := make(chan error, 1)
 		start := time.Now()
 		go func() { done <- r.Run(rctx) }()
-		for r.Stats().Published < benchEvents {
+		for r.Stats().Published < uint64(n) {
 			time.Sleep(time.Millisecond)
 		}
 		d := time.Since(start)
@@ -166,7 +212,7 @@ func BenchmarkRelayToKafka(b *testing.B) {
 			w.t += w.run()
 		}
 	}
-	total := float64(benchEvents * b.N)
+	total := float64(n * b.N)
 	for _, w := range ways {
 		b.ReportMetric(total/w.t.Seconds(), w.name+"_msgs/s")
 	}
