@@ -40,13 +40,15 @@ import (
 // endpoint that answers after a lognormal 12 ms p50 / 80 ms p99 delay (capacity.Model; a child
 // process, so its CPU is not counted here), a durable PostgreSQL outbox seeded with a backlog of
 // OUTBOXKIT_BENCH_EVENTS (default 200,000) events of 1 KiB over 10,000 keys. Each of
-// OUTBOXKIT_BENCH_ROUNDS rounds (default 3) runs four phases, in reversed order every other
+// OUTBOXKIT_BENCH_ROUNDS rounds (default 3) runs five phases, in reversed order every other
 // round, each on a freshly seeded outbox:
 //
 //   - relay: one core.Relay with default options drains the backlog; events/s, and this
 //     process's CPU time (user + system) and heap allocations per event;
 //   - relay1: the same with RelayOptions.InFlight 1 (one batch at a time, the relay before it
 //     was pipelined);
+//   - relayU: the default relay with sqs.Options.UnorderedStandard (one key may have several
+//     requests in flight to the standard queue);
 //   - bare4: the bare client, 4 loops: BEGIN; DELETE … RETURNING 1,000 rows (FOR UPDATE SKIP
 //     LOCKED); send them as 100 concurrent ten-entry SendMessageBatch requests; COMMIT. Same
 //     figures;
@@ -100,7 +102,7 @@ func BenchmarkCapacity(b *testing.B) {
 	}
 	b.ResetTimer()
 	for round := range cfg.rounds {
-		phases := []func() map[string]float64{h.relayPhase, h.relay1Phase, h.barePhase}
+		phases := []func() map[string]float64{h.relayPhase, h.relay1Phase, h.relayUPhase, h.barePhase}
 		if !h.cfg.noCatchup {
 			phases = append(phases, h.catchupPhase)
 		}
@@ -115,6 +117,7 @@ func BenchmarkCapacity(b *testing.B) {
 		}
 		round["relay/bare4"] = round["relay_events/s"] / round["bare4_events/s"]
 		round["relay1/bare4"] = round["relay1_events/s"] / round["bare4_events/s"]
+		round["relayU/relay"] = round["relayU_events/s"] / round["relay_events/s"]
 		add(round)
 	}
 	b.StopTimer()
@@ -253,17 +256,23 @@ func (h *harness) newRelay(o *outbox, sink core.Sink, inFlight int) *core.Relay 
 }
 
 // relayPhase: one relay with default options drains the backlog.
-func (h *harness) relayPhase() map[string]float64 { return h.drainPhase("relay", 0) }
+func (h *harness) relayPhase() map[string]float64 { return h.drainPhase("relay", 0, nil) }
 
 // relay1Phase: the same with one batch in flight (InFlight 1, the relay before pipelining).
-func (h *harness) relay1Phase() map[string]float64 { return h.drainPhase("relay1", 1) }
+func (h *harness) relay1Phase() map[string]float64 { return h.drainPhase("relay1", 1, nil) }
 
-// drainPhase: one relay with default options but inFlight (0: the default) drains the backlog;
-// its figures are named after name.
-func (h *harness) drainPhase(name string, inFlight int) map[string]float64 {
+// relayUPhase: the default relay with a sink that lets one key have several requests in
+// flight to the (standard) queue (sqs.Options.UnorderedStandard).
+func (h *harness) relayUPhase() map[string]float64 {
+	return h.drainPhase("relayU", 0, &sqs.Options{UnorderedStandard: true})
+}
+
+// drainPhase: one relay with default options but inFlight (0: the default) drains the backlog
+// through a sink with sinkOpts; its figures are named after name.
+func (h *harness) drainPhase(name string, inFlight int, sinkOpts *sqs.Options) map[string]float64 {
 	o := h.seed(8)
 	defer h.drop(o)
-	sink, err := sqs.New(h.client, nil)
+	sink, err := sqs.New(h.client, sinkOpts)
 	require.NoError(h.b, err)
 	r := h.newRelay(o, sink, inFlight)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -28,8 +28,17 @@ type Options struct {
 	// MaxBatchEntries is the most entries of one request, 1 to 10. Default 10.
 	MaxBatchEntries int
 	// Concurrency is the most requests one Send call has in flight (batches of different
-	// groups; one group never has two). Default 8.
+	// groups; one group never has two, unless UnorderedStandard). Default 8.
 	Concurrency int
+	// UnorderedStandard lets one group have several requests in flight to a standard queue
+	// or topic (a queue URL or topic ARN not ending in ".fifo"), which keeps no order between
+	// messages anyway: a Send's later batches no longer wait for the earlier batches of their
+	// groups, so a later message of a partition key may reach the queue before an earlier
+	// one. The outcomes still form a per-group prefix (core.Sink): a message acknowledged
+	// behind a failed message of its group, in any request, is reported not acknowledged and
+	// sent again (a duplicate). FIFO queues and topics keep the wait. Default false: every
+	// destination receives the messages of a group in the order the relay hands them over.
+	UnorderedStandard bool
 	// StrictGroupOrder puts at most one message of a group in each request. SQS and SNS
 	// handle the entries of a request independently: without this option, when an entry
 	// fails, later entries of its group in the SAME request may have been accepted (the sink

@@ -34,6 +34,14 @@ type Options struct {
 	Concurrency int
 	// OnePerGroup puts at most one item of a group in each request. Default false.
 	OnePerGroup bool
+	// Unordered reports the destinations that keep no order between messages (a standard SQS
+	// queue or SNS topic). A batch to such a destination does not wait for the earlier batches
+	// of its groups, so one group may have several requests in flight, and a later message
+	// of a group may reach the broker before an earlier one. The outcomes still form a
+	// per-group prefix of the call: a message acknowledged behind a failed message of its
+	// group, in any request, is reported core.ErrNotAcknowledged (the relay sends it again: a
+	// duplicate, never a loss). Default nil: every destination keeps order.
+	Unordered func(dest string) bool
 }
 
 // Batch is one planned request.
@@ -131,8 +139,10 @@ func Run(ctx context.Context, items []Item, o Options, send SendFunc) []error {
 			defer wg.Done()
 			defer close(done[j])
 			b := &batches[j]
-			for _, d := range b.deps {
-				<-done[d] // d < j: no cycles
+			if o.Unordered == nil || !o.Unordered(b.Dest) {
+				for _, d := range b.deps {
+					<-done[d] // d < j: no cycles
+				}
 			}
 			// Drop the messages of groups that failed in an earlier batch.
 			send1 := make([]int, 0, len(b.Items))
@@ -187,5 +197,19 @@ func Run(ctx context.Context, items []Item, o Options, send SendFunc) []error {
 		}(j)
 	}
 	wg.Wait()
+	if o.Unordered != nil {
+		// Batches of one group ran at once: across requests, nothing of a group is
+		// acknowledged after its first message that was not.
+		bad := map[string]bool{}
+		for i := range out {
+			g := items[i].Group
+			switch {
+			case out[i] != nil:
+				bad[g] = true
+			case bad[g]:
+				out[i] = core.ErrNotAcknowledged
+			}
+		}
+	}
 	return out
 }

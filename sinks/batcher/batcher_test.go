@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,6 +78,10 @@ func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
 			rmu      sync.Mutex
 		)
 		o := batcher.Options{MaxEntries: 1 + rnd.IntN(10), MaxBytes: 300 + rnd.IntN(1000), Concurrency: 1 + rnd.IntN(8), OnePerGroup: rnd.IntN(4) == 0}
+		unordered := rnd.IntN(3) == 0 // then q0 keeps no order: its requests do not wait
+		if unordered {
+			o.Unordered = func(dest string) bool { return dest == "q0" }
+		}
 		out := batcher.Run(context.Background(), items, o, func(ctx context.Context, dest string, idx []int) []error {
 			require.LessOrEqual(t, len(idx), o.MaxEntries)
 			size := 0
@@ -86,14 +91,16 @@ func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
 				size += items[i].Size
 				require.Equal(t, dest, items[i].Dest)
 				g := items[i].Group
-				if !gs[g] {
-					require.False(t, inflight[g], "two requests of group %s in flight", g)
+				if !unordered {
+					if !gs[g] {
+						require.False(t, inflight[g], "two requests of group %s in flight", g)
+					}
+					if l, ok := lastSent[g]; ok {
+						require.Greater(t, i, l, "group %s sent out of order", g)
+					}
 				}
 				gs[g] = true
 				inflight[g] = true
-				if l, ok := lastSent[g]; ok {
-					require.Greater(t, i, l, "group %s sent out of order", g)
-				}
 				lastSent[g] = i
 				require.Nil(t, items[i].Err)
 			}
@@ -185,4 +192,53 @@ func TestRunHoldsBackLaterBatchesOfFailedGroup(t *testing.T) {
 	require.Error(t, out[0])
 	require.ErrorIs(t, out[1], core.ErrNotAcknowledged)
 	require.NoError(t, out[2])
+}
+
+// TestRunUnorderedDestination: to a destination that keeps no order, the batches of one group
+// are in flight at once; when the earlier one fails after the later one was acknowledged, the
+// later one is reported not acknowledged (the per-group prefix holds across requests). A
+// destination that keeps order sends the same batches one after the other.
+func TestRunUnorderedDestination(t *testing.T) {
+	t.Parallel()
+	items := []batcher.Item{{Group: "a", Dest: "std"}, {Group: "a", Dest: "std"}, {Group: "a", Dest: "std"}}
+	msgs := make([]core.Message, len(items))
+	for i := range msgs {
+		msgs[i] = core.Message{Record: core.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: "a"}
+	}
+	refused := errors.New("refused")
+	o := batcher.Options{MaxEntries: 1, Concurrency: 3, Unordered: func(dest string) bool { return dest == "std" }}
+	later := make(chan struct{}, 2)
+	out := batcher.Run(context.Background(), items, o, func(_ context.Context, _ string, idx []int) []error {
+		if idx[0] == 0 {
+			// Fails only once both later messages were acknowledged: they were in flight
+			// while this one was.
+			<-later
+			<-later
+			return []error{refused}
+		}
+		later <- struct{}{}
+		return []error{nil}
+	})
+	require.ErrorIs(t, out[0], refused)
+	require.ErrorIs(t, out[1], core.ErrNotAcknowledged, "acknowledged behind a failure of its group")
+	require.ErrorIs(t, out[2], core.ErrNotAcknowledged)
+	require.NoError(t, core.CheckOutcomes(msgs, out))
+
+	var mu sync.Mutex
+	inflight := 0
+	o.Unordered = func(string) bool { return false }
+	out = batcher.Run(context.Background(), items, o, func(_ context.Context, _ string, idx []int) []error {
+		mu.Lock()
+		inflight++
+		require.Equal(t, 1, inflight, "an ordered destination has one request of a group in flight")
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return []error{nil}
+	})
+	for _, err := range out {
+		require.NoError(t, err)
+	}
 }

@@ -16,7 +16,8 @@
 // request independently).
 //
 // Running starts every batch once the earlier batches that share a group with it have
-// finished, so two batches of one group are never in flight at once, and at most
+// finished, so two batches of one group are never in flight at once (except to the
+// destinations Options.Unordered names, which keep no order anyway), and at most
 // Options.Concurrency batches at a time. Before a batch is sent, the messages of groups that
 // already failed in this call are dropped from it and reported core.ErrNotAcknowledged. After
 // it returns, a message the broker acknowledged behind a failed message of its group in the

@@ -16,7 +16,8 @@
 //     (core.Sink). A message missing from a PublishBatch response is core.ErrNotAcknowledged.
 //   - Up to 10 entries and Options.MaxRequestBytes (default 256 KiB) per request. Requests of
 //     different groups run in parallel (Options.Concurrency); two requests holding one group
-//     are never in flight at once, and once a message of a group fails, the group's later
+//     are never in flight at once (to a standard topic they may be, with
+//     Options.UnorderedStandard), and once a message of a group fails, the group's later
 //     messages of the same Send call are not sent (core.ErrNotAcknowledged).
 //   - FIFO topics (ARN ending in ".fifo"): MessageGroupId is the GroupID (the partition key;
 //     hashed to "sha256-<hex>" when it is not a valid group id) and MessageDeduplicationId the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
@@ -52,7 +51,7 @@ func New(client *awssns.Client, opts *Options) (*Sink, error) {
 }
 
 // IsFIFO reports whether a topic ARN (or name) names a FIFO topic.
-func IsFIFO(topicARN string) bool { return strings.HasSuffix(topicARN, ".fifo") }
+func IsFIFO(topicARN string) bool { return sinkkit.IsFIFO(topicARN) }
 
 // Send implements core.Sink.
 func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {

@@ -11,7 +11,8 @@
 //   - Up to 10 entries and Options.MaxRequestBytes (default 256 KiB, at most 1 MiB) per request.
 //     Requests for different groups run in parallel (Options.Concurrency, default 8); two
 //     requests holding one group are never in flight at once, and a group's messages are sent
-//     in order. Once a message of a group fails, the group's later messages of the same Send
+//     in order (to a standard queue, Options.UnorderedStandard lets them be in flight at
+//     once: a standard queue keeps no order between messages anyway). Once a message of a group fails, the group's later messages of the same Send
 //     call are not sent (core.ErrNotAcknowledged). SQS handles the entries of one request
 //     independently, so when an entry fails, later entries of its group in that same request
 //     may have been accepted; they are reported core.ErrNotAcknowledged and resent (a

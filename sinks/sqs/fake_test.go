@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -150,4 +151,61 @@ func join(s []string) string {
 		out += x
 	}
 	return out
+}
+
+// With UnorderedStandard, the requests of one group to a standard queue are in flight at once
+// (the first request is answered only once a second one arrived); to a FIFO queue they never
+// overlap. Without the option a standard queue waits like a FIFO one.
+func TestUnorderedStandardOverlapsRequestsOfOneGroup(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		url       string
+		unordered bool
+		overlap   bool
+	}{
+		{"standard", "http://q/queue", true, true},
+		{"fifo", "http://q/queue.fifo", true, false},
+		{"standard-default", "http://q/queue", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			inflight, most := 0, 0
+			second := make(chan struct{})
+			var once sync.Once
+			client, calls := fakeSQS(t, func(ids []string) (int, string) {
+				mu.Lock()
+				inflight++
+				most = max(most, inflight)
+				if inflight == 2 {
+					once.Do(func() { close(second) })
+				}
+				mu.Unlock()
+				select { // an overlapping request ends the wait; otherwise it gives up
+				case <-second:
+				case <-time.After(200 * time.Millisecond):
+				}
+				mu.Lock()
+				inflight--
+				mu.Unlock()
+				ok := make([]string, len(ids))
+				for i, id := range ids {
+					ok[i] = fmt.Sprintf(`{"Id":%q,"MessageId":"m-%s","MD5OfMessageBody":"x"}`, id, id)
+				}
+				return 200, fmt.Sprintf(`{"Successful":[%s],"Failed":[]}`, join(ok))
+			})
+			sink, err := sqs.New(client, &sqs.Options{MaxBatchEntries: 1, Concurrency: 4, UnorderedStandard: tc.unordered})
+			require.NoError(t, err)
+			for _, err := range send(t, sink, plainMsgs(tc.url, "a", "a", "a", "a")) {
+				require.NoError(t, err)
+			}
+			require.Len(t, *calls, 4)
+			if tc.overlap {
+				require.Greater(t, most, 1, "requests of one group in flight at once")
+			} else {
+				require.Equal(t, 1, most, "one request of a group at a time")
+			}
+		})
+	}
 }

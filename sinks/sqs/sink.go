@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -47,7 +46,7 @@ func New(client *awssqs.Client, opts *Options) (*Sink, error) {
 }
 
 // IsFIFO reports whether a queue URL (or name) names a FIFO queue.
-func IsFIFO(queueURL string) bool { return strings.HasSuffix(queueURL, ".fifo") }
+func IsFIFO(queueURL string) bool { return sinkkit.IsFIFO(queueURL) }
 
 // Send implements core.Sink.
 func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -26,6 +27,9 @@ type Config struct {
 	MaxEntries  int
 	Concurrency int
 	OnePerGroup bool
+	// Unordered is batcher.Options.Unordered: the standard (non-FIFO) destinations, with
+	// awssink.Options.UnorderedStandard; nil otherwise.
+	Unordered func(dest string) bool
 	// Claim check; S3 nil means off.
 	S3        *s3.Client
 	Bucket    string
@@ -42,6 +46,9 @@ func Configure(name string, opts *awssink.Options) (Config, *slog.Logger, error)
 	}
 	cfg := Config{Name: name, MaxBytes: o.MaxRequestBytes, MaxEntries: o.MaxBatchEntries,
 		Concurrency: o.Concurrency, OnePerGroup: o.StrictGroupOrder}
+	if o.UnorderedStandard {
+		cfg.Unordered = func(dest string) bool { return !IsFIFO(dest) }
+	}
 	switch {
 	case cfg.MaxBytes == 0:
 		cfg.MaxBytes = awssink.DefaultMaxRequestBytes
@@ -77,6 +84,9 @@ func Configure(name string, opts *awssink.Options) (Config, *slog.Logger, error)
 	}
 	return cfg, log, nil
 }
+
+// IsFIFO reports whether a queue URL or topic ARN (or a name) names a FIFO queue or topic.
+func IsFIFO(dest string) bool { return strings.HasSuffix(dest, ".fifo") }
 
 // Entry is one message of a request.
 type Entry struct {
@@ -118,6 +128,7 @@ func Send(ctx context.Context, cfg *Config, msgs []core.Message, sender Sender) 
 	}
 	return batcher.Run(ctx, items, batcher.Options{
 		MaxEntries: cfg.MaxEntries, MaxBytes: cfg.MaxBytes, Concurrency: cfg.Concurrency, OnePerGroup: cfg.OnePerGroup,
+		Unordered: cfg.Unordered,
 	}, func(ctx context.Context, dest string, idx []int) []error {
 		res := make([]error, len(idx))
 		entries := make([]Entry, 0, len(idx))
