@@ -291,7 +291,10 @@ func (r *CDCRelay) Run(ctx context.Context) error {
 // own backfill (first start, cutover) skips them in its stream.
 //
 // Shutdown stops a Backfill after the batch in flight: Backfill then returns an error wrapping
-// context.Canceled, and the checkpoint has not moved (run Backfill again).
+// context.Canceled, and the checkpoint has not moved (run Backfill again). Backfill returns nil
+// only when it finished: cancelling ctx (a hard stop, like a Shutdown whose own ctx ends first)
+// returns an error wrapping ctx's error (context.Canceled for such a Shutdown), and the
+// checkpoint has not moved either.
 func (r *CDCRelay) Backfill(ctx context.Context) error {
 	return r.session(ctx, true)
 }
@@ -333,8 +336,16 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if r.gate.isDraining() {
 		return nil
 	}
+	finished := false // a Backfill that returns nil moved the checkpoint; one stopped before did not
 	defer func() { // after the lanes and the sign of life are released (deferred below)
 		switch {
+		case backfillOnly && err == nil && !finished:
+			// The caller's ctx ended, or Shutdown stopped it hard: not done, whatever quiet made of it.
+			cause := ctx.Err()
+			if cause == nil {
+				cause = context.Canceled
+			}
+			err = fmt.Errorf("outbox: cdc relay: backfill stopped before it finished: %w", cause)
 		case !errors.Is(err, errDrained):
 		case backfillOnly:
 			err = fmt.Errorf("outbox: cdc relay: backfill stopped by Shutdown before it finished: %w", context.Canceled)
@@ -412,6 +423,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		}
 		if backfillOnly {
 			_ = stream.Close()
+			finished = true
 			return nil
 		}
 	case cp.Source != id:

@@ -176,3 +176,43 @@ func TestCDCRelayStopsWhenAMarkFails(t *testing.T) {
 		t.Fatal("Run did not stop after its mark failed")
 	}
 }
+
+// A Backfill stopped before it finished never returns nil, however it was stopped: by
+// cancelling its ctx (a hard stop), or by a Shutdown whose own ctx ended first. The checkpoint
+// has not moved, so a caller that retries on error backfills again.
+func TestCDCRelayBackfillStoppedIsAnError(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []string{"cancel", "shutdown-timeout"} {
+		t.Run(stop, func(t *testing.T) {
+			t.Parallel()
+			b := setupCDCStop(t, 1)
+			for i := range 12 { // more than one batch of 5
+				writeOne(t, b.store, b.ob, "k"+string(rune('a'+i%3)))
+			}
+			r := b.relay(t, "first")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- r.Backfill(ctx) }()
+			<-b.sink.entered // the first batch's send is held
+			switch stop {
+			case "cancel":
+				cancel()
+				b.sink.release()
+				require.ErrorIs(t, <-done, context.Canceled)
+			case "shutdown-timeout":
+				sctx, scancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer scancel()
+				errc := make(chan error, 1)
+				go func() { errc <- r.Shutdown(sctx) }()
+				time.Sleep(100 * time.Millisecond) // past Shutdown's deadline, the send is still held
+				b.sink.release()
+				require.ErrorIs(t, <-errc, context.DeadlineExceeded)
+				require.ErrorIs(t, <-done, context.Canceled)
+			}
+			_, ok, err := b.store.LoadCheckpoint(context.Background())
+			require.NoError(t, err)
+			require.False(t, ok, "the checkpoint has not moved")
+		})
+	}
+}
