@@ -200,3 +200,12 @@ type CheckpointReleaser interface {
 	// slot, purged binary logs) for a relay run by `outboxkit relay`. Stop the CDC relay first.
 	ReleaseCheckpoint(ctx context.Context, audit AuditEntry) (bool, error)
 }
+
+// AuditWriter is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audit row written on its own,
+// for an operator change that cannot share a transaction with its row: `outboxkit backfill`
+// publishes over the network, then writes its row with the number of events published.
+type AuditWriter interface {
+	// WriteAudit writes audit to the audit table, with its Rows as given (ID and At are set by
+	// the database), in a transaction of its own.
+	WriteAudit(ctx context.Context, audit AuditEntry) error
+}

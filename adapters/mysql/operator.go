@@ -206,3 +206,14 @@ func (s *Store) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (b
 }
 
 var _ core.CheckpointReleaser = (*Store)(nil)
+
+// WriteAudit implements core.AuditWriter.
+func (s *Store) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.audit(ctx, tx, &audit, audit.Rows) })
+	if err != nil {
+		return wrap("write audit", err)
+	}
+	return nil
+}
+
+var _ core.AuditWriter = (*Store)(nil)

@@ -173,3 +173,11 @@ func (s *Store[TTx]) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntr
 	}
 	return n > 0, nil
 }
+
+// WriteAudit implements core.AuditWriter.
+func (s *Store[TTx]) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
+	if err := s.audit(ctx, s.db, &audit, audit.Rows); err != nil {
+		return fmt.Errorf("postgres: write audit: %w", classify(err))
+	}
+	return nil
+}
