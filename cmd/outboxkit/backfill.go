@@ -80,7 +80,16 @@ func runBackfill(cmd *cobra.Command, cfg daemon.Config, configPath, actor, outpu
 		return failErr(cmd, err)
 	}
 	defer r.Close()
+	aw, ok := r.Store.(core.AuditWriter)
+	if !ok {
+		return failErr(cmd, fmt.Errorf("%w (driver %s)", ErrNoCDC, cfg.Database.Driver))
+	}
 	if err := noLaneHeld(ctx, r.Store); err != nil {
+		return failErr(cmd, err)
+	}
+	// The row is written once Backfill has returned (below): a role that may not write it is
+	// refused now, before the backfill changes anything.
+	if err := aw.CheckAudit(ctx); err != nil {
 		return failErr(cmd, err)
 	}
 
@@ -110,12 +119,10 @@ func runBackfill(cmd *cobra.Command, cfg daemon.Config, configPath, actor, outpu
 	// Backfill has returned, with Rows the events it published. It is written whenever the
 	// backfill took the outbox over (a new publisher generation fenced the previous publisher),
 	// finished or not: what it published stays published either way; "finished" says which.
-	// A backfill refused before it took the outbox over changed nothing and writes no row.
+	// A backfill refused before it took the outbox over changed nothing and writes no row. The
+	// row can still fail after CheckAudit (the database went away): the command then fails
+	// with both errors.
 	if st.Generation != 0 {
-		aw, ok := r.Store.(core.AuditWriter)
-		if !ok {
-			return failErr(cmd, errors.Join(err, errors.New("the store writes no audit row")))
-		}
 		entry := auditEntry(actor, "backfill", map[string]any{"config": configPath, "finished": err == nil})
 		entry.Rows = int64(st.Published)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditTimeout)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -328,4 +330,50 @@ func TestBackfillSignal(t *testing.T) {
 	require.Equal(t, "backfill", audit[0].Command)
 	require.Zero(t, audit[0].Rows)
 	require.JSONEq(t, fmt.Sprintf(`{"config":%q,"finished":false}`, config), audit[0].Arguments)
+}
+
+// A role that may not write the audit row (here: read-only) is refused before the backfill
+// takes the outbox over: one line naming the missing privileges, exit 1, nothing changed.
+func TestBackfillPrivileges(t *testing.T) {
+	t.Parallel()
+	b := postgresBackend(t, "cdc")
+	ctx := t.Context()
+	db := backfillStore(t, b)
+	lost := lostPosition(t, db)
+	_, err := b.write(ctx, "k")
+	require.NoError(t, err)
+	gen, err := db.Store.Generation(ctx)
+	require.NoError(t, err)
+	admin, err := pgx.Connect(ctx, b.dsn)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	role := "okt_" + randSuffix()
+	_, err = admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'pw'; GRANT USAGE ON SCHEMA "+b.schema+" TO "+role+
+		"; GRANT SELECT ON ALL TABLES IN SCHEMA "+b.schema+" TO "+role)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	u, err := url.Parse(b.dsn)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "pw")
+	ro := b
+	ro.dsn = u.String()
+	sink, _ := kafkaTopic(t)
+
+	code, out, errs := backfillRun(t, "backfill", "--config", backfillConfig(t, ro, "cdc", sink))
+	require.Equal(t, 1, code, "stdout %q stderr %q", out, errs)
+	require.Equal(t, 1, strings.Count(errs, "\n"), errs)
+	require.Contains(t, errs, ErrPrivileges.Error())
+	require.Contains(t, errs, "permission denied")
+	g, err := db.Store.Generation(ctx)
+	require.NoError(t, err)
+	require.Equal(t, gen.Generation, g.Generation, "the outbox was not taken over")
+	cp, _, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lost.Position, cp.Position)
+	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+	require.NoError(t, err)
+	require.Empty(t, audit)
 }
