@@ -377,3 +377,14 @@ func TestBackfillPrivileges(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, audit)
 }
+
+// Bad usage and a bad configuration: one line each, exit 2, before any database is opened.
+func TestBackfillUsage(t *testing.T) {
+	t.Parallel()
+	fails(t, 2, "--output: want text or json", "backfill", "--output", "yaml")
+	fails(t, 2, "no such file or directory", "backfill", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+	fails(t, 2, "unknown flag: --db", "backfill", "--db", "sqlite:x.db")
+	config := filepath.Join(t.TempDir(), "relay.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("database:\n  driver: sqlite\n  dsn: x.db\nmode: cdc\nroutes:\n  default: q\n"), 0o600))
+	fails(t, 2, "mode: cdc needs driver postgres or mysql", "backfill", "--config", config)
+}
