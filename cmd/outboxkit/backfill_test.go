@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -336,7 +338,46 @@ func TestBackfillSignal(t *testing.T) {
 // takes the outbox over: one line naming the missing privileges, exit 1, nothing changed.
 func TestBackfillPrivileges(t *testing.T) {
 	t.Parallel()
-	b := postgresBackend(t, "cdc")
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		b := postgresBackend(t, "cdc")
+		admin, err := pgx.Connect(t.Context(), b.dsn)
+		require.NoError(t, err)
+		defer admin.Close(context.Background())
+		role := "okt_" + randSuffix()
+		_, err = admin.Exec(t.Context(), "CREATE ROLE "+role+" LOGIN PASSWORD 'pw'; GRANT USAGE ON SCHEMA "+b.schema+" TO "+role+
+			"; GRANT SELECT ON ALL TABLES IN SCHEMA "+b.schema+" TO "+role)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
+			_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+		})
+		u, err := url.Parse(b.dsn)
+		require.NoError(t, err)
+		u.User = url.UserPassword(role, "pw")
+		backfillRefused(t, b, u.String())
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		b := mysqlBackend(t, "cdc")
+		cfg, err := gomysql.ParseDSN(b.dsn)
+		require.NoError(t, err)
+		admin, err := sql.Open("mysql", b.dsn)
+		require.NoError(t, err)
+		defer admin.Close()
+		user := "okt_" + randSuffix()
+		_, err = admin.ExecContext(t.Context(), "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = admin.Exec("DROP USER '" + user + "'@'%'") })
+		_, err = admin.ExecContext(t.Context(), "GRANT SELECT ON `"+cfg.DBName+"`.* TO '"+user+"'@'%'")
+		require.NoError(t, err)
+		cfg.User, cfg.Passwd = user, "pw"
+		backfillRefused(t, b, cfg.FormatDSN())
+	})
+}
+
+// backfillRefused runs the backfill of b's lost outbox as the read-only role of dsn.
+func backfillRefused(t *testing.T, b e2eBackend, dsn string) {
 	ctx := t.Context()
 	db := backfillStore(t, b)
 	lost := lostPosition(t, db)
@@ -344,35 +385,24 @@ func TestBackfillPrivileges(t *testing.T) {
 	require.NoError(t, err)
 	gen, err := db.Store.Generation(ctx)
 	require.NoError(t, err)
-	admin, err := pgx.Connect(ctx, b.dsn)
-	require.NoError(t, err)
-	defer admin.Close(context.Background())
-	role := "okt_" + randSuffix()
-	_, err = admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN PASSWORD 'pw'; GRANT USAGE ON SCHEMA "+b.schema+" TO "+role+
-		"; GRANT SELECT ON ALL TABLES IN SCHEMA "+b.schema+" TO "+role)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
-		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
-	})
-	u, err := url.Parse(b.dsn)
-	require.NoError(t, err)
-	u.User = url.UserPassword(role, "pw")
 	ro := b
-	ro.dsn = u.String()
+	ro.dsn = dsn
 	sink, _ := kafkaTopic(t)
 
 	code, out, errs := backfillRun(t, "backfill", "--config", backfillConfig(t, ro, "cdc", sink))
 	require.Equal(t, 1, code, "stdout %q stderr %q", out, errs)
 	require.Equal(t, 1, strings.Count(errs, "\n"), errs)
 	require.Contains(t, errs, ErrPrivileges.Error())
-	require.Contains(t, errs, "permission denied")
+	require.Contains(t, errs, "check audit")
 	g, err := db.Store.Generation(ctx)
 	require.NoError(t, err)
 	require.Equal(t, gen.Generation, g.Generation, "the outbox was not taken over")
 	cp, _, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lost.Position, cp.Position)
+	st, err := db.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.Pending)
 	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
 	require.NoError(t, err)
 	require.Empty(t, audit)
