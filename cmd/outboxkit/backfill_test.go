@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/daemon"
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -332,6 +333,73 @@ func TestBackfillSignal(t *testing.T) {
 	require.Equal(t, "backfill", audit[0].Command)
 	require.Zero(t, audit[0].Rows)
 	require.JSONEq(t, fmt.Sprintf(`{"config":%q,"finished":false}`, config), audit[0].Arguments)
+}
+
+// SIGTERM mid-backfill (the SQS emulator answers): the backfill stops after the batch in flight
+// and exits 1 with one line; what it published stays published and is its audit row's Rows;
+// the checkpoint has not moved, and the next backfill publishes the rest.
+func TestBackfillSignalGraceful(t *testing.T) {
+	t.Parallel()
+	b := postgresBackend(t, "cdc")
+	ctx := t.Context()
+	db := backfillStore(t, b)
+	lost := lostPosition(t, db)
+	const total = 600
+	store := db.Store.(*postgres.Store[pgx.Tx])
+	ob, err := core.NewOutbox(ctx, store, nil)
+	require.NoError(t, err)
+	write := testkit.Writer(store, ob, 100, []byte(`{}`))
+	for i := range total / 100 {
+		_, err := write(ctx, fmt.Sprintf("k%d", i%3))
+		require.NoError(t, err)
+	}
+	began := time.Now()
+	config := backfillConfig(t, b, "cdc", sqsE2ESink(t).config)
+	stats := func() core.Stats {
+		st, err := db.Store.Stats(ctx)
+		require.NoError(t, err)
+		return st
+	}
+
+	cmd := exec.Command(daemonBinary(t), "backfill", "--config", config)
+	cmd.Env = append(daemonEnv(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion, "AWS_EC2_METADATA_DISABLED=true")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.Eventually(t, func() bool { return stats().Pending < total }, 30*time.Second, 5*time.Millisecond, "the backfill publishes")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "stdout %q stderr %q", out.String(), errb.String())
+		require.Equal(t, 1, ee.ExitCode())
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("no exit within 15s of SIGTERM")
+	}
+	require.Empty(t, out.String())
+	published := total - stats().Pending
+	require.Positive(t, published)
+	require.Less(t, published, int64(total), "stopped before the end")
+	require.Equal(t, fmt.Sprintf("outboxkit backfill: outbox: cdc relay: backfill stopped by Shutdown before it finished: context canceled "+
+		"(published=%d before it stopped; the checkpoint has not moved: run backfill again)\n", published), errb.String())
+	cp, _, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lost.Position, cp.Position, "the checkpoint has not moved")
+	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+	require.NoError(t, err)
+	require.Len(t, audit, 1)
+	require.Equal(t, published, audit[0].Rows)
+	require.JSONEq(t, fmt.Sprintf(`{"config":%q,"finished":false}`, config), audit[0].Arguments)
+
+	t.Logf("stopped after %d of %d events; %v", published, total, time.Since(began).Round(time.Millisecond))
+	code, text, errs := backfillRun(t, "backfill", "--config", config)
+	require.Equal(t, 0, code, errs)
+	t.Logf("the rest in %v", time.Since(began).Round(time.Millisecond))
+	require.Contains(t, text, fmt.Sprintf("backfilled published=%d ", total-published))
+	require.Zero(t, stats().Pending)
 }
 
 // A role that may not write the audit row (here: read-only) is refused before the backfill
