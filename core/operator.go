@@ -200,3 +200,20 @@ type CheckpointReleaser interface {
 	// slot, purged binary logs) for a relay run by `outboxkit relay`. Stop the CDC relay first.
 	ReleaseCheckpoint(ctx context.Context, audit AuditEntry) (bool, error)
 }
+
+// AuditWriter is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audit row written on its own,
+// for an operator change that cannot share a transaction with its row: `outboxkit backfill`
+// publishes over the network, then writes its row with the number of events published.
+type AuditWriter interface {
+	// WriteAudit writes audit to the audit table, with its Rows as given (ID and At are set by
+	// the database), in a transaction of its own.
+	WriteAudit(ctx context.Context, audit AuditEntry) error
+	// CheckAudit writes a row in a transaction that it rolls back, and returns the database's
+	// refusal (missing privileges, a missing table) if any: the check of a change that writes
+	// its row afterwards, before it changes anything. It leaves no row (on PostgreSQL an audit
+	// ID is used up).
+	CheckAudit(ctx context.Context) error
+}
+
+// ErrAuditChecked ends the transaction of an adapter's CheckAudit: it rolls the row back.
+var ErrAuditChecked = errors.New("outbox: audit check: rolled back")

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -206,3 +207,28 @@ func (s *Store) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (b
 }
 
 var _ core.CheckpointReleaser = (*Store)(nil)
+
+// WriteAudit implements core.AuditWriter.
+func (s *Store) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.audit(ctx, tx, &audit, audit.Rows) })
+	if err != nil {
+		return wrap("write audit", err)
+	}
+	return nil
+}
+
+// CheckAudit implements core.AuditWriter.
+func (s *Store) CheckAudit(ctx context.Context) error {
+	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if err := s.audit(ctx, tx, &core.AuditEntry{Actor: "check", Command: "check"}, 0); err != nil {
+			return err
+		}
+		return core.ErrAuditChecked
+	})
+	if err != nil && !errors.Is(err, core.ErrAuditChecked) {
+		return wrap("check audit", err)
+	}
+	return nil
+}
+
+var _ core.AuditWriter = (*Store)(nil)

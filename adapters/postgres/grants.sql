@@ -31,6 +31,9 @@
 -- nor delete from. Neither the application nor the relay role can write audit rows. Dropping
 -- the replication slot (`outboxkit cdc release`) also needs the REPLICATION attribute:
 --   ALTER ROLE <operator_role> REPLICATION;
+-- `outboxkit backfill` publishes as the CDC relay does and then appends its audit row: run it
+-- as a role with both, e.g. the operator role (with REPLICATION) made a member of the relay role:
+--   GRANT <relay_role> TO <operator_role>;
 
 GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"relay_role", :"operator_role";
 

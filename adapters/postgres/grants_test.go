@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/outboxtest"
 )
 
 // requireSQLState asserts that err is a server error with the given SQLSTATE.
@@ -282,4 +283,75 @@ func TestGrantsCDC(t *testing.T) {
 	require.Positive(t, ret.RetainedBytes)
 	require.NoError(t, st.Close())
 	require.NoError(t, src.DropSlot(ctx))
+}
+
+// TestGrantsBackfill: the relay role of grants.sql cannot write the audit row (CheckAudit is
+// refused, so `outboxkit backfill` stops before it changes anything); the operator role with
+// REPLICATION made a member of the relay role (grants.sql's note on `outboxkit backfill`) runs
+// a CDC relay's Backfill and writes the audit row.
+func TestGrantsBackfill(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
+	a := admin(t)
+	appRole, relayRole, opRole := randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
+	for _, r := range []string{appRole, relayRole, opRole} {
+		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" LOGIN")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
+			if err != nil {
+				t.Errorf("drop role %s: %v", r, err)
+			}
+		})
+	}
+	grants, err := os.ReadFile("grants.sql")
+	require.NoError(t, err)
+	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
+		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
+	_, err = d.pool.Exec(ctx, script)
+	require.NoError(t, err)
+	_, err = a.Exec(ctx, "ALTER ROLE "+quote(opRole)+" REPLICATION; GRANT "+quote(relayRole)+" TO "+quote(opRole))
+	require.NoError(t, err)
+	storeAs := func(role string) *Store[pgx.Tx] {
+		cfg, err := pgxpool.ParseConfig(testDSN(t))
+		require.NoError(t, err)
+		cfg.ConnConfig.User = role
+		cfg.ConnConfig.RuntimeParams["search_path"] = quote(d.schema)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		st, err := New(pool, &Options{Schema: d.schema})
+		require.NoError(t, err)
+		return st
+	}
+
+	relay := storeAs(relayRole)
+	requireSQLState(t, relay.CheckAudit(ctx), "42501")
+
+	op := storeAs(opRole)
+	require.NoError(t, op.CheckAudit(ctx))
+	src, err := op.ChangeSource(&ChangeSourceOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	holdSlot(t, src)
+	_, err = d.pool.Exec(ctx, `CREATE PUBLICATION `+quote(src.Publication())+` FOR TABLE outbox WITH (publish = 'insert')`)
+	require.NoError(t, err)
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"})
+		return err
+	}))
+	sink := outboxtest.NewSink()
+	r, err := core.NewCDCRelay(op, src, sink, core.StaticRouter{Default: "q"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, r.Backfill(ctx))
+	require.Len(t, sink.Messages(), 1)
+	require.Equal(t, uint64(1), r.Stats().Published)
+	require.NoError(t, op.WriteAudit(ctx, core.AuditEntry{Actor: "ops", Command: "backfill", Arguments: `{"config":"relay.yaml"}`, Rows: 1}))
+	rows, err := s.AuditLog(ctx, core.AuditListParams{})
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "the check left no row")
+	require.Equal(t, int64(1), rows[0].Rows)
+	require.Equal(t, "backfill", rows[0].Command)
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -172,4 +173,26 @@ func (s *Store[TTx]) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntr
 		return false, fmt.Errorf("postgres: release checkpoint: %w", classify(err))
 	}
 	return n > 0, nil
+}
+
+// WriteAudit implements core.AuditWriter.
+func (s *Store[TTx]) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
+	if err := s.audit(ctx, s.db, &audit, audit.Rows); err != nil {
+		return fmt.Errorf("postgres: write audit: %w", classify(err))
+	}
+	return nil
+}
+
+// CheckAudit implements core.AuditWriter.
+func (s *Store[TTx]) CheckAudit(ctx context.Context) error {
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if err := s.audit(ctx, q, &core.AuditEntry{Actor: "check", Command: "check"}, 0); err != nil {
+			return err
+		}
+		return core.ErrAuditChecked
+	})
+	if err != nil && !errors.Is(err, core.ErrAuditChecked) {
+		return fmt.Errorf("postgres: check audit: %w", classify(err))
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,25 @@ type releaseJSON struct {
 	CheckpointDeleted bool `json:"checkpoint_deleted"`
 }
 
+// noLaneHeld returns an error wrapping ErrLanesHeld while a lane of store's outbox has a lease
+// that has not expired (a relay runs, or crashed less than its lease TTL ago).
+func noLaneHeld(ctx context.Context, store opendb.Store) error {
+	ll, ok := store.(laneLister)
+	if !ok {
+		return nil
+	}
+	lanes, err := ll.Lanes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, l := range lanes {
+		if l.Owner != "" && l.Until.After(time.Now()) {
+			return fmt.Errorf("%w: lane %d owner %s until %s", ErrLanesHeld, l.Lane, l.Owner, l.Until.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
 // slotNamer is the PostgreSQL change source's slot name.
 type slotNamer interface{ Slot() string }
 
@@ -59,16 +79,8 @@ func cdcReleaseCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if ll, ok := db.Store.(laneLister); ok {
-				lanes, err := ll.Lanes(ctx)
-				if err != nil {
-					return err
-				}
-				for _, l := range lanes {
-					if l.Owner != "" && l.Until.After(time.Now()) {
-						return fmt.Errorf("%w: lane %d owner %s until %s", ErrLanesHeld, l.Lane, l.Owner, l.Until.UTC().Format(time.RFC3339))
-					}
-				}
+			if err := noLaneHeld(ctx, db.Store); err != nil {
+				return err
 			}
 			var out releaseJSON
 			// The slot first: an active one (a CDC relay streams from it) is refused, and the

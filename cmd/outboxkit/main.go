@@ -9,7 +9,8 @@
 //	outboxkit replay  --db URL --ids ID,..|--key K --since T  put published events back to pending
 //	outboxkit cleanup --db URL            delete published events behind the watermark
 //	outboxkit cdc release --db URL        drop the CDC relay's slot and checkpoint (it backfills next)
-//	outboxkit audit   --db URL            list the audit rows of replay, unpark, cleanup and cdc release
+//	outboxkit backfill --config FILE      publish every unpublished event and checkpoint the head (CDC)
+//	outboxkit audit   --db URL            list the audit rows of replay, unpark, cleanup, cdc release and backfill
 //	outboxkit migrate --db URL            create or upgrade the outbox tables
 //	outboxkit migrate sql --dialect D     print the migrations as plain SQL
 //	outboxkit version                     print the module version
@@ -68,7 +69,7 @@ func newRoot() *cobra.Command {
 		reconcileCommand(),
 		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
 	)
-	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), replayCommand(), cleanupCommand(), cdcCommand(), auditCommand(), migrateCommand(), versionCommand())
+	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), replayCommand(), cleanupCommand(), cdcCommand(), backfillCommand(), auditCommand(), migrateCommand(), versionCommand())
 	// A bad flag is one line naming it, and exit status 2.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErr(cmd, "%v", err)

@@ -512,7 +512,9 @@ func TestRunbookReplay(t *testing.T) {
 // TestRunbookCDCLogLoss: on PostgreSQL (a real slot) and MariaDB, the page's cdc release drops
 // the slot and the checkpoint with an audit row (status then says checkpoint none; a second
 // release finds nothing; refused while a relay holds a lane), and the page's CDC relay then backfills the pending events and
-// checkpoints anew; SQLite has no CDC: one line, exit 1.
+// checkpoints anew; the page's alternative, backfill with the relay's configuration, publishes
+// what was written since and checkpoints anew with its audit row; SQLite has no CDC: one line,
+// exit 1.
 func TestRunbookCDCLogLoss(t *testing.T) {
 	const page = "cdc-log-loss.md"
 	for _, b := range []struct {
@@ -628,7 +630,8 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 
 			// The page's relay: without a checkpoint it backfills the pending events, then
 			// checkpoints the head of the log (a new slot on PostgreSQL).
-			relay := startPageRelay(t, page, runbookRelay(t, d, "cdc"))
+			config := runbookRelay(t, d, "cdc")
+			relay := startPageRelay(t, page, config)
 			require.Eventually(t, func() bool {
 				text = d.run(t, page, "status", 1, nil)
 				return strings.Contains(text, "pending    0\n") && strings.Contains(text, "checkpoint position ")
@@ -637,6 +640,24 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			require.Equal(t, 2, relay.stop(t))
 			if b.name == "postgres" {
 				require.Equal(t, 1, slots(), "the relay created a new slot")
+			}
+
+			// The page's alternative: the backfill with the relay's configuration publishes
+			// what was written while no relay ran and checkpoints anew, with an audit row.
+			writeEvents(t, d.store, "a", "c")
+			args = pageCmd(t, page, "backfill", 0, nil, nil)
+			require.Equal(t, []string{"backfill", "--config", "relay.yaml"}, args)
+			args[2] = config
+			code, out, errs = backfillRun(t, args...)
+			require.Equal(t, 0, code, errs)
+			require.Regexp(t, `^backfilled published=2 checkpoint=\S+ generation=\d+\n$`, out)
+			text = d.run(t, page, "status", 1, nil)
+			require.Contains(t, text, "pending    0\n")
+			require.Contains(t, text, "checkpoint position "+strings.Fields(strings.TrimPrefix(out, "backfilled published=2 checkpoint="))[0])
+			audit = d.run(t, page, "audit", 0, nil)
+			require.Regexp(t, `\sbackfill\s+2\s+\{"config":"`, audit)
+			if b.name == "postgres" {
+				require.Equal(t, 1, slots(), "the backfill replaced the slot")
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"crypto/tls"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -250,4 +251,16 @@ func TestLoadInFlight(t *testing.T) {
 		require.True(t, IsConfigError(err), "%s: %v", bad, err)
 		require.Equal(t, []string{"relay.in_flight: must be between 0 (default) and 4096"}, err.(*ConfigError).Problems)
 	}
+}
+
+// OpenCDCRelay (outboxkit backfill) refuses a polling configuration before it opens anything:
+// the configuration's database does not exist.
+func TestOpenCDCRelayRefusesPolling(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(writeConfig(t, goodConfig), noEnv, nil)
+	require.NoError(t, err)
+	r, err := OpenCDCRelay(t.Context(), cfg, NewLogger(cfg.Log, io.Discard))
+	require.ErrorIs(t, err, ErrNotCDC)
+	require.ErrorContains(t, err, "mode is polling")
+	require.Nil(t, r)
 }

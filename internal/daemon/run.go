@@ -15,6 +15,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -119,27 +120,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if d.m, err = newMetrics(d); err != nil {
 		return nil, err
 	}
-	router := core.StaticRouter{Default: cfg.Routes.Default, ByType: cfg.Routes.ByType, ByDestination: cfg.Routes.ByDestination}
-	retry := core.RetryPolicy{Initial: cfg.Relay.Retry.Initial.D(), Max: cfg.Relay.Retry.Max.D(),
-		Multiplier: cfg.Relay.Retry.Multiplier, Jitter: cfg.Relay.Retry.Jitter, Deadline: cfg.Relay.Retry.Deadline.D()}
 	if cfg.Mode == "cdc" {
-		src, err := db.ChangeSource()
-		if err != nil {
-			return nil, err
-		}
-		d.cdc, err = core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router, &core.CDCOptions{
-			LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retry,
-			DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
-			ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: d.m.provider,
-		})
-		if err != nil {
+		if d.cdc, err = newCDCRelay(cfg, db, sink, log, d.m.provider); err != nil {
 			return nil, err
 		}
 	} else {
 		for range cfg.Relay.Workers {
-			r, err := core.NewRelay(db.Store, sink, router, &core.RelayOptions{
+			r, err := core.NewRelay(db.Store, sink, router(cfg), &core.RelayOptions{
 				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
-				InFlight: cfg.Relay.InFlight, Retry: retry, DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+				InFlight: cfg.Relay.InFlight, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
 				MeterProvider: d.m.provider,
 			})
 			if err != nil {
@@ -151,6 +140,72 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	ok = true
 	return d, nil
 }
+
+// router is cfg's routes.
+func router(cfg Config) core.StaticRouter {
+	return core.StaticRouter{Default: cfg.Routes.Default, ByType: cfg.Routes.ByType, ByDestination: cfg.Routes.ByDestination}
+}
+
+// retryPolicy is cfg's relay.retry.
+func retryPolicy(cfg Config) core.RetryPolicy {
+	return core.RetryPolicy{Initial: cfg.Relay.Retry.Initial.D(), Max: cfg.Relay.Retry.Max.D(),
+		Multiplier: cfg.Relay.Retry.Multiplier, Jitter: cfg.Relay.Retry.Jitter, Deadline: cfg.Relay.Retry.Deadline.D()}
+}
+
+// newCDCRelay builds the CDC relay of cfg (mode cdc) on db and sink: the one construction of
+// `outboxkit relay` (New) and `outboxkit backfill` (OpenCDCRelay). mp receives its metrics (nil:
+// none).
+func newCDCRelay(cfg Config, db *opendb.DB, sink core.Sink, log *slog.Logger, mp metric.MeterProvider) (*core.CDCRelay, error) {
+	src, err := db.ChangeSource()
+	if err != nil {
+		return nil, err
+	}
+	return core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router(cfg), &core.CDCOptions{
+		LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retryPolicy(cfg),
+		DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
+		ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: mp,
+	})
+}
+
+// ErrNotCDC is OpenCDCRelay's refusal of a configuration whose mode is not cdc.
+var ErrNotCDC = errors.New("the configuration's mode is not cdc (a polling relay keeps no log position: backfill needs mode: cdc)")
+
+// CDCRelay is the CDC relay of a configuration with the store it runs on, built as `outboxkit
+// relay` builds it, for `outboxkit backfill`.
+type CDCRelay struct {
+	Relay *core.CDCRelay
+	Store opendb.Store
+	close func()
+}
+
+// OpenCDCRelay opens cfg's database and sink and builds its CDC relay as New does; it starts
+// nothing, migrates nothing (cfg.Migrate is ignored: a backfill recovers an existing outbox)
+// and serves no HTTP or metrics. A configuration whose mode is not cdc is refused, with nothing
+// opened, by an error wrapping ErrNotCDC. Close it after the relay's last call.
+func OpenCDCRelay(ctx context.Context, cfg Config, log *slog.Logger) (*CDCRelay, error) {
+	if cfg.Mode != "cdc" {
+		return nil, fmt.Errorf("%w: mode is %s", ErrNotCDC, cfg.Mode)
+	}
+	db, err := open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	sink, closeSink, err := newSink(ctx, cfg, log)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	r, err := newCDCRelay(cfg, db, sink, log, nil)
+	if err != nil {
+		closeSink()
+		db.Close()
+		return nil, err
+	}
+	return &CDCRelay{Relay: r, Store: db.Store, close: func() { closeSink(); db.Close() }}, nil
+}
+
+// Close closes the sink's client and the database.
+func (c *CDCRelay) Close() { c.close() }
 
 func (d *Daemon) running() []relayer {
 	var out []relayer
