@@ -336,8 +336,9 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if r.gate.isDraining() {
 		return nil
 	}
-	finished := false // a Backfill that returns nil moved the checkpoint; one stopped before did not
-	defer func() {    // after the lanes and the sign of life are released (deferred below)
+	// finished: a Backfill that returns nil moved the checkpoint; one stopped before did not.
+	finished := false
+	defer func() { // after the lanes and the sign of life are released (deferred below)
 		switch {
 		case backfillOnly && err == nil && !finished:
 			// The caller's ctx ended, or Shutdown stopped it hard: not done, whatever quiet made of it.
