@@ -95,6 +95,8 @@ type Sinks struct {
 type AWSSink struct {
 	Concurrency     int `yaml:"concurrency" help:"requests in flight per send (default 8)"`
 	MaxBatchEntries int `yaml:"max_batch_entries" help:"entries per batch request, 1-10 (default 10)"`
+	// UnorderedStandard is awssink.Options.UnorderedStandard.
+	UnorderedStandard bool `yaml:"unordered_standard" help:"let a partition key have several requests in flight to a standard (non-FIFO) queue or topic, which keeps no order anyway (default false)"`
 }
 
 // Routes maps events to sink addresses (queue URLs, topic ARNs): by destination, else by type,

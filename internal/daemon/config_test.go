@@ -37,6 +37,9 @@ relay:
   retry:
     initial: 2s
 sink: sqs
+sinks:
+  sqs:
+    unordered_standard: true
 aws:
   region: eu-west-1
 routes:
@@ -64,6 +67,8 @@ func TestLoadGoodConfig(t *testing.T) {
 	require.Equal(t, 30*time.Second, cfg.ShutdownTimeout.D(), "default kept")
 	require.Equal(t, "json", cfg.Log.Format)
 	require.False(t, cfg.Migrate, "--migrate is off by default")
+	require.True(t, cfg.Sinks.SQS.UnorderedStandard)
+	require.False(t, cfg.Sinks.SNS.UnorderedStandard, "default kept")
 }
 
 // Every bad key is reported on its own line with its path, unknown keys included.

@@ -62,11 +62,13 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger) (_ core.Sink, cl
 	switch cfg.Sink {
 	case "sqs":
 		client := awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) { o.BaseEndpoint = endpoint })
-		s, err := sqs.New(client, &sqs.Options{Concurrency: cfg.Sinks.SQS.Concurrency, MaxBatchEntries: cfg.Sinks.SQS.MaxBatchEntries, Logger: log})
+		s, err := sqs.New(client, &sqs.Options{Concurrency: cfg.Sinks.SQS.Concurrency, MaxBatchEntries: cfg.Sinks.SQS.MaxBatchEntries,
+			UnorderedStandard: cfg.Sinks.SQS.UnorderedStandard, Logger: log})
 		return s, noop, err
 	case "sns":
 		client := awssns.NewFromConfig(awsCfg, func(o *awssns.Options) { o.BaseEndpoint = endpoint })
-		s, err := sns.New(client, &sns.Options{Concurrency: cfg.Sinks.SNS.Concurrency, MaxBatchEntries: cfg.Sinks.SNS.MaxBatchEntries, Logger: log})
+		s, err := sns.New(client, &sns.Options{Concurrency: cfg.Sinks.SNS.Concurrency, MaxBatchEntries: cfg.Sinks.SNS.MaxBatchEntries,
+			UnorderedStandard: cfg.Sinks.SNS.UnorderedStandard, Logger: log})
 		return s, noop, err
 	}
 	return nil, nil, fmt.Errorf("sink: %q unsupported", cfg.Sink)
