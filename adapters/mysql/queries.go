@@ -56,6 +56,7 @@ type queries struct {
 	checkpointDelete                                                            string
 
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
+	auditSetRows, resetLanes                                                 string
 }
 
 // idents are the {{key}} substitutions of the adapter's SQL: the quoted tables, the clock
@@ -141,6 +142,8 @@ func newQueries(n tableNames) (queries, error) {
 		replay:                 st.Get("Replay"),
 		auditInsert:            st.Get("AuditInsert"),
 		auditList:              st.Get("AuditList"),
+		auditSetRows:           st.Get("AuditSetRows"),
+		resetLanes:             st.Get("ResetLanes"),
 		publisherLockX:         st.Get("PublisherLockX"),
 		publisherLockS:         st.Get("PublisherLockS"),
 		publisherBump:          st.Get("PublisherBump"),

@@ -55,6 +55,8 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
 	auditInsert, auditList                           string
+	auditInsertPending, auditSetRows                 string // PruneInboxAudited
+	resetLanes                                       string
 
 	notify, listen string
 
@@ -167,12 +169,15 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		unpark:      st.Get("Unpark"),
 		parkedKeys:  st.Get("ParkedKeys"),
 
-		replayByIDs:    st.Get("ReplayByIDs"),
-		replayByKey:    st.Get("ReplayByKey"),
-		keyUnpublished: st.Get("KeyUnpublished"),
-		replay:         st.Get("Replay"),
-		auditInsert:    st.Get("AuditInsert"),
-		auditList:      st.Get("AuditList"),
+		replayByIDs:        st.Get("ReplayByIDs"),
+		replayByKey:        st.Get("ReplayByKey"),
+		keyUnpublished:     st.Get("KeyUnpublished"),
+		replay:             st.Get("Replay"),
+		auditInsert:        st.Get("AuditInsert"),
+		auditList:          st.Get("AuditList"),
+		auditInsertPending: st.Get("AuditInsertPending"),
+		auditSetRows:       st.Get("AuditSetRows"),
+		resetLanes:         st.Get("ResetLanes"),
 
 		notify: st.Get("Notify"),
 		listen: st.Get("Listen"),

@@ -79,6 +79,7 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
 	auditInsert, auditList                           string
+	resetLanes                                       string
 
 	// inbox
 	horizon      string
@@ -180,6 +181,7 @@ func buildQueries(n names) (queries, error) {
 		replay:              st.Get("Replay"),
 		auditInsert:         st.Get("AuditInsert"),
 		auditList:           st.Get("AuditList"),
+		resetLanes:          st.Get("ResetLanes"),
 		horizon:             st.Get("Horizon"),
 		insertInbox:         st.Get("InsertInbox"),
 		selectInbox:         st.Get("SelectInbox"),
