@@ -35,7 +35,7 @@ func lanesResetCommand() *cobra.Command {
 	var all bool
 	var actor *string
 	cmd, _ := opsCommand("reset --db URL (--lane N [--lane M ...] | --owner O | --all) [--actor A]",
-		"end the leases of held lanes at once, in one transaction with an audit row: owner and sign of life cleared, lease expired, generation incremented, so whatever the old owner settles afterwards is refused and any running relay claims the lanes at its next claim, while the old process still runs, in every lease mode (MySQL/MariaDB get_lock: without the lane's GET_LOCK until the old owner's session lets it go); a relay that runs on claims lanes again, the old one too: stop a stalled owner that keeps taking them",
+		"end the leases of held lanes at once, in one transaction with an audit row: owner and sign of life cleared, lease expired, generation incremented, so whatever the old owner settles afterwards is refused and any running relay claims the lanes at its next claim, while the old process still runs, in every lease mode (on MySQL/MariaDB a lease the old owner tied to a GET_LOCK is taken without the lock until the old owner's session lets it go); a relay that runs on claims lanes again, the old one too: stop a stalled owner that keeps taking them",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
 			args := map[string]any{"all": true}
 			switch {
