@@ -169,8 +169,8 @@ func TestGrants(t *testing.T) {
 	}
 	requireRowCount(t, s, 1)
 
-	// Only the operator appends audit rows (and cannot change them); it unparks, prunes and
-	// reads the log.
+	// Only the operator appends audit rows (and cannot change their columns but rows_affected,
+	// nor delete them); it unparks, prunes and reads the log.
 	_, err = operator.UnparkKeys(ctx, []string{recs[1].PartitionKey}, &core.AuditEntry{Actor: "op", Command: "unpark"})
 	require.NoError(t, err)
 	_, err = operator.PruneAudited(ctx, core.PruneParams{PublishedBefore: time.Now()}, core.AuditEntry{Actor: "op", Command: "cleanup"})
