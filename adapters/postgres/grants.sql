@@ -30,8 +30,9 @@
 -- columns, deletes published rows and the CDC checkpoint, ends lane leases (lanes reset),
 -- raises inbox horizons and deletes inbox records (inbox prune), and appends to the audit table
 -- (outbox_audit), from which it can delete nothing and of which it can change only
--- rows_affected (inbox prune writes its row with -1 when it raises the horizon and sets the
--- count with its last deletion). Neither the application nor the relay role can write audit
+-- rows_affected, and only from -1 (inbox prune writes its row with -1 when it raises the
+-- horizon and sets the count with its last deletion; the outbox_audit_guard trigger refuses any
+-- other change, whatever the role). Neither the application nor the relay role can write audit
 -- rows. Dropping the replication slot (`outboxkit cdc release`) also needs the REPLICATION
 -- attribute:
 --   ALTER ROLE <operator_role> REPLICATION;
