@@ -94,8 +94,9 @@ type Operator interface {
 	// audit row is written in the transaction that raises the horizon, with Rows -1, and its
 	// Rows set to the records deleted in the transaction of the last deletion: the horizon
 	// never moves without its audit row, and a row left at -1 says the horizon was raised but
-	// the deletions did not finish (a later prune deletes the rest). It returns how many
-	// records it deleted.
+	// the deletions did not finish (a later prune deletes the rest). On a single-writer
+	// database (SQLite) all of it may run in one transaction, Rows set at once. It returns how
+	// many records it deleted.
 	PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit AuditEntry) (int, error)
 	// AuditLog returns the audit rows of p.
 	AuditLog(ctx context.Context, p AuditListParams) ([]AuditEntry, error)
