@@ -71,6 +71,7 @@ func (n tableNames) idents() sqlfile.Idents {
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
 		"key": "{{key}}", "value": "{{value}}",
 		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
+		"audit_guard":      qt(n.outbox + "_aud"), // a trigger on the audit table, likewise
 	}
 }
 

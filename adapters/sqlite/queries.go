@@ -113,6 +113,7 @@ func (n names) idents() sqlfile.Idents {
 		"outbox_published":         n.outboxPublish,
 		"outbox_aggregate_version": n.outboxAggVersion,
 		"outbox_immutable":         n.outboxImmutable,
+		"audit_guard":              n.auditGuard,
 		"inbox":                    n.inbox,
 		"inbox_horizons":           n.inboxHorizons,
 		"inbox_versions":           n.inboxVersions,
