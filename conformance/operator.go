@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 func operatorCases[TTx any]() []tcase[TTx] {
 	return []tcase[TTx]{
 		{name: "replay", lanes: 1, run: testOperatorReplay[TTx]},
+		{name: "lanes-reset", lanes: 4, run: testOperatorResetLanes[TTx]},
+		{name: "inbox-prune", run: testOperatorPruneInbox[TTx]},
 	}
 }
 
@@ -118,5 +121,190 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 	}
 	if later, err := op.AuditLog(e.ctx, core.AuditListParams{Since: time.Now().Add(time.Hour)}); err != nil || len(later) != 0 {
 		e.fatalf("AuditLog(Since the future): %+v, %v", later, err)
+	}
+}
+
+// testOperatorResetLanes (adapters with core.Operator): ResetLanes ends the selected held
+// leases at once. The old owner's Settle (even by its own clock, at which its lease has not
+// run out) and RenewLanes are refused and mark nothing; another worker claims the lanes at
+// that same time, as free lanes, with the generation incremented by the reset and by its
+// claim; other owners' leases are untouched; the audit rows count the lanes changed (free
+// lanes are not); a bad selection is refused, changing and auditing nothing.
+func testOperatorResetLanes[TTx any](e *env[TTx]) {
+	op, isOp := e.a.(core.Operator)
+	if !isOp {
+		return
+	}
+	e.write(event(keyForLane(4, 0, 0), 1), event(keyForLane(4, 1, 0), 1), event(keyForLane(4, 2, 0), 1))
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+	stale := e.claim("stalled", 2, time.Hour, t0)
+	other := e.claim("other", 1, time.Hour, t0)
+	if len(stale) != 2 || stale[0].Lane != 0 || stale[1].Lane != 1 || len(other) != 1 || other[0].Lane != 2 {
+		e.fatalf("claims: %+v, %+v; want lanes 0 and 1, then 2", stale, other)
+	}
+	recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: stale, Limit: 10})
+	e.must(err, "Fetch")
+	if len(recs) != 2 {
+		e.fatalf("Fetch of lanes 0 and 1 returned %d records, want 2", len(recs))
+	}
+	seqs := []int64{recs[0].Seq, recs[1].Seq}
+
+	for _, p := range []core.ResetLanesParams{
+		{}, {Lanes: []int{0}, Owner: "stalled"}, {Owner: "stalled", All: true}, {Lanes: []int{4}}, {Lanes: []int{1, -1}},
+	} {
+		if _, err := op.ResetLanes(e.ctx, p, core.AuditEntry{Actor: "t", Command: "lanes reset"}); !errors.Is(err, core.ErrInvalidOptions) {
+			e.fatalf("ResetLanes(%+v): %v, want an *OptionError", p, err)
+		}
+	}
+	if log, err := op.AuditLog(e.ctx, core.AuditListParams{}); err != nil || len(log) != 0 {
+		e.fatalf("refused ResetLanes wrote audit rows: %+v, %v", log, err)
+	}
+	if renewed, err := e.a.RenewLanes(e.ctx, core.RenewParams{Leases: stale, TTL: time.Hour, Now: t0}); err != nil || len(renewed) != 2 {
+		e.fatalf("a refused ResetLanes changed the leases: RenewLanes returned %+v, %v", renewed, err)
+	}
+
+	n, err := op.ResetLanes(e.ctx, core.ResetLanesParams{Owner: "stalled"}, core.AuditEntry{Actor: "t", Command: "lanes reset", Arguments: `{"owner":"stalled"}`})
+	e.must(err, "ResetLanes(Owner)")
+	if n != 2 {
+		e.fatalf("ResetLanes(Owner) changed %d lanes, want 2", n)
+	}
+	staleSettle := func(when string, now time.Time) {
+		e.t.Helper()
+		err := e.a.Settle(e.ctx, core.SettleParams{Leases: stale, Published: seqs, Now: now})
+		var lost *core.LanesLostError
+		if !errors.As(err, &lost) || !slices.Equal(lost.Lanes, []int{0, 1}) {
+			e.fatalf("the old owner's Settle %s after ResetLanes: %v, want a *LanesLostError naming lanes 0 and 1", when, err)
+		}
+		if got := len(e.list(core.StatePending)); got != 3 {
+			e.fatalf("the old owner's refused Settle %s changed records: %d pending, want 3", when, got)
+		}
+	}
+	staleSettle("by its own clock", t0)
+	staleSettle("by the database clock", time.Time{})
+	if renewed, err := e.a.RenewLanes(e.ctx, core.RenewParams{Leases: stale, TTL: time.Hour, Now: t0}); err != nil || len(renewed) != 0 {
+		e.fatalf("the old owner renewed reset leases: %+v, %v", renewed, err)
+	}
+
+	// Another worker claims them at once (at t0, when the old leases had an hour left).
+	next := e.claim("next", 4, time.Hour, t0)
+	if len(next) != 3 || next[0].Lane != 0 || next[1].Lane != 1 || next[2].Lane != 3 {
+		e.fatalf("a claim after ResetLanes got %+v, want lanes 0, 1 and the free 3", next)
+	}
+	for i, l := range next[:2] {
+		if l.Generation != stale[i].Generation+2 {
+			e.fatalf("lane %d: generation %d after ResetLanes and a claim, want %d (the reset's and the claim's)", l.Lane, l.Generation, stale[i].Generation+2)
+		}
+	}
+	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: next[:2], Published: seqs, Now: t0}), "Settle by the new owner")
+	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: other, Published: []int64{e.list(core.StatePending)[0].Seq}, Now: t0}), "Settle by an owner whose lanes were not reset")
+	staleSettle2 := e.a.Settle(e.ctx, core.SettleParams{Leases: stale, Failed: []core.Failure{{Seq: seqs[0], Lane: 0, Error: "x"}}, Now: t0})
+	if !errors.As(staleSettle2, new(*core.LanesLostError)) {
+		e.fatalf("the old owner's Settle after the takeover: %v, want a *LanesLostError", staleSettle2)
+	}
+
+	n, err = op.ResetLanes(e.ctx, core.ResetLanesParams{Lanes: []int{2, 3, 2}}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	e.must(err, "ResetLanes(Lanes)")
+	if n != 2 {
+		e.fatalf("ResetLanes(Lanes 2, 3) changed %d lanes, want 2", n)
+	}
+	n, err = op.ResetLanes(e.ctx, core.ResetLanesParams{All: true}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	e.must(err, "ResetLanes(All)")
+	if n != 2 {
+		e.fatalf("ResetLanes(All) changed %d lanes, want 2 (lanes 0 and 1 of the new owner)", n)
+	}
+	n, err = op.ResetLanes(e.ctx, core.ResetLanesParams{All: true}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	e.must(err, "ResetLanes(All) of free lanes")
+	if n != 0 {
+		e.fatalf("ResetLanes(All) changed %d free lanes", n)
+	}
+	log, err := op.AuditLog(e.ctx, core.AuditListParams{})
+	e.must(err, "AuditLog")
+	var rows []int64
+	for _, a := range log {
+		if a.Command != "lanes reset" {
+			e.fatalf("AuditLog: %+v", log)
+		}
+		rows = append(rows, a.Rows)
+	}
+	if !slices.Equal(rows, []int64{2, 2, 2, 0}) || log[0].Arguments != `{"owner":"stalled"}` {
+		e.fatalf("AuditLog after four resets: %+v", log)
+	}
+}
+
+// testOperatorPruneInbox (adapters with core.Operator): PruneInboxAudited is Inbox.Prune with
+// an audit row: it raises the horizon (older messages are refused, newer ones and other
+// consumers untouched), deletes the older records limit at a time, whether or not the last
+// batch is full, and its audit row counts them; bad arguments change and audit nothing.
+func testOperatorPruneInbox[TTx any](e *env[TTx]) {
+	op, isOp := e.a.(core.Operator)
+	if !isOp {
+		return
+	}
+	f := e.inbox(nil)
+	at := func(id string, d time.Duration) core.InboxMessage {
+		m := msg(id, "p")
+		m.OccurredAt = i0.Add(d)
+		return m
+	}
+	for i := range 5 {
+		f.expect("old", "c1", at(fmt.Sprintf("o%d", i), -time.Duration(i)*time.Minute), "eff", core.Applied, 0)
+	}
+	f.expect("new", "c1", at("n", 3*time.Hour), "eff", core.Applied, 0)
+	f.expect("other consumer", "c2", at("o0", 0), "eff", core.Applied, 0)
+	audit := core.AuditEntry{Actor: "t", Command: "inbox prune", Arguments: `{"consumer":"c1"}`}
+	for _, c := range []struct {
+		consumer string
+		before   time.Time
+		limit    int
+		want     error
+	}{
+		{"c1", core.MinTime.Add(-time.Second), 2, core.ErrInvalidHorizon},
+		{"c1", time.Now().Add(time.Hour), 2, core.ErrInvalidHorizon},
+		{"", i0.Add(time.Hour), 2, core.ErrInvalidMessage},
+		{"c1", i0.Add(time.Hour), core.MaxPruneLimit + 1, core.ErrInvalidOptions},
+	} {
+		if _, err := op.PruneInboxAudited(e.ctx, c.consumer, c.before, c.limit, audit); !errors.Is(err, c.want) {
+			e.fatalf("PruneInboxAudited(%q, %v, %d): %v, want %v", c.consumer, c.before, c.limit, err, c.want)
+		}
+	}
+	if log, err := op.AuditLog(e.ctx, core.AuditListParams{}); err != nil || len(log) != 0 {
+		e.fatalf("refused PruneInboxAudited wrote audit rows: %+v, %v", log, err)
+	}
+	f.expect("a refused prune moved no horizon", "c1", at("o0", 0), "eff", core.Duplicate, core.Applied)
+
+	n, err := op.PruneInboxAudited(e.ctx, "c1", i0.Add(time.Hour), 2, audit)
+	e.must(err, "PruneInboxAudited")
+	if n != 5 {
+		e.fatalf("PruneInboxAudited deleted %d records, want 5 (in batches of 2)", n)
+	}
+	f.expectErr("pruned message redelivered", "c1", at("o0", 0), "eff", core.ErrBeyondRetention)
+	f.expect("newer message redelivered", "c1", at("n", 3*time.Hour), "eff", core.Duplicate, core.Applied)
+	f.expect("other consumer's record kept", "c2", at("o0", 0), "eff", core.Duplicate, core.Applied)
+	for i := range 4 {
+		f.expect("between the horizons", "c1", at(fmt.Sprintf("b%d", i), 2*time.Hour), "eff", core.Applied, 0)
+	}
+	n, err = op.PruneInboxAudited(e.ctx, "c1", i0.Add(150*time.Minute), 2, core.AuditEntry{Actor: "t", Command: "inbox prune"})
+	e.must(err, "PruneInboxAudited (full last batch)")
+	if n != 4 {
+		e.fatalf("PruneInboxAudited deleted %d records, want 4 (two full batches)", n)
+	}
+	n, err = op.PruneInboxAudited(e.ctx, "c1", i0, 0, core.AuditEntry{Actor: "t", Command: "inbox prune"})
+	e.must(err, "PruneInboxAudited (lower)")
+	if n != 0 {
+		e.fatalf("a lower PruneInboxAudited deleted %d records", n)
+	}
+	f.expectErr("after a lower prune the horizon stays", "c1", at("b9", 2*time.Hour), "eff", core.ErrBeyondRetention)
+	e.expectEffect("eff", 11)
+	log, err := op.AuditLog(e.ctx, core.AuditListParams{})
+	e.must(err, "AuditLog")
+	var rows []int64
+	for _, a := range log {
+		if a.Command != "inbox prune" {
+			e.fatalf("AuditLog: %+v", log)
+		}
+		rows = append(rows, a.Rows)
+	}
+	if !slices.Equal(rows, []int64{5, 4, 0}) || log[0].Arguments != `{"consumer":"c1"}` || log[0].Actor != "t" {
+		e.fatalf("AuditLog after three prunes: %+v", log)
 	}
 }

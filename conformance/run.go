@@ -16,7 +16,10 @@ import (
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
 //   - operator: replay (adapters with core.Operator: Replay in seq order and its refusals, the
-//     watermark behind a replayed event, audited UnparkKeys and PruneAudited, AuditLog)
+//     watermark behind a replayed event, audited UnparkKeys and PruneAudited, AuditLog),
+//     lanes-reset (ResetLanes: the old owner's Settle and RenewLanes refused, another worker
+//     claims the lanes at once, audit rows, bad selections refused), inbox-prune
+//     (PruneInboxAudited: the horizon raised, the records deleted in batches, audit rows)
 //   - inbox: concurrent-once, digest-mismatch, handler-error, versions, gap-reject, retention,
 //     consumers, horizon-after-insert
 //   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its

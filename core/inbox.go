@@ -503,13 +503,11 @@ func checkHorizon(consumer string, msg *InboxMessage, horizon time.Time) error {
 // or whose handler panicked.
 var errBatchFailed = errors.New("inbox: batch failed")
 
-// Prune raises consumer's retention horizon to before and deletes its records of messages that
-// occurred earlier, limit at a time, until none is left. Messages older than the horizon are
-// rejected afterwards with ErrBeyondRetention. It returns how many records it deleted.
-// before must lie between MinTime and now plus MaxClockSkew (a future horizon would reject every
-// message for good): otherwise Prune returns an error wrapping ErrInvalidHorizon and changes
-// nothing. limit <= 0 means 1000; at most MaxPruneLimit.
-func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+// CheckInboxPrune checks the arguments of an inbox prune (Inbox.Prune,
+// Operator.PruneInboxAudited) and returns the batch size: a *MessageError for a bad consumer,
+// an error wrapping ErrInvalidHorizon for a before outside [MinTime, now+MaxClockSkew], an
+// *OptionError for a limit above MaxPruneLimit; limit <= 0 means DefaultPruneLimit.
+func CheckInboxPrune(consumer string, before time.Time, limit int) (int, error) {
 	if err := CheckConsumer(consumer); err != nil {
 		return 0, err
 	}
@@ -523,7 +521,20 @@ func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Ti
 	if limit > MaxPruneLimit {
 		return 0, &OptionError{Field: "limit", Reason: fmt.Sprintf("must be at most %d", MaxPruneLimit)}
 	}
-	limit = PruneLimit(limit)
+	return PruneLimit(limit), nil
+}
+
+// Prune raises consumer's retention horizon to before and deletes its records of messages that
+// occurred earlier, limit at a time, until none is left. Messages older than the horizon are
+// rejected afterwards with ErrBeyondRetention. It returns how many records it deleted.
+// before must lie between MinTime and now plus MaxClockSkew (a future horizon would reject every
+// message for good): otherwise Prune returns an error wrapping ErrInvalidHorizon and changes
+// nothing. limit <= 0 means 1000; at most MaxPruneLimit.
+func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
+	limit, err := CheckInboxPrune(consumer, before, limit)
+	if err != nil {
+		return 0, err
+	}
 	total := 0
 	defer func() { in.inst.prunedRecords(ctx, consumer, total) }()
 	for {

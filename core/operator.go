@@ -3,12 +3,15 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 )
 
 // The audited operator capability of the SQL adapters (PostgreSQL, MySQL/MariaDB, SQLite):
-// replay, unpark and prune, each writing its AuditEntry in the transaction of the change, and
-// the audit log. `outboxkit replay|unpark|cleanup|audit` use it.
+// replay, unpark, prune, lane reset and inbox prune, each writing its AuditEntry in the
+// transaction of the change, and the audit log. `outboxkit replay|unpark|cleanup|lanes
+// reset|inbox prune|audit` use it.
 
 // Replay's refusals: each is wrapped by the error of a Replay that changed nothing.
 var (
@@ -47,9 +50,11 @@ type AuditEntry struct {
 	ID        int64     // assigned by the database
 	At        time.Time // set by the database clock
 	Actor     string    // who ran it (outboxkit --actor, default the OS user)
-	Command   string    // "replay", "unpark", "cleanup", "cdc release"
+	Command   string    // "replay", "unpark", "cleanup", "cdc release", "lanes reset", "inbox prune"
 	Arguments string    // the command's arguments as a JSON object
-	Rows      int64     // rows the change affected (set by the adapter)
+	// Rows is how many rows the change affected (set by the adapter). An "inbox prune" row
+	// holds -1 until its deletions finished (see Operator.PruneInboxAudited).
+	Rows int64
 }
 
 // AuditListParams selects audit rows: at or after Since (zero: all), the latest Limit
@@ -76,8 +81,55 @@ type Operator interface {
 	// PruneAudited deletes, in one transaction, every row PruneOutbox would delete under p
 	// (batches of p.BatchSize()), writes audit (Rows set) in it, and returns how many.
 	PruneAudited(ctx context.Context, p PruneParams, audit AuditEntry) (int, error)
+	// ResetLanes ends, in one transaction with audit (Rows set to the lanes changed), the
+	// leases of the lanes p selects that have an owner (a valid or an expired lease; free
+	// lanes are left alone): owner and sign of life (core.Liveness) cleared, lease expired,
+	// generation incremented. Whatever the old owner settles or renews afterwards is refused
+	// (its lease no longer matches: RelayStore.Settle's fencing) and any relay may claim the
+	// lanes at its next claim. It returns how many lanes it changed. p is checked first
+	// (CheckResetLanes): a bad selection returns an *OptionError and changes nothing.
+	ResetLanes(ctx context.Context, p ResetLanesParams, audit AuditEntry) (int, error)
+	// PruneInboxAudited is Inbox.Prune of the consumer's records older than before (the same
+	// checks: CheckInboxPrune; the same retention rule: InboxStore.PruneInbox), audited. The
+	// audit row is written in the transaction that raises the horizon, with Rows -1, and its
+	// Rows set to the records deleted in the transaction of the last deletion: the horizon
+	// never moves without its audit row, and a row left at -1 says the horizon was raised but
+	// the deletions did not finish (a later prune deletes the rest). On a single-writer
+	// database (SQLite) all of it may run in one transaction, Rows set at once. It returns how
+	// many records it deleted.
+	PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit AuditEntry) (int, error)
 	// AuditLog returns the audit rows of p.
 	AuditLog(ctx context.Context, p AuditListParams) ([]AuditEntry, error)
+}
+
+// ResetLanesParams selects the lanes of a ResetLanes: exactly one of Lanes, Owner and All.
+type ResetLanesParams struct {
+	Lanes []int  // these lanes (0 to the lane count - 1)
+	Owner string // every lane this owner holds
+	All   bool   // every lane with an owner
+}
+
+// CheckResetLanes checks p against the outbox's lane count: exactly one selection, every lane
+// in [0, lanes). It returns the lanes of p.Lanes sorted, once each: the adapters' shared
+// argument check.
+func CheckResetLanes(p ResetLanesParams, lanes int) ([]int, error) {
+	n := 0
+	for _, given := range []bool{len(p.Lanes) > 0, p.Owner != "", p.All} {
+		if given {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, &OptionError{Field: "ResetLanesParams", Reason: "give exactly one of Lanes, Owner and All"}
+	}
+	for _, l := range p.Lanes {
+		if l < 0 || l >= lanes {
+			return nil, &OptionError{Field: "ResetLanesParams.Lanes", Reason: fmt.Sprintf("lane %d is outside 0 to %d", l, lanes-1)}
+		}
+	}
+	out := slices.Clone(p.Lanes)
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // CheckReplay checks p's selection (IDs, or a PartitionKey) and returns its IDs deduplicated

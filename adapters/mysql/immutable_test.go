@@ -60,3 +60,31 @@ func TestImmutableColumnsTrigger(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, "SELECT attempts FROM outbox").Scan(&attempts))
 	require.Equal(t, 1, attempts)
 }
+
+// TestAuditGuardTrigger mirrors PostgreSQL's: an audit row changes at most once, from
+// rows_affected -1 to a count; any other UPDATE fails and changes nothing.
+func TestAuditGuardTrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := newDB(t)
+	storeOn(t, db, nil)
+	_, err := db.ExecContext(ctx, "INSERT INTO outbox_audit (at, actor, command, arguments, rows_affected) VALUES (UTC_TIMESTAMP(6), 'a', 'replay', '{}', 2), (UTC_TIMESTAMP(6), 'a', 'inbox prune', '{}', -1)")
+	require.NoError(t, err)
+	refused := func(sql string) {
+		t.Helper()
+		_, err := db.ExecContext(ctx, sql)
+		var me *driver.MySQLError
+		require.True(t, errors.As(err, &me), "%s: %v", sql, err)
+		require.EqualValues(t, 1644, me.Number, "%s: %v", sql, err)
+		require.Contains(t, me.Message, "append-only", sql)
+	}
+	refused("UPDATE outbox_audit SET rows_affected = 5 WHERE command = 'replay'")
+	refused("UPDATE outbox_audit SET actor = 'b', rows_affected = 5 WHERE command = 'inbox prune'")
+	refused("UPDATE outbox_audit SET rows_affected = -2 WHERE command = 'inbox prune'")
+	_, err = db.ExecContext(ctx, "UPDATE outbox_audit SET rows_affected = 5 WHERE command = 'inbox prune'")
+	require.NoError(t, err, "the count of an unfinished inbox prune")
+	refused("UPDATE outbox_audit SET rows_affected = 6 WHERE command = 'inbox prune'")
+	var rows string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT GROUP_CONCAT(CONCAT(actor, rows_affected) ORDER BY id) FROM outbox_audit").Scan(&rows))
+	require.Equal(t, "a2,a5", rows)
+}

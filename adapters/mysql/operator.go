@@ -232,3 +232,93 @@ func (s *Store) CheckAudit(ctx context.Context) error {
 }
 
 var _ core.AuditWriter = (*Store)(nil)
+
+// ResetLanes implements core.Operator: one statement (ResetLanes) and the audit row, in one
+// READ COMMITTED transaction (the isolation of every lanes-table transaction).
+func (s *Store) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit core.AuditEntry) (int, error) {
+	count, err := s.LaneCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	lanes, err := core.CheckResetLanes(p, count)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		args := appendInts([]any{nil, len(lanes) == 0}, lanes)
+		res, err := tx.ExecContext(ctx, lists(s.q.resetLanes, len(lanes), 0), append(args, p.Owner, p.Owner)...)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, &audit, n)
+	})
+	if err != nil {
+		return 0, wrap("reset lanes", err)
+	}
+	return int(n), nil
+}
+
+// PruneInboxAudited implements core.Operator. The retention rule wants the horizon raise
+// committed before any record below it is deleted (see PruneInbox), so the change spans
+// transactions: the first raises the horizon and writes the audit row (rows -1), each next one
+// deletes a batch, and the last (the batch that finds fewer than limit) also sets the audit
+// row's rows to the total. The horizon thus never moves without its audit row; a failure or
+// crash between them leaves the row at -1 (deletions unfinished) and the records for the next
+// prune.
+func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit core.AuditEntry) (int, error) {
+	limit, err := core.CheckInboxPrune(consumer, before, limit)
+	if err != nil {
+		return 0, err
+	}
+	var horizon time.Time
+	var id int64
+	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
+			return err
+		}
+		var h sql.NullTime
+		if err := tx.QueryRowContext(ctx, s.q.horizonGet, consumer).Scan(&h); err != nil {
+			return err
+		}
+		horizon = nullTime(h)
+		args := audit.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		res, err := tx.ExecContext(ctx, s.q.auditInsert, timeArg(audit.At), audit.Actor, audit.Command, args, -1)
+		if err != nil {
+			return err
+		}
+		id, err = res.LastInsertId()
+		return err
+	})
+	if err != nil {
+		return 0, wrap("prune inbox: raise horizon", err)
+	}
+	total := int64(0)
+	for {
+		var n int64
+		err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, s.q.pruneInbox, consumer, timeArg(horizon), limit)
+			if err != nil {
+				return err
+			}
+			if n, err = res.RowsAffected(); err != nil || n >= int64(limit) {
+				return err
+			}
+			_, err = tx.ExecContext(ctx, s.q.auditSetRows, total+n, id)
+			return err
+		})
+		if err != nil {
+			return int(total), wrap("prune inbox", err)
+		}
+		total += n
+		if n < int64(limit) {
+			return int(total), nil
+		}
+	}
+}

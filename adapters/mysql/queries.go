@@ -56,6 +56,7 @@ type queries struct {
 	checkpointDelete                                                            string
 
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
+	auditSetRows, resetLanes                                                 string
 }
 
 // idents are the {{key}} substitutions of the adapter's SQL: the quoted tables, the clock
@@ -70,6 +71,7 @@ func (n tableNames) idents() sqlfile.Idents {
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
 		"key": "{{key}}", "value": "{{value}}",
 		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
+		"audit_guard":      qt(n.outbox + "_aud"), // a trigger on the audit table, likewise
 	}
 }
 
@@ -141,6 +143,8 @@ func newQueries(n tableNames) (queries, error) {
 		replay:                 st.Get("Replay"),
 		auditInsert:            st.Get("AuditInsert"),
 		auditList:              st.Get("AuditList"),
+		auditSetRows:           st.Get("AuditSetRows"),
+		resetLanes:             st.Get("ResetLanes"),
 		publisherLockX:         st.Get("PublisherLockX"),
 		publisherLockS:         st.Get("PublisherLockS"),
 		publisherBump:          st.Get("PublisherBump"),

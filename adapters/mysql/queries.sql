@@ -320,3 +320,21 @@ INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES ({{n
 -- since, limit: the latest rows, newest first.
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
 	WHERE at >= CAST(? AS DATETIME(6)) ORDER BY id DESC LIMIT ?
+
+-- name: AuditSetRows
+-- id, rows: PruneInboxAudited fills in the rows of the audit row it wrote with -1, once.
+UPDATE {{audit}} SET rows_affected = ? WHERE id = ? AND rows_affected = -1
+
+-- name: ResetLanes
+-- outboxkit lanes reset: end the leases of the selected lanes that have an owner. Arguments:
+-- now, whether every lane is selected, the lanes, the owner twice ('': any). One statement
+-- that locks the rows in lane order, as Settle and Renew do. The lease expires now (a settle
+-- or renewal of the old lease is refused: owner, generation and expiry all differ),
+-- lock_session (the sign of life) is cleared, and the new generation fences the old owner's
+-- marks. A claimer takes the lane as a free one; under ClaimGetLock (or HoldLiveness), while
+-- the old owner's session still holds the lane's GET_LOCK, without the lock (as a free lane
+-- whose lock is held), and it takes the lock at a renewal once the old owner has let it go
+-- (at its refused renewal or settle, or when its session ends).
+UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
+	WHERE owner <> '' AND (? OR lane IN ({{lane_list}})) AND (? = '' OR owner = ?)
+	ORDER BY lane

@@ -546,3 +546,57 @@ func TestPruneUnderLoad(t *testing.T) {
 	t.Parallel()
 	testkit.PruneUnderLoad(t, core.InboxStore[*sql.Tx](newStore(t, nil)))
 }
+
+// ResetLanes under ClaimGetLock, while the old owner's process lives: its session still holds
+// the lanes' GET_LOCKs, yet another worker claims the reset lanes at once, without the locks
+// (lock_session NULL: a crash of the new owner would be noticed at its lease expiry); the old
+// owner's renewal is refused and lets its locks go, and the new owner's next renewal takes them.
+func TestGetLockResetLanes(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := t.Context()
+	a := storeOn(t, db, &mysql.Options{Lanes: 2, ClaimStrategy: mysql.ClaimGetLock})
+	b, err := mysql.New(ctx, db, &mysql.Options{Lanes: 2, ClaimStrategy: mysql.ClaimGetLock, Logger: quietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	sessions := func(lane int) (recorded, holder sql.NullInt64) {
+		t.Helper()
+		require.NoError(t, db.QueryRow(`SELECT lock_session FROM outbox_lanes WHERE lane = ?`, lane).Scan(&recorded))
+		require.NoError(t, db.QueryRow(`SELECT IS_USED_LOCK(?)`, lockNameOf(t, db, lane)).Scan(&holder))
+		return recorded, holder
+	}
+
+	old, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, old, 2)
+	oldSession, _ := sessions(0)
+	require.True(t, oldSession.Valid)
+
+	n, err := b.ResetLanes(ctx, core.ResetLanesParams{Owner: "old"}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	recorded, holder := sessions(0)
+	require.False(t, recorded.Valid, "the reset clears the sign of life")
+	require.Equal(t, oldSession, holder, "the old owner's session still holds the lock")
+
+	got, err := b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, got, 2, "claimed at once, while the old owner's session holds the locks")
+	recorded, _ = sessions(0)
+	require.False(t, recorded.Valid, "claimed without the lock")
+
+	renewed, err := a.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Empty(t, renewed, "the old owner's renewal is refused")
+	_, holder = sessions(0)
+	require.False(t, holder.Valid, "and lets its locks go")
+
+	renewed, err = b.RenewLanes(ctx, core.RenewParams{Leases: got, TTL: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, renewed, 2)
+	for lane := range 2 {
+		recorded, holder = sessions(lane)
+		require.True(t, recorded.Valid, "lane %d: the new owner's renewal takes the lock", lane)
+		require.Equal(t, recorded, holder, "lane %d", lane)
+	}
+}

@@ -25,11 +25,16 @@
 --   GRANT INSERT (id) ON :"schema".outbox_ids TO :"app_role";
 -- and its cleanup (which creates and drops partitions) runs as the tables' owner.
 --
--- The operator role runs `outboxkit status|parked|unpark|replay|cleanup|cdc release|audit`: it
--- reads the outbox and its bookkeeping, changes the status columns, deletes published rows and
--- the CDC checkpoint, and appends to the audit table (outbox_audit), which it can neither change
--- nor delete from. Neither the application nor the relay role can write audit rows. Dropping
--- the replication slot (`outboxkit cdc release`) also needs the REPLICATION attribute:
+-- The operator role runs `outboxkit status|parked|unpark|replay|cleanup|cdc release|lanes
+-- reset|inbox prune|audit`: it reads the outbox and its bookkeeping, changes the status
+-- columns, deletes published rows and the CDC checkpoint, ends lane leases (lanes reset),
+-- raises inbox horizons and deletes inbox records (inbox prune), and appends to the audit table
+-- (outbox_audit), from which it can delete nothing and of which it can change only
+-- rows_affected, and only from -1 (inbox prune writes its row with -1 when it raises the
+-- horizon and sets the count with its last deletion; the outbox_audit_guard trigger refuses any
+-- other change, whatever the role). Neither the application nor the relay role can write audit
+-- rows. Dropping the replication slot (`outboxkit cdc release`) also needs the REPLICATION
+-- attribute:
 --   ALTER ROLE <operator_role> REPLICATION;
 -- `outboxkit backfill` publishes as the CDC relay does and then appends its audit row: run it
 -- as a role with both, e.g. the operator role (with REPLICATION) made a member of the relay role:
@@ -66,4 +71,8 @@ GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
 GRANT DELETE ON :"schema".outbox TO :"operator_role";
 GRANT DELETE ON :"schema".outbox_cdc_checkpoint TO :"operator_role";
 GRANT INSERT (actor, command, arguments, rows_affected) ON :"schema".outbox_audit TO :"operator_role";
+GRANT UPDATE (rows_affected) ON :"schema".outbox_audit TO :"operator_role";
+GRANT UPDATE (owner, generation, lease_until, live_pid) ON :"schema".outbox_lanes TO :"operator_role";
+GRANT SELECT, INSERT, UPDATE ON :"schema".inbox_horizons TO :"operator_role";
+GRANT SELECT, DELETE ON :"schema".inbox TO :"operator_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_audit_id_seq TO :"operator_role";

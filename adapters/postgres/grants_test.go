@@ -170,8 +170,8 @@ func TestGrants(t *testing.T) {
 	}
 	requireRowCount(t, s, 1)
 
-	// Only the operator appends audit rows (and cannot change them); it unparks, prunes and
-	// reads the log.
+	// Only the operator appends audit rows (and cannot change their columns but rows_affected,
+	// nor delete them); it unparks, prunes and reads the log.
 	_, err = operator.UnparkKeys(ctx, []string{recs[1].PartitionKey}, &core.AuditEntry{Actor: "op", Command: "unpark"})
 	require.NoError(t, err)
 	_, err = operator.PruneAudited(ctx, core.PruneParams{PublishedBefore: time.Now()}, core.AuditEntry{Actor: "op", Command: "cleanup"})
@@ -187,11 +187,32 @@ func TestGrants(t *testing.T) {
 	_, ok, err = relay.LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.False(t, ok)
+	// It ends the relay's leases (lanes reset) and prunes the application's inbox, auditing
+	// both; the application can do neither.
+	leases, err = relay.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, leases, 4)
+	_, err = app.ResetLanes(ctx, core.ResetLanesParams{All: true}, core.AuditEntry{Actor: "app", Command: "lanes reset"})
+	requireSQLState(t, err, "42501")
+	n, err = operator.ResetLanes(ctx, core.ResetLanesParams{Owner: "w"}, core.AuditEntry{Actor: "op", Command: "lanes reset"})
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	renewed, err := relay.RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, renewed, "the reset leases are lost")
+	_, err = app.PruneInboxAudited(ctx, "c", time.Now(), 10, core.AuditEntry{Actor: "app", Command: "inbox prune"})
+	requireSQLState(t, err, "42501")
+	n, err = operator.PruneInboxAudited(ctx, "c", time.Now(), 10, core.AuditEntry{Actor: "op", Command: "inbox prune"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the record of e1")
 	log, err := operator.AuditLog(ctx, core.AuditListParams{})
 	require.NoError(t, err)
-	require.Len(t, log, 4)
-	require.Equal(t, []string{"replay", "unpark", "cleanup", "cdc release"}, []string{log[0].Command, log[1].Command, log[2].Command, log[3].Command})
+	require.Len(t, log, 6)
+	require.Equal(t, []string{"replay", "unpark", "cleanup", "cdc release", "lanes reset", "inbox prune"},
+		[]string{log[0].Command, log[1].Command, log[2].Command, log[3].Command, log[4].Command, log[5].Command})
 	require.EqualValues(t, 1, log[0].Rows)
+	require.EqualValues(t, 4, log[4].Rows)
+	require.EqualValues(t, 1, log[5].Rows)
 	insert := "INSERT INTO outbox_audit (actor, command, arguments, rows_affected) VALUES ('x', 'replay', '{}', 0)"
 	for _, p := range []*pgxpool.Pool{appPool, relayPool} {
 		_, err := p.Exec(ctx, insert)
@@ -203,6 +224,9 @@ func TestGrants(t *testing.T) {
 		_, err := opPool.Exec(ctx, sql)
 		requireSQLState(t, err, "42501")
 	}
+	// Of rows_affected, only an unfinished inbox prune's -1 may change (the audit guard trigger).
+	_, err = opPool.Exec(ctx, "UPDATE outbox_audit SET rows_affected = 7")
+	requireSQLState(t, err, "23001")
 	_, err = app.UnparkKeys(ctx, nil, &core.AuditEntry{Actor: "app", Command: "unpark"})
 	requireSQLState(t, err, "42501")
 	requireRowCount(t, s, 1)

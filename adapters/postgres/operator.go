@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -195,4 +196,83 @@ func (s *Store[TTx]) CheckAudit(ctx context.Context) error {
 		return fmt.Errorf("postgres: check audit: %w", classify(err))
 	}
 	return nil
+}
+
+// ResetLanes implements core.Operator: one statement (ResetLanes) and the audit row, in one
+// transaction. Under either ClaimStrategy another relay claims a reset lane at its next claim:
+// ClaimAdvisoryLock's advisory locks last only as long as a claim's own transaction, and the
+// sign of life (live_pid) is cleared.
+func (s *Store[TTx]) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit core.AuditEntry) (int, error) {
+	count, err := s.LaneCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	lanes, err := core.CheckResetLanes(p, count)
+	if err != nil {
+		return 0, err
+	}
+	sel := make([]int32, len(lanes))
+	for i, l := range lanes {
+		sel[i] = int32(l)
+	}
+	var n int64
+	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
+		var err error
+		if n, err = q.exec(ctx, s.q.resetLanes, sel, p.Owner); err != nil {
+			return err
+		}
+		return s.audit(ctx, q, &audit, n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: reset lanes: %w", classify(err))
+	}
+	return int(n), nil
+}
+
+// PruneInboxAudited implements core.Operator. The retention rule wants the horizon raise
+// committed before any record below it is deleted (see PruneInbox), so the change spans
+// transactions: the first raises the horizon and writes the audit row (rows -1), each next one
+// deletes a batch, and the last (the batch that finds fewer than limit) also sets the audit
+// row's rows to the total. The horizon thus never moves without its audit row; a failure or
+// crash between them leaves the row at -1 (deletions unfinished) and the records for the next
+// prune.
+func (s *Store[TTx]) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit core.AuditEntry) (int, error) {
+	limit, err := core.CheckInboxPrune(consumer, before, limit)
+	if err != nil {
+		return 0, err
+	}
+	args := audit.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	var h time.Time
+	var id int64
+	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if err := queryRow(ctx, q, s.q.raiseHorizon, []any{consumer, occurredIn(before)}, &h); err != nil {
+			return err
+		}
+		return queryRow(ctx, q, s.q.auditInsertPending, []any{audit.Actor, audit.Command, args}, &id)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: prune inbox: raise horizon: %w", classify(err))
+	}
+	total := int64(0)
+	for {
+		var n int64
+		err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+			var err error
+			if n, err = q.exec(ctx, s.q.pruneInbox, consumer, h, limit); err != nil || n >= int64(limit) {
+				return err
+			}
+			_, err = q.exec(ctx, s.q.auditSetRows, id, total+n)
+			return err
+		})
+		if err != nil {
+			return int(total), fmt.Errorf("postgres: prune inbox: %w", classify(err))
+		}
+		total += n
+		if n < int64(limit) {
+			return int(total), nil
+		}
+	}
 }

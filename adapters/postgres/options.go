@@ -107,8 +107,9 @@ type names struct {
 	schema, outbox, lanes, workers, meta      string // quoted and schema-qualified
 	publisher, checkpoint, audit              string
 	inbox, horizons, versions                 string
-	fn, fetchFn                               string // functions, qualified
+	fn, fetchFn, auditGuardFn                 string // functions, qualified
 	trigger, pendingIdx, failedIdx, aggverIdx string // bare quoted names
+	auditGuard                                string // bare quoted trigger name
 	ids, idsIdx, pubIdx                       string // partitioned outbox: ids qualified, indexes bare
 	seqName                                   string // the serial sequence, qualified
 	inboxIdx                                  string
@@ -126,7 +127,7 @@ func quote(s string) string { return `"` + s + `"` }
 // longest partition name).
 var (
 	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
-		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq"}
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard"}
 	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx"}
 )
 
@@ -210,30 +211,32 @@ func (o *Options) resolve() (Options, names, error) {
 	}
 	s := quote(r.Schema) + "."
 	n := names{
-		schema:     quote(r.Schema),
-		outbox:     s + quote(r.Table),
-		lanes:      s + quote(r.Table+"_lanes"),
-		workers:    s + quote(r.Table+"_workers"),
-		meta:       s + quote(r.Table+"_meta"),
-		publisher:  s + quote(r.Table+"_publisher"),
-		checkpoint: s + quote(r.Table+"_cdc_checkpoint"),
-		audit:      s + quote(r.Table+"_audit"),
-		fn:         s + quote(r.Table+"_immutable"),
-		fetchFn:    s + quote(r.Table+"_fetch"),
-		trigger:    quote(r.Table + "_immutable"),
-		pendingIdx: quote(r.Table + "_pending_idx"),
-		failedIdx:  quote(r.Table + "_failed_idx"),
-		aggverIdx:  quote(r.Table + "_aggver_key"),
-		seqName:    s + quote(r.Table+"_seq_seq"),
-		ids:        s + quote(r.Table+"_ids"),
-		idsIdx:     quote(r.Table + "_ids_idx"),
-		pubIdx:     quote(r.Table + "_pub_idx"),
-		inbox:      s + quote(r.InboxTable),
-		horizons:   s + quote(r.InboxTable+"_horizons"),
-		versions:   s + quote(r.InboxTable+"_versions"),
-		inboxIdx:   quote(r.InboxTable + "_occurred_idx"),
-		channel:    quote(r.NotifyChannel),
-		rawSchema:  r.Schema, rawTable: r.Table, rawInbox: r.InboxTable, rawChannel: r.NotifyChannel,
+		schema:       quote(r.Schema),
+		outbox:       s + quote(r.Table),
+		lanes:        s + quote(r.Table+"_lanes"),
+		workers:      s + quote(r.Table+"_workers"),
+		meta:         s + quote(r.Table+"_meta"),
+		publisher:    s + quote(r.Table+"_publisher"),
+		checkpoint:   s + quote(r.Table+"_cdc_checkpoint"),
+		audit:        s + quote(r.Table+"_audit"),
+		fn:           s + quote(r.Table+"_immutable"),
+		fetchFn:      s + quote(r.Table+"_fetch"),
+		auditGuardFn: s + quote(r.Table+"_audit_guard"),
+		auditGuard:   quote(r.Table + "_audit_guard"),
+		trigger:      quote(r.Table + "_immutable"),
+		pendingIdx:   quote(r.Table + "_pending_idx"),
+		failedIdx:    quote(r.Table + "_failed_idx"),
+		aggverIdx:    quote(r.Table + "_aggver_key"),
+		seqName:      s + quote(r.Table+"_seq_seq"),
+		ids:          s + quote(r.Table+"_ids"),
+		idsIdx:       quote(r.Table + "_ids_idx"),
+		pubIdx:       quote(r.Table + "_pub_idx"),
+		inbox:        s + quote(r.InboxTable),
+		horizons:     s + quote(r.InboxTable+"_horizons"),
+		versions:     s + quote(r.InboxTable+"_versions"),
+		inboxIdx:     quote(r.InboxTable + "_occurred_idx"),
+		channel:      quote(r.NotifyChannel),
+		rawSchema:    r.Schema, rawTable: r.Table, rawInbox: r.InboxTable, rawChannel: r.NotifyChannel,
 	}
 	h := fnv.New64a()
 	h.Write([]byte(r.Schema + "." + r.Table))

@@ -55,6 +55,8 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
 	auditInsert, auditList                           string
+	auditInsertPending, auditSetRows                 string // PruneInboxAudited
+	resetLanes                                       string
 
 	notify, listen string
 
@@ -79,35 +81,38 @@ type migration struct {
 // the record column list. {{partition}}, {{from}} and {{to}} are filled per partition.
 func (n names) idents() sqlfile.Idents {
 	return sqlfile.Idents{
-		"schema":       n.schema,
-		"outbox":       n.outbox,
-		"lanes":        n.lanes,
-		"workers":      n.workers,
-		"meta":         n.meta,
-		"publisher":    n.publisher,
-		"checkpoint":   n.checkpoint,
-		"audit":        n.audit,
-		"fn":           n.fn,
-		"fetch_fn":     n.fetchFn,
-		"trigger":      n.trigger,
-		"trigger_name": strings.Trim(n.trigger, `"`),
-		"pending_idx":  n.pendingIdx,
-		"failed_idx":   n.failedIdx,
-		"aggver_idx":   n.aggverIdx,
-		"ids":          n.ids,
-		"ids_idx":      n.idsIdx,
-		"pub_idx":      n.pubIdx,
-		"inbox":        n.inbox,
-		"horizons":     n.horizons,
-		"versions":     n.versions,
-		"inbox_idx":    n.inboxIdx,
-		"channel":      n.channel,
-		"cols":         recordCols,
-		"partition":    "{{partition}}",
-		"from":         "{{from}}",
-		"to":           "{{to}}",
-		"key":          "{{key}}",
-		"value":        "{{value}}",
+		"schema":           n.schema,
+		"outbox":           n.outbox,
+		"lanes":            n.lanes,
+		"workers":          n.workers,
+		"meta":             n.meta,
+		"publisher":        n.publisher,
+		"checkpoint":       n.checkpoint,
+		"audit":            n.audit,
+		"fn":               n.fn,
+		"fetch_fn":         n.fetchFn,
+		"trigger":          n.trigger,
+		"trigger_name":     strings.Trim(n.trigger, `"`),
+		"audit_guard":      n.auditGuard,
+		"audit_guard_name": strings.Trim(n.auditGuard, `"`),
+		"audit_guard_fn":   n.auditGuardFn,
+		"pending_idx":      n.pendingIdx,
+		"failed_idx":       n.failedIdx,
+		"aggver_idx":       n.aggverIdx,
+		"ids":              n.ids,
+		"ids_idx":          n.idsIdx,
+		"pub_idx":          n.pubIdx,
+		"inbox":            n.inbox,
+		"horizons":         n.horizons,
+		"versions":         n.versions,
+		"inbox_idx":        n.inboxIdx,
+		"channel":          n.channel,
+		"cols":             recordCols,
+		"partition":        "{{partition}}",
+		"from":             "{{from}}",
+		"to":               "{{to}}",
+		"key":              "{{key}}",
+		"value":            "{{value}}",
 	}
 }
 
@@ -167,12 +172,15 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		unpark:      st.Get("Unpark"),
 		parkedKeys:  st.Get("ParkedKeys"),
 
-		replayByIDs:    st.Get("ReplayByIDs"),
-		replayByKey:    st.Get("ReplayByKey"),
-		keyUnpublished: st.Get("KeyUnpublished"),
-		replay:         st.Get("Replay"),
-		auditInsert:    st.Get("AuditInsert"),
-		auditList:      st.Get("AuditList"),
+		replayByIDs:        st.Get("ReplayByIDs"),
+		replayByKey:        st.Get("ReplayByKey"),
+		keyUnpublished:     st.Get("KeyUnpublished"),
+		replay:             st.Get("Replay"),
+		auditInsert:        st.Get("AuditInsert"),
+		auditList:          st.Get("AuditList"),
+		auditInsertPending: st.Get("AuditInsertPending"),
+		auditSetRows:       st.Get("AuditSetRows"),
+		resetLanes:         st.Get("ResetLanes"),
 
 		notify: st.Get("Notify"),
 		listen: st.Get("Listen"),
@@ -206,6 +214,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0003_publisher", "0003_publisher.sql"},
 		file{"migration:0004_liveness", "0004_liveness.sql"},
 		file{"migration:0005_audit", "0005_audit.sql"},
+		file{"migration:0006_audit_guard", "0006_audit_guard.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -543,3 +543,31 @@ INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES ($1, $2,
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
 WHERE $1::timestamptz IS NULL OR at >= $1::timestamptz
 ORDER BY id DESC LIMIT $2
+
+-- name: AuditInsertPending
+-- PruneInboxAudited: the audit row of the horizon raise, in its transaction, with
+-- rows_affected -1 until the last deletion sets it (AuditSetRows). $1 actor, $2 command,
+-- $3 arguments.
+INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES ($1, $2, $3, -1)
+RETURNING id
+
+-- name: AuditSetRows
+-- $1 id, $2 rows: fills in the rows of a row AuditInsertPending wrote, once.
+UPDATE {{audit}} SET rows_affected = $2 WHERE id = $1 AND rows_affected = -1
+
+-- name: ResetLanes
+-- outboxkit lanes reset: end the leases of the selected lanes that have an owner. $1 lanes
+-- (empty: any), $2 owner ('': any). The rows are locked in lane order first (the ARRAY init
+-- plan), as Settle and Renew do, so that none of them deadlocks with it; the outer WHERE
+-- repeats the predicate for a row that changed while the lock was awaited. The lease expires
+-- at the transaction's start (a settle or renewal of the old lease is refused: owner,
+-- generation and expiry all differ), live_pid (the sign of life) is cleared, and the new
+-- generation fences the old owner's marks; any claimer takes the lane as a free one.
+UPDATE {{lanes}}
+SET owner = '', live_pid = NULL, lease_until = now(), generation = generation + 1
+WHERE lane = ANY(ARRAY(
+	SELECT lane FROM {{lanes}}
+	WHERE owner <> '' AND (cardinality($1::int[]) = 0 OR lane = ANY($1::int[]))
+	  AND ($2::text = '' OR owner = $2::text)
+	ORDER BY lane FOR UPDATE))
+  AND owner <> '' AND ($2::text = '' OR owner = $2::text)

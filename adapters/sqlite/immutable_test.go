@@ -49,3 +49,29 @@ func TestImmutableColumnsTrigger(t *testing.T) {
 		require.EqualValues(t, 1, n, set)
 	}
 }
+
+// TestAuditGuardTrigger mirrors PostgreSQL's: an audit row changes at most once, from
+// rows_affected -1 to a count; any other UPDATE fails and changes nothing.
+func TestAuditGuardTrigger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, err := b.db.ExecContext(b.ctx, `INSERT INTO outbox_audit (at, actor, command, arguments, rows_affected) VALUES (1, 'a', 'replay', '{}', 2), (1, 'a', 'inbox prune', '{}', -1)`)
+	require.NoError(t, err)
+	refused := func(sql string) {
+		t.Helper()
+		_, err := b.db.ExecContext(b.ctx, sql)
+		var e *msqlite.Error
+		require.True(t, errors.As(err, &e), "%s: %v", sql, err)
+		require.Equal(t, sqlite3.SQLITE_CONSTRAINT_TRIGGER, e.Code(), "%s: %v", sql, err)
+		require.Contains(t, e.Error(), "append-only", sql)
+	}
+	refused("UPDATE outbox_audit SET rows_affected = 5 WHERE command = 'replay'")
+	refused("UPDATE outbox_audit SET actor = 'b', rows_affected = 5 WHERE command = 'inbox prune'")
+	refused("UPDATE outbox_audit SET rows_affected = -2 WHERE command = 'inbox prune'")
+	_, err = b.db.ExecContext(b.ctx, "UPDATE outbox_audit SET rows_affected = 5 WHERE command = 'inbox prune'")
+	require.NoError(t, err, "the count of an unfinished inbox prune")
+	refused("UPDATE outbox_audit SET rows_affected = 6 WHERE command = 'inbox prune'")
+	var rows string
+	require.NoError(t, b.db.QueryRowContext(b.ctx, "SELECT group_concat(actor || rows_affected, ',') FROM (SELECT actor, rows_affected FROM outbox_audit ORDER BY id)").Scan(&rows))
+	require.Equal(t, "a2,a5", rows)
+}

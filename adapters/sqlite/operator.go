@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -165,4 +166,69 @@ func (s *Store) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.Au
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, nil
+}
+
+// ResetLanes implements core.Operator: one statement (ResetLanes) and the audit row, in one
+// write transaction. SQLite keeps no sign of life on a lane.
+func (s *Store) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit core.AuditEntry) (int, error) {
+	count, err := s.LaneCount(ctx)
+	if err != nil {
+		return 0, err
+	}
+	lanes, err := core.CheckResetLanes(p, count)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q.resetLanes, nowMicros(time.Time{}), len(lanes) == 0, intList(lanes), p.Owner)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, &audit, n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: reset lanes: %w", classify(err))
+	}
+	return int(n), nil
+}
+
+// PruneInboxAudited implements core.Operator in one write transaction: the horizon raise, the
+// deletions (limit at a time) and the audit row with the records deleted. SQLite has one
+// writer, so no inbox transaction runs beside it: the raise needs no commit of its own ahead
+// of the deletions (core.InboxStore.PruneInbox), and the audit row is never left at -1.
+func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit core.AuditEntry) (int, error) {
+	limit, err := core.CheckInboxPrune(consumer, before, limit)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		total = 0
+		var h int64
+		if err := s.queryRow(ctx, tx, s.q.raiseHorizon, consumer, before.UnixMicro()).Scan(&h); err != nil {
+			return err
+		}
+		for {
+			res, err := s.exec(ctx, tx, s.q.pruneInbox, consumer, h, limit)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			total += n
+			if n < int64(limit) {
+				return s.audit(ctx, tx, &audit, total)
+			}
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: prune inbox: %w", classify(err))
+	}
+	return int(total), nil
 }

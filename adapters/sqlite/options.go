@@ -43,7 +43,7 @@ type names struct {
 	outbox, lanes, workers, meta, migrations, publisher   string
 	audit                                                 string
 	outboxID, outboxPending, outboxBlocked, outboxPublish string
-	outboxAggVersion, outboxImmutable                     string
+	outboxAggVersion, outboxImmutable, auditGuard         string
 	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
 	inboxMigrations                                       string
 }
@@ -77,6 +77,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.outboxPublish, "Table", table + "_published"},
 		{&n.outboxAggVersion, "Table", table + "_aggregate_version"},
 		{&n.outboxImmutable, "Table", table + "_immutable"},
+		{&n.auditGuard, "Table", table + "_audit_guard"},
 		{&n.inbox, "InboxTable", inbox},
 		{&n.inboxHorizons, "InboxTable", inbox + "_horizons"},
 		{&n.inboxVersions, "InboxTable", inbox + "_versions"},

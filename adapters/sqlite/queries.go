@@ -79,6 +79,7 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
 	auditInsert, auditList                           string
+	resetLanes                                       string
 
 	// inbox
 	horizon      string
@@ -112,6 +113,7 @@ func (n names) idents() sqlfile.Idents {
 		"outbox_published":         n.outboxPublish,
 		"outbox_aggregate_version": n.outboxAggVersion,
 		"outbox_immutable":         n.outboxImmutable,
+		"audit_guard":              n.auditGuard,
 		"inbox":                    n.inbox,
 		"inbox_horizons":           n.inboxHorizons,
 		"inbox_versions":           n.inboxVersions,
@@ -180,6 +182,7 @@ func buildQueries(n names) (queries, error) {
 		replay:              st.Get("Replay"),
 		auditInsert:         st.Get("AuditInsert"),
 		auditList:           st.Get("AuditList"),
+		resetLanes:          st.Get("ResetLanes"),
 		horizon:             st.Get("Horizon"),
 		insertInbox:         st.Get("InsertInbox"),
 		selectInbox:         st.Get("SelectInbox"),

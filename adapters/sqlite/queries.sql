@@ -314,3 +314,12 @@ INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES (?1,
 -- ?1 since (unix µs), ?2 limit: the latest rows, newest first.
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
 WHERE at >= ?1 ORDER BY id DESC LIMIT ?2
+
+-- name: ResetLanes
+-- outboxkit lanes reset: end the leases of the selected lanes that have an owner. ?1 now
+-- (unix µs), ?2 every lane (0|1), ?3 lanes (JSON array), ?4 owner ('': any). The lease
+-- expires now (a settle or renewal of the old lease is refused: owner, generation and expiry
+-- all differ) and the new generation fences the old owner's marks; a claimer takes the lane as
+-- a free one.
+UPDATE {{lanes}} SET owner = '', lease_until = ?1, generation = generation + 1
+WHERE owner <> '' AND (?2 OR lane IN (SELECT value FROM json_each(?3))) AND (?4 = '' OR owner = ?4)

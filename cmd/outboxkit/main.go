@@ -70,6 +70,7 @@ func newRoot() *cobra.Command {
 		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
 	)
 	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), replayCommand(), cleanupCommand(), cdcCommand(), backfillCommand(), auditCommand(), migrateCommand(), versionCommand())
+	root.AddCommand(lanesCommand(), inboxCommand())
 	// A bad flag is one line naming it, and exit status 2.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErr(cmd, "%v", err)

@@ -399,6 +399,16 @@ func TestOpsUsage(t *testing.T) {
 		{"--slot: only for a postgres:// database", []string{"cdc", "release", "--db", db, "--slot", "s"}},
 		{"--slot: only for a postgres:// database", []string{"cdc", "release", "--db", "mysql://u@h/d", "--slot", "s"}},
 		{"give a subcommand: release", []string{"cdc"}},
+		{"give a subcommand: reset", []string{"lanes"}},
+		{"give one of --lane, --owner and --all", []string{"lanes", "reset", "--db", db}},
+		{"give one of --lane, --owner and --all", []string{"lanes", "reset", "--db", db, "--all", "--lane", "1"}},
+		{"--lane", []string{"lanes", "reset", "--db", db, "--lane", "x"}},
+		{"--lane: want 0 to 4095, got 4096", []string{"lanes", "reset", "--db", db, "--lane", "4096"}},
+		{"give a subcommand: prune", []string{"inbox"}},
+		{"--consumer is required", []string{"inbox", "prune", "--db", db, "--retention", "1h"}},
+		{"--retention", []string{"inbox", "prune", "--db", db, "--consumer", "c"}},
+		{"--retention", []string{"inbox", "prune", "--db", db, "--consumer", "c", "--retention", "-1h"}},
+		{"--limit", []string{"inbox", "prune", "--db", db, "--consumer", "c", "--retention", "1h", "--limit", "100001"}},
 		{"--slot", []string{"unpark", "--db", db, "--all", "--slot", "s"}}, // only cdc release
 	} {
 		fails(t, 2, c.want, c.args...)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,7 +112,7 @@ func pageCmd(t *testing.T, page, path string, nth int, vars map[string]string, d
 }
 
 // sampleVars are values of the pages' variables (docs/runbooks/README.md names them).
-var sampleVars = map[string]string{"$DB": "sqlite:outbox.db", "$KEY": "order-1", "$IDS": "id-1,id-2", "$RETENTION": "24h"}
+var sampleVars = map[string]string{"$DB": "sqlite:outbox.db", "$KEY": "order-1", "$IDS": "id-1,id-2", "$RETENTION": "24h", "$OWNER": "host-1-a"}
 
 // TestRunbookCommands: each page exists and is indexed; every `outboxkit` command line of the
 // pages' sh blocks names an existing command with its own flags; every metric the pages name is
@@ -358,9 +359,11 @@ func TestRunbookDatabaseOverload(t *testing.T) {
 	require.Equal(t, 4, relay.stop(t))
 }
 
-// TestRunbookStuckClaims: a crashed relay's leases (owner "crashed", expired) show in the lane
-// table as (expired) with the events of its lanes pending; the page's relay takes the lanes over
-// with a new generation and drains them.
+// TestRunbookStuckClaims: a crashed relay's lease (owner "crashed", expired) and a stalled
+// relay's valid one (owner "stalled") show in the lane table, the first as (expired), with the
+// events of their lanes pending; the page's lanes reset ends the stalled owner's lease (its
+// settle is refused afterwards) and the page's relay takes both lanes over with a new
+// generation and drains them; audit lists the reset.
 func TestRunbookStuckClaims(t *testing.T) {
 	const page = "stuck-claims.md"
 	for _, b := range runbookBackends {
@@ -371,33 +374,45 @@ func TestRunbookStuckClaims(t *testing.T) {
 			writeEvents(t, d.store, "a", "b", "c")
 			pub, err := d.store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "crashed"})
 			require.NoError(t, err)
-			leases, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "crashed", Max: 2, TTL: 500 * time.Millisecond})
+			crashed, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "crashed", Max: 1, TTL: 500 * time.Millisecond})
 			require.NoError(t, err)
-			require.Len(t, leases, 2)
-			before := map[int]int64{}
-			for _, l := range leases {
-				before[l.Lane] = l.Generation
-			}
-			time.Sleep(600 * time.Millisecond) // the crashed relay's leases expire
+			stalled, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "stalled", Max: 1, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Len(t, crashed, 1)
+			require.Len(t, stalled, 1)
+			before := map[int]int64{crashed[0].Lane: crashed[0].Generation, stalled[0].Lane: stalled[0].Generation}
+			recs, err := d.store.Fetch(ctx, core.FetchParams{Leases: stalled, Limit: 10})
+			require.NoError(t, err)
+			require.NotEmpty(t, recs)
+			time.Sleep(600 * time.Millisecond) // the crashed relay's lease expires
 
 			text := d.run(t, page, "status", 0, nil)
 			require.Contains(t, text, "pending    3\n")
 			require.Contains(t, text, "lanes      2, 2 with an owner")
-			require.Equal(t, 2, strings.Count(text, "crashed")-strings.Count(text, "holder crashed"), text)
-			require.Equal(t, 2, strings.Count(text, "(expired)"), text)
+			require.Equal(t, 1, strings.Count(text, "crashed")-strings.Count(text, "holder crashed"), text)
+			require.Equal(t, 1, strings.Count(text, "stalled"), text)
+			require.Equal(t, 1, strings.Count(text, "(expired)"), text)
 			var st statusReport
 			require.NoError(t, json.Unmarshal([]byte(d.run(t, page, "status", 1, nil)), &st))
 			for _, l := range st.Lanes {
-				require.Equal(t, "crashed", l.Owner)
-				require.False(t, l.LeaseUntil.After(time.Now()))
+				if l.Owner == "crashed" {
+					require.False(t, l.LeaseUntil.After(time.Now()))
+				} else {
+					require.Equal(t, "stalled", l.Owner)
+					require.True(t, l.LeaseUntil.After(time.Now()))
+				}
 			}
+
+			require.Equal(t, "reset=1\n", d.run(t, page, "lanes reset", 0, map[string]string{"OWNER": "stalled"}))
+			err = d.store.Settle(ctx, core.SettleParams{Leases: stalled, Published: []int64{recs[0].Seq}})
+			require.True(t, errors.As(err, new(*core.LanesLostError)), "the stalled owner's settle is refused: %v", err)
 
 			relay := startPageRelay(t, page, runbookRelay(t, d, "polling"))
 			require.Eventually(t, func() bool {
 				text = d.run(t, page, "status", 2, nil)
 				// The relay joins the polling generation (holder crashed) but owns the lanes.
 				return strings.Contains(text, "pending    0\n") && strings.Count(text, "crashed") == strings.Count(text, "holder crashed") &&
-					!strings.Contains(text, "(expired)") && strings.Contains(text, "2 with an owner")
+					!strings.Contains(text, "stalled") && !strings.Contains(text, "(expired)") && strings.Contains(text, "2 with an owner")
 			}, 20*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
 			require.NoError(t, json.Unmarshal([]byte(d.run(t, page, "status", 1, nil)), &st))
 			for _, l := range st.Lanes {
@@ -405,6 +420,8 @@ func TestRunbookStuckClaims(t *testing.T) {
 				require.Greater(t, l.Generation, before[l.Lane], "a takeover gives the lane a new generation")
 			}
 			require.Equal(t, 3, relay.stop(t))
+			audit := d.run(t, page, "audit", 0, nil)
+			require.Regexp(t, `lanes reset\s+1\s+\{"owner":"stalled"\}`, audit)
 		})
 	}
 }

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/opendb"
+)
+
+// TestOpsLanesReset, on each database: `lanes reset` by owner, lanes and --all ends the held
+// leases at once (status shows them free with a higher generation), so the old owner's settle
+// is refused and marks nothing while another worker claims the lanes at once; other owners'
+// lanes are untouched; each reset writes one audit row counting the lanes changed; a bad
+// selection is a usage error (exit 2) before the database is opened, a lane beyond the lane
+// count exit 1, both changing nothing; without the audit table the reset rolls back.
+func TestOpsLanesReset(t *testing.T) {
+	for _, b := range opsBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			d := b.new(t)
+			with := func(cmd ...string) []string { return append(cmd, d.flags...) }
+			fails(t, 1, "no migrated outbox", with("lanes", "reset", "--all")...)
+			ok(t, with("migrate", "--lanes", "4")...)
+			fails(t, 2, "give a subcommand: reset", "lanes")
+			for _, args := range [][]string{{}, {"--lane", "1", "--owner", "x"}, {"--owner", "x", "--all"}} {
+				fails(t, 2, "give one of --lane, --owner and --all", with(append([]string{"lanes", "reset"}, args...)...)...)
+			}
+			fails(t, 2, "--lane: want 0 to 4095, got -1", with("lanes", "reset", "--lane", "-1")...)
+			fails(t, 1, "lane 4 is outside 0 to 3", with("lanes", "reset", "--lane", "4")...)
+
+			db, err := opendb.Open(t.Context(), d.cfg)
+			require.NoError(t, err)
+			defer db.Close()
+			store, ctx := db.Store, t.Context()
+			writeEvents(t, store, "a", "b", "c", "d", "e", "f", "g", "h")
+			pub, err := store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w"})
+			require.NoError(t, err)
+			claim := func(owner string, max int) []core.Lease {
+				ls, err := store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: owner, Max: max, TTL: time.Hour})
+				require.NoError(t, err)
+				return ls
+			}
+			stalled, other := claim("stalled", 2), claim("other", 1)
+			require.Len(t, stalled, 2)
+			require.Len(t, other, 1)
+			recs, err := store.Fetch(ctx, core.FetchParams{Leases: stalled, Limit: 100})
+			require.NoError(t, err)
+			require.NotEmpty(t, recs)
+			var seqs []int64
+			for _, r := range recs {
+				seqs = append(seqs, r.Seq)
+			}
+			pending := len(states(t, store))
+
+			code, out, errs := binRun(t, with("lanes", "reset", "--owner", "stalled", "--actor", "alice")...)
+			require.Equal(t, 0, code, errs)
+			require.Equal(t, "reset=2\n", out)
+			var st statusReport
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
+			for _, l := range st.Lanes {
+				switch l.Lane {
+				case 0, 1:
+					require.Empty(t, l.Owner, "lane %d", l.Lane)
+					require.Equal(t, stalled[l.Lane].Generation+1, l.Generation, "lane %d", l.Lane)
+					require.False(t, l.LeaseUntil != nil && l.LeaseUntil.After(time.Now()), "lane %d: lease expired", l.Lane)
+				case 2:
+					require.Equal(t, "other", l.Owner)
+					require.Equal(t, other[0].Generation, l.Generation)
+				}
+			}
+			// The stalled owner's settle is refused; another worker claims the lanes at once.
+			err = store.Settle(ctx, core.SettleParams{Leases: stalled, Published: seqs})
+			var lost *core.LanesLostError
+			require.True(t, errors.As(err, &lost), "%v", err)
+			require.Equal(t, []int{0, 1}, lost.Lanes)
+			require.Len(t, states(t, store), pending)
+			for _, s := range states(t, store) {
+				require.Equal(t, "pending", s)
+			}
+			next := claim("next", 4)
+			require.Equal(t, []int{0, 1, 3}, []int{next[0].Lane, next[1].Lane, next[2].Lane})
+			require.NoError(t, store.Settle(ctx, core.SettleParams{Leases: next[:2], Published: seqs}))
+
+			require.Equal(t, "{\n  \"reset\": 2\n}\n", ok(t, with("lanes", "reset", "--lane", "2", "--lane", "3", "--output", "json")...))
+			require.Equal(t, "reset=2\n", ok(t, with("lanes", "reset", "--all")...), "next's lanes 0 and 1")
+			require.Equal(t, "reset=0\n", ok(t, with("lanes", "reset", "--lane", "0,1")...), "free lanes")
+
+			var log []auditJSON
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("audit", "--output", "json")...)), &log))
+			var got []string
+			for _, e := range log {
+				var args bytes.Buffer
+				require.NoError(t, json.Compact(&args, e.Arguments))
+				got = append(got, e.Command+" "+args.String()+" "+itoa(e.Rows))
+			}
+			require.Equal(t, []string{
+				`lanes reset {"owner":"stalled"} 2`, `lanes reset {"lanes":[2,3]} 2`,
+				`lanes reset {"all":true} 2`, `lanes reset {"lanes":[0,1]} 0`,
+			}, got)
+			require.Equal(t, "alice", log[0].Actor)
+			require.Contains(t, ok(t, with("audit")...), "lanes reset")
+
+			// No audit table: the reset rolls back with its failed audit row.
+			held := claim("held", 1)
+			require.Len(t, held, 1)
+			audit := "outbox_audit"
+			if d.driver == "postgres" {
+				audit = `"` + d.cfg.Schema + `".outbox_audit`
+			}
+			d.exec(t, "DROP TABLE "+audit)
+			fails(t, 1, "reset lanes", with("lanes", "reset", "--all")...)
+			renewed, err := store.RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: held, TTL: time.Hour})
+			require.NoError(t, err)
+			require.Len(t, renewed, 1, "the lease is still held")
+			require.False(t, strings.Contains(ok(t, with("status")...), "0 with an owner"))
+		})
+	}
+}
