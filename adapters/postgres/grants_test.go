@@ -58,24 +58,7 @@ func TestGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
-	a := admin(t)
-	appRole, relayRole, opRole := randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
-	for _, r := range []string{appRole, relayRole, opRole} {
-		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" NOLOGIN")
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
-			if err != nil {
-				t.Errorf("drop role %s: %v", r, err)
-			}
-		})
-	}
-	grants, err := os.ReadFile("grants.sql")
-	require.NoError(t, err)
-	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
-		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
-	_, err = d.pool.Exec(ctx, script)
-	require.NoError(t, err)
+	appRole, relayRole, opRole := grantedRoles(t, d, "NOLOGIN")
 
 	appPool := newPool(t, d.schema, dbOptions{role: appRole})
 	opPool := newPool(t, d.schema, dbOptions{role: opRole})
@@ -246,24 +229,8 @@ func TestGrantsCDC(t *testing.T) {
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
 	a := admin(t)
-	appRole, relayRole, opRole := randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
-	for _, r := range []string{appRole, relayRole, opRole} {
-		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" LOGIN")
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
-			if err != nil {
-				t.Errorf("drop role %s: %v", r, err)
-			}
-		})
-	}
+	_, relayRole, _ := grantedRoles(t, d, "LOGIN")
 	_, err := a.Exec(ctx, "ALTER ROLE "+quote(relayRole)+" REPLICATION")
-	require.NoError(t, err)
-	grants, err := os.ReadFile("grants.sql")
-	require.NoError(t, err)
-	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
-		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
-	_, err = d.pool.Exec(ctx, script)
 	require.NoError(t, err)
 
 	cfg, err := pgxpool.ParseConfig(testDSN(t))
@@ -318,24 +285,8 @@ func TestGrantsBackfill(t *testing.T) {
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
 	a := admin(t)
-	appRole, relayRole, opRole := randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
-	for _, r := range []string{appRole, relayRole, opRole} {
-		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" LOGIN")
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
-			if err != nil {
-				t.Errorf("drop role %s: %v", r, err)
-			}
-		})
-	}
-	grants, err := os.ReadFile("grants.sql")
-	require.NoError(t, err)
-	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
-		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
-	_, err = d.pool.Exec(ctx, script)
-	require.NoError(t, err)
-	_, err = a.Exec(ctx, "ALTER ROLE "+quote(opRole)+" REPLICATION; GRANT "+quote(relayRole)+" TO "+quote(opRole))
+	_, relayRole, opRole := grantedRoles(t, d, "LOGIN")
+	_, err := a.Exec(ctx, "ALTER ROLE "+quote(opRole)+" REPLICATION; GRANT "+quote(relayRole)+" TO "+quote(opRole))
 	require.NoError(t, err)
 	storeAs := func(role string) *Store[pgx.Tx] {
 		cfg, err := pgxpool.ParseConfig(testDSN(t))
@@ -378,4 +329,30 @@ func TestGrantsBackfill(t *testing.T) {
 	require.Len(t, rows, 1, "the check left no row")
 	require.Equal(t, int64(1), rows[0].Rows)
 	require.Equal(t, "backfill", rows[0].Command)
+}
+
+// grantedRoles creates an application, a relay and an operator role (with the role options
+// given, e.g. LOGIN), dropped when the test ends, and runs grants.sql for them on d's schema.
+func grantedRoles(t *testing.T, d *testDB, options string) (appRole, relayRole, opRole string) {
+	t.Helper()
+	ctx := context.Background()
+	a := admin(t)
+	appRole, relayRole, opRole = randomName("okt_app_"), randomName("okt_relay_"), randomName("okt_op_")
+	for _, r := range []string{appRole, relayRole, opRole} {
+		_, err := a.Exec(ctx, "CREATE ROLE "+quote(r)+" "+options)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, err := a.Exec(context.Background(), "DROP OWNED BY "+quote(r)+"; DROP ROLE "+quote(r))
+			if err != nil {
+				t.Errorf("drop role %s: %v", r, err)
+			}
+		})
+	}
+	grants, err := os.ReadFile("grants.sql")
+	require.NoError(t, err)
+	script := strings.NewReplacer(`:"schema"`, quote(d.schema), `:"app_role"`, quote(appRole),
+		`:"relay_role"`, quote(relayRole), `:"operator_role"`, quote(opRole)).Replace(string(grants))
+	_, err = d.pool.Exec(ctx, script)
+	require.NoError(t, err)
+	return appRole, relayRole, opRole
 }
