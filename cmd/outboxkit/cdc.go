@@ -22,16 +22,7 @@ var ErrLanesHeld = errors.New("a relay holds lanes of the outbox (stop the CDC r
 
 // cdcCommand is `outboxkit cdc`: the CDC relay's hold on the database's change log.
 func cdcCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "cdc",
-		Short: "operate what a CDC relay keeps in the database (`cdc release`)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(cmd, "give a subcommand: release")
-		},
-	}
-	cmd.AddCommand(cdcReleaseCommand())
-	return cmd
+	return groupCommand("cdc", "operate what a CDC relay keeps in the database (`cdc release`)", cdcReleaseCommand())
 }
 
 // releaseJSON is the output of `outboxkit cdc release --output json`.

@@ -13,16 +13,7 @@ import (
 
 // inboxCommand is `outboxkit inbox`: the inbox of the outbox's database.
 func inboxCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "inbox",
-		Short: "operate the inbox in the outbox's database (`inbox prune`)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(cmd, "give a subcommand: prune")
-		},
-	}
-	cmd.AddCommand(inboxPruneCommand())
-	return cmd
+	return groupCommand("inbox", "operate the inbox in the outbox's database (`inbox prune`)", inboxPruneCommand())
 }
 
 func inboxPruneCommand() *cobra.Command {

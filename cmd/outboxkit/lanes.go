@@ -12,16 +12,7 @@ import (
 
 // lanesCommand is `outboxkit lanes`: the relay lanes' leases (`status` shows the lane table).
 func lanesCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "lanes",
-		Short: "operate the relay lanes' leases (`lanes reset`; `status` shows the lane table)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr(cmd, "give a subcommand: reset")
-		},
-	}
-	cmd.AddCommand(lanesResetCommand())
-	return cmd
+	return groupCommand("lanes", "operate the relay lanes' leases (`lanes reset`; `status` shows the lane table)", lanesResetCommand())
 }
 
 // resetJSON is the output of `outboxkit lanes reset --output json`.

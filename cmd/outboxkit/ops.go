@@ -170,6 +170,24 @@ func emit(cmd *cobra.Command, f *dbFlags, v any, text func(w io.Writer)) error {
 }
 
 // opsCommand builds an operator command on an opened outbox.
+// groupCommand is a command that only holds subs: run alone it is bad usage naming them.
+func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.Name()
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr(cmd, "give a subcommand: %s", strings.Join(names, ", "))
+		},
+	}
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
 func opsCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error) (*cobra.Command, *dbFlags) {
 	var f *dbFlags
 	cmd := &cobra.Command{
