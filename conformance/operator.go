@@ -217,15 +217,7 @@ func testOperatorResetLanes[TTx any](e *env[TTx]) {
 	if n != 0 {
 		e.fatalf("ResetLanes(All) changed %d free lanes", n)
 	}
-	log, err := op.AuditLog(e.ctx, core.AuditListParams{})
-	e.must(err, "AuditLog")
-	var rows []int64
-	for _, a := range log {
-		if a.Command != "lanes reset" {
-			e.fatalf("AuditLog: %+v", log)
-		}
-		rows = append(rows, a.Rows)
-	}
+	log, rows := auditRows(e, op, "lanes reset")
 	if !slices.Equal(rows, []int64{2, 2, 2, 0}) || log[0].Arguments != `{"owner":"stalled"}` {
 		e.fatalf("AuditLog after four resets: %+v", log)
 	}
@@ -295,16 +287,24 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 	}
 	f.expectErr("after a lower prune the horizon stays", "c1", at("b9", 2*time.Hour), "eff", core.ErrBeyondRetention)
 	e.expectEffect("eff", 11)
+	log, rows := auditRows(e, op, "inbox prune")
+	if !slices.Equal(rows, []int64{5, 4, 0}) || log[0].Arguments != `{"consumer":"c1"}` || log[0].Actor != "t" {
+		e.fatalf("AuditLog after three prunes: %+v", log)
+	}
+}
+
+// auditRows returns op's audit log, every row of which must be of command, and the rows'
+// Rows.
+func auditRows[TTx any](e *env[TTx], op core.Operator, command string) ([]core.AuditEntry, []int64) {
+	e.t.Helper()
 	log, err := op.AuditLog(e.ctx, core.AuditListParams{})
 	e.must(err, "AuditLog")
 	var rows []int64
 	for _, a := range log {
-		if a.Command != "inbox prune" {
+		if a.Command != command {
 			e.fatalf("AuditLog: %+v", log)
 		}
 		rows = append(rows, a.Rows)
 	}
-	if !slices.Equal(rows, []int64{5, 4, 0}) || log[0].Arguments != `{"consumer":"c1"}` || log[0].Actor != "t" {
-		e.fatalf("AuditLog after three prunes: %+v", log)
-	}
+	return log, rows
 }
