@@ -301,16 +301,7 @@ func TestBackfillSignal(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("no send within 30s")
 	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee, "stdout %q stderr %q", out.String(), errb.String())
-		require.Equal(t, 1, ee.ExitCode())
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("no exit within 15s of SIGTERM")
-	}
+	termExits1(t, cmd, done, func() string { return fmt.Sprintf("stdout %q stderr %q", out.String(), errb.String()) })
 	// One line of the command's, after the relay's warnings (JSON log records: its send
 	// cancelled by the hard stop).
 	require.Empty(t, out.String())
@@ -369,16 +360,7 @@ func TestBackfillSignalGraceful(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	require.Eventually(t, func() bool { return stats().Pending < total }, 30*time.Second, 5*time.Millisecond, "the backfill publishes")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee, "stdout %q stderr %q", out.String(), errb.String())
-		require.Equal(t, 1, ee.ExitCode())
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("no exit within 15s of SIGTERM")
-	}
+	termExits1(t, cmd, done, func() string { return fmt.Sprintf("stdout %q stderr %q", out.String(), errb.String()) })
 	require.Empty(t, out.String())
 	published := total - stats().Pending
 	require.Positive(t, published)
@@ -485,4 +467,20 @@ func TestBackfillUsage(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "relay.yaml")
 	require.NoError(t, os.WriteFile(config, []byte("database:\n  driver: sqlite\n  dsn: x.db\nmode: cdc\nroutes:\n  default: q\n"), 0o600))
 	fails(t, 2, "mode: cdc needs driver postgres or mysql", "backfill", "--config", config)
+}
+
+// termExits1 sends SIGTERM to cmd, whose Wait result done gives, and requires exit status 1
+// within 15 s; what describes the output on failure.
+func termExits1(t *testing.T, cmd *exec.Cmd, done <-chan error, what func() string) {
+	t.Helper()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, what())
+		require.Equal(t, 1, ee.ExitCode())
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("no exit within 15s of SIGTERM")
+	}
 }
