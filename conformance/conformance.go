@@ -63,6 +63,11 @@ type Harness[TTx any] struct {
 	EffectCount func(ctx context.Context, a Adapter[TTx], key string) (int, error)
 	// Timeout bounds each subtest (the watchdog). Default 2 minutes.
 	Timeout time.Duration
+	// Diagnose, when set, is called when a subtest's watchdog fires, with a context of 10
+	// seconds; what it returns is reported with the goroutines (e.g. the database's sessions,
+	// locks and replication state, to tell a stalled server from a stalled adapter). Default
+	// nil: the goroutines only.
+	Diagnose func(ctx context.Context) string
 	// Logger receives the logs of the relays the suite runs. Default: discarded.
 	Logger *slog.Logger
 	// CDC, when set, also runs the "cdc" area: core.CDCRelay on the adapter's own change log

@@ -51,7 +51,7 @@ func runAreaSerial[TTx any](t *testing.T, h Harness[TTx], area string, cases []t
 				if !serial {
 					t.Parallel()
 				}
-				ctx := watchdog(t, h.Timeout)
+				ctx := watchdog(t, h.Timeout, h.Diagnose)
 				lanes := c.lanes
 				if lanes == 0 {
 					lanes = 8
@@ -75,9 +75,9 @@ func newEnv[TTx any](t *testing.T, ctx context.Context, h Harness[TTx], lanes in
 }
 
 // watchdog returns a context that ends when the subtest has run for d (default 2 minutes). Then
-// the subtest fails with a dump of every goroutine; the body sees its context end and returns.
+// the subtest fails with diagnose's report (when not nil) and a dump of every goroutine; the body sees its context end and returns.
 // If it is still running 15s later, the process panics so that a hang never stalls the run.
-func watchdog(t *testing.T, d time.Duration) context.Context {
+func watchdog(t *testing.T, d time.Duration, diagnose func(context.Context) string) context.Context {
 	if d <= 0 {
 		d = defaultTimeout
 	}
@@ -93,6 +93,11 @@ func watchdog(t *testing.T, d time.Duration) context.Context {
 		defer mu.Unlock()
 		if done {
 			return
+		}
+		if diagnose != nil {
+			dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			t.Errorf("conformance: %s did not finish within %v (watchdog); the harness's diagnosis:\n%s", name, d, diagnose(dctx))
+			dcancel()
 		}
 		t.Errorf("conformance: %s did not finish within %v (watchdog); goroutines:\n%s", name, d, stacks())
 		cancel()

@@ -3,12 +3,14 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/conformance"
@@ -72,6 +74,7 @@ func TestConformance(t *testing.T) {
 					err := queryRow(ctx, a.(*Store[pgx.Tx]).db, counterGet, []any{key}, &n)
 					return n, err
 				},
+				Diagnose: func(ctx context.Context) string { return serverState(ctx, admin(t)) },
 			})
 		})
 	}
@@ -124,3 +127,50 @@ func cdcHarness() *conformance.CDCHarness[pgx.Tx] {
 }
 
 var slotUnsafe = regexp.MustCompile(`[^A-Za-z0-9_]`)
+
+// serverState is the server's view when a conformance subtest hangs: the WAL position, every
+// replication slot and WAL sender, and every other session with its wait event and the age of
+// its transaction (a stalled stream is told from a stalled relay by it).
+func serverState(ctx context.Context, a *pgxpool.Pool) string {
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT 'wal insert=' || pg_current_wal_insert_lsn() || ' flush=' || pg_current_wal_flush_lsn()`,
+		`SELECT format('slot %s active_pid=%s restart=%s confirmed=%s wal_status=%s', slot_name, active_pid,
+			restart_lsn, confirmed_flush_lsn, wal_status) FROM pg_replication_slots ORDER BY slot_name`,
+		`SELECT format('sender pid=%s app=%s state=%s sent=%s write=%s flush=%s reply=%s', pid, application_name,
+			state, sent_lsn, write_lsn, flush_lsn, reply_time) FROM pg_stat_replication ORDER BY pid`,
+		`SELECT format('session pid=%s type=%s state=%s wait=%s/%s xact_age=%s query_age=%s backend_xmin=%s query=%s',
+			pid, backend_type, state, wait_event_type, wait_event, now() - xact_start, now() - query_start,
+			backend_xmin, left(regexp_replace(query, '\s+', ' ', 'g'), 120))
+			FROM pg_stat_activity WHERE pid <> pg_backend_pid() ORDER BY xact_start NULLS LAST`,
+	} {
+		rows, err := a.Query(ctx, q)
+		if err != nil {
+			fmt.Fprintf(&b, "query failed: %v\n", err)
+			continue
+		}
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err == nil {
+				b.WriteString(line + "\n")
+			}
+		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, "query failed: %v\n", err)
+		}
+		rows.Close()
+	}
+	return b.String()
+}
+
+// The conformance watchdog's diagnosis reads the server's state: the WAL position, the slots,
+// the WAL senders and the sessions.
+func TestServerState(t *testing.T) {
+	t.Parallel()
+	_ = walLSN(t) // holds a physical slot until the test ends
+	out := serverState(t.Context(), admin(t))
+	require.Contains(t, out, "wal insert=")
+	require.Contains(t, out, "slot okt_walhold_")
+	require.Contains(t, out, "session pid=")
+	require.NotContains(t, out, "query failed")
+}
