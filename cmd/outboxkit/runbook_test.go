@@ -679,3 +679,62 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestRunbookDuplicateStorm: lanes that change hands again and again (two owners whose leases
+// expire before the other's next claim) show as lane generations that grow between two looks of
+// the page's status; once the churn stops and the page's relay runs with its longer lease,
+// every event is delivered and the generations stay put between two looks.
+func TestRunbookDuplicateStorm(t *testing.T) {
+	const page = "duplicate-storm.md"
+	for _, b := range runbookBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			d := newRunbookDB(t, b.new, 2)
+			ctx := t.Context()
+			writeEvents(t, d.store, "a", "b", "c")
+			pub, err := d.store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "flapping"})
+			require.NoError(t, err)
+			generations := func() map[int]int64 {
+				var st statusReport
+				require.NoError(t, json.Unmarshal([]byte(d.run(t, page, "status", 0, nil)), &st))
+				g := map[int]int64{}
+				for _, l := range st.Lanes {
+					g[l.Lane] = l.Generation
+				}
+				return g
+			}
+			flap := func() {
+				for _, owner := range []string{"flap-a", "flap-b"} {
+					leases, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: owner, Max: 2, TTL: 10 * time.Millisecond})
+					require.NoError(t, err)
+					require.Len(t, leases, 2, "the other owner's lease has expired")
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			flap()
+			first := generations()
+			flap()
+			second := generations()
+			require.Len(t, second, 2)
+			for lane, g := range second {
+				require.Greater(t, g, first[lane], "lane %d changed hands between the two looks", lane)
+			}
+
+			args := pageCmd(t, page, "relay", 0, nil, nil)
+			require.Equal(t, []string{"relay", "--config", "relay.yaml", "--relay-lease-ttl", "60s"}, args)
+			relay := startDaemon(t, runbookRelay(t, d, "polling"), freePort(t), args[3:]...)
+			require.Eventually(t, func() bool {
+				st, err := d.store.Stats(ctx)
+				require.NoError(t, err)
+				return st.Pending == 0
+			}, 20*time.Second, 100*time.Millisecond, "relay:\n%s", relay.stderr)
+			look := generations()
+			time.Sleep(300 * time.Millisecond) // many relay polls, no lane move
+			require.Equal(t, look, generations(), "the generations stay put between two looks")
+			for lane, g := range look {
+				require.Greater(t, g, second[lane], "the relay took lane %d over", lane)
+			}
+			require.Equal(t, 3, relay.stop(t))
+		})
+	}
+}
