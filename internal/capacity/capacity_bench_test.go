@@ -40,11 +40,14 @@ import (
 // endpoint that answers after a lognormal 12 ms p50 / 80 ms p99 delay (capacity.Model; a child
 // process, so its CPU is not counted here), a durable PostgreSQL outbox seeded with a backlog of
 // OUTBOXKIT_BENCH_EVENTS (default 200,000) events of 1 KiB over 10,000 keys. Each of
-// OUTBOXKIT_BENCH_ROUNDS rounds (default 3) runs five phases, in reversed order every other
+// OUTBOXKIT_BENCH_ROUNDS rounds (default 3) runs six phases, in reversed order every other
 // round, each on a freshly seeded outbox:
 //
-//   - relay: one core.Relay with default options drains the backlog; events/s, and this
-//     process's CPU time (user + system) and heap allocations per event;
+//   - relay: one core.Relay with default options drains the backlog; events/s, this
+//     process's CPU time (user + system) and heap allocations per event, and the relay's mean
+//     fetch, send and settle time per batch (RelayStats);
+//   - relay8: the same with sqs.Options.Concurrency 8 (the sink's default before it became
+//     64);
 //   - relay1: the same with RelayOptions.InFlight 1 (one batch at a time, the relay before it
 //     was pipelined);
 //   - relayU: the default relay with sqs.Options.UnorderedStandard (one key may have several
@@ -102,7 +105,7 @@ func BenchmarkCapacity(b *testing.B) {
 	}
 	b.ResetTimer()
 	for round := range cfg.rounds {
-		phases := []func() map[string]float64{h.relayPhase, h.relay1Phase, h.relayUPhase, h.barePhase}
+		phases := []func() map[string]float64{h.relayPhase, h.relay8Phase, h.relay1Phase, h.relayUPhase, h.barePhase}
 		if !h.cfg.noCatchup {
 			phases = append(phases, h.catchupPhase)
 		}
@@ -118,6 +121,7 @@ func BenchmarkCapacity(b *testing.B) {
 		round["relay/bare4"] = round["relay_events/s"] / round["bare4_events/s"]
 		round["relay1/bare4"] = round["relay1_events/s"] / round["bare4_events/s"]
 		round["relayU/relay"] = round["relayU_events/s"] / round["relay_events/s"]
+		round["relay/relay8"] = round["relay_events/s"] / round["relay8_events/s"]
 		add(round)
 	}
 	b.StopTimer()
@@ -258,6 +262,12 @@ func (h *harness) newRelay(o *outbox, sink core.Sink, inFlight int) *core.Relay 
 // relayPhase: one relay with default options drains the backlog.
 func (h *harness) relayPhase() map[string]float64 { return h.drainPhase("relay", 0, nil) }
 
+// relay8Phase: the default relay with the sink's concurrency before it became 64: 8 requests
+// in flight per Send.
+func (h *harness) relay8Phase() map[string]float64 {
+	return h.drainPhase("relay8", 0, &sqs.Options{Concurrency: 8})
+}
+
 // relay1Phase: the same with one batch in flight (InFlight 1, the relay before pipelining).
 func (h *harness) relay1Phase() map[string]float64 { return h.drainPhase("relay1", 1, nil) }
 
@@ -292,7 +302,13 @@ func (h *harness) drainPhase(name string, inFlight int, sinkOpts *sqs.Options) m
 	perEvent(m, name, u0, h.cfg.events)
 	cancel()
 	require.NoError(h.b, <-done)
-	m[name+"_failed_attempts"] = float64(r.Stats().Failures)
+	st := r.Stats()
+	m[name+"_failed_attempts"] = float64(st.Failures)
+	if st.Fetches > 0 { // where a batch's time goes: mean fetch, send and settle per batch (ms)
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(st.Fetches) }
+		m[name+"_fetch_ms/batch"], m[name+"_send_ms/batch"], m[name+"_settle_ms/batch"] = per(st.FetchTime), per(st.SendTime), per(st.SettleTime)
+		m[name+"_events/batch"] = float64(h.cfg.events) / float64(st.Fetches)
+	}
 	return m
 }
 

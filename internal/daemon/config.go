@@ -93,7 +93,7 @@ type Sinks struct {
 
 // AWSSink tunes the SQS or SNS sink.
 type AWSSink struct {
-	Concurrency     int `yaml:"concurrency" help:"requests in flight per send (default 8)"`
+	Concurrency     int `yaml:"concurrency" help:"requests in flight per send (default 64)"`
 	MaxBatchEntries int `yaml:"max_batch_entries" help:"entries per batch request, 1-10 (default 10)"`
 	// UnorderedStandard is awssink.Options.UnorderedStandard.
 	UnorderedStandard bool `yaml:"unordered_standard" help:"let a partition key have several requests in flight to a standard (non-FIFO) queue or topic, which keeps no order anyway (default false)"`

@@ -269,3 +269,12 @@ func TestOpenCDCRelayRefusesPolling(t *testing.T) {
 	require.ErrorContains(t, err, "mode is polling")
 	require.Nil(t, r)
 }
+
+func TestIdleConnsPerHostCoversEveryRequestInFlight(t *testing.T) {
+	c := Defaults() // one relay, InFlight 4, the sinks' default concurrency 64
+	require.Equal(t, 4*64, idleConnsPerHost(c))
+	c.Relay.Workers, c.Relay.InFlight, c.Sinks.SQS.Concurrency = 2, 8, 10
+	require.Equal(t, 2*8*10, idleConnsPerHost(c))
+	c.Sink, c.Sinks.SNS.Concurrency = "sns", 3
+	require.Equal(t, 2*8*3, idleConnsPerHost(c))
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
+	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
@@ -51,6 +53,10 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger) (_ core.Sink, cl
 	if cfg.AWS.Region != "" {
 		opts = append(opts, awsconfig.WithRegion(cfg.AWS.Region))
 	}
+	idle := idleConnsPerHost(cfg)
+	opts = append(opts, awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = max(t.MaxIdleConns, idle), idle
+	})))
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("aws: %w", err)
@@ -72,6 +78,24 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger) (_ core.Sink, cl
 		return s, noop, err
 	}
 	return nil, nil, fmt.Errorf("sink: %q unsupported", cfg.Sink)
+}
+
+// idleConnsPerHost is how many requests the process's relays have in flight to the AWS
+// endpoint at most: relays × batches in flight per relay × requests in flight per send. The
+// client keeps that many idle connections per host, so a steady relay reuses its connections
+// instead of opening one per request beyond the SDK's default 10.
+func idleConnsPerHost(cfg Config) int {
+	inFlight, conc := cfg.Relay.InFlight, cfg.Sinks.SQS.Concurrency
+	if cfg.Sink == "sns" {
+		conc = cfg.Sinks.SNS.Concurrency
+	}
+	if inFlight == 0 {
+		inFlight = core.DefaultInFlight
+	}
+	if conc == 0 {
+		conc = awssink.DefaultConcurrency
+	}
+	return max(1, cfg.Relay.Workers) * inFlight * conc
 }
 
 // relayer is a running relay of either kind.

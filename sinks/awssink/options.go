@@ -14,7 +14,7 @@ const (
 	DefaultMaxRequestBytes = 256 << 10
 	MaxRequestBytesLimit   = 1 << 20
 	MaxBatchEntries        = 10
-	DefaultConcurrency     = 8
+	DefaultConcurrency     = 64
 )
 
 // Options configures an SQS or SNS sink. The zero value (or nil) is ready to use.
@@ -28,7 +28,12 @@ type Options struct {
 	// MaxBatchEntries is the most entries of one request, 1 to 10. Default 10.
 	MaxBatchEntries int
 	// Concurrency is the most requests one Send call has in flight (batches of different
-	// groups; one group never has two, unless UnorderedStandard). Default 8.
+	// groups; one group never has two, unless UnorderedStandard). Default 64
+	// (DefaultConcurrency): the 50 requests of a default relay batch (500 records, 10 per
+	// request) go out at once, so a Send waits for about one broker round trip, not several in
+	// sequence. A relay has RelayOptions.InFlight Sends at once: give the client's HTTP
+	// transport that many times Concurrency idle connections per host (aws-sdk-go-v2 keeps
+	// 10), or the requests beyond them open a new connection each time.
 	Concurrency int
 	// UnorderedStandard lets one group have several requests in flight to a standard queue
 	// or topic (a queue URL or topic ARN not ending in ".fifo"), which keeps no order between

@@ -9,7 +9,7 @@
 //     (see core.Sink). An entry missing from a SendMessageBatch response is
 //     core.ErrNotAcknowledged (retryable).
 //   - Up to 10 entries and Options.MaxRequestBytes (default 256 KiB, at most 1 MiB) per request.
-//     Requests for different groups run in parallel (Options.Concurrency, default 8); two
+//     Requests for different groups run in parallel (Options.Concurrency, default 64); two
 //     requests holding one group are never in flight at once, and a group's messages are sent
 //     in order (to a standard queue, Options.UnorderedStandard lets them be in flight at
 //     once: a standard queue keeps no order between messages anyway). Once a message of a group fails, the group's later messages of the same Send
