@@ -25,6 +25,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "horizon-after-insert", run: testInboxHorizonAfterInsert[TTx]},
 		{name: "batch", run: testInboxBatch[TTx]},
 		{name: "batch-outcomes", run: testInboxBatchOutcomes[TTx]},
+		{name: "set", run: testInboxSet[TTx]},
 	}
 }
 
@@ -398,6 +399,79 @@ func testInboxBatch[TTx any](e *env[TTx]) {
 	if f.calls.Load() != calls {
 		e.fatalf("the handler ran for a batch that was refused")
 	}
+}
+
+// testInboxSet: ProcessSet checks and records each message as ProcessBatch does and hands the
+// Applied ones, in order, to one handler call; a handler error rolls the whole batch back and
+// is returned wrapped, not as a *core.BatchError; a batch with nothing to apply calls nothing.
+func testInboxSet[TTx any](e *env[TTx]) {
+	f := e.inbox(nil)
+	var got [][]string
+	effect := func(key string) core.SetHandler[TTx] {
+		return func(ctx context.Context, tx TTx, applied []core.InboxMessage) error {
+			ids := []string{}
+			for _, m := range applied {
+				ids = append(ids, m.EventID)
+				if err := e.h.Effect(ctx, tx, key); err != nil {
+					return err
+				}
+			}
+			got = append(got, ids)
+			return nil
+		}
+	}
+	_, err := f.in.ProcessBatch(e.ctx, "c1", []core.InboxMessage{msg("s0", "p0")}, func(ctx context.Context, tx TTx, _ int, _ core.InboxMessage) error {
+		return e.h.Effect(ctx, tx, "eff-s")
+	})
+	e.must(err, "ProcessBatch")
+	batch := []core.InboxMessage{msg("s1", "p1"), msg("s0", "p0"), msg("s2", "p2"), msg("s1", "p1"),
+		versioned("s3", "order/s", 2), versioned("s4", "order/s", 1)}
+	res, err := f.in.ProcessSet(e.ctx, "c1", batch, effect("eff-s"))
+	e.must(err, "ProcessSet")
+	want := []core.InboxResult{{Outcome: core.Applied}, {Outcome: core.Duplicate, Prior: core.Applied}, {Outcome: core.Applied},
+		{Outcome: core.Duplicate, Prior: core.Applied}, {Outcome: core.Applied}, {Outcome: core.Stale}}
+	if fmt.Sprint(res) != fmt.Sprint(want) {
+		e.fatalf("ProcessSet results %v, want %v", res, want)
+	}
+	if fmt.Sprint(got) != "[[s1 s2 s3]]" {
+		e.fatalf("ProcessSet handed the handler %v, want one call with [s1 s2 s3] (the Applied messages in order)", got)
+	}
+	e.expectEffect("eff-s", 4)
+	f.expect("a message of the set, delivered again", "c1", msg("s2", "p2"), "eff-s", core.Duplicate, core.Applied)
+
+	// Nothing to apply: no call.
+	got = nil
+	_, err = f.in.ProcessSet(e.ctx, "c1", []core.InboxMessage{msg("s1", "p1"), versioned("s5", "order/s", 1)}, effect("eff-s"))
+	e.must(err, "ProcessSet of redeliveries")
+	if got != nil {
+		e.fatalf("ProcessSet called the handler with %v for a batch with nothing Applied", got)
+	}
+
+	// A handler error rolls back every message of the batch.
+	_, err = f.in.ProcessSet(e.ctx, "c1", []core.InboxMessage{msg("s6", "p6"), msg("s7", "p7")},
+		func(ctx context.Context, tx TTx, applied []core.InboxMessage) error {
+			if err := e.h.Effect(ctx, tx, "eff-s2"); err != nil {
+				return err
+			}
+			return errHandler
+		})
+	var be *core.BatchError
+	if !errors.Is(err, errHandler) || errors.As(err, &be) {
+		e.fatalf("ProcessSet with a failing handler returned %v, want an error wrapping the handler's error that is no *core.BatchError", err)
+	}
+	e.expectEffect("eff-s2", 0)
+	f.expect("a message rolled back with its set", "c1", msg("s7", "p7"), "eff-s2", core.Applied, 0)
+
+	// A conflict is still a *core.BatchError naming its message, and nothing runs.
+	got = nil
+	_, err = f.in.ProcessSet(e.ctx, "c1", []core.InboxMessage{msg("s8", "p8"), msg("s1", "other")}, effect("eff-s3"))
+	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, core.ErrDigestMismatch) {
+		e.fatalf("ProcessSet with a conflict at index 1 returned %v, want a *core.BatchError at 1 wrapping ErrDigestMismatch", err)
+	}
+	if got != nil {
+		e.fatalf("ProcessSet called the handler (%v) for a batch with a conflict", got)
+	}
+	e.expectEffect("eff-s3", 0)
 }
 
 // messageByMessage hides an adapter's InboxBatchStore methods: ProcessBatch on it makes one

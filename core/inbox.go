@@ -222,9 +222,9 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 		in.inst.processed(ctx, consumer, res[0], err)
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	err = in.run(ctx, consumer, []InboxMessage{msg}, func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
+	err = in.run(ctx, consumer, []InboxMessage{msg}, handlers[TTx]{each: func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
 		return handler(ctx, tx, msg)
-	}, res)
+	}}, res)
 	if be, ok := err.(*BatchError); ok {
 		err = be.Err // the error of the one message, as is
 	}
@@ -253,7 +253,43 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, i int, msg InboxMes
 // A batch amortises the transaction's begin and commit over its messages; it also holds the
 // version locks of all its entities until it commits, so keep batches small where many
 // consumers share entities. An empty batch returns nil, nil.
-func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []InboxMessage, handler BatchHandler[TTx]) (_ []InboxResult, err error) {
+func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []InboxMessage, handler BatchHandler[TTx]) ([]InboxResult, error) {
+	if handler == nil {
+		return in.processBatch(ctx, consumer, msgs, handlers[TTx]{})
+	}
+	return in.processBatch(ctx, consumer, msgs, handlers[TTx]{each: handler})
+}
+
+// SetHandler applies, in tx, the effects of the Applied messages of a ProcessSet batch, in
+// batch order: one call for the whole batch, so that it can write all their effects in one
+// statement.
+type SetHandler[TTx any] func(ctx context.Context, tx TTx, applied []InboxMessage) error
+
+// ProcessSet is ProcessBatch with one handler call for the batch instead of one per message:
+// every message is checked and recorded as ProcessBatch does, then handler receives the
+// messages whose outcome is Applied (not the Duplicate or Stale ones), in batch order, once,
+// in the same transaction; it is not called when none is Applied. A handler error (or panic)
+// rolls the whole batch back, nothing of it is recorded, and the error is returned wrapped
+// (errors.Is sees it), not as a *BatchError: it belongs to no one message. Everything else
+// (results, errors, an empty batch) is as ProcessBatch. Use it where the effects of many
+// messages can be written at once (one INSERT … SELECT of all of them): the per-message
+// round trips of ProcessBatch's handler then go.
+func (in *Inbox[TTx]) ProcessSet(ctx context.Context, consumer string, msgs []InboxMessage, handler SetHandler[TTx]) ([]InboxResult, error) {
+	if handler == nil {
+		return in.processBatch(ctx, consumer, msgs, handlers[TTx]{})
+	}
+	return in.processBatch(ctx, consumer, msgs, handlers[TTx]{set: handler})
+}
+
+// handlers is the handler of a batch: each, called per Applied message, or set, called once
+// with all of them. Neither is set when the caller gave none (processBatch refuses that).
+type handlers[TTx any] struct {
+	each BatchHandler[TTx]
+	set  SetHandler[TTx]
+}
+
+// processBatch is ProcessBatch and ProcessSet.
+func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []InboxMessage, handler handlers[TTx]) (_ []InboxResult, err error) {
 	if err := CheckConsumer(consumer); err != nil {
 		return nil, err
 	}
@@ -262,7 +298,7 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 			return nil, &BatchError{Index: i, Err: err}
 		}
 	}
-	if handler == nil {
+	if handler.each == nil && handler.set == nil {
 		return nil, &MessageError{Field: "handler", Reason: "must not be nil"}
 	}
 	if len(msgs) == 0 {
@@ -296,7 +332,7 @@ func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []
 // run processes msgs in one transaction (applyBatch), on the adapter's InboxBatchStore or,
 // without one, on its InboxStore one call per message; when the records found already
 // recorded were not the ones the outcomes assumed, it runs again, knowing them.
-func (in *Inbox[TTx]) run(ctx context.Context, consumer string, msgs []InboxMessage, handler BatchHandler[TTx], res []InboxResult) error {
+func (in *Inbox[TTx]) run(ctx context.Context, consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult) error {
 	bs, ok := in.store.(InboxBatchStore[TTx])
 	if !ok {
 		bs = oneByOne[TTx]{in.store}
@@ -370,7 +406,7 @@ func (o oneByOne[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string,
 // digest, gap) and, when Applied, handed to handler; the new versions are stored at the end.
 // When the records found already there are not those of recorded (a redelivery the outcomes
 // took as new, or the reverse) the outcomes may be wrong: it returns a *replayError.
-func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler BatchHandler[TTx], res []InboxResult, recorded map[string]bool) error {
+func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult, recorded map[string]bool) error {
 	seen := map[string]bool{}
 	var entities []string
 	for i := range msgs {
@@ -448,6 +484,7 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 	}
 	in.inst.horizonSeen(ctx, consumer, horizon)
 	versions := map[string]int64{}
+	var applied []InboxMessage // for handler.set
 	for i := range msgs {
 		m, p := &msgs[i], &plans[i]
 		if err := checkHorizon(consumer, m, horizon); err != nil {
@@ -472,11 +509,18 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 		if p.outcome == Stale {
 			continue
 		}
-		if err := handler(ctx, tx, i, *m); err != nil {
+		if handler.set != nil {
+			applied = append(applied, *m)
+		} else if err := handler.each(ctx, tx, i, *m); err != nil {
 			return &BatchError{Index: i, Err: err}
 		}
 		if m.Version > 0 {
 			versions[m.Entity] = m.Version
+		}
+	}
+	if len(applied) > 0 {
+		if err := handler.set(ctx, tx, applied); err != nil {
+			return fmt.Errorf("inbox: handler: %w", err)
 		}
 	}
 	if len(versions) > 0 {

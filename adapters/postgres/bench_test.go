@@ -568,12 +568,17 @@ func median(v []float64) float64 {
 
 // BenchmarkInboxApply measures core.Inbox of distinct, unversioned messages with a one-INSERT
 // handler: serial (one consumer) and with 8 concurrent consumers of one consumer name, one
-// transaction per message (Process, batch=1) or 100 per transaction (ProcessBatch). msgs/s is
-// the metric.
+// transaction per message (Process, batch=1) or 100 per transaction (ProcessBatch, batch=100:
+// the handler's INSERT per message; ProcessSet, set=100: one INSERT of the batch's effects).
+// msgs/s is the metric.
 func BenchmarkInboxApply(b *testing.B) {
 	for _, par := range []int{1, 8} {
-		for _, batch := range []int{1, 100} {
-			b.Run(fmt.Sprintf("consumers=%d/batch=%d", par, batch), func(b *testing.B) {
+		for _, batch := range []int{1, 100, -100} { // -100: ProcessSet, 100 at a time
+			name := fmt.Sprintf("consumers=%d/batch=%d", par, batch)
+			if batch < 0 {
+				name = fmt.Sprintf("consumers=%d/set=%d", par, -batch)
+			}
+			b.Run(name, func(b *testing.B) {
 				ctx := context.Background()
 				s, d := migratedStore(b, dbOptions{maxConns: 10}, nil)
 				if _, err := d.pool.Exec(ctx, `CREATE TABLE bench_effects (id text PRIMARY KEY)`); err != nil {
@@ -586,6 +591,17 @@ func BenchmarkInboxApply(b *testing.B) {
 				handler := func(ctx context.Context, tx pgx.Tx, msg core.InboxMessage) error {
 					_, err := tx.Exec(ctx, `INSERT INTO bench_effects (id) VALUES ($1)`, msg.EventID)
 					return err
+				}
+				if batch < 0 { // the same effect, one INSERT for the whole batch
+					testkit.InboxApplySet(b, in, par, -batch, func(ctx context.Context, tx pgx.Tx, applied []core.InboxMessage) error {
+						ids := make([]string, len(applied))
+						for i, m := range applied {
+							ids[i] = m.EventID
+						}
+						_, err := tx.Exec(ctx, `INSERT INTO bench_effects (id) SELECT unnest($1::text[])`, ids)
+						return err
+					})
+					return
 				}
 				testkit.InboxApply(b, in, par, batch, handler)
 			})

@@ -17,10 +17,30 @@ import (
 // reports msgs/s.
 func InboxApply[TTx any](b *testing.B, in *core.Inbox[TTx], par, batch int, handler core.Handler[TTx]) {
 	ctx := context.Background()
+	inboxApply(b, par, batch, func(msgs []core.InboxMessage) ([]core.InboxResult, error) {
+		if batch == 1 {
+			res, err := in.Process(ctx, "bench", msgs[0], handler)
+			return []core.InboxResult{res}, err
+		}
+		return in.ProcessBatch(ctx, "bench", msgs, func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error {
+			return handler(ctx, tx, m)
+		})
+	})
+}
+
+// InboxApplySet is InboxApply through Inbox.ProcessSet: handler applies each batch's messages
+// at once.
+func InboxApplySet[TTx any](b *testing.B, in *core.Inbox[TTx], par, batch int, handler core.SetHandler[TTx]) {
+	ctx := context.Background()
+	inboxApply(b, par, batch, func(msgs []core.InboxMessage) ([]core.InboxResult, error) {
+		return in.ProcessSet(ctx, "bench", msgs, handler)
+	})
+}
+
+// inboxApply hands b.N distinct messages, batch at a time, from par goroutines, to process and
+// checks that each was Applied.
+func inboxApply(b *testing.B, par, batch int, process func([]core.InboxMessage) ([]core.InboxResult, error)) {
 	now := time.Now()
-	msg := func(i int64) core.InboxMessage {
-		return core.InboxMessage{EventID: fmt.Sprint("evt-", i), Payload: []byte(`{"n":1}`), OccurredAt: now}
-	}
 	var next atomic.Int64 // messages taken
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -33,28 +53,18 @@ func InboxApply[TTx any](b *testing.B, in *core.Inbox[TTx], par, batch int, hand
 					return
 				}
 				end = min(end, int64(b.N))
-				if batch == 1 {
-					res, err := in.Process(ctx, "bench", msg(first), handler)
-					if err != nil || res.Outcome != core.Applied {
-						b.Errorf("Process: %v %v", res.Outcome, err)
-						return
-					}
-					continue
-				}
 				msgs := make([]core.InboxMessage, 0, end-first+1)
 				for i := first; i <= end; i++ {
-					msgs = append(msgs, msg(i))
+					msgs = append(msgs, core.InboxMessage{EventID: fmt.Sprint("evt-", i), Payload: []byte(`{"n":1}`), OccurredAt: now})
 				}
-				res, err := in.ProcessBatch(ctx, "bench", msgs, func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error {
-					return handler(ctx, tx, m)
-				})
+				res, err := process(msgs)
 				if err != nil {
-					b.Errorf("ProcessBatch: %v", err)
+					b.Errorf("process: %v", err)
 					return
 				}
 				for _, r := range res {
 					if r.Outcome != core.Applied {
-						b.Errorf("ProcessBatch: outcome %v", r.Outcome)
+						b.Errorf("process: outcome %v", r.Outcome)
 						return
 					}
 				}
