@@ -62,7 +62,8 @@ import (
 //     more without any drain. It reports the drain rate, the producers' rate during the drain
 //     and without it, the catch-up ratio (drain rate / producers' achieved rate) and the
 //     commit-to-publish latency (from COMMIT issued to the sink's acknowledgement) of the events
-//     produced during the catch-up. OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out.
+//     produced during the catch-up. OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out;
+//     OUTBOXKIT_CAPACITY_PHASES (comma-separated names, e.g. "bare4,catchup") runs only those.
 //
 // Medians over the rounds are reported; every round is logged (-test.v). Run with a durable
 // server:
@@ -105,9 +106,15 @@ func BenchmarkCapacity(b *testing.B) {
 	}
 	b.ResetTimer()
 	for round := range cfg.rounds {
-		phases := []func() map[string]float64{h.relayPhase, h.relay8Phase, h.relay1Phase, h.relayUPhase, h.barePhase}
-		if !h.cfg.noCatchup {
-			phases = append(phases, h.catchupPhase)
+		var phases []func() map[string]float64
+		for _, p := range []struct {
+			name string
+			run  func() map[string]float64
+		}{{"relay", h.relayPhase}, {"relay8", h.relay8Phase}, {"relay1", h.relay1Phase}, {"relayU", h.relayUPhase},
+			{"bare4", h.barePhase}, {"catchup", h.catchupPhase}} {
+			if h.cfg.phases == nil || h.cfg.phases[p.name] {
+				phases = append(phases, p.run)
+			}
 		}
 		if round%2 == 1 {
 			slices.Reverse(phases)
@@ -118,10 +125,13 @@ func BenchmarkCapacity(b *testing.B) {
 				round[k] = v
 			}
 		}
-		round["relay/bare4"] = round["relay_events/s"] / round["bare4_events/s"]
-		round["relay1/bare4"] = round["relay1_events/s"] / round["bare4_events/s"]
-		round["relayU/relay"] = round["relayU_events/s"] / round["relay_events/s"]
-		round["relay/relay8"] = round["relay_events/s"] / round["relay8_events/s"]
+		for _, r := range [][2]string{{"relay", "bare4"}, {"relay1", "bare4"}, {"relayU", "relay"}, {"relay", "relay8"}, {"catchup_drain", "bare4"}} {
+			if a, ok := round[r[0]+"_events/s"]; ok {
+				if b, ok := round[r[1]+"_events/s"]; ok {
+					round[r[0]+"/"+r[1]] = a / b
+				}
+			}
+		}
 		add(round)
 	}
 	b.StopTimer()
@@ -136,7 +146,7 @@ type benchConfig struct {
 	rate                float64
 	catchupCap, produce time.Duration
 	upstream            string
-	noCatchup           bool // OUTBOXKIT_CAPACITY_NO_CATCHUP=1: the drain phases only
+	phases              map[string]bool // OUTBOXKIT_CAPACITY_PHASES; nil: all
 }
 
 func loadConfig() benchConfig {
@@ -152,9 +162,25 @@ func loadConfig() benchConfig {
 		rate:       num("OUTBOXKIT_CAPACITY_RATE", 2000),
 		catchupCap: time.Duration(num("OUTBOXKIT_BENCH_SECONDS", 300) * float64(time.Second)),
 		produce:    time.Duration(num("OUTBOXKIT_CAPACITY_PRODUCE_SECONDS", 15) * float64(time.Second)),
-		noCatchup:  os.Getenv("OUTBOXKIT_CAPACITY_NO_CATCHUP") == "1",
+		phases:     phaseSet(os.Getenv("OUTBOXKIT_CAPACITY_PHASES"), os.Getenv("OUTBOXKIT_CAPACITY_NO_CATCHUP") == "1"),
 		upstream:   os.Getenv("OUTBOXKIT_CAPACITY_UPSTREAM"),
 	}
+}
+
+// phaseSet is the phases a run measures: those listed (comma-separated), else every one
+// (nil), but the catch-up when noCatchup.
+func phaseSet(list string, noCatchup bool) map[string]bool {
+	if list == "" && !noCatchup {
+		return nil
+	}
+	if list == "" {
+		list = "relay,relay8,relay1,relayU,bare4"
+	}
+	set := map[string]bool{}
+	for _, p := range strings.Split(list, ",") {
+		set[strings.TrimSpace(p)] = true
+	}
+	return set
 }
 
 const keys = 10000
