@@ -28,7 +28,7 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 	if err != nil {
 		return nil, wrap("list", err)
 	}
-	recs, err := scanRecords(rows)
+	recs, err := scanRecords(rows, min(limit, 1000))
 	if err != nil {
 		return nil, wrap("list", err)
 	}

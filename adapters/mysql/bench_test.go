@@ -190,7 +190,10 @@ func relayDrain(b *testing.B, s *mysql.Store, workers int, del bool, n int) {
 	wg.Wait()
 	for i, r := range relays {
 		st := r.Stats()
-		b.Logf("relay %d: sends %d published %d claim-lost %d", i, st.Sends, st.Published, st.ClaimLost)
+		fetches := max(st.Fetches, 1)
+		per := func(d time.Duration) time.Duration { return (d / time.Duration(fetches)).Round(10 * time.Microsecond) }
+		b.Logf("relay %d: sends %d published %d claim-lost %d; per batch (%d records): fetch %v send %v settle %v",
+			i, st.Sends, st.Published, st.ClaimLost, st.Published/fetches, per(st.FetchTime), per(st.SendTime), per(st.SettleTime))
 	}
 }
 

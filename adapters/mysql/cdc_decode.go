@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -154,10 +153,9 @@ func (st *changeStream) record(row []any) (core.Record, error) {
 	case string:
 		h = []byte(v)
 	}
-	if len(h) > 0 && string(h) != "{}" {
-		if err := json.Unmarshal(h, &r.Headers); err != nil {
-			return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
-		}
+	var err error
+	if r.Headers, err = decodeHeaders(string(h)); err != nil {
+		return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
 	}
 	return r, nil
 }

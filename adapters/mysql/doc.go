@@ -31,9 +31,10 @@
 //   - ClaimLanes is exclusive: ClaimSkipLocked locks candidate lane rows with FOR UPDATE SKIP
 //     LOCKED; ClaimGetLock does the same and ties each lease to a GET_LOCK held by the owner's
 //     session, so that a dead session's lanes can be taken at once. Either way every lease is
-//     fenced by (owner, generation, lease_until > now): Settle locks the leased lane rows
-//     FOR UPDATE and checks every lease before it changes anything, and returns a
-//     *core.LanesLostError (changing nothing) when one is lost.
+//     fenced by (owner, generation, lease_until > now): Settle marks the records, then locks
+//     the leased lane rows FOR UPDATE and checks every lease in the same transaction before
+//     it commits, and when one is lost rolls back (changing nothing) and returns a
+//     *core.LanesLostError.
 //   - Fetch honours per-key blocking: a record is skipped when an earlier-or-same unpublished
 //     record of its partition key is parked or not yet due. MariaDB has no partial indexes:
 //     stored generated columns stand in for them (ix_unpublished holds unpublished rows in seq

@@ -108,10 +108,9 @@ func scanRecord(sc scanner) (core.Record, error) {
 		&r.CorrelationID, &r.Lane, &r.CreatedAt, &published, &r.Attempts, &next, &lastErr, &parked); err != nil {
 		return core.Record{}, err
 	}
-	if headers != "" && headers != "{}" {
-		if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
-			return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
-		}
+	var err error
+	if r.Headers, err = decodeHeaders(headers); err != nil {
+		return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.PublishedAt = nullTime(published)
@@ -128,9 +127,10 @@ func nullTime(t sql.NullTime) time.Time {
 	return t.Time.UTC()
 }
 
-func scanRecords(rows *sql.Rows) ([]core.Record, error) {
+// scanRecords reads rows; capacity is how many records are expected (the fetch's limit).
+func scanRecords(rows *sql.Rows, capacity int) ([]core.Record, error) {
 	defer rows.Close()
-	var out []core.Record
+	out := make([]core.Record, 0, capacity)
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {

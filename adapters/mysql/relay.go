@@ -267,7 +267,7 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 	if err != nil {
 		return nil, wrap("fetch", err)
 	}
-	recs, err := scanRecords(rows)
+	recs, err := scanRecords(rows, p.Limit)
 	if err != nil {
 		return nil, wrap("fetch", err)
 	}
@@ -304,8 +304,13 @@ func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any
 	return q.String(), args
 }
 
-// Settle implements core.RelayStore: one transaction that locks the leased lane rows, checks
-// every lease (owner, generation, lease_until > now) and only then marks the records.
+// Settle implements core.RelayStore: one transaction that marks the records, then locks the
+// leased lane rows, checks every lease (owner, generation, lease_until > now) and commits only
+// when all are held; otherwise it rolls back (nothing is marked) and returns the
+// *core.LanesLostError. The check and the commit happen under the lane locks, so a lease
+// cannot change between them; marking first keeps the lane rows locked for the commit only,
+// not for the marks as well: renewals, which lock every lane of the relay, and with them the
+// relay's other InFlight loops, then wait for a commit instead of a whole settle.
 func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	if len(p.Leases) == 0 {
 		if len(p.Published) == 0 && len(p.Failed) == 0 {
@@ -323,14 +328,6 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	var lostErr *core.LanesLostError
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		lostErr = nil
-		_, lost, err := s.lockLanes(ctx, tx, p.Leases, now)
-		if err != nil {
-			return err
-		}
-		if lost != nil {
-			lostErr = lost.(*core.LanesLostError)
-			return lost
-		}
 		for start := 0; start < len(p.Published); start += 1000 {
 			seqs := p.Published[start:min(start+1000, len(p.Published))]
 			var query string
@@ -356,6 +353,14 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 					return err
 				}
 			}
+		}
+		_, lost, err := s.lockLanes(ctx, tx, p.Leases, now)
+		if err != nil {
+			return err
+		}
+		if lost != nil {
+			lostErr = lost.(*core.LanesLostError)
+			return lost // rolls the marks back
 		}
 		return nil
 	})
