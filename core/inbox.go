@@ -254,9 +254,6 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, i int, msg InboxMes
 // version locks of all its entities until it commits, so keep batches small where many
 // consumers share entities. An empty batch returns nil, nil.
 func (in *Inbox[TTx]) ProcessBatch(ctx context.Context, consumer string, msgs []InboxMessage, handler BatchHandler[TTx]) ([]InboxResult, error) {
-	if handler == nil {
-		return in.processBatch(ctx, consumer, msgs, handlers[TTx]{})
-	}
 	return in.processBatch(ctx, consumer, msgs, handlers[TTx]{each: handler})
 }
 
@@ -275,14 +272,11 @@ type SetHandler[TTx any] func(ctx context.Context, tx TTx, applied []InboxMessag
 // messages can be written at once (one INSERT … SELECT of all of them): the per-message
 // round trips of ProcessBatch's handler then go.
 func (in *Inbox[TTx]) ProcessSet(ctx context.Context, consumer string, msgs []InboxMessage, handler SetHandler[TTx]) ([]InboxResult, error) {
-	if handler == nil {
-		return in.processBatch(ctx, consumer, msgs, handlers[TTx]{})
-	}
 	return in.processBatch(ctx, consumer, msgs, handlers[TTx]{set: handler})
 }
 
 // handlers is the handler of a batch: each, called per Applied message, or set, called once
-// with all of them. Neither is set when the caller gave none (processBatch refuses that).
+// with all of them. Neither is set when the caller passed a nil one (processBatch refuses that).
 type handlers[TTx any] struct {
 	each BatchHandler[TTx]
 	set  SetHandler[TTx]

@@ -22,9 +22,10 @@ func binlogEnd(t *testing.T) (string, int64) {
 	return file, pos
 }
 
-// markBinlogBytes writes n events of ~1 KiB, marks them published with one Settle, and returns
-// how many bytes of binary log the Settle wrote.
-func markBinlogBytes(t *testing.T, s *mysql.Store, n int) int64 {
+// writeAndFetch writes n events of ~1 KiB, claims every lane for owner and fetches the first
+// k: the leases and their seqs, for a Settle.
+func writeAndFetch(t *testing.T, s *mysql.Store, owner string, n, k int) ([]core.Lease, []int64) {
+	t.Helper()
 	ctx := context.Background()
 	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
@@ -33,15 +34,23 @@ func markBinlogBytes(t *testing.T, s *mysql.Store, n int) int64 {
 		evs[i] = core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i), Type: "t", Payload: benchPayload}
 	}
 	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { _, err := ob.Write(ctx, tx, evs...); return err }))
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "mark", Max: core.DefaultLanes, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: owner, Max: core.DefaultLanes, TTL: time.Minute})
 	require.NoError(t, err)
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: n})
+	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: k})
 	require.NoError(t, err)
-	require.Len(t, recs, n)
-	seqs := make([]int64, n)
+	require.Len(t, recs, k)
+	seqs := make([]int64, k)
 	for i, r := range recs {
 		seqs[i] = r.Seq
 	}
+	return leases, seqs
+}
+
+// markBinlogBytes writes n events of ~1 KiB, marks them published with one Settle, and returns
+// how many bytes of binary log the Settle wrote.
+func markBinlogBytes(t *testing.T, s *mysql.Store, n int) int64 {
+	ctx := context.Background()
+	leases, seqs := writeAndFetch(t, s, "mark", n, n)
 	file, before := binlogEnd(t)
 	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs}))
 	file2, after := binlogEnd(t)

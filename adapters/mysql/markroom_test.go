@@ -3,12 +3,11 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -20,34 +19,12 @@ func markRoom(t *testing.T, db *sql.DB) (zero, null int) {
 }
 
 // writeAndMark writes n events and marks the first k published (delete: deletes them).
-func writeAndMark(t *testing.T, db *sql.DB, st interface {
-	core.OutboxStore[*sql.Tx]
-	core.RelayStore
-}, n, k int, del bool) {
+func writeAndMark(t *testing.T, s *mysql.Store, n, k int, del bool) {
 	t.Helper()
 	ctx := context.Background()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](st), nil)
-	require.NoError(t, err)
-	evs := make([]core.Event, n)
-	for i := range evs {
-		evs[i] = core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i), Type: "t", Payload: benchPayload}
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	_, err = ob.Write(ctx, tx, evs...)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
-	leases, err := st.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: core.DefaultLanes, TTL: time.Minute})
-	require.NoError(t, err)
-	recs, err := st.Fetch(ctx, core.FetchParams{Leases: leases, Limit: k})
-	require.NoError(t, err)
-	require.Len(t, recs, k)
-	seqs := make([]int64, k)
-	for i, r := range recs {
-		seqs[i] = r.Seq
-	}
-	require.NoError(t, st.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs, Delete: del}))
-	require.NoError(t, st.ReleaseLanes(ctx, leases))
+	leases, seqs := writeAndFetch(t, s, "w", n, k)
+	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs, Delete: del}))
+	require.NoError(t, s.ReleaseLanes(ctx, leases))
 }
 
 // The outbox's mark_room column (migration 001) is 0 while a row is unpublished and NULL once
@@ -58,7 +35,7 @@ func TestMarkRoom(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	db := s.DB()
-	writeAndMark(t, db, s, 10, 4, false)
+	writeAndMark(t, s, 10, 4, false)
 	zero, null := markRoom(t, db)
 	require.Equal(t, 6, zero, "unpublished rows")
 	require.Equal(t, 4, null, "published rows")
@@ -67,8 +44,8 @@ func TestMarkRoom(t *testing.T) {
 	odb := old.DB()
 	_, err := odb.Exec(`ALTER TABLE outbox DROP COLUMN mark_room`)
 	require.NoError(t, err)
-	writeAndMark(t, odb, old, 10, 4, false)
-	writeAndMark(t, odb, old, 10, 3, true)
+	writeAndMark(t, old, 10, 4, false)
+	writeAndMark(t, old, 10, 3, true)
 	require.NoError(t, old.Migrate(context.Background()))
 	var cols int
 	require.NoError(t, odb.QueryRow(`SELECT COUNT(*) FROM information_schema.COLUMNS
