@@ -736,7 +736,7 @@ func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (C
 			for _, rec := range recs {
 				r.backfilled[rec.Seq] = struct{}{}
 			}
-			err := r.deliver(ctx, recs, log)
+			err := r.deliver(ctx, recs, readAt{}, log)
 			if err == nil {
 				err = r.settle.flush(ctx) // the next fetch must not see these rows again
 			}
@@ -904,7 +904,7 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 		r.mu.Unlock()
 		records := len(recs) > 0
 		if records {
-			if err := r.deliver(ctx, r.skipBackfilled(r.skipParked(recs)), log); err != nil {
+			if err := r.deliver(ctx, r.skipBackfilled(r.skipParked(recs)), readAt{stream, pos}, log); err != nil {
 				return err
 			}
 		}
@@ -986,16 +986,23 @@ func (r *CDCRelay) skipParked(recs []Record) []Record {
 // deliver sends recs (in order) until each is published or parked, retrying failures in place
 // with backoff; later records of a failed key wait behind it. Records are marked with Settle,
 // fenced by the leases of every lane.
-func (r *CDCRelay) deliver(ctx context.Context, recs []Record, log *slog.Logger) error {
+func (r *CDCRelay) deliver(ctx context.Context, recs []Record, at readAt, log *slog.Logger) error {
 	for start := 0; start < len(recs); start += r.o.BatchSize {
-		if err := r.deliverBatch(ctx, recs[start:min(start+r.o.BatchSize, len(recs))], log); err != nil {
+		if err := r.deliverBatch(ctx, recs[start:min(start+r.o.BatchSize, len(recs))], at, log); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog.Logger) error {
+// readAt is where delivered records were read: the stream and the position it had returned
+// them by (VisibleWaiter), or nothing for a backfill's records (read from the table).
+type readAt struct {
+	stream ChangeStream
+	pos    string
+}
+
+func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, at readAt, log *slog.Logger) error {
 	attempts := map[int64]int{}
 	round := 0
 	for len(pending) > 0 {
@@ -1045,7 +1052,7 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, log *slog
 		}
 		// Records held behind a parked record stay unpublished; they are not retried here.
 		retry = r.skipParked(retry)
-		if err := r.settle.submit(ctx, &settleItem{p: &p}); err != nil {
+		if err := r.settle.submit(ctx, &settleItem{p: &p, readTo: at.pos, stream: at.stream}); err != nil {
 			return err
 		}
 		pending = retry

@@ -27,10 +27,13 @@ type settler struct {
 }
 
 // settleItem is one batch's marks (p, may be nil) and the position it completes (pos, may be
-// empty), or a flush marker (both empty).
+// empty), or a flush marker (both empty). readTo is the stream position the marks' records were
+// read up to (empty for records that did not come from stream: a backfill's), for
+// VisibleWaiter.
 type settleItem struct {
 	p      *SettleParams
 	pos    string
+	readTo string
 	stream ChangeStream
 	done   chan struct{} // closed once applied or failed (flush markers)
 }
@@ -132,10 +135,18 @@ func (s *settler) apply(batch []*settleItem) error {
 	var p SettleParams
 	var pos string
 	var stream ChangeStream
+	var reads []readAt // per stream, the furthest position its marked records were read by
 	for _, it := range batch {
 		if it.p != nil {
 			p.Published = append(p.Published, it.p.Published...)
 			p.Failed = append(p.Failed, it.p.Failed...)
+			switch {
+			case it.readTo == "":
+			case len(reads) > 0 && reads[len(reads)-1].stream == it.stream:
+				reads[len(reads)-1].pos = it.readTo // items are in stream order
+			default:
+				reads = append(reads, readAt{it.stream, it.readTo})
+			}
 		}
 		if it.pos != "" {
 			pos, stream = it.pos, it.stream
@@ -145,11 +156,24 @@ func (s *settler) apply(batch []*settleItem) error {
 		p.Leases, p.Delete, p.Now = r.currentLeases(), r.o.DeleteOnPublish, r.now()
 		ctx, cancel := context.WithTimeout(s.base, opTimeout)
 		began := time.Now()
-		err := r.store.Settle(ctx, p)
+		var err error
+		for _, rd := range reads {
+			if w, ok := rd.stream.(VisibleWaiter); ok && err == nil {
+				if err = w.AwaitVisible(ctx, rd.pos); err != nil {
+					err = fmt.Errorf("outbox: cdc relay: await visible: %w", err)
+				}
+			}
+		}
+		if err == nil {
+			err = r.store.Settle(ctx, p)
+			if err != nil {
+				err = fmt.Errorf("outbox: cdc relay: settle: %w", err)
+			}
+		}
 		cancel()
 		r.inst.settledIn(s.base, time.Since(began))
 		if err != nil {
-			return fmt.Errorf("outbox: cdc relay: settle: %w", err)
+			return err
 		}
 		r.stats.count(p)
 		r.inst.settled(s.base, p)

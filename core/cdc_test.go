@@ -213,3 +213,74 @@ func TestCDCRelayStopsWhenItsSignOfLifeIsLost(t *testing.T) {
 	require.Zero(t, st.LanesHeld)
 	require.True(t, s.life.released.Load())
 }
+
+// waitingSource's streams are VisibleWaiters whose AwaitVisible holds until release is closed.
+type waitingSource struct {
+	core.ChangeSource
+	asked   chan string
+	release chan struct{}
+}
+
+func (w *waitingSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+	st, pos, err := w.ChangeSource.Start(ctx)
+	return &waitingStream{ChangeStream: st, w: w}, pos, err
+}
+
+func (w *waitingSource) Resume(ctx context.Context, position string) (core.ChangeStream, error) {
+	st, err := w.ChangeSource.Resume(ctx, position)
+	return &waitingStream{ChangeStream: st, w: w}, err
+}
+
+type waitingStream struct {
+	core.ChangeStream
+	w *waitingSource
+}
+
+func (s *waitingStream) AwaitVisible(ctx context.Context, position string) error {
+	select {
+	case s.w.asked <- position:
+	default:
+	}
+	select {
+	case <-s.w.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A stream that is a VisibleWaiter is asked before every mark of records it returned: the
+// records are sent, but not marked until AwaitVisible returns.
+func TestCDCRelayMarksOnlyAfterAwaitVisible(t *testing.T) {
+	t.Parallel()
+	b := setupCDCStop(t, 0)
+	src := &waitingSource{ChangeSource: b.store.ChangeSource(), asked: make(chan string, 1), release: make(chan struct{})}
+	r, err := core.NewCDCRelay(b.store, src, b.sink, core.StaticRouter{Default: "x"},
+		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	id := writeOne(t, b.store, b.ob, "k")
+	select {
+	case pos := <-src.asked:
+		require.NotEmpty(t, pos)
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitVisible was not called")
+	}
+	sent, _ := b.sink.duplicates()
+	require.Equal(t, 1, sent, "the record was sent before the wait")
+	time.Sleep(100 * time.Millisecond)
+	require.Zero(t, r.Stats().Published, "no mark while AwaitVisible waits")
+	close(src.release)
+	waitFor(t, 10*time.Second, func() bool { return r.Stats().Published == 1 }, "marked once AwaitVisible returned")
+	recs, err := b.store.List(context.Background(), core.ListParams{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, id, recs[0].ID)
+	require.False(t, recs[0].PublishedAt.IsZero())
+	cancel()
+	require.NoError(t, <-done)
+}

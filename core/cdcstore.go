@@ -60,6 +60,20 @@ type ChangeStream interface {
 	Close() error
 }
 
+// VisibleWaiter is the optional ChangeStream capability of a database that may stream a commit
+// a moment before other sessions see the transaction's rows (PostgreSQL: the commit record is in
+// the log before the committing session leaves the running set of new snapshots). A mark that
+// ran in that moment would change nothing and leave the records unpublished for good, so the CDC
+// relay calls AwaitVisible before it marks records the stream returned at or before position
+// (after their send, by when the moment has almost always passed). A stream without it must
+// return only transactions whose records the store's Settle finds (on MySQL/MariaDB the mark's
+// locking read waits for an inserting transaction that is still committing).
+type VisibleWaiter interface {
+	// AwaitVisible returns once new statements see the rows of every transaction the stream
+	// returned at or before position, or ctx ends.
+	AwaitVisible(ctx context.Context, position string) error
+}
+
 // Retention is how much change log the database keeps for a checkpoint. -1 means unknown.
 type Retention struct {
 	// RetainedBytes is the log held for the relay from its checkpoint to the head of the log

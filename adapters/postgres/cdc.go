@@ -563,6 +563,10 @@ type changeStream struct {
 	readDone  chan struct{}
 	writeDone chan struct{}
 	closeOnce sync.Once
+
+	visMu  sync.Mutex  // AwaitVisible's state
+	unseen []streamed  // handed out, not yet shown by a snapshot, in stream order
+	snap   *pgSnapshot // the last snapshot read
 }
 
 var errStreamClosed = errors.New("postgres: change stream closed")
@@ -826,6 +830,8 @@ func (st *changeStream) decode() error {
 						continue
 					}
 					lastEmpty = time.Now()
+				} else {
+					st.noteStreamed(pos, d.xid)
 				}
 				last = max(last, pos)
 				if !emit(tx) {

@@ -22,6 +22,7 @@ type decoder struct {
 	partitioned   bool
 	rels          map[uint32]*relation
 	inTx          bool
+	xid           uint32 // of the transaction being decoded, or the last one
 	recs          []core.Record
 }
 
@@ -47,7 +48,7 @@ func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) 
 		}
 		d.rels[m.RelationID] = r
 	case *pglogrepl.BeginMessage:
-		d.inTx, d.recs = true, nil
+		d.inTx, d.xid, d.recs = true, m.Xid, nil
 	case *pglogrepl.InsertMessage:
 		r, ok := d.rels[m.RelationID]
 		if !ok {
