@@ -27,7 +27,7 @@ type queries struct {
 
 	insert, insertChecked string
 	// Lane count changes (migration 0007)
-	laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
+	laneCountChecked, laneCountLocked, laneCountShared, laneCountSet   string
 	resizeAllow, resizeLeases, resizeDropLanes, resizeRows, resizeMove string
 
 	heartbeat, heartbeatLeave                  string

@@ -38,7 +38,7 @@ type queries struct {
 	writeLock      string
 
 	// lane count changes (ResizeLanes, migration 0006)
-	lanesUpdate, resizeAllow, resizeDone, resizeLeases string
+	lanesUpdate, resizeAllow, resizeDone, resizeLeases      string
 	resizeDropLanes, resizeAddLanes, resizeRows, resizeMove string
 
 	// publisher generation
