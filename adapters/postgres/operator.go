@@ -284,9 +284,10 @@ func (s *Store[TTx]) PruneInboxAudited(ctx context.Context, consumer string, bef
 // resizeBatch is how many unpublished rows a resize reads and moves per statement.
 const resizeBatch = 10_000
 
-// ResizeLanes implements core.LaneResizer in one read-committed transaction: the lane count's
-// meta row FOR UPDATE (writers' checked inserts hold it FOR SHARE until their transaction ends,
-// so the resize waits for those in flight and holds the next ones back; see migration 0007), the
+// ResizeLanes implements core.LaneResizer in one read-committed transaction: the outbox table
+// locked IN SHARE ROW EXCLUSIVE MODE (it waits for the writer transactions that inserted, whose
+// ROW EXCLUSIVE lock lasts until they end, and holds the next inserts back; see migration 0007)
+// and the lane count's meta row FOR UPDATE (REPEATABLE READ writers read it FOR SHARE), the
 // publisher kind (a CDC relay's generation is refused), every lane row locked in lane order with
 // its lease ended and its generation incremented (ResizeLeases), the lane rows added or dropped,
 // every unpublished row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
@@ -306,6 +307,9 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 	var moved int64
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		moved = 0
+		if _, err := q.exec(ctx, s.q.resizeLock); err != nil {
+			return err
+		}
 		var v string
 		if err := queryRow(ctx, q, s.q.laneCountLocked, nil, &v); err != nil {
 			return err

@@ -23,10 +23,11 @@ func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) 
 
 // InsertLanes implements core.LaneInserter: Insert in the same one statement, which inserts
 // nothing and returns an error wrapping core.ErrLaneCountChanged (tx stays usable) when the
-// recorded lane count is not lanes. The count is read with its meta row locked FOR SHARE until
-// tx ends, so that a ResizeLanes waits for tx and tx's later inserts wait for a resize; a
-// REPEATABLE READ or SERIALIZABLE tx whose snapshot is older than a resize fails with a
-// serialization error (SQLSTATE 40001: roll back and retry). On an outbox not yet migrated by
+// recorded lane count is not lanes. The insert's table lock (ROW EXCLUSIVE, until tx ends)
+// makes a ResizeLanes wait for tx and tx's later inserts wait for a resize, and the count is
+// read after it: under READ COMMITTED the committed count; under REPEATABLE READ or
+// SERIALIZABLE with the row locked FOR SHARE, so that a tx whose snapshot is older than a
+// resize fails with a serialization error (SQLSTATE 40001: roll back and retry). On an outbox not yet migrated by
 // this version (migration 0007, which ResizeLanes needs as well) it is Insert.
 func (s *Store[TTx]) InsertLanes(ctx context.Context, tx TTx, lanes int, records []core.Record) error {
 	if !s.checked.Load() {

@@ -27,8 +27,8 @@ type queries struct {
 
 	insert, insertChecked string
 	// Lane count changes (migration 0007)
-	laneCountChecked, laneCountLocked, laneCountShared, laneCountSet   string
-	resizeAllow, resizeLeases, resizeDropLanes, resizeRows, resizeMove string
+	resizeLock, laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
+	resizeAllow, resizeLeases, resizeDropLanes, resizeRows, resizeMove           string
 
 	heartbeat, heartbeatLeave                  string
 	claimSkipLocked                            string
@@ -141,6 +141,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		insert:        st.Get("Insert"),
 		insertChecked: st.Get("InsertChecked"),
 
+		resizeLock:       st.Get("ResizeLock"),
 		laneCountChecked: st.Get("LaneCountChecked"),
 		laneCountLocked:  st.Get("LaneCountLocked"),
 		laneCountShared:  st.Get("LaneCountShared"),

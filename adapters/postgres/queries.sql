@@ -575,7 +575,7 @@ WHERE lane = ANY(ARRAY(
 -- name: InsertChecked
 -- Insert (InsertLanes) checked against the lane count the lanes were computed with: $15 is that
 -- count; nothing is inserted when the recorded count differs (see migration 0007: the count is
--- read locked, once per statement).
+-- read once per statement, after the statement's table lock).
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -608,14 +608,21 @@ ORDER BY ord
 SELECT m.value, EXISTS (SELECT 1 FROM {{meta}} WHERE name = 'migration:0007_lanes_resize')
 FROM {{meta}} AS m WHERE m.name = 'lanes'
 
+-- name: ResizeLock
+-- A resize's first step: wait for the writer transactions that inserted (and for settles and
+-- cleanups in flight) and hold the next ones back until it ends; reads (the relays' fetches) go
+-- on. See migration 0007.
+LOCK TABLE {{outbox}} IN SHARE ROW EXCLUSIVE MODE
+
 -- name: LaneCountLocked
--- A resize's first step: the lane count's meta row FOR UPDATE (waits for the writer
--- transactions holding it FOR SHARE, and holds the next ones back).
+-- The lane count's meta row FOR UPDATE: REPEATABLE READ and SERIALIZABLE writers read it FOR
+-- SHARE (migration 0007).
 SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
 
 -- name: LaneCountShared
--- The lane count read as a checked insert reads it (Replay: rows put back to pending get their
--- key's lane under the count a resize cannot change until the replay ends).
+-- The lane count read as a checked insert reads it (Replay, after its UPDATE took the outbox's
+-- ROW EXCLUSIVE lock: rows put back to pending get their key's lane under the count a resize
+-- cannot change until the replay ends).
 SELECT {{lane_count_fn}}()
 
 -- name: LaneCountSet

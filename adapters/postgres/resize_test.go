@@ -39,9 +39,11 @@ func TestResizeWriterIsolation(t *testing.T) {
 		return -1
 	}
 
-	// READ COMMITTED behind a resize in progress (as ResizeLanes holds it: the meta row FOR
-	// UPDATE, the new count written, not yet committed).
+	// READ COMMITTED behind a resize in progress (as ResizeLanes holds it: the table and the
+	// meta row locked, the new count written, not yet committed).
 	rz, err := d.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = rz.Exec(ctx, s.q.resizeLock)
 	require.NoError(t, err)
 	_, err = rz.Exec(ctx, s.q.laneCountLocked)
 	require.NoError(t, err)

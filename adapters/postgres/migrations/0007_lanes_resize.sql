@@ -1,17 +1,29 @@
 -- Lane count changes (Store.ResizeLanes, `outboxkit lanes resize`).
 --
--- {{lane_count_fn}}() returns the recorded lane count with its meta row locked FOR SHARE until
--- the caller's transaction ends: every checked insert (Store.InsertLanes, used by
--- core.Outbox.Write) compares it with the count its lanes were computed with. A resize locks
--- the row FOR UPDATE, so it waits for the writer transactions that inserted, and the inserts
--- that come next wait for it; a waiting insert then reads the count the resize committed
--- (READ COMMITTED), or fails with a serialization error when its transaction's snapshot is
--- older than the resize (REPEATABLE READ, SERIALIZABLE). SECURITY DEFINER: writers need no
--- UPDATE privilege on the meta table for the lock.
-CREATE OR REPLACE FUNCTION {{lane_count_fn}}() RETURNS text LANGUAGE sql VOLATILE SECURITY DEFINER
+-- {{lane_count_fn}}() returns the recorded lane count: every checked insert (Store.InsertLanes,
+-- used by core.Outbox.Write) compares it with the count its lanes were computed with. A resize
+-- first locks the outbox table IN SHARE ROW EXCLUSIVE MODE, so it waits for the writer
+-- transactions that inserted (their ROW EXCLUSIVE lock lasts until they end) and the inserts
+-- that come next wait for it. Under READ COMMITTED that is enough: the insert takes its table
+-- lock before the function reads, and the function's read takes a snapshot of its own (VOLATILE),
+-- so a waiting insert reads the count the resize committed. A REPEATABLE READ or SERIALIZABLE
+-- transaction reads with its first snapshot, which may be older than the resize: there the row
+-- is read FOR SHARE (the resize locks it FOR UPDATE), which fails with a serialization error
+-- when the resize changed it after that snapshot. SECURITY DEFINER: writers need no UPDATE
+-- privilege on the meta table for that lock.
+CREATE OR REPLACE FUNCTION {{lane_count_fn}}() RETURNS text LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT value FROM {{meta}} WHERE name = 'lanes' FOR SHARE
+DECLARE
+    v text;
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT value INTO v FROM {{meta}} WHERE name = 'lanes';
+    ELSE
+        SELECT value INTO v FROM {{meta}} WHERE name = 'lanes' FOR SHARE;
+    END IF;
+    RETURN v;
+END
 $fn$;
 
 -- The immutability trigger allows one more change: the lane alone, in a transaction that set
