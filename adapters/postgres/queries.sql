@@ -574,8 +574,9 @@ WHERE lane = ANY(ARRAY(
 
 -- name: InsertChecked
 -- Insert (InsertLanes) checked against the lane count the lanes were computed with: $15 is that
--- count; nothing is inserted when the recorded count differs (see migration 0007: the count is
--- read once per statement, after the statement's table lock).
+-- count; nothing is inserted when the recorded count differs. The count is read once per
+-- statement, after the statement's table lock: under READ COMMITTED in the statement's snapshot
+-- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE.
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -584,13 +585,15 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
-WHERE (SELECT {{lane_count_fn}}()) = $15::text
+WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
 ORDER BY ord
 
 -- name: InsertPartitionedChecked
 -- InsertPartitioned checked as InsertChecked; the IDs go to the side table only when the count
 -- matches.
-WITH ok AS MATERIALIZED (SELECT (SELECT {{lane_count_fn}}()) = $15::text AS ok),
+WITH ok AS MATERIALIZED (SELECT (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text AS ok),
 ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) FROM ok WHERE ok.ok)
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)

@@ -19,8 +19,17 @@ import (
 // snapshot sees. An outbox without migration 0007 cannot be resized.
 func TestResizeWriterIsolation(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			testResizeWriterIsolation(t, mode)
+		})
+	}
+}
+
+func testResizeWriterIsolation(t *testing.T, mode pgx.QueryExecMode) {
 	ctx := context.Background()
-	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 8})
+	s, d := migratedStore(t, dbOptions{mode: mode}, &Options{Lanes: 8})
 	ob, err := core.NewOutbox(ctx, s, nil)
 	require.NoError(t, err)
 	ev := func(id string) core.Event {
@@ -97,7 +106,7 @@ func waitLockWait(t *testing.T, d *testDB) {
 	for {
 		var n int
 		require.NoError(t, d.pool.QueryRow(context.Background(),
-			"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%outbox_lane_count%'").Scan(&n))
+			"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%transaction_isolation%' AND pid <> pg_backend_pid()").Scan(&n))
 		if n > 0 {
 			return
 		}
