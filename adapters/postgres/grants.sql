@@ -51,6 +51,9 @@ GRANT INSERT (id, aggregate_type, aggregate_id, aggregate_version, type, schema_
     destination, payload, headers, tenant, causation_id, correlation_id, lane)
     ON :"schema".outbox TO :"app_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_seq_seq TO :"app_role";
+-- The lane-count check of Outbox.Write (a REPEATABLE READ or SERIALIZABLE writer reads the
+-- count through this SECURITY DEFINER function; functions are executable by PUBLIC by default).
+GRANT EXECUTE ON FUNCTION :"schema".outbox_lane_count() TO :"app_role", :"operator_role";
 -- The inbox runs in the application's transactions.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".inbox, :"schema".inbox_horizons,
     :"schema".inbox_versions TO :"app_role";
