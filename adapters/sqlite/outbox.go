@@ -82,7 +82,13 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, lanes int, records []cor
 	}
 	if lanes > 0 {
 		var n int
-		if err := s.queryRow(sctx, tx, s.q.getLanes).Scan(&n); err != nil {
+		err := s.queryRow(sctx, tx, s.q.getLanes).Scan(&n)
+		if err != nil && !errors.Is(err, sql.ErrTxDone) && s.stmt(s.q.getLanes) != nil {
+			// A transaction of another *sql.DB cannot use this Store's prepared statement
+			// (as in checkTx).
+			err = tx.QueryRowContext(sctx, s.q.getLanes).Scan(&n)
+		}
+		if err != nil {
 			return fmt.Errorf("sqlite: insert: lane count: %w", classify(err))
 		}
 		if n != lanes {

@@ -137,10 +137,16 @@ func TestMigrateLaneMismatch(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
 	require.Equal(t, 8, lanes)
 
-	// Default lane count against a database migrated with 8 is a mismatch too.
+	// Lanes left at 0 accepts the recorded count (which ResizeLanes may have changed) and
+	// changes nothing.
 	def, err := sqlite.New(b.db, nil)
 	require.NoError(t, err)
-	require.ErrorIs(t, def.Migrate(b.ctx), core.ErrSchemaMismatch)
+	require.NoError(t, def.Migrate(b.ctx))
+	n, err = def.LaneCount(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
+	require.Equal(t, 8, lanes)
 }
 
 func TestLaneCountUnmigrated(t *testing.T) {
