@@ -10,7 +10,7 @@ import (
 )
 
 func laneCases[TTx any]() []tcase[TTx] {
-	return []tcase[TTx]{
+	cases := []tcase[TTx]{
 		{name: "exclusive", lanes: 16, run: testLanesExclusive[TTx]},
 		{name: "lowest-first", lanes: 8, run: testLanesLowestFirst[TTx]},
 		{name: "fair-share", lanes: 8, run: testLanesFairShare[TTx]},
@@ -21,6 +21,7 @@ func laneCases[TTx any]() []tcase[TTx] {
 		{name: "renew", lanes: 1, run: testLanesRenew[TTx]},
 		{name: "heartbeat", run: testLanesHeartbeat[TTx]},
 	}
+	return append(cases, resizeCases[TTx]()...)
 }
 
 func (e *env[TTx]) claim(owner string, max int, ttl time.Duration, now time.Time) []core.Lease {

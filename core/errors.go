@@ -90,6 +90,16 @@ var (
 	// ErrSchemaMismatch means the database schema does not match what the adapter expects (for
 	// example a lane count other than the one recorded at migration).
 	ErrSchemaMismatch = errors.New("outbox: schema mismatch")
+
+	// ErrLaneCountChanged means the outbox's lane count is no longer the one a writer computed
+	// its records' lanes with: LaneResizer.ResizeLanes changed it since. The refused Insert
+	// wrote nothing (see LaneInserter). It wraps ErrSchemaMismatch.
+	ErrLaneCountChanged = fmt.Errorf("%w: lane count changed", ErrSchemaMismatch)
+
+	// ErrResizeCDC means ResizeLanes was refused because the outbox's publisher generation is a
+	// CDC relay's, which holds every lane of the count it started with: stop it, resize, and
+	// start a relay again. Nothing was changed.
+	ErrResizeCDC = errors.New("outbox: lanes resize: the publisher is a CDC relay")
 )
 
 // ValidationError says which field of which event (its index in the Write call) is invalid.

@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/propagation"
 )
@@ -23,7 +25,7 @@ type OutboxOptions struct {
 // type (*sql.Tx, pgx.Tx, ...). It is safe for concurrent use.
 type Outbox[TTx any] struct {
 	store  OutboxStore[TTx]
-	lanes  int
+	lanes  atomic.Int64 // the lane count lanes are computed with (see Write)
 	limits Limits
 	prop   propagation.TextMapPropagator
 }
@@ -48,7 +50,9 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 	if lanes < 1 || lanes > MaxLanes {
 		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
-	return &Outbox[TTx]{store: store, lanes: lanes, limits: o.Limits.withDefaults(), prop: o.Propagator}, nil
+	ob := &Outbox[TTx]{store: store, limits: o.Limits.withDefaults(), prop: o.Propagator}
+	ob.lanes.Store(int64(lanes))
+	return ob, nil
 }
 
 // Write validates every event, then appends them all in tx, in order. It returns the events as
@@ -58,6 +62,12 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 // trace context is added to each event's Headers (OutboxOptions.Propagator), and every event
 // carries its transaction group (HeaderTxID, HeaderTxIndex, HeaderTxCount; see WithTxGroup); the
 // caller's maps are not modified.
+//
+// When the store is a LaneInserter (PostgreSQL, SQLite), the insert is checked against the
+// lane count the lanes were computed with; after a LaneResizer.ResizeLanes it is refused, and
+// Write reads the new count, computes the lanes again and inserts again in the same tx. An
+// error the database ended tx with (a serialization failure of a REPEATABLE READ or
+// SERIALIZABLE transaction begun before the resize) is returned: roll back and retry.
 func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -80,17 +90,40 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 	if err := stampTxGroup(ctx, out); err != nil {
 		return nil, err
 	}
-	for i, n := range out {
-		recs[i] = Record{Event: n, Lane: LaneOf(n.PartitionKey, o.lanes)}
+	lanes := int(o.lanes.Load())
+	checked, _ := o.store.(LaneInserter[TTx])
+	for try := 0; ; try++ {
+		for i, n := range out {
+			recs[i] = Record{Event: n, Lane: LaneOf(n.PartitionKey, lanes)}
+		}
+		if checked == nil {
+			if err := o.store.Insert(ctx, tx, recs); err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+		err := checked.InsertLanes(ctx, tx, lanes, recs)
+		if err == nil {
+			return out, nil
+		}
+		if !errors.Is(err, ErrLaneCountChanged) || try == maxLaneRetries {
+			return nil, err
+		}
+		n, cerr := o.store.LaneCount(ctx)
+		if cerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("outbox: lane count: %w", cerr))
+		}
+		if n < 1 || n > MaxLanes || n == lanes {
+			return nil, err
+		}
+		o.lanes.CompareAndSwap(int64(lanes), int64(n))
+		lanes = n
 	}
-	if err := o.store.Insert(ctx, tx, recs); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
-// Lanes returns the outbox's lane count.
-func (o *Outbox[TTx]) Lanes() int { return o.lanes }
+// Lanes returns the lane count Write computes lanes with: the outbox's, as read by NewOutbox or
+// by the last Write that found it changed (LaneInserter).
+func (o *Outbox[TTx]) Lanes() int { return int(o.lanes.Load()) }
 
 // Notify wakes relays after the caller's transaction committed, when the store supports it
 // (Notifier); otherwise it does nothing. Call it after Commit, never inside the transaction:

@@ -549,6 +549,12 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	if live < 1 {
 		return true
 	}
+	// The lane count may change while the relay runs (LaneResizer.ResizeLanes, which also ends
+	// every lease): the share follows it from the next round. A read that fails keeps the last.
+	if n, err := r.store.LaneCount(ctx); err == nil && n >= 1 && n <= MaxLanes && n != r.lanes {
+		r.log.Info("relay_lane_count_changed", "lanes", n, "previous", r.lanes)
+		r.lanes = n
+	}
 	share := (r.lanes + live - 1) / live
 	held = r.snapshot()
 	switch {

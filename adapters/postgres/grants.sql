@@ -26,8 +26,11 @@
 -- and its cleanup (which creates and drops partitions) runs as the tables' owner.
 --
 -- The operator role runs `outboxkit status|parked|unpark|replay|cleanup|cdc release|lanes
--- reset|inbox prune|audit`: it reads the outbox and its bookkeeping, changes the status
+-- reset|lanes resize|inbox prune|audit`: it reads the outbox and its bookkeeping, changes the status
 -- columns, deletes published rows and the CDC checkpoint, ends lane leases (lanes reset),
+-- changes the lane count (lanes resize: the lanes of unpublished rows, which the
+-- outbox_immutable trigger allows only inside a resize or replay, the lane rows and the
+-- recorded count),
 -- raises inbox horizons and deletes inbox records (inbox prune), and appends to the audit table
 -- (outbox_audit), from which it can delete nothing and of which it can change only
 -- rows_affected, and only from -1 (inbox prune writes its row with -1 when it raises the
@@ -48,6 +51,9 @@ GRANT INSERT (id, aggregate_type, aggregate_id, aggregate_version, type, schema_
     destination, payload, headers, tenant, causation_id, correlation_id, lane)
     ON :"schema".outbox TO :"app_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_seq_seq TO :"app_role";
+-- The lane-count check of Outbox.Write (a REPEATABLE READ or SERIALIZABLE writer reads the
+-- count through this SECURITY DEFINER function; functions are executable by PUBLIC by default).
+GRANT EXECUTE ON FUNCTION :"schema".outbox_lane_count() TO :"app_role", :"operator_role";
 -- The inbox runs in the application's transactions.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".inbox, :"schema".inbox_horizons,
     :"schema".inbox_versions TO :"app_role";
@@ -73,6 +79,10 @@ GRANT DELETE ON :"schema".outbox_cdc_checkpoint TO :"operator_role";
 GRANT INSERT (actor, command, arguments, rows_affected) ON :"schema".outbox_audit TO :"operator_role";
 GRANT UPDATE (rows_affected) ON :"schema".outbox_audit TO :"operator_role";
 GRANT UPDATE (owner, generation, lease_until, live_pid) ON :"schema".outbox_lanes TO :"operator_role";
+-- lanes resize (and replay, which puts rows back in their key's current lane).
+GRANT UPDATE (lane) ON :"schema".outbox TO :"operator_role";
+GRANT INSERT (lane), DELETE ON :"schema".outbox_lanes TO :"operator_role";
+GRANT UPDATE (value) ON :"schema".outbox_meta TO :"operator_role";
 GRANT SELECT, INSERT, UPDATE ON :"schema".inbox_horizons TO :"operator_role";
 GRANT SELECT, DELETE ON :"schema".inbox TO :"operator_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_audit_id_seq TO :"operator_role";

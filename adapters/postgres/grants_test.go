@@ -213,6 +213,43 @@ func TestGrants(t *testing.T) {
 	_, err = app.UnparkKeys(ctx, nil, &core.AuditEntry{Actor: "app", Command: "unpark"})
 	requireSQLState(t, err, "42501")
 	requireRowCount(t, s, 1)
+
+	// lanes resize: only the operator changes the lane count; the application's Outbox, which
+	// read 4 lanes, follows it (its checked insert needs no privilege beyond grants.sql's), and
+	// the operator's replay puts a row back in its key's lane under the new count.
+	for _, st := range []*Store[pgx.Tx]{app, relay} {
+		_, err = st.ResizeLanes(ctx, 8, core.AuditEntry{Actor: "x", Command: "lanes resize"})
+		requireSQLState(t, err, "42501")
+	}
+	_, err = operator.ResizeLanes(ctx, 8, core.AuditEntry{Actor: "op", Command: "lanes resize", Arguments: `{"lanes":8}`})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "3", Type: "t", Payload: []byte("p3")})
+		return err
+	}))
+	require.Equal(t, 8, ob.Lanes())
+	recs, err = s.List(ctx, core.ListParams{State: core.StateAll})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	for _, r := range recs {
+		if r.PublishedAt.IsZero() {
+			require.Equal(t, core.LaneOf(r.PartitionKey, 8), r.Lane, "unpublished %s", r.PartitionKey)
+		}
+	}
+	_, err = operator.ResizeLanes(ctx, 3, core.AuditEntry{Actor: "op", Command: "lanes resize", Arguments: `{"lanes":3}`})
+	require.NoError(t, err)
+	for _, r := range recs {
+		if !r.PublishedAt.IsZero() {
+			_, err := operator.Replay(ctx, core.ReplayParams{IDs: []string{r.ID}})
+			require.NoError(t, err)
+		}
+	}
+	recs, err = s.List(ctx, core.ListParams{State: core.StatePending})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	for _, r := range recs {
+		require.Equal(t, core.LaneOf(r.PartitionKey, 3), r.Lane, "%s (replayed or moved)", r.PartitionKey)
+	}
 }
 
 func requireRowCount(t *testing.T, s *Store[pgx.Tx], want int) {

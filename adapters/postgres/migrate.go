@@ -45,6 +45,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		}
 		// The lane count first: a mismatch must change nothing.
 		var recorded string
+		lanes := s.o.Lanes
 		err := queryRow(ctx, q, s.q.metaGet, []any{"lanes"}, &recorded)
 		switch {
 		case errors.Is(err, errNoRows):
@@ -53,9 +54,15 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 			}
 		case err != nil:
 			return err
-		case recorded != strconv.Itoa(s.o.Lanes):
+		case recorded != strconv.Itoa(lanes) && s.lanesSet:
 			return fmt.Errorf("%w: outbox %s was migrated with %s lanes, options ask for %d",
 				core.ErrSchemaMismatch, s.n.outbox, recorded, s.o.Lanes)
+		default: // the recorded count (perhaps changed by ResizeLanes) when Options.Lanes is 0
+			n, err := strconv.Atoi(recorded)
+			if err != nil || n < 1 || n > core.MaxLanes {
+				return fmt.Errorf("%w: recorded lane count %q", core.ErrSchemaMismatch, recorded)
+			}
+			lanes = n
 		}
 		// Partitioning is decided at the first migration, and never changes.
 		want := "none"
@@ -101,15 +108,15 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		if _, err := q.exec(ctx, s.q.lanesFill, s.o.Lanes); err != nil {
+		if _, err := q.exec(ctx, s.q.lanesFill, lanes); err != nil {
 			return err
 		}
 		var n int64
 		if err := queryRow(ctx, q, s.q.laneCount, nil, &n); err != nil {
 			return err
 		}
-		if n != int64(s.o.Lanes) {
-			return fmt.Errorf("%w: lanes table has %d rows, %d recorded", core.ErrSchemaMismatch, n, s.o.Lanes)
+		if n != int64(lanes) {
+			return fmt.Errorf("%w: lanes table has %d rows, %d recorded", core.ErrSchemaMismatch, n, lanes)
 		}
 		if s.o.UniqueAggregateVersion {
 			var exists bool
@@ -131,6 +138,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", classify(err))
 	}
+	s.checked.Store(true) // migration 0007 is applied
 	return nil
 }
 

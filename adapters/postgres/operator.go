@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -63,6 +64,9 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 			return err
 		}
 		if n, err = q.exec(ctx, s.q.replay, seqs); err != nil {
+			return err
+		}
+		if err := s.replayLanes(ctx, q, targets); err != nil {
 			return err
 		}
 		return s.audit(ctx, q, p.Audit, n)
@@ -275,4 +279,140 @@ func (s *Store[TTx]) PruneInboxAudited(ctx context.Context, consumer string, bef
 			return int(total), nil
 		}
 	}
+}
+
+// resizeBatch is how many unpublished rows a resize reads and moves per statement.
+const resizeBatch = 10_000
+
+// ResizeLanes implements core.LaneResizer in one read-committed transaction: the outbox table
+// locked IN SHARE ROW EXCLUSIVE MODE (it waits for the writer transactions that inserted, whose
+// ROW EXCLUSIVE lock lasts until they end, and holds the next inserts back; see migration 0007)
+// and the lane count's meta row FOR UPDATE (REPEATABLE READ writers read it FOR SHARE), the
+// publisher kind (a CDC relay's generation is refused), every lane row locked in lane order with
+// its lease ended and its generation incremented (ResizeLeases), the lane rows added or dropped,
+// every unpublished row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
+// resizeBatch at a time, under the transaction-local setting the immutability trigger allows it
+// under), the new count recorded and audit written (Rows: the rows moved). An outbox not
+// migrated by this version returns an error wrapping core.ErrSchemaMismatch.
+func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
+	if err := core.CheckResizeLanes(lanes); err != nil {
+		return 0, err
+	}
+	if _, err := s.LaneCount(ctx); err != nil {
+		return 0, err
+	}
+	if !s.checked.Load() {
+		return 0, fmt.Errorf("postgres: resize lanes: %w: outbox %s lacks migration 0007_lanes_resize (run Migrate)", core.ErrSchemaMismatch, s.n.outbox)
+	}
+	var moved int64
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		moved = 0
+		if _, err := q.exec(ctx, s.q.resizeLock); err != nil {
+			return err
+		}
+		var v string
+		if err := queryRow(ctx, q, s.q.laneCountLocked, nil, &v); err != nil {
+			return err
+		}
+		old, err := parseLanes(v)
+		if err != nil {
+			return err
+		}
+		if old == lanes {
+			return nil
+		}
+		var gen int64
+		var kind, holder string
+		var since pgtype.Timestamptz
+		if err := queryRow(ctx, q, s.q.publisherGet, nil, &gen, &kind, &holder, &since); err != nil {
+			return err
+		}
+		if kind == core.KindCDC {
+			return fmt.Errorf("%w: generation %d held by %q", core.ErrResizeCDC, gen, holder)
+		}
+		var held int64
+		if err := queryRow(ctx, q, s.q.resizeLeases, nil, &held); err != nil {
+			return err
+		}
+		if _, err := q.exec(ctx, s.q.resizeDropLanes, lanes); err != nil {
+			return err
+		}
+		if _, err := q.exec(ctx, s.q.lanesFill, lanes); err != nil {
+			return err
+		}
+		if _, err := q.exec(ctx, s.q.resizeAllow); err != nil {
+			return err
+		}
+		for after := int64(0); ; {
+			r, err := q.query(ctx, s.q.resizeRows, after, resizeBatch)
+			if err != nil {
+				return err
+			}
+			var seqs []int64
+			var to []int32
+			read := 0
+			for r.Next() {
+				read++
+				var seq, lane int64
+				var key string
+				if err := r.Scan(&seq, &key, &lane); err != nil {
+					r.Close()
+					return err
+				}
+				after = seq
+				if l := core.LaneOf(key, lanes); int64(l) != lane {
+					seqs, to = append(seqs, seq), append(to, int32(l))
+				}
+			}
+			r.Close()
+			if err := r.Err(); err != nil {
+				return err
+			}
+			if len(seqs) > 0 {
+				n, err := q.exec(ctx, s.q.resizeMove, seqs, to)
+				if err != nil {
+					return err
+				}
+				moved += n
+			}
+			if read < resizeBatch {
+				break
+			}
+		}
+		if _, err := q.exec(ctx, s.q.laneCountSet, strconv.Itoa(lanes)); err != nil {
+			return err
+		}
+		return s.audit(ctx, q, &audit, moved)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: resize lanes: %w", classify(err))
+	}
+	return int(moved), nil
+}
+
+// replayLanes gives the rows a replay put back to pending their key's lane under the current
+// lane count: a row published before a ResizeLanes still has its lane under the old count, and
+// all unpublished rows of a key must share one lane. The count is read as a checked insert
+// reads it (locked until the replay's transaction ends), so no resize runs in between.
+func (s *Store[TTx]) replayLanes(ctx context.Context, q querier, targets []core.ReplayTarget) error {
+	if !s.checked.Load() {
+		return nil // no resize without migration 0007
+	}
+	var v string
+	if err := queryRow(ctx, q, s.q.laneCountShared, nil, &v); err != nil {
+		return err
+	}
+	lanes, err := parseLanes(v)
+	if err != nil {
+		return err
+	}
+	seqs, to := make([]int64, len(targets)), make([]int32, len(targets))
+	for i, t := range targets {
+		seqs[i], to[i] = t.Seq, int32(core.LaneOf(t.PartitionKey, lanes))
+	}
+	if _, err := q.exec(ctx, s.q.resizeAllow); err != nil {
+		return err
+	}
+	_, err = q.exec(ctx, s.q.resizeMove, seqs, to)
+	return err
 }

@@ -49,8 +49,9 @@ type Options struct {
 	// *core.OptionError.
 	InboxTable string
 	// Lanes is the lane count Migrate records. Migrating an existing outbox with another count
-	// fails with an error wrapping core.ErrSchemaMismatch. Writers and relays read the recorded
-	// count, not this option. Default core.DefaultLanes.
+	// fails with an error wrapping core.ErrSchemaMismatch; left at 0, Migrate accepts the
+	// recorded count (which Store.ResizeLanes may have changed). Writers and relays read the
+	// recorded count, not this option. Default core.DefaultLanes.
 	Lanes int
 	// ClaimStrategy decides how lanes are claimed. Default ClaimSkipLocked.
 	ClaimStrategy ClaimStrategy
@@ -107,7 +108,7 @@ type names struct {
 	schema, outbox, lanes, workers, meta      string // quoted and schema-qualified
 	publisher, checkpoint, audit              string
 	inbox, horizons, versions                 string
-	fn, fetchFn, auditGuardFn                 string // functions, qualified
+	fn, fetchFn, auditGuardFn, laneCountFn    string // functions, qualified
 	trigger, pendingIdx, failedIdx, aggverIdx string // bare quoted names
 	auditGuard                                string // bare quoted trigger name
 	ids, idsIdx, pubIdx                       string // partitioned outbox: ids qualified, indexes bare
@@ -127,7 +128,7 @@ func quote(s string) string { return `"` + s + `"` }
 // longest partition name).
 var (
 	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
-		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard"}
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard", "_lane_count"}
 	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx"}
 )
 
@@ -222,6 +223,7 @@ func (o *Options) resolve() (Options, names, error) {
 		fn:           s + quote(r.Table+"_immutable"),
 		fetchFn:      s + quote(r.Table+"_fetch"),
 		auditGuardFn: s + quote(r.Table+"_audit_guard"),
+		laneCountFn:  s + quote(r.Table+"_lane_count"),
 		auditGuard:   quote(r.Table + "_audit_guard"),
 		trigger:      quote(r.Table + "_immutable"),
 		pendingIdx:   quote(r.Table + "_pending_idx"),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -14,8 +15,29 @@ import (
 
 // Insert appends records in tx with one statement (all or nothing). A duplicate ID (or, with
 // UniqueAggregateVersion, a duplicate entity version) returns an error wrapping
-// core.ErrDuplicateEvent. As with any failed statement, PostgreSQL then aborts tx.
+// core.ErrDuplicateEvent. As with any failed statement, PostgreSQL then aborts tx. It does not
+// check the records' lanes against the lane count: core.Outbox uses InsertLanes.
 func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) error {
+	return s.insert(ctx, tx, 0, records)
+}
+
+// InsertLanes implements core.LaneInserter: Insert in the same one statement, which inserts
+// nothing and returns an error wrapping core.ErrLaneCountChanged (tx stays usable) when the
+// recorded lane count is not lanes. The insert's table lock (ROW EXCLUSIVE, until tx ends)
+// makes a ResizeLanes wait for tx and tx's later inserts wait for a resize, and the count is
+// read after it: under READ COMMITTED the committed count; under REPEATABLE READ or
+// SERIALIZABLE with the row locked FOR SHARE, so that a tx whose snapshot is older than a
+// resize fails with a serialization error (SQLSTATE 40001: roll back and retry). On an outbox not yet migrated by
+// this version (migration 0007, which ResizeLanes needs as well) it is Insert.
+func (s *Store[TTx]) InsertLanes(ctx context.Context, tx TTx, lanes int, records []core.Record) error {
+	if !s.checked.Load() {
+		lanes = 0
+	}
+	return s.insert(ctx, tx, lanes, records)
+}
+
+// insert is Insert, checked against the lane count lanes unless it is 0.
+func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []core.Record) error {
 	if isNilTx(tx) {
 		return fmt.Errorf("postgres: insert: %w: nil transaction", core.ErrInvalidTx)
 	}
@@ -29,14 +51,14 @@ func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) 
 		causations, correlations                = make([]string, n), make([]string, n)
 		versions                                = make([]int64, n)
 		payloads                                = make([][]byte, n)
-		lanes                                   = make([]int32, n)
+		laneCol                                 = make([]int32, n)
 	)
 	for i := range records {
 		r := &records[i]
 		ids[i], aggTypes[i], aggIDs[i], types[i], schemaIDs[i] = r.ID, r.AggregateType, r.AggregateID, r.Type, r.SchemaID
 		keys[i], dests[i], tenants[i] = r.PartitionKey, r.Destination, r.Tenant
 		causations[i], correlations[i] = r.CausationID, r.CorrelationID
-		versions[i], lanes[i] = r.AggregateVersion, int32(r.Lane)
+		versions[i], laneCol[i] = r.AggregateVersion, int32(r.Lane)
 		payloads[i] = r.Payload
 		if payloads[i] == nil {
 			payloads[i] = []byte{} // NOT NULL
@@ -50,13 +72,22 @@ func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) 
 			headers[i] = string(b)
 		}
 	}
-	_, err := s.txq(tx).exec(ctx, s.q.insert, ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
-		dests, payloads, headers, tenants, causations, correlations, lanes)
+	args := []any{ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
+		dests, payloads, headers, tenants, causations, correlations, laneCol}
+	stmt := s.q.insert
+	if lanes > 0 {
+		stmt = s.q.insertChecked
+		args = append(args, strconv.Itoa(lanes))
+	}
+	got, err := s.txq(tx).exec(ctx, stmt, args...)
 	if err != nil {
 		if pe := pgError(err); pe != nil && pe.Code == "23505" {
 			return fmt.Errorf("postgres: insert: %w: %s (%w)", core.ErrDuplicateEvent, pe.ConstraintName, err)
 		}
 		return fmt.Errorf("postgres: insert: %w", classify(err))
+	}
+	if lanes > 0 && got == 0 {
+		return fmt.Errorf("postgres: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
 	}
 	return nil
 }
@@ -125,22 +156,31 @@ func tsOut(t pgtype.Timestamptz) time.Time {
 	return t.Time.UTC()
 }
 
-// LaneCount returns the lane count recorded by Migrate.
+// LaneCount returns the lane count recorded by Migrate (or by the last ResizeLanes), read from
+// the database at every call.
 func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
-	if n := s.lanes.Load(); n > 0 {
-		return int(n), nil
-	}
 	var v string
-	if err := queryRow(ctx, s.db, s.q.metaGet, []any{"lanes"}, &v); err != nil {
+	var checked bool
+	if err := queryRow(ctx, s.db, s.q.laneCountChecked, nil, &v, &checked); err != nil {
 		if errors.Is(err, errNoRows) {
 			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
 		}
 		return 0, fmt.Errorf("postgres: lane count: %w", classify(err))
 	}
-	var n int
-	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > core.MaxLanes {
-		return 0, fmt.Errorf("postgres: lane count: %w: recorded lane count %q", core.ErrSchemaMismatch, v)
+	n, err := parseLanes(v)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: lane count: %w", err)
 	}
-	s.lanes.Store(int64(n))
+	if checked {
+		s.checked.Store(true)
+	}
+	return n, nil
+}
+
+func parseLanes(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > core.MaxLanes {
+		return 0, fmt.Errorf("%w: recorded lane count %q", core.ErrSchemaMismatch, v)
+	}
 	return n, nil
 }

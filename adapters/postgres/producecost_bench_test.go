@@ -24,10 +24,13 @@ import (
 //   - domain: one domain row;
 //   - bare: one domain row plus a hand-written INSERT of the same outbox row (same table,
 //     columns, 1 KiB payload, transaction-group headers and lane) — no library code;
-//   - write: one domain row plus Outbox.Write of the same event.
+//   - write: one domain row plus Outbox.Write of the same event;
+//   - unchecked: write through a store that hides InsertLanes, so Outbox.Write uses the
+//     unchecked Insert (the cost of the lane-count check of core.LaneInserter is write against
+//     unchecked).
 //
 // It reports the median tx/s of each and the medians of the per-round ratios write/bare,
-// bare/domain and write/domain. Durable server:
+// bare/domain, write/domain and write/unchecked. Durable server:
 //
 //	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
 //	go test ./adapters/postgres -run '^$' -bench ProducerCost -benchtime 1x
@@ -42,6 +45,8 @@ func BenchmarkProducerCost(b *testing.B) {
 				amount bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
 			require.NoError(b, err)
 			ob, err := core.NewOutbox(ctx, s, nil)
+			require.NoError(b, err)
+			unchecked, err := core.NewOutbox(ctx, core.OutboxStore[pgx.Tx](plainInsert{s}), nil)
 			require.NoError(b, err)
 			payload := make([]byte, 1024)
 			_, _ = rand.Read(payload)
@@ -76,10 +81,18 @@ func BenchmarkProducerCost(b *testing.B) {
 						Type: "order.created", Payload: payload})
 					return err
 				},
+				"unchecked": func(ctx context.Context, tx pgx.Tx, i int64) error {
+					if err := domain(ctx, tx, i); err != nil {
+						return err
+					}
+					_, err := unchecked.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.FormatInt(i, 10),
+						Type: "order.created", Payload: payload})
+					return err
+				},
 			}
-			order := []string{"domain", "bare", "write"}
+			order := []string{"domain", "bare", "write", "unchecked"}
 			rates := map[string][]float64{}
-			var wb, bd, wd []float64
+			var wb, bd, wd, wu []float64
 			for r := range rounds {
 				if r%2 == 1 {
 					slices.Reverse(order)
@@ -96,7 +109,8 @@ func BenchmarkProducerCost(b *testing.B) {
 				wb = append(wb, got["write"]/got["bare"])
 				bd = append(bd, got["bare"]/got["domain"])
 				wd = append(wd, got["write"]/got["domain"])
-				b.Logf("round %d: domain %.0f bare %.0f write %.0f tx/s", r, got["domain"], got["bare"], got["write"])
+				wu = append(wu, got["write"]/got["unchecked"])
+				b.Logf("round %d: domain %.0f bare %.0f write %.0f unchecked %.0f tx/s", r, got["domain"], got["bare"], got["write"], got["unchecked"])
 			}
 			for v, r := range rates {
 				b.ReportMetric(median(r), v+"_tx/s")
@@ -104,6 +118,7 @@ func BenchmarkProducerCost(b *testing.B) {
 			b.ReportMetric(median(wb), "write/bare")
 			b.ReportMetric(median(bd), "bare/domain")
 			b.ReportMetric(median(wd), "write/domain")
+			b.ReportMetric(median(wu), "write/unchecked")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -114,4 +129,13 @@ func envInt(name string, def int) int {
 		return n
 	}
 	return def
+}
+
+// plainInsert is a store with only the OutboxStore methods: Outbox.Write then uses Insert,
+// without the lane-count check.
+type plainInsert struct{ s *Store[pgx.Tx] }
+
+func (p plainInsert) LaneCount(ctx context.Context) (int, error) { return p.s.LaneCount(ctx) }
+func (p plainInsert) Insert(ctx context.Context, tx pgx.Tx, recs []core.Record) error {
+	return p.s.Insert(ctx, tx, recs)
 }

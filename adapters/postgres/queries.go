@@ -25,7 +25,10 @@ type queries struct {
 	lanesFill, laneCount        string
 	scriptMetaPut, scriptLanes  string // MigrationSQL; {{key}}, {{value}}
 
-	insert string
+	insert, insertChecked string
+	// Lane count changes (migration 0007)
+	resizeLock, laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
+	resizeAllow, resizeLeases, resizeDropLanes, resizeRows, resizeMove           string
 
 	heartbeat, heartbeatLeave                  string
 	claimSkipLocked                            string
@@ -96,6 +99,7 @@ func (n names) idents() sqlfile.Idents {
 		"audit_guard":      n.auditGuard,
 		"audit_guard_name": strings.Trim(n.auditGuard, `"`),
 		"audit_guard_fn":   n.auditGuardFn,
+		"lane_count_fn":    n.laneCountFn,
 		"pending_idx":      n.pendingIdx,
 		"failed_idx":       n.failedIdx,
 		"aggver_idx":       n.aggverIdx,
@@ -134,7 +138,19 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		scriptLanes:   st.Get("ScriptLanesFill"),
 		aggverIdx:     st.Get("AggverIndex"),
 
-		insert: st.Get("Insert"),
+		insert:        st.Get("Insert"),
+		insertChecked: st.Get("InsertChecked"),
+
+		resizeLock:       st.Get("ResizeLock"),
+		laneCountChecked: st.Get("LaneCountChecked"),
+		laneCountLocked:  st.Get("LaneCountLocked"),
+		laneCountShared:  st.Get("LaneCountShared"),
+		laneCountSet:     st.Get("LaneCountSet"),
+		resizeAllow:      st.Get("ResizeAllow"),
+		resizeLeases:     st.Get("ResizeLeases"),
+		resizeDropLanes:  st.Get("ResizeDropLanes"),
+		resizeRows:       st.Get("ResizeRows"),
+		resizeMove:       st.Get("ResizeMove"),
 
 		heartbeat:       st.Get("Heartbeat"),
 		heartbeatLeave:  st.Get("HeartbeatLeave"),
@@ -197,8 +213,9 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		partLockAll:     st.Get("PartitionLockOutbox"),
 		now:             st.Get("Now"),
 	}
-	if insertPartitioned := st.Get("InsertPartitioned"); partitioned {
-		q.insert = insertPartitioned
+	insertPartitioned, insertPartitionedChecked := st.Get("InsertPartitioned"), st.Get("InsertPartitionedChecked")
+	if partitioned {
+		q.insert, q.insertChecked = insertPartitioned, insertPartitionedChecked
 	}
 	if err := st.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -215,6 +232,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0004_liveness", "0004_liveness.sql"},
 		file{"migration:0005_audit", "0005_audit.sql"},
 		file{"migration:0006_audit_guard", "0006_audit_guard.sql"},
+		file{"migration:0007_lanes_resize", "0007_lanes_resize.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -571,3 +571,94 @@ WHERE lane = ANY(ARRAY(
 	  AND ($2::text = '' OR owner = $2::text)
 	ORDER BY lane FOR UPDATE))
   AND owner <> '' AND ($2::text = '' OR owner = $2::text)
+
+-- name: InsertChecked
+-- Insert (InsertLanes) checked against the lane count the lanes were computed with: $15 is that
+-- count; nothing is inserted when the recorded count differs. The count is read once per
+-- statement, after the statement's table lock: under READ COMMITTED in the statement's snapshot
+-- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE.
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
+SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
+	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
+		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
+WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
+ORDER BY ord
+
+-- name: InsertPartitionedChecked
+-- InsertPartitioned checked as InsertChecked; the IDs go to the side table only when the count
+-- matches.
+WITH ok AS MATERIALIZED (SELECT (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text AS ok),
+ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) FROM ok WHERE ok.ok)
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
+SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
+	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
+		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
+WHERE (SELECT ok FROM ok)
+ORDER BY ord
+
+-- name: LaneCountChecked
+-- The recorded lane count, and whether migration 0007 (checked inserts, resizes) is applied.
+SELECT m.value, EXISTS (SELECT 1 FROM {{meta}} WHERE name = 'migration:0007_lanes_resize')
+FROM {{meta}} AS m WHERE m.name = 'lanes'
+
+-- name: ResizeLock
+-- A resize's first step: wait for the writer transactions that inserted (and for settles and
+-- cleanups in flight) and hold the next ones back until it ends; reads (the relays' fetches) go
+-- on. See migration 0007.
+LOCK TABLE {{outbox}} IN SHARE ROW EXCLUSIVE MODE
+
+-- name: LaneCountLocked
+-- The lane count's meta row FOR UPDATE: REPEATABLE READ and SERIALIZABLE writers read it FOR
+-- SHARE (migration 0007).
+SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
+
+-- name: LaneCountShared
+-- The lane count read as a checked insert reads it (Replay, after its UPDATE took the outbox's
+-- ROW EXCLUSIVE lock: rows put back to pending get their key's lane under the count a resize
+-- cannot change until the replay ends).
+SELECT {{lane_count_fn}}()
+
+-- name: LaneCountSet
+UPDATE {{meta}} SET value = $1 WHERE name = 'lanes'
+
+-- name: ResizeAllow
+-- The transaction-local setting the immutability trigger (migration 0007) allows a lane change
+-- under.
+SELECT set_config('outboxkit.lanes_resize', 'on', true)
+
+-- name: ResizeLeases
+-- A resize ends every lease as ResetLanes does (owner and sign of life cleared, lease expired,
+-- generation incremented), every lane row locked in lane order first, so that a relay's settle
+-- of a batch fetched under the old lanes is refused. It returns the lanes that had an owner.
+WITH l AS (
+	UPDATE {{lanes}}
+	SET owner = '', live_pid = NULL, lease_until = now(), generation = generation + 1
+	WHERE lane = ANY(ARRAY(SELECT lane FROM {{lanes}} ORDER BY lane FOR UPDATE))
+	RETURNING lane, (SELECT o.owner <> '' FROM {{lanes}} AS o WHERE o.lane = {{lanes}}.lane) AS held
+)
+SELECT count(*) FILTER (WHERE held) FROM l
+
+-- name: ResizeDropLanes
+-- $1 the new lane count: the lanes at or above it go.
+DELETE FROM {{lanes}} WHERE lane >= $1
+
+-- name: ResizeRows
+-- The unpublished rows after seq $1, $2 at a time (the pending index), with their key and lane.
+SELECT seq, partition_key, lane FROM {{outbox}}
+WHERE published_at IS NULL AND seq > $1 ORDER BY seq LIMIT $2
+
+-- name: ResizeMove
+-- $1 seqs, $2 their new lanes: the rows whose lane changes.
+UPDATE {{outbox}} AS o SET lane = m.lane
+FROM unnest($1::bigint[], $2::int[]) AS m(seq, lane)
+WHERE o.seq = m.seq AND o.lane <> m.lane

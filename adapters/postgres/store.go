@@ -34,8 +34,9 @@ type Store[TTx any] struct {
 	// replication connections of ChangeSource.
 	connConfig func(ctx context.Context) (*pgconn.Config, error)
 
-	lanes atomic.Int64 // recorded lane count, cached once read
-	live  sync.Map     // owner -> int32: server process id of its sign of life (HoldLiveness)
+	lanesSet bool        // Options.Lanes was given (Migrate then insists on it)
+	checked  atomic.Bool // migration 0007 applied: inserts are checked (InsertLanes)
+	live     sync.Map    // owner -> int32: server process id of its sign of life (HoldLiveness)
 
 	notifyPending, notifyRunning atomic.Bool
 	notifySent                   atomic.Int64 // NOTIFY statements sent (tests)
@@ -43,23 +44,27 @@ type Store[TTx any] struct {
 
 // Interface checks.
 var (
-	_ core.OutboxStore[pgx.Tx]  = (*Store[pgx.Tx])(nil)
-	_ core.InboxStore[pgx.Tx]   = (*Store[pgx.Tx])(nil)
-	_ core.OutboxStore[*sql.Tx] = (*Store[*sql.Tx])(nil)
-	_ core.InboxStore[*sql.Tx]  = (*Store[*sql.Tx])(nil)
-	_ core.RelayStore           = (*Store[pgx.Tx])(nil)
-	_ core.Pruner               = (*Store[pgx.Tx])(nil)
-	_ core.PartitionPruner      = (*Store[pgx.Tx])(nil)
-	_ core.PartitionPruner      = (*Store[*sql.Tx])(nil)
-	_ core.Admin                = (*Store[pgx.Tx])(nil)
-	_ core.Notifier             = (*Store[pgx.Tx])(nil)
-	_ core.Flusher              = (*Store[pgx.Tx])(nil)
-	_ core.Flusher              = (*Store[*sql.Tx])(nil)
-	_ core.Waker                = (*Store[pgx.Tx])(nil)
-	_ core.RelayStore           = (*Store[*sql.Tx])(nil)
-	_ core.CDCStore             = (*Store[pgx.Tx])(nil)
-	_ core.CDCStore             = (*Store[*sql.Tx])(nil)
-	_ core.Waker                = (*Store[*sql.Tx])(nil)
+	_ core.OutboxStore[pgx.Tx]   = (*Store[pgx.Tx])(nil)
+	_ core.InboxStore[pgx.Tx]    = (*Store[pgx.Tx])(nil)
+	_ core.OutboxStore[*sql.Tx]  = (*Store[*sql.Tx])(nil)
+	_ core.InboxStore[*sql.Tx]   = (*Store[*sql.Tx])(nil)
+	_ core.RelayStore            = (*Store[pgx.Tx])(nil)
+	_ core.Pruner                = (*Store[pgx.Tx])(nil)
+	_ core.PartitionPruner       = (*Store[pgx.Tx])(nil)
+	_ core.PartitionPruner       = (*Store[*sql.Tx])(nil)
+	_ core.Admin                 = (*Store[pgx.Tx])(nil)
+	_ core.Notifier              = (*Store[pgx.Tx])(nil)
+	_ core.Flusher               = (*Store[pgx.Tx])(nil)
+	_ core.Flusher               = (*Store[*sql.Tx])(nil)
+	_ core.Waker                 = (*Store[pgx.Tx])(nil)
+	_ core.RelayStore            = (*Store[*sql.Tx])(nil)
+	_ core.CDCStore              = (*Store[pgx.Tx])(nil)
+	_ core.CDCStore              = (*Store[*sql.Tx])(nil)
+	_ core.Waker                 = (*Store[*sql.Tx])(nil)
+	_ core.LaneResizer           = (*Store[pgx.Tx])(nil)
+	_ core.LaneResizer           = (*Store[*sql.Tx])(nil)
+	_ core.LaneInserter[pgx.Tx]  = (*Store[pgx.Tx])(nil)
+	_ core.LaneInserter[*sql.Tx] = (*Store[*sql.Tx])(nil)
 )
 
 // New returns a Store on a pgx pool; writers and the inbox use pgx.Tx. opts may be nil.
@@ -180,7 +185,7 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store[TTx]{o: o, n: n, q: q, log: o.Logger}, nil
+	return &Store[TTx]{o: o, n: n, q: q, log: o.Logger, lanesSet: opts != nil && opts.Lanes != 0}, nil
 }
 
 // InTx runs fn in one transaction, read committed whatever the server's default (the inbox's

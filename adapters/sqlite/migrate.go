@@ -115,7 +115,8 @@ func MigrationSQL(opts *Options) (string, error) {
 // Migrate creates or upgrades the adapter's tables, in one transaction. It is idempotent and
 // safe to run from several processes at once. The first run records Options.Lanes and creates
 // that many lanes; a later run with a different Lanes fails with an error wrapping
-// core.ErrSchemaMismatch and changes nothing.
+// core.ErrSchemaMismatch and changes nothing (Lanes left at 0 accepts the recorded count, which
+// ResizeLanes may have changed).
 func (s *Store) Migrate(ctx context.Context) error {
 	var sets [len(migrationSets)][]migration
 	for i, dir := range migrationSets {
@@ -168,7 +169,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		case err != nil:
 			return err
-		case lanes != s.o.Lanes:
+		case lanes != s.o.Lanes && s.lanesSet: // left at 0: the recorded count (ResizeLanes may have changed it)
 			return fmt.Errorf("%w: the outbox was migrated with %d lanes, options ask for %d", core.ErrSchemaMismatch, lanes, s.o.Lanes)
 		}
 		if s.o.UniqueAggregateVersion {

@@ -66,6 +66,9 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
+		if err := s.replayLanes(ctx, tx, targets); err != nil {
+			return err
+		}
 		return s.audit(ctx, tx, p.Audit, n)
 	})
 	if err != nil {
@@ -231,4 +234,146 @@ func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before t
 		return 0, fmt.Errorf("sqlite: prune inbox: %w", classify(err))
 	}
 	return int(total), nil
+}
+
+// replayLanes gives the rows a replay put back to pending their key's lane under the current
+// lane count: a row published before a ResizeLanes still has its lane under the old count, and
+// all unpublished rows of a key must share one lane.
+func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, targets []core.ReplayTarget) error {
+	var lanes int
+	if err := s.queryRow(ctx, tx, s.q.getLanes).Scan(&lanes); err != nil {
+		return err
+	}
+	return s.moveLanes(ctx, tx, func(yield func(seq int64, key string, lane int) bool) error {
+		for _, t := range targets {
+			if !yield(t.Seq, t.PartitionKey, -1) {
+				break
+			}
+		}
+		return nil
+	}, lanes, nil)
+}
+
+// moveLanes sets the lane of each row rows yields (seq, key, current lane or -1: unknown) to
+// core.LaneOf(key, lanes) under the marker the immutability trigger allows it under, and
+// counts the rows whose lane changed in *moved (when not nil).
+func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, rows func(yield func(seq int64, key string, lane int) bool) error, lanes int, moved *int64) error {
+	if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
+		return err
+	}
+	var ferr error
+	err := rows(func(seq int64, key string, lane int) bool {
+		to := core.LaneOf(key, lanes)
+		if to == lane {
+			return true
+		}
+		res, err := tx.ExecContext(ctx, s.q.resizeMove, seq, to)
+		if err != nil {
+			ferr = err
+			return false
+		}
+		if moved != nil {
+			n, _ := res.RowsAffected()
+			*moved += n
+		}
+		return true
+	})
+	if err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, s.q.resizeDone)
+	return err
+}
+
+// resizeBatch is how many unpublished rows a resize reads at a time.
+const resizeBatch = 10_000
+
+// ResizeLanes implements core.LaneResizer in one write transaction (SQLite's single writer: no
+// writer transaction runs beside it, and one whose snapshot predates it cannot write
+// afterwards): every lease ended (owner cleared, lease expired, generation incremented), the
+// lane rows added or dropped, every unpublished row's lane set to core.LaneOf(its key, lanes),
+// the new count recorded and audit written (Rows: the rows moved).
+func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
+	if err := core.CheckResizeLanes(lanes); err != nil {
+		return 0, err
+	}
+	if _, err := s.LaneCount(ctx); err != nil {
+		return 0, err
+	}
+	var moved int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		moved = 0
+		var old int
+		if err := s.queryRow(ctx, tx, s.q.getLanes).Scan(&old); err != nil {
+			return err
+		}
+		if old == lanes {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeLeases, nowMicros(time.Time{})); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeDropLanes, lanes); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeAddLanes, lanes); err != nil {
+			return err
+		}
+		type row struct {
+			seq  int64
+			key  string
+			lane int
+		}
+		for after := int64(0); ; {
+			r, err := tx.QueryContext(ctx, s.q.resizeRows, after, resizeBatch)
+			if err != nil {
+				return err
+			}
+			var batch []row
+			for r.Next() {
+				var x row
+				if err := r.Scan(&x.seq, &x.key, &x.lane); err != nil {
+					r.Close()
+					return err
+				}
+				batch = append(batch, x)
+			}
+			if err := r.Close(); err != nil {
+				return err
+			}
+			if err := r.Err(); err != nil {
+				return err
+			}
+			if len(batch) == 0 {
+				break
+			}
+			after = batch[len(batch)-1].seq
+			err = s.moveLanes(ctx, tx, func(yield func(int64, string, int) bool) error {
+				for _, x := range batch {
+					if !yield(x.seq, x.key, x.lane) {
+						break
+					}
+				}
+				return nil
+			}, lanes, &moved)
+			if err != nil {
+				return err
+			}
+			if len(batch) < resizeBatch {
+				break
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q.lanesUpdate, lanes); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, &audit, moved)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: resize lanes: %w", classify(err))
+	}
+	_ = s.Notify(ctx) // wake local relays
+	return int(moved), nil
 }

@@ -23,7 +23,8 @@ type Options struct {
 	// <InboxTable>_migrations and <InboxTable>_occurred derive from it. Same rules as Table.
 	// Several inboxes (different InboxTable) may share one outbox. Default "inbox".
 	InboxTable string
-	// Lanes is the lane count Migrate records the first time it runs. A later Migrate with a
+	// Lanes is the lane count Migrate records the first time it runs (Store.ResizeLanes changes
+	// it later; a later Migrate with Lanes 0 accepts the recorded count). A later Migrate with a
 	// different count fails with an error wrapping core.ErrSchemaMismatch; LaneCount always
 	// returns the recorded count. 1..core.MaxLanes. Default core.DefaultLanes (0 means default).
 	Lanes int

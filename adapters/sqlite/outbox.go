@@ -12,11 +12,9 @@ import (
 )
 
 // LaneCount implements core.OutboxStore and core.RelayStore: the lane count recorded by
-// Migrate. An unmigrated database returns an error wrapping core.ErrSchemaMismatch.
+// Migrate (or by the last ResizeLanes), read at every call. An unmigrated database returns an
+// error wrapping core.ErrSchemaMismatch.
 func (s *Store) LaneCount(ctx context.Context) (int, error) {
-	if n := s.lanes.Load(); n > 0 {
-		return int(n), nil
-	}
 	var n int
 	err := s.db.QueryRowContext(ctx, s.q.getLanes).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
@@ -28,7 +26,6 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 	if err := s.learnFile(ctx); err != nil {
 		return 0, fmt.Errorf("sqlite: lane count: %w", err)
 	}
-	s.lanes.Store(int64(n))
 	return n, nil
 }
 
@@ -53,7 +50,22 @@ var insertChunkRows = maxVariables / insertArity
 // transaction, after which the caller's later statements would run outside it. Insert
 // therefore checks ctx before each of its statements and returns ctx's error (having undone its
 // own earlier statements), but never interrupts a statement that is running.
+//
+// Insert does not check the records' lanes against the lane count: core.Outbox uses InsertLanes.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
+	return s.insert(ctx, tx, 0, records)
+}
+
+// InsertLanes implements core.LaneInserter: Insert after reading the recorded lane count in tx,
+// which writes nothing and returns an error wrapping core.ErrLaneCountChanged (tx stays usable)
+// when it is not lanes. SQLite has one writer: a transaction that wrote holds a ResizeLanes
+// back until it ends, and one whose read snapshot is older than a resize cannot write at all
+// (SQLITE_BUSY_SNAPSHOT), so the count read is the one the insert commits under.
+func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
+	return s.insert(ctx, tx, lanes, records)
+}
+
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
 	if tx == nil {
 		return fmt.Errorf("sqlite: insert: %w: nil transaction", core.ErrInvalidTx)
 	}
@@ -67,6 +79,21 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 	sctx := context.WithoutCancel(ctx)
 	if err := s.checkTx(sctx, tx); err != nil {
 		return err
+	}
+	if lanes > 0 {
+		var n int
+		err := s.queryRow(sctx, tx, s.q.getLanes).Scan(&n)
+		if err != nil && !errors.Is(err, sql.ErrTxDone) && s.stmt(s.q.getLanes) != nil {
+			// A transaction of another *sql.DB cannot use this Store's prepared statement
+			// (as in checkTx).
+			err = tx.QueryRowContext(sctx, s.q.getLanes).Scan(&n)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: insert: lane count: %w", classify(err))
+		}
+		if n != lanes {
+			return fmt.Errorf("sqlite: insert: %w: lanes computed with %d lanes, the outbox has %d", core.ErrLaneCountChanged, lanes, n)
+		}
 	}
 	now := nowMicros(time.Time{})
 	if len(records) <= insertChunkRows {

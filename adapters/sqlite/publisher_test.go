@@ -400,7 +400,7 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.NoError(t, rows.Close())
-		require.Equal(t, []int{1, 2, 3, 4, 5}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6}, versions)
 		pub, err := ops.Generation(ctx)
 		require.NoError(t, err)
 		require.Equal(t, core.Publisher{}, pub)

@@ -37,6 +37,10 @@ type queries struct {
 	aggVersionIdx  string
 	writeLock      string
 
+	// lane count changes (ResizeLanes, migration 0006)
+	lanesUpdate, resizeAllow, resizeDone, resizeLeases      string
+	resizeDropLanes, resizeAddLanes, resizeRows, resizeMove string
+
 	// publisher generation
 	publisherGet  string
 	publisherBump string
@@ -183,6 +187,14 @@ func buildQueries(n names) (queries, error) {
 		auditInsert:         st.Get("AuditInsert"),
 		auditList:           st.Get("AuditList"),
 		resetLanes:          st.Get("ResetLanes"),
+		lanesUpdate:         st.Get("LanesUpdate"),
+		resizeAllow:         st.Get("ResizeAllow"),
+		resizeDone:          st.Get("ResizeDone"),
+		resizeLeases:        st.Get("ResizeLeases"),
+		resizeDropLanes:     st.Get("ResizeDropLanes"),
+		resizeAddLanes:      st.Get("ResizeAddLanes"),
+		resizeRows:          st.Get("ResizeRows"),
+		resizeMove:          st.Get("ResizeMove"),
 		horizon:             st.Get("Horizon"),
 		insertInbox:         st.Get("InsertInbox"),
 		selectInbox:         st.Get("SelectInbox"),

@@ -323,3 +323,36 @@ WHERE at >= ?1 ORDER BY id DESC LIMIT ?2
 -- a free one.
 UPDATE {{lanes}} SET owner = '', lease_until = ?1, generation = generation + 1
 WHERE owner <> '' AND (?2 OR lane IN (SELECT value FROM json_each(?3))) AND (?4 = '' OR owner = ?4)
+
+-- name: LanesUpdate
+-- A resize records the new lane count ?1.
+UPDATE {{meta}} SET value = ?1 WHERE name = 'lanes'
+
+-- name: ResizeAllow
+-- The marker the immutability trigger (migration 0006) allows a lane change under, inserted
+-- and deleted (ResizeDone) in one write transaction.
+INSERT INTO {{meta}} (name, value) VALUES ('lanes_resize', 1)
+
+-- name: ResizeDone
+DELETE FROM {{meta}} WHERE name = 'lanes_resize'
+
+-- name: ResizeLeases
+-- A resize ends every lease as ResetLanes does (?1 now, unix µs), free lanes too.
+UPDATE {{lanes}} SET owner = '', lease_until = ?1, generation = generation + 1
+
+-- name: ResizeDropLanes
+DELETE FROM {{lanes}} WHERE lane >= ?1
+
+-- name: ResizeAddLanes
+-- The lanes below ?1 that are missing.
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+INSERT OR IGNORE INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
+
+-- name: ResizeRows
+-- The unpublished rows after seq ?1, ?2 at a time (the pending index), with key and lane.
+SELECT seq, partition_key, lane FROM {{outbox}} INDEXED BY {{outbox_pending}}
+WHERE published_at IS NULL AND seq > ?1 ORDER BY seq LIMIT ?2
+
+-- name: ResizeMove
+-- One row ?1 to lane ?2 (in-process: a statement per row costs no round trip).
+UPDATE {{outbox}} SET lane = ?2 WHERE seq = ?1

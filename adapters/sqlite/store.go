@@ -30,13 +30,13 @@ const BusyTimeout = 10 * time.Second
 type Store struct {
 	core.Broadcast
 
-	db    *sql.DB
-	o     Options
-	n     names
-	q     queries
-	log   *slog.Logger
-	lanes atomic.Int64           // cached lane count; 0 until read
-	file  atomic.Pointer[string] // the database file's path; nil until read
+	db       *sql.DB
+	o        Options
+	n        names
+	q        queries
+	log      *slog.Logger
+	lanesSet bool                   // Options.Lanes was given (Migrate then insists on it)
+	file     atomic.Pointer[string] // the database file's path; nil until read
 	// wlock admits one of this Store's write transactions at a time. SQLite has one writer
 	// anyway; queueing here, in FIFO-ish Go order, spares concurrent callers SQLite's
 	// sleep-and-retry busy handler and the extra connections it would hold open.
@@ -46,13 +46,15 @@ type Store struct {
 
 // Compile-time checks of the contracts Store implements.
 var (
-	_ core.OutboxStore[*sql.Tx] = (*Store)(nil)
-	_ core.RelayStore           = (*Store)(nil)
-	_ core.InboxStore[*sql.Tx]  = (*Store)(nil)
-	_ core.Pruner               = (*Store)(nil)
-	_ core.Admin                = (*Store)(nil)
-	_ core.Notifier             = (*Store)(nil)
-	_ core.Waker                = (*Store)(nil)
+	_ core.OutboxStore[*sql.Tx]  = (*Store)(nil)
+	_ core.RelayStore            = (*Store)(nil)
+	_ core.InboxStore[*sql.Tx]   = (*Store)(nil)
+	_ core.Pruner                = (*Store)(nil)
+	_ core.Admin                 = (*Store)(nil)
+	_ core.Notifier              = (*Store)(nil)
+	_ core.Waker                 = (*Store)(nil)
+	_ core.LaneResizer           = (*Store)(nil)
+	_ core.LaneInserter[*sql.Tx] = (*Store)(nil)
 )
 
 // New returns a Store on db, which the caller opened (preferably with OpenDB) and closes.
@@ -65,7 +67,7 @@ func New(db *sql.DB, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, o: o, n: n, q: q, log: o.Logger, wlock: make(chan struct{}, 1)}, nil
+	return &Store{db: db, o: o, n: n, q: q, log: o.Logger, wlock: make(chan struct{}, 1), lanesSet: opts != nil && opts.Lanes != 0}, nil
 }
 
 // resolve applies opts' defaults, checks them and builds the names and statements (no I/O).

@@ -74,7 +74,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_migrations`).Scan(&versions))
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM inbox_migrations`).Scan(&inboxVersions))
 	require.Equal(t, 8, lanes)
-	require.Equal(t, 5, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard
+	require.Equal(t, 6, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize
 	require.Equal(t, 1, inboxVersions)
 
 	// A second Store on the same database migrates concurrently without error.
@@ -137,10 +137,16 @@ func TestMigrateLaneMismatch(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
 	require.Equal(t, 8, lanes)
 
-	// Default lane count against a database migrated with 8 is a mismatch too.
+	// Lanes left at 0 accepts the recorded count (which ResizeLanes may have changed) and
+	// changes nothing.
 	def, err := sqlite.New(b.db, nil)
 	require.NoError(t, err)
-	require.ErrorIs(t, def.Migrate(b.ctx), core.ErrSchemaMismatch)
+	require.NoError(t, def.Migrate(b.ctx))
+	n, err = def.LaneCount(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
+	require.Equal(t, 8, lanes)
 }
 
 func TestLaneCountUnmigrated(t *testing.T) {

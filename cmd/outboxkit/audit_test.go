@@ -197,7 +197,7 @@ func TestReadmeOperatorCommands(t *testing.T) {
 		words := strings.Fields(line)
 		require.Equal(t, "outboxkit", words[0], line)
 		cmd := []string{words[1]}
-		if len(words) > 2 && (words[2] == "sql" || words[2] == "release" || words[2] == "reset" || words[2] == "prune") {
+		if len(words) > 2 && (words[2] == "sql" || words[2] == "release" || words[2] == "reset" || words[2] == "resize" || words[2] == "prune") {
 			cmd = append(cmd, words[2])
 		}
 		help := ok(t, append(cmd, "-h")...)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -12,7 +13,7 @@ import (
 
 // lanesCommand is `outboxkit lanes`: the relay lanes' leases (`status` shows the lane table).
 func lanesCommand() *cobra.Command {
-	return groupCommand("lanes", "operate the relay lanes' leases (`lanes reset`; `status` shows the lane table)", lanesResetCommand())
+	return groupCommand("lanes", "operate the relay lanes' leases (`lanes reset`) and the lane count (`lanes resize`; `status` shows the lane table)", lanesResetCommand(), lanesResizeCommand())
 }
 
 // resetJSON is the output of `outboxkit lanes reset --output json`.
@@ -60,6 +61,43 @@ func lanesResetCommand() *cobra.Command {
 			if l < 0 || l >= core.MaxLanes {
 				return usageErr(cmd, "--lane: want 0 to %d, got %d", core.MaxLanes-1, l)
 			}
+		}
+		return nil
+	}
+	return cmd
+}
+
+// resizeJSON is the output of `outboxkit lanes resize --output json`.
+type resizeJSON struct {
+	Lanes int `json:"lanes"` // the lane count now
+	Moved int `json:"moved"` // unpublished rows whose lane changed
+}
+
+// errNoResize is the refusal of `lanes resize` on a database whose adapter cannot change the
+// lane count (MySQL/MariaDB).
+var errNoResize = errors.New("changing the lane count is not supported on this database (PostgreSQL and SQLite only)")
+
+func lanesResizeCommand() *cobra.Command {
+	var to int
+	var actor *string
+	cmd, _ := opsCommand("resize --db URL --to N [--actor A]",
+		"change the outbox's lane count to N (1 to 4096) in one transaction with an audit row, keeping per-key order: it waits for the writer transactions in flight and holds new ones back, ends every lease (a running relay's settle of a batch in flight is refused and the batch resent), moves every unpublished event to its key's lane under the new count and records the count; writers and running relays follow it (PostgreSQL and SQLite)",
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+			rs, ok := db.Store.(core.LaneResizer)
+			if !ok {
+				return errNoResize
+			}
+			moved, err := rs.ResizeLanes(cmd.Context(), to, *auditEntry(*actor, "lanes resize", map[string]any{"lanes": to}))
+			if err != nil {
+				return err
+			}
+			return emit(cmd, f, resizeJSON{Lanes: to, Moved: moved}, func(w io.Writer) { fmt.Fprintf(w, "lanes=%d moved=%d\n", to, moved) })
+		})
+	cmd.Flags().IntVar(&to, "to", 0, "the new lane count, 1 to 4096 (required)")
+	actor = addActorFlag(cmd)
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if to < 1 || to > core.MaxLanes {
+			return usageErr(cmd, "--to: want 1 to %d, got %d", core.MaxLanes, to)
 		}
 		return nil
 	}

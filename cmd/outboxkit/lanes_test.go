@@ -123,3 +123,80 @@ func TestOpsLanesReset(t *testing.T) {
 		})
 	}
 }
+
+// TestOpsLanesResize, on each database: `lanes resize --to N` changes the lane count of an
+// existing outbox (status lists N lanes), moves every unpublished event to its key's lane under
+// N and prints `lanes=N moved=M`, M the events whose lane changed, with one audit row
+// `{"lanes":N}` counting them; the same count changes nothing and writes no audit row; a count
+// outside 1 to 4096 is a usage error (exit 2) before the database is opened; MySQL/MariaDB
+// refuses it (exit 1), changing nothing.
+func TestOpsLanesResize(t *testing.T) {
+	for _, b := range opsBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			d := b.new(t)
+			with := func(cmd ...string) []string { return append(cmd, d.flags...) }
+			for _, to := range []string{"0", "4097", "-3"} {
+				fails(t, 2, "--to: want 1 to 4096, got "+to, with("lanes", "resize", "--to", to)...)
+			}
+			fails(t, 2, "--to: want 1 to 4096, got 0", with("lanes", "resize")...)
+			fails(t, 1, "no migrated outbox", with("lanes", "resize", "--to", "8")...)
+			ok(t, with("migrate", "--lanes", "4")...)
+			if d.driver == "mysql" {
+				fails(t, 1, "not supported on this database", with("lanes", "resize", "--to", "8")...)
+				return
+			}
+			db, err := opendb.Open(t.Context(), d.cfg)
+			require.NoError(t, err)
+			defer db.Close()
+			keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
+			writeEvents(t, db.Store, keys...)
+			want := 0
+			for _, k := range keys {
+				if core.LaneOf(k, 4) != core.LaneOf(k, 16) {
+					want++
+				}
+			}
+			require.NotZero(t, want)
+			require.Equal(t, "lanes=16 moved="+itoa(int64(want))+"\n", ok(t, with("lanes", "resize", "--to", "16", "--actor", "alice")...))
+			recs, err := db.Store.List(t.Context(), core.ListParams{State: core.StateAll, Limit: 100})
+			require.NoError(t, err)
+			require.Len(t, recs, len(keys))
+			for _, r := range recs {
+				require.Equal(t, core.LaneOf(r.PartitionKey, 16), r.Lane, "key %s", r.PartitionKey)
+			}
+			var st statusReport
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
+			require.Len(t, st.Lanes, 16)
+			require.Equal(t, "{\n  \"lanes\": 16,\n  \"moved\": 0\n}\n", ok(t, with("lanes", "resize", "--to", "16", "--output", "json")...), "same count")
+			writeEvents(t, db.Store, "m")
+			require.Equal(t, "lanes=1 moved="+itoa(int64(len(keys)+1-countLane0(keys, "m")))+"\n", ok(t, with("lanes", "resize", "--to", "1")...))
+			ok(t, with("migrate")...) // the recorded count stands
+
+			var log []auditJSON
+			require.NoError(t, json.Unmarshal([]byte(ok(t, with("audit", "--output", "json")...)), &log))
+			var got []string
+			for _, e := range log {
+				var args bytes.Buffer
+				require.NoError(t, json.Compact(&args, e.Arguments))
+				got = append(got, e.Command+" "+args.String()+" "+itoa(e.Rows))
+			}
+			require.Equal(t, []string{
+				`lanes resize {"lanes":16} ` + itoa(int64(want)),
+				`lanes resize {"lanes":1} ` + itoa(int64(len(keys)+1-countLane0(keys, "m"))),
+			}, got)
+			require.Equal(t, "alice", log[0].Actor)
+		})
+	}
+}
+
+// countLane0 counts the keys whose lane under 16 lanes is 0 (they stay put on a resize to 1).
+func countLane0(keys []string, more ...string) int {
+	n := 0
+	for _, k := range append(append([]string(nil), keys...), more...) {
+		if core.LaneOf(k, 16) == 0 {
+			n++
+		}
+	}
+	return n
+}
