@@ -310,11 +310,7 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 		if _, err := q.exec(ctx, s.q.resizeLock); err != nil {
 			return err
 		}
-		var v string
-		if err := queryRow(ctx, q, s.q.laneCountLocked, nil, &v); err != nil {
-			return err
-		}
-		old, err := parseLanes(v)
+		old, err := readLanes(ctx, q, s.q.laneCountLocked)
 		if err != nil {
 			return err
 		}
@@ -398,11 +394,7 @@ func (s *Store[TTx]) replayLanes(ctx context.Context, q querier, targets []core.
 	if !s.checked.Load() {
 		return nil // no resize without migration 0007
 	}
-	var v string
-	if err := queryRow(ctx, q, s.q.laneCountShared, nil, &v); err != nil {
-		return err
-	}
-	lanes, err := parseLanes(v)
+	lanes, err := readLanes(ctx, q, s.q.laneCountShared)
 	if err != nil {
 		return err
 	}

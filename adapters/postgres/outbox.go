@@ -177,6 +177,15 @@ func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// readLanes reads the recorded lane count with sql (one of the LaneCount statements) in q.
+func readLanes(ctx context.Context, q querier, sql string) (int, error) {
+	var v string
+	if err := queryRow(ctx, q, sql, nil, &v); err != nil {
+		return 0, err
+	}
+	return parseLanes(v)
+}
+
 func parseLanes(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > core.MaxLanes {
