@@ -206,3 +206,18 @@ func TestReadmeOperatorCommands(t *testing.T) {
 		}
 	}
 }
+
+// auditRows runs `outboxkit audit --output json` with args and returns its rows, oldest first,
+// decoded and each as "command arguments rows_affected" with the arguments compacted.
+func auditRows(t *testing.T, args ...string) ([]auditJSON, []string) {
+	t.Helper()
+	var log []auditJSON
+	require.NoError(t, json.Unmarshal([]byte(ok(t, args...)), &log))
+	var got []string
+	for _, e := range log {
+		var a bytes.Buffer
+		require.NoError(t, json.Compact(&a, e.Arguments))
+		got = append(got, e.Command+" "+a.String()+" "+itoa(e.Rows))
+	}
+	return log, got
+}

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -136,14 +134,7 @@ func TestOpsInboxPrune(t *testing.T) {
 			}
 			require.Equal(t, "deleted="+rest+"\n", ok(t, prune("--consumer", "c1", "--retention", "10m")...), "a later prune deletes the rest")
 
-			var log []auditJSON
-			require.NoError(t, json.Unmarshal([]byte(ok(t, with("audit", "--output", "json")...)), &log))
-			var got []string
-			for _, e := range log {
-				var args bytes.Buffer
-				require.NoError(t, json.Compact(&args, e.Arguments))
-				got = append(got, e.Command+" "+args.String()+" "+itoa(e.Rows))
-			}
+			log, got := auditRows(t, with("audit", "--output", "json")...)
 			want := []string{`inbox prune {"consumer":"c1","retention":"1h0m0s"} 3`, `inbox prune {"consumer":"c1","retention":"1h0m0s"} 0`}
 			if d.driver != "sqlite" {
 				want = append(want, `inbox prune {"consumer":"c1","retention":"10m0s"} -1`)

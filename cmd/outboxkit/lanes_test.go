@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -92,14 +91,7 @@ func TestOpsLanesReset(t *testing.T) {
 			require.Equal(t, "reset=2\n", ok(t, with("lanes", "reset", "--all")...), "next's lanes 0 and 1")
 			require.Equal(t, "reset=0\n", ok(t, with("lanes", "reset", "--lane", "0,1")...), "free lanes")
 
-			var log []auditJSON
-			require.NoError(t, json.Unmarshal([]byte(ok(t, with("audit", "--output", "json")...)), &log))
-			var got []string
-			for _, e := range log {
-				var args bytes.Buffer
-				require.NoError(t, json.Compact(&args, e.Arguments))
-				got = append(got, e.Command+" "+args.String()+" "+itoa(e.Rows))
-			}
+			log, got := auditRows(t, with("audit", "--output", "json")...)
 			require.Equal(t, []string{
 				`lanes reset {"owner":"stalled"} 2`, `lanes reset {"lanes":[2,3]} 2`,
 				`lanes reset {"all":true} 2`, `lanes reset {"lanes":[0,1]} 0`,
@@ -173,14 +165,7 @@ func TestOpsLanesResize(t *testing.T) {
 			require.Equal(t, "lanes=1 moved="+itoa(int64(len(keys)+1-countLane0(keys, "m")))+"\n", ok(t, with("lanes", "resize", "--to", "1")...))
 			ok(t, with("migrate")...) // the recorded count stands
 
-			var log []auditJSON
-			require.NoError(t, json.Unmarshal([]byte(ok(t, with("audit", "--output", "json")...)), &log))
-			var got []string
-			for _, e := range log {
-				var args bytes.Buffer
-				require.NoError(t, json.Compact(&args, e.Arguments))
-				got = append(got, e.Command+" "+args.String()+" "+itoa(e.Rows))
-			}
+			log, got := auditRows(t, with("audit", "--output", "json")...)
 			require.Equal(t, []string{
 				`lanes resize {"lanes":16} ` + itoa(int64(want)),
 				`lanes resize {"lanes":1} ` + itoa(int64(len(keys)+1-countLane0(keys, "m"))),
