@@ -103,15 +103,8 @@ func (st *changeStream) AwaitVisible(ctx context.Context, position string) error
 	if err != nil {
 		return fmt.Errorf("postgres: await visible: position %q: %w", position, err)
 	}
-	st.visMu.Lock()
-	defer st.visMu.Unlock()
 	for try := 0; ; try++ {
-		n := 0 // the leading transactions at or before upTo that the snapshot shows
-		for n < len(st.unseen) && st.unseen[n].pos <= upTo && st.snap != nil && st.snap.shows(st.unseen[n].xid) {
-			n++
-		}
-		st.unseen = st.unseen[n:]
-		if len(st.unseen) == 0 || st.unseen[0].pos > upTo {
+		if st.shown(upTo) {
 			return nil
 		}
 		if try > 1 {
@@ -126,6 +119,7 @@ func (st *changeStream) AwaitVisible(ctx context.Context, position string) error
 			case <-t.C:
 			}
 		}
+		// Outside the lock: the reader notes the transactions it hands out meanwhile.
 		var text string
 		if err := queryRow(ctx, st.src.db, `SELECT pg_current_snapshot()::text`, nil, &text); err != nil {
 			return fmt.Errorf("postgres: await visible: current snapshot: %w", classify(err))
@@ -134,6 +128,21 @@ func (st *changeStream) AwaitVisible(ctx context.Context, position string) error
 		if err != nil {
 			return fmt.Errorf("postgres: await visible: %w", err)
 		}
+		st.visMu.Lock()
 		st.snap = &snap
+		st.visMu.Unlock()
 	}
+}
+
+// shown forgets the leading unseen transactions the last snapshot shows and reports whether
+// none at or before upTo is left.
+func (st *changeStream) shown(upTo pglogrepl.LSN) bool {
+	st.visMu.Lock()
+	defer st.visMu.Unlock()
+	n := 0
+	for n < len(st.unseen) && st.unseen[n].pos <= upTo && st.snap != nil && st.snap.shows(st.unseen[n].xid) {
+		n++
+	}
+	st.unseen = st.unseen[n:]
+	return len(st.unseen) == 0 || st.unseen[0].pos > upTo
 }
