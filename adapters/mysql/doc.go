@@ -54,8 +54,11 @@
 //     transaction, makes concurrent duplicate deliveries wait and then see the record; the
 //     effect is applied once. Horizon reads the consumer's horizon without a lock (the first
 //     consistent read of Process's transaction, after the insert); PruneInbox raises it in
-//     its own autocommit statement before it deletes, so busy consumers never hold it up. Entity versions are locked with INSERT ... ON DUPLICATE
-//     KEY UPDATE (an exclusive lock even for a new entity), so concurrent versions queue.
+//     its own autocommit statement before it deletes, then reads the IDs of the records to
+//     delete without locks and deletes them by primary key, so that a delivery in progress
+//     (its record inserted, its handler still running) never holds a prune up. Entity versions
+//     are locked with INSERT ... ON DUPLICATE KEY UPDATE (an exclusive lock even for a new
+//     entity), so concurrent versions queue.
 //   - Concurrent duplicate deliveries that all commit cost no deadlock (the later ones wait
 //     for the first and then read its record). When the first delivery rolls back (its handler
 //     failed) while others wait on its key, InnoDB picks deadlock victims among the waiters

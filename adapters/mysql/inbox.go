@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // InTx implements core.Transactor: fn runs in one transaction (the *sql.DB's default
@@ -128,8 +129,8 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 
 // PruneInbox implements core.InboxStore: it raises the consumer's horizon to before (never
 // lowers it) in one autocommit statement, reads it back, and only then deletes up to limit
-// records that occurred before it, in a third. It waits for no inbox transaction (see
-// core.InboxStore for why that is safe).
+// records that occurred before it (pruneRecords). It waits for no inbox transaction (see
+// core.InboxStore for why that is safe), not even one whose handler is still running.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	if _, err := s.db.ExecContext(ctx, s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
 		return 0, wrap("prune inbox: raise horizon", err)
@@ -142,13 +143,50 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	if horizon.IsZero() {
 		return 0, nil
 	}
-	res, err := s.db.ExecContext(ctx, s.q.pruneInbox, consumer, timeArg(horizon), core.PruneLimit(limit))
-	if err != nil {
-		return 0, wrap("prune inbox", err)
-	}
-	n, err := res.RowsAffected()
+	n, err := s.pruneRecords(ctx, s.db, consumer, horizon, core.PruneLimit(limit))
 	if err != nil {
 		return 0, wrap("prune inbox", err)
 	}
 	return int(n), nil
+}
+
+// pruneIDChunk is how many records one DELETE of pruneRecords names.
+const pruneIDChunk = 5000
+
+// pruneRecords deletes, with q, up to limit of consumer's records that occurred before horizon
+// and returns how many it deleted. It reads their IDs first without locks and then deletes
+// them by primary key, so that it locks only the records it deletes: never the record a
+// delivery in progress has inserted and not yet committed.
+func (s *Store) pruneRecords(ctx context.Context, q interface {
+	querier
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}, consumer string, horizon time.Time, limit int) (int64, error) {
+	ids, err := queryStrings(ctx, q, s.q.pruneInboxIDs, consumer, timeArg(horizon), limit)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), pruneIDChunk)]
+		ids = ids[len(chunk):]
+		stmt, err := sqlfile.Idents{"id_list": placeholders(len(chunk))}.Expand(s.q.pruneInbox)
+		if err != nil {
+			return total, err
+		}
+		args := make([]any, 0, len(chunk)+2)
+		args = append(args, consumer)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		res, err := q.ExecContext(ctx, stmt, append(args, timeArg(horizon))...)
+		if err != nil {
+			return total, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }

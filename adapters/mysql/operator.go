@@ -303,11 +303,8 @@ func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before t
 	for {
 		var n int64
 		err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, s.q.pruneInbox, consumer, timeArg(horizon), limit)
-			if err != nil {
-				return err
-			}
-			if n, err = res.RowsAffected(); err != nil || n >= int64(limit) {
+			var err error
+			if n, err = s.pruneRecords(ctx, tx, consumer, horizon, limit); err != nil || n >= int64(limit) {
 				return err
 			}
 			_, err = tx.ExecContext(ctx, s.q.auditSetRows, total+n, id)

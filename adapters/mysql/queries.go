@@ -48,7 +48,7 @@ type queries struct {
 	pendingEstimate                       string
 	scriptMetaPut                         string
 
-	horizonGet, raiseHorizon, pruneInbox                             string
+	horizonGet, raiseHorizon, pruneInboxIDs, pruneInbox              string
 	insertRecord, readRecord, versionEnsure, versionRead, versionSet string
 
 	publisherInit, publisherRead, publisherLockX, publisherLockS, publisherBump string
@@ -68,7 +68,7 @@ func (n tableNames) idents() sqlfile.Idents {
 		"inbox": qt(n.inbox), "horizons": qt(n.horizons), "versions": qt(n.versions),
 		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint), "audit": qt(n.audit),
 		"now": nowExpr, "cols": recordColumns,
-		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}",
+		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}", "id_list": "{{id_list}}",
 		"key": "{{key}}", "value": "{{value}}",
 		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
 		"audit_guard":      qt(n.outbox + "_aud"), // a trigger on the audit table, likewise
@@ -129,6 +129,7 @@ func newQueries(n tableNames) (queries, error) {
 		unpark:                 st.Get("Unpark"),
 		horizonGet:             st.Get("HorizonGet"),
 		raiseHorizon:           st.Get("RaiseHorizon"),
+		pruneInboxIDs:          st.Get("PruneInboxIDs"),
 		pruneInbox:             st.Get("PruneInbox"),
 		insertRecord:           st.Get("InsertRecord"),
 		readRecord:             st.Get("ReadRecord"),

@@ -207,9 +207,20 @@ SELECT horizon FROM {{horizons}} WHERE consumer = ?
 INSERT INTO {{horizons}} (consumer, horizon) VALUES (?, CAST(? AS DATETIME(6)))
 	ON DUPLICATE KEY UPDATE horizon = GREATEST(COALESCE(horizon, VALUES(horizon)), VALUES(horizon))
 
--- name: PruneInbox
-DELETE FROM {{inbox}}
+-- name: PruneInboxIDs
+-- A prune's first step, a consistent read without locks: the event IDs of up to ? records that
+-- occurred before the horizon. A locking scan of ix_occurred (a DELETE with this WHERE) would
+-- lock the first record past the range, which may be a delivery's uncommitted insert, and
+-- wait for that delivery's handler to finish.
+SELECT event_id FROM {{inbox}} FORCE INDEX (ix_occurred)
 	WHERE consumer = ? AND (occurred_at IS NULL OR occurred_at < CAST(? AS DATETIME(6))) LIMIT ?
+
+-- name: PruneInbox
+-- The second step: those records by primary key (record locks only; without the hint the
+-- optimizer scans the table when the list covers most of it), the horizon checked again.
+-- {{id_list}} is one placeholder per event ID.
+DELETE i FROM {{inbox}} AS i FORCE INDEX (PRIMARY) WHERE i.consumer = ? AND i.event_id IN ({{id_list}})
+	AND (i.occurred_at IS NULL OR i.occurred_at < CAST(? AS DATETIME(6)))
 
 -- name: InsertRecord
 INSERT IGNORE INTO {{inbox}}
