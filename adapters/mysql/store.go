@@ -41,7 +41,7 @@ type Store struct {
 	// with a minimal row image; see Options.FullMarkImage).
 	markPrefix string
 
-	lanes     atomic.Int64 // cached lane count, 0 until read
+	lanesSet  bool // Options.Lanes was not 0 (Migrate then refuses another recorded count)
 	deadlocks atomic.Uint64
 
 	lockMu    sync.Mutex
@@ -76,6 +76,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}, live: map[string]bool{}}
+	s.lanesSet = opts != nil && opts.Lanes != 0
 
 	var raw string
 	var dbName sql.NullString
