@@ -19,9 +19,10 @@ import (
 	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
-// Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx], core.RelayStore,
-// core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore and core.Liveness, plus
-// in-process wake-ups (core.Notifier and core.Waker). It is safe for concurrent use.
+// Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx] (with core.LaneInserter),
+// core.RelayStore, core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore,
+// core.Liveness and core.LaneResizer, plus in-process wake-ups (core.Notifier and core.Waker).
+// It is safe for concurrent use.
 type Store struct {
 	core.Broadcast
 
