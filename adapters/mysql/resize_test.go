@@ -105,6 +105,7 @@ func testResizeWriterIsolation(t *testing.T, db *sql.DB) {
 		to += 3
 		rz, err := db.BeginTx(ctx, nil)
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = rz.Rollback() }) // after a failure: never leave it open
 		var v string
 		require.NoError(t, rz.QueryRow("SELECT value FROM outbox_meta WHERE name = 'lanes' FOR UPDATE").Scan(&v))
 		_, err = rz.Exec("UPDATE outbox_meta SET value = ? WHERE name = 'lanes'", to)
@@ -112,6 +113,7 @@ func testResizeWriterIsolation(t *testing.T, db *sql.DB) {
 
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: c.iso})
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback() })
 		// Takes the snapshot (under REPEATABLE READ) before the resize commits.
 		require.NoError(t, tx.QueryRow("SELECT COUNT(*) FROM outbox").Scan(new(int)))
 		done := make(chan error, 1)
@@ -142,6 +144,7 @@ func testResizeWriterIsolation(t *testing.T, db *sql.DB) {
 	key := keyWithLaneChange(to, 40)
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback() })
 	_, err = ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: key[2:], Type: "t", Payload: []byte("{}")})
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -176,14 +179,19 @@ func TestInsertLanesRefused(t *testing.T) {
 			recs[i] = core.Record{Event: core.Event{ID: "id-" + strconv.Itoa(n) + "-" + strconv.Itoa(i), AggregateType: "a",
 				AggregateID: strconv.Itoa(n), Type: "t", PartitionKey: "a/x", Payload: []byte("{}")}, Lane: core.LaneOf("a/x", 8)}
 		}
+		// No require inside the transaction: a failure must not leave it open (it would hold
+		// the database's DROP at cleanup).
+		var refused error
+		rows := -1
 		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			err := s.InsertLanes(ctx, tx, 16, recs)
-			require.ErrorIs(t, err, core.ErrLaneCountChanged)
-			var rows int
-			require.NoError(t, tx.QueryRow("SELECT COUNT(*) FROM outbox WHERE aggregate_id = ?", strconv.Itoa(n)).Scan(&rows))
-			require.Equal(t, 0, rows, "a refused insert writes nothing")
+			refused = s.InsertLanes(ctx, tx, 16, recs)
+			if err := tx.QueryRow("SELECT COUNT(*) FROM outbox WHERE aggregate_id = ?", strconv.Itoa(n)).Scan(&rows); err != nil {
+				return err
+			}
 			return s.InsertLanes(ctx, tx, 8, recs)
 		}))
+		require.ErrorIs(t, refused, core.ErrLaneCountChanged)
+		require.Equal(t, 0, rows, "a refused insert writes nothing")
 	}
 	var rows int
 	require.NoError(t, s.DB().QueryRow("SELECT COUNT(*) FROM outbox").Scan(&rows))
