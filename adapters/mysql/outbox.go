@@ -71,8 +71,8 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 // locking read (LOCK IN SHARE MODE), the latest committed count whatever tx's isolation or
 // snapshot, and its shared lock lasts until tx ends: a ResizeLanes, which locks the count FOR
 // UPDATE first, waits for tx, and tx's later checked inserts wait for a resize in progress. One
-// record is one statement (INSERT ... SELECT ... WHERE on the count); more are the locking
-// read, then Insert.
+// record is one statement (INSERT ... VALUES whose lane is NULL, refused, when the count
+// differs); more are the locking read, then Insert.
 func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
 	if tx == nil {
 		return fmt.Errorf("mysql: insert: %w: nil transaction", core.ErrInvalidTx)
@@ -90,20 +90,17 @@ func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records 
 		}
 		return s.Insert(ctx, tx, records)
 	}
-	args, err := recordArgs(make([]any, 0, 15), &records[0])
+	args, err := recordArgs(make([]any, 0, 16), &records[0])
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, s.q.insertChecked, append(args, strconv.Itoa(lanes))...)
-	if err != nil {
+	lane := args[len(args)-1]
+	args = append(args[:len(args)-1], strconv.Itoa(lanes), lane)
+	if _, err := tx.ExecContext(ctx, s.q.insertChecked, args...); err != nil {
+		if errNumber(err) == errBadNull && strings.Contains(err.Error(), "'lane'") { // the count is not lanes
+			return fmt.Errorf("mysql: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
+		}
 		return fmt.Errorf("mysql: insert: %w", classify(duplicate(err)))
-	}
-	got, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("mysql: insert: %w", classify(err))
-	}
-	if got == 0 {
-		return fmt.Errorf("mysql: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
 	}
 	return nil
 }

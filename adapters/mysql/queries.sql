@@ -345,15 +345,18 @@ SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS
 	WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?
 
 -- name: InsertChecked
--- Insert of one record (InsertLanes) checked against the lane count its lane was computed with
--- (the last ?): nothing is inserted when the recorded count differs. The count is a locking
--- read, so it is the latest committed one whatever the isolation and snapshot, and its shared
--- lock lasts until the transaction ends: a ResizeLanes (which locks the row FOR UPDATE first)
--- waits for the transaction, and the checked inserts that come after it wait for the resize.
+-- Insert of one record (InsertLanes) checked against the lane count its lane was computed with:
+-- the lane is the subquery's, the record's lane (the second-last ?) when the recorded count is
+-- the last ?, else NULL, which a single-row INSERT refuses (error 1048) in every sql_mode, so
+-- nothing is inserted. The count is a locking read, so it is the latest committed one whatever
+-- the isolation and snapshot, and its shared lock lasts until the transaction ends: a
+-- ResizeLanes (which locks the row FOR UPDATE first) waits for the transaction, and the checked
+-- inserts that come after it wait for the resize. An INSERT ... VALUES, not INSERT ... SELECT,
+-- which cost the producer 10-15% more (BENCHMARKS.md).
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane,
-	created_at) SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,UTC_TIMESTAMP(6) FROM DUAL
-	WHERE (SELECT value FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE) = ?
+	created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,
+	(SELECT IF(value = ?, ?, NULL) FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
 
 -- name: LaneCountShared
 -- The lane count read as a checked insert reads it (InsertLanes of several records, before the

@@ -168,34 +168,48 @@ func keyWithLaneChange(from, to int) string {
 }
 
 // TestInsertLanesRefused: a checked insert with a stale count writes nothing, returns
-// core.ErrLaneCountChanged and leaves tx usable; with the current count it writes.
+// core.ErrLaneCountChanged and leaves tx usable; with the current count it writes. Also in a
+// session without strict mode (sql_mode ''), where a multi-row INSERT would store a NULL lane
+// as 0 instead of refusing it.
 func TestInsertLanesRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t, &mysql.Options{Lanes: 8})
-	for _, n := range []int{1, 3} {
-		recs := make([]core.Record, n)
-		for i := range recs {
-			recs[i] = core.Record{Event: core.Event{ID: "id-" + strconv.Itoa(n) + "-" + strconv.Itoa(i), AggregateType: "a",
-				AggregateID: strconv.Itoa(n), Type: "t", PartitionKey: "a/x", Payload: []byte("{}")}, Lane: core.LaneOf("a/x", 8)}
-		}
-		// No require inside the transaction: a failure must not leave it open (it would hold
-		// the database's DROP at cleanup).
-		var refused error
-		rows := -1
-		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			refused = s.InsertLanes(ctx, tx, 16, recs)
-			if err := tx.QueryRow("SELECT COUNT(*) FROM outbox WHERE aggregate_id = ?", strconv.Itoa(n)).Scan(&rows); err != nil {
-				return err
+	for _, mode := range []string{"@@GLOBAL.sql_mode", "''"} {
+		for _, n := range []int{1, 3} {
+			agg := strconv.Itoa(n) + mode
+			recs := make([]core.Record, n)
+			for i := range recs {
+				recs[i] = core.Record{Event: core.Event{ID: "id-" + strconv.Itoa(n) + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(len(mode)),
+					AggregateType: "a", AggregateID: agg, Type: "t", PartitionKey: "a/x", Payload: []byte("{}")}, Lane: core.LaneOf("a/x", 8)}
 			}
-			return s.InsertLanes(ctx, tx, 8, recs)
-		}))
-		require.ErrorIs(t, refused, core.ErrLaneCountChanged)
-		require.Equal(t, 0, rows, "a refused insert writes nothing")
+			// No require inside the transaction: a failure must not leave it open (it would hold
+			// the database's DROP at cleanup).
+			var refused error
+			rows := -1
+			require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				if _, err := tx.Exec("SET SESSION sql_mode = " + mode); err != nil {
+					return err
+				}
+				refused = s.InsertLanes(ctx, tx, 16, recs)
+				if err := tx.QueryRow("SELECT COUNT(*) FROM outbox WHERE aggregate_id = ?", agg).Scan(&rows); err != nil {
+					return err
+				}
+				if err := s.InsertLanes(ctx, tx, 8, recs); err != nil {
+					return err
+				}
+				_, err := tx.Exec("SET SESSION sql_mode = @@GLOBAL.sql_mode") // the pooled connection's default again
+				return err
+			}))
+			require.ErrorIs(t, refused, core.ErrLaneCountChanged, "sql_mode %s", mode)
+			require.Equal(t, 0, rows, "a refused insert writes nothing (sql_mode %s)", mode)
+		}
 	}
 	var rows int
 	require.NoError(t, s.DB().QueryRow("SELECT COUNT(*) FROM outbox").Scan(&rows))
-	require.Equal(t, 4, rows)
+	require.Equal(t, 8, rows)
+	require.NoError(t, s.DB().QueryRow("SELECT COUNT(*) FROM outbox WHERE lane <> ?", core.LaneOf("a/x", 8)).Scan(&rows))
+	require.Zero(t, rows, "every row in its key's lane")
 	require.ErrorIs(t, s.InsertLanes(ctx, nil, 8, nil), core.ErrInvalidTx)
 }
 
