@@ -28,8 +28,8 @@ import (
 //   - bare: one domain row plus a hand-written INSERT of the same outbox row (same table,
 //     columns, ~1.1 KiB payload and lane) — no library code;
 //   - write: one domain row plus Outbox.Write of the same event (checked against the lane
-//     count: core.LaneInserter, one INSERT ... SELECT ... WHERE on the count read LOCK IN SHARE
-//     MODE);
+//     count: core.LaneInserter, one INSERT ... VALUES whose lane is a subquery on the count read
+//     LOCK IN SHARE MODE);
 //   - unchecked: write through a store that hides InsertLanes, so Outbox.Write uses the
 //     unchecked Insert (the cost of the lane-count check is write against unchecked);
 //   - twostep: write through a store whose InsertLanes reads the count LOCK IN SHARE MODE in a
