@@ -6,8 +6,8 @@ import (
 )
 
 // LaneResizer is the optional operator capability of changing the lane count of an existing
-// outbox (`outboxkit lanes resize`). PostgreSQL and SQLite implement it; MySQL/MariaDB and the
-// memory store do not (yet).
+// outbox (`outboxkit lanes resize`). PostgreSQL, MySQL/MariaDB and SQLite implement it; the
+// memory store does not (yet).
 //
 // The lane count is part of the storage format: every row stores LaneOf(partition key, lanes),
 // and a relay publishes each lane's rows in seq order, so per-key order holds because all

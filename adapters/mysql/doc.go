@@ -26,6 +26,15 @@
 //     writes) in the caller's transaction: all or nothing. A duplicate ID, or with
 //     Options.UniqueAggregateVersion a duplicate (aggregate type, id, version > 0, type),
 //     returns an error wrapping core.ErrDuplicateEvent.
+//   - InsertLanes (core.LaneInserter, which core.Outbox.Write uses) checks the lane count with
+//     a locking read of its meta row (LOCK IN SHARE MODE, kept until the transaction ends) in
+//     the insert's own statement; ResizeLanes (core.LaneResizer) locks that row FOR UPDATE
+//     first, so it waits for the writer transactions that inserted and holds the next ones
+//     back, and a writer whose snapshot predates a resize still reads the new count, is
+//     refused with core.ErrLaneCountChanged and inserts again. Both waits are bounded by
+//     innodb_lock_wait_timeout (50 s by default; ErrLockWaitTimeout): a resize of a large
+//     backlog can make writers time out, and a writer transaction open longer makes the
+//     resize fail, changing nothing. Insert is unchecked and not held back by a resize.
 //   - Time is the database clock (UTC_TIMESTAMP(6)) unless a call injects Now; all times are
 //     DATETIME(6) in UTC, microsecond precision.
 //   - ClaimLanes is exclusive: ClaimSkipLocked locks candidate lane rows with FOR UPDATE SKIP

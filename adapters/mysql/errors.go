@@ -33,6 +33,7 @@ const (
 	errLockWaitTimeout = 1205
 	errLockDeadlock    = 1213
 	errNoSuchTable     = 1146
+	errBadNull         = 1048 // "Column ... cannot be null"
 )
 
 func errNumber(err error) uint16 {

@@ -18,10 +18,16 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+// resizeMigration recreates the immutability trigger with the exemption of lane changes
+// (ResizeLanes, Replay): Migrate runs it only when the trigger lacks it.
+const resizeMigration = "migrations/008_lanes_resize.sql"
+
 // Migrate creates the outbox, inbox, publisher and CDC checkpoint tables when missing
-// (idempotent), records the lane count and creates the lane rows and the publisher row. Concurrent Migrate calls are serialised by a GET_LOCK. An
-// outbox migrated earlier with another lane count returns an error wrapping
-// core.ErrSchemaMismatch and changes nothing.
+// (idempotent), records the lane count and creates the lane rows and the publisher row.
+// Concurrent Migrate calls are serialised by a GET_LOCK. An outbox migrated earlier with another
+// lane count than a non-zero Options.Lanes returns an error wrapping core.ErrSchemaMismatch and
+// changes nothing; with Options.Lanes 0 it keeps the recorded count (which ResizeLanes may have
+// changed).
 func (s *Store) Migrate(ctx context.Context) (err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -49,6 +55,16 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 	sort.Strings(files)
 	id := s.names.idents()
 	for _, f := range files {
+		if f == resizeMigration {
+			// Only when the trigger lacks the exemption: the file drops and recreates it.
+			current, err := s.resizeMigrated(ctx, conn)
+			if err != nil {
+				return wrap("migrate: "+f, err)
+			}
+			if current {
+				continue
+			}
+		}
 		b, err := migrationFS.ReadFile(f)
 		if err != nil {
 			return err
@@ -75,6 +91,7 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 		}
 	}
 	return s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		lanes := s.o.Lanes
 		var recorded string
 		err := tx.QueryRowContext(ctx, s.q.metaGetForUpdate, "lanes").Scan(&recorded)
 		switch {
@@ -82,13 +99,18 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 		case err != nil:
 			return wrap("migrate: lanes", err)
 		default:
-			if n, _ := strconv.Atoi(recorded); n != s.o.Lanes {
+			n, err := strconv.Atoi(recorded)
+			switch {
+			case err != nil || n < 1 || n > core.MaxLanes:
+				return fmt.Errorf("mysql: migrate: %w: outbox %s has recorded lane count %q", core.ErrSchemaMismatch, s.names.outbox, recorded)
+			case n != s.o.Lanes && s.lanesSet:
 				return fmt.Errorf("mysql: migrate: %w: outbox %s has %s lanes, options ask for %d",
 					core.ErrSchemaMismatch, s.names.outbox, recorded, s.o.Lanes)
 			}
+			lanes = n // the recorded count (perhaps changed by ResizeLanes) when Options.Lanes is 0
 		}
-		for start := 0; start < s.o.Lanes; start += 500 {
-			end := min(start+500, s.o.Lanes)
+		for start := 0; start < lanes; start += 500 {
+			end := min(start+500, lanes)
 			args := make([]any, 0, end-start)
 			for l := start; l < end; l++ {
 				args = append(args, l)
@@ -101,14 +123,38 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 		if _, err := tx.ExecContext(ctx, s.q.publisherInit); err != nil {
 			return wrap("migrate: publisher", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.metaPut, "lanes", strconv.Itoa(s.o.Lanes)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, "lanes", strconv.Itoa(lanes)); err != nil {
 			return wrap("migrate: lanes", err)
 		}
 		if _, err := tx.ExecContext(ctx, s.q.metaPut, "schema_version", strconv.Itoa(len(files))); err != nil {
 			return wrap("migrate: schema version", err)
 		}
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, resizeMarker, "1"); err != nil {
+			return wrap("migrate: "+resizeMigration, err)
+		}
 		return nil
 	})
+}
+
+// resizeMarker is the meta row Migrate (and MigrationSQL's script) writes once migration 008 is
+// applied; ResizeLanes needs it.
+const resizeMarker = "migration:008_lanes_resize"
+
+// resizeMigrated reports whether migration 008 is applied: its meta row, or else (an outbox
+// migrated before the row existed, or being migrated now) the trigger's body.
+func (s *Store) resizeMigrated(ctx context.Context, conn *sql.Conn) (bool, error) {
+	var v string
+	switch err := conn.QueryRowContext(ctx, s.q.metaGet, resizeMarker).Scan(&v); {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, err
+	}
+	var body string
+	if err := conn.QueryRowContext(ctx, s.q.triggerBody, s.names.outbox+"_imm").Scan(&body); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	return strings.Contains(body, "lanes_resize"), nil
 }
 
 // MigrationSQL returns, as one plain SQL script, what Migrate does to an empty database with
@@ -160,7 +206,7 @@ func MigrationSQL(opts *Options) (string, error) {
 	}
 	add(q.laneInsert + strings.Join(values, ","))
 	add(q.publisherInit)
-	for _, kv := range [][2]string{{"lanes", strconv.Itoa(o.Lanes)}, {"schema_version", strconv.Itoa(len(files))}} {
+	for _, kv := range [][2]string{{"lanes", strconv.Itoa(o.Lanes)}, {"schema_version", strconv.Itoa(len(files))}, {resizeMarker, "1"}} {
 		stmt, err := sqlfile.Idents{"key": sqlLiteral(kv[0]), "value": sqlLiteral(kv[1])}.Expand(q.scriptMetaPut)
 		if err != nil {
 			return "", err
@@ -170,7 +216,7 @@ func MigrationSQL(opts *Options) (string, error) {
 	return b.String(), nil
 }
 
-// sqlLiteral quotes s, made of letters, digits and "_" only, as a string literal.
+// sqlLiteral quotes s, made of letters, digits, ":" and "_" only, as a string literal.
 func sqlLiteral(s string) string { return "'" + s + "'" }
 
 // splitSQL drops comment lines and splits a migration file into statements: a statement ends

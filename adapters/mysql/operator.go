@@ -5,14 +5,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
-// Replay implements core.Operator: one transaction that reads the publisher kind, selects and
-// locks the rows, applies core.CheckReplayTargets, clears their status columns and writes
-// p.Audit.
+// Replay implements core.Operator: one transaction that reads the lane count LOCK IN SHARE MODE
+// (as a checked insert does: no resize runs until it ends), reads the publisher kind, selects and
+// locks the rows, applies core.CheckReplayTargets, clears their status columns, gives them their
+// key's lane under the current count (rows published before a ResizeLanes) and writes p.Audit.
 func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 	ids, err := core.CheckReplay(p)
 	if err != nil {
@@ -20,6 +24,11 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 	}
 	var n int64
 	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
+		// First, as a checked insert: a resize waits for the replay, or the replay for it.
+		lanes, err := s.readLanes(ctx, tx, s.q.laneCountShared)
+		if err != nil {
+			return err
+		}
 		pub, err := scanPublisher(tx.QueryRowContext(ctx, s.q.publisherRead))
 		if err != nil {
 			return s.publisherErr("replay", err)
@@ -72,6 +81,9 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 			return err
 		}
 		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if err := s.replayLanes(ctx, tx, lanes, targets, seqs); err != nil {
 			return err
 		}
 		return s.audit(ctx, tx, p.Audit, n)
@@ -318,4 +330,166 @@ func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before t
 			return int(total), nil
 		}
 	}
+}
+
+// resizeBatch is how many unpublished rows a resize reads, and moves with one statement, at a
+// time (3 placeholders per row, far below the 65,535 of a prepared statement).
+const resizeBatch = 2000
+
+var _ core.LaneResizer = (*Store)(nil)
+
+// ResizeLanes implements core.LaneResizer in one READ COMMITTED transaction: the lane count's
+// meta row locked FOR UPDATE first (it waits for the writer transactions whose checked inserts
+// hold it LOCK IN SHARE MODE, and holds the next ones back), the publisher row read LOCK IN
+// SHARE MODE (a CDC generation refuses; a CDC relay's AcquireGeneration waits), every lane row
+// locked in lane order and its lease ended as ResetLanes does, lane rows dropped or added, the
+// unpublished rows (pending, retrying, parked) moved resizeBatch at a time to LaneOf(key, lanes)
+// while the meta row 'lanes_resize' exists (the immutability trigger allows the lane change
+// then; migration 008), the count recorded and the audit row written. It needs migration 008
+// (run Migrate): without it, an error wrapping core.ErrSchemaMismatch.
+func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
+	if err := core.CheckResizeLanes(lanes); err != nil {
+		return 0, err
+	}
+	if _, err := s.LaneCount(ctx); err != nil {
+		return 0, err
+	}
+	var marker string
+	if err := s.db.QueryRowContext(ctx, s.q.metaGet, resizeMarker).Scan(&marker); errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("mysql: resize lanes: %w: outbox %s lacks migration 008_lanes_resize (run Migrate)", core.ErrSchemaMismatch, s.names.outbox)
+	} else if err != nil {
+		return 0, wrap("resize lanes", err)
+	}
+	var moved int64
+	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		moved = 0
+		old, err := s.readLanes(ctx, tx, s.q.laneCountLocked)
+		if err != nil {
+			return err
+		}
+		if old == lanes {
+			return nil
+		}
+		pub, err := scanPublisher(tx.QueryRowContext(ctx, s.q.publisherReadShared))
+		if err != nil {
+			return s.publisherErr("resize lanes", err)
+		}
+		if pub.Kind == core.KindCDC {
+			return fmt.Errorf("%w: generation %d held by %q", core.ErrResizeCDC, pub.Generation, pub.Holder)
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeLeases, nil); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeDropLanes, lanes); err != nil {
+			return err
+		}
+		for start := old; start < lanes; start += 500 {
+			end := min(start+500, lanes)
+			args := make([]any, 0, end-start)
+			for l := start; l < end; l++ {
+				args = append(args, l)
+			}
+			if _, err := tx.ExecContext(ctx, s.q.laneInsert+strings.Repeat("(?),", len(args)-1)+"(?)", args...); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
+			return err
+		}
+		for after := int64(0); ; {
+			rows, err := tx.QueryContext(ctx, s.q.resizeRows, after, resizeBatch)
+			if err != nil {
+				return err
+			}
+			var seqs []int64
+			var to []int
+			read := 0
+			for rows.Next() {
+				read++
+				var seq int64
+				var key string
+				var lane int
+				if err := rows.Scan(&seq, &key, &lane); err != nil {
+					rows.Close()
+					return err
+				}
+				after = seq
+				if l := core.LaneOf(key, lanes); l != lane {
+					seqs, to = append(seqs, seq), append(to, l)
+				}
+			}
+			if err := rows.Close(); err != nil {
+				return err
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			n, err := s.moveLanes(ctx, tx, seqs, to)
+			if err != nil {
+				return err
+			}
+			moved += n
+			if read < resizeBatch {
+				break
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q.resizeDisallow); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.laneCountSet, strconv.Itoa(lanes)); err != nil {
+			return err
+		}
+		return s.audit(ctx, tx, &audit, moved)
+	})
+	if err != nil {
+		return 0, wrap("resize lanes", err)
+	}
+	_ = s.Notify(ctx) // wake local relays: they claim the new lanes at their next round
+	return int(moved), nil
+}
+
+// moveLanes sets the lane of the unpublished rows seqs to to (one statement; the caller inserted
+// the meta row 'lanes_resize' in tx) and returns how many rows changed.
+func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, seqs []int64, to []int) (int64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	stmt, err := sqlfile.Idents{"case_list": strings.Repeat("WHEN ? THEN ? ", len(seqs)), "seq_list": placeholders(len(seqs))}.Expand(s.q.resizeMove)
+	if err != nil {
+		return 0, err
+	}
+	args := make([]any, 0, 3*len(seqs))
+	for i, seq := range seqs {
+		args = append(args, seq, to[i])
+	}
+	args = appendInt64s(args, seqs)
+	res, err := tx.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// replayLanes gives the rows a replay put back to pending (seqs) their key's lane under lanes,
+// the count the replay read LOCK IN SHARE MODE before selecting them (so no resize runs until it
+// ends): a row published before a ResizeLanes still has its lane under the old count, and all
+// unpublished rows of a key must share one lane. Without a resize since the rows were written
+// no lane changes, and the trigger (perhaps without migration 008) refuses nothing.
+func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, lanes int, targets []core.ReplayTarget, seqs []int64) error {
+	keys := make(map[int64]string, len(targets))
+	for _, t := range targets {
+		keys[t.Seq] = t.PartitionKey
+	}
+	to := make([]int, len(seqs))
+	for i, seq := range seqs {
+		to[i] = core.LaneOf(keys[seq], lanes)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
+		return err
+	}
+	if _, err := s.moveLanes(ctx, tx, seqs, to); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.q.resizeDisallow)
+	return err
 }

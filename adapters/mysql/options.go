@@ -32,8 +32,10 @@ type Options struct {
 	// "y_horizons" with InboxTable "y"): New refuses that with a *core.OptionError before it
 	// touches the database.
 	InboxTable string
-	// Lanes is the lane count Migrate records (1..core.MaxLanes). Default core.DefaultLanes.
-	// Migrating an existing outbox with another count fails with core.ErrSchemaMismatch.
+	// Lanes is the lane count Migrate records the first time it runs (1..core.MaxLanes;
+	// Store.ResizeLanes changes it later). Migrating an existing outbox with another non-zero
+	// count fails with core.ErrSchemaMismatch; with 0 Migrate keeps the recorded count. Writers
+	// and relays read the recorded count, not this option. Default core.DefaultLanes.
 	Lanes int
 	// ClaimStrategy is how lanes are claimed. Default ClaimSkipLocked.
 	ClaimStrategy ClaimStrategy

@@ -22,7 +22,8 @@ const (
 
 // Insert implements core.OutboxStore: a multi-row INSERT in tx. When the records need more
 // than one statement a savepoint makes the call all or nothing. A duplicate ID (or, with
-// UniqueAggregateVersion, a duplicate aggregate version) wraps core.ErrDuplicateEvent.
+// UniqueAggregateVersion, a duplicate aggregate version) wraps core.ErrDuplicateEvent. It does
+// not check the records' lanes against the lane count: core.Outbox uses InsertLanes.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
 	if tx == nil {
 		return fmt.Errorf("mysql: insert: %w: nil transaction", core.ErrInvalidTx)
@@ -64,6 +65,64 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 	return nil
 }
 
+// InsertLanes implements core.LaneInserter: Insert checked against the lane count lanes the
+// records' lanes were computed with. When the recorded count is not lanes it writes nothing and
+// returns an error wrapping core.ErrLaneCountChanged; tx stays usable. The count is read with a
+// locking read (LOCK IN SHARE MODE), the latest committed count whatever tx's isolation or
+// snapshot, and its shared lock lasts until tx ends: a ResizeLanes, which locks the count FOR
+// UPDATE first, waits for tx, and tx's later checked inserts wait for a resize in progress. One
+// record is one statement (INSERT ... VALUES whose lane is NULL, refused, when the count
+// differs); more are the locking read, then Insert.
+func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
+	if tx == nil {
+		return fmt.Errorf("mysql: insert: %w: nil transaction", core.ErrInvalidTx)
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	if len(records) > 1 {
+		n, err := s.readLanes(ctx, tx, s.q.laneCountShared)
+		if err != nil {
+			return fmt.Errorf("mysql: insert: lane count: %w", classify(err))
+		}
+		if n != lanes {
+			return fmt.Errorf("mysql: insert: %w: lanes computed with %d lanes, the outbox has %d", core.ErrLaneCountChanged, lanes, n)
+		}
+		return s.Insert(ctx, tx, records)
+	}
+	args, err := recordArgs(make([]any, 0, 16), &records[0])
+	if err != nil {
+		return err
+	}
+	lane := args[len(args)-1]
+	args = append(args[:len(args)-1], strconv.Itoa(lanes), lane)
+	if _, err := tx.ExecContext(ctx, s.q.insertChecked, args...); err != nil {
+		if errNumber(err) == errBadNull && strings.Contains(err.Error(), "'lane'") { // the count is not lanes
+			return fmt.Errorf("mysql: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
+		}
+		return fmt.Errorf("mysql: insert: %w", classify(duplicate(err)))
+	}
+	return nil
+}
+
+// recordArgs appends the 14 insert parameters of r to args.
+func recordArgs(args []any, r *core.Record) ([]any, error) {
+	headers := "{}"
+	if len(r.Headers) > 0 {
+		h, err := json.Marshal(r.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("mysql: insert: headers: %w", err)
+		}
+		headers = string(h)
+	}
+	payload := r.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	return append(args, r.ID, r.AggregateType, r.AggregateID, r.AggregateVersion, r.Type, r.SchemaID,
+		r.PartitionKey, r.Destination, payload, headers, r.Tenant, r.CausationID, r.CorrelationID, r.Lane), nil
+}
+
 func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []core.Record) error {
 	var b strings.Builder
 	b.WriteString(s.q.insertPrefix)
@@ -74,20 +133,10 @@ func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []core.Record)
 			b.WriteByte(',')
 		}
 		b.WriteString(s.q.insertRow)
-		headers := "{}"
-		if len(r.Headers) > 0 {
-			h, err := json.Marshal(r.Headers)
-			if err != nil {
-				return fmt.Errorf("mysql: insert: headers: %w", err)
-			}
-			headers = string(h)
+		var err error
+		if args, err = recordArgs(args, r); err != nil {
+			return err
 		}
-		payload := r.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
-		args = append(args, r.ID, r.AggregateType, r.AggregateID, r.AggregateVersion, r.Type, r.SchemaID,
-			r.PartitionKey, r.Destination, payload, headers, r.Tenant, r.CausationID, r.CorrelationID, r.Lane)
 	}
 	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 		return fmt.Errorf("mysql: insert: %w", classify(duplicate(err)))
@@ -141,11 +190,9 @@ func scanRecords(rows *sql.Rows, capacity int) ([]core.Record, error) {
 	return out, rows.Err()
 }
 
-// LaneCount returns the lane count recorded by Migrate.
+// LaneCount returns the lane count recorded by Migrate (or by ResizeLanes), read afresh at each
+// call: writers and relays pick a resize up through it.
 func (s *Store) LaneCount(ctx context.Context) (int, error) {
-	if n := s.lanes.Load(); n > 0 {
-		return int(n), nil
-	}
 	var v string
 	if err := s.db.QueryRowContext(ctx, s.q.laneCount).Scan(&v); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -153,10 +200,26 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 		}
 		return 0, wrap("lane count", err)
 	}
+	return parseLanes(v)
+}
+
+// parseLanes checks a recorded lane count.
+func parseLanes(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > core.MaxLanes {
 		return 0, fmt.Errorf("mysql: lane count: %w: recorded value %q", core.ErrSchemaMismatch, v)
 	}
-	s.lanes.Store(int64(n))
 	return n, nil
+}
+
+// readLanes reads the recorded lane count with query (LaneCountShared or LaneCountLocked) in tx.
+func (s *Store) readLanes(ctx context.Context, tx *sql.Tx, query string) (int, error) {
+	var v string
+	if err := tx.QueryRowContext(ctx, query).Scan(&v); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("%w: outbox %s is not migrated", core.ErrSchemaMismatch, s.names.outbox)
+		}
+		return 0, err
+	}
+	return parseLanes(v)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -26,10 +27,17 @@ import (
 //   - domain: one domain row;
 //   - bare: one domain row plus a hand-written INSERT of the same outbox row (same table,
 //     columns, ~1.1 KiB payload and lane) — no library code;
-//   - write: one domain row plus Outbox.Write of the same event.
+//   - write: one domain row plus Outbox.Write of the same event (checked against the lane
+//     count: core.LaneInserter, one INSERT ... VALUES whose lane is a subquery on the count read
+//     LOCK IN SHARE MODE);
+//   - unchecked: write through a store that hides InsertLanes, so Outbox.Write uses the
+//     unchecked Insert (the cost of the lane-count check is write against unchecked);
+//   - twostep: write through a store whose InsertLanes reads the count LOCK IN SHARE MODE in a
+//     statement of its own, then inserts with the plain multi-row INSERT (the alternative to
+//     the one-statement check: one more round trip, no INSERT ... SELECT).
 //
 // It reports the median tx/s of each and the medians of the per-round ratios write/bare,
-// bare/domain and write/domain. Durable server:
+// bare/domain, write/domain, write/unchecked and twostep/unchecked. Durable server:
 //
 //	OUTBOXKIT_MARIADB_DURABLE=1 source scripts/lib/mariadb.sh && mariadb_start
 //	go test ./adapters/mysql -run '^$' -bench ProducerCost -benchtime 1x
@@ -45,10 +53,24 @@ func BenchmarkProducerCost(b *testing.B) {
 			require.NoError(b, err)
 			ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
 			require.NoError(b, err)
+			unchecked, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](plainInsert{s}), nil)
+			require.NoError(b, err)
+			twostep, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](twoStepInsert{plainInsert{s}}), nil)
+			require.NoError(b, err)
 			domain := func(ctx context.Context, tx *sql.Tx, i int64) error {
 				_, err := tx.ExecContext(ctx, "INSERT INTO orders (customer, total, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))",
 					"c-"+strconv.FormatInt(i%1000, 10), "50.00")
 				return err
+			}
+			writeWith := func(o *core.Outbox[*sql.Tx]) func(context.Context, *sql.Tx, int64) error {
+				return func(ctx context.Context, tx *sql.Tx, i int64) error {
+					if err := domain(ctx, tx, i); err != nil {
+						return err
+					}
+					_, err := o.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.FormatInt(i, 10),
+						Type: "order.created", Payload: benchPayload})
+					return err
+				}
 			}
 			variants := map[string]func(context.Context, *sql.Tx, int64) error{
 				"domain": domain,
@@ -65,14 +87,9 @@ func BenchmarkProducerCost(b *testing.B) {
 						hex.EncodeToString(id[:]), "order", agg, "order.created", key, benchPayload, core.LaneOf(key, core.DefaultLanes))
 					return err
 				},
-				"write": func(ctx context.Context, tx *sql.Tx, i int64) error {
-					if err := domain(ctx, tx, i); err != nil {
-						return err
-					}
-					_, err := ob.Write(ctx, tx, core.Event{AggregateType: "order", AggregateID: strconv.FormatInt(i, 10),
-						Type: "order.created", Payload: benchPayload})
-					return err
-				},
+				"write":     writeWith(ob),
+				"unchecked": writeWith(unchecked),
+				"twostep":   writeWith(twostep),
 			}
 			run := func(fn func(context.Context, *sql.Tx, int64) error) float64 {
 				var next atomic.Int64
@@ -95,9 +112,9 @@ func BenchmarkProducerCost(b *testing.B) {
 				}
 				return float64(txs) / time.Since(start).Seconds()
 			}
-			order := []string{"domain", "bare", "write"}
+			order := []string{"domain", "bare", "write", "unchecked", "twostep"}
 			rates := map[string][]float64{}
-			var wb, bd, wd []float64
+			var wb, bd, wd, wu, tu []float64
 			for r := range rounds {
 				if r%2 == 1 {
 					slices.Reverse(order)
@@ -110,7 +127,10 @@ func BenchmarkProducerCost(b *testing.B) {
 				wb = append(wb, got["write"]/got["bare"])
 				bd = append(bd, got["bare"]/got["domain"])
 				wd = append(wd, got["write"]/got["domain"])
-				b.Logf("round %d: domain %.0f bare %.0f write %.0f tx/s", r, got["domain"], got["bare"], got["write"])
+				wu = append(wu, got["write"]/got["unchecked"])
+				tu = append(tu, got["twostep"]/got["unchecked"])
+				b.Logf("round %d: domain %.0f bare %.0f write %.0f unchecked %.0f twostep %.0f tx/s", r,
+					got["domain"], got["bare"], got["write"], got["unchecked"], got["twostep"])
 			}
 			for v, r := range rates {
 				b.ReportMetric(benchMedian(r), v+"_tx/s")
@@ -118,6 +138,8 @@ func BenchmarkProducerCost(b *testing.B) {
 			b.ReportMetric(benchMedian(wb), "write/bare")
 			b.ReportMetric(benchMedian(bd), "bare/domain")
 			b.ReportMetric(benchMedian(wd), "write/domain")
+			b.ReportMetric(benchMedian(wu), "write/unchecked")
+			b.ReportMetric(benchMedian(tu), "twostep/unchecked")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -137,4 +159,27 @@ func benchMedian(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// plainInsert is a store with only the OutboxStore methods: Outbox.Write then uses Insert,
+// without the lane-count check.
+type plainInsert struct{ s *mysql.Store }
+
+func (p plainInsert) LaneCount(ctx context.Context) (int, error) { return p.s.LaneCount(ctx) }
+func (p plainInsert) Insert(ctx context.Context, tx *sql.Tx, recs []core.Record) error {
+	return p.s.Insert(ctx, tx, recs)
+}
+
+// twoStepInsert checks the lane count with a locking read of its own, then inserts unchecked.
+type twoStepInsert struct{ plainInsert }
+
+func (p twoStepInsert) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, recs []core.Record) error {
+	var v string
+	if err := tx.QueryRowContext(ctx, "SELECT value FROM outbox_meta WHERE name = 'lanes' LOCK IN SHARE MODE").Scan(&v); err != nil {
+		return err
+	}
+	if v != strconv.Itoa(lanes) {
+		return core.ErrLaneCountChanged
+	}
+	return p.s.Insert(ctx, tx, recs)
 }

@@ -57,6 +57,10 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
 	auditSetRows, resetLanes                                                 string
+
+	triggerBody, insertChecked, laneCountShared, laneCountLocked, laneCountSet string
+	publisherReadShared, resizeAllow, resizeDisallow, resizeLeases             string
+	resizeDropLanes, resizeRows, resizeMove                                    string
 }
 
 // idents are the {{key}} substitutions of the adapter's SQL: the quoted tables, the clock
@@ -69,7 +73,8 @@ func (n tableNames) idents() sqlfile.Idents {
 		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint), "audit": qt(n.audit),
 		"now": nowExpr, "cols": recordColumns,
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}", "id_list": "{{id_list}}",
-		"key": "{{key}}", "value": "{{value}}",
+		"case_list": "{{case_list}}",
+		"key":       "{{key}}", "value": "{{value}}",
 		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
 		"audit_guard":      qt(n.outbox + "_aud"), // a trigger on the audit table, likewise
 	}
@@ -152,6 +157,18 @@ func newQueries(n tableNames) (queries, error) {
 		checkpointRead:         st.Get("CheckpointRead"),
 		checkpointPut:          st.Get("CheckpointPut"),
 		checkpointDelete:       st.Get("CheckpointDelete"),
+		triggerBody:            st.Get("TriggerBody"),
+		insertChecked:          st.Get("InsertChecked"),
+		laneCountShared:        st.Get("LaneCountShared"),
+		laneCountLocked:        st.Get("LaneCountLocked"),
+		laneCountSet:           st.Get("LaneCountSet"),
+		publisherReadShared:    st.Get("PublisherReadShared"),
+		resizeAllow:            st.Get("ResizeAllow"),
+		resizeDisallow:         st.Get("ResizeDisallow"),
+		resizeLeases:           st.Get("ResizeLeases"),
+		resizeDropLanes:        st.Get("ResizeDropLanes"),
+		resizeRows:             st.Get("ResizeRows"),
+		resizeMove:             st.Get("ResizeMove"),
 	}
 	if err := st.Err(); err != nil {
 		return queries{}, fmt.Errorf("mysql: %w", err)

@@ -349,3 +349,69 @@ UPDATE {{audit}} SET rows_affected = ? WHERE id = ? AND rows_affected = -1
 UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
 	WHERE owner <> '' AND (? OR lane IN ({{lane_list}})) AND (? = '' OR owner = ?)
 	ORDER BY lane
+
+-- name: TriggerBody
+-- The immutability trigger's body (Migrate runs 008_lanes_resize when it lacks 'lanes_resize').
+SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS
+	WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?
+
+-- name: InsertChecked
+-- Insert of one record (InsertLanes) checked against the lane count its lane was computed with:
+-- the lane is the subquery's, the record's lane (the second-last ?) when the recorded count is
+-- the last ?, else NULL, which a single-row INSERT refuses (error 1048) in every sql_mode, so
+-- nothing is inserted. The count is a locking read, so it is the latest committed one whatever
+-- the isolation and snapshot, and its shared lock lasts until the transaction ends: a
+-- ResizeLanes (which locks the row FOR UPDATE first) waits for the transaction, and the checked
+-- inserts that come after it wait for the resize. An INSERT ... VALUES, not INSERT ... SELECT,
+-- which cost the producer 10-15% more (BENCHMARKS.md).
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane,
+	created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,
+	(SELECT IF(value = ?, ?, NULL) FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
+
+-- name: LaneCountShared
+-- The lane count read as a checked insert reads it (InsertLanes of several records, before the
+-- plain multi-row insert; Replay, before it selects rows): locked until the transaction ends.
+SELECT value FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE
+
+-- name: LaneCountLocked
+-- A resize's first step: the lane count's row FOR UPDATE waits for every transaction that
+-- read it LOCK IN SHARE MODE (the writers that inserted, replays) and holds the next ones back.
+SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
+
+-- name: LaneCountSet
+UPDATE {{meta}} SET value = ? WHERE name = 'lanes'
+
+-- name: PublisherReadShared
+-- A resize's publisher check: a CDC relay's AcquireGeneration (FOR UPDATE) waits for it.
+SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1 LOCK IN SHARE MODE
+
+-- name: ResizeAllow
+-- The row under which the immutability trigger (migration 008) allows a lane change; deleted
+-- again by ResizeDisallow in the same transaction.
+INSERT INTO {{meta}} (name, value) VALUES ('lanes_resize', 'on')
+
+-- name: ResizeDisallow
+DELETE FROM {{meta}} WHERE name = 'lanes_resize'
+
+-- name: ResizeLeases
+-- A resize ends every lease as ResetLanes does (owner and sign of life cleared, lease expired
+-- now, generation incremented), every lane row locked in lane order, so that a relay's settle
+-- or renewal of a batch fetched under the old lanes is refused. Argument: now.
+UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
+	ORDER BY lane
+
+-- name: ResizeDropLanes
+-- The lanes at or above the new count (?) go.
+DELETE FROM {{lanes}} WHERE lane >= ?
+
+-- name: ResizeRows
+-- The unpublished rows after seq ?, ? at a time (ix_unpublished), with their key and lane.
+SELECT seq, partition_key, lane FROM {{outbox}} FORCE INDEX (ix_unpublished)
+	WHERE unpublished = 1 AND seq > ? ORDER BY seq LIMIT ?
+
+-- name: ResizeMove
+-- {{case_list}} is "WHEN ? THEN ?" (seq, new lane) per row of {{seq_list}}: the unpublished
+-- rows whose lane changes.
+UPDATE {{outbox}} SET lane = CASE seq {{case_list}} END
+	WHERE seq IN ({{seq_list}}) AND published_at IS NULL

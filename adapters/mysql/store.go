@@ -19,9 +19,10 @@ import (
 	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
-// Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx], core.RelayStore,
-// core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore and core.Liveness, plus
-// in-process wake-ups (core.Notifier and core.Waker). It is safe for concurrent use.
+// Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx] (with core.LaneInserter),
+// core.RelayStore, core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore,
+// core.Liveness and core.LaneResizer, plus in-process wake-ups (core.Notifier and core.Waker).
+// It is safe for concurrent use.
 type Store struct {
 	core.Broadcast
 
@@ -41,7 +42,7 @@ type Store struct {
 	// with a minimal row image; see Options.FullMarkImage).
 	markPrefix string
 
-	lanes     atomic.Int64 // cached lane count, 0 until read
+	lanesSet  bool // Options.Lanes was not 0 (Migrate then refuses another recorded count)
 	deadlocks atomic.Uint64
 
 	lockMu    sync.Mutex
@@ -76,6 +77,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, o: o, log: o.Logger, lockConns: map[string]*lockConn{}, live: map[string]bool{}}
+	s.lanesSet = opts != nil && opts.Lanes != 0
 
 	var raw string
 	var dbName sql.NullString

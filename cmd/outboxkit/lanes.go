@@ -74,14 +74,15 @@ type resizeJSON struct {
 }
 
 // errNoResize is the refusal of `lanes resize` on a database whose adapter cannot change the
-// lane count (MySQL/MariaDB).
-var errNoResize = errors.New("changing the lane count is not supported on this database (PostgreSQL and SQLite only)")
+// lane count (none of the command's databases today: PostgreSQL, MySQL/MariaDB and SQLite all
+// can).
+var errNoResize = errors.New("changing the lane count is not supported on this database")
 
 func lanesResizeCommand() *cobra.Command {
 	var to int
 	var actor *string
 	cmd, _ := opsCommand("resize --db URL --to N [--actor A]",
-		"change the outbox's lane count to N (1 to 4096) in one transaction with an audit row, keeping per-key order: it waits for the writer transactions in flight and holds new ones back, ends every lease (a running relay's settle of a batch in flight is refused and the batch resent), moves every unpublished event to its key's lane under the new count and records the count; writers and running relays follow it (PostgreSQL and SQLite)",
+		"change the outbox's lane count to N (1 to 4096) in one transaction with an audit row, keeping per-key order: it waits for the writer transactions in flight and holds new ones back, ends every lease (a running relay's settle of a batch in flight is refused and the batch resent), moves every unpublished event to its key's lane under the new count and records the count; writers and running relays follow it",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
 			rs, ok := db.Store.(core.LaneResizer)
 			if !ok {
