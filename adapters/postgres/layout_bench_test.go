@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,8 +32,14 @@ import (
 //     toast_tuple_target 128), so a mark rewrites the ~200-byte row and points at the same
 //     payload instead of copying it.
 //
-// The producer side is measured in the same rounds: 4 clients, OUTBOXKIT_BENCH_TX (default
-// 3,000) transactions of one 1 KiB outbox INSERT, without and with the pending-row INSERT.
+// The producer side is measured in the same rounds: OUTBOXKIT_LAYOUT_CLIENTS clients (default
+// 4), OUTBOXKIT_BENCH_TX (default 3,000) transactions of one 1 KiB outbox INSERT: produce
+// without the pending row, produce_narrow with it (one statement: WITH o AS (INSERT …
+// RETURNING) INSERT INTO outbox_pending …), produce_trigger_row and produce_trigger_stmt with
+// it written by an AFTER INSERT trigger on the outbox (FOR EACH ROW; FOR EACH STATEMENT with a
+// transition table), which would keep every writer, and writers of earlier versions during a
+// migration, unchanged, and produce_toast with the payload out of line.
+// OUTBOXKIT_LAYOUT_VARIANTS (comma-separated names) runs only those.
 //
 //	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
 //	go test ./adapters/postgres -run '^$' -bench LayoutPrototype -benchtime 1x -v -timeout 60m
@@ -39,6 +47,7 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 	testDSN(b)
 	n := benchEvents()
 	rounds, txs := envInt("OUTBOXKIT_BENCH_ROUNDS", 3), envInt("OUTBOXKIT_BENCH_TX", 3000)
+	clients := envInt("OUTBOXKIT_LAYOUT_CLIENTS", 4)
 	ctx := context.Background()
 	const pendingDDL = `CREATE TABLE outbox_pending (seq bigint PRIMARY KEY, lane integer NOT NULL,
 		attempts integer NOT NULL DEFAULT 0, next_attempt_at timestamptz, parked_at timestamptz);
@@ -53,6 +62,15 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 			`DELETE FROM outbox WHERE seq = ANY($1)`},
 	}
 	layouts["toast"] = layouts["mark"]
+	const triggerRowDDL = pendingDDL + `;
+		CREATE FUNCTION outbox_pending_row() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO outbox_pending (seq, lane) VALUES (NEW.seq, NEW.lane); RETURN NULL; END $$;
+		CREATE TRIGGER outbox_pending_row AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION outbox_pending_row()`
+	const triggerStmtDDL = pendingDDL + `;
+		CREATE FUNCTION outbox_pending_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO outbox_pending (seq, lane) SELECT seq, lane FROM new_rows; RETURN NULL; END $$;
+		CREATE TRIGGER outbox_pending_stmt AFTER INSERT ON outbox REFERENCING NEW TABLE AS new_rows
+			FOR EACH STATEMENT EXECUTE FUNCTION outbox_pending_stmt()`
 	const toastDDL = `ALTER TABLE outbox ALTER COLUMN payload SET STORAGE EXTERNAL, SET (toast_tuple_target = 128)`
 	drain := func(name string) float64 {
 		b.StopTimer()
@@ -98,8 +116,10 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 	produceRate := func(variant string) float64 {
 		narrow := variant == "narrow"
 		b.StopTimer()
-		_, d := migratedStore(b, dbOptions{maxConns: 6}, &Options{})
-		if ddl := map[string]string{"narrow": pendingDDL, "toast": toastDDL}[variant]; ddl != "" {
+		_, d := migratedStore(b, dbOptions{maxConns: int32(clients) + 2}, &Options{})
+		defer d.pool.Close() // now, not at the benchmark's end: rounds of 16 clients run out of server connections
+		if ddl := map[string]string{"narrow": pendingDDL, "toast": toastDDL, "trigger_row": triggerRowDDL,
+			"trigger_stmt": triggerStmtDDL}[variant]; ddl != "" {
 			_, err := d.pool.Exec(ctx, ddl)
 			require.NoError(b, err)
 		}
@@ -109,7 +129,7 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 		saved := b.N // produce runs b.N transactions
 		b.N = txs
 		defer func() { b.N = saved }()
-		elapsed := produce(b, d.pool, 4, false, nil, func(ctx context.Context, tx pgx.Tx, i int64) error {
+		elapsed := produce(b, d.pool, clients, false, nil, func(ctx context.Context, tx pgx.Tx, i int64) error {
 			var id [13]byte
 			_, _ = rand.Read(id[:])
 			agg := strconv.FormatInt(i, 10)
@@ -127,7 +147,12 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 		return float64(txs) / elapsed.Seconds()
 	}
 	res := map[string][]float64{}
-	order := []string{"mark", "narrow", "toast", "delete", "produce", "produce_narrow", "produce_toast"}
+	order := []string{"mark", "narrow", "toast", "delete", "produce", "produce_narrow", "produce_toast",
+		"produce_trigger_row", "produce_trigger_stmt"}
+	if list := os.Getenv("OUTBOXKIT_LAYOUT_VARIANTS"); list != "" {
+		names := strings.Split(list, ",")
+		order = slices.DeleteFunc(order, func(v string) bool { return !slices.Contains(names, v) })
+	}
 	for r := range rounds {
 		if r%2 == 1 {
 			slices.Reverse(order)
@@ -141,19 +166,27 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 				got[v] = produceRate("narrow")
 			case "produce_toast":
 				got[v] = produceRate("toast")
+			case "produce_trigger_row":
+				got[v] = produceRate("trigger_row")
+			case "produce_trigger_stmt":
+				got[v] = produceRate("trigger_stmt")
 			default:
 				got[v] = drain(v)
 			}
 			res[v] = append(res[v], got[v])
 		}
-		res["narrow/mark"] = append(res["narrow/mark"], got["narrow"]/got["mark"])
-		res["narrow/delete"] = append(res["narrow/delete"], got["narrow"]/got["delete"])
-		res["toast/mark"] = append(res["toast/mark"], got["toast"]/got["mark"])
-		res["toast/delete"] = append(res["toast/delete"], got["toast"]/got["delete"])
-		res["produce_narrow/produce"] = append(res["produce_narrow/produce"], got["produce_narrow"]/got["produce"])
-		res["produce_toast/produce"] = append(res["produce_toast/produce"], got["produce_toast"]/got["produce"])
-		b.Logf("round %d: drain events/s mark %.0f narrow %.0f toast %.0f delete %.0f; producer tx/s %.0f, with pending row %.0f, toasted %.0f",
-			r, got["mark"], got["narrow"], got["toast"], got["delete"], got["produce"], got["produce_narrow"], got["produce_toast"])
+		for _, q := range [][2]string{{"narrow", "mark"}, {"narrow", "delete"}, {"toast", "mark"}, {"toast", "delete"},
+			{"produce_narrow", "produce"}, {"produce_toast", "produce"}, {"produce_trigger_row", "produce"},
+			{"produce_trigger_stmt", "produce"}} {
+			if x, ok := got[q[0]]; ok {
+				if y, ok := got[q[1]]; ok {
+					res[q[0]+"/"+q[1]] = append(res[q[0]+"/"+q[1]], x/y)
+				}
+			}
+		}
+		b.Logf("round %d: drain events/s mark %.0f narrow %.0f toast %.0f delete %.0f; producer tx/s %.0f, with pending row %.0f, toasted %.0f, row trigger %.0f, statement trigger %.0f",
+			r, got["mark"], got["narrow"], got["toast"], got["delete"], got["produce"], got["produce_narrow"], got["produce_toast"],
+			got["produce_trigger_row"], got["produce_trigger_stmt"])
 	}
 	for k, v := range res {
 		b.ReportMetric(median(v), k)
