@@ -92,19 +92,24 @@ func settle(b *testing.B, pool *pgxpool.Pool, table string) {
 
 // BenchmarkPeerDrain drains the same number of committed ~1 KiB events, written by each
 // library's producer API in transactions of 1,000, to a sink that does nothing: outboxkit's
-// relay (one worker, batch 1,000) and Watermill's SQL Forwarder (batch 100, its default, and
-// 1,000).
+// relay (one worker, batch 1,000, with the default RelayOptions.InFlight and with InFlight 1)
+// and Watermill's SQL Forwarder (batch 100, its default, and 1,000).
 func BenchmarkPeerDrain(b *testing.B) {
 	n := events()
 	payload := jsonPayload()
-	b.Run("outboxkit/relay/batch=1000", func(b *testing.B) {
-		var total time.Duration
-		for range b.N {
-			b.StopTimer()
-			total += drainOutboxkit(b, n, payload)
-		}
-		b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
-	})
+	for _, v := range []struct {
+		name     string
+		inFlight int
+	}{{"outboxkit/relay/batch=1000", 0}, {"outboxkit/relay/batch=1000/inflight=1", 1}} {
+		b.Run(v.name, func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				b.StopTimer()
+				total += drainOutboxkit(b, n, v.inFlight, payload)
+			}
+			b.ReportMetric(float64(n*b.N)/total.Seconds(), "events/s")
+		})
+	}
 	for _, batch := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("watermill/forwarder/batch=%d", batch), func(b *testing.B) {
 			var total time.Duration
@@ -117,7 +122,7 @@ func BenchmarkPeerDrain(b *testing.B) {
 	}
 }
 
-func drainOutboxkit(b *testing.B, n int, payload []byte) time.Duration {
+func drainOutboxkit(b *testing.B, n, inFlight int, payload []byte) time.Duration {
 	ctx := context.Background()
 	schema, pool := freshSchema(b, 8)
 	store, err := postgres.New(pool, &postgres.Options{Schema: schema})
@@ -141,7 +146,7 @@ func drainOutboxkit(b *testing.B, n int, payload []byte) time.Duration {
 		return make([]error, len(msgs))
 	})
 	relay, err := core.NewRelay(store, sink, core.StaticRouter{Default: "null"},
-		&core.RelayOptions{Owner: "bench", BatchSize: 1000, PollInterval: 10 * time.Millisecond})
+		&core.RelayOptions{Owner: "bench", BatchSize: 1000, InFlight: inFlight, PollInterval: 10 * time.Millisecond})
 	must(b, err)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
