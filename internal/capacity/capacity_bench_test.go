@@ -64,10 +64,12 @@ import (
 //     relay has published all but less than one default batch (500 events) of what was
 //     committed (at most OUTBOXKIT_BENCH_SECONDS, default 300);
 //     then the relay stops and the producers run OUTBOXKIT_CAPACITY_PRODUCE_SECONDS (default 15)
-//     more without any drain. It reports the drain rate, the producers' rate during the drain
+//     more without any drain, on a fresh schedule (not making up what the drain held back). It reports the drain rate, the producers' rate during the drain
 //     and without it, the catch-up ratio (drain rate / producers' achieved rate) and the
 //     commit-to-publish latency (from COMMIT issued to the sink's acknowledgement) of the events
-//     produced during the catch-up. OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out;
+//     produced during the catch-up. OUTBOXKIT_CAPACITY_DRAIN_LIMIT (events/s) paces the
+//     catch-up's sink, as a slower broker would, to see what a bounded drain leaves the
+//     producers. OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out;
 //     OUTBOXKIT_CAPACITY_PHASES (comma-separated names, e.g. "bare4,catchup") runs only those.
 //
 // Medians over the rounds are reported; every round is logged (-test.v). Run with a durable
@@ -150,6 +152,7 @@ type benchConfig struct {
 	events, rounds      int
 	rate                float64
 	catchupCap, produce time.Duration
+	drainLimit          float64 // OUTBOXKIT_CAPACITY_DRAIN_LIMIT: events/s, 0 for none
 	upstream            string
 	phases              map[string]bool // OUTBOXKIT_CAPACITY_PHASES, else the default phases
 }
@@ -166,6 +169,7 @@ func loadConfig() benchConfig {
 		rounds:     int(num("OUTBOXKIT_BENCH_ROUNDS", 3)),
 		rate:       num("OUTBOXKIT_CAPACITY_RATE", 2000),
 		catchupCap: time.Duration(num("OUTBOXKIT_BENCH_SECONDS", 300) * float64(time.Second)),
+		drainLimit: num("OUTBOXKIT_CAPACITY_DRAIN_LIMIT", 0),
 		produce:    time.Duration(num("OUTBOXKIT_CAPACITY_PRODUCE_SECONDS", 15) * float64(time.Second)),
 		phases:     phaseSet(os.Getenv("OUTBOXKIT_CAPACITY_PHASES"), os.Getenv("OUTBOXKIT_CAPACITY_NO_CATCHUP") == "1"),
 		upstream:   os.Getenv("OUTBOXKIT_CAPACITY_UPSTREAM"),
@@ -466,9 +470,26 @@ type latencySink struct {
 	issued sync.Map // event ID → time.Time
 	mu     sync.Mutex
 	lat    []time.Duration
+
+	per  time.Duration // > 0: at most one event per per (OUTBOXKIT_CAPACITY_DRAIN_LIMIT)
+	pmu  sync.Mutex
+	next time.Time // when the next event may be sent
 }
 
 func (s *latencySink) Send(ctx context.Context, msgs []core.Message) []error {
+	if s.per > 0 { // pace the drain, as a slower broker would
+		s.pmu.Lock()
+		if now := time.Now(); s.next.Before(now) {
+			s.next = now
+		}
+		at := s.next
+		s.next = s.next.Add(time.Duration(len(msgs)) * s.per)
+		s.pmu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(at)):
+		}
+	}
 	res := s.Sink.Send(ctx, msgs)
 	t := time.Now()
 	s.mu.Lock()
@@ -484,11 +505,12 @@ func (s *latencySink) Send(ctx context.Context, msgs []core.Message) []error {
 	return res
 }
 
-// catchupPhase: producers at a steady rate while one relay drains the backlog, then the same
-// producers without any drain.
 // caughtUpSlack is how many committed events may still be unpublished when the catch-up counts
 // as done: RelayOptions.BatchSize's default.
 const caughtUpSlack = 500
+
+// catchupPhase: producers at a steady rate while one relay drains the backlog, then the same
+// producers without any drain.
 
 func (h *harness) catchupPhase() map[string]float64 {
 	const producers = 16
@@ -502,6 +524,9 @@ func (h *harness) catchupPhase() map[string]float64 {
 	inner, err := sqs.New(h.client, nil)
 	require.NoError(h.b, err)
 	sink := &latencySink{Sink: inner}
+	if h.cfg.drainLimit > 0 {
+		sink.per = time.Duration(float64(time.Second) / h.cfg.drainLimit)
+	}
 	r := h.newRelay(o, sink, core.RelayOptions{})
 
 	pctx, stopProducers := context.WithCancel(ctx)
@@ -511,12 +536,22 @@ func (h *harness) catchupPhase() map[string]float64 {
 	tag := randHex()
 	start := time.Now()
 	interval := float64(time.Second) / h.cfg.rate
+	// Event i is due at at + (i - from) × interval. The schedule starts afresh for the producers'
+	// run without a drain: otherwise they would first make up what the drain held them back
+	// from, and measure their top speed, not the asked rate.
+	type schedule struct {
+		at   time.Time
+		from int64
+	}
+	var sched atomic.Pointer[schedule]
+	sched.Store(&schedule{start, 0})
 	var wg sync.WaitGroup
 	for range producers {
 		wg.Go(func() {
 			for pctx.Err() == nil {
 				i := next.Add(1) - 1
-				if d := time.Until(start.Add(time.Duration(float64(i) * interval))); d > 0 {
+				sc := sched.Load()
+				if d := time.Until(sc.at.Add(time.Duration(float64(i-sc.from) * interval))); d > 0 {
 					select {
 					case <-pctx.Done():
 						return
@@ -573,7 +608,8 @@ func (h *harness) catchupPhase() map[string]float64 {
 	lat := slices.Clone(sink.lat)
 	sink.mu.Unlock()
 
-	// The same producers, no drain running.
+	// The same producers, no drain running, on a fresh schedule.
+	sched.Store(&schedule{time.Now(), next.Load()})
 	p0, t0 := produced.Load(), time.Now()
 	time.Sleep(h.cfg.produce)
 	alone := float64(produced.Load()-p0) / time.Since(t0).Seconds()
