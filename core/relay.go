@@ -61,7 +61,9 @@ type RelayOptions struct {
 	// Propagator reads that trace context. Default nil: the global propagator.
 	Propagator propagation.TextMapPropagator
 	// MeterProvider receives the relay's instruments: outboxkit.relay.send.duration (seconds
-	// per Sink.Send), outboxkit.relay.batch.size (records per send),
+	// per Sink.Send), outboxkit.relay.fetch.duration (seconds per Store.Fetch that returned
+	// records), outboxkit.relay.settle.duration (seconds per Store.Settle),
+	// outboxkit.relay.batch.size (records per send),
 	// outboxkit.relay.publish.latency (seconds from each acknowledged record's CreatedAt,
 	// database clock, to the acknowledgement, the relay's clock; negative skew counts as 0) and
 	// outboxkit.relay.settled ({event}, attribute outboxkit.outcome = published | failed |
