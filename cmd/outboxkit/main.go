@@ -88,15 +88,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_ = root.Usage()
 		return 2
 	}
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	var ee *exitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
-	default: // unknown command or flag
-		fmt.Fprintf(stderr, "outboxkit: %v (see outboxkit --help)\n", err)
+	default: // unknown command or flag, or wrong arguments: named after the command that refused them
+		fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", cmd.CommandPath(), err, cmd.CommandPath())
 		return 2
 	}
 }

@@ -43,19 +43,22 @@ func addDBFlags(cmd *cobra.Command) *dbFlags {
 	return f
 }
 
-// usageErr prints one line naming the bad flag or argument and ends with exit status 2.
+// usageErr prints one line naming the bad flag or argument and ends with exit status 2. The
+// line starts with the command's whole path ("outboxkit inbox prune: "), so that a nested
+// command is not mistaken for a top-level one of the same name.
 func usageErr(cmd *cobra.Command, format string, a ...any) error {
-	fmt.Fprintf(cmd.ErrOrStderr(), "outboxkit %s: %s\n", cmd.Name(), fmt.Sprintf(format, a...))
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", cmd.CommandPath(), fmt.Sprintf(format, a...))
 	return &exitError{code: 2}
 }
 
-// failErr prints one line naming the problem and ends with exit status 1.
+// failErr prints one line naming the problem (after the command's path, as usageErr) and ends
+// with exit status 1.
 func failErr(cmd *cobra.Command, err error) error {
 	if permissionDenied(err) && !errors.Is(err, ErrPrivileges) {
 		err = fmt.Errorf("%w: %w", ErrPrivileges, err)
 	}
 	msg := strings.Join(strings.Fields(err.Error()), " ") // one line
-	fmt.Fprintf(cmd.ErrOrStderr(), "outboxkit %s: %s\n", cmd.Name(), msg)
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", cmd.CommandPath(), msg)
 	return &exitError{code: 1}
 }
 

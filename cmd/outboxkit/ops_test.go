@@ -411,7 +411,16 @@ func TestOpsUsage(t *testing.T) {
 		{"--limit", []string{"inbox", "prune", "--db", db, "--consumer", "c", "--retention", "1h", "--limit", "100001"}},
 		{"--slot", []string{"unpark", "--db", db, "--all", "--slot", "s"}}, // only cdc release
 	} {
-		fails(t, 2, c.want, c.args...)
+		errs := fails(t, 2, c.want, c.args...)
+		// The line names the whole command ("outboxkit inbox prune: "), not its last word.
+		path := "outboxkit"
+		for _, a := range c.args {
+			if strings.HasPrefix(a, "-") {
+				break
+			}
+			path += " " + a
+		}
+		require.True(t, strings.HasPrefix(errs, path+": "), "%q: %q", c.args, errs)
 	}
 	_, err := os.Stat(path)
 	require.ErrorIs(t, err, os.ErrNotExist, "no command created the database")

@@ -546,7 +546,7 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 				args := pageCmd(t, page, "cdc release", 0, map[string]string{"DB": d.url}, d.extra)
 				code, out, errs := binRun(t, args...)
 				require.Equal(t, 1, code, out)
-				require.Equal(t, "outboxkit release: "+ErrNoCDC.Error()+"\n", errs)
+				require.Equal(t, "outboxkit cdc release: "+ErrNoCDC.Error()+"\n", errs)
 				return
 			}
 			src, err := d.db.ChangeSource()
