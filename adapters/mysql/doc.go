@@ -27,8 +27,9 @@
 //     Options.UniqueAggregateVersion a duplicate (aggregate type, id, version > 0, type),
 //     returns an error wrapping core.ErrDuplicateEvent.
 //   - InsertLanes (core.LaneInserter, which core.Outbox.Write uses) checks the lane count with
-//     a locking read of its meta row (LOCK IN SHARE MODE, kept until the transaction ends) in
-//     the insert's own statement; ResizeLanes (core.LaneResizer) locks that row FOR UPDATE
+//     a locking read of its meta row (LOCK IN SHARE MODE, kept until the transaction ends):
+//     for one record in the insert's own statement (the subquery that gives the row its
+//     lane), for several in a statement just before the insert; ResizeLanes (core.LaneResizer) locks that row FOR UPDATE
 //     first, so it waits for the writer transactions that inserted and holds the next ones
 //     back, and a writer whose snapshot predates a resize still reads the new count, is
 //     refused with core.ErrLaneCountChanged and inserts again. Both waits are bounded by

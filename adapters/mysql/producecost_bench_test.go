@@ -33,8 +33,8 @@ import (
 //   - unchecked: write through a store that hides InsertLanes, so Outbox.Write uses the
 //     unchecked Insert (the cost of the lane-count check is write against unchecked);
 //   - twostep: write through a store whose InsertLanes reads the count LOCK IN SHARE MODE in a
-//     statement of its own, then inserts with the plain multi-row INSERT (the alternative to
-//     the one-statement check: one more round trip, no INSERT ... SELECT).
+//     statement of its own, then inserts with the plain multi-row INSERT (what InsertLanes does
+//     for several records: one more round trip).
 //
 // It reports the median tx/s of each and the medians of the per-round ratios write/bare,
 // bare/domain, write/domain, write/unchecked and twostep/unchecked. Durable server:
