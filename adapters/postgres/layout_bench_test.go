@@ -41,6 +41,12 @@ import (
 // migration, unchanged, and produce_toast with the payload out of line.
 // OUTBOXKIT_LAYOUT_VARIANTS (comma-separated names) runs only those.
 //
+// Every fetch reads the lanes of one loop of OUTBOXKIT_LAYOUT_LANES_HELD lanes (default 64:
+// all), round-robin over the groups of lanes l with the same l mod (64 / held), as a relay's
+// RelayOptions.InFlight loops hold them (16: a default relay's loop); mark, toast and delete
+// fetch through the adapter's fetch function (the relay's plan), narrow through the same kind
+// of function on the pending table, and every settle names the fetch's lanes.
+//
 //	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
 //	go test ./adapters/postgres -run '^$' -bench LayoutPrototype -benchtime 1x -v -timeout 60m
 func BenchmarkLayoutPrototype(b *testing.B) {
@@ -52,14 +58,27 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 	const pendingDDL = `CREATE TABLE outbox_pending (seq bigint PRIMARY KEY, lane integer NOT NULL,
 		attempts integer NOT NULL DEFAULT 0, next_attempt_at timestamptz, parked_at timestamptz);
 		CREATE INDEX outbox_pending_lane ON outbox_pending (lane, seq)`
+	held := envInt("OUTBOXKIT_LAYOUT_LANES_HELD", core.DefaultLanes)
+	require.True(b, held >= 1 && core.DefaultLanes%held == 0, "OUTBOXKIT_LAYOUT_LANES_HELD must divide %d", core.DefaultLanes)
+	groups := make([][]int32, core.DefaultLanes/held)
+	for l := range core.DefaultLanes {
+		groups[l%len(groups)] = append(groups[l%len(groups)], int32(l))
+	}
+	// The narrow fetch, pinned to the pending table's primary key in seq order as the adapter's
+	// fetch function is pinned to the pending index.
+	const narrowFetchDDL = `CREATE FUNCTION narrow_fetch(p_lanes integer[], p_limit integer) RETURNS SETOF outbox
+		LANGUAGE sql STABLE SET enable_sort = off SET enable_bitmapscan = off AS $fn$
+		SELECT o.* FROM (SELECT seq FROM outbox_pending WHERE lane = ANY(p_lanes) AND parked_at IS NULL
+			AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY seq LIMIT p_limit) AS p
+		JOIN outbox AS o USING (seq) ORDER BY seq $fn$`
 	type layout struct{ fetch, settle string }
 	layouts := map[string]layout{
-		"mark": {`SELECT ` + recordCols + ` FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1000`,
-			`UPDATE outbox SET published_at = now() WHERE seq = ANY($1) AND published_at IS NULL`},
-		"narrow": {`SELECT ` + recordCols + ` FROM outbox JOIN (SELECT seq FROM outbox_pending ORDER BY seq LIMIT 1000) p
-			USING (seq) ORDER BY seq`, `DELETE FROM outbox_pending WHERE seq = ANY($1)`},
-		"delete": {`SELECT ` + recordCols + ` FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1000`,
-			`DELETE FROM outbox WHERE seq = ANY($1)`},
+		"mark": {`SELECT ` + recordCols + ` FROM outbox_fetch($1, now(), 1000) ORDER BY seq`,
+			`UPDATE outbox SET published_at = now() WHERE seq = ANY($1) AND lane = ANY($2) AND published_at IS NULL`},
+		"narrow": {`SELECT ` + recordCols + ` FROM narrow_fetch($1, 1000) ORDER BY seq`,
+			`DELETE FROM outbox_pending WHERE seq = ANY($1) AND lane = ANY($2)`},
+		"delete": {`SELECT ` + recordCols + ` FROM outbox_fetch($1, now(), 1000) ORDER BY seq`,
+			`DELETE FROM outbox WHERE seq = ANY($1) AND lane = ANY($2)`},
 	}
 	layouts["toast"] = layouts["mark"]
 	const triggerRowDDL = pendingDDL + `;
@@ -81,7 +100,7 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 		}
 		seed(b, d, core.DefaultLanes, n)
 		if name == "narrow" {
-			for _, sql := range []string{pendingDDL, `INSERT INTO outbox_pending (seq, lane) SELECT seq, lane FROM outbox`,
+			for _, sql := range []string{pendingDDL, narrowFetchDDL, `INSERT INTO outbox_pending (seq, lane) SELECT seq, lane FROM outbox`,
 				`VACUUM ANALYZE outbox_pending`, `CHECKPOINT`} {
 				_, err := d.pool.Exec(ctx, sql)
 				require.NoError(b, err)
@@ -90,9 +109,9 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 		b.StartTimer()
 		l := layouts[name]
 		start := time.Now()
-		got := 0
-		for {
-			rows, err := d.pool.Query(ctx, l.fetch)
+		got, empty := 0, 0
+		for g := 0; empty < len(groups); g = (g + 1) % len(groups) {
+			rows, err := d.pool.Query(ctx, l.fetch, groups[g])
 			require.NoError(b, err)
 			var seqs []int64
 			for rows.Next() {
@@ -102,9 +121,11 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 			}
 			require.NoError(b, rows.Err())
 			if len(seqs) == 0 {
-				break
+				empty++ // every group empty in a row: drained
+				continue
 			}
-			tag, err := d.pool.Exec(ctx, l.settle, seqs)
+			empty = 0
+			tag, err := d.pool.Exec(ctx, l.settle, seqs, groups[g])
 			require.NoError(b, err)
 			require.Equal(b, int64(len(seqs)), tag.RowsAffected())
 			got += len(seqs)
