@@ -129,8 +129,10 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 
 // PruneInbox implements core.InboxStore: it raises the consumer's horizon to before (never
 // lowers it) in one autocommit statement, reads it back, and only then deletes up to limit
-// records that occurred before it (pruneRecords). It waits for no inbox transaction (see
-// core.InboxStore for why that is safe), not even one whose handler is still running.
+// records that occurred before it: their IDs read without locks, then the records deleted by
+// primary key, so that only the records it deletes are locked. It waits for no delivery in
+// progress (see core.InboxStore for why that is safe), not even one whose handler is still
+// running.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	if _, err := s.db.ExecContext(ctx, s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
 		return 0, wrap("prune inbox: raise horizon", err)
