@@ -23,17 +23,14 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 	}
 	var n int64
 	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
-		var gen int64
-		var kind, holder string
-		var since pgtype.Timestamptz
-		if err := queryRow(ctx, q, s.q.publisherGet, nil, &gen, &kind, &holder, &since); err != nil {
+		pub, err := scanPublisher(ctx, q, s.q.publisherGet)
+		if err != nil {
 			return err
 		}
-		if kind == core.KindCDC {
-			return &core.ReplayError{Err: core.ErrReplayCDC, Detail: fmt.Sprintf("generation %d held by %q", gen, holder)}
+		if pub.Kind == core.KindCDC {
+			return &core.ReplayError{Err: core.ErrReplayCDC, Detail: fmt.Sprintf("generation %d held by %q", pub.Generation, pub.Holder)}
 		}
 		var r rows
-		var err error
 		if len(ids) > 0 {
 			r, err = q.query(ctx, s.q.replayByIDs, ids)
 		} else {
@@ -317,14 +314,12 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 		if old == lanes {
 			return nil
 		}
-		var gen int64
-		var kind, holder string
-		var since pgtype.Timestamptz
-		if err := queryRow(ctx, q, s.q.publisherGet, nil, &gen, &kind, &holder, &since); err != nil {
+		pub, err := scanPublisher(ctx, q, s.q.publisherGet)
+		if err != nil {
 			return err
 		}
-		if kind == core.KindCDC {
-			return fmt.Errorf("%w: generation %d held by %q", core.ErrResizeCDC, gen, holder)
+		if pub.Kind == core.KindCDC {
+			return fmt.Errorf("%w: generation %d held by %q", core.ErrResizeCDC, pub.Generation, pub.Holder)
 		}
 		var held int64
 		if err := queryRow(ctx, q, s.q.resizeLeases, nil, &held); err != nil {
