@@ -63,9 +63,10 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 // carries its transaction group (HeaderTxID, HeaderTxIndex, HeaderTxCount; see WithTxGroup); the
 // caller's maps are not modified.
 //
-// When the store is a LaneInserter (PostgreSQL, MySQL/MariaDB, SQLite), the insert is checked against the
-// lane count the lanes were computed with; after a LaneResizer.ResizeLanes it is refused, and
-// Write reads the new count, computes the lanes again and inserts again in the same tx. An
+// When the store is a LaneInserter (PostgreSQL, MySQL/MariaDB, SQLite), the insert is checked
+// against the lane count the lanes were computed with; after a LaneResizer.ResizeLanes it is
+// refused, and Write reads the new count, computes the lanes again and inserts again in the
+// same tx. An
 // error the database ended tx with (a serialization failure of a REPEATABLE READ or
 // SERIALIZABLE transaction begun before the resize) is returned: roll back and retry.
 func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Event, error) {
