@@ -64,6 +64,11 @@ var permanentCodes = map[string]bool{
 	"InvalidParameterValue": true, "InvalidParameterValueException": true, "ValidationException": true,
 }
 
+// attrMaps builds the entries' attributes, pointing into the encoded entries.
+var attrMaps = sinkkit.NewAttrMaps(func(a *wire.Attr) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: sinkkit.DataType(a.DataType), StringValue: &a.Value}
+})
+
 func (s *Sink) publishBatch(ctx context.Context, topicARN string, es []sinkkit.Entry) []error {
 	fifo := IsFIFO(topicARN)
 	in := &awssns.PublishBatchInput{TopicArn: aws.String(topicARN), PublishBatchRequestEntries: make([]types.PublishBatchRequestEntry, len(es))}
@@ -73,13 +78,10 @@ func (s *Sink) publishBatch(ctx context.Context, topicARN string, es []sinkkit.E
 	if fifo {
 		fifoIDs = make([]string, 2*len(es))
 	}
+	attrs, release := attrMaps.Fill(es)
+	defer release()
 	for k, e := range es {
-		attrs := make(map[string]types.MessageAttributeValue, len(e.Enc.Attrs))
-		for i := range e.Enc.Attrs {
-			a := &e.Enc.Attrs[i]
-			attrs[a.Name] = types.MessageAttributeValue{DataType: sinkkit.DataType(a.DataType), StringValue: &a.Value}
-		}
-		en := types.PublishBatchRequestEntry{Id: sinkkit.EntryID(k), Message: &e.Enc.Body, MessageAttributes: attrs}
+		en := types.PublishBatchRequestEntry{Id: sinkkit.EntryID(k), Message: &e.Enc.Body, MessageAttributes: attrs[k]}
 		if fifo {
 			fifoIDs[2*k], fifoIDs[2*k+1] = wire.GroupID(e.Msg.GroupID), wire.DedupID(e.Msg)
 			en.MessageGroupId, en.MessageDeduplicationId = &fifoIDs[2*k], &fifoIDs[2*k+1]

@@ -62,6 +62,11 @@ var permanentCodes = map[string]bool{
 	"AWS.SimpleQueueService.NonExistentQueue;Sender": true,
 }
 
+// attrMaps builds the entries' attributes, pointing into the encoded entries.
+var attrMaps = sinkkit.NewAttrMaps(func(a *wire.Attr) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: sinkkit.DataType(a.DataType), StringValue: &a.Value}
+})
+
 func (s *Sink) sendBatch(ctx context.Context, queueURL string, es []sinkkit.Entry) []error {
 	fifo := IsFIFO(queueURL)
 	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(queueURL), Entries: make([]types.SendMessageBatchRequestEntry, len(es))}
@@ -71,13 +76,10 @@ func (s *Sink) sendBatch(ctx context.Context, queueURL string, es []sinkkit.Entr
 	if fifo {
 		fifoIDs = make([]string, 2*len(es))
 	}
+	attrs, release := attrMaps.Fill(es)
+	defer release()
 	for k, e := range es {
-		attrs := make(map[string]types.MessageAttributeValue, len(e.Enc.Attrs))
-		for i := range e.Enc.Attrs {
-			a := &e.Enc.Attrs[i]
-			attrs[a.Name] = types.MessageAttributeValue{DataType: sinkkit.DataType(a.DataType), StringValue: &a.Value}
-		}
-		en := types.SendMessageBatchRequestEntry{Id: sinkkit.EntryID(k), MessageBody: &e.Enc.Body, MessageAttributes: attrs}
+		en := types.SendMessageBatchRequestEntry{Id: sinkkit.EntryID(k), MessageBody: &e.Enc.Body, MessageAttributes: attrs[k]}
 		if fifo {
 			fifoIDs[2*k], fifoIDs[2*k+1] = wire.GroupID(e.Msg.GroupID), wire.DedupID(e.Msg)
 			en.MessageGroupId, en.MessageDeduplicationId = &fifoIDs[2*k], &fifoIDs[2*k+1]
