@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// leaseDefaults applies the defaults both relays share: an owner name, LeaseTTL 30s,
-// RenewInterval LeaseTTL/3 (shorter than LeaseTTL), BatchSize 500.
 // MaxBatchSize bounds every BatchSize option (RelayOptions, CDCOptions, CleanupOptions): a
 // batch is held in memory at once.
 const MaxBatchSize = 100_000
+
+// leaseDefaults applies the defaults both relays share: an owner name, LeaseTTL 30s,
+// RenewInterval LeaseTTL/3 (shorter than LeaseTTL), BatchSize 500.
 
 func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
 	if *owner == "" {

@@ -14,7 +14,7 @@ func relayCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay --config FILE",
 		Short: "run the relays of one outbox from a configuration file",
-		Long: `Run polling or CDC relays for one outbox, publishing to SQS or SNS, with /healthz, /readyz
+		Long: `Run polling or CDC relays for one outbox, publishing to SQS, SNS or Kafka, with /healthz, /readyz
 and /metrics (Prometheus) on http.listen. Every configuration key can be set in the file, by
 the environment variable OUTBOXKIT_<KEY> and by the flag below; a flag wins over the
 environment, which wins over the file. SIGTERM or SIGINT stops gracefully within
