@@ -113,6 +113,15 @@ func TestRelayBadConfigExits2(t *testing.T) {
 	require.Equal(t, 2, run(context.Background(), []string{"relay", "--config", path, "--relay-batch-size", "-3"}, &out, &errb))
 	require.Equal(t, "relay.batch_size: must not be negative\nrelay.workerz: unknown key (line 5)\n", errb.String())
 
+	// A bad listen address is refused with the other keys, before the database is opened
+	// (the SQLite file is not created), not at listen time after the migration.
+	db := filepath.Join(t.TempDir(), "listen.db")
+	errb.Reset()
+	require.Equal(t, 2, run(context.Background(), []string{"relay", "--database-driver", "sqlite", "--database-dsn", db,
+		"--routes-default", "q", "--http-listen", "1"}, &out, &errb))
+	require.Equal(t, "http.listen: not a host:port address: \"1\"\n", errb.String())
+	require.NoFileExists(t, db)
+
 	errb.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"relay", "--help"}, &out, &errb))
 	require.Contains(t, out.String(), "--shutdown-timeout")

@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -486,9 +487,26 @@ func (c *Config) validate() []string {
 			add("otlp.endpoint", "must be an http or https URL")
 		}
 	}
+	if problem := listenProblem(c.HTTP.Listen); problem != "" {
+		add("http.listen", "%s", problem)
+	}
 	p = append(p, oneOf("log.format", c.Log.Format, "json", "text")...)
 	p = append(p, oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")...)
 	return p
+}
+
+// listenProblem says what is wrong with a TCP listen address (host:port; the host may be empty
+// for every interface, the port a number or a service name), or returns "" when net.Listen
+// could take it. The host is not resolved here: a name that does not resolve fails at start.
+func listenProblem(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("not a host:port address: %q", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Sprintf("bad port %q in %q", port, addr)
+	}
+	return ""
 }
 
 // IsConfigError reports whether err is a bad configuration (exit status 2).

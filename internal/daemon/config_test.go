@@ -278,3 +278,36 @@ func TestIdleConnsPerHostCoversEveryRequestInFlight(t *testing.T) {
 	c.Sink, c.Sinks.SNS.Concurrency = "sns", 3
 	require.Equal(t, 2*8*3, idleConnsPerHost(c))
 }
+
+// http.listen is checked with the other keys, so a bad address exits 2 before anything starts
+// (not at listen time, after the migration); a good one passes.
+func TestLoadHTTPListen(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, goodConfig)
+	for _, tc := range []struct{ addr, problem string }{
+		{"127.0.0.1:9464", ""},
+		{":0", ""},
+		{"localhost:http", ""},
+		{"[::1]:9464", ""},
+		{"1", `http.listen: not a host:port address: "1"`},
+		{"127.0.0.1", `http.listen: not a host:port address: "127.0.0.1"`},
+		{"127.0.0.1:99999", `http.listen: bad port "99999" in "127.0.0.1:99999"`},
+		{"127.0.0.1:-1", `http.listen: bad port "-1" in "127.0.0.1:-1"`},
+		{"127.0.0.1:nosuchservice", `http.listen: bad port "nosuchservice" in "127.0.0.1:nosuchservice"`},
+	} {
+		env := func(k string) string {
+			if k == "OUTBOXKIT_HTTP_LISTEN" {
+				return tc.addr
+			}
+			return ""
+		}
+		cfg, err := Load(path, env, nil)
+		if tc.problem == "" {
+			require.NoError(t, err, tc.addr)
+			require.Equal(t, tc.addr, cfg.HTTP.Listen)
+			continue
+		}
+		require.True(t, IsConfigError(err), "%s: %v", tc.addr, err)
+		require.Equal(t, []string{tc.problem}, err.(*ConfigError).Problems, tc.addr)
+	}
+}
