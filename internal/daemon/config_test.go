@@ -204,6 +204,15 @@ func TestLoadPrecedence(t *testing.T) {
 	env["OUTBOXKIT_RELAY_WORKERS"] = "many"
 	_, err = Load(writeConfig(t, goodConfig), func(k string) string { return env[k] }, fs)
 	require.EqualError(t, err, `relay.workers: not an integer: "many" (from $OUTBOXKIT_RELAY_WORKERS)`)
+
+	// A bad value stays an error where a good flag or environment value of the same key would
+	// win (README: "wherever they come from").
+	delete(env, "OUTBOXKIT_RELAY_WORKERS")
+	env["OUTBOXKIT_RELAY_LEASE_TTL"] = "1m"
+	_, err = Load(writeConfig(t, strings.NewReplacer("batch_size: 200", "batch_size: lots", "lease_ttl: 10s", "lease_ttl: soon").Replace(goodConfig)), func(k string) string { return env[k] }, fs)
+	require.True(t, IsConfigError(err), "%v", err)
+	require.Equal(t, []string{`relay.batch_size: not an integer: "lots" (line 9)`, `relay.lease_ttl: not a duration: "soon" (line 10)`},
+		err.(*ConfigError).Problems)
 }
 
 // README's "Run the relay" table documents every configuration key: its first cells, with
