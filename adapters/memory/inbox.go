@@ -11,7 +11,7 @@ import (
 
 // Horizon implements core.InboxStore. PruneInbox waits for the writer lock that tx holds.
 func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time, error) {
-	if err := tx.check(ctx); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return time.Time{}, fmt.Errorf("memory: horizon: %w", err)
 	}
 	if tx.horizons != nil {
@@ -24,7 +24,7 @@ func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time
 
 // InsertRecord implements core.InboxStore.
 func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
-	if err := tx.check(ctx); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return core.InboxRecord{}, false, fmt.Errorf("memory: insert record: %w", err)
 	}
 	k := inboxKey{rec.Consumer, rec.EventID}
@@ -52,7 +52,7 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec core.InboxRecord) 
 
 // LockVersion implements core.InboxStore.
 func (s *Store) LockVersion(ctx context.Context, tx *Tx, consumer, entity string) (int64, bool, error) {
-	if err := tx.check(ctx); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return 0, false, fmt.Errorf("memory: lock version: %w", err)
 	}
 	k := inboxKey{consumer, entity}
@@ -67,7 +67,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *Tx, consumer, entity string
 
 // SetVersion implements core.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *Tx, consumer, entity string, version int64) error {
-	if err := tx.check(ctx); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return fmt.Errorf("memory: set version: %w", err)
 	}
 	if tx.versions == nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -144,4 +145,17 @@ func TestInvalidTransactionsAreTyped(t *testing.T) {
 	require.NoError(t, a.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error { kept = tx; return nil }))
 	_, err = out.Write(ctx, kept, ev)
 	require.ErrorIs(t, err, core.ErrInvalidTx, "an ended transaction")
+
+	// The inbox methods refuse the same transactions, and write nothing in the other store.
+	require.Empty(t, testkit.InboxTxCalls[*memory.Tx](ctx, a, nil), "nil")
+	require.Empty(t, testkit.InboxTxCalls[*memory.Tx](ctx, a, kept), "ended")
+	require.NoError(t, b.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
+		require.Empty(t, testkit.InboxTxCalls[*memory.Tx](ctx, a, tx), "of another store")
+		return nil
+	}))
+	require.NoError(t, b.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
+		_, found, err := b.LockVersion(ctx, tx, "c", "entity")
+		require.False(t, found, "nothing written in b")
+		return err
+	}))
 }

@@ -18,11 +18,8 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 
 // Insert implements core.OutboxStore: the records become visible when tx commits.
 func (s *Store) Insert(ctx context.Context, tx *Tx, records []core.Record) error {
-	if err := tx.check(ctx); err != nil {
+	if err := tx.check(ctx, s); err != nil {
 		return fmt.Errorf("memory: insert: %w", err)
-	}
-	if tx.s != s {
-		return fmt.Errorf("memory: insert: %w: transaction of another store", core.ErrInvalidTx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

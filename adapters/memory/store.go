@@ -179,9 +179,13 @@ func (tx *Tx) commit() {
 	s.changes.append(tx.inserts)
 }
 
-func (tx *Tx) check(ctx context.Context) error {
+// check refuses a nil or ended transaction, one of another Store, and an ended ctx.
+func (tx *Tx) check(ctx context.Context, s *Store) error {
 	if tx == nil || tx.s == nil {
 		return fmt.Errorf("memory: %w: nil transaction", core.ErrInvalidTx)
+	}
+	if tx.s != s {
+		return fmt.Errorf("memory: %w: transaction of another store", core.ErrInvalidTx)
 	}
 	if tx.done {
 		return ErrTxDone

@@ -93,3 +93,11 @@ func wrap(op string, err error) error {
 	}
 	return fmt.Errorf("mysql: %s: %w", op, classify(err))
 }
+
+// nilTx refuses a nil caller transaction with core.ErrInvalidTx (op names the call).
+func nilTx(op string, tx *sql.Tx) error {
+	if tx == nil {
+		return fmt.Errorf("mysql: %s: %w: nil transaction", op, core.ErrInvalidTx)
+	}
+	return nil
+}

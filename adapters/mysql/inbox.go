@@ -28,6 +28,9 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // first consistent read and its snapshot (REPEATABLE READ) or statement (READ COMMITTED) sees
 // every horizon committed before the insert.
 func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.Time, error) {
+	if err := nilTx("horizon", tx); err != nil {
+		return time.Time{}, err
+	}
 	var h sql.NullTime
 	err := tx.QueryRowContext(ctx, s.q.horizonGet, consumer).Scan(&h)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -43,6 +46,9 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 // the same (consumer, event_id) makes it wait; when the row exists it is read with a shared
 // lock (the latest committed version, whatever tx's snapshot).
 func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+	if err := nilTx("insert record", tx); err != nil {
+		return core.InboxRecord{}, false, err
+	}
 	res, err := tx.ExecContext(ctx, s.q.insertRecord, rec.Consumer, rec.EventID, rec.Digest[:], rec.SourcePosition,
 		int(rec.Outcome), timeArg(rec.OccurredAt))
 	if err != nil {
@@ -109,6 +115,9 @@ func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string)
 // (version NULL) with INSERT ... ON DUPLICATE KEY UPDATE, which takes an exclusive row lock in
 // both cases, so concurrent messages of one entity queue up instead of deadlocking.
 func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity string) (int64, bool, error) {
+	if err := nilTx("lock version", tx); err != nil {
+		return 0, false, err
+	}
 	if _, err := tx.ExecContext(ctx, s.q.versionEnsure, consumer, entity); err != nil {
 		return 0, false, wrap("lock version", err)
 	}
@@ -121,6 +130,9 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 
 // SetVersion implements core.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
+	if err := nilTx("set version", tx); err != nil {
+		return err
+	}
 	if _, err := tx.ExecContext(ctx, s.q.versionSet, consumer, entity, version); err != nil {
 		return wrap("set version", err)
 	}

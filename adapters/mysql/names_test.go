@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // Derived table names that collide, and unbounded counts, are refused by New before it touches the database (this
@@ -47,6 +48,7 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
 		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	require.Empty(t, testkit.UnmigratedCalls(ctx, s))
 
 	require.NoError(t, s.Migrate(ctx))
 	out, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
@@ -59,4 +61,8 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	require.NoError(t, tx.Rollback())
 	_, err = out.Write(ctx, tx, ev)
 	require.ErrorIs(t, err, core.ErrInvalidTx)
+
+	// The inbox methods refuse the same transactions.
+	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](ctx, s, nil), "nil")
+	require.Empty(t, testkit.InboxTxCalls(ctx, s, tx), "ended")
 }

@@ -25,8 +25,8 @@ const (
 // UniqueAggregateVersion, a duplicate aggregate version) wraps core.ErrDuplicateEvent. It does
 // not check the records' lanes against the lane count: core.Outbox uses InsertLanes.
 func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
-	if tx == nil {
-		return fmt.Errorf("mysql: insert: %w: nil transaction", core.ErrInvalidTx)
+	if err := nilTx("insert", tx); err != nil {
+		return err
 	}
 	if len(records) == 0 {
 		return nil
@@ -74,8 +74,8 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 // record is one statement (INSERT ... VALUES whose lane is NULL, refused, when the count
 // differs); more are the locking read, then Insert.
 func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
-	if tx == nil {
-		return fmt.Errorf("mysql: insert: %w: nil transaction", core.ErrInvalidTx)
+	if err := nilTx("insert", tx); err != nil {
+		return err
 	}
 	if len(records) == 0 {
 		return nil

@@ -110,7 +110,7 @@ func (s *Store[TTx]) Lanes(ctx context.Context) ([]core.Lease, error) {
 func (s *Store[TTx]) ParkedKeys(ctx context.Context) ([]string, error) {
 	rows, err := s.db.query(ctx, s.q.parkedKeys)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: parked keys: %w", err)
+		return nil, fmt.Errorf("postgres: parked keys: %w", classify(err))
 	}
 	defer rows.Close()
 	var keys []string
@@ -122,7 +122,7 @@ func (s *Store[TTx]) ParkedKeys(ctx context.Context) ([]string, error) {
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: parked keys: %w", err)
+		return nil, fmt.Errorf("postgres: parked keys: %w", classify(err))
 	}
 	return keys, nil
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // Derived table names that collide are refused up front, not by every later Process.
@@ -44,8 +46,7 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
 		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = s.Stats(ctx)
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	require.Empty(t, testkit.UnmigratedCalls(ctx, s))
 
 	require.NoError(t, s.Migrate(ctx))
 	out, err := core.NewOutbox[pgx.Tx](ctx, s, nil)
@@ -58,6 +59,14 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	_, err = out.Write(ctx, tx, ev)
 	require.ErrorIs(t, err, core.ErrInvalidTx)
+
+	// The inbox methods refuse the same transactions (a nil one used to panic), through either
+	// driver.
+	require.Empty(t, testkit.InboxTxCalls[pgx.Tx](ctx, s, nil), "nil")
+	require.Empty(t, testkit.InboxTxCalls(ctx, s, tx), "ended")
+	sq, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema})
+	require.NoError(t, err)
+	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](ctx, sq, nil), "nil *sql.Tx")
 }
 
 // IdentitySlot reads the slot back from a ChangeSource's Identity (a checkpoint's Source), and

@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkit/outbox/core"
 )
 
 // querier runs one statement on a pool, a connection or a transaction of either driver, so that
@@ -126,3 +129,12 @@ func (l pgxListener) wait(ctx context.Context) error {
 	_, err := l.c.WaitForNotification(ctx)
 	return err
 }
+
+// nilTxQ is the querier of a nil caller transaction: every statement fails with
+// core.ErrInvalidTx instead of a nil pointer panic.
+type nilTxQ struct{}
+
+var errNilTx = fmt.Errorf("%w: nil transaction", core.ErrInvalidTx)
+
+func (nilTxQ) exec(context.Context, string, ...any) (int64, error) { return 0, errNilTx }
+func (nilTxQ) query(context.Context, string, ...any) (rows, error) { return nil, errNilTx }

@@ -78,7 +78,12 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store[pgx.Tx], error) {
 		return nil, err
 	}
 	s.db = pgxQ{pool}
-	s.txq = func(tx pgx.Tx) querier { return pgxQ{tx} }
+	s.txq = func(tx pgx.Tx) querier {
+		if tx == nil {
+			return nilTxQ{}
+		}
+		return pgxQ{tx}
+	}
 	s.inTx = func(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
 		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	}
@@ -111,7 +116,12 @@ func NewSQL(db *sql.DB, opts *Options) (*Store[*sql.Tx], error) {
 		return nil, err
 	}
 	s.db = sqlQ{db}
-	s.txq = func(tx *sql.Tx) querier { return sqlQ{tx} }
+	s.txq = func(tx *sql.Tx) querier {
+		if tx == nil {
+			return nilTxQ{}
+		}
+		return sqlQ{tx}
+	}
 	s.inTx = func(ctx context.Context, fn func(context.Context, *sql.Tx) error) (err error) {
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 		if err != nil {

@@ -145,7 +145,7 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: parked keys: %w", err)
+		return nil, fmt.Errorf("sqlite: parked keys: %w", classify(err))
 	}
 	defer rows.Close()
 	var keys []string
@@ -157,7 +157,7 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: parked keys: %w", err)
+		return nil, fmt.Errorf("sqlite: parked keys: %w", classify(err))
 	}
 	return keys, nil
 }

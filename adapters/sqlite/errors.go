@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,11 +31,34 @@ func isNoSuchTable(err error) bool {
 	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(e.Error(), "no such table")
 }
 
-// classify makes a missing table (an unmigrated database) match core.ErrSchemaMismatch; other
-// errors are returned as they are.
+// classify makes a missing table (an unmigrated database) match core.ErrSchemaMismatch, and a
+// transaction that ended or belongs to another *sql.DB (database/sql refuses the Store's
+// prepared statements in it: see checkInboxTx) match core.ErrInvalidTx; other errors are
+// returned as they are.
 func classify(err error) error {
-	if isNoSuchTable(err) && !errors.Is(err, core.ErrSchemaMismatch) {
+	switch {
+	case err == nil || errors.Is(err, core.ErrSchemaMismatch) || errors.Is(err, core.ErrInvalidTx):
+		return err
+	case isNoSuchTable(err):
 		return fmt.Errorf("%w: not migrated (%w)", core.ErrSchemaMismatch, err)
+	case errors.Is(err, sql.ErrTxDone) || strings.Contains(err.Error(), errForeignStmt):
+		return fmt.Errorf("%w: %w", core.ErrInvalidTx, err)
 	}
 	return err
+}
+
+// errForeignStmt is the text of database/sql's error for a statement prepared on one *sql.DB
+// and run in a transaction of another (it has no sentinel).
+const errForeignStmt = "statement from different database used"
+
+// checkInboxTx refuses a nil transaction. The inbox methods run the Store's prepared
+// statements in tx once they exist (InTx, LaneCount and the Store's reads prepare them, outside
+// any transaction: preparing inside one could wait forever for a pool of one connection), and
+// in a transaction of another *sql.DB database/sql refuses them (classify: core.ErrInvalidTx)
+// instead of running them in that database.
+func checkInboxTx(tx *sql.Tx) error {
+	if tx == nil {
+		return fmt.Errorf("%w: nil transaction", core.ErrInvalidTx)
+	}
+	return nil
 }

@@ -40,6 +40,9 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 // Horizon implements core.InboxStore. Inside InTx the transaction holds the write lock, which
 // keeps PruneInbox out until it ends.
 func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.Time, error) {
+	if err := checkInboxTx(tx); err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: horizon: %w", err)
+	}
 	var h int64
 	err := s.queryRow(ctx, tx, s.q.horizon, consumer).Scan(&h)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -53,6 +56,9 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 
 // InsertRecord implements core.InboxStore.
 func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+	if err := checkInboxTx(tx); err != nil {
+		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
+	}
 	res, err := s.exec(ctx, tx, s.q.insertInbox, rec.Consumer, rec.EventID, rec.Digest[:],
 		rec.SourcePosition, int(rec.Outcome), nullMicros(rec.OccurredAt), nowMicros(time.Time{}))
 	if err != nil {
@@ -93,6 +99,9 @@ func scanInbox(row *sql.Row, consumer, eventID string) (core.InboxRecord, error)
 
 // LockVersion implements core.InboxStore. Inside InTx the write lock holds the version.
 func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity string) (int64, bool, error) {
+	if err := checkInboxTx(tx); err != nil {
+		return 0, false, fmt.Errorf("sqlite: lock version: %w", err)
+	}
 	var v int64
 	err := s.queryRow(ctx, tx, s.q.lockVersion, consumer, entity).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -106,6 +115,9 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 
 // SetVersion implements core.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
+	if err := checkInboxTx(tx); err != nil {
+		return fmt.Errorf("sqlite: set version: %w", err)
+	}
 	if _, err := s.exec(ctx, tx, s.q.setVersion, consumer, entity, version); err != nil {
 		return fmt.Errorf("sqlite: set version: %w", classify(err))
 	}
