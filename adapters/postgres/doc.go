@@ -17,7 +17,12 @@
 //   - Insert is one statement in the caller's transaction: the outbox rows commit or roll back
 //     with the domain change. A duplicate event ID returns an error wrapping
 //     core.ErrDuplicateEvent (PostgreSQL then aborts the transaction, as for any failed
-//     statement).
+//     statement). A nil or ended transaction, and a transaction on another database of the
+//     server (current_database() differs from the one LaneCount, which core.NewOutbox runs,
+//     learned), insert nothing and return an error wrapping core.ErrInvalidTx: the row would
+//     sit in an outbox no relay of this Store reads. A database of the same name on another
+//     server cannot be told apart. An unmigrated schema fails every call with an error
+//     wrapping core.ErrSchemaMismatch.
 //   - Lanes are leased exclusively: ClaimLanes locks free lane rows with FOR UPDATE SKIP LOCKED
 //     ([ClaimSkipLocked], default) or takes transaction-scoped advisory locks
 //     ([ClaimAdvisoryLock]); every lease carries a generation that fences later calls. Claims

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +86,61 @@ func TestIdentitySlot(t *testing.T) {
 		_, ok := IdentitySlot(id)
 		require.False(t, ok, id)
 	}
+}
+
+// A transaction on another database of the server, whose outbox is migrated alike (same
+// schema, table and lane count), is refused with core.ErrInvalidTx, through either driver, and
+// nothing is written in either database: the row would sit in an outbox no relay of this Store
+// reads.
+func TestWriteRefusesTransactionOnAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newTestDB(t, dbOptions{})
+	other := randomName("okt_db_")
+	_, err := admin(t).Exec(ctx, "CREATE DATABASE "+quote(other))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin(t).Exec(context.Background(), "DROP DATABASE "+quote(other)+" WITH (FORCE)")
+		require.NoError(t, err)
+	})
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = other
+	otherPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(otherPool.Close)
+	_, err = otherPool.Exec(ctx, "CREATE SCHEMA "+quote(d.schema))
+	require.NoError(t, err)
+	otherStore, err := New(otherPool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+	require.NoError(t, otherStore.Migrate(ctx))
+
+	s, err := New(d.pool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	out, err := core.NewOutbox[pgx.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	sq, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema})
+	require.NoError(t, err)
+	sqlOut, err := core.NewOutbox[*sql.Tx](ctx, sq, nil)
+	require.NoError(t, err)
+	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
+
+	err = pgx.BeginFunc(ctx, otherPool, func(tx pgx.Tx) error { _, err := out.Write(ctx, tx, ev); return err })
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+	otherSQL := stdlib.OpenDBFromPool(otherPool)
+	t.Cleanup(func() { _ = otherSQL.Close() })
+	tx, err := otherSQL.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = sqlOut.Write(ctx, tx, ev)
+	require.ErrorIs(t, err, core.ErrInvalidTx)
+	require.NoError(t, tx.Commit())
+
+	for _, p := range []*pgxpool.Pool{d.pool, otherPool} {
+		var n int
+		require.NoError(t, p.QueryRow(ctx, "SELECT count(*) FROM "+quote(d.schema)+".outbox").Scan(&n))
+		require.Zero(t, n)
+	}
+	// The store's own database still takes the same write.
+	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { _, err := out.Write(ctx, tx, ev); return err }))
 }

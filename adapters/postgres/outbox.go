@@ -79,14 +79,26 @@ func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []co
 		stmt = s.q.insertChecked
 		args = append(args, strconv.Itoa(lanes))
 	}
-	got, err := s.txq(tx).exec(ctx, stmt, args...)
+	// The Store's database, once LaneCount has run (core.NewOutbox runs it before any Write);
+	// nil (NULL) checks nothing. Learning it here, outside tx, could wait forever on a pool of one.
+	database := s.database.Load()
+	args = append(args, database)
+	q := s.txq(tx)
+	got, err := q.exec(ctx, stmt, args...)
 	if err != nil {
 		if pe := pgError(err); pe != nil && pe.Code == "23505" {
 			return fmt.Errorf("postgres: insert: %w: %s (%w)", core.ErrDuplicateEvent, pe.ConstraintName, err)
 		}
 		return fmt.Errorf("postgres: insert: %w", classify(err))
 	}
-	if lanes > 0 && got == 0 {
+	if got == 0 { // nothing inserted: another database, or (checked) another lane count
+		var in string
+		if err := queryRow(ctx, q, s.q.currentDatabase, nil, &in); err != nil {
+			return fmt.Errorf("postgres: insert: %w", classify(err))
+		}
+		if database != nil && in != *database {
+			return fmt.Errorf("postgres: insert: %w: the transaction is on database %q, the store on %q", core.ErrInvalidTx, in, *database)
+		}
 		return fmt.Errorf("postgres: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
 	}
 	return nil
@@ -159,9 +171,9 @@ func tsOut(t pgtype.Timestamptz) time.Time {
 // LaneCount returns the lane count recorded by Migrate (or by the last ResizeLanes), read from
 // the database at every call.
 func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
-	var v string
+	var v, database string
 	var checked bool
-	if err := queryRow(ctx, s.db, s.q.laneCountChecked, nil, &v, &checked); err != nil {
+	if err := queryRow(ctx, s.db, s.q.laneCountChecked, nil, &v, &checked, &database); err != nil {
 		if errors.Is(err, errNoRows) {
 			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
 		}
@@ -174,6 +186,7 @@ func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
 	if checked {
 		s.checked.Store(true)
 	}
+	s.database.Store(&database)
 	return n, nil
 }
 

@@ -26,6 +26,7 @@ type queries struct {
 	scriptMetaPut, scriptLanes  string // MigrationSQL; {{key}}, {{value}}
 
 	insert, insertChecked string
+	currentDatabase       string
 	// Lane count changes (migration 0007)
 	resizeLock, laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
 	resizeAllow, resizeLeases, resizeDropLanes, resizeRows, resizeMove           string
@@ -138,8 +139,9 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		scriptLanes:   st.Get("ScriptLanesFill"),
 		aggverIdx:     st.Get("AggverIndex"),
 
-		insert:        st.Get("Insert"),
-		insertChecked: st.Get("InsertChecked"),
+		insert:          st.Get("Insert"),
+		insertChecked:   st.Get("InsertChecked"),
+		currentDatabase: st.Get("CurrentDatabase"),
 
 		resizeLock:       st.Get("ResizeLock"),
 		laneCountChecked: st.Get("LaneCountChecked"),

@@ -65,7 +65,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{aggver_idx}}
 
 -- name: Insert
 -- One statement for any number of records: arrays unnested in order, so seq follows the
--- order of the call.
+-- order of the call. $15 is the Store's database (NULL until LaneCount learns it: no check):
+-- in a transaction on another database nothing is inserted (core.ErrInvalidTx).
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -74,12 +75,13 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
+WHERE current_database() = coalesce($15::text, current_database())
 ORDER BY ord
 
 -- name: InsertPartitioned
 -- Insert on a partitioned outbox: the IDs first, in the same statement, so that a duplicate
--- violates the side table's key.
-WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]))
+-- violates the side table's key. $15 as in Insert.
+WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) WHERE current_database() = coalesce($15::text, current_database()))
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -88,6 +90,7 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
+WHERE current_database() = coalesce($15::text, current_database())
 ORDER BY ord
 
 -- name: Heartbeat
@@ -576,7 +579,8 @@ WHERE lane = ANY(ARRAY(
 -- Insert (InsertLanes) checked against the lane count the lanes were computed with: $15 is that
 -- count; nothing is inserted when the recorded count differs. The count is read once per
 -- statement, after the statement's table lock: under READ COMMITTED in the statement's snapshot
--- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE.
+-- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE. $16 as Insert's
+-- $15.
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -587,12 +591,13 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
 	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
+  AND current_database() = coalesce($16::text, current_database())
 ORDER BY ord
 
 -- name: InsertPartitionedChecked
 -- InsertPartitioned checked as InsertChecked; the IDs go to the side table only when the count
--- matches.
-WITH ok AS MATERIALIZED (SELECT (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+-- and the database ($16) match.
+WITH ok AS MATERIALIZED (SELECT current_database() = coalesce($16::text, current_database()) AND (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
 	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text AS ok),
 ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) FROM ok WHERE ok.ok)
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
@@ -607,9 +612,13 @@ WHERE (SELECT ok FROM ok)
 ORDER BY ord
 
 -- name: LaneCountChecked
--- The recorded lane count, and whether migration 0007 (checked inserts, resizes) is applied.
-SELECT m.value, EXISTS (SELECT 1 FROM {{meta}} WHERE name = 'migration:0007_lanes_resize')
+-- The recorded lane count, whether migration 0007 (checked inserts, resizes) is applied, and
+-- the database (the inserts' $15/$16).
+SELECT m.value, EXISTS (SELECT 1 FROM {{meta}} WHERE name = 'migration:0007_lanes_resize'), current_database()
 FROM {{meta}} AS m WHERE m.name = 'lanes'
+
+-- name: CurrentDatabase
+SELECT current_database()
 
 -- name: ResizeLock
 -- A resize's first step: wait for the writer transactions that inserted (and for settles and

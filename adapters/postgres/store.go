@@ -34,9 +34,10 @@ type Store[TTx any] struct {
 	// replication connections of ChangeSource.
 	connConfig func(ctx context.Context) (*pgconn.Config, error)
 
-	lanesSet bool        // Options.Lanes was given (Migrate then insists on it)
-	checked  atomic.Bool // migration 0007 applied: inserts are checked (InsertLanes)
-	live     sync.Map    // owner -> int32: server process id of its sign of life (HoldLiveness)
+	lanesSet bool                   // Options.Lanes was given (Migrate then insists on it)
+	checked  atomic.Bool            // migration 0007 applied: inserts are checked (InsertLanes)
+	database atomic.Pointer[string] // current_database(), learned by LaneCount: inserts in a transaction on another database insert nothing
+	live     sync.Map               // owner -> int32: server process id of its sign of life (HoldLiveness)
 
 	notifyPending, notifyRunning atomic.Bool
 	notifySent                   atomic.Int64 // NOTIFY statements sent (tests)
