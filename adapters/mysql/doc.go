@@ -25,7 +25,12 @@
 //   - Insert is one multi-row INSERT (split into statements under a savepoint for very large
 //     writes) in the caller's transaction: all or nothing. A duplicate ID, or with
 //     Options.UniqueAggregateVersion a duplicate (aggregate type, id, version > 0, type),
-//     returns an error wrapping core.ErrDuplicateEvent.
+//     returns an error wrapping core.ErrDuplicateEvent. The Store's SQL names its tables with
+//     the database of the *sql.DB it was built on, so a caller's transaction whose connection
+//     has another default database of the same server still writes the Store's outbox (MySQL
+//     transactions span the databases of a server); a nil or ended transaction returns an
+//     error wrapping core.ErrInvalidTx. A database of the same name on another server cannot
+//     be told apart.
 //   - InsertLanes (core.LaneInserter, which core.Outbox.Write uses) checks the lane count with
 //     a locking read of its meta row (LOCK IN SHARE MODE, kept until the transaction ends):
 //     for one record in the insert's own statement (the subquery that gives the row its

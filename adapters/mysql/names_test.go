@@ -66,3 +66,35 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](ctx, s, nil), "nil")
 	require.Empty(t, testkit.InboxTxCalls(ctx, s, tx), "ended")
 }
+
+// A transaction whose connection has another default database of the server (migrated alike)
+// writes the outbox rows into the Store's own database, where its relays read them: MySQL
+// transactions span the databases of a server, and the Store names its tables with its
+// database. Nothing is written in the other database's outbox.
+func TestWriteInTransactionOnAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, name := newDB(t)
+	otherDB, otherName := newDB(t)
+	s, err := mysql.New(ctx, db, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	other, err := mysql.New(ctx, otherDB, nil)
+	require.NoError(t, err)
+	require.NoError(t, other.Migrate(ctx))
+	out, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
+	require.NoError(t, err)
+
+	tx, err := otherDB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = out.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}, core.Event{AggregateType: "a", AggregateID: "2", Type: "t"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	count := func(database string) int {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM `"+database+"`.`outbox`").Scan(&n))
+		return n
+	}
+	require.Equal(t, 2, count(name))
+	require.Zero(t, count(otherName))
+}

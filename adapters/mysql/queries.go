@@ -66,7 +66,11 @@ type queries struct {
 // idents are the {{key}} substitutions of the adapter's SQL: the quoted tables, the clock
 // expression and the record columns; the lists are filled per call.
 func (n tableNames) idents() sqlfile.Idents {
-	qt := func(n string) string { return "`" + n + "`" }
+	quote := func(n string) string { return "`" + strings.ReplaceAll(n, "`", "``") + "`" }
+	qt := quote // a table, qualified with the database when there is one
+	if n.database != "" {
+		qt = func(t string) string { return quote(n.database) + "." + quote(t) }
+	}
 	return sqlfile.Idents{
 		"outbox": qt(n.outbox), "lanes": qt(n.lanes), "workers": qt(n.workers), "meta": qt(n.meta),
 		"inbox": qt(n.inbox), "horizons": qt(n.horizons), "versions": qt(n.versions),
@@ -75,8 +79,8 @@ func (n tableNames) idents() sqlfile.Idents {
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}", "id_list": "{{id_list}}",
 		"case_list": "{{case_list}}",
 		"key":       "{{key}}", "value": "{{value}}",
-		"outbox_immutable": qt(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
-		"audit_guard":      qt(n.outbox + "_aud"), // a trigger on the audit table, likewise
+		"outbox_immutable": quote(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
+		"audit_guard":      quote(n.outbox + "_aud"), // a trigger on the audit table, likewise
 	}
 }
 

@@ -54,6 +54,10 @@ type Store struct {
 type tableNames struct {
 	outbox, lanes, workers, meta, inbox, horizons, versions string // unquoted
 	publisher, checkpoint, audit                            string // unquoted
+	// database qualifies the tables in the SQL (New sets it to the connection's database, so
+	// that a caller's transaction whose default database is another one still writes the
+	// Store's tables); empty in MigrationSQL, whose script runs in the database it is given.
+	database string
 }
 
 // New checks the server and the connection settings and returns a Store on db. It does not
@@ -96,6 +100,7 @@ func New(ctx context.Context, db *sql.DB, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("mysql: %w: the DSN must select a database", ErrConnection)
 	}
 	s.database = dbName.String
+	names.database = s.database
 	if err := checkTimeSettings(ctx, db); err != nil {
 		return nil, err
 	}
