@@ -67,6 +67,44 @@ func TestNewOutboxBoundsLimits(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// A caller's value for a group header is replaced, so it is neither validated nor counted
+// towards Limits (txgroup.go's promise): with MaxHeaders 1, {a, outbox.tx_id} is one header,
+// and a value no sink could carry is dropped, not refused. The caller's map is not modified.
+func TestCallerTxHeadersAreReplacedNotValidated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	ob, err := core.NewOutbox(ctx, store, &core.OutboxOptions{Limits: core.Limits{MaxHeaders: 1}})
+	require.NoError(t, err)
+	h := map[string]string{"a": "1", core.HeaderTxID: "mine", core.HeaderTxIndex: "not\x00text", core.HeaderTxCount: "9"}
+	var written []core.Event
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
+		written, err = ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t", Headers: h})
+		return err
+	}))
+	recs, err := store.List(ctx, core.ListParams{})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	got := recs[0].Headers
+	require.Equal(t, written[0].Headers, got)
+	require.Equal(t, "1", got["a"])
+	require.NotEqual(t, "mine", got[core.HeaderTxID])
+	require.Equal(t, "0", got[core.HeaderTxIndex])
+	require.Equal(t, "1", got[core.HeaderTxCount])
+	require.Equal(t, "mine", h[core.HeaderTxID], "the caller's map is kept")
+
+	// A second caller header still counts.
+	h["b"] = "2"
+	require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "2", Type: "t", Headers: h})
+		var ve *core.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, "Headers", ve.Field)
+		return nil
+	}))
+}
+
 func TestBatchSizesAreBounded(t *testing.T) {
 	t.Parallel()
 	store, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})

@@ -77,7 +77,7 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 	out := make([]Event, len(events))
 	seen := make(map[string]int, len(events))
 	for i, ev := range events {
-		ev.Headers = WithTraceContext(ctx, o.prop, ev.Headers)
+		ev.Headers = WithTraceContext(ctx, o.prop, withoutTxHeaders(ev.Headers))
 		n, err := Normalize(i, ev, o.limits)
 		if err != nil {
 			return nil, err

@@ -46,6 +46,25 @@ func WithTxGroup(ctx context.Context) (context.Context, error) {
 	return context.WithValue(ctx, txGroupKey{}, &txGroup{id: id.String()}), nil
 }
 
+// withoutTxHeaders returns h without the group headers, which Write replaces: a caller's value
+// for them is neither validated nor counted towards Limits. The caller's map is copied only
+// when it holds one of them.
+func withoutTxHeaders(h map[string]string) map[string]string {
+	_, id := h[HeaderTxID]
+	_, index := h[HeaderTxIndex]
+	_, count := h[HeaderTxCount]
+	if !id && !index && !count {
+		return h
+	}
+	c := make(map[string]string, len(h))
+	for k, v := range h {
+		if k != HeaderTxID && k != HeaderTxIndex && k != HeaderTxCount {
+			c[k] = v
+		}
+	}
+	return c
+}
+
 // stampTxGroup sets the group headers on the normalized events of one Write call. The events'
 // Headers maps are copies owned by Write or shared with the caller, so each event gets a new map.
 func stampTxGroup(ctx context.Context, evs []Event) error {
