@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -152,11 +154,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	} else {
 		for range cfg.Relay.Workers {
-			r, err := core.NewRelay(db.Store, sink, router(cfg), &core.RelayOptions{
-				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
-				InFlight: cfg.Relay.InFlight, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
-				MeterProvider: d.m.provider,
-			})
+			r, err := core.NewRelay(db.Store, sink, router(cfg), relayOptions(cfg, log, d.m.provider))
 			if err != nil {
 				return nil, err
 			}
@@ -170,6 +168,73 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 // router is cfg's routes.
 func router(cfg Config) core.StaticRouter {
 	return core.StaticRouter{Default: cfg.Routes.Default, ByType: cfg.Routes.ByType, ByDestination: cfg.Routes.ByDestination}
+}
+
+// relayOptions are the polling relays' options of cfg.
+func relayOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.RelayOptions {
+	return &core.RelayOptions{
+		LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
+		InFlight: cfg.Relay.InFlight, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+		MeterProvider: mp,
+	}
+}
+
+// cdcOptions are the CDC relay's options of cfg.
+func cdcOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.CDCOptions {
+	return &core.CDCOptions{
+		LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retryPolicy(cfg),
+		DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
+		ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: mp,
+	}
+}
+
+// Stand-ins for checkRelayOptions: core's constructors check that they are not nil and call
+// nothing on them.
+type (
+	checkStore  struct{ core.CDCStore }
+	checkSource struct{ core.ChangeSource }
+)
+
+// optionKeys are the configuration keys of core's relay options.
+var optionKeys = map[string]string{"BatchSize": "relay.batch_size", "LeaseTTL": "relay.lease_ttl", "RenewInterval": "relay.lease_ttl",
+	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRetainedBytes": "cdc.max_retained_bytes"}
+
+// checkRelayOptions returns what core.NewRelay and core.NewCDCRelay refuse in the relay options
+// of c (a batch size above core.MaxBatchSize, a lease_ttl too short for the RenewInterval derived
+// from it, ...), one problem per key: the rules stay core's, checked here before anything is
+// opened instead of after the migration. Both relays' options are checked whatever the mode, as
+// every key is checked whether or not it is used.
+func (c *Config) checkRelayOptions() []string {
+	var p []string
+	cfg := *c
+	v := reflect.ValueOf(&cfg).Elem()
+	sink := core.SinkFunc(func(context.Context, []core.Message) []error { return nil })
+	log, mp := slog.New(slog.DiscardHandler), noop.NewMeterProvider()
+	for range len(optionKeys) + 1 {
+		_, err := core.NewRelay(checkStore{}, sink, core.StaticRouter{}, relayOptions(cfg, log, mp))
+		if err == nil {
+			_, err = core.NewCDCRelay(checkStore{}, checkSource{}, sink, core.StaticRouter{}, cdcOptions(cfg, log, mp))
+		}
+		if err == nil {
+			break
+		}
+		var oe *core.OptionError
+		key, ok := "", errors.As(err, &oe)
+		if ok {
+			key, ok = optionKeys[oe.Field]
+		}
+		if !ok {
+			return append(p, fmt.Sprintf("relay: %v", err))
+		}
+		reason := oe.Reason
+		if oe.Field == "RenewInterval" {
+			reason = "too short: the relay renews its leases every lease_ttl/3, and RenewInterval " + reason
+		}
+		p = append(p, key+": "+reason)
+		f, _ := field(v, key) // check the other keys with this one at its default
+		f.SetZero()
+	}
+	return p
 }
 
 // retryPolicy is cfg's relay.retry.
@@ -186,11 +251,7 @@ func newCDCRelay(cfg Config, db *opendb.DB, sink core.Sink, log *slog.Logger, mp
 	if err != nil {
 		return nil, err
 	}
-	return core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router(cfg), &core.CDCOptions{
-		LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retryPolicy(cfg),
-		DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
-		ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: mp,
-	})
+	return core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router(cfg), cdcOptions(cfg, log, mp))
 }
 
 // ErrNotCDC is OpenCDCRelay's refusal of a configuration whose mode is not cdc.
