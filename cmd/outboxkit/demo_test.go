@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -155,4 +156,19 @@ func TestRelayBadConfigExits2(t *testing.T) {
 	require.Equal(t, 0, run(context.Background(), []string{"relay", "--help"}, &out, &errb))
 	require.Contains(t, out.String(), "--shutdown-timeout")
 	require.NotContains(t, out.String(), "--chaos", "relay --help lists only the relay's flags")
+}
+
+// An address that passes the checks but cannot be bound (a port in use) fails before the
+// database is touched: exit 1, the SQLite file not created, nothing migrated.
+func TestRelayListenFailsBeforeTheDatabase(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	db := filepath.Join(t.TempDir(), "x.db")
+	var out, errb bytes.Buffer
+	require.Equal(t, 1, run(context.Background(), []string{"relay", "--migrate", "--database-driver", "sqlite", "--database-dsn", db,
+		"--routes-default", "q", "--http-listen", busy.Addr().String()}, &out, &errb))
+	require.Contains(t, errb.String(), "http.listen: listen tcp "+busy.Addr().String())
+	require.NoFileExists(t, db)
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -117,23 +118,39 @@ type Daemon struct {
 	srv    *http.Server
 	ln     net.Listener
 	m      *metrics
+	// built is set once New has built everything above: until then the HTTP server answers
+	// /healthz, and /readyz and /metrics with 503.
+	built atomic.Bool
 }
 
-// New opens the database and the sink and builds the relays; it starts nothing. With
-// cfg.Migrate it migrates the outbox first.
+// New listens on http.listen first, so that an address that cannot be bound (a port in use, a
+// name that does not resolve) fails before the database is touched, and serves /healthz at
+// once (/readyz answers 503 until the relays run, /metrics until they are built). Then it
+// opens the database (with cfg.Migrate, migrates the outbox) and the sink and builds the
+// relays; it starts no relay: Run does. On an error everything is closed again.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
-	db, err := open(ctx, cfg, log)
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("http.listen: %w", err)
 	}
-	d := &Daemon{cfg: cfg, log: log, db: db, close: func() {}}
+	d := &Daemon{cfg: cfg, log: log, ln: ln, close: func() {}}
+	d.srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = d.srv.Serve(ln) }()
 	ok := false
 	defer func() {
 		if !ok {
 			d.close()
-			db.Close()
+			if d.db != nil {
+				d.db.Close()
+			}
+			_ = d.srv.Close()
 		}
 	}()
+	db, err := open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d.db = db
 	if cfg.Migrate {
 		if err := db.Store.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
@@ -162,6 +179,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	}
 	ok = true
+	d.built.Store(true)
 	return d, nil
 }
 
@@ -324,6 +342,11 @@ func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.built.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready: starting\n")
+			return
+		}
 		if err := d.ready(r.Context()); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
@@ -331,11 +354,17 @@ func (d *Daemon) handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", d.m.handler)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if !d.built.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		d.m.handler.ServeHTTP(w, r)
+	})
 	return mux
 }
 
-// Run serves the HTTP endpoints and runs the relays (and the cleanup schedule) until ctx is
+// Run runs the relays (and the cleanup schedule), with the HTTP endpoints New serves, until ctx is
 // cancelled, then stops gracefully within cfg.ShutdownTimeout: the relays (polling or CDC)
 // finish and settle their sends in flight (a CDC relay checkpoints their position) and release
 // their lanes. It returns nil after a graceful stop.
@@ -343,13 +372,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.db.Close()
 	defer d.close() // after the relays' last send
 	defer d.m.shutdown()
-	ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http.listen: %w", err)
-	}
-	d.srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = d.srv.Serve(ln) }()
-	d.log.Info("daemon_started", "http", ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
+	d.log.Info("daemon_started", "http", d.ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
 		"workers", len(d.running()), "sink", d.cfg.Sink)
 
 	// The relays run on their own context: a graceful stop asks them to drain; hard is the
