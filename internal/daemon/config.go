@@ -66,7 +66,7 @@ type CDC struct {
 // Relay tunes the relays.
 type Relay struct {
 	Workers         int      `yaml:"workers" help:"polling relays in this process (default 1)"`
-	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once (default 500)"`
+	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000 (default 500)"`
 	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes (default 4)"`
 	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime (default 30s)"`
 	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found (default 100ms)"`
@@ -76,10 +76,10 @@ type Relay struct {
 
 // Retry is core.RetryPolicy.
 type Retry struct {
-	Initial    Duration `yaml:"initial" help:"delay after the first failure (default 1s)"`
+	Initial    Duration `yaml:"initial" help:"delay after the first failure, at most relay.retry.max (default 1s)"`
 	Max        Duration `yaml:"max" help:"cap of one delay (default 5m)"`
-	Multiplier float64  `yaml:"multiplier" help:"growth of the delay (default 2)"`
-	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20% (default 0.2)"`
+	Multiplier float64  `yaml:"multiplier" help:"growth of the delay, 1 or more (default 2)"`
+	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20%, at most 1; negative: none (default 0.2)"`
 	Deadline   Duration `yaml:"deadline" help:"retry budget of one event before it is parked (default 24h)"`
 }
 
