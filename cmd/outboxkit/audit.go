@@ -17,7 +17,7 @@ import (
 )
 
 // The audited operator commands (replay, unpark, cleanup with a non-default retention, cdc
-// release, lanes reset, inbox prune) write one row to <table>_audit in the transaction of
+// release, lanes reset, lanes resize, inbox prune) write one row to <table>_audit in the transaction of
 // their change (inbox prune: of its horizon raise, its rows set by its last deletion);
 // backfill, which publishes over the network, writes its row once it has returned (see
 // runBackfill);
@@ -128,7 +128,7 @@ func auditCommand() *cobra.Command {
 	var sinceFlag string
 	var since time.Time
 	var limit int
-	cmd, _ := opsCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset and inbox prune (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
+	cmd, _ := opsCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset, lanes resize and inbox prune (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
 			entries, err := db.Store.AuditLog(cmd.Context(), core.AuditListParams{Since: since, Limit: limit})
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -220,4 +221,27 @@ func auditRows(t *testing.T, args ...string) ([]auditJSON, []string) {
 		got = append(got, e.Command+" "+a.String()+" "+itoa(e.Rows))
 	}
 	return log, got
+}
+
+// audit's help names every command that writes an audit row (each auditEntry call of this
+// package's sources).
+func TestAuditHelpNamesEveryAuditedCommand(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	callRE := regexp.MustCompile(`auditEntry\([^,()]+, "([a-z ]+)"`)
+	help := ok(t, "audit", "-h")
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range callRE.FindAllStringSubmatch(string(src), -1) {
+			require.Contains(t, help, m[1], "%s: audit -h does not name %q", f, m[1])
+			n++
+		}
+	}
+	require.GreaterOrEqual(t, n, 8)
 }

@@ -467,6 +467,13 @@ func TestBackfillUsage(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "relay.yaml")
 	require.NoError(t, os.WriteFile(config, []byte("database:\n  driver: sqlite\n  dsn: x.db\nmode: cdc\nroutes:\n  default: q\n"), 0o600))
 	fails(t, 2, "mode: cdc needs driver postgres or mysql", "backfill", "--config", config)
+	// What the CDC relay or the adapter would refuse once the database was opened: refused first.
+	require.NoError(t, os.WriteFile(config, []byte("database:\n  driver: postgres\n  dsn: postgres://u:p@127.0.0.1:notaport/db\nmode: cdc\nroutes:\n  default: q\n"), 0o600))
+	fails(t, 2, "database.dsn: cannot parse", "backfill", "--config", config)
+	require.NoError(t, os.WriteFile(config, []byte("database:\n  driver: postgres\n  dsn: postgres://127.0.0.1:1/db\n  table: x-y\nmode: cdc\nroutes:\n  default: q\n"), 0o600))
+	fails(t, 2, "database.table: must match", "backfill", "--config", config)
+	fails(t, 2, "relay.batch_size: must be between 0 (default) and 100000", "backfill", "--config", config, "--database-table", "events", "--relay-batch-size", "100001")
+	fails(t, 2, "relay.lease_ttl: too short", "backfill", "--config", config, "--database-table", "events", "--relay-lease-ttl", "1ns")
 }
 
 // termExits1 sends SIGTERM to cmd, whose Wait result done gives, and requires exit status 1

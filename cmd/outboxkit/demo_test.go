@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -111,7 +112,7 @@ func TestRelayBadConfigExits2(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("database:\n  driver: sqlite\n  dsn: "+filepath.Join(t.TempDir(), "x.db")+"\nrelay:\n  workerz: 2\nroutes: {default: q}\n"), 0o600))
 	var out, errb bytes.Buffer
 	require.Equal(t, 2, run(context.Background(), []string{"relay", "--config", path, "--relay-batch-size", "-3"}, &out, &errb))
-	require.Equal(t, "relay.batch_size: must not be negative\nrelay.workerz: unknown key (line 5)\n", errb.String())
+	require.Equal(t, "relay.batch_size: must be between 0 (default) and 100000\nrelay.workerz: unknown key (line 5)\n", errb.String())
 
 	// A bad listen address is refused with the other keys, before the database is opened
 	// (the SQLite file is not created), not at listen time after the migration.
@@ -122,8 +123,52 @@ func TestRelayBadConfigExits2(t *testing.T) {
 	require.Equal(t, "http.listen: not a host:port address: \"1\"\n", errb.String())
 	require.NoFileExists(t, db)
 
+	// What the relay, the adapter or the listener would refuse at start is refused up front
+	// too: exit 2, one line naming the key, and the database untouched (no SQLite file).
+	for _, c := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"--relay-batch-size", "100001"}, "relay.batch_size: must be between 0 (default) and 100000"},
+		{[]string{"--relay-lease-ttl", "1ns"}, "relay.lease_ttl: too short: the relay renews its leases every lease_ttl/3, and RenewInterval must be positive and shorter than LeaseTTL"},
+		{[]string{"--database-lanes", "5000"}, "database.lanes: must be between 1 and 4096"},
+		{[]string{"--database-table", "bad-name"}, `database.table: identifier "bad-name" must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$`},
+		{[]string{"--relay-retry-jitter", "NaN"}, "relay.retry.jitter: must be a number, got NaN"},
+		{[]string{"--http-listen", "999.999.999.999:9464"}, `http.listen: bad host "999.999.999.999" in "999.999.999.999:9464": not an IP address or a DNS name`},
+		{[]string{"--aws-endpoint", "localhost:4566"}, `aws.endpoint: must be an absolute http or https URL with a host, got "localhost:4566"`},
+	} {
+		errb.Reset()
+		args := append([]string{"relay", "--migrate", "--database-driver", "sqlite", "--database-dsn", db, "--routes-default", "q"}, c.args...)
+		require.Equal(t, 2, run(context.Background(), args, &out, &errb), "%q: %s", c.args, errb.String())
+		require.Equal(t, c.line+"\n", errb.String(), c.args)
+		require.NoFileExists(t, db)
+	}
+	for _, dsn := range []string{"postgres://u:p@127.0.0.1:notaport/db", "host=127.0.0.1 port=x"} {
+		errb.Reset()
+		require.Equal(t, 2, run(context.Background(), []string{"relay", "--database-driver", "postgres", "--database-dsn", dsn, "--routes-default", "q"}, &out, &errb))
+		require.True(t, strings.HasPrefix(errb.String(), "database.dsn: cannot parse "), errb.String())
+	}
+	errb.Reset()
+	require.Equal(t, 2, run(context.Background(), []string{"relay", "--database-driver", "mysql", "--database-dsn", "garbage@@", "--routes-default", "q"}, &out, &errb))
+	require.Equal(t, "database.dsn: invalid DSN: missing the slash separating the database name\n", errb.String())
+
 	errb.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"relay", "--help"}, &out, &errb))
 	require.Contains(t, out.String(), "--shutdown-timeout")
 	require.NotContains(t, out.String(), "--chaos", "relay --help lists only the relay's flags")
+}
+
+// An address that passes the checks but cannot be bound (a port in use) fails before the
+// database is touched: exit 1, the SQLite file not created, nothing migrated.
+func TestRelayListenFailsBeforeTheDatabase(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	db := filepath.Join(t.TempDir(), "x.db")
+	var out, errb bytes.Buffer
+	require.Equal(t, 1, run(context.Background(), []string{"relay", "--migrate", "--database-driver", "sqlite", "--database-dsn", db,
+		"--routes-default", "q", "--http-listen", busy.Addr().String()}, &out, &errb))
+	require.Contains(t, errb.String(), "http.listen: listen tcp "+busy.Addr().String())
+	require.NoFileExists(t, db)
 }

@@ -17,21 +17,20 @@ import (
 // migrateCommand is `outboxkit migrate` (run the adapter's migrations) with its subcommand
 // `migrate sql` (print them as a plain SQL script).
 func migrateCommand() *cobra.Command {
-	var lanes int
 	var f *dbFlags
 	cmd := &cobra.Command{
 		Use:   "migrate --db URL [--lanes N]",
 		Short: "create or upgrade the outbox tables (idempotent); `migrate sql` prints them as plain SQL instead",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := f.config(cmd)
-			if err != nil {
-				return err
-			}
+			lanes := f.lanes
 			if lanes < 0 {
 				return usageErr(cmd, "--lanes: must not be negative, got %d", lanes)
 			}
-			cfg.Lanes = lanes
+			cfg, err := f.config(cmd) // --lanes above core.MaxLanes too, before any file is created
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			db, err := opendb.Open(ctx, cfg)
 			if err != nil {
@@ -59,7 +58,7 @@ func migrateCommand() *cobra.Command {
 		},
 	}
 	f = addDBFlags(cmd)
-	cmd.Flags().IntVar(&lanes, "lanes", 0, "lane count recorded on a new outbox (default the library's, 64); an existing outbox keeps its own and another value is an error")
+	cmd.Flags().IntVar(&f.lanes, "lanes", 0, "lane count recorded on a new outbox (default the library's, 64); an existing outbox keeps its own and another value is an error")
 	cmd.AddCommand(migrateSQLCommand())
 	return cmd
 }

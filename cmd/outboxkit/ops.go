@@ -31,6 +31,7 @@ import (
 type dbFlags struct {
 	db, schema, table, output string
 	slot                      string // cdc release only (--slot)
+	lanes                     int    // migrate only (--lanes)
 }
 
 func addDBFlags(cmd *cobra.Command) *dbFlags {
@@ -77,7 +78,17 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	if f.schema != "" && driver != "postgres" {
 		return opendb.Config{}, usageErr(cmd, "--schema: only for a postgres:// database (MySQL: the database of the URL)")
 	}
-	return opendb.Config{Driver: driver, DSN: dsn, Schema: f.schema, Table: f.table, Slot: f.slot, Logger: slog.New(slog.DiscardHandler)}, nil
+	cfg := opendb.Config{Driver: driver, DSN: dsn, Schema: f.schema, Table: f.table, Lanes: f.lanes, Slot: f.slot, Logger: slog.New(slog.DiscardHandler)}
+	// The adapter's own rules for the identifiers and the lane count, checked without a
+	// database: a bad --table is bad usage, not a failure after the database was opened.
+	if problems := opendb.Check(cfg); len(problems) > 0 {
+		flag := map[string]string{"DSN": "--db", "Schema": "--schema", "Table": "--table", "Lanes": "--lanes"}[problems[0].Field]
+		if flag == "" {
+			flag = "--table"
+		}
+		return opendb.Config{}, usageErr(cmd, "%s: %s", flag, problems[0].Reason)
+	}
+	return cfg, nil
 }
 
 // ErrNotMigrated is reported when the database holds no migrated outbox.

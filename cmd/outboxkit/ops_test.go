@@ -410,6 +410,15 @@ func TestOpsUsage(t *testing.T) {
 		{"--retention", []string{"inbox", "prune", "--db", db, "--consumer", "c", "--retention", "-1h"}},
 		{"--limit", []string{"inbox", "prune", "--db", db, "--consumer", "c", "--retention", "1h", "--limit", "100001"}},
 		{"--slot", []string{"unpark", "--db", db, "--all", "--slot", "s"}}, // only cdc release
+		// A malformed postgres:// URL (pgx's parser), identifiers and a lane count the adapter
+		// refuses: bad usage, before anything connects or creates a file.
+		{"--db: bad database URL: cannot parse `postgres://u:xxxxx@127.0.0.1:notaport/db`: invalid port", []string{"status", "--db", "postgres://u:secret@127.0.0.1:notaport/db"}},
+		{"sslmode is invalid", []string{"status", "--db", "postgres://127.0.0.1/db?sslmode=bogus"}},
+		{`--table: identifier "bad-name" must match`, []string{"status", "--db", db, "--table", "bad-name"}},
+		{"--table: must match", []string{"parked", "--db", "postgres://127.0.0.1/db", "--table", "x y"}},
+		{"--schema: must match", []string{"status", "--db", "postgres://127.0.0.1/db", "--schema", "a-b"}},
+		{`--table: identifier "null;" must match`, []string{"migrate", "--db", db, "--table", "null;"}},
+		{"--lanes: must be between 1 and 4096", []string{"migrate", "--db", db, "--lanes", "5000"}},
 	} {
 		errs := fails(t, 2, c.want, c.args...)
 		// The line names the whole command ("outboxkit inbox prune: "), not its last word.

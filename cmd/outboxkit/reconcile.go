@@ -80,8 +80,15 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "outboxkit reconcile: %s\n", strings.Join(strings.Fields(err.Error()), " "))
 		return 1
 	}
-	db, err := openExisting(ctx, opendb.Config{Driver: driver, DSN: dsn, Schema: *schema, Table: *table,
-		Logger: slog.New(slog.DiscardHandler)})
+	cfg := opendb.Config{Driver: driver, DSN: dsn, Schema: *schema, Table: *table, Logger: slog.New(slog.DiscardHandler)}
+	if problems := opendb.Check(cfg); len(problems) > 0 { // a bad --table or --schema
+		flag := map[string]string{"DSN": "--db", "Schema": "--schema"}[problems[0].Field]
+		if flag == "" {
+			flag = "--table"
+		}
+		return usage("%s: %s", flag, problems[0].Reason)
+	}
+	db, err := openExisting(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}

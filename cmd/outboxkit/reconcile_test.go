@@ -68,7 +68,8 @@ func TestReconcileCommand(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "not_applied 2: e1 e2\n")
 
-	for _, args := range [][]string{{}, {"--expected-sql", query, "--since", "yesterday"}, {"--expected-sql", query, "extra"}} {
+	for _, args := range [][]string{{}, {"--expected-sql", query, "--since", "yesterday"}, {"--expected-sql", query, "extra"},
+		{"--expected-sql", query, "--table", "bad-name"}} {
 		code, _, stderr := reconcileCmd(args...)
 		require.Equal(t, 2, code, "%q: %s", args, stderr)
 	}

@@ -18,7 +18,9 @@ func relayCommand() *cobra.Command {
 and /metrics (Prometheus) on http.listen. Every configuration key can be set in the file, by
 the environment variable OUTBOXKIT_<KEY> and by the flag below; a flag wins over the
 environment, which wins over the file. SIGTERM or SIGINT stops gracefully within
---shutdown-timeout. A bad configuration prints one line per bad key and exits with status 2.`,
+--shutdown-timeout. A bad configuration (what the relay or the adapter would refuse at start
+included) prints one line per bad key and exits with status 2, before anything is opened; an
+http.listen that cannot be bound exits 1 before the database is opened.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := daemon.Load(configPath, os.Getenv, cmd.Flags())

@@ -3,9 +3,13 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -17,7 +21,7 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/opendb"
 )
 
 // Config is the relay daemon's configuration. Every leaf key can be set in the YAML file, by an
@@ -62,7 +66,7 @@ type CDC struct {
 // Relay tunes the relays.
 type Relay struct {
 	Workers         int      `yaml:"workers" help:"polling relays in this process (default 1)"`
-	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once (default 500)"`
+	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000 (default 500)"`
 	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes (default 4)"`
 	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime (default 30s)"`
 	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found (default 100ms)"`
@@ -72,10 +76,10 @@ type Relay struct {
 
 // Retry is core.RetryPolicy.
 type Retry struct {
-	Initial    Duration `yaml:"initial" help:"delay after the first failure (default 1s)"`
+	Initial    Duration `yaml:"initial" help:"delay after the first failure, at most relay.retry.max (default 1s)"`
 	Max        Duration `yaml:"max" help:"cap of one delay (default 5m)"`
-	Multiplier float64  `yaml:"multiplier" help:"growth of the delay (default 2)"`
-	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20% (default 0.2)"`
+	Multiplier float64  `yaml:"multiplier" help:"growth of the delay, 1 or more (default 2)"`
+	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20%, at most 1; negative: none (default 0.2)"`
 	Deadline   Duration `yaml:"deadline" help:"retry budget of one event before it is parked (default 24h)"`
 }
 
@@ -288,12 +292,18 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) 
 			bad("must be a mapping (line %d)", n.Line)
 			return
 		}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key := n.Content[i].Value
 			sub := key
 			if path != "" {
 				sub = path + "." + key
 			}
+			if first, dup := seen[key]; dup {
+				*problems = append(*problems, fmt.Sprintf("%s: duplicate key (line %d; first at line %d)", sub, n.Content[i].Line, first))
+				continue
+			}
+			seen[key] = n.Content[i].Line
 			fv, ok := field(v, key)
 			if !ok {
 				*problems = append(*problems, fmt.Sprintf("%s: unknown key (line %d)", sub, n.Content[i].Line))
@@ -302,6 +312,17 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) 
 			decodeNode(n.Content[i+1], fv, sub, problems)
 		}
 	case v.Kind() == reflect.Map:
+		if n.Kind == yaml.MappingNode {
+			seen := map[string]int{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if first, dup := seen[k.Value]; dup {
+					*problems = append(*problems, fmt.Sprintf("%s.%s: duplicate key (line %d; first at line %d)", path, k.Value, k.Line, first))
+					return
+				}
+				seen[k.Value] = k.Line
+			}
+		}
 		m := map[string]string{}
 		if err := n.Decode(&m); err != nil {
 			bad("must be a mapping of strings to strings (line %d)", n.Line)
@@ -320,6 +341,14 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) 
 			bad("must be a single value (line %d)", n.Line)
 			return
 		}
+		if n.Tag == "!!null" || (n.Value == "" && emptyKeepsDefault[path]) {
+			return // unset: the default (or what the environment or a flag sets)
+		}
+		var f float64
+		if v.Kind() == reflect.Float64 && n.Decode(&f) == nil { // YAML's spellings too: .nan, .inf
+			v.SetFloat(f)
+			return
+		}
 		if err := setString(v, n.Value); err != nil {
 			bad("%v (line %d)", err, n.Line)
 		}
@@ -334,6 +363,9 @@ func Flags(fs *pflag.FlagSet) {
 		if help == "" {
 			help = l.path
 		}
+		if l.typ.Kind() == reflect.Slice {
+			help += "; comma-separated, or repeat the flag: its values add up"
+		}
 		help += " (" + l.path + ", $" + EnvName(l.path) + ")"
 		fs.Var(&rawFlag{typ: flagType(l.typ)}, name, help)
 		if l.typ.Kind() == reflect.Bool {
@@ -342,12 +374,26 @@ func Flags(fs *pflag.FlagSet) {
 	}
 }
 
-// rawFlag keeps a flag's text; Load parses it after the file and the environment.
-type rawFlag struct{ s, typ string }
+// rawFlag keeps a flag's text; Load parses it after the file and the environment. A list flag
+// given more than once keeps every value (comma-joined), not only the last.
+type rawFlag struct {
+	s, typ string
+	set    bool
+}
 
-func (f *rawFlag) String() string     { return f.s }
-func (f *rawFlag) Set(s string) error { f.s = s; return nil }
-func (f *rawFlag) Type() string       { return f.typ }
+func (f *rawFlag) String() string { return f.s }
+func (f *rawFlag) Type() string   { return f.typ }
+func (f *rawFlag) Set(s string) error {
+	if f.typ == "list" && f.set {
+		s = f.s + "," + s
+	}
+	f.s, f.set = s, true
+	return nil
+}
+
+// emptyKeepsDefault lists the keys whose empty value, from any source, is the same as no value:
+// the default stays (or the value of a source of lower precedence).
+var emptyKeepsDefault = map[string]bool{"http.listen": true}
 
 func flagType(t reflect.Type) string {
 	switch {
@@ -371,12 +417,25 @@ func Load(path string, getenv func(string) string, fs *pflag.FlagSet) (Config, e
 		if err != nil {
 			return cfg, &ConfigError{Problems: []string{fmt.Sprintf("config: %v", err)}}
 		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
 		var doc yaml.Node
-		if err := yaml.Unmarshal(b, &doc); err != nil {
+		if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, &ConfigError{Problems: []string{fmt.Sprintf("config: %v", err)}}
+		}
+		var next yaml.Node
+		switch err := dec.Decode(&next); {
+		case err == nil:
+			return cfg, &ConfigError{Problems: []string{fmt.Sprintf("config: a second YAML document (line %d): the file holds one configuration", docLine(&next))}}
+		case !errors.Is(err, io.EOF):
 			return cfg, &ConfigError{Problems: []string{fmt.Sprintf("config: %v", err)}}
 		}
 		if len(doc.Content) > 0 {
-			decodeNode(doc.Content[0], v, "", &problems)
+			root := doc.Content[0]
+			if root.Kind != yaml.MappingNode && root.Tag != "!!null" {
+				problems = append(problems, fmt.Sprintf("config: must be a mapping (line %d)", root.Line))
+			} else {
+				decodeNode(root, v, "", &problems)
+			}
 		}
 	}
 	for _, l := range leaves(v.Type(), "") {
@@ -387,7 +446,7 @@ func Load(path string, getenv func(string) string, fs *pflag.FlagSet) (Config, e
 			}
 		}
 		if fs != nil {
-			if f := fs.Lookup(FlagName(l.path)); f != nil && f.Changed {
+			if f := fs.Lookup(FlagName(l.path)); f != nil && f.Changed && (f.Value.String() != "" || !emptyKeepsDefault[l.path]) {
 				if err := setString(fv, f.Value.String()); err != nil {
 					problems = append(problems, fmt.Sprintf("%s: %v (from --%s)", l.path, err, f.Name))
 				}
@@ -396,10 +455,40 @@ func Load(path string, getenv func(string) string, fs *pflag.FlagSet) (Config, e
 	}
 	problems = append(problems, cfg.validate()...)
 	if len(problems) > 0 {
-		slices.Sort(problems)
-		return cfg, &ConfigError{Problems: problems}
+		return cfg, &ConfigError{Problems: byKey(problems)}
 	}
 	return cfg, nil
+}
+
+// docLine is the line a YAML document starts on.
+func docLine(doc *yaml.Node) int {
+	if len(doc.Content) > 0 {
+		return doc.Content[0].Line
+	}
+	return doc.Line
+}
+
+// byKey merges the problems ("path: problem") of each key into one line, "path: problem;
+// problem" (in the order found: file, environment, flag, checks; each once), sorted by path: a
+// key bad in the file, the environment and a flag at once is one line.
+func byKey(problems []string) []string {
+	var keys []string
+	of := map[string][]string{}
+	for _, p := range problems {
+		key, text, _ := strings.Cut(p, ": ")
+		if _, ok := of[key]; !ok {
+			keys = append(keys, key)
+		}
+		if !slices.Contains(of[key], text) {
+			of[key] = append(of[key], text)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k + ": " + strings.Join(of[k], "; ")
+	}
+	return out
 }
 
 func oneOf(path, got string, allowed ...string) []string {
@@ -409,7 +498,11 @@ func oneOf(path, got string, allowed ...string) []string {
 	return []string{fmt.Sprintf("%s: %q is not one of %s", path, got, strings.Join(allowed, ", "))}
 }
 
-// validate returns one problem per bad key.
+// validate returns the problems of c, each "path: problem". Beyond the daemon's own rules it
+// asks the library, without a database, what it would refuse at start: core's relay
+// constructors the relay options (checkRelayOptions), the adapter the DSN, identifiers and lane
+// count (opendb.Check). A configuration that passes starts unless the database, the sink or the
+// listen address cannot be reached.
 func (c *Config) validate() []string {
 	var p []string
 	add := func(path, format string, args ...any) { p = append(p, path+": "+fmt.Sprintf(format, args...)) }
@@ -420,15 +513,21 @@ func (c *Config) validate() []string {
 	if c.Database.Schema != "" && c.Database.Driver != "postgres" {
 		add("database.schema", "only for driver postgres")
 	}
-	if c.Database.Lanes < 0 {
-		add("database.lanes", "must not be negative")
+	if slices.Contains(opendb.Drivers, c.Database.Driver) {
+		d := c.Database
+		for _, fe := range opendb.Check(opendb.Config{Driver: d.Driver, DSN: d.DSN, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes}) {
+			if key, ok := map[string]string{"DSN": "database.dsn", "Schema": "database.schema", "Table": "database.table", "Lanes": "database.lanes"}[fe.Field]; ok {
+				if key != "database.dsn" || d.DSN != "" {
+					add(key, "%s", fe.Reason)
+				}
+			} else {
+				add("database", "%s: %s", fe.Field, fe.Reason)
+			}
+		}
 	}
 	p = append(p, oneOf("mode", c.Mode, "polling", "cdc")...)
 	if c.Mode == "cdc" && c.Database.Driver == "sqlite" {
 		add("mode", "cdc needs driver postgres or mysql")
-	}
-	if c.CDC.MaxRetainedBytes < 0 {
-		add("cdc.max_retained_bytes", "must not be negative")
 	}
 	if c.Relay.Workers < 1 {
 		add("relay.workers", "must be at least 1")
@@ -436,11 +535,8 @@ func (c *Config) validate() []string {
 	if c.Mode == "cdc" && c.Relay.Workers > 1 {
 		add("relay.workers", "must be 1 in mode cdc (one CDC relay publishes for the whole outbox)")
 	}
-	if c.Relay.InFlight < 0 || c.Relay.InFlight > core.MaxInFlight {
-		add("relay.in_flight", "must be between 0 (default) and %d", core.MaxInFlight)
-	}
-	for path, n := range map[string]int{"relay.batch_size": c.Relay.BatchSize, "sinks.sqs.concurrency": c.Sinks.SQS.Concurrency,
-		"sinks.sns.concurrency": c.Sinks.SNS.Concurrency} {
+	p = append(p, c.checkRelayOptions()...)
+	for path, n := range map[string]int{"sinks.sqs.concurrency": c.Sinks.SQS.Concurrency, "sinks.sns.concurrency": c.Sinks.SNS.Concurrency} {
 		if n < 0 {
 			add(path, "must not be negative")
 		}
@@ -450,8 +546,7 @@ func (c *Config) validate() []string {
 			add(path, "must be 1 to 10 (0: default)")
 		}
 	}
-	for path, d := range map[string]Duration{"relay.lease_ttl": c.Relay.LeaseTTL, "relay.poll_interval": c.Relay.PollInterval,
-		"relay.retry.initial": c.Relay.Retry.Initial, "relay.retry.max": c.Relay.Retry.Max, "relay.retry.deadline": c.Relay.Retry.Deadline} {
+	for path, d := range map[string]Duration{"relay.retry.initial": c.Relay.Retry.Initial, "relay.retry.max": c.Relay.Retry.Max, "relay.retry.deadline": c.Relay.Retry.Deadline} {
 		if d < 0 {
 			add(path, "must not be negative")
 		}
@@ -462,9 +557,7 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	if c.Relay.Retry.Multiplier < 0 {
-		add("relay.retry.multiplier", "must not be negative")
-	}
+	p = append(p, c.Relay.Retry.validate()...)
 	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
@@ -482,9 +575,9 @@ func (c *Config) validate() []string {
 			add("routes.by_destination."+k, "empty address")
 		}
 	}
-	if c.OTLP.Endpoint != "" {
-		if u, err := url.Parse(c.OTLP.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("otlp.endpoint", "must be an http or https URL")
+	for path, u := range map[string]string{"otlp.endpoint": c.OTLP.Endpoint, "aws.endpoint": c.AWS.Endpoint} {
+		if problem := urlProblem(u); u != "" && problem != "" {
+			add(path, "%s", problem)
 		}
 	}
 	if problem := listenProblem(c.HTTP.Listen); problem != "" {
@@ -495,16 +588,94 @@ func (c *Config) validate() []string {
 	return p
 }
 
+// validate returns the problems of relay.retry. core.RetryPolicy takes a zero field as its
+// default and a negative Jitter as none, as documented; the values it would otherwise adjust
+// without a word (a Jitter above 1, a Multiplier below 1, an Initial above Max, NaN or
+// infinity) are refused here, so the policy that runs is the one configured.
+func (r Retry) validate() []string {
+	var p []string
+	switch j := r.Jitter; {
+	case math.IsNaN(j) || math.IsInf(j, 0):
+		p = append(p, fmt.Sprintf("relay.retry.jitter: must be a number, got %v", j))
+	case j > 1:
+		p = append(p, fmt.Sprintf("relay.retry.jitter: must be at most 1 (0: the default 0.2; negative: none), got %v", j))
+	}
+	switch m := r.Multiplier; {
+	case math.IsNaN(m) || math.IsInf(m, 0):
+		p = append(p, fmt.Sprintf("relay.retry.multiplier: must be a number, got %v", m))
+	case m != 0 && m < 1:
+		p = append(p, fmt.Sprintf("relay.retry.multiplier: must be at least 1 (0: the default 2), got %v", m))
+	}
+	if r.Initial > 0 && r.Max > 0 && r.Initial > r.Max {
+		p = append(p, fmt.Sprintf("relay.retry.initial: must not exceed relay.retry.max (%s), got %s", r.Max.D(), r.Initial.D()))
+	}
+	return p
+}
+
 // listenProblem says what is wrong with a TCP listen address (host:port; the host may be empty
-// for every interface, the port a number or a service name), or returns "" when net.Listen
-// could take it. The host is not resolved here: a name that does not resolve fails at start.
+// for every interface, else an IP address or a DNS name; the port a number or a service name),
+// or returns "" when net.Listen could take it. The host is not resolved here: the daemon
+// listens before it opens the database, so a name that does not resolve fails before anything
+// is touched.
 func listenProblem(addr string) string {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Sprintf("not a host:port address: %q", addr)
 	}
+	if host != "" {
+		if problem := hostProblem(host); problem != "" {
+			return fmt.Sprintf("bad host %q in %q: %s", host, addr, problem)
+		}
+	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
 		return fmt.Sprintf("bad port %q in %q", port, addr)
+	}
+	return ""
+}
+
+// hostProblem says why host is neither an IP address nor a DNS name, or returns "". A name
+// whose last label is all digits (999.999.999.999, 0x7f.0.0.1) is a malformed address, not a
+// name (RFC 3696 section 2).
+func hostProblem(host string) string {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	const problem = "not an IP address or a DNS name"
+	name := strings.TrimSuffix(host, ".")
+	if name == "" || len(name) > 253 {
+		return problem
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return problem
+		}
+		for _, c := range []byte(l) {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return problem
+			}
+		}
+	}
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return problem
+	}
+	return ""
+}
+
+// urlProblem says what is wrong with an endpoint URL (an absolute http or https URL with a
+// valid host and, if it has one, a port from 1 to 65535), or returns "".
+func urlProblem(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" {
+		return fmt.Sprintf("must be an absolute http or https URL with a host, got %q", s)
+	}
+	if problem := hostProblem(u.Hostname()); problem != "" {
+		return fmt.Sprintf("bad host %q in %q: %s", u.Hostname(), s, problem)
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("bad port %q in %q: want 1 to 65535", port, s)
+		}
 	}
 	return ""
 }

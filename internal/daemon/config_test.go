@@ -148,7 +148,7 @@ database: {driver: sqlite, dsn: /tmp/x.db}
 sink: kafka
 sinks:
   kafka:
-    brokers: [localhost]
+    brokers: [localhost, "h:0", "h:99999", "h:kafka", ":9092", "bad host:9092", "999.1.1.1:9092", good:9092, "[::1]:9092"]
     compression: xz
     concurrency: -1
     tls: {ca_file: /nonexistent/ca.pem}
@@ -157,7 +157,7 @@ routes: {default: events}
 `), noEnv, nil)
 	require.Error(t, err)
 	require.Equal(t, []string{
-		`sinks.kafka.brokers: "localhost" is not host:port`,
+		`sinks.kafka.brokers: want host:port with a port from 1 to 65535, got "localhost", "h:0", "h:99999", "h:kafka", ":9092", "bad host:9092", "999.1.1.1:9092"`,
 		`sinks.kafka.compression: "xz" is not one of none, gzip, snappy, lz4, zstd`,
 		`sinks.kafka.concurrency: must not be negative`,
 		`sinks.kafka.sasl.mechanism: required with sasl.username or sasl.password`,
@@ -319,4 +319,199 @@ func TestLoadHTTPListen(t *testing.T) {
 		require.True(t, IsConfigError(err), "%s: %v", tc.addr, err)
 		require.Equal(t, []string{tc.problem}, err.(*ConfigError).Problems, tc.addr)
 	}
+}
+
+// base is a valid configuration that starts nothing: the tests below add one key at a time.
+const base = "sink: sqs\nroutes: {default: https://x}\n"
+
+// baseDB is the database of base, unless the text of a test sets one.
+const baseDB = "database: {driver: sqlite, dsn: /nonexistent/x.db}\n"
+
+// loadProblems loads base plus text, with env as the environment and args as flags, and
+// returns the problems (nil when it loads).
+func loadProblems(t *testing.T, text string, env map[string]string, args ...string) []string {
+	t.Helper()
+	fs := pflag.NewFlagSet("relay", pflag.ContinueOnError)
+	Flags(fs)
+	require.NoError(t, fs.Parse(args))
+	if !strings.Contains(text, "database:") {
+		text = baseDB + text
+	}
+	_, err := Load(writeConfig(t, base+text), func(k string) string { return env[k] }, fs)
+	if err == nil {
+		return nil
+	}
+	require.True(t, IsConfigError(err), "%v", err)
+	return err.(*ConfigError).Problems
+}
+
+// Values that core's relay constructors or the adapters refuse at start are refused by Load,
+// with their key, before the database is opened: each rule asked where it lives.
+func TestLoadRefusesWhatStartRefuses(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ text, problem string }{
+		{"relay: {batch_size: 100001}", "relay.batch_size: must be between 0 (default) and 100000"},
+		{"relay: {batch_size: -3}", "relay.batch_size: must be between 0 (default) and 100000"},
+		{"relay: {lease_ttl: 1ns}", "relay.lease_ttl: too short: the relay renews its leases every lease_ttl/3, and RenewInterval must be positive and shorter than LeaseTTL"},
+		{"relay: {lease_ttl: -1s}", "relay.lease_ttl: must be positive"},
+		{"relay: {poll_interval: -1s}", "relay.poll_interval: must be positive"},
+		{"cdc: {max_retained_bytes: -1}", "cdc.max_retained_bytes: must not be negative"},
+		{"database: {driver: sqlite, dsn: /nonexistent/x.db, lanes: 4097}", "database.lanes: must be between 1 and 4096"},
+		{"database: {driver: sqlite, dsn: /nonexistent/x.db, lanes: -1}", "database.lanes: must be between 1 and 4096"},
+		{"database: {driver: sqlite, dsn: /nonexistent/x.db, table: bad-name}", `database.table: identifier "bad-name" must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$`},
+		{"database: {driver: postgres, dsn: postgres://h/db, schema: a-b}", "database.schema: must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$"},
+		{"database: {driver: postgres, dsn: 'postgres://u:p@127.0.0.1:notaport/db'}", "database.dsn: cannot parse `postgres://u:xxxxx@127.0.0.1:notaport/db`: invalid port"},
+		{"database: {driver: postgres, dsn: 'host=127.0.0.1 port=x'}", "database.dsn: cannot parse `host=127.0.0.1 port=x`: invalid port"},
+		{"database: {driver: mysql, dsn: 'garbage@@'}", "database.dsn: invalid DSN: missing the slash separating the database name"},
+	} {
+		require.Equal(t, []string{c.problem}, loadProblems(t, c.text, nil), c.text)
+	}
+	// Two bad keys of core's options: both named.
+	require.Equal(t, []string{"relay.batch_size: must be between 0 (default) and 100000", "relay.in_flight: must be between 0 (default) and 4096"},
+		loadProblems(t, "relay: {batch_size: 100001, in_flight: 5000}", nil))
+	require.Nil(t, loadProblems(t, "relay: {batch_size: 100000, lease_ttl: 3ns}\ndatabase: {driver: postgres, dsn: 'host=h port=5432', schema: app, table: events, lanes: 4096}", nil))
+}
+
+// relay.retry: what core.RetryPolicy would adjust without a word is refused; its documented
+// meanings (0: the default; a negative jitter: none) are kept.
+func TestLoadRetry(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		text    string
+		env     map[string]string
+		problem string
+	}{
+		{"relay: {retry: {jitter: 1.5}}", nil, "relay.retry.jitter: must be at most 1 (0: the default 0.2; negative: none), got 1.5"},
+		{"relay: {retry: {jitter: .nan}}", nil, "relay.retry.jitter: must be a number, got NaN"},
+		{"", map[string]string{"OUTBOXKIT_RELAY_RETRY_JITTER": "NaN"}, "relay.retry.jitter: must be a number, got NaN"},
+		{"relay: {retry: {multiplier: 0.5}}", nil, "relay.retry.multiplier: must be at least 1 (0: the default 2), got 0.5"},
+		{"relay: {retry: {multiplier: -2}}", nil, "relay.retry.multiplier: must be at least 1 (0: the default 2), got -2"},
+		{"relay: {retry: {multiplier: .inf}}", nil, "relay.retry.multiplier: must be a number, got +Inf"},
+		{"", map[string]string{"OUTBOXKIT_RELAY_RETRY_MULTIPLIER": "NaN"}, "relay.retry.multiplier: must be a number, got NaN"},
+		{"relay: {retry: {initial: 10s, max: 5s}}", nil, "relay.retry.initial: must not exceed relay.retry.max (5s), got 10s"},
+	} {
+		require.Equal(t, []string{c.problem}, loadProblems(t, c.text, c.env), c.text)
+	}
+	for _, good := range []string{"relay: {retry: {jitter: 0, multiplier: 0}}", "relay: {retry: {jitter: 1, multiplier: 1}}",
+		"relay: {retry: {jitter: -1}}", "relay: {retry: {initial: 5s, max: 5s}}", "relay: {retry: {initial: 10m}}"} {
+		require.Nil(t, loadProblems(t, good, nil), good)
+	}
+}
+
+// http.listen's host is an IP address or a DNS name; an empty value from any source keeps the
+// default, as its help says.
+func TestLoadHTTPListenHost(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"999.999.999.999:9464", "0x7f.0.0.1:9464", "my host:9464", "-bad:9464", "a..b:9464", "[::g]:9464", "127.0.0.1 :9464"} {
+		p := loadProblems(t, "", map[string]string{"OUTBOXKIT_HTTP_LISTEN": addr})
+		require.Len(t, p, 1, addr)
+		require.True(t, strings.HasPrefix(p[0], "http.listen: bad host "), "%s: %s", addr, p[0])
+		require.Contains(t, p[0], "not an IP address or a DNS name", addr)
+	}
+	for _, addr := range []string{"localhost:9464", "relay-1.internal.:9464", "[fe80::1%eth0]:9464", "0.0.0.0:9464", ":9464"} {
+		require.Nil(t, loadProblems(t, "", map[string]string{"OUTBOXKIT_HTTP_LISTEN": addr}), addr)
+	}
+
+	for _, c := range []struct {
+		text string
+		args []string
+		want string
+	}{
+		{"", []string{"--http-listen", ""}, "127.0.0.1:9464"},
+		{"http: {listen: ''}\n", nil, "127.0.0.1:9464"},
+		{"http: {listen: ''}\n", []string{"--http-listen="}, "127.0.0.1:9464"},
+		{"http: {listen: '0.0.0.0:1'}\n", []string{"--http-listen", ""}, "0.0.0.0:1"}, // as an empty env value: not set
+	} {
+		fs := pflag.NewFlagSet("relay", pflag.ContinueOnError)
+		Flags(fs)
+		require.NoError(t, fs.Parse(c.args))
+		cfg, err := Load(writeConfig(t, base+baseDB+c.text), noEnv, fs)
+		require.NoError(t, err, "%q %q", c.text, c.args)
+		require.Equal(t, c.want, cfg.HTTP.Listen, "%q %q", c.text, c.args)
+	}
+}
+
+// aws.endpoint and otlp.endpoint are absolute http(s) URLs with a host and a port, if any, from 1
+// to 65535.
+func TestLoadEndpoints(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"aws.endpoint", "otlp.endpoint"} {
+		for _, bad := range []string{"localhost:4566", "ftp://h", "http://", "http:///path", "/v1/metrics", "http://:4318", "http://h:0",
+			"http://h:65536", "http://h:99999/v1", "http://999.1.1.1:4566", "mailto:x@y"} {
+			p := loadProblems(t, "", map[string]string{EnvName(key): bad})
+			require.Len(t, p, 1, "%s=%s", key, bad)
+			require.True(t, strings.HasPrefix(p[0], key+": "), "%s=%s: %s", key, bad, p[0])
+		}
+		for _, good := range []string{"http://localhost:4566", "https://sqs.eu-west-1.amazonaws.com", "http://[::1]:4318/v1/metrics", "http://h:65535"} {
+			require.Nil(t, loadProblems(t, "", map[string]string{EnvName(key): good}), "%s=%s", key, good)
+		}
+	}
+}
+
+// A repeated --sinks-kafka-brokers adds to the list; the environment's is comma-separated.
+func TestLoadKafkaBrokersFlagRepeated(t *testing.T) {
+	t.Parallel()
+	fs := pflag.NewFlagSet("relay", pflag.ContinueOnError)
+	Flags(fs)
+	require.NoError(t, fs.Parse([]string{"--sink", "kafka", "--sinks-kafka-brokers", "a:9092", "--sinks-kafka-brokers", "b:9092,c:9092"}))
+	cfg, err := Load(writeConfig(t, base+baseDB), noEnv, fs)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a:9092", "b:9092", "c:9092"}, cfg.Sinks.Kafka.Brokers)
+	require.Contains(t, fs.Lookup("sinks-kafka-brokers").Usage, "repeat the flag")
+}
+
+// A YAML null (~, null, nothing) leaves a key unset, scalar or mapping: the default stays.
+func TestLoadNullIsUnset(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(writeConfig(t, base+baseDB+`
+relay: {batch_size: ~, lease_ttl: null, retry: {jitter: }}
+log: {level: ~, format: null}
+http: {listen: ~}
+cleanup: ~
+migrate: null
+`), noEnv, nil)
+	require.NoError(t, err)
+	d := Defaults()
+	require.Equal(t, d.Log, cfg.Log)
+	require.Equal(t, d.HTTP, cfg.HTTP)
+	require.Equal(t, d.Cleanup, cfg.Cleanup)
+	require.Equal(t, d.Relay.Retry, cfg.Relay.Retry)
+	require.Zero(t, cfg.Relay.BatchSize)
+
+	cfg, err = Load(writeConfig(t, "database: {driver: sqlite, dsn: /nonexistent/x.db, table: null}\nsink: sqs\nroutes: {default: https://x}\n"), noEnv, nil)
+	require.NoError(t, err)
+	require.Empty(t, cfg.Database.Table, "not a table named null")
+	cfg, err = Load(writeConfig(t, "database: {driver: sqlite, dsn: /nonexistent/x.db, table: 'null'}\nsink: sqs\nroutes: {default: https://x}\n"), noEnv, nil)
+	require.NoError(t, err)
+	require.Equal(t, "null", cfg.Database.Table, "a quoted null is the string")
+}
+
+// A key bad in the file, the environment and a flag at once is one line; a file whose root is not
+// a mapping is named config.
+func TestLoadOneLinePerKey(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{`relay.batch_size: not an integer: "a" (line 4); not an integer: "b" (from $OUTBOXKIT_RELAY_BATCH_SIZE); not an integer: "c" (from --relay-batch-size)`},
+		loadProblems(t, "relay: {batch_size: a}\n", map[string]string{"OUTBOXKIT_RELAY_BATCH_SIZE": "b"}, "--relay-batch-size", "c"))
+
+	for _, text := range []string{"- a\n- b\n", "just text\n"} {
+		_, err := Load(writeConfig(t, text), noEnv, nil)
+		require.True(t, IsConfigError(err), "%v", err)
+		require.Contains(t, err.(*ConfigError).Problems, "config: must be a mapping (line 1)", text)
+	}
+}
+
+// A key given twice in the file, at any depth, and a second YAML document are errors, not
+// silently last-wins or ignored.
+func TestLoadDuplicateKeysAndDocuments(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"relay.batch_size: duplicate key (line 6; first at line 5)"},
+		loadProblems(t, "relay:\n  batch_size: 10\n  batch_size: 20\n", nil))
+	require.Equal(t, []string{"sink: duplicate key (line 4; first at line 1)"}, loadProblems(t, "sink: sns\n", nil))
+	_, err := Load(writeConfig(t, baseDB+"routes:\n  default: q\n  by_type:\n    a: q1\n    a: q2\n"), noEnv, nil)
+	require.True(t, IsConfigError(err), "%v", err)
+	require.Equal(t, []string{"routes.by_type.a: duplicate key (line 6; first at line 5)"}, err.(*ConfigError).Problems)
+	require.Equal(t, []string{"config: a second YAML document (line 6): the file holds one configuration"},
+		loadProblems(t, "relay: {batch_size: 10}\n---\nrelay: {batch_size: 20}\n", nil))
+	_, err = Load(writeConfig(t, "---\n"+base+baseDB+"...\n"), noEnv, nil)
+	require.NoError(t, err, "one document, with its markers")
 }

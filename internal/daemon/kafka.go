@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -18,7 +20,7 @@ import (
 // Kafka configures the Kafka sink (sink: kafka): the franz-go client it produces with. The
 // client keeps franz-go's idempotent producer (acks=all); routes name topics.
 type Kafka struct {
-	Brokers     []string  `yaml:"brokers" help:"seed brokers, host:port (required with sink kafka)"`
+	Brokers     []string  `yaml:"brokers" help:"seed brokers, host:port with a numeric port (required with sink kafka)"`
 	ClientID    string    `yaml:"client_id" help:"client id sent to the brokers (default outboxkit-relay)"`
 	Compression string    `yaml:"compression" help:"none | gzip | snappy | lz4 | zstd (default snappy, as franz-go)"`
 	Concurrency int       `yaml:"concurrency" help:"topics one send produces to at once (default 8)"`
@@ -56,10 +58,15 @@ func (k *Kafka) validate() []string {
 	if len(k.Brokers) == 0 {
 		add("brokers", "required with sink kafka")
 	}
+	var bad []string
 	for _, b := range k.Brokers {
-		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
-			add("brokers", "%q is not host:port", b)
+		host, port, err := net.SplitHostPort(b)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || hostProblem(host) != "" || perr != nil || n < 1 || n > 65535 {
+			bad = append(bad, strconv.Quote(b))
 		}
+	}
+	if len(bad) > 0 {
+		add("brokers", "want host:port with a port from 1 to 65535, got %s", strings.Join(bad, ", "))
 	}
 	if _, ok := kafkaCodecs[k.Compression]; !ok && k.Compression != "" {
 		p = append(p, oneOf("sinks.kafka.compression", k.Compression, "none", "gzip", "snappy", "lz4", "zstd")...)

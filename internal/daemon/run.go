@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,6 +19,7 @@ import (
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -115,23 +118,39 @@ type Daemon struct {
 	srv    *http.Server
 	ln     net.Listener
 	m      *metrics
+	// built is set once New has built everything above: until then the HTTP server answers
+	// /healthz, and /readyz and /metrics with 503.
+	built atomic.Bool
 }
 
-// New opens the database and the sink and builds the relays; it starts nothing. With
-// cfg.Migrate it migrates the outbox first.
+// New listens on http.listen first, so that an address that cannot be bound (a port in use, a
+// name that does not resolve) fails before the database is touched, and serves /healthz at
+// once (/readyz answers 503 until the relays run, /metrics until they are built). Then it
+// opens the database (with cfg.Migrate, migrates the outbox) and the sink and builds the
+// relays; it starts no relay: Run does. On an error everything is closed again.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
-	db, err := open(ctx, cfg, log)
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("http.listen: %w", err)
 	}
-	d := &Daemon{cfg: cfg, log: log, db: db, close: func() {}}
+	d := &Daemon{cfg: cfg, log: log, ln: ln, close: func() {}}
+	d.srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = d.srv.Serve(ln) }()
 	ok := false
 	defer func() {
 		if !ok {
 			d.close()
-			db.Close()
+			if d.db != nil {
+				d.db.Close()
+			}
+			_ = d.srv.Close()
 		}
 	}()
+	db, err := open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d.db = db
 	if cfg.Migrate {
 		if err := db.Store.Migrate(ctx); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
@@ -152,11 +171,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	} else {
 		for range cfg.Relay.Workers {
-			r, err := core.NewRelay(db.Store, sink, router(cfg), &core.RelayOptions{
-				LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
-				InFlight: cfg.Relay.InFlight, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
-				MeterProvider: d.m.provider,
-			})
+			r, err := core.NewRelay(db.Store, sink, router(cfg), relayOptions(cfg, log, d.m.provider))
 			if err != nil {
 				return nil, err
 			}
@@ -164,12 +179,80 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 	}
 	ok = true
+	d.built.Store(true)
 	return d, nil
 }
 
 // router is cfg's routes.
 func router(cfg Config) core.StaticRouter {
 	return core.StaticRouter{Default: cfg.Routes.Default, ByType: cfg.Routes.ByType, ByDestination: cfg.Routes.ByDestination}
+}
+
+// relayOptions are the polling relays' options of cfg.
+func relayOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.RelayOptions {
+	return &core.RelayOptions{
+		LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
+		InFlight: cfg.Relay.InFlight, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+		MeterProvider: mp,
+	}
+}
+
+// cdcOptions are the CDC relay's options of cfg.
+func cdcOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.CDCOptions {
+	return &core.CDCOptions{
+		LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retryPolicy(cfg),
+		DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
+		ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: mp,
+	}
+}
+
+// Stand-ins for checkRelayOptions: core's constructors check that they are not nil and call
+// nothing on them.
+type (
+	checkStore  struct{ core.CDCStore }
+	checkSource struct{ core.ChangeSource }
+)
+
+// optionKeys are the configuration keys of core's relay options.
+var optionKeys = map[string]string{"BatchSize": "relay.batch_size", "LeaseTTL": "relay.lease_ttl", "RenewInterval": "relay.lease_ttl",
+	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRetainedBytes": "cdc.max_retained_bytes"}
+
+// checkRelayOptions returns what core.NewRelay and core.NewCDCRelay refuse in the relay options
+// of c (a batch size above core.MaxBatchSize, a lease_ttl too short for the RenewInterval derived
+// from it, ...), one problem per key: the rules stay core's, checked here before anything is
+// opened instead of after the migration. Both relays' options are checked whatever the mode, as
+// every key is checked whether or not it is used.
+func (c *Config) checkRelayOptions() []string {
+	var p []string
+	cfg := *c
+	v := reflect.ValueOf(&cfg).Elem()
+	sink := core.SinkFunc(func(context.Context, []core.Message) []error { return nil })
+	log, mp := slog.New(slog.DiscardHandler), noop.NewMeterProvider()
+	for range len(optionKeys) + 1 {
+		_, err := core.NewRelay(checkStore{}, sink, core.StaticRouter{}, relayOptions(cfg, log, mp))
+		if err == nil {
+			_, err = core.NewCDCRelay(checkStore{}, checkSource{}, sink, core.StaticRouter{}, cdcOptions(cfg, log, mp))
+		}
+		if err == nil {
+			break
+		}
+		var oe *core.OptionError
+		key, ok := "", errors.As(err, &oe)
+		if ok {
+			key, ok = optionKeys[oe.Field]
+		}
+		if !ok {
+			return append(p, fmt.Sprintf("relay: %v", err))
+		}
+		reason := oe.Reason
+		if oe.Field == "RenewInterval" {
+			reason = "too short: the relay renews its leases every lease_ttl/3, and RenewInterval " + reason
+		}
+		p = append(p, key+": "+reason)
+		f, _ := field(v, key) // check the other keys with this one at its default
+		f.SetZero()
+	}
+	return p
 }
 
 // retryPolicy is cfg's relay.retry.
@@ -186,11 +269,7 @@ func newCDCRelay(cfg Config, db *opendb.DB, sink core.Sink, log *slog.Logger, mp
 	if err != nil {
 		return nil, err
 	}
-	return core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router(cfg), &core.CDCOptions{
-		LeaseTTL: cfg.Relay.LeaseTTL.D(), BatchSize: cfg.Relay.BatchSize, Retry: retryPolicy(cfg),
-		DeleteOnPublish: cfg.Relay.DeleteOnPublish, MaxRetainedBytes: cfg.CDC.MaxRetainedBytes,
-		ReleaseOverCap: cfg.CDC.ReleaseOverCap, Logger: log, MeterProvider: mp,
-	})
+	return core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router(cfg), cdcOptions(cfg, log, mp))
 }
 
 // ErrNotCDC is OpenCDCRelay's refusal of a configuration whose mode is not cdc.
@@ -263,6 +342,11 @@ func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.built.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready: starting\n")
+			return
+		}
 		if err := d.ready(r.Context()); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
@@ -270,11 +354,17 @@ func (d *Daemon) handler() http.Handler {
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", d.m.handler)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if !d.built.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		d.m.handler.ServeHTTP(w, r)
+	})
 	return mux
 }
 
-// Run serves the HTTP endpoints and runs the relays (and the cleanup schedule) until ctx is
+// Run runs the relays (and the cleanup schedule), with the HTTP endpoints New serves, until ctx is
 // cancelled, then stops gracefully within cfg.ShutdownTimeout: the relays (polling or CDC)
 // finish and settle their sends in flight (a CDC relay checkpoints their position) and release
 // their lanes. It returns nil after a graceful stop.
@@ -282,13 +372,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.db.Close()
 	defer d.close() // after the relays' last send
 	defer d.m.shutdown()
-	ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http.listen: %w", err)
-	}
-	d.srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = d.srv.Serve(ln) }()
-	d.log.Info("daemon_started", "http", ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
+	d.log.Info("daemon_started", "http", d.ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
 		"workers", len(d.running()), "sink", d.cfg.Sink)
 
 	// The relays run on their own context: a graceful stop asks them to drain; hard is the

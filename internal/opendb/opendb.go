@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,78 @@ type DB struct {
 	Close func()
 }
 
+// FieldError is a bad field of a Config that Check found: Field names it ("Driver", "DSN",
+// "Schema", "Table" or "Lanes"), Reason says what is wrong.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Check reports, without connecting or touching a file, what Open (and the store's Migrate)
+// would refuse in cfg, one *FieldError per bad field: an unknown driver, a DSN that does not
+// parse (pgxpool.ParseConfig for postgres, as Open's pgxpool.New; go-sql-driver's ParseDSN for
+// mysql; an empty SQLite path), and the adapter's options (schema and table identifiers, lane
+// count), by the adapter's own rules: its MigrationSQL, which checks them and builds the
+// migration script without a database.
+func Check(cfg Config) []*FieldError {
+	var out []*FieldError
+	switch cfg.Driver {
+	case "postgres":
+		if _, err := pgxpool.ParseConfig(cfg.DSN); err != nil {
+			out = append(out, &FieldError{Field: "DSN", Reason: oneLine(err)})
+		}
+	case "mysql":
+		if _, err := gomysql.ParseDSN(cfg.DSN); err != nil {
+			out = append(out, &FieldError{Field: "DSN", Reason: oneLine(err)})
+		}
+	case "sqlite":
+		if cfg.DSN == "" {
+			out = append(out, &FieldError{Field: "DSN", Reason: "needs a file path"})
+		}
+	default:
+		return []*FieldError{{Field: "Driver", Reason: fmt.Sprintf("%q unsupported", cfg.Driver)}}
+	}
+	// The adapters report their first bad option: report it, clear that field and ask again,
+	// so that every bad field is named, each by the rule that refused it.
+	opts := cfg
+	for range 4 {
+		var err error
+		switch cfg.Driver {
+		case "postgres":
+			_, err = postgres.MigrationSQL(&postgres.Options{Schema: opts.Schema, Table: opts.Table, Lanes: opts.Lanes})
+		case "mysql":
+			_, err = mysql.MigrationSQL(&mysql.Options{Table: opts.Table, Lanes: opts.Lanes})
+		case "sqlite":
+			_, err = sqlite.MigrationSQL(&sqlite.Options{Table: opts.Table, Lanes: opts.Lanes})
+		}
+		if err == nil {
+			break
+		}
+		var oe *core.OptionError
+		if !errors.As(err, &oe) {
+			return append(out, &FieldError{Field: "Table", Reason: oneLine(err)})
+		}
+		switch oe.Field {
+		case "Schema":
+			opts.Schema = ""
+		case "Table":
+			opts.Table = ""
+		case "Lanes":
+			opts.Lanes = 0
+		default: // an option Config does not set: the adapter's rule for one it does
+			return append(out, &FieldError{Field: oe.Field, Reason: oe.Reason})
+		}
+		out = append(out, &FieldError{Field: oe.Field, Reason: oe.Reason})
+	}
+	slices.SortStableFunc(out, func(a, b *FieldError) int { return strings.Compare(a.Field, b.Field) })
+	return out
+}
+
+// oneLine is err's text on one line.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
 // Open connects to the database of cfg and builds its store. It creates and migrates nothing
 // (sqlite.OpenDB creates a missing file: callers that must not create one check first).
 func Open(ctx context.Context, cfg Config) (*DB, error) {
@@ -125,7 +198,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 
 // ParseURL turns an operator's database address into a driver name and DSN:
 //
-//	postgres://user:pass@host:port/db?sslmode=disable   (or postgresql://): passed to pgx as it is
+//	postgres://user:pass@host:port/db?sslmode=disable   (or postgresql://): passed to pgx as it is, once pgx parsed it
 //	mysql://user:pass@host:port/db?param=value          a go-sql-driver/mysql DSN with parseTime=true, loc=UTC
 //	sqlite:PATH                                          a SQLite file
 //
@@ -134,6 +207,11 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 func ParseURL(s string) (driver, dsn string, err error) {
 	switch {
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		// pgx's own parser (Open's pgxpool.New parses it again): a bad port, an unknown sslmode
+		// or a malformed URL is the operator's mistake, refused before anything connects.
+		if _, err := pgxpool.ParseConfig(s); err != nil {
+			return "", "", fmt.Errorf("%w: %s", ErrBadURL, oneLine(err))
+		}
 		return "postgres", s, nil
 	case strings.HasPrefix(s, "mysql://"):
 		dsn, err := mysqlDSN(s)

@@ -42,8 +42,42 @@ func TestParseURL(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "h:3306", cfg.Addr)
 
-	for _, bad := range []string{"", "redis://h", "mysql://h", "mysql://h/a/b", "sqlite:"} {
+	for _, bad := range []string{"", "redis://h", "mysql://h", "mysql://h/a/b", "sqlite:",
+		"postgres://u:p@127.0.0.1:notaport/db", "postgresql://h:99999/db", "postgres://h/db?sslmode=bogus"} {
 		_, _, err := ParseURL(bad)
 		require.ErrorIs(t, err, ErrBadURL, bad)
+	}
+	_, _, err = ParseURL("postgres://u:s3cret@127.0.0.1:notaport/db")
+	require.NotContains(t, err.Error(), "s3cret", "pgx redacts the password")
+}
+
+// Check finds, without a database, what Open or Migrate would refuse: a DSN that does not parse
+// and the adapter's identifier and lane rules, one problem per field.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	fields := func(cfg Config) []string {
+		var out []string
+		for _, p := range Check(cfg) {
+			out = append(out, p.Field)
+		}
+		return out
+	}
+	require.Empty(t, Check(Config{Driver: "postgres", DSN: "postgres://u:p@127.0.0.1:5432/db", Schema: "app", Table: "events", Lanes: 8}))
+	require.Empty(t, Check(Config{Driver: "mysql", DSN: "u:p@tcp(127.0.0.1:3306)/app?parseTime=true"}))
+	require.Empty(t, Check(Config{Driver: "sqlite", DSN: "/tmp/x.db", Lanes: 4096}))
+	for _, c := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{Driver: "postgres", DSN: "postgres://u:p@127.0.0.1:notaport/db"}, []string{"DSN"}},
+		{Config{Driver: "postgres", DSN: "host=127.0.0.1 port=x"}, []string{"DSN"}},
+		{Config{Driver: "mysql", DSN: "garbage@@"}, []string{"DSN"}},
+		{Config{Driver: "sqlite", DSN: "x.db", Lanes: 4097}, []string{"Lanes"}},
+		{Config{Driver: "sqlite", DSN: "x.db", Table: "null;"}, []string{"Table"}},
+		{Config{Driver: "mysql", DSN: "u@tcp(h)/d", Table: "a b", Lanes: -1}, []string{"Lanes", "Table"}},
+		{Config{Driver: "postgres", DSN: "postgres://h/db", Schema: "a-b", Table: "x y", Lanes: 5000}, []string{"Lanes", "Schema", "Table"}},
+		{Config{Driver: "oracle"}, []string{"Driver"}},
+	} {
+		require.Equal(t, c.want, fields(c.cfg), "%+v", c.cfg)
 	}
 }
