@@ -13,8 +13,9 @@
 // core.CleanupOutbox, with a recording, fault-injecting sink, so what it proves is what users
 // get. Subtests have stable names (area/case); each runs under a watchdog that turns a hang into
 // a failure. The package imports only core, the standard library, the module's own test hook
-// (internal/testhook, which sets the clock of a cleanup without a public option) and the public
-// test helpers of package outboxtest (which import core and the standard library only).
+// (internal/testhook, which sets the clock of a cleanup without a public option), the public
+// test helpers of package outboxtest and package reconcile (both import core and the standard
+// library only).
 //
 // The suite proves itself: its own tests run it against the in-memory reference adapter (which
 // must pass) and, in child processes, against variants of it (internal/testhook) that break one
@@ -47,8 +48,12 @@ type Adapter[TTx any] interface {
 	core.Admin
 }
 
-// Harness builds fresh fixtures for each subtest. Optional capabilities (core.Notifier and
-// core.Waker for wake-ups) are found by type assertion on the adapter and tested when present.
+// Harness builds fresh fixtures for each subtest. Optional capabilities are found by type
+// assertion on the adapter and tested when present: core.Notifier and core.Waker (wake-ups),
+// core.Operator (the operator area), core.LaneResizer (the lanes area's resize cases),
+// core.CheckpointStore (publisher/checkpoint-fenced; required with CDC) and
+// reconcile.InboxReader (chain/reconcile's inbox findings). Run's doc says what each case does
+// without them.
 type Harness[TTx any] struct {
 	// New returns an adapter on a freshly migrated, empty outbox and inbox with the given lane
 	// count, isolated from every other subtest (subtests may run in parallel). Release resources

@@ -275,6 +275,7 @@ func testDeliveryWakeup[TTx any](e *env[TTx]) {
 	_, waker := any(e.a).(core.Waker)
 	_, notifier := any(e.a).(core.Notifier)
 	if !waker || !notifier {
+		e.t.Log("the adapter does not implement core.Waker and core.Notifier (optional): checking delivery by polling instead")
 		testDeliveryPollOnly(e)
 		return
 	}

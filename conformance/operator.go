@@ -26,6 +26,7 @@ func operatorCases[TTx any]() []tcase[TTx] {
 func testOperatorReplay[TTx any](e *env[TTx]) {
 	op, isOp := e.a.(core.Operator)
 	if !isOp {
+		e.lacks("core.Operator")
 		return
 	}
 	evs := e.write(event("a", 1), event("b", 1), event("a", 2), event("c", 1))
@@ -133,6 +134,7 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 func testOperatorResetLanes[TTx any](e *env[TTx]) {
 	op, isOp := e.a.(core.Operator)
 	if !isOp {
+		e.lacks("core.Operator")
 		return
 	}
 	e.write(event(keyForLane(4, 0, 0), 1), event(keyForLane(4, 1, 0), 1), event(keyForLane(4, 2, 0), 1))
@@ -230,6 +232,7 @@ func testOperatorResetLanes[TTx any](e *env[TTx]) {
 func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 	op, isOp := e.a.(core.Operator)
 	if !isOp {
+		e.lacks("core.Operator")
 		return
 	}
 	f := e.inbox(nil)

@@ -122,7 +122,8 @@ func publisherCases[TTx any]() []tcase[TTx] {
 				if e.h.CDC != nil {
 					e.fatalf("Harness.CDC is set but the adapter does not implement core.CheckpointStore")
 				}
-				return // no CDC support: nothing to check
+				e.lacks("core.CheckpointStore") // no CDC support
+				return
 			}
 			if _, ok, err := cs.LoadCheckpoint(e.ctx); err != nil || ok {
 				e.fatalf("LoadCheckpoint on a fresh outbox = ok %v, %v; want none", ok, err)

@@ -60,6 +60,8 @@ func testChainReconcile[TTx any](e *env[TTx]) {
 	reader, withInbox := e.a.(reconcile.InboxReader)
 	if withInbox {
 		o.Inbox, o.Consumer = reader, "c"
+	} else {
+		e.lacks("reconcile.InboxReader (the inbox findings)")
 	}
 	rep, err := reconcile.Run(e.ctx, iter.Seq2[reconcile.Expected, error](expected), e.a, o)
 	e.must(err, "reconcile.Run")

@@ -68,6 +68,7 @@ func (s *heldSink) Send(ctx context.Context, msgs []core.Message) []error {
 func testResizeUnderLoad[TTx any](e *env[TTx]) {
 	rs, ok := e.a.(core.LaneResizer)
 	if !ok {
+		e.lacks("core.LaneResizer")
 		return
 	}
 	for _, bad := range []int{0, -1, core.MaxLanes + 1} {
@@ -225,6 +226,7 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 func testResizeStaleWriter[TTx any](e *env[TTx]) {
 	rs, ok := e.a.(core.LaneResizer)
 	if !ok {
+		e.lacks("core.LaneResizer")
 		return
 	}
 	key := keyForLane(8, 3, 0)

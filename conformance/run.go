@@ -7,26 +7,35 @@ import (
 // Run runs the whole suite against the adapter that h builds. It is the suite's one entry
 // point. Each area is a subtest and each case in it has a stable name, "area/case":
 //
-//   - write: atomicity, validation, duplicate, defaults, roundtrip, lane-count
-//   - lanes: exclusive, lowest-first, fair-share, expiry-takeover, generation, release, renew,
-//     heartbeat
+//   - write: atomicity, validation, duplicate, defaults, roundtrip, lane-count, tx-group
+//   - lanes: exclusive, lowest-first, fair-share, expiry-takeover, taken-over, generation,
+//     release, renew, heartbeat, resize-under-load, resize-stale-writer (the last two with
+//     core.LaneResizer)
 //   - fencing: stale-settle, expired, race (1,000 races of a stale Settle against a takeover)
 //   - delivery: at-least-once, order, rolled-back, crash-restart, delete-on-publish, wakeup
-//     (skipped unless the adapter implements core.Waker and core.Notifier)
+//     (with core.Waker and core.Notifier: Outbox.Notify wakes a relay that polls once an
+//     hour; without both: Notify returns nil and a relay delivers by polling)
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
-//   - operator: replay (adapters with core.Operator: Replay in seq order and its refusals, the
+//   - operator (with core.Operator): replay (Replay in seq order and its refusals, the
 //     watermark behind a replayed event, audited UnparkKeys and PruneAudited, AuditLog),
 //     lanes-reset (ResetLanes: the old owner's Settle and RenewLanes refused, another worker
 //     claims the lanes at once, audit rows, bad selections refused), inbox-prune
 //     (PruneInboxAudited: the horizon raised, the records deleted in batches, audit rows)
-//   - inbox: concurrent-once, digest-mismatch, handler-error, versions, gap-reject, retention,
-//     consumers, horizon-after-insert
+//   - inbox: concurrent-once, digest-mismatch, handler-error, handler-panic, versions,
+//     gap-reject, retention, consumers, horizon-after-insert, batch, batch-outcomes, set
+//   - publisher: join-and-bump, stale-claim-and-renew, concurrent-acquire, checkpoint-fenced
+//     (with core.CheckpointStore, which Harness.CDC requires), polling-relay-fenced
 //   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its
 //     transaction: effect, inbox record and events commit together or not at all), outboxtest
-//     (package outboxtest's database helpers on the adapter)
+//     (package outboxtest's database helpers on the adapter), reconcile (package reconcile on
+//     the adapter; its inbox findings with reconcile.InboxReader)
+//   - cdc (only with Harness.CDC): commit-order, crash-points, lost-position-backfill, cutover,
+//     shadow, parked-key, retention
 //
-// Areas and cases run in parallel, each case on its own adapter from h.New and under a
+// A case of an optional capability the adapter lacks passes with nothing to check and logs
+// which capability it did not find (go test -v shows it); wakeup checks the base behaviour
+// instead. Areas and cases run in parallel, each case on its own adapter from h.New and under a
 // watchdog (h.Timeout) that turns a hang into a failure with a dump of every goroutine.
 // Relays, outboxes, inboxes and cleanups are the real ones of package core; the sink is this
 // package's recording, fault-injecting Sink. Tests that need precise control call the store

@@ -141,6 +141,13 @@ func (e *env[TTx]) fatalf(format string, args ...any) {
 	e.t.Fatalf(format, args...)
 }
 
+// lacks logs that the adapter does not implement the optional capability a case checks: the
+// case then passes with nothing to check (see Harness), and go test -v says so.
+func (e *env[TTx]) lacks(capability string) {
+	e.t.Helper()
+	e.t.Logf("the adapter does not implement %s (optional): nothing to check", capability)
+}
+
 func (e *env[TTx]) must(err error, what string) {
 	e.t.Helper()
 	if err != nil {
