@@ -77,6 +77,13 @@ func Drain(ctx context.Context, store DrainStore, sink core.Sink, router core.Ro
 			return relay.Stats(), fmt.Errorf("outboxtest: drain: the relay stopped: %w", err)
 		case <-ctx.Done():
 			health := relay.Health()
+			if waiting < 0 { // ctx ended before any count: count once more, outside ctx
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				if n, err := deliverable(cctx, store); err == nil {
+					waiting = n
+				}
+				cancel()
+			}
 			return relay.Stats(), errors.Join(fmt.Errorf("outboxtest: drain: %d event(s) still pending: %w (relay health: %v)",
 				waiting, ctx.Err(), health), stop())
 		case <-tick.C:

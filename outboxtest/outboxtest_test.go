@@ -198,7 +198,15 @@ func TestDrainGivesUpWhenContextEnds(t *testing.T) {
 	defer cancel()
 	_, err := outboxtest.Drain(ctx, b.store, sink, nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "1 event(s) still pending")
+	require.ErrorContains(t, err, "drain: 1 event(s) still pending")
+
+	// A context that ended before Drain began still gets the count, from a store that (as a
+	// database would) refuses every read under an ended context.
+	done, cancelDone := context.WithCancel(t.Context())
+	cancelDone()
+	_, err = outboxtest.Drain(done, ctxStats{b.store}, sink, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "drain: 1 event(s) still pending")
 }
 
 func TestSinkPrefixRule(t *testing.T) {
@@ -218,4 +226,15 @@ func TestSinkPrefixRule(t *testing.T) {
 	require.ErrorIs(t, out[2], core.ErrNotAcknowledged)
 	require.NoError(t, out[1])
 	require.Len(t, s.Messages(), 1)
+}
+
+// ctxStats is a store whose Stats fails once its context ended, as a database's does (the
+// memory store answers regardless).
+type ctxStats struct{ *memory.Store }
+
+func (s ctxStats) Stats(ctx context.Context) (core.Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return core.Stats{}, err
+	}
+	return s.Store.Stats(ctx)
 }
