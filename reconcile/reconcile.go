@@ -6,16 +6,18 @@
 // Run reads the expected events from the caller's iterator (one per domain transition that
 // requires an event: ID, aggregate, version), the outbox through core.Admin, and optionally a
 // consumer's inbox through an InboxReader, over a time window, and returns a Report listing
-// each kind of finding with its count and IDs:
+// each kind of finding with its count and IDs (an event in the outbox that was not expected is
+// reported Extra only, whatever its state):
 //
 //   - Missing: expected, not in the outbox.
 //   - Extra: in the outbox within the window, not expected.
 //   - DuplicateExpected: an ID the iterator yielded more than once.
 //   - DuplicateVersions: two outbox events of one aggregate with the same version.
 //   - VersionGaps: versions of an aggregate in the outbox that skip a number.
-//   - Unpublished: in the outbox, not published and older than the threshold.
-//   - Parked: in the outbox, parked.
-//   - NotApplied: published longer ago than the threshold, no record in the consumer's inbox.
+//   - Unpublished: expected, in the outbox, not published and older than the threshold.
+//   - Parked: expected, in the outbox, parked.
+//   - NotApplied: expected, published longer ago than the threshold, no record in the
+//     consumer's inbox.
 //   - DigestMismatches: the inbox recorded another payload digest than the outbox row's payload
 //     (or the expected event's Digest differs from the outbox row's).
 //   - Stale: the consumer recorded the event as stale (core.Stale: not applied).

@@ -124,6 +124,7 @@ func TestPlantedMismatches(t *testing.T) {
 	require.Empty(t, rep.Unpublished)
 	require.Empty(t, rep.NotApplied)
 	require.Equal(t, []string{"dm1", "dup", "g3", "p1", "st1"}, rep.Extra)
+	require.Empty(t, rep.Parked, "an event that was not expected is Extra only, parked or not")
 
 	// A window that holds nothing: expected events are still looked up, nothing is extra.
 	rep = run(reconcile.Options{Until: time.Now().Add(-time.Hour)}, ok1)
