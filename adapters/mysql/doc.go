@@ -16,8 +16,12 @@
 // default). New checks all three and returns an error wrapping ErrConnection otherwise, and
 // refuses servers older than MySQL 8.0 or MariaDB 10.6 with ErrUnsupportedServer.
 // interpolateParams=true is recommended: without it every statement with parameters costs
-// extra round trips to prepare and close it. Tables are InnoDB, utf8mb4 with binary
-// collations (partition keys and ids that differ only in case are different). With
+// extra round trips to prepare and close it. Tables are InnoDB. Text is compared byte for byte,
+// as on the other adapters: partition keys, aggregate ids, inbox consumers and entities, owners
+// and the other text the adapter or its triggers compare are VARBINARY/MEDIUMBLOB columns
+// (migration 009; MySQL's and MariaDB's utf8mb4_bin ignores trailing spaces), and ids and names,
+// which the API allows no spaces in, are ascii_bin; so text that differs in case or in trailing
+// spaces is different. With
 // ClaimGetLock every owner holding lanes keeps one connection of the pool open.
 //
 // # Guarantees

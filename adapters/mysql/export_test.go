@@ -1,5 +1,7 @@
 package mysql
 
+import "context"
+
 // FetchPlanQueries returns Fetch's main statement for tests (EXPLAIN): for lanes of total,
 // with blocked keys (more than maxInlineBlocked switches to the NOT EXISTS form).
 func (s *Store) FetchPlanQueries(lanes []int, total, blocked int) (string, []any) {
@@ -19,3 +21,7 @@ func (s *Store) StatsQueries() (stats, blocked string) { return s.q.stats, s.q.b
 
 // PendingDestinationsQuery returns the statement of PendingDestinations, for tests (EXPLAIN).
 func (s *Store) PendingDestinationsQuery() string { return s.q.pendingDest }
+
+// MigrateBefore is Migrate with only the migration files named before file (e.g.
+// "migrations/009_binary_text.sql"): a database as an earlier version of the adapter left it.
+func (s *Store) MigrateBefore(ctx context.Context, file string) error { return s.migrate(ctx, file) }

@@ -35,6 +35,9 @@ func TestImmutableColumnsTrigger(t *testing.T) {
 		"type = 'x', published_at = UTC_TIMESTAMP(6)", "destination = 'd'", "tenant = 'x'",
 		"causation_id = 'c'", "correlation_id = 'c'", "schema_id = 's'", "partition_key = 'k'",
 		"aggregate_type = 'b'",
+		// Trailing spaces are a change (the columns are binary since migration 009).
+		"aggregate_id = CONCAT(aggregate_id, ' ')", "partition_key = CONCAT(partition_key, ' ')",
+		"tenant = ' '", "causation_id = ' '", "correlation_id = ' '", "headers = CONCAT(headers, ' ')",
 	} {
 		_, err := db.ExecContext(ctx, "UPDATE outbox SET "+set)
 		var me *driver.MySQLError
@@ -81,6 +84,8 @@ func TestAuditGuardTrigger(t *testing.T) {
 	refused("UPDATE outbox_audit SET rows_affected = 5 WHERE command = 'replay'")
 	refused("UPDATE outbox_audit SET actor = 'b', rows_affected = 5 WHERE command = 'inbox prune'")
 	refused("UPDATE outbox_audit SET rows_affected = -2 WHERE command = 'inbox prune'")
+	refused("UPDATE outbox_audit SET actor = 'a ', rows_affected = 5 WHERE command = 'inbox prune'")
+	refused("UPDATE outbox_audit SET arguments = '{} ', rows_affected = 5 WHERE command = 'inbox prune'")
 	_, err = db.ExecContext(ctx, "UPDATE outbox_audit SET rows_affected = 5 WHERE command = 'inbox prune'")
 	require.NoError(t, err, "the count of an unfinished inbox prune")
 	refused("UPDATE outbox_audit SET rows_affected = 6 WHERE command = 'inbox prune'")

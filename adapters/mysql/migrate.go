@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,10 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+// binaryTextMigration makes the text the adapter compares byte-exact (VARBINARY, no PAD SPACE):
+// Migrate runs it only while one of the columns it converts still has a character set.
+const binaryTextMigration = "migrations/009_binary_text.sql"
+
 // resizeMigration recreates the immutability trigger with the exemption of lane changes
 // (ResizeLanes, Replay): Migrate runs it only when the trigger lacks it.
 const resizeMigration = "migrations/008_lanes_resize.sql"
@@ -27,8 +32,15 @@ const resizeMigration = "migrations/008_lanes_resize.sql"
 // Concurrent Migrate calls are serialised by a GET_LOCK. An outbox migrated earlier with another
 // lane count than a non-zero Options.Lanes returns an error wrapping core.ErrSchemaMismatch and
 // changes nothing; with Options.Lanes 0 it keeps the recorded count (which ResizeLanes may have
-// changed).
-func (s *Store) Migrate(ctx context.Context) (err error) {
+// changed). On a database migrated by an earlier version, migration 009 converts the compared
+// text columns to binary ones (trailing spaces then count), which needs the ALTER privilege:
+// each of its ALTER TABLEs rebuilds its table, blocking writes to it meanwhile, once. Stores of
+// the earlier version keep working on the converted tables.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, "") }
+
+// migrate is Migrate with the migration files before until only ("": all of them), so that tests
+// can build a database as an earlier version of the adapter migrated it.
+func (s *Store) migrate(ctx context.Context, until string) (err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return wrap("migrate", err)
@@ -53,8 +65,23 @@ func (s *Store) Migrate(ctx context.Context) (err error) {
 		return err
 	}
 	sort.Strings(files)
+	if until != "" {
+		files = slices.DeleteFunc(files, func(f string) bool { return f >= until })
+	}
 	id := s.names.idents()
 	for _, f := range files {
+		if f == binaryTextMigration {
+			// Only while a column it converts is still text: each ALTER rebuilds its table.
+			var pending int
+			n := s.names
+			if err := conn.QueryRowContext(ctx, s.q.textColumnsPending, n.outbox, n.lanes, n.workers,
+				n.inbox, n.horizons, n.versions, n.audit).Scan(&pending); err != nil {
+				return wrap("migrate: "+f, err)
+			}
+			if pending == 0 {
+				continue
+			}
+		}
 		if f == resizeMigration {
 			// Only when the trigger lacks the exemption: the file drops and recreates it.
 			current, err := s.resizeMigrated(ctx, conn)
@@ -165,7 +192,10 @@ func (s *Store) resizeMigrated(ctx context.Context, conn *sql.Conn) (bool, error
 // ends with ";" at the end of a line; the trigger's body holds one more ";" inside a line, so
 // send the script as one multi-statement batch (go-sql-driver/mysql multiStatements=true, the
 // tools' default) or split it at line ends, as Migrate does; the mysql command-line client needs
-// a DELIMITER around the trigger. MySQL DDL is not transactional.
+// a DELIMITER around the trigger. MySQL DDL is not transactional. The script is the same for
+// MySQL and MariaDB: migration 009 (ALTER TABLEs after the CREATEs) makes the compared text
+// VARBINARY, which both servers compare byte for byte, so no collation has to be chosen per
+// server.
 func MigrationSQL(opts *Options) (string, error) {
 	o, names, err := resolve(opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +98,51 @@ func TestWriteInTransactionOnAnotherDatabase(t *testing.T) {
 	}
 	require.Equal(t, 2, count(name))
 	require.Zero(t, count(otherName))
+}
+
+// The longest table names the options accept migrate: Table of 56 characters (Table+"_workers"
+// is 64) and InboxTable of 55 (InboxTable+"_horizons" is 64). One character more is a
+// *core.OptionError naming the field, from New before it touches the database and from
+// MigrationSQL; a 56-character InboxTable used to pass, and Migrate then failed with server
+// error 1103 after the outbox's tables were created.
+func TestTableNameLengthBounds(t *testing.T) {
+	t.Parallel()
+	long := func(n int) string { return strings.Repeat("t", n) }
+	nowhere, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none?parseTime=true")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nowhere.Close() })
+	for _, c := range []struct {
+		field string
+		o     mysql.Options
+	}{
+		{"Table", mysql.Options{Table: long(57)}},
+		{"InboxTable", mysql.Options{InboxTable: long(56)}},
+	} {
+		_, err := mysql.New(context.Background(), nowhere, &c.o)
+		var oe *core.OptionError
+		require.ErrorAs(t, err, &oe, "New %+v", c.o)
+		require.Equal(t, c.field, oe.Field)
+		_, err = mysql.MigrationSQL(&c.o)
+		require.ErrorAs(t, err, &oe, "MigrationSQL %+v", c.o)
+		require.Equal(t, c.field, oe.Field)
+	}
+
+	longest := mysql.Options{Table: long(56), InboxTable: "i" + long(54)}
+	_, err = mysql.MigrationSQL(&longest)
+	require.NoError(t, err)
+	s := newStore(t, &longest)
+	ctx := context.Background()
+	in, err := core.NewInbox[*sql.Tx](s, nil)
+	require.NoError(t, err)
+	res, err := in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
+		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, core.Applied, res.Outcome)
+	out, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	tx, err := s.DB().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = out.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
 }

@@ -23,14 +23,17 @@ func (c ClaimStrategy) String() string {
 type Options struct {
 	// Table is the outbox table. The adapter also uses Table+"_lanes", Table+"_workers",
 	// Table+"_meta", Table+"_pub" (the publisher generation), Table+"_cdc" (the CDC
-	// checkpoint) and Table+"_audit" (the operator audit log, core.Operator). Default "outbox". It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$ (MySQL
-	// identifiers are at most 64 characters, suffixes included).
+	// checkpoint) and Table+"_audit" (the operator audit log, core.Operator). Default "outbox".
+	// It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$: at most 56 characters, so that the longest
+	// derived name, Table+"_workers", fits MySQL's 64-character identifiers.
 	Table string
 	// InboxTable is the inbox table; the adapter also uses InboxTable+"_horizons" and
-	// InboxTable+"_versions". Default "inbox". Same rule as Table. No name derived from Table
-	// may equal one derived from InboxTable, compared case-insensitively (e.g. Table
-	// "y_horizons" with InboxTable "y"): New refuses that with a *core.OptionError before it
-	// touches the database.
+	// InboxTable+"_versions". Default "inbox". It must match ^[A-Za-z_][A-Za-z0-9_]{0,54}$: at
+	// most 55 characters, one fewer than Table, so that InboxTable+"_horizons" fits 64
+	// characters. No name derived from Table may equal one derived from InboxTable, compared
+	// case-insensitively (e.g. Table "y_horizons" with InboxTable "y"). New and MigrationSQL
+	// refuse a name beyond these bounds, or such a collision, with a *core.OptionError naming
+	// the field, before anything touches the database.
 	InboxTable string
 	// Lanes is the lane count Migrate records the first time it runs (1..core.MaxLanes;
 	// Store.ResizeLanes changes it later). Migrating an existing outbox with another non-zero
@@ -67,7 +70,15 @@ type Options struct {
 // MaxDeadlockRetries bounds Options.DeadlockRetries.
 const MaxDeadlockRetries = 1000
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
+// maxIdentLen is MySQL's (and MariaDB's) bound on a table name.
+const maxIdentLen = 64
+
+// tableRE and inboxTableRE are the rules of Options.Table and Options.InboxTable: the longest
+// derived names, Table+"_workers" and InboxTable+"_horizons", are then maxIdentLen characters.
+var (
+	tableRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,55}$`)
+	inboxTableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,54}$`)
+)
 
 const (
 	// ClaimSkipLocked (default) claims free or expired lanes with SELECT ... FOR UPDATE SKIP

@@ -58,6 +58,7 @@ type queries struct {
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
 	auditSetRows, resetLanes                                                 string
 
+	textColumnsPending                                                         string
 	triggerBody, insertChecked, laneCountShared, laneCountLocked, laneCountSet string
 	publisherReadShared, resizeAllow, resizeDisallow, resizeLeases             string
 	resizeDropLanes, resizeRows, resizeMove                                    string
@@ -162,6 +163,7 @@ func newQueries(n tableNames) (queries, error) {
 		checkpointPut:          st.Get("CheckpointPut"),
 		checkpointDelete:       st.Get("CheckpointDelete"),
 		triggerBody:            st.Get("TriggerBody"),
+		textColumnsPending:     st.Get("TextColumnsPending"),
 		insertChecked:          st.Get("InsertChecked"),
 		laneCountShared:        st.Get("LaneCountShared"),
 		laneCountLocked:        st.Get("LaneCountLocked"),

@@ -350,6 +350,16 @@ UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, gen
 	WHERE owner <> '' AND (? OR lane IN ({{lane_list}})) AND (? = '' OR owner = ?)
 	ORDER BY lane
 
+-- name: TextColumnsPending
+-- Whether migration 009 (binary text) is still to run: the columns it converts that still have a
+-- character set, in the outbox, lanes, workers, inbox, horizons, versions and audit tables (the
+-- bare names, in this order). No other column of these tables has one of these names.
+SELECT COUNT(*) FROM information_schema.COLUMNS
+	WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME IS NOT NULL
+	  AND TABLE_NAME IN (?, ?, ?, ?, ?, ?, ?)
+	  AND COLUMN_NAME IN ('aggregate_id', 'partition_key', 'headers', 'tenant', 'causation_id',
+		'correlation_id', 'owner', 'consumer', 'entity', 'actor', 'command', 'arguments')
+
 -- name: TriggerBody
 -- The immutability trigger's body (Migrate runs 008_lanes_resize when it lacks 'lanes_resize').
 SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS

@@ -136,25 +136,33 @@ func resolve(opts *Options) (Options, tableNames, error) {
 	if o.InboxTable == "" {
 		o.InboxTable = "inbox"
 	}
-	if !identRE.MatchString(o.Table) {
-		return Options{}, tableNames{}, &core.OptionError{Field: "Table", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
+	if !tableRE.MatchString(o.Table) {
+		return Options{}, tableNames{}, &core.OptionError{Field: "Table", Reason: "must match " + tableRE.String() + ` (Table+"_workers" must fit 64 characters)`}
 	}
-	if !identRE.MatchString(o.InboxTable) {
-		return Options{}, tableNames{}, &core.OptionError{Field: "InboxTable", Reason: "must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$"}
+	if !inboxTableRE.MatchString(o.InboxTable) {
+		return Options{}, tableNames{}, &core.OptionError{Field: "InboxTable", Reason: "must match " + inboxTableRE.String() + ` (InboxTable+"_horizons" must fit 64 characters)`}
 	}
 	names := tableNames{
 		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
 		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
 		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc", audit: o.Table + "_audit",
 	}
-	if err := sqlident.CheckCollisions(
-		sqlident.Ident{Field: "Table", Name: names.outbox}, sqlident.Ident{Field: "Table", Name: names.lanes},
-		sqlident.Ident{Field: "Table", Name: names.workers}, sqlident.Ident{Field: "Table", Name: names.meta},
-		sqlident.Ident{Field: "Table", Name: names.publisher}, sqlident.Ident{Field: "Table", Name: names.checkpoint},
-		sqlident.Ident{Field: "Table", Name: names.audit},
-		sqlident.Ident{Field: "InboxTable", Name: names.inbox}, sqlident.Ident{Field: "InboxTable", Name: names.horizons},
-		sqlident.Ident{Field: "InboxTable", Name: names.versions},
-	); err != nil {
+	idents := []sqlident.Ident{
+		{Field: "Table", Name: names.outbox}, {Field: "Table", Name: names.lanes},
+		{Field: "Table", Name: names.workers}, {Field: "Table", Name: names.meta},
+		{Field: "Table", Name: names.publisher}, {Field: "Table", Name: names.checkpoint},
+		{Field: "Table", Name: names.audit},
+		{Field: "InboxTable", Name: names.inbox}, {Field: "InboxTable", Name: names.horizons},
+		{Field: "InboxTable", Name: names.versions},
+	}
+	// The patterns above bound every derived name; this keeps a new suffix from making one too
+	// long for the server (error 1103 in the middle of Migrate, after earlier files ran).
+	for _, id := range idents {
+		if len(id.Name) > maxIdentLen {
+			return Options{}, tableNames{}, &core.OptionError{Field: id.Field, Reason: fmt.Sprintf("derived table name %s is longer than %d characters", id.Name, maxIdentLen)}
+		}
+	}
+	if err := sqlident.CheckCollisions(idents...); err != nil {
 		return Options{}, tableNames{}, err
 	}
 	var err error
