@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -114,4 +115,14 @@ func effectCount(ctx context.Context, db *sql.DB, key string) (int, error) {
 		return 0, nil
 	}
 	return n, err
+}
+
+// writeInTx returns a function that writes events through ob in a transaction of its own.
+func writeInTx(ctx context.Context, s *mysql.Store, ob *core.Outbox[*sql.Tx]) func(...core.Event) error {
+	return func(evs ...core.Event) error {
+		return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := ob.Write(ctx, tx, evs...)
+			return err
+		})
+	}
 }

@@ -86,12 +86,7 @@ func TestUniqueAggregateVersionTrailingSpace(t *testing.T) {
 	ctx := t.Context()
 	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
-	write := func(evs ...core.Event) error {
-		return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := ob.Write(ctx, tx, evs...)
-			return err
-		})
-	}
+	write := writeInTx(ctx, s, ob)
 	ev := core.Event{AggregateType: "order", AggregateID: "a", AggregateVersion: 1, Type: "order.created"}
 	require.NoError(t, write(ev))
 	ev.AggregateID = "a "

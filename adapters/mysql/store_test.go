@@ -88,12 +88,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	// version 0 (unversioned) never collides.
 	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
-	write := func(evs ...core.Event) error {
-		return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := ob.Write(ctx, tx, evs...)
-			return err
-		})
-	}
+	write := writeInTx(ctx, s, ob)
 	ev := core.Event{AggregateType: "order", AggregateID: "1", AggregateVersion: 1, Type: "order.created"}
 	require.NoError(t, write(ev))
 	require.ErrorIs(t, write(ev), core.ErrDuplicateEvent)
