@@ -422,7 +422,8 @@ WITH b AS MATERIALIZED (
 		(SELECT min(min_seq) FROM {{settled}} WHERE at >= $1::timestamptz) AS settled_min,
 		set_config('outboxkit.pending_layout', 'on', true) AS layout
 ), m AS MATERIALIZED (
-	SELECT min(seq) AS seq FROM {{outbox}}
+	-- No outbox row: every entry lists only deleted rows (an entry lists committed rows).
+	SELECT coalesce(min(seq), 9223372036854775807) AS seq FROM {{outbox}}
 ), log AS (
 	DELETE FROM {{settled}} WHERE min_seq < (SELECT seq FROM m) AND max_seq < (SELECT seq FROM m)
 )

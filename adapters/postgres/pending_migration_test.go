@@ -1,0 +1,237 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/sqlfile"
+	"github.com/outboxkit/outbox/internal/testkit"
+)
+
+// earlierStore is a Store of the version before the pending layout: its writer, relay and
+// cleanup statements are those of testdata/v0007/queries.sql (the earlier queries.sql), and it
+// migrates to 0007 only. The Go code around the statements did not change for them.
+func earlierStore(t *testing.T, d *testDB, opts Options) *Store[pgx.Tx] {
+	t.Helper()
+	opts.Schema = d.schema
+	s, err := New(d.pool, &opts)
+	require.NoError(t, err)
+	st, err := sqlfile.Load(os.DirFS("testdata/v0007"), "queries.sql", s.n.idents())
+	require.NoError(t, err)
+	s.q.insert, s.q.insertChecked = st.Get("Insert"), st.Get("InsertChecked")
+	s.q.fetch, s.q.settleMark, s.q.settleDelete = st.Get("Fetch"), st.Get("SettleMark"), st.Get("SettleDelete")
+	s.q.pruneOutbox = st.Get("PruneOutbox")
+	var ms []migration
+	for _, m := range s.q.migrations {
+		if m.name != "migration:0008_pending" {
+			ms = append(ms, m)
+		}
+	}
+	require.Len(t, ms, len(s.q.migrations)-1)
+	s.q.migrations = ms
+	return s
+}
+
+// deliveries is a sink that records what it acknowledged, in order.
+type deliveries struct {
+	mu  sync.Mutex
+	got []testkit.Delivery
+}
+
+func (d *deliveries) sink() core.Sink {
+	return core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, m := range msgs {
+			d.got = append(d.got, testkit.Delivery{ID: m.ID, Key: m.PartitionKey})
+		}
+		return make([]error, len(msgs))
+	})
+}
+
+func (d *deliveries) snapshot() []testkit.Delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]testkit.Delivery(nil), d.got...)
+}
+
+// TestPendingMigrationOnline: an outbox at migration 0007 with a backlog that writers and a relay
+// of the earlier version are writing and draining is migrated to 0008 under them; writers and
+// relays of this version join, the earlier ones keep running for a while (as in a rolling
+// upgrade: they share the lanes, the earlier writers' rows get their pending rows from the
+// migration's trigger), an earlier cleanup runs meanwhile, then the earlier ones stop; once with
+// an earlier relay that marks published rows, once with one that deletes them (the trigger
+// deletes their pending rows: they were published). Every
+// committed event is delivered, first deliveries in write order per key (the earlier relay's
+// marks are not seen by this version's relays: duplicates, never loss or reordering), and the
+// pending table ends empty.
+func TestPendingMigrationOnline(t *testing.T) {
+	t.Parallel()
+	for _, del := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delete=%v", del), func(t *testing.T) {
+			t.Parallel()
+			testPendingMigrationOnline(t, del)
+		})
+	}
+}
+
+func testPendingMigrationOnline(t *testing.T, del bool) {
+	ctx := context.Background()
+	d := newTestDB(t, dbOptions{maxConns: 16})
+	opts := Options{Lanes: 8}
+	old := earlierStore(t, d, opts)
+	require.NoError(t, old.Migrate(ctx))
+	var applied int
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_meta WHERE name = 'migration:0008_pending'`).Scan(&applied))
+	require.Zero(t, applied)
+	s, err := New(d.pool, &Options{Schema: d.schema, Lanes: 8})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	want := map[string][]string{}
+	payload := make([]byte, 200)
+	writer := func(store *Store[pgx.Tx], name string, stop *atomic.Bool, done *sync.WaitGroup) {
+		ob, err := core.NewOutbox(ctx, store, nil)
+		require.NoError(t, err)
+		write := testkit.Writer(store, ob, 2, payload)
+		done.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				key := fmt.Sprintf("k%d", i%40)
+				mu.Lock() // one writer of a key at a time, so write order is commit order
+				ids, err := write(ctx, key)
+				if err == nil {
+					want[key] = append(want[key], ids...)
+				}
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("%s writer: %v", name, err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	relay := func(store *Store[pgx.Tx], owner string, sink core.Sink, del bool) (stop func()) {
+		r, err := core.NewRelay(store, sink, core.StaticRouter{Default: "q"}, &core.RelayOptions{
+			Owner: owner, BatchSize: 50, PollInterval: 5 * time.Millisecond, LeaseTTL: 2 * time.Second,
+			Logger: slog.New(slog.DiscardHandler), DeleteOnPublish: del,
+		})
+		require.NoError(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := r.Run(rctx); err != nil && rctx.Err() == nil {
+				t.Errorf("relay %s: %v", owner, err)
+			}
+		}()
+		return func() { cancel(); <-done }
+	}
+
+	got := &deliveries{}
+	// The earlier version: a backlog, then a relay draining it while writers go on.
+	var oldStop, newStop atomic.Bool
+	var oldWriters, newWriters sync.WaitGroup
+	writer(old, "earlier", &oldStop, &oldWriters)
+	writer(old, "earlier-2", &oldStop, &oldWriters)
+	time.Sleep(300 * time.Millisecond)
+	// The earlier relay is slow (a backlog remains at the migration).
+	slow := core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
+		time.Sleep(50 * time.Millisecond)
+		return got.sink().Send(ctx, msgs)
+	})
+	stopOld := relay(old, "earlier-relay", slow, del)
+	time.Sleep(300 * time.Millisecond)
+
+	// A burst the earlier relay cannot have drained when the migration copies the backlog.
+	{
+		ob, err := core.NewOutbox(ctx, old, nil)
+		require.NoError(t, err)
+		write := testkit.Writer(old, ob, 2, payload)
+		mu.Lock()
+		for i := range 100 {
+			key := fmt.Sprintf("k%d", i%40)
+			ids, err := write(ctx, key)
+			require.NoError(t, err)
+			want[key] = append(want[key], ids...)
+		}
+		mu.Unlock()
+	}
+
+	// Migrate under them; this version's writers and a relay join.
+	require.NoError(t, s.Migrate(ctx))
+	var backfilled int64
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&backfilled))
+	require.Positive(t, backfilled, "a backlog at the migration")
+	writer(s, "new", &newStop, &newWriters)
+	stopNew := relay(s, "new-relay", got.sink(), false)
+	time.Sleep(500 * time.Millisecond)
+	// The earlier version's cleanup deletes rows its relay marked (the trigger takes their pending
+	// rows along: they were published).
+	_, err = old.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+
+	// The earlier ones stop; this version goes on alone, with a second relay.
+	oldStop.Store(true)
+	oldWriters.Wait()
+	stopOld()
+	stopNew2 := relay(s, "new-relay-2", got.sink(), false)
+	time.Sleep(300 * time.Millisecond)
+	newStop.Store(true)
+	newWriters.Wait()
+	require.False(t, t.Failed())
+
+	mu.Lock()
+	total := 0
+	for _, ids := range want {
+		total += len(ids)
+	}
+	mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		seen := map[string]bool{}
+		for _, g := range got.snapshot() {
+			seen[g.ID] = true
+		}
+		// All seen, and no pending row left: an event the earlier relay sent but did not settle
+		// before it stopped is seen already, and sent again by this version's relays.
+		var left int64
+		require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&left))
+		if (len(seen) >= total && left == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopNew()
+	stopNew2()
+	dups := testkit.CheckDeliveries(t, want, got.snapshot())
+	t.Logf("%d events, %d pending at the migration, %d duplicates", total, backfilled, dups)
+
+	var pending int64
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&pending))
+	require.Zero(t, pending, "every event published: no pending row left")
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	// This version's cleanup then removes every published row, and the settle log below them.
+	_, err = core.CleanupOutbox(ctx, s, &core.CleanupOptions{Retention: time.Nanosecond})
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond)
+	_, err = core.CleanupOutbox(ctx, s, &core.CleanupOptions{Retention: time.Nanosecond})
+	require.NoError(t, err)
+	var rows, logRows int64
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox), (SELECT count(*) FROM outbox_settled)`).Scan(&rows, &logRows))
+	require.Zero(t, rows)
+	require.Zero(t, logRows)
+}
