@@ -291,9 +291,8 @@ const resizeBatch = 10_000
 // and the lane count's meta row FOR UPDATE (REPEATABLE READ writers read it FOR SHARE), the
 // publisher kind (a CDC relay's generation is refused), every lane row locked in lane order with
 // its lease ended and its generation incremented (ResizeLeases), the lane rows added or dropped,
-// every unpublished row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
-// resizeBatch at a time, under the transaction-local setting the immutability trigger allows it
-// under), the new count recorded and audit written (Rows: the rows moved). An outbox not
+// every pending row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
+// resizeBatch at a time; the outbox rows keep the lane they were written with), the new count recorded and audit written (Rows: the rows moved). An outbox not
 // migrated by this version returns an error wrapping core.ErrSchemaMismatch.
 func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
 	if err := core.CheckResizeLanes(lanes); err != nil {

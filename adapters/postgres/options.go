@@ -86,8 +86,9 @@ type Options struct {
 //
 // Trade-offs: event IDs stay unique through a side table (Table+"_ids": one narrow row and
 // index entry per event, removed with its partition, so an ID is refused again for as long as
-// the partition of its first event exists); published rows get an index on published_at, so
-// that a drop checks a partition with index lookups; statements that find rows by seq (Settle)
+// the partition of its first event exists); rows published before migration 0008 get an index
+// on published_at, so that a drop checks a partition with index lookups (later ones, the
+// pending table and the settle log's indexes); statements that find rows by seq (Settle)
 // probe every partition; and an insert fails when no partition covers its created_at, so
 // EnsurePartitions (or CleanupOutbox) must run at least once every Ahead intervals.
 type Partitioning struct {
