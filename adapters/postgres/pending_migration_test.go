@@ -235,3 +235,78 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	require.Zero(t, rows)
 	require.Zero(t, logRows)
 }
+
+// The migration's trigger serves writers and relays of the earlier version only: this version's
+// insert, delete-on-publish settle and cleanup never call its function (they set
+// outboxkit.pending_layout, which its WHEN clause reads), while a bare INSERT and DELETE (what an
+// earlier version runs) do, and get the pending row written and removed.
+func TestPendingTriggerOnlyForEarlierVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 1})
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	// calls runs fn in a transaction that counts PL/pgSQL function calls and returns the calls of
+	// the trigger's function it made (the difference of the counters around it: they also hold
+	// the backend's unflushed counts of earlier transactions).
+	calls := func(fn func(tx pgx.Tx) error) int64 {
+		var before, after int64
+		const count = `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+			WHERE funcname = 'outbox_pending_sync'`
+		require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, count).Scan(&before); err != nil {
+				return err
+			}
+			if err := fn(tx); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, count).Scan(&after)
+		}))
+		return after - before
+	}
+	pending := func() int64 {
+		var n int64
+		require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&n))
+		return n
+	}
+	require.Zero(t, calls(func(tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"},
+			core.Event{AggregateType: "a", AggregateID: "2", Type: "t"})
+		return err
+	}), "this version's insert")
+	require.EqualValues(t, 2, pending())
+	require.EqualValues(t, 1, calls(func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane)
+			VALUES ('earlier-1', 'a', '3', 't', 'a/3', 0)`)
+		return err
+	}), "an earlier version's insert")
+	require.EqualValues(t, 3, pending())
+	require.EqualValues(t, 1, calls(func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id = 'earlier-1'`)
+		return err
+	}), "an earlier version's delete")
+	require.EqualValues(t, 2, pending())
+
+	// A delete-on-publish settle and a cleanup of this version.
+	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	require.Zero(t, calls(func(tx pgx.Tx) error {
+		lanes, owners, gens := leaseArrays(leases)
+		_, err := tx.Exec(ctx, s.q.settleDelete, lanes, owners, gens, nil, []int64{recs[0].Seq},
+			[]int64{}, []string{}, []int64{}, []bool{}, false)
+		return err
+	}), "this version's delete-on-publish settle")
+	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[1].Seq}}))
+	require.Zero(t, pending())
+	require.Zero(t, calls(func(tx pgx.Tx) error {
+		n, err := s.txq(tx).exec(ctx, s.q.pruneOutbox, time.Now().Add(time.Hour), int64(1)<<62, 100)
+		require.EqualValues(t, 1, n)
+		return err
+	}), "this version's cleanup")
+}
