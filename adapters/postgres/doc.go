@@ -24,7 +24,8 @@
 //     keep their LIMIT however stale the table statistics are (= ANY(ARRAY(subquery))).
 //   - The pending layout (migration 0008): an outbox row never changes after insert. Each
 //     unpublished record has a narrow row in Table+"_pending" (seq, lane, partition key,
-//     attempts, next attempt, last error, parked), written by Insert's own statement; a record
+//     created_at, attempts, next attempt, last error, parked), written by Insert's own
+//     statement (created_at lets a lookup of the outbox row prune a partitioned outbox); a record
 //     is published exactly when its pending row is gone. Each settle that publishes appends one
 //     entry to the settle log Table+"_settled" (time, lowest and highest seq, the seqs), which
 //     gives the publication time of records published since the migration (earlier ones keep

@@ -6,7 +6,7 @@
 --
 -- The roles must exist. The application role may append to the outbox (and use its sequence)
 -- and run the inbox; it can neither read nor change outbox rows, except that it reads back the
--- seq, lane and partition key of the rows it inserts (the INSERT's RETURNING) to write their
+-- seq, lane, partition key and creation time of the rows it inserts (the INSERT's RETURNING) to write their
 -- pending rows (outbox_pending, migration 0008) in the same statement. The relay role may read
 -- the outbox, change the pending rows (delete them when published, update them on failures),
 -- append to and read the settle log (outbox_settled), delete published rows and old log entries
@@ -60,8 +60,8 @@ GRANT INSERT (id, aggregate_type, aggregate_id, aggregate_version, type, schema_
     ON :"schema".outbox TO :"app_role";
 -- The pending row, written by the same INSERT statement from its RETURNING (which needs SELECT
 -- on the columns it returns).
-GRANT SELECT (seq, lane, partition_key) ON :"schema".outbox TO :"app_role";
-GRANT INSERT (seq, lane, partition_key) ON :"schema".outbox_pending TO :"app_role";
+GRANT SELECT (seq, lane, partition_key, created_at) ON :"schema".outbox TO :"app_role";
+GRANT INSERT (seq, lane, partition_key, created_at) ON :"schema".outbox_pending TO :"app_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_seq_seq TO :"app_role";
 -- The lane-count check of Outbox.Write (a REPEATABLE READ or SERIALIZABLE writer reads the
 -- count through this SECURITY DEFINER function; functions are executable by PUBLIC by default).

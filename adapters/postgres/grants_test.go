@@ -88,7 +88,7 @@ func TestGrants(t *testing.T) {
 	require.Equal(t, core.Applied, res.Outcome)
 	_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 10)
 	require.NoError(t, err)
-	// ...but can neither read nor change outbox rows (beyond the seq, lane and key its inserts
+	// ...but can neither read nor change outbox rows (beyond the seq, lane, key and time its inserts
 	// return), nor change pending rows, nor touch the lanes or the settle log.
 	for _, sql := range []string{
 		"SELECT payload FROM outbox", "SELECT * FROM outbox", "UPDATE outbox SET published_at = now()", "DELETE FROM outbox",

@@ -26,10 +26,10 @@ INSERT INTO {{meta}} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
 -- (LATERAL ... OFFSET 0 keeps the planner from hashing the whole outbox). Operators only
 -- (outboxkit status).
 WITH w AS MATERIALIZED (
-	SELECT p.seq FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT $1
+	SELECT p.seq, p.created_at FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT $1
 )
 SELECT o.destination, count(*) FROM w
-CROSS JOIN LATERAL (SELECT o.destination FROM {{outbox}} AS o WHERE o.seq = w.seq OFFSET 0) AS o
+CROSS JOIN LATERAL (SELECT o.destination FROM {{outbox}} AS o WHERE o.seq = w.seq AND o.created_at = w.created_at OFFSET 0) AS o
 GROUP BY o.destination
 
 -- name: PublishedRecent
@@ -84,8 +84,8 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
-RETURNING seq, lane, partition_key)
-INSERT INTO {{pending}} (seq, lane, partition_key) SELECT seq, lane, partition_key FROM o
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: InsertPartitioned
 -- Insert on a partitioned outbox: the IDs first, in the same statement, so that a duplicate
@@ -102,8 +102,8 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
-RETURNING seq, lane, partition_key)
-INSERT INTO {{pending}} (seq, lane, partition_key) SELECT seq, lane, partition_key FROM o
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: Heartbeat
 -- $1 owner, $2 now, $3 ttl (µs). Expired registrations older than an hour are removed on the
@@ -443,11 +443,13 @@ WHERE o.seq > $1 ORDER BY o.seq LIMIT $2
 
 -- name: ListPending
 SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > $1 AND parked_at IS NULL ORDER BY seq LIMIT $2) AS p
-CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq OFFSET 0) AS o ORDER BY p.seq
+CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq AND r.created_at = p.created_at OFFSET 0) AS o
+ORDER BY p.seq
 
 -- name: ListParked
 SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > $1 AND parked_at IS NOT NULL ORDER BY seq LIMIT $2) AS p
-CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq OFFSET 0) AS o ORDER BY p.seq
+CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq AND r.created_at = p.created_at OFFSET 0) AS o
+ORDER BY p.seq
 
 -- name: ListPublished
 SELECT {{pcols}} FROM {{outbox}} AS o LEFT JOIN {{pending}} AS p ON false
@@ -486,8 +488,7 @@ WITH unpub AS (
 	FROM pg_catalog.pg_class AS c WHERE c.oid = '{{pending}}'::regclass
 )
 SELECT unpub.n, parked.n, est.n, est.bytes, pest.n,
-	(SELECT o.created_at FROM (SELECT p.seq FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT 1) AS f
-		JOIN {{outbox}} AS o ON o.seq = f.seq)
+	(SELECT p.created_at FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT 1)
 FROM unpub, parked, est, pest
 
 -- name: StatsPublished
@@ -594,8 +595,8 @@ SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = $1)
 -- name: Replay
 -- Puts the published rows $1 back to pending, as never attempted: a pending row each, in lane
 -- $2 (their key's lane under the current lane count).
-INSERT INTO {{pending}} (seq, lane, partition_key)
-SELECT o.seq, r.lane, o.partition_key
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at)
+SELECT o.seq, r.lane, o.partition_key, o.created_at
 FROM unnest($1::bigint[], $2::int[]) AS r(seq, lane) JOIN {{outbox}} AS o ON o.seq = r.seq
 ON CONFLICT (seq) DO NOTHING
 
@@ -656,8 +657,8 @@ WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committ
 	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
   AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
-RETURNING seq, lane, partition_key)
-INSERT INTO {{pending}} (seq, lane, partition_key) SELECT seq, lane, partition_key FROM o
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: InsertPartitionedChecked
 -- InsertPartitioned checked as InsertChecked; the IDs go to the side table only when the count
@@ -676,8 +677,8 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE (SELECT ok FROM ok) AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
-RETURNING seq, lane, partition_key)
-INSERT INTO {{pending}} (seq, lane, partition_key) SELECT seq, lane, partition_key FROM o
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: LaneCountChecked
 -- The recorded lane count, and whether migration 0007 (checked inserts, resizes) is applied.

@@ -10,6 +10,9 @@ CREATE TABLE IF NOT EXISTS {{pending}} (
     seq             bigint      PRIMARY KEY,
     lane            integer     NOT NULL,
     partition_key   text        NOT NULL,
+    -- The outbox row's created_at: with it a lookup of the row finds the partition of a
+    -- partitioned outbox (run-time pruning) instead of probing every partition's index.
+    created_at      timestamptz NOT NULL,
     attempts        integer     NOT NULL DEFAULT 0,
     next_attempt_at timestamptz,
     last_error      text        NOT NULL DEFAULT '',
@@ -57,8 +60,8 @@ BEGIN
         IF NEW.published_at IS NOT NULL THEN
             RETURN NULL; -- inserted as published: no pending row
         END IF;
-        INSERT INTO {{pending}} (seq, lane, partition_key, attempts, next_attempt_at, last_error, parked_at)
-        VALUES (NEW.seq, NEW.lane, NEW.partition_key, NEW.attempts, NEW.next_attempt_at, NEW.last_error, NEW.parked_at)
+        INSERT INTO {{pending}} (seq, lane, partition_key, created_at, attempts, next_attempt_at, last_error, parked_at)
+        VALUES (NEW.seq, NEW.lane, NEW.partition_key, NEW.created_at, NEW.attempts, NEW.next_attempt_at, NEW.last_error, NEW.parked_at)
         ON CONFLICT (seq) DO NOTHING;
         RETURN NULL;
     END IF;
@@ -71,6 +74,7 @@ $fn$;
 -- the outbox for the record, the status columns from the pending row. As the earlier fetch
 -- function, it pins the plan that stale statistics would otherwise lose: the pending table's
 -- primary key in seq order up to the limit, then one lookup of the outbox's primary key per row
+-- (in one partition of a partitioned outbox: created_at prunes the others at run time)
 -- (LATERAL ... OFFSET 0: with a pending table analysed while empty, a plain join was planned
 -- with the outbox as the outer side, reading it whole). The rows come in w's order; Fetch sorts
 -- them again outside the function (an ORDER BY here would be a sort, which the function's
@@ -98,7 +102,7 @@ AS $fn$
         o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
         o.correlation_id, w.lane, o.created_at, NULL::timestamptz, w.attempts, w.next_attempt_at,
         w.last_error, w.parked_at
-    FROM w CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = w.seq OFFSET 0) AS o
+    FROM w CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = w.seq AND r.created_at = w.created_at OFFSET 0) AS o
 $fn$;
 
 -- Backfill, then the trigger, in Migrate's transaction. CREATE TRIGGER locks the outbox
@@ -117,8 +121,8 @@ BEGIN
 END
 $do$;
 
-INSERT INTO {{pending}} (seq, lane, partition_key, attempts, next_attempt_at, last_error, parked_at)
-SELECT seq, lane, partition_key, attempts, next_attempt_at, last_error, parked_at
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at, attempts, next_attempt_at, last_error, parked_at)
+SELECT seq, lane, partition_key, created_at, attempts, next_attempt_at, last_error, parked_at
 FROM {{outbox}} WHERE published_at IS NULL
 ON CONFLICT (seq) DO NOTHING;
 
