@@ -31,6 +31,7 @@ func earlierStore(t *testing.T, d *testDB, opts Options) *Store[pgx.Tx] {
 	s.q.insert, s.q.insertChecked = st.Get("Insert"), st.Get("InsertChecked")
 	s.q.fetch, s.q.settleMark, s.q.settleDelete = st.Get("Fetch"), st.Get("SettleMark"), st.Get("SettleDelete")
 	s.q.pruneOutbox = st.Get("PruneOutbox")
+	s.q.dropLegacy = "SELECT 1" // the earlier Migrate kept every index
 	var ms []migration
 	for _, m := range s.q.migrations {
 		if m.name != "migration:0008_pending" {
@@ -172,6 +173,9 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	require.NoError(t, s.Migrate(ctx))
 	var backfilled int64
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_pending`).Scan(&backfilled))
+	var legacy bool // the earlier relay's fetch still has its index
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT to_regclass('outbox_pending_idx') IS NOT NULL`).Scan(&legacy))
+	require.True(t, legacy, "an upgraded outbox keeps the earlier layout's pending index")
 	require.Positive(t, backfilled, "a backlog at the migration")
 	writer(s, "new", &newStop, &newWriters)
 	stopNew := relay(s, "new-relay", got.sink(), false)

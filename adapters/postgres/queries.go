@@ -91,6 +91,7 @@ type queries struct {
 
 	migrations []migration
 	aggverIdx  string
+	dropLegacy string // a new outbox: the indexes of the layout before 0008
 }
 
 type migration struct {
@@ -165,6 +166,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		scriptMetaPut: st.Get("ScriptMetaPut"),
 		scriptLanes:   st.Get("ScriptLanesFill"),
 		aggverIdx:     st.Get("AggverIndex"),
+		dropLegacy:    st.Get("DropLegacyIndexes"),
 
 		insert:        st.Get("Insert"),
 		insertChecked: st.Get("InsertChecked"),

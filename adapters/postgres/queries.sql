@@ -63,6 +63,15 @@ INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, {{value}} - 1) AS 
 -- name: LaneCount
 SELECT count(*) FROM {{lanes}}
 
+-- name: DropLegacyIndexes
+-- A new outbox (migrations 0001 and 0008 applied by the same Migrate): the outbox's partial
+-- indexes on published_at IS NULL serve only relays of versions before the pending layout, which
+-- never ran on it. Left in place, the pending one would get an entry for every row (published_at
+-- stays NULL since migration 0008). An upgraded outbox keeps them for the earlier relays still
+-- running during the rollout.
+DROP INDEX IF EXISTS {{schema}}.{{pending_idx}};
+DROP INDEX IF EXISTS {{schema}}.{{failed_idx}}
+
 -- name: AggverIndex
 CREATE UNIQUE INDEX IF NOT EXISTS {{aggver_idx}}
 	ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version, type) WHERE aggregate_version > 0
