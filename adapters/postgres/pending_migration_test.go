@@ -314,3 +314,79 @@ func TestPendingTriggerOnlyForEarlierVersions(t *testing.T) {
 		return err
 	}), "this version's cleanup")
 }
+
+// Cleanup's bound in the pending layout: a row published before migration 0008 goes when its
+// published_at is before the cut-off (and no later settle log entry lists it, as after a
+// replay); a row published since goes when no settle log entry at or after the cut-off lists a
+// seq at or below it. A row published before the migration but after the cut-off stays, however
+// far later settles push the log's bound.
+func TestPruneSettleLogBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 1})
+	var now time.Time
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	// Published before the migration: one long ago, one recently (after the cut-off below).
+	for id, at := range map[string]time.Time{"pre-old": now.Add(-3 * time.Hour), "pre-recent": now.Add(-time.Minute)} {
+		_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane, published_at)
+			VALUES ($1, 'a', $1, 't', 'k', 0, $2)`, id, at)
+		require.NoError(t, err)
+	}
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	write := func(id string) {
+		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := ob.Write(ctx, tx, core.Event{ID: id, AggregateType: "a", AggregateID: id, Type: "t", PartitionKey: "k"})
+			return err
+		}))
+	}
+	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
+	require.NoError(t, err)
+	publish := func(at time.Time) {
+		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10, Now: at})
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
+		require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[0].Seq}, Now: at}))
+	}
+	write("new-old")
+	publish(now.Add(-2 * time.Hour))
+	write("new-recent")
+	publish(now)
+	ids := func() []string {
+		rows, err := d.pool.Query(ctx, `SELECT id FROM outbox ORDER BY seq`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	// The publication times read back: published_at, then the settle log's.
+	recs, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	require.NoError(t, err)
+	require.Len(t, recs, 4)
+	for i, want := range []time.Time{now.Add(-3 * time.Hour), now.Add(-time.Minute), now.Add(-2 * time.Hour), now} {
+		require.WithinDuration(t, want, recs[i].PublishedAt, time.Millisecond, recs[i].ID)
+	}
+
+	cut := now.Add(-time.Hour)
+	n, err := s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: cut})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []string{"pre-recent", "new-recent"}, ids(), "published after the cut-off")
+
+	// A replay of pre-recent published again long after: its new entry keeps it past its
+	// published_at.
+	_, err = s.Replay(ctx, core.ReplayParams{IDs: []string{"pre-recent"}})
+	require.NoError(t, err)
+	publish(now.Add(time.Hour))
+	n, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(30 * time.Minute)})
+	require.NoError(t, err)
+	require.Zero(t, n, "pre-recent was published again after the cut-off, and new-recent lies above it")
+	n, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(2 * time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	var logRows int64
+	_, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(2 * time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_settled`).Scan(&logRows))
+	require.Zero(t, logRows, "the settle log goes with the rows")
+}
