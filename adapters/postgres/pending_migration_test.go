@@ -390,3 +390,36 @@ func TestPruneSettleLogBound(t *testing.T) {
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_settled`).Scan(&logRows))
 	require.Zero(t, logRows, "the settle log goes with the rows")
 }
+
+// MigrationSQL's script (run in one transaction by a migration tool) gives the pending layout
+// without the earlier layout's indexes, and Migrate then finds the outbox current.
+func TestMigrationSQLPendingLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newTestDB(t, dbOptions{})
+	script, err := MigrationSQL(&Options{Schema: d.schema, Lanes: 4})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, script, pgx.QueryExecModeSimpleProtocol)
+		return err
+	}))
+	s, err := New(d.pool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	var migrations int
+	var legacy, pending bool
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_meta WHERE name LIKE 'migration:%'),
+		to_regclass('outbox_pending_idx') IS NOT NULL, to_regclass('outbox_pending') IS NOT NULL`).Scan(&migrations, &legacy, &pending))
+	require.Equal(t, 8, migrations)
+	require.False(t, legacy)
+	require.True(t, pending)
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"})
+		return err
+	}))
+	st, err := s.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Pending)
+}
