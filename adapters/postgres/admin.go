@@ -12,13 +12,23 @@ import (
 )
 
 // PruneOutbox deletes up to p.BatchSize() published rows published before p.PublishedBefore and below
-// both p.BelowSeq (when > 0) and the lowest unpublished seq. One statement.
+// both p.BelowSeq (when > 0) and the lowest unpublished seq. One transaction: a shared lock
+// that Replay takes exclusively, then one statement that reads the pending table and the
+// settle log in its snapshot and deletes.
 func (s *Store[TTx]) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
 	below := p.BelowSeq
 	if below <= 0 {
 		below = math.MaxInt64
 	}
-	n, err := s.db.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
+	var n int64
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if _, err := q.exec(ctx, s.q.pruneLock, s.n.lockKey); err != nil {
+			return err
+		}
+		var err error
+		n, err = q.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune outbox: %w", classify(err))
 	}
@@ -45,20 +55,20 @@ const statsExactBytes = 16 << 20
 // beyond; Blocked looks at most at this many pending rows.
 const statsExactUnpublished = 10_000
 
-// Stats counts the outbox rows with index scans of at most 10,000 unpublished rows. Pending is
+// Stats counts the outbox rows with scans of at most 10,000 pending rows. Pending is
 // exact up to there and otherwise the planner's estimate; Published is exact in a table of at
 // most 16 MiB and otherwise an estimate from the table statistics (see the Stats statement in
 // queries.sql).
 func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
 	var st core.Stats
 	var unpublished, rows, bytes int64
-	var nullFrac float64
+	var pendingEst int64
 	var oldest pgtype.Timestamptz
-	if err := queryRow(ctx, s.db, s.q.stats, []any{statsExactUnpublished}, &unpublished, &st.Parked, &rows, &bytes, &nullFrac, &oldest); err != nil {
+	if err := queryRow(ctx, s.db, s.q.stats, []any{statsExactUnpublished}, &unpublished, &st.Parked, &rows, &bytes, &pendingEst, &oldest); err != nil {
 		return core.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
 	}
 	if unpublished >= statsExactUnpublished {
-		unpublished = max(unpublished, int64(nullFrac*float64(rows)))
+		unpublished = max(unpublished, pendingEst)
 	}
 	st.Pending = max(unpublished-st.Parked, 0)
 	st.Published = max(rows-unpublished, 0)
@@ -73,7 +83,7 @@ func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
 
 // Blocked returns how many pending (unpublished, not parked) records wait behind an earlier
 // parked record of their partition key, among the first 10,000 pending records after the first
-// parked one (a lower bound beyond them). It reads the failed and the pending index.
+// parked one (a lower bound beyond them). It reads the pending table and its failed index.
 func (s *Store[TTx]) Blocked(ctx context.Context) (int64, error) {
 	var n int64
 	if err := queryRow(ctx, s.db, s.q.blocked, []any{statsExactUnpublished}, &n); err != nil {
@@ -162,13 +172,13 @@ func (s *Store[TTx]) PendingDestinations(ctx context.Context, limit int) (map[st
 }
 
 // PublishRate returns the records published per second over the last window (by the database's
-// clock), read from at most limit of the most recent ones on the published_at index of a
-// partitioned outbox: when more were published in the window, the rate is that of the last
-// limit records (over the time they took). ok is false, with nothing else read, when the outbox
-// has no such index (a plain outbox: it would be a table scan). Published rows already deleted
-// (cleanup, a relay that deletes on publish) are not counted. Operators only (outboxkit status).
+// clock), read from the settle log (migration 0008) for about limit of the most recent ones:
+// when more were published in the window, the rate is that of the last ones read (over the time
+// they took). ok is false, with nothing else read, when the outbox has no settle log (not
+// migrated by this version). Records published by a relay that deletes on publish are not
+// logged, hence not counted. Operators only (outboxkit status).
 func (s *Store[TTx]) PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error) {
-	if err := queryRow(ctx, s.db, s.q.indexExists, []any{s.n.schema + "." + s.n.pubIdx}, &ok); err != nil || !ok {
+	if err := queryRow(ctx, s.db, s.q.indexExists, []any{s.n.schema + "." + s.n.settledAtIdx}, &ok); err != nil || !ok {
 		if err != nil {
 			err = fmt.Errorf("postgres: publish rate: %w", classify(err))
 		}

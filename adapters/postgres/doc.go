@@ -27,11 +27,27 @@
 //     ([ClaimSkipLocked], default) or takes transaction-scoped advisory locks
 //     ([ClaimAdvisoryLock]); every lease carries a generation that fences later calls. Claims
 //     keep their LIMIT however stale the table statistics are (= ANY(ARRAY(subquery))).
+//   - The pending layout (migration 0008): an outbox row never changes after insert. Each
+//     unpublished record has a narrow row in Table+"_pending" (seq, lane, partition key,
+//     created_at, attempts, next attempt, last error, parked), written by Insert's own
+//     statement (created_at lets a lookup of the outbox row prune a partitioned outbox); a record
+//     is published exactly when its pending row is gone. Each settle that publishes appends one
+//     entry to the settle log Table+"_settled" (time, lowest and highest seq, the seqs), which
+//     gives the publication time of records published since the migration (earlier ones keep
+//     published_at) and bounds cleanup. Writers and relays of the earlier version keep working
+//     during an upgrade: a trigger, which this version's statements keep from firing, writes and
+//     deletes the pending rows of their inserts and deletes; a record an earlier relay marked is
+//     sent again by this version's relay (duplicates, never loss or reordering).
 //   - Settle is a single statement, hence a single transaction: it locks the leased lane rows,
-//     and changes outbox rows only when every lease is still held (owner, generation and
-//     lease_until > now); otherwise it returns *core.LanesLostError and changes nothing.
-//   - The relay's fetch reads unpublished rows only, through a partial index on seq WHERE
-//     published_at IS NULL; failed and parked rows have their own tiny partial index.
+//     and deletes or updates pending rows (and writes the log entry) only when every lease is
+//     still held (owner, generation and lease_until > now); otherwise it returns
+//     *core.LanesLostError and changes nothing.
+//   - The relay's fetch reads pending rows only, in seq order on the pending table's primary
+//     key, with a primary key lookup of the outbox per record; failed and parked pending rows
+//     have their own tiny partial index.
+//   - Cleanup deletes only rows below the lowest pending seq and below the lowest seq of the
+//     settle log entries at or after the cut-off (and, published before the migration, with
+//     published_at before it), reading both in one snapshot.
 //   - With Options.AsyncSettle, Settle's transaction commits without waiting for its WAL flush:
 //     the relay no longer waits for the disk between batches (and no longer doubles the
 //     producers' fsync load). A server crash may lose the last marks; those events are
@@ -61,9 +77,9 @@
 //     for a keepalive. The checkpoint (Table+"_cdc_checkpoint") is saved under the publisher
 //     fence.
 //   - Semantic columns cannot change after insert: a trigger refuses any UPDATE that changes
-//     them (it fires only for UPDATEs naming them, so the relay does not pay for it). The file
-//     grants.sql gives an application role INSERT only and a relay role SELECT plus UPDATE of
-//     the status columns.
+//     them (it fires only for UPDATEs naming them). The file grants.sql gives an application
+//     role INSERT only (plus the pending row of its insert) and a relay role SELECT plus the
+//     changes of pending rows and the settle log.
 //   - Time: every statement uses coalesce($now, now()), so the database clock decides unless
 //     a caller injects Now; times are stored with microsecond precision.
 //   - Wake-ups: Notify, called after the producer committed, returns at once; a background

@@ -5,10 +5,18 @@
 --        -v operator_role=orders_operator -f grants.sql
 --
 -- The roles must exist. The application role may append to the outbox (and use its sequence)
--- and run the inbox; it can neither read nor change outbox rows. The relay role may read the
--- outbox and change only the relay's status columns (plus delete published rows for cleanup),
--- and owns the lanes and workers tables. Semantic columns are also protected by the
--- outbox_immutable trigger, whatever the role.
+-- and run the inbox; it can neither read nor change outbox rows, except that it reads back the
+-- seq, lane, partition key and creation time of the rows it inserts (the INSERT's RETURNING) to write their
+-- pending rows (outbox_pending, migration 0008) in the same statement. The relay role may read
+-- the outbox, change the pending rows (delete them when published, update them on failures),
+-- append to and read the settle log (outbox_settled), delete published rows and old log entries
+-- (cleanup), and owns the lanes and workers tables. Outbox rows never change after insert; their
+-- semantic columns are also protected by the outbox_immutable trigger, whatever the role.
+--
+-- Upgrading from a version before the pending layout: run Migrate, then this script again
+-- before deploying writers of this version (they need the grants on outbox_pending). Writers and
+-- relays of the earlier version keep working meanwhile (migration 0008's trigger writes and
+-- deletes the pending rows of their inserts and deletes as the tables' owner).
 --
 -- The relay role also takes publisher generations (outbox_publisher: it updates the row and
 -- locks it FOR SHARE, which needs UPDATE) and writes the CDC checkpoint (outbox_cdc_checkpoint).
@@ -50,6 +58,10 @@ GRANT SELECT ON :"schema".outbox_meta TO :"app_role";
 GRANT INSERT (id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
     destination, payload, headers, tenant, causation_id, correlation_id, lane)
     ON :"schema".outbox TO :"app_role";
+-- The pending row, written by the same INSERT statement from its RETURNING (which needs SELECT
+-- on the columns it returns).
+GRANT SELECT (seq, lane, partition_key, created_at) ON :"schema".outbox TO :"app_role";
+GRANT INSERT (seq, lane, partition_key, created_at) ON :"schema".outbox_pending TO :"app_role";
 GRANT USAGE ON SEQUENCE :"schema".outbox_seq_seq TO :"app_role";
 -- The lane-count check of Outbox.Write (a REPEATABLE READ or SERIALIZABLE writer reads the
 -- count through this SECURITY DEFINER function; functions are executable by PUBLIC by default).
@@ -65,6 +77,11 @@ GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
 GRANT DELETE ON :"schema".outbox TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_lanes, :"schema".outbox_workers TO :"relay_role";
 GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch(integer[], timestamptz, integer) TO :"relay_role";
+-- The pending layout (migration 0008): fetch, settle (delete published pending rows, log them,
+-- update failed ones), cleanup (delete old log entries).
+GRANT SELECT, UPDATE, DELETE ON :"schema".outbox_pending TO :"relay_role";
+GRANT SELECT, INSERT, DELETE ON :"schema".outbox_settled TO :"relay_role";
+GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch_pending(integer[], timestamptz, integer) TO :"relay_role";
 GRANT SELECT, UPDATE ON :"schema".outbox_publisher TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON :"schema".outbox_cdc_checkpoint TO :"relay_role";
 
@@ -72,6 +89,10 @@ GRANT SELECT, INSERT, UPDATE ON :"schema".outbox_cdc_checkpoint TO :"relay_role"
 GRANT SELECT ON :"schema".outbox, :"schema".outbox_meta, :"schema".outbox_lanes,
     :"schema".outbox_publisher, :"schema".outbox_cdc_checkpoint, :"schema".outbox_audit
     TO :"operator_role";
+-- The pending layout (migration 0008): unpark, replay (new pending rows), lanes resize (their
+-- lanes), cleanup (old settle log entries).
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_pending TO :"operator_role";
+GRANT SELECT, DELETE ON :"schema".outbox_settled TO :"operator_role";
 GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
     ON :"schema".outbox TO :"operator_role";
 GRANT DELETE ON :"schema".outbox TO :"operator_role";

@@ -88,10 +88,12 @@ func TestGrants(t *testing.T) {
 	require.Equal(t, core.Applied, res.Outcome)
 	_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 10)
 	require.NoError(t, err)
-	// ...but can neither read nor change outbox rows, nor touch the lanes.
+	// ...but can neither read nor change outbox rows (beyond the seq, lane, key and time its inserts
+	// return), nor change pending rows, nor touch the lanes or the settle log.
 	for _, sql := range []string{
-		"SELECT count(*) FROM outbox", "UPDATE outbox SET published_at = now()", "DELETE FROM outbox",
-		"UPDATE outbox_lanes SET owner = 'x'",
+		"SELECT payload FROM outbox", "SELECT * FROM outbox", "UPDATE outbox SET published_at = now()", "DELETE FROM outbox",
+		"UPDATE outbox_lanes SET owner = 'x'", "SELECT seq FROM outbox_pending", "DELETE FROM outbox_pending",
+		"UPDATE outbox_pending SET attempts = 0", "SELECT at FROM outbox_settled", "INSERT INTO outbox_settled VALUES (now(), 1, 1, '{1}')",
 	} {
 		_, err := appPool.Exec(ctx, sql)
 		requireSQLState(t, err, "42501")

@@ -92,6 +92,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 			return fmt.Errorf("%w: outbox %s was migrated with partitioning %q, options ask for %q",
 				core.ErrSchemaMismatch, s.n.outbox, recorded, want)
 		}
+		created := false // the outbox is new: created by this migration
 		for _, m := range s.q.migrations {
 			var done string
 			err := queryRow(ctx, q, s.q.metaGet, []any{m.name}, &done)
@@ -105,6 +106,12 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", m.name, err)
 			}
 			if _, err := q.exec(ctx, s.q.metaPut, m.name, "applied"); err != nil {
+				return err
+			}
+			created = created || m.name == "migration:0001_outbox"
+		}
+		if created { // no relay of an earlier version ever ran on it
+			if _, err := q.exec(ctx, s.q.dropLegacy); err != nil {
 				return err
 			}
 		}
@@ -188,6 +195,7 @@ func MigrationSQL(opts *Options) (string, error) {
 			return "", err
 		}
 	}
+	add(q.dropLegacy) // a new outbox
 	lanes, err := sqlfile.Idents{"value": strconv.Itoa(o.Lanes)}.Expand(q.scriptLanes)
 	if err != nil {
 		return "", err

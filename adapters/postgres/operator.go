@@ -13,9 +13,10 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Replay implements core.Operator: one transaction that reads the publisher kind, selects and
-// locks the rows, applies core.CheckReplayTargets, clears their status columns and writes
-// p.Audit.
+// Replay implements core.Operator: one transaction that takes the lock cleanup shares (so that no
+// cleanup deletes a row it puts back: see PruneLock), reads the publisher kind, selects and
+// locks the rows, applies core.CheckReplayTargets, gives them pending rows (as never attempted,
+// in their key's lane under the current lane count) and writes p.Audit.
 func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 	ids, err := core.CheckReplay(p)
 	if err != nil {
@@ -23,6 +24,9 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 	}
 	var n int64
 	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if _, err := q.exec(ctx, s.q.replayLock, s.n.lockKey); err != nil {
+			return err
+		}
 		pub, err := scanPublisher(ctx, q, s.q.publisherGet)
 		if err != nil {
 			return err
@@ -60,10 +64,7 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 		if err != nil {
 			return err
 		}
-		if n, err = q.exec(ctx, s.q.replay, seqs); err != nil {
-			return err
-		}
-		if err := s.replayLanes(ctx, q, targets); err != nil {
+		if n, err = s.replayPending(ctx, q, seqs, targets); err != nil {
 			return err
 		}
 		return s.audit(ctx, q, p.Audit, n)
@@ -117,6 +118,9 @@ func (s *Store[TTx]) PruneAudited(ctx context.Context, p core.PruneParams, audit
 	var total int64
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		total = 0
+		if _, err := q.exec(ctx, s.q.pruneLock, s.n.lockKey); err != nil {
+			return err
+		}
 		for {
 			n, err := q.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
 			if err != nil {
@@ -287,9 +291,8 @@ const resizeBatch = 10_000
 // and the lane count's meta row FOR UPDATE (REPEATABLE READ writers read it FOR SHARE), the
 // publisher kind (a CDC relay's generation is refused), every lane row locked in lane order with
 // its lease ended and its generation incremented (ResizeLeases), the lane rows added or dropped,
-// every unpublished row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
-// resizeBatch at a time, under the transaction-local setting the immutability trigger allows it
-// under), the new count recorded and audit written (Rows: the rows moved). An outbox not
+// every pending row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
+// resizeBatch at a time; the outbox rows keep the lane they were written with), the new count recorded and audit written (Rows: the rows moved). An outbox not
 // migrated by this version returns an error wrapping core.ErrSchemaMismatch.
 func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
 	if err := core.CheckResizeLanes(lanes); err != nil {
@@ -329,9 +332,6 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 			return err
 		}
 		if _, err := q.exec(ctx, s.q.lanesFill, lanes); err != nil {
-			return err
-		}
-		if _, err := q.exec(ctx, s.q.resizeAllow); err != nil {
 			return err
 		}
 		for after := int64(0); ; {
@@ -381,25 +381,25 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 	return int(moved), nil
 }
 
-// replayLanes gives the rows a replay put back to pending their key's lane under the current
-// lane count: a row published before a ResizeLanes still has its lane under the old count, and
-// all unpublished rows of a key must share one lane. The count is read as a checked insert
-// reads it (locked until the replay's transaction ends), so no resize runs in between.
-func (s *Store[TTx]) replayLanes(ctx context.Context, q querier, targets []core.ReplayTarget) error {
-	if !s.checked.Load() {
-		return nil // no resize without migration 0007
+// replayPending gives the rows seqs (among targets) pending rows in their key's lane under the
+// current lane count (all pending rows of a key share one lane; a row published before a
+// ResizeLanes has its lane under the old count). The count is read after the outbox's ROW
+// EXCLUSIVE lock (a writer's), which a resize waits for, so no resize runs in between.
+func (s *Store[TTx]) replayPending(ctx context.Context, q querier, seqs []int64, targets []core.ReplayTarget) (int64, error) {
+	if _, err := q.exec(ctx, s.q.replayLockOutbox); err != nil {
+		return 0, err
 	}
 	lanes, err := readLanes(ctx, q, s.q.laneCountShared)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	seqs, to := make([]int64, len(targets)), make([]int32, len(targets))
-	for i, t := range targets {
-		seqs[i], to[i] = t.Seq, int32(core.LaneOf(t.PartitionKey, lanes))
+	keys := make(map[int64]string, len(targets))
+	for _, t := range targets {
+		keys[t.Seq] = t.PartitionKey
 	}
-	if _, err := q.exec(ctx, s.q.resizeAllow); err != nil {
-		return err
+	to := make([]int32, len(seqs))
+	for i, seq := range seqs {
+		to[i] = int32(core.LaneOf(keys[seq], lanes))
 	}
-	_, err = q.exec(ctx, s.q.resizeMove, seqs, to)
-	return err
+	return q.exec(ctx, s.q.replay, seqs, to)
 }

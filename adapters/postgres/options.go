@@ -86,8 +86,9 @@ type Options struct {
 //
 // Trade-offs: event IDs stay unique through a side table (Table+"_ids": one narrow row and
 // index entry per event, removed with its partition, so an ID is refused again for as long as
-// the partition of its first event exists); published rows get an index on published_at, so
-// that a drop checks a partition with index lookups; statements that find rows by seq (Settle)
+// the partition of its first event exists); rows published before migration 0008 get an index
+// on published_at, so that a drop checks a partition with index lookups (later ones, the
+// pending table and the settle log's indexes); statements that find rows by seq (Settle)
 // probe every partition; and an insert fails when no partition covers its created_at, so
 // EnsurePartitions (or CleanupOutbox) must run at least once every Ahead intervals.
 type Partitioning struct {
@@ -114,11 +115,15 @@ type names struct {
 	ids, idsIdx, pubIdx                       string // partitioned outbox: ids qualified, indexes bare
 	seqName                                   string // the serial sequence, qualified
 	inboxIdx                                  string
-	channel                                   string // quoted identifier
-	rawSchema, rawTable, rawInbox, rawChannel string
-	lockKey                                   int32 // advisory lock class of this outbox
-	liveKey                                   int32 // advisory lock class of its liveness (>= 0)
-	migrateKey                                int64 // advisory lock of Migrate
+	// The pending layout (migration 0008).
+	pending, settled, pendingFetchFn, pendingSyncFn string // qualified
+	pendingFailIdx, settledAtIdx, settledMinIdx     string // bare
+	pendingSync                                     string // bare trigger name
+	channel                                         string // quoted identifier
+	rawSchema, rawTable, rawInbox, rawChannel       string
+	lockKey                                         int32 // advisory lock class of this outbox
+	liveKey                                         int32 // advisory lock class of its liveness (>= 0)
+	migrateKey                                      int64 // advisory lock of Migrate
 }
 
 func quote(s string) string { return `"` + s + `"` }
@@ -128,7 +133,8 @@ func quote(s string) string { return `"` + s + `"` }
 // longest partition name).
 var (
 	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
-		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard", "_lane_count"}
+		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard", "_lane_count",
+		"_pending", "_settled", "_pending_fail", "_settled_at", "_settled_min", "_fetch_pending", "_pending_sync"}
 	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx"}
 )
 
@@ -212,33 +218,41 @@ func (o *Options) resolve() (Options, names, error) {
 	}
 	s := quote(r.Schema) + "."
 	n := names{
-		schema:       quote(r.Schema),
-		outbox:       s + quote(r.Table),
-		lanes:        s + quote(r.Table+"_lanes"),
-		workers:      s + quote(r.Table+"_workers"),
-		meta:         s + quote(r.Table+"_meta"),
-		publisher:    s + quote(r.Table+"_publisher"),
-		checkpoint:   s + quote(r.Table+"_cdc_checkpoint"),
-		audit:        s + quote(r.Table+"_audit"),
-		fn:           s + quote(r.Table+"_immutable"),
-		fetchFn:      s + quote(r.Table+"_fetch"),
-		auditGuardFn: s + quote(r.Table+"_audit_guard"),
-		laneCountFn:  s + quote(r.Table+"_lane_count"),
-		auditGuard:   quote(r.Table + "_audit_guard"),
-		trigger:      quote(r.Table + "_immutable"),
-		pendingIdx:   quote(r.Table + "_pending_idx"),
-		failedIdx:    quote(r.Table + "_failed_idx"),
-		aggverIdx:    quote(r.Table + "_aggver_key"),
-		seqName:      s + quote(r.Table+"_seq_seq"),
-		ids:          s + quote(r.Table+"_ids"),
-		idsIdx:       quote(r.Table + "_ids_idx"),
-		pubIdx:       quote(r.Table + "_pub_idx"),
-		inbox:        s + quote(r.InboxTable),
-		horizons:     s + quote(r.InboxTable+"_horizons"),
-		versions:     s + quote(r.InboxTable+"_versions"),
-		inboxIdx:     quote(r.InboxTable + "_occurred_idx"),
-		channel:      quote(r.NotifyChannel),
-		rawSchema:    r.Schema, rawTable: r.Table, rawInbox: r.InboxTable, rawChannel: r.NotifyChannel,
+		schema:         quote(r.Schema),
+		outbox:         s + quote(r.Table),
+		lanes:          s + quote(r.Table+"_lanes"),
+		workers:        s + quote(r.Table+"_workers"),
+		meta:           s + quote(r.Table+"_meta"),
+		publisher:      s + quote(r.Table+"_publisher"),
+		checkpoint:     s + quote(r.Table+"_cdc_checkpoint"),
+		audit:          s + quote(r.Table+"_audit"),
+		fn:             s + quote(r.Table+"_immutable"),
+		fetchFn:        s + quote(r.Table+"_fetch"),
+		auditGuardFn:   s + quote(r.Table+"_audit_guard"),
+		laneCountFn:    s + quote(r.Table+"_lane_count"),
+		auditGuard:     quote(r.Table + "_audit_guard"),
+		trigger:        quote(r.Table + "_immutable"),
+		pendingIdx:     quote(r.Table + "_pending_idx"),
+		failedIdx:      quote(r.Table + "_failed_idx"),
+		aggverIdx:      quote(r.Table + "_aggver_key"),
+		seqName:        s + quote(r.Table+"_seq_seq"),
+		ids:            s + quote(r.Table+"_ids"),
+		idsIdx:         quote(r.Table + "_ids_idx"),
+		pubIdx:         quote(r.Table + "_pub_idx"),
+		pending:        s + quote(r.Table+"_pending"),
+		settled:        s + quote(r.Table+"_settled"),
+		pendingFetchFn: s + quote(r.Table+"_fetch_pending"),
+		pendingSyncFn:  s + quote(r.Table+"_pending_sync"),
+		pendingFailIdx: quote(r.Table + "_pending_fail"),
+		settledAtIdx:   quote(r.Table + "_settled_at"),
+		settledMinIdx:  quote(r.Table + "_settled_min"),
+		pendingSync:    quote(r.Table + "_pending_sync"),
+		inbox:          s + quote(r.InboxTable),
+		horizons:       s + quote(r.InboxTable+"_horizons"),
+		versions:       s + quote(r.InboxTable+"_versions"),
+		inboxIdx:       quote(r.InboxTable + "_occurred_idx"),
+		channel:        quote(r.NotifyChannel),
+		rawSchema:      r.Schema, rawTable: r.Table, rawInbox: r.InboxTable, rawChannel: r.NotifyChannel,
 	}
 	h := fnv.New64a()
 	h.Write([]byte(r.Schema + "." + r.Table))

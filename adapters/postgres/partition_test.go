@@ -108,24 +108,26 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 	require.Equal(t, 0, drop(0), "one unpublished row keeps the partition")
 	require.Equal(t, before, partitions())
 
-	// All published; BelowSeq inside the partition keeps it.
-	_, err = d.pool.Exec(ctx, `UPDATE outbox SET published_at = $1 WHERE id = 'old-3'`, at.Add(time.Minute))
+	// All published (as a settle does: the pending row goes, a settle log entry lists it); BelowSeq
+	// inside the partition keeps it.
+	_, err = d.pool.Exec(ctx, `WITH p AS (DELETE FROM outbox_pending AS p USING outbox AS o
+			WHERE o.seq = p.seq AND o.id = 'old-3' RETURNING p.seq)
+		INSERT INTO outbox_settled (at, min_seq, max_seq, seqs) SELECT $1, seq, seq, ARRAY[seq] FROM p`, at.Add(time.Minute))
 	require.NoError(t, err)
 	var maxOld int64
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT max(seq) FROM outbox WHERE id LIKE 'old-%'`).Scan(&maxOld))
 	require.Equal(t, 0, drop(maxOld), "BelowSeq inside the partition")
 	require.Equal(t, before, partitions())
 
-	// A row published after the cut-off keeps it.
-	_, err = d.pool.Exec(ctx, `UPDATE outbox SET published_at = NULL WHERE id = 'old-4'`)
-	require.NoError(t, err, "the trigger lets status columns change")
-	_, err = d.pool.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = 'old-4'`)
+	// A row published (again: a replay) after the cut-off keeps it.
+	_, err = d.pool.Exec(ctx, `INSERT INTO outbox_settled (at, min_seq, max_seq, seqs)
+		SELECT now(), seq, seq, ARRAY[seq] FROM outbox WHERE id = 'old-4'`)
 	require.NoError(t, err)
 	require.Equal(t, 0, drop(0), "a row published after the cut-off")
 	require.Equal(t, before, partitions())
 
 	// An unpublished row of a later partition with a lower seq (the relay's watermark) keeps it.
-	_, err = d.pool.Exec(ctx, `UPDATE outbox SET published_at = $1 WHERE id = 'old-4'`, at.Add(time.Minute))
+	_, err = d.pool.Exec(ctx, `DELETE FROM outbox_settled WHERE at > $1`, at.Add(time.Minute))
 	require.NoError(t, err)
 	late := s.partitionAt(now.Add(-48 * time.Hour))
 	_, err = d.pool.Exec(ctx, `CREATE TABLE `+late.qualified(s.n.schema)+` PARTITION OF outbox

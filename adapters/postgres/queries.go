@@ -19,6 +19,23 @@ const recordCols = `seq, id, aggregate_type, aggregate_id, aggregate_version, ty
 	partition_key, destination, payload, headers::text, tenant, causation_id, correlation_id, lane,
 	created_at, published_at, attempts, next_attempt_at, last_error, parked_at`
 
+// pendingCols is recordCols of an outbox row o LEFT JOINed to its pending row p (migration
+// 0008): a record is unpublished while p exists, and then has p's lane and status columns; a
+// published record's publication time is its published_at (published before the migration) or
+// the time of the settle log entry that lists it (the one with the highest min_seq: the latest
+// when a replay published it again). {{pcols}} in queries.sql.
+func pendingCols(settled string) string {
+	return `o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+	o.partition_key, o.destination, o.payload, o.headers::text, o.tenant, o.causation_id,
+	o.correlation_id, coalesce(p.lane, o.lane), o.created_at,
+	CASE WHEN p.seq IS NOT NULL THEN NULL ELSE coalesce(o.published_at, (SELECT s.at FROM ` + settled + ` AS s
+		WHERE s.min_seq <= o.seq AND s.max_seq >= o.seq AND o.seq = ANY(s.seqs) ORDER BY s.min_seq DESC LIMIT 1)) END,
+	CASE WHEN p.seq IS NOT NULL THEN p.attempts ELSE o.attempts END,
+	CASE WHEN p.seq IS NOT NULL THEN p.next_attempt_at ELSE o.next_attempt_at END,
+	CASE WHEN p.seq IS NOT NULL THEN p.last_error ELSE o.last_error END,
+	CASE WHEN p.seq IS NOT NULL THEN p.parked_at ELSE o.parked_at END`
+}
+
 type queries struct {
 	migrateLock, indexExists    string
 	metaTable, metaGet, metaPut string
@@ -29,7 +46,7 @@ type queries struct {
 	currentDatabase       string
 	// Lane count changes (migration 0007)
 	resizeLock, laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
-	resizeAllow, resizeLeases, resizeDropLanes, resizeRows, resizeMove           string
+	resizeLeases, resizeDropLanes, resizeRows, resizeMove                        string
 
 	heartbeat, heartbeatLeave                  string
 	claimSkipLocked                            string
@@ -58,6 +75,7 @@ type queries struct {
 	parkedKeys  string
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
+	pruneLock, replayLock, replayLockOutbox          string // migration 0008
 	auditInsert, auditList                           string
 	auditInsertPending, auditSetRows                 string // PruneInboxAudited
 	resetLanes                                       string
@@ -74,6 +92,7 @@ type queries struct {
 
 	migrations []migration
 	aggverIdx  string
+	dropLegacy string // a new outbox: the indexes of the layout before 0008
 }
 
 type migration struct {
@@ -85,39 +104,49 @@ type migration struct {
 // the record column list. {{partition}}, {{from}} and {{to}} are filled per partition.
 func (n names) idents() sqlfile.Idents {
 	return sqlfile.Idents{
-		"schema":           n.schema,
-		"outbox":           n.outbox,
-		"lanes":            n.lanes,
-		"workers":          n.workers,
-		"meta":             n.meta,
-		"publisher":        n.publisher,
-		"checkpoint":       n.checkpoint,
-		"audit":            n.audit,
-		"fn":               n.fn,
-		"fetch_fn":         n.fetchFn,
-		"trigger":          n.trigger,
-		"trigger_name":     strings.Trim(n.trigger, `"`),
-		"audit_guard":      n.auditGuard,
-		"audit_guard_name": strings.Trim(n.auditGuard, `"`),
-		"audit_guard_fn":   n.auditGuardFn,
-		"lane_count_fn":    n.laneCountFn,
-		"pending_idx":      n.pendingIdx,
-		"failed_idx":       n.failedIdx,
-		"aggver_idx":       n.aggverIdx,
-		"ids":              n.ids,
-		"ids_idx":          n.idsIdx,
-		"pub_idx":          n.pubIdx,
-		"inbox":            n.inbox,
-		"horizons":         n.horizons,
-		"versions":         n.versions,
-		"inbox_idx":        n.inboxIdx,
-		"channel":          n.channel,
-		"cols":             recordCols,
-		"partition":        "{{partition}}",
-		"from":             "{{from}}",
-		"to":               "{{to}}",
-		"key":              "{{key}}",
-		"value":            "{{value}}",
+		"schema":            n.schema,
+		"outbox":            n.outbox,
+		"lanes":             n.lanes,
+		"workers":           n.workers,
+		"meta":              n.meta,
+		"publisher":         n.publisher,
+		"checkpoint":        n.checkpoint,
+		"audit":             n.audit,
+		"fn":                n.fn,
+		"fetch_fn":          n.fetchFn,
+		"trigger":           n.trigger,
+		"trigger_name":      strings.Trim(n.trigger, `"`),
+		"audit_guard":       n.auditGuard,
+		"audit_guard_name":  strings.Trim(n.auditGuard, `"`),
+		"audit_guard_fn":    n.auditGuardFn,
+		"lane_count_fn":     n.laneCountFn,
+		"pending_idx":       n.pendingIdx,
+		"failed_idx":        n.failedIdx,
+		"aggver_idx":        n.aggverIdx,
+		"ids":               n.ids,
+		"ids_idx":           n.idsIdx,
+		"pub_idx":           n.pubIdx,
+		"inbox":             n.inbox,
+		"horizons":          n.horizons,
+		"versions":          n.versions,
+		"inbox_idx":         n.inboxIdx,
+		"channel":           n.channel,
+		"pending":           n.pending,
+		"settled":           n.settled,
+		"pending_fetch_fn":  n.pendingFetchFn,
+		"pending_sync_fn":   n.pendingSyncFn,
+		"pending_sync":      n.pendingSync,
+		"pending_sync_name": strings.Trim(n.pendingSync, `"`),
+		"pending_fail_idx":  n.pendingFailIdx,
+		"settled_at_idx":    n.settledAtIdx,
+		"settled_min_idx":   n.settledMinIdx,
+		"pcols":             pendingCols(n.settled),
+		"cols":              recordCols,
+		"partition":         "{{partition}}",
+		"from":              "{{from}}",
+		"to":                "{{to}}",
+		"key":               "{{key}}",
+		"value":             "{{value}}",
 	}
 }
 
@@ -138,6 +167,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		scriptMetaPut: st.Get("ScriptMetaPut"),
 		scriptLanes:   st.Get("ScriptLanesFill"),
 		aggverIdx:     st.Get("AggverIndex"),
+		dropLegacy:    st.Get("DropLegacyIndexes"),
 
 		insert:          st.Get("Insert"),
 		insertChecked:   st.Get("InsertChecked"),
@@ -148,7 +178,6 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		laneCountLocked:  st.Get("LaneCountLocked"),
 		laneCountShared:  st.Get("LaneCountShared"),
 		laneCountSet:     st.Get("LaneCountSet"),
-		resizeAllow:      st.Get("ResizeAllow"),
 		resizeLeases:     st.Get("ResizeLeases"),
 		resizeDropLanes:  st.Get("ResizeDropLanes"),
 		resizeRows:       st.Get("ResizeRows"),
@@ -194,6 +223,9 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		replayByKey:        st.Get("ReplayByKey"),
 		keyUnpublished:     st.Get("KeyUnpublished"),
 		replay:             st.Get("Replay"),
+		pruneLock:          st.Get("PruneLock"),
+		replayLock:         st.Get("ReplayLock"),
+		replayLockOutbox:   st.Get("ReplayLockOutbox"),
 		auditInsert:        st.Get("AuditInsert"),
 		auditList:          st.Get("AuditList"),
 		auditInsertPending: st.Get("AuditInsertPending"),
@@ -235,6 +267,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0005_audit", "0005_audit.sql"},
 		file{"migration:0006_audit_guard", "0006_audit_guard.sql"},
 		file{"migration:0007_lanes_resize", "0007_lanes_resize.sql"},
+		file{"migration:0008_pending", "0008_pending.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -22,25 +22,29 @@ INSERT INTO {{meta}} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
 
 -- name: PendingDestinations
 -- Pending (unpublished, not parked) records per destination among the first $1 of them in seq
--- order (the pending index, as Blocked). Operators only (outboxkit status).
+-- order (the pending table, as Blocked), each joined to its outbox row by a primary key lookup
+-- (LATERAL ... OFFSET 0 keeps the planner from hashing the whole outbox). Operators only
+-- (outboxkit status).
 WITH w AS MATERIALIZED (
-	SELECT o.destination FROM {{outbox}} AS o
-	WHERE o.published_at IS NULL AND o.parked_at IS NULL
-	ORDER BY o.seq LIMIT $1
+	SELECT p.seq, p.created_at FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT $1
 )
-SELECT destination, count(*) FROM w GROUP BY destination
+SELECT o.destination, count(*) FROM w
+CROSS JOIN LATERAL (SELECT o.destination FROM {{outbox}} AS o WHERE o.seq = w.seq AND o.created_at = w.created_at OFFSET 0) AS o
+GROUP BY o.destination
 
 -- name: PublishedRecent
--- The records published in the last $1 seconds, at most $2 of the most recent ones: their
--- count, the oldest publication time among them and the database's clock. Only for a
--- partitioned outbox, whose published_at index serves it (a plain outbox has none: it would be
--- a table scan). Operators only (outboxkit status).
+-- The records published in the last $1 seconds, from the settle log (migration 0008; its index
+-- on at): the records listed by the most recent entries, entries read until they list $2 records
+-- (the last one whole), their oldest entry's time and the database's clock. Operators only
+-- (outboxkit status).
 WITH w AS MATERIALIZED (
-	SELECT o.published_at FROM {{outbox}} AS o
-	WHERE o.published_at IS NOT NULL AND o.published_at > now() - make_interval(secs => $1)
-	ORDER BY o.published_at DESC LIMIT $2
+	SELECT s.at, cardinality(s.seqs) AS n,
+		sum(cardinality(s.seqs)) OVER (ORDER BY s.at DESC ROWS UNBOUNDED PRECEDING) AS total
+	FROM {{settled}} AS s
+	WHERE s.at > now() - make_interval(secs => $1)
+	ORDER BY s.at DESC LIMIT $2
 )
-SELECT count(*), min(w.published_at), now() FROM w
+SELECT coalesce(sum(w.n), 0)::bigint, min(w.at), now() FROM w WHERE w.total - w.n < $2
 
 -- name: LanesFill
 INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, $1::int - 1) AS g
@@ -59,6 +63,15 @@ INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, {{value}} - 1) AS 
 -- name: LaneCount
 SELECT count(*) FROM {{lanes}}
 
+-- name: DropLegacyIndexes
+-- A new outbox (migrations 0001 and 0008 applied by the same Migrate): the outbox's partial
+-- indexes on published_at IS NULL serve only relays of versions before the pending layout, which
+-- never ran on it. Left in place, the pending one would get an entry for every row (published_at
+-- stays NULL since migration 0008). An upgraded outbox keeps them for the earlier relays still
+-- running during the rollout.
+DROP INDEX IF EXISTS {{schema}}.{{pending_idx}};
+DROP INDEX IF EXISTS {{schema}}.{{failed_idx}}
+
 -- name: AggverIndex
 CREATE UNIQUE INDEX IF NOT EXISTS {{aggver_idx}}
 	ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version, type) WHERE aggregate_version > 0
@@ -66,7 +79,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{aggver_idx}}
 -- name: Insert
 -- One statement for any number of records: arrays unnested in order, so seq follows the
 -- order of the call. $15 is the Store's database (NULL until LaneCount learns it: no check):
--- in a transaction on another database nothing is inserted (core.ErrInvalidTx).
+-- in a transaction on another database nothing is inserted (core.ErrInvalidTx). The pending rows
+-- (migration 0008) are written by the same statement, from the outbox insert's RETURNING; the
+-- transaction-local outboxkit.pending_layout, set before the first row is inserted (a one-time
+-- filter), keeps the migration's trigger for writers of earlier versions from firing.
+WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -76,12 +93,16 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE current_database() = coalesce($15::text, current_database())
+  AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: InsertPartitioned
 -- Insert on a partitioned outbox: the IDs first, in the same statement, so that a duplicate
 -- violates the side table's key. $15 as in Insert.
-WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) WHERE current_database() = coalesce($15::text, current_database()))
+WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) WHERE current_database() = coalesce($15::text, current_database())),
+o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -91,7 +112,10 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE current_database() = coalesce($15::text, current_database())
+  AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: Heartbeat
 -- $1 owner, $2 now, $3 ttl (µs). Expired registrations older than an hour are removed on the
@@ -258,10 +282,10 @@ WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
   AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE))
 
 -- name: Fetch
--- $1 lanes, $2 now, $3 limit. The fetch function (migration 0001) walks the pending index in seq
--- order; a record is skipped when an earlier unpublished record of its key is parked or not yet
--- due (the failed index).
-SELECT {{cols}} FROM {{fetch_fn}}($1::int[], $2::timestamptz, $3::int) ORDER BY seq
+-- $1 lanes, $2 now, $3 limit. The fetch function (migration 0008) walks the pending table in seq
+-- order and joins the outbox; a record is skipped when an earlier pending record of its key is
+-- parked or not yet due (the pending table's failed index).
+SELECT {{cols}} FROM {{pending_fetch_fn}}($1::int[], $2::timestamptz, $3::int) ORDER BY seq
 
 -- name: SettleMark
 -- Settle is one statement, so one round trip and its own transaction: lock the leased lane rows
@@ -270,7 +294,7 @@ SELECT {{cols}} FROM {{fetch_fn}}($1::int[], $2::timestamptz, $3::int) ORDER BY 
 -- (seq, error, delay µs, park), $10 Options.AsyncSettle: a transaction-local set_config,
 -- evaluated with the leases (always at least one row), makes the commit not wait for its WAL
 -- flush. It returns the lost lanes.
--- Published rows get published_at.
+-- Published rows lose their pending row, and one settle log entry lists them (at = now).
 WITH want AS (
 	SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 	CROSS JOIN (SELECT set_config('synchronous_commit',
@@ -283,24 +307,28 @@ WITH want AS (
 	WHERE k.lane IS NULL OR k.owner <> w.owner OR k.generation <> w.generation
 	   OR k.lease_until <= coalesce($4::timestamptz, now())
 ), pub AS (
-	UPDATE {{outbox}} SET published_at = coalesce($4::timestamptz, now())
-	WHERE seq = ANY($5::bigint[]) AND published_at IS NULL AND lane = ANY($1::int[])
+	DELETE FROM {{pending}}
+	WHERE seq = ANY($5::bigint[]) AND lane = ANY($1::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
-	RETURNING 1
+	RETURNING seq
+), log AS (
+	INSERT INTO {{settled}} (at, min_seq, max_seq, seqs)
+	SELECT coalesce($4::timestamptz, now()), min(seq), max(seq), array_agg(seq) FROM pub
+	HAVING count(*) > 0
 ), fail AS (
-	UPDATE {{outbox}} AS o
+	UPDATE {{pending}} AS o
 	SET attempts = o.attempts + 1, last_error = f.err,
 		next_attempt_at = coalesce($4::timestamptz, now()) + f.delay * interval '1 microsecond',
 		parked_at = CASE WHEN f.park THEN coalesce($4::timestamptz, now()) ELSE o.parked_at END
 	FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bool[]) AS f(seq, err, delay, park)
-	WHERE o.seq = f.seq AND o.published_at IS NULL AND o.lane = ANY($1::int[])
+	WHERE o.seq = f.seq AND o.lane = ANY($1::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
 	RETURNING 1
 )
 SELECT lane FROM lost ORDER BY lane
 
 -- name: SettleDelete
--- As SettleMark, but published rows are deleted.
+-- As SettleMark, but published rows are deleted (their pending and outbox rows; no log entry).
 WITH want AS (
 	SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
 	CROSS JOIN (SELECT set_config('synchronous_commit',
@@ -313,17 +341,21 @@ WITH want AS (
 	WHERE k.lane IS NULL OR k.owner <> w.owner OR k.generation <> w.generation
 	   OR k.lease_until <= coalesce($4::timestamptz, now())
 ), pub AS (
-	DELETE FROM {{outbox}}
-	WHERE seq = ANY($5::bigint[]) AND published_at IS NULL AND lane = ANY($1::int[])
+	DELETE FROM {{pending}}
+	WHERE seq = ANY($5::bigint[]) AND lane = ANY($1::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
-	RETURNING 1
+	RETURNING seq
+), del AS (
+	DELETE FROM {{outbox}}
+	WHERE seq = ANY(ARRAY(SELECT seq FROM pub))
+	  AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ), fail AS (
-	UPDATE {{outbox}} AS o
+	UPDATE {{pending}} AS o
 	SET attempts = o.attempts + 1, last_error = f.err,
 		next_attempt_at = coalesce($4::timestamptz, now()) + f.delay * interval '1 microsecond',
 		parked_at = CASE WHEN f.park THEN coalesce($4::timestamptz, now()) ELSE o.parked_at END
 	FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bool[]) AS f(seq, err, delay, park)
-	WHERE o.seq = f.seq AND o.published_at IS NULL AND o.lane = ANY($1::int[])
+	WHERE o.seq = f.seq AND o.lane = ANY($1::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
 	RETURNING 1
 )
@@ -375,44 +407,81 @@ DELETE FROM {{inbox}} WHERE consumer = $1 AND event_id = ANY(ARRAY(
 	WHERE consumer = $1 AND occurred_at < $2::timestamptz
 	ORDER BY occurred_at LIMIT $3))
 
+-- name: PruneLock
+-- PruneOutbox's first statement, in its transaction: a shared advisory lock that Replay takes
+-- exclusively (ReplayLock), so that the deletion's snapshot, taken after it, sees every replay
+-- that committed (a replayed row gets a pending row, which the outbox row does not show).
+SELECT pg_advisory_xact_lock_shared($1::int, -1)
+
+-- name: ReplayLock
+SELECT pg_advisory_xact_lock($1::int, -1)
+
+-- name: ReplayLockOutbox
+-- Replay, before it reads the lane count: the outbox's ROW EXCLUSIVE lock (a writer's), which a
+-- resize (ResizeLock) waits for and holds back, so no resize runs between the read and the
+-- pending rows' insert.
+LOCK TABLE {{outbox}} IN ROW EXCLUSIVE MODE
+
 -- name: PruneOutbox
 -- $1 published before, $2 seq bound (exclusive), $3 limit. Nothing at or above the lowest
--- unpublished seq is deleted.
+-- pending seq is deleted (every row below it is published); a row published after migration
+-- 0008 (published_at NULL) only below the lowest min_seq of the settle log entries at or after
+-- $1 (none of them lists it), one published before it when its published_at is before $1 and
+-- below that bound as well (a replay may have published it again). The pending table and the
+-- log are read in one snapshot, the statement's. Settle log entries below every outbox row go.
+WITH b AS MATERIALIZED (
+	SELECT (SELECT min(seq) FROM {{pending}}) AS pending_min,
+		(SELECT min(min_seq) FROM {{settled}} WHERE at >= $1::timestamptz) AS settled_min,
+		set_config('outboxkit.pending_layout', 'on', true) AS layout
+), m AS MATERIALIZED (
+	-- No outbox row: every entry lists only deleted rows (an entry lists committed rows).
+	SELECT coalesce(min(seq), 9223372036854775807) AS seq FROM {{outbox}}
+), log AS (
+	DELETE FROM {{settled}} WHERE min_seq < (SELECT seq FROM m) AND max_seq < (SELECT seq FROM m)
+)
 DELETE FROM {{outbox}} WHERE seq = ANY(ARRAY(
-	SELECT seq FROM {{outbox}}
-	WHERE published_at IS NOT NULL AND published_at < $1::timestamptz AND seq < $2::bigint
-	  AND seq < coalesce((SELECT min(seq) FROM {{outbox}} WHERE published_at IS NULL), $2::bigint)
-	ORDER BY seq LIMIT $3))
-  AND published_at IS NOT NULL
+	SELECT o.seq FROM {{outbox}} AS o, b
+	WHERE o.seq < $2::bigint AND o.seq < coalesce(b.pending_min, $2::bigint)
+	  AND o.seq < coalesce(b.settled_min, $2::bigint)
+	  AND (o.published_at IS NULL OR o.published_at < $1::timestamptz)
+	ORDER BY o.seq LIMIT $3))
 
 -- name: ListAll
--- $1 after seq, $2 limit.
-SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 ORDER BY seq LIMIT $2
+-- $1 after seq, $2 limit. A record is unpublished while it has a pending row (migration 0008).
+-- Every join is a primary key lookup per row (LATERAL ... OFFSET 0: never a hash of a table).
+SELECT {{pcols}} FROM {{outbox}} AS o
+LEFT JOIN LATERAL (SELECT * FROM {{pending}} AS q WHERE q.seq = o.seq OFFSET 0) AS p ON true
+WHERE o.seq > $1 ORDER BY o.seq LIMIT $2
 
 -- name: ListPending
-SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT $2
+SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > $1 AND parked_at IS NULL ORDER BY seq LIMIT $2) AS p
+CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq AND r.created_at = p.created_at OFFSET 0) AS o
+ORDER BY p.seq
 
 -- name: ListParked
-SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NULL AND parked_at IS NOT NULL ORDER BY seq LIMIT $2
+SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > $1 AND parked_at IS NOT NULL ORDER BY seq LIMIT $2) AS p
+CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq AND r.created_at = p.created_at OFFSET 0) AS o
+ORDER BY p.seq
 
 -- name: ListPublished
-SELECT {{cols}} FROM {{outbox}} WHERE seq > $1 AND published_at IS NOT NULL ORDER BY seq LIMIT $2
+SELECT {{pcols}} FROM {{outbox}} AS o LEFT JOIN {{pending}} AS p ON false
+WHERE o.seq > $1 AND NOT EXISTS (SELECT 1 FROM {{pending}} AS q WHERE q.seq = o.seq)
+ORDER BY o.seq LIMIT $2
 
 -- name: Stats
 -- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
--- rows, and at most $1 entries of the pending index. The unpublished rows are counted on the
--- pending index up to $1 (Go's cap; beyond it Go takes the planner's estimate: the null
--- fraction of published_at times the table's estimated rows), the parked ones on the failed
--- index; the table's rows are estimated as the planner does (reltuples per page at the last
--- ANALYZE or vacuum, times the pages the table has now; 0 before any), summed over the table
--- and its partitions, with their size in bytes (Go counts the published rows exactly, with
--- StatsPublished, when the table is small); the oldest pending record is the first one in seq
--- order (the pending index, stopping at the first row that is not parked).
+-- rows, and at most $1 rows of the pending table (migration 0008). The unpublished rows are
+-- counted on the pending table up to $1 (Go's cap; beyond it Go takes the planner's estimate of
+-- the pending table's rows), the parked ones on its failed index; the outbox's rows are
+-- estimated as the planner does (reltuples per page at the last ANALYZE or vacuum, times the
+-- pages the table has now; 0 before any), summed over the table and its partitions, with their
+-- size in bytes (Go counts the published rows exactly, with StatsPublished, when the table is
+-- small); the oldest pending record is the first pending row in seq order that is not parked.
 WITH unpub AS (
-	SELECT count(*) AS n FROM (SELECT 1 FROM {{outbox}} WHERE published_at IS NULL LIMIT $1) AS u
+	SELECT count(*) AS n FROM (SELECT 1 FROM {{pending}} LIMIT $1) AS u
 ), parked AS (
-	SELECT count(*) AS n FROM {{outbox}}
-	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
+	SELECT count(*) AS n FROM {{pending}}
+	WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
 ), rel AS (
 	SELECT c.reltuples, c.relpages, pg_catalog.pg_relation_size(c.oid) AS bytes FROM pg_catalog.pg_class AS c
 	WHERE c.oid = '{{outbox}}'::regclass
@@ -424,19 +493,20 @@ WITH unpub AS (
 		THEN reltuples / relpages * (bytes / current_setting('block_size')::bigint) ELSE 0 END), 0)::bigint AS n,
 		coalesce(sum(bytes), 0)::bigint AS bytes
 	FROM rel
-), nf AS (
-	SELECT coalesce(max(s.null_frac), 0)::float8 AS f FROM pg_catalog.pg_stats AS s
-	JOIN pg_catalog.pg_class AS c ON c.relname = s.tablename
-	JOIN pg_catalog.pg_namespace AS ns ON ns.oid = c.relnamespace AND ns.nspname = s.schemaname
-	WHERE c.oid = '{{outbox}}'::regclass AND s.attname = 'published_at'
+), pest AS (
+	SELECT coalesce(sum(CASE WHEN c.reltuples > 0 AND c.relpages > 0
+		THEN c.reltuples / c.relpages * (pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::bigint)
+		ELSE 0 END), 0)::bigint AS n
+	FROM pg_catalog.pg_class AS c WHERE c.oid = '{{pending}}'::regclass
 )
-SELECT unpub.n, parked.n, est.n, est.bytes, nf.f,
-	(SELECT o.created_at FROM {{outbox}} AS o WHERE o.published_at IS NULL AND o.parked_at IS NULL ORDER BY o.seq LIMIT 1)
-FROM unpub, parked, est, nf
+SELECT unpub.n, parked.n, est.n, est.bytes, pest.n,
+	(SELECT p.created_at FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT 1)
+FROM unpub, parked, est, pest
 
 -- name: StatsPublished
--- The exact count of published rows, for a small table only (see Stats).
-SELECT count(*) FROM {{outbox}} WHERE published_at IS NOT NULL
+-- The exact count of published rows (those without a pending row), for a small table only (see
+-- Stats).
+SELECT count(*) FROM {{outbox}} AS o WHERE NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
 
 -- name: Blocked
 -- Pending records held back by an earlier parked record of their partition key, among the
@@ -444,12 +514,12 @@ SELECT count(*) FROM {{outbox}} WHERE published_at IS NOT NULL
 -- beyond them). The parked keys come from the failed index. Operators only (outboxkit status),
 -- and run only when something is parked.
 WITH p AS MATERIALIZED (
-	SELECT partition_key, min(seq) AS seq FROM {{outbox}}
-	WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
+	SELECT partition_key, min(seq) AS seq FROM {{pending}}
+	WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
 	GROUP BY partition_key
 ), w AS MATERIALIZED (
-	SELECT o.seq, o.partition_key FROM {{outbox}} AS o
-	WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.seq > (SELECT min(seq) FROM p)
+	SELECT o.seq, o.partition_key FROM {{pending}} AS o
+	WHERE o.parked_at IS NULL AND o.seq > (SELECT min(seq) FROM p)
 	ORDER BY o.seq LIMIT $1
 )
 SELECT count(*) FROM w JOIN p ON w.partition_key = p.partition_key AND w.seq > p.seq
@@ -458,15 +528,14 @@ SELECT count(*) FROM w JOIN p ON w.partition_key = p.partition_key AND w.seq > p
 SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 
 -- name: ParkedKeys
-SELECT DISTINCT partition_key FROM {{outbox}}
-WHERE published_at IS NULL AND parked_at IS NOT NULL
+SELECT DISTINCT partition_key FROM {{pending}}
+WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
 
 -- name: Unpark
 -- Rows with something to clear always have parked_at or next_attempt_at set (a failure sets
--- next_attempt_at), so the failed index finds them.
-UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-WHERE partition_key = $1 AND published_at IS NULL
-  AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+-- next_attempt_at), so the pending table's failed index finds them.
+UPDATE {{pending}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+WHERE partition_key = $1 AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
 
 -- name: Notify
 -- Sent without arguments: one simple-protocol round trip, its own small transaction that does
@@ -482,15 +551,17 @@ SELECT c.relname::text FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inh
 WHERE i.inhparent = $1::regclass ORDER BY c.relname
 
 -- name: PartitionCheck
--- Whether {{partition}} holds only rows PruneOutbox would delete: none unpublished, none
--- published at or after $1, every seq below $2 and below the lowest unpublished seq. Index
--- lookups only (pending index, published_at index, primary key), so that it is cheap under the
--- table lock.
-SELECT NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NULL)
-   AND NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NOT NULL AND published_at >= $1::timestamptz)
+-- Whether {{partition}} holds only rows PruneOutbox would delete: every seq below $2, below the
+-- lowest pending seq (so none unpublished) and below the lowest min_seq of the settle log entries
+-- at or after $1, none published (before migration 0008) at or after $1. Index lookups only
+-- (pending and settle log indexes, published_at index, primary key), so that it is cheap under
+-- the table lock.
+SELECT NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NOT NULL AND published_at >= $1::timestamptz)
    AND coalesce((SELECT max(seq) FROM {{partition}}), 0) < $2::bigint
    AND coalesce((SELECT max(seq) FROM {{partition}}), 0)
-       < coalesce((SELECT min(seq) FROM {{outbox}} WHERE published_at IS NULL), $2::bigint)
+       < coalesce((SELECT min(seq) FROM {{pending}}), $2::bigint)
+   AND coalesce((SELECT max(seq) FROM {{partition}}), 0)
+       < coalesce((SELECT min(min_seq) FROM {{settled}} WHERE at >= $1::timestamptz), $2::bigint)
 
 -- name: PartitionIDs
 DELETE FROM {{ids}} WHERE created_at >= $1::timestamptz AND created_at < $2::timestamptz
@@ -517,25 +588,29 @@ LOCK TABLE {{outbox}} IN ACCESS EXCLUSIVE MODE
 DROP TABLE {{partition}}
 
 -- name: ReplayByIDs
--- Replay's selection by ID ($1), locked so that a concurrent cleanup cannot delete it meanwhile.
-SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
-WHERE id = ANY($1::text[]) ORDER BY seq FOR UPDATE
+-- Replay's selection by ID ($1), locked so that a concurrent cleanup cannot delete it meanwhile;
+-- published when it has no pending row.
+SELECT o.seq, o.id, o.partition_key, NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
+FROM {{outbox}} AS o WHERE o.id = ANY($1::text[]) ORDER BY o.seq FOR UPDATE OF o
 
 -- name: ReplayByKey
 -- Replay's selection by key ($1), created at or after $2, at most $3 rows, locked.
-SELECT seq, id, partition_key, true FROM {{outbox}}
-WHERE partition_key = $1 AND created_at >= $2::timestamptz AND published_at IS NOT NULL
-ORDER BY seq LIMIT $3 FOR UPDATE
+SELECT o.seq, o.id, o.partition_key, true FROM {{outbox}} AS o
+WHERE o.partition_key = $1 AND o.created_at >= $2::timestamptz
+  AND NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
+ORDER BY o.seq LIMIT $3 FOR UPDATE OF o
 
 -- name: KeyUnpublished
--- Whether key $1 has an unpublished row (walks the pending index).
-SELECT EXISTS (SELECT 1 FROM {{outbox}} WHERE published_at IS NULL AND partition_key = $1)
+-- Whether key $1 has an unpublished row (a pending row; walks the pending table).
+SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = $1)
 
 -- name: Replay
--- Puts the published rows $1 back to pending, as never attempted.
-UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = '',
-    parked_at = NULL
-WHERE seq = ANY($1::bigint[]) AND published_at IS NOT NULL
+-- Puts the published rows $1 back to pending, as never attempted: a pending row each, in lane
+-- $2 (their key's lane under the current lane count).
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at)
+SELECT o.seq, r.lane, o.partition_key, o.created_at
+FROM unnest($1::bigint[], $2::int[]) AS r(seq, lane) JOIN {{outbox}} AS o ON o.seq = r.seq
+ON CONFLICT (seq) DO NOTHING
 
 -- name: AuditInsert
 -- $1 actor, $2 command, $3 arguments (JSON text), $4 rows affected.
@@ -580,7 +655,8 @@ WHERE lane = ANY(ARRAY(
 -- count; nothing is inserted when the recorded count differs. The count is read once per
 -- statement, after the statement's table lock: under READ COMMITTED in the statement's snapshot
 -- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE. $16 as Insert's
--- $15.
+-- $15. The pending rows as in Insert.
+WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -592,14 +668,18 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
 	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
   AND current_database() = coalesce($16::text, current_database())
+  AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: InsertPartitionedChecked
 -- InsertPartitioned checked as InsertChecked; the IDs go to the side table only when the count
 -- and the database ($16) match.
 WITH ok AS MATERIALIZED (SELECT current_database() = coalesce($16::text, current_database()) AND (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
 	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text AS ok),
-ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) FROM ok WHERE ok.ok)
+ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) FROM ok WHERE ok.ok),
+o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
@@ -608,8 +688,10 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::te
 	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
-WHERE (SELECT ok FROM ok)
+WHERE (SELECT ok FROM ok) AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: LaneCountChecked
 -- The recorded lane count, whether migration 0007 (checked inserts, resizes) is applied, and
@@ -623,7 +705,9 @@ SELECT current_database()
 -- name: ResizeLock
 -- A resize's first step: wait for the writer transactions that inserted (and for settles and
 -- cleanups in flight) and hold the next ones back until it ends; reads (the relays' fetches) go
--- on. See migration 0007.
+-- on. See migration 0007. The outbox alone: writers write the pending table in the same
+-- statement (locking the two tables in an order that depends on the plan's cache, so locking
+-- both here could deadlock with them), and Replay takes the outbox's lock too (ReplayLockOutbox).
 LOCK TABLE {{outbox}} IN SHARE ROW EXCLUSIVE MODE
 
 -- name: LaneCountLocked
@@ -632,18 +716,13 @@ LOCK TABLE {{outbox}} IN SHARE ROW EXCLUSIVE MODE
 SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
 
 -- name: LaneCountShared
--- The lane count read as a checked insert reads it (Replay, after its UPDATE took the outbox's
--- ROW EXCLUSIVE lock: rows put back to pending get their key's lane under the count a resize
--- cannot change until the replay ends).
+-- The lane count read as a checked insert reads it (Replay, after ReplayLockOutbox took the
+-- outbox's ROW EXCLUSIVE lock: rows put back to pending get their key's lane under the
+-- count a resize cannot change until the replay ends).
 SELECT {{lane_count_fn}}()
 
 -- name: LaneCountSet
 UPDATE {{meta}} SET value = $1 WHERE name = 'lanes'
-
--- name: ResizeAllow
--- The transaction-local setting the immutability trigger (migration 0007) allows a lane change
--- under.
-SELECT set_config('outboxkit.lanes_resize', 'on', true)
 
 -- name: ResizeLeases
 -- A resize ends every lease as ResetLanes does (owner and sign of life cleared, lease expired,
@@ -662,12 +741,12 @@ SELECT count(*) FILTER (WHERE held) FROM l
 DELETE FROM {{lanes}} WHERE lane >= $1
 
 -- name: ResizeRows
--- The unpublished rows after seq $1, $2 at a time (the pending index), with their key and lane.
-SELECT seq, partition_key, lane FROM {{outbox}}
-WHERE published_at IS NULL AND seq > $1 ORDER BY seq LIMIT $2
+-- The unpublished rows after seq $1, $2 at a time (the pending table), with their key and lane.
+SELECT seq, partition_key, lane FROM {{pending}}
+WHERE seq > $1 ORDER BY seq LIMIT $2
 
 -- name: ResizeMove
 -- $1 seqs, $2 their new lanes: the rows whose lane changes.
-UPDATE {{outbox}} AS o SET lane = m.lane
+UPDATE {{pending}} AS o SET lane = m.lane
 FROM unnest($1::bigint[], $2::int[]) AS m(seq, lane)
 WHERE o.seq = m.seq AND o.lane <> m.lane

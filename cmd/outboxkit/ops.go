@@ -238,8 +238,8 @@ type statusReport struct {
 	// Destinations counts the pending records per destination, among the oldest
 	// statusDestinations of them in seq order.
 	Destinations destinationsJSON `json:"pending_by_destination"`
-	// PublishRate (one-shot, where an index on published_at serves it: SQLite and a partitioned
-	// PostgreSQL outbox) is the records published per second over the last minute, and
+	// PublishRate (one-shot, where an index serves it: SQLite's on published_at, PostgreSQL's
+	// settle log) is the records published per second over the last minute, and
 	// PublishETA the time to publish the pending ones at that rate (absent unless it is > 0).
 	PublishRate *float64       `json:"publish_rate_per_second,omitempty"`
 	PublishETA  *float64       `json:"publish_eta_seconds,omitempty"`

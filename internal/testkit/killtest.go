@@ -208,6 +208,23 @@ func RunKill(t *testing.T, o KillOptions) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	dups := CheckDeliveries(t, want, got)
+	t.Logf("%d events, %d deliveries, %d duplicates over %d kills", total, len(got), dups, o.Kills)
+	if dups > o.Kills*o.MaxResent {
+		t.Fatalf("%d duplicates over %d kills; at most %d per kill may be resent", dups, o.Kills, o.MaxResent)
+	}
+}
+
+// CheckDeliveries checks the deliveries got (in acknowledgement order) against want (the
+// committed IDs of each key in write order): every event delivered, none that was never
+// committed, first deliveries in write order per key (a redelivery of an earlier event is a
+// duplicate, not a reordering). It returns the number of duplicates.
+func CheckDeliveries(t testing.TB, want map[string][]string, got []Delivery) int {
+	t.Helper()
+	total := 0
+	for _, ids := range want {
+		total += len(ids)
+	}
 	if n := len(distinct(got)); n != total {
 		t.Fatalf("events lost: %d of %d delivered", n, total)
 	}
@@ -229,11 +246,7 @@ func RunKill(t *testing.T, o KillOptions) {
 			next[key]++
 		}
 	}
-	dups := len(got) - total
-	t.Logf("%d events, %d deliveries, %d duplicates over %d kills", total, len(got), dups, o.Kills)
-	if dups > o.Kills*o.MaxResent {
-		t.Fatalf("%d duplicates over %d kills; at most %d per kill may be resent", dups, o.Kills, o.MaxResent)
-	}
+	return len(got) - total
 }
 
 // StartChild starts this test binary again, running no test, with env=spec in its environment:
