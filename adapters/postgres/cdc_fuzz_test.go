@@ -66,16 +66,17 @@ func TestFuzzSeedDecodes(t *testing.T) {
 }
 
 // A truncate message claiming 2^31 relations is ignored, not parsed: pglogrepl would allocate
-// its relation ids before noticing the message is short.
+// its relation ids (8 GiB) before noticing the message is short. TotalAlloc counts the whole
+// process, and other tests' goroutines allocate meanwhile (1.1 MB was seen in one window), so
+// the bound is far above that noise and far below what parsing would take.
 func TestTruncateMessageIsNotParsed(t *testing.T) {
-	t.Parallel()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	d := fuzzDecoder(t)
 	_, _, err := d.message([]byte("T\x7f\xff\xff\xff\x00\x00\x00\x00\x01"))
 	require.NoError(t, err)
 	runtime.ReadMemStats(&after)
-	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20))
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20))
 }
 
 func fuzzDecoder(t testing.TB) *decoder {

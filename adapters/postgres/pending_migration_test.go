@@ -327,9 +327,12 @@ func TestPruneSettleLogBound(t *testing.T) {
 	var now time.Time
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 	// Published before the migration: one long ago, one recently (after the cut-off below).
-	for id, at := range map[string]time.Time{"pre-old": now.Add(-3 * time.Hour), "pre-recent": now.Add(-time.Minute)} {
+	for _, r := range []struct {
+		id string
+		at time.Time
+	}{{"pre-old", now.Add(-3 * time.Hour)}, {"pre-recent", now.Add(-time.Minute)}} { // in this seq order
 		_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane, published_at)
-			VALUES ($1, 'a', $1, 't', 'k', 0, $2)`, id, at)
+			VALUES ($1, 'a', $1, 't', 'k', 0, $2)`, r.id, r.at)
 		require.NoError(t, err)
 	}
 	ob, err := core.NewOutbox(ctx, s, nil)
