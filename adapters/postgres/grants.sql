@@ -93,6 +93,7 @@ GRANT SELECT ON :"schema".outbox, :"schema".outbox_meta, :"schema".outbox_lanes,
 -- lanes), cleanup (old settle log entries).
 GRANT SELECT, INSERT, UPDATE, DELETE ON :"schema".outbox_pending TO :"operator_role";
 GRANT SELECT, DELETE ON :"schema".outbox_settled TO :"operator_role";
+GRANT UPDATE (seqs) ON :"schema".outbox_settled TO :"operator_role"; -- replay: a seq leaves its entry
 GRANT UPDATE (published_at, attempts, next_attempt_at, last_error, parked_at)
     ON :"schema".outbox TO :"operator_role";
 GRANT DELETE ON :"schema".outbox TO :"operator_role";

@@ -426,3 +426,75 @@ func TestMigrationSQLPendingLayout(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Pending)
 }
+
+// What List reports of a published record in the pending layout: the time of its latest
+// publication (a replay's, not the first one's, whatever the settle log entries' seq ranges),
+// and the status of a record the relay published, not the status columns an upgraded outbox
+// row kept from before migration 0008 (a record parked then, unparked and published since).
+func TestListPublishedAfterReplayAndUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 1})
+	var now time.Time
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+	// As an earlier version left them: "pre" published at now-3h after two failures, "parked"
+	// parked (the migration copied its status into its pending row, as the trigger does here).
+	_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane,
+		published_at, attempts, last_error) VALUES ('pre', 'a', 'pre', 't', 'p', 0, $1, 2, 'old failure')`, now.Add(-3*time.Hour))
+	require.NoError(t, err)
+	_, err = d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, lane,
+		attempts, last_error, parked_at, next_attempt_at) VALUES ('parked', 'a', 'parked', 't', 'q', 0, 1, 'boom', $1, $1)`, now.Add(-2*time.Hour))
+	require.NoError(t, err)
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	write := func(ids ...string) {
+		evs := make([]core.Event, len(ids))
+		for i, id := range ids {
+			evs[i] = core.Event{ID: id, AggregateType: "a", AggregateID: id, Type: "t", PartitionKey: "k"}
+		}
+		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { _, err := ob.Write(ctx, tx, evs...); return err }))
+	}
+	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
+	require.NoError(t, err)
+	publish := func(at time.Time, want int) {
+		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10, Now: at})
+		require.NoError(t, err)
+		require.Len(t, recs, want)
+		seqs := make([]int64, len(recs))
+		for i, r := range recs {
+			seqs[i] = r.Seq
+		}
+		require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs, Now: at}))
+	}
+	_, err = s.Unpark(ctx, "q")
+	require.NoError(t, err)
+	publish(now.Add(-50*time.Minute), 1) // "parked", unparked
+	write("k1")
+	publish(now.Add(-40*time.Minute), 1)
+	write("k2")
+	publish(now.Add(-30*time.Minute), 1)
+	write("k3", "k4")
+	publish(now.Add(-20*time.Minute), 2)
+
+	audit := &core.AuditEntry{Actor: "t", Command: "replay", Arguments: "{}"}
+	n, err := s.Replay(ctx, core.ReplayParams{PartitionKey: "k", Since: now.Add(-time.Hour), Audit: audit})
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	n, err = s.Replay(ctx, core.ReplayParams{IDs: []string{"pre"}, Audit: audit})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	publish(now.Add(-10*time.Minute), 5)
+
+	recs, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	require.NoError(t, err)
+	require.Len(t, recs, 6)
+	want := map[string]time.Time{"pre": now.Add(-10 * time.Minute), "parked": now.Add(-50 * time.Minute),
+		"k1": now.Add(-10 * time.Minute), "k2": now.Add(-10 * time.Minute), "k3": now.Add(-10 * time.Minute), "k4": now.Add(-10 * time.Minute)}
+	for _, r := range recs {
+		require.WithinDuration(t, want[r.ID], r.PublishedAt, time.Millisecond, r.ID)
+		require.Zero(t, r.Attempts, r.ID)
+		require.Empty(t, r.LastError, r.ID)
+		require.True(t, r.ParkedAt.IsZero(), r.ID)
+		require.True(t, r.NextAttemptAt.IsZero(), r.ID)
+	}
+}

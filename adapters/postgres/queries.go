@@ -20,20 +20,22 @@ const recordCols = `seq, id, aggregate_type, aggregate_id, aggregate_version, ty
 	created_at, published_at, attempts, next_attempt_at, last_error, parked_at`
 
 // pendingCols is recordCols of an outbox row o LEFT JOINed to its pending row p (migration
-// 0008): a record is unpublished while p exists, and then has p's lane and status columns; a
-// published record's publication time is its published_at (published before the migration) or
-// the time of the settle log entry that lists it (the one with the highest min_seq: the latest
-// when a replay published it again). {{pcols}} in queries.sql.
+// 0008): a record is unpublished while p exists, and then has p's lane and status columns. A
+// record published before the migration (published_at set; Replay clears it) has its
+// published_at and the status columns it had then; one published since has the time of the
+// settle log entry that lists it (at most one does: Replay takes a seq out of its entry) and
+// the status of a record the relay published: nothing left to retry. {{pcols}} in queries.sql.
 func pendingCols(settled string) string {
+	const published = `p.seq IS NULL AND o.published_at IS NOT NULL` // before the migration
 	return `o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
 	o.partition_key, o.destination, o.payload, o.headers::text, o.tenant, o.causation_id,
 	o.correlation_id, coalesce(p.lane, o.lane), o.created_at,
 	CASE WHEN p.seq IS NOT NULL THEN NULL ELSE coalesce(o.published_at, (SELECT s.at FROM ` + settled + ` AS s
 		WHERE s.min_seq <= o.seq AND s.max_seq >= o.seq AND o.seq = ANY(s.seqs) ORDER BY s.min_seq DESC LIMIT 1)) END,
-	CASE WHEN p.seq IS NOT NULL THEN p.attempts ELSE o.attempts END,
-	CASE WHEN p.seq IS NOT NULL THEN p.next_attempt_at ELSE o.next_attempt_at END,
-	CASE WHEN p.seq IS NOT NULL THEN p.last_error ELSE o.last_error END,
-	CASE WHEN p.seq IS NOT NULL THEN p.parked_at ELSE o.parked_at END`
+	CASE WHEN p.seq IS NOT NULL THEN p.attempts WHEN ` + published + ` THEN o.attempts ELSE 0 END,
+	CASE WHEN p.seq IS NOT NULL THEN p.next_attempt_at WHEN ` + published + ` THEN o.next_attempt_at END,
+	CASE WHEN p.seq IS NOT NULL THEN p.last_error WHEN ` + published + ` THEN o.last_error ELSE '' END,
+	CASE WHEN p.seq IS NOT NULL THEN p.parked_at WHEN ` + published + ` THEN o.parked_at END`
 }
 
 type queries struct {

@@ -606,7 +606,22 @@ SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = $1)
 
 -- name: Replay
 -- Puts the published rows $1 back to pending, as never attempted: a pending row each, in lane
--- $2 (their key's lane under the current lane count).
+-- $2 (their key's lane under the current lane count). Their earlier publication is forgotten, so
+-- that List reads the next one: each seq leaves the settle log entry that lists it (every seq is
+-- in at most one entry, the one of its latest publication; the entry keeps its min_seq and
+-- max_seq, which only makes cleanup's bound more careful), and a row published before migration
+-- 0008 loses its published_at and status columns (grants.sql lets the operator role update them).
+WITH unlog AS (
+	UPDATE {{settled}} AS s SET seqs = ARRAY(SELECT x FROM unnest(s.seqs) AS x WHERE x <> ALL($1::bigint[]))
+	WHERE s.ctid = ANY(ARRAY(
+		SELECT e.ctid FROM unnest($1::bigint[]) AS r(seq)
+		CROSS JOIN LATERAL (SELECT l.ctid FROM {{settled}} AS l
+			WHERE l.min_seq <= r.seq AND l.max_seq >= r.seq AND r.seq = ANY(l.seqs)
+			ORDER BY l.min_seq DESC LIMIT 1) AS e))
+), unmark AS (
+	UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = '', parked_at = NULL
+	WHERE seq = ANY($1::bigint[]) AND published_at IS NOT NULL
+)
 INSERT INTO {{pending}} (seq, lane, partition_key, created_at)
 SELECT o.seq, r.lane, o.partition_key, o.created_at
 FROM unnest($1::bigint[], $2::int[]) AS r(seq, lane) JOIN {{outbox}} AS o ON o.seq = r.seq
