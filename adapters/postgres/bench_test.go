@@ -74,16 +74,7 @@ func seed(b *testing.B, d *testDB, lanes, n int) {
 		[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "type", "partition_key", "payload", "headers", "lane"},
 		pgx.CopyFromRows(rows))
 	require.NoError(b, err)
-	sqls := []string{"VACUUM ANALYZE outbox", "CHECKPOINT"}
-	var pending bool // migration 0008's pending table (the trigger wrote its rows), unless a benchmark dropped it
-	require.NoError(b, d.pool.QueryRow(ctx, `SELECT to_regclass('outbox_pending') IS NOT NULL`).Scan(&pending))
-	if pending {
-		sqls = append([]string{"VACUUM ANALYZE outbox_pending"}, sqls...)
-	}
-	for _, sql := range sqls {
-		_, err := d.pool.Exec(ctx, sql)
-		require.NoError(b, err)
-	}
+	vacuumSeeded(ctx, b, d)
 }
 
 func BenchmarkDrain(b *testing.B) {
@@ -500,16 +491,7 @@ func seedSeries(b *testing.B, d *testDB, n int) {
 		SELECT 'ev-' || g, 'order', (g % $3)::text, 'order.created', 'order/' || (g % $3), $1::bytea, ($2::int[])[g % $3 + 1]
 		FROM generate_series(0, $4::int - 1) AS g`, payload, lanes, benchKeys, n)
 	require.NoError(b, err)
-	sqls := []string{"VACUUM ANALYZE outbox", "CHECKPOINT"}
-	var pending bool // migration 0008's pending table (the trigger wrote its rows), unless a benchmark dropped it
-	require.NoError(b, d.pool.QueryRow(ctx, `SELECT to_regclass('outbox_pending') IS NOT NULL`).Scan(&pending))
-	if pending {
-		sqls = append([]string{"VACUUM ANALYZE outbox_pending"}, sqls...)
-	}
-	for _, sql := range sqls {
-		_, err := d.pool.Exec(ctx, sql)
-		require.NoError(b, err)
-	}
+	vacuumSeeded(ctx, b, d)
 }
 
 // drainRate runs one relay (mark mode, batch 1,000, null sink) until want more events were
@@ -629,5 +611,21 @@ func BenchmarkInboxApply(b *testing.B) {
 				testkit.InboxApply(b, in, par, batch, handler)
 			})
 		}
+	}
+}
+
+// vacuumSeeded vacuums and analyses a freshly seeded outbox, and its pending table (migration
+// 0008's trigger wrote its rows) unless a benchmark dropped it, then checkpoints, so that every
+// run starts from the same state.
+func vacuumSeeded(ctx context.Context, b *testing.B, d *testDB) {
+	sqls := []string{"VACUUM ANALYZE outbox", "CHECKPOINT"}
+	var pending bool
+	require.NoError(b, d.pool.QueryRow(ctx, `SELECT to_regclass('outbox_pending') IS NOT NULL`).Scan(&pending))
+	if pending {
+		sqls = append([]string{"VACUUM ANALYZE outbox_pending"}, sqls...)
+	}
+	for _, sql := range sqls {
+		_, err := d.pool.Exec(ctx, sql)
+		require.NoError(b, err)
 	}
 }
