@@ -233,7 +233,7 @@ type outbox struct {
 // from the same state. Not timed. plain drops the pending layout's table and its trigger for
 // earlier versions first (PostgreSQL migration 0008): the bare client is a plain outbox table
 // that no library writes, and would otherwise pay that trigger on every row it deletes.
-func (h *harness) seed(maxConns int32, plain ...bool) *outbox {
+func (h *harness) seed(maxConns int32, plain bool) *outbox {
 	h.b.StopTimer()
 	defer h.b.StartTimer()
 	ctx := context.Background()
@@ -243,7 +243,7 @@ func (h *harness) seed(maxConns int32, plain ...bool) *outbox {
 	o.store, err = postgres.New(o.db, &postgres.Options{Schema: o.schema})
 	require.NoError(h.b, err)
 	require.NoError(h.b, o.store.Migrate(ctx))
-	if len(plain) > 0 && plain[0] {
+	if plain {
 		_, err := o.db.Exec(ctx, "DROP TRIGGER outbox_pending_sync ON "+o.schema+".outbox; DROP TABLE "+o.schema+".outbox_pending")
 		require.NoError(h.b, err)
 	}
@@ -259,7 +259,7 @@ func (h *harness) seed(maxConns int32, plain ...bool) *outbox {
 		pgx.CopyFromRows(rows))
 	require.NoError(h.b, err)
 	sqls := []string{"VACUUM ANALYZE " + o.schema + ".outbox", "CHECKPOINT"}
-	if len(plain) == 0 || !plain[0] { // COPY fired the trigger that wrote the pending rows
+	if !plain { // COPY fired the trigger that wrote the pending rows
 		sqls = append([]string{"VACUUM ANALYZE " + o.schema + ".outbox_pending"}, sqls...)
 	}
 	for _, sql := range sqls {
@@ -348,7 +348,7 @@ func (h *harness) relayDPhase() map[string]float64 {
 // drainPhase: one relay with opts drains the backlog through a sink with sinkOpts; its figures
 // are named after name.
 func (h *harness) drainPhase(name string, opts core.RelayOptions, sinkOpts *sqs.Options) map[string]float64 {
-	o := h.seed(8)
+	o := h.seed(8, false)
 	defer h.drop(o)
 	sink, err := sqs.New(h.client, sinkOpts)
 	require.NoError(h.b, err)
@@ -524,7 +524,7 @@ const caughtUpSlack = 500
 
 func (h *harness) catchupPhase() map[string]float64 {
 	const producers = 16
-	o := h.seed(8)
+	o := h.seed(8, false)
 	defer h.drop(o)
 	ctx := context.Background()
 	pdb := h.pool(producers)
