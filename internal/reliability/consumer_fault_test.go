@@ -220,9 +220,7 @@ func TestConsumerFaults(t *testing.T) {
 				_, err := p.Toxics.AddToxicJson(strings.NewReader(f.toxic))
 				require.NoError(t, err, f.name)
 			}
-			began := applied().count()
-			time.Sleep(hold)
-			during := applied().count() - began
+			during, lasted := holdFault(ctx, hold, bound, f.progress, func() int { return applied().count() })
 			if f.toxic == "" {
 				require.NoError(t, p.Start(), f.name)
 			} else {
@@ -230,7 +228,7 @@ func TestConsumerFaults(t *testing.T) {
 			}
 			took, ok := waitApplied(prod.committed())
 			t.Logf("%s for %v on the %s link: %d applied during the fault; recovered in %v: %v; consumer restarts %d %v",
-				f.name, hold, link.name, during, took.Round(time.Millisecond), ok, restarts.Load()-before, why.take())
+				f.name, lasted.Round(100*time.Millisecond), link.name, during, took.Round(time.Millisecond), ok, restarts.Load()-before, why.take())
 			require.True(t, ok, "%s on the %s link: every event committed before the fault ended applied within %v; consumers: %s", f.name, link.name, bound, consumerStats())
 			if f.progress {
 				require.Positive(t, during, "%s on the %s link: the consumer applies during the fault", f.name, link.name)

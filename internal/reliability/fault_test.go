@@ -61,7 +61,9 @@ const (
 // connection closed and new ones refused). Each fault lasts OUTBOXKIT_OUTAGE_SECONDS (default
 // 3 s; the long run is 10). The relays run under a supervisor that restarts a relay
 // whose Run returned, as an operator's process manager would, and each fault also starts a
-// third relay while it lasts (a process started during the fault). After each fault the test
+// third relay while it lasts (a process started during the fault). A fault after which the
+// relays must still deliver (progress) is kept on past its length until one delivery arrives
+// (holdFault). After each fault the test
 // waits until every event committed before the fault ended is delivered (no lane is left
 // stuck) and logs that recovery time; in the end nothing is lost and first deliveries are in
 // write order per key. Duplicates are allowed (a settle whose reply is lost is retried by
@@ -120,7 +122,7 @@ func dbTarget(open func(t *testing.T, lanes int) db) func(t *testing.T, hold tim
 			run: func(ctx context.Context) faultResult {
 				return injectFaults(ctx, d, store, newRecorder(5*time.Millisecond), proxy, hold, 10*time.Millisecond, bound)
 			},
-			check: func(t *testing.T, res faultResult) { checkFaults(t, res, hold, bound) },
+			check: func(t *testing.T, res faultResult) { checkFaults(t, res, bound) },
 		}
 	}
 }
@@ -135,14 +137,14 @@ func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
 }
 
 // checkFaults logs what each fault did and checks it.
-func checkFaults(t *testing.T, res faultResult, hold, bound time.Duration) {
+func checkFaults(t *testing.T, res faultResult, bound time.Duration) {
 	for _, p := range res.phases {
 		rec := "recovered in"
 		if !p.recovered {
 			rec = "NOT recovered after"
 		}
 		t.Logf("%s for %v: %d deliveries during the fault; %s %v (every event committed before the fault ended delivered); relay restarts %d %s",
-			p.name, hold, p.during, rec, p.recovery.Round(time.Millisecond), p.restarts, p.why)
+			p.name, p.lasted.Round(100*time.Millisecond), p.during, rec, p.recovery.Round(time.Millisecond), p.restarts, p.why)
 	}
 	t.Logf("%s; relay restarts %d in all", res.report, res.restarts)
 	require.Empty(t, res.errs)
@@ -163,6 +165,7 @@ type phase struct {
 	name      string
 	progress  bool
 	during    int           // deliveries while the fault lasted
+	lasted    time.Duration // how long the fault lasted (longer than hold when progress waited)
 	recovery  time.Duration // from the fault's end until everything committed before it was delivered
 	recovered bool
 	restarts  int64  // relay restarts by the supervisor during the phase
@@ -324,9 +327,7 @@ func injectFaults(ctx context.Context, d db, store core.RelayStore, sink *record
 			break
 		}
 		late := supervise(ctx, "late-"+f.name, store, sink, router, &restarts, why)
-		began := sink.count()
-		time.Sleep(hold)
-		p.during = sink.count() - began
+		p.during, p.lasted = holdFault(ctx, hold, bound, f.progress, sink.count)
 		// Its end.
 		if f.toxic == "" {
 			if err := proxy.Start(); err != nil {

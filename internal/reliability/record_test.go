@@ -219,3 +219,17 @@ func waitDelivered(ctx context.Context, r *recorder, evs []committed, bound time
 	}
 	return time.Since(began), true
 }
+
+// holdFault keeps a fault on for hold. When it must let deliveries go on (progress) and count
+// has not moved by then, it keeps the fault on until count moves, at most bound beyond hold:
+// the property is progress under a degraded link, not progress within a fixed window (a cycle
+// of a dozen round trips of 150–200 ms each, behind a rebalance, can take a loaded machine
+// longer than a 3 s fault). It returns how much count moved and how long the fault lasted.
+func holdFault(ctx context.Context, hold, bound time.Duration, progress bool, count func() int) (during int, lasted time.Duration) {
+	began, start := time.Now(), count()
+	time.Sleep(hold)
+	for progress && count() == start && time.Since(began) < hold+bound && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return count() - start, time.Since(began)
+}
