@@ -209,10 +209,11 @@ func (s *Store) resizeMigrated(ctx context.Context, conn *sql.Conn) (bool, error
 // and the rows Migrate records (lane count, schema version), so that Migrate with the same
 // options then finds the outbox current. It is for teams whose schema changes go through their
 // own tool (goose, atlas, golang-migrate); it needs no database to be built. Every statement
-// ends with ";" at the end of a line; the trigger's body holds one more ";" inside a line, so
+// ends with ";" at the end of a line; the triggers' bodies hold more ";" inside lines, so
 // send the script as one multi-statement batch (go-sql-driver/mysql multiStatements=true, the
 // tools' default) or split it at line ends, as Migrate does; the mysql command-line client needs
-// a DELIMITER around the trigger. MySQL DDL is not transactional. The script is the same for
+// a DELIMITER around the triggers. MySQL DDL is not transactional; migration 010's one-time copy
+// and its meta row are one transaction (START TRANSACTION ... COMMIT in the script). The script is the same for
 // MySQL and MariaDB: migration 009 (ALTER TABLEs after the CREATEs) makes the compared text
 // VARBINARY, which both servers compare byte for byte, so no collation has to be chosen per
 // server.

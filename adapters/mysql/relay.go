@@ -307,9 +307,9 @@ func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any
 
 // Settle implements core.RelayStore: one transaction that marks the records (the pending
 // layout, migration 010: their settle log rows are written and their pending rows deleted; no
-// outbox row changes), or deletes them (p.Delete: their outbox rows, the trigger takes the
-// pending rows), then locks the leased lane rows, checks every lease (owner, generation, lease_until > now) and commits only
-// when all are held; otherwise it rolls back (nothing is marked) and returns the
+// outbox row changes) or deletes them (p.Delete: their outbox rows; the delete trigger takes
+// the pending rows), then locks the leased lane rows, checks every lease (owner, generation,
+// lease_until > now) and commits only when all are held; otherwise it rolls back (nothing is marked) and returns the
 // *core.LanesLostError. The check and the commit happen under the lane locks, so a lease
 // cannot change between them; marking first keeps the lane rows locked for the commit only,
 // not for the marks as well: renewals, which lock every lane of the relay, and with them the
