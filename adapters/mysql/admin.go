@@ -184,16 +184,25 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 }
 
 // pruneBatch deletes up to p.BatchSize() published rows below below in tx (see PruneOutbox) and
-// returns how many outbox rows it deleted.
+// returns how many outbox rows it deleted: fewer only when none is left to delete (core's cleanup
+// stops then). The settle log rows it reads may yield fewer deletions than rows (orphans, whose
+// outbox row is already gone, are deleted alone; a record replayed since the read is spared), so
+// it reads again until it has its batch, the log is exhausted, or a read brings no progress (in
+// a REPEATABLE READ transaction a replay committed since its snapshot stays invisible to the
+// read), then deletes records published before migration 010 for the rest.
 func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p core.PruneParams, below int64) (int64, error) {
 	limit := int64(p.BatchSize())
 	cut := timeArg(p.PublishedBefore)
-	seqs, err := queryInt64s(ctx, tx, s.q.pruneSettledIDs, below, cut, limit)
-	if err != nil {
-		return 0, err
-	}
 	var n int64
-	if len(seqs) > 0 {
+	for n < limit {
+		want := limit - n
+		seqs, err := queryInt64s(ctx, tx, s.q.pruneSettledIDs, below, cut, want)
+		if err != nil || len(seqs) == 0 {
+			if err != nil {
+				return 0, err
+			}
+			break
+		}
 		res, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.pruneSettled, 0, len(seqs)), append(appendInt64s(nil, seqs), cut)...)
 		if err != nil {
 			return 0, err
@@ -202,15 +211,23 @@ func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p core.PruneParams, 
 		if err != nil {
 			return 0, err
 		}
-		n = pairs / 2 // an outbox row and its settle log row each
-		if _, err := tx.ExecContext(ctx, lists(s.q.pruneSettledOrphans, 0, len(seqs)), appendInt64s(nil, seqs)...); err != nil {
+		n += pairs / 2 // an outbox row and its settle log row each
+		res, err = tx.ExecContext(ctx, lists(s.q.pruneSettledOrphans, 0, len(seqs)), appendInt64s(nil, seqs)...)
+		if err != nil {
 			return 0, err
 		}
-		if int64(len(seqs)) == limit {
-			return n, nil
+		orphans, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		if int64(len(seqs)) < want || pairs+orphans == 0 {
+			break // the log is exhausted below the watermark and cut-off, or no progress
 		}
 	}
-	res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, cut, below, limit-int64(len(seqs)))
+	if n == limit {
+		return n, nil
+	}
+	res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, cut, below, limit-n)
 	if err != nil {
 		return 0, err
 	}

@@ -105,6 +105,25 @@ func TestPendingTriggers(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT seq FROM outbox WHERE id = 'e2'`).Scan(&e2))
 	require.True(t, readPending(t, db, e1).ok, "an earlier writer's insert")
 	require.False(t, readPending(t, db, e2).ok, "inserted as published")
+	// The pending row is the writer's transaction's: a rollback leaves neither row.
+	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	require.NoError(t, err)
+	errRollback := fmt.Errorf("roll back")
+	require.ErrorIs(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "r", Type: "t"}); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM outbox_pending`).Scan(&n); err != nil {
+			return err
+		}
+		require.Equal(t, 3, n, "the insert's pending row, in its transaction")
+		return errRollback
+	}), errRollback)
+	var rows, pendingRows int
+	require.NoError(t, db.QueryRow(`SELECT (SELECT COUNT(*) FROM outbox), (SELECT COUNT(*) FROM outbox_pending)`).Scan(&rows, &pendingRows))
+	require.Equal(t, 3, rows)
+	require.Equal(t, 2, pendingRows)
 
 	// An earlier relay's failure (the outbox's status columns) reaches the pending row.
 	_, err = db.Exec(`UPDATE outbox SET attempts = attempts + 1, last_error = 'boom',
@@ -258,5 +277,34 @@ func TestPruneSettleLogBound(t *testing.T) {
 	require.Equal(t, 2, prune(t0.Add(2*time.Hour)))
 	require.Empty(t, left())
 	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM outbox_settled`).Scan(&logRows))
+	require.Zero(t, logRows)
+}
+
+// Settle log rows whose outbox row is already gone (an earlier version's relay sent the record
+// again and deleted it, or its cleanup did) do not stop a cleanup early: core.CleanupOutbox stops
+// at the first batch that deletes fewer rows than its size, so a batch of such rows must not
+// count as the end.
+func TestPruneSettleLogOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, &mysql.Options{Lanes: 1})
+	db := s.DB()
+	seqs := make([]int64, 6)
+	for i := range seqs {
+		seqs[i] = writeOne(t, s, "k")
+	}
+	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs}))
+	// The first four records' outbox rows go as an earlier version deletes them.
+	_, err = db.Exec(`DELETE FROM outbox WHERE seq <= ?`, seqs[3])
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond)
+	n, err := core.CleanupOutbox(ctx, s, &core.CleanupOptions{Retention: time.Nanosecond, BatchSize: 2})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	var rows, logRows int
+	require.NoError(t, db.QueryRow(`SELECT (SELECT COUNT(*) FROM outbox), (SELECT COUNT(*) FROM outbox_settled)`).Scan(&rows, &logRows))
+	require.Zero(t, rows)
 	require.Zero(t, logRows)
 }
