@@ -59,8 +59,9 @@
 //     created_at, attempts, next_attempt_at, last_error, parked_at), written in the writer's
 //     INSERT statement by an AFTER INSERT trigger. A mark writes the record's row in the settle
 //     log Table+"_settled" (seq, publication time) and deletes its pending row; a delete-on-publish
-//     settle deletes the outbox row (a trigger takes the pending row); failures, parking and
-//     Unpark change the pending row only. A record is published when it has no pending row; its
+//     settle deletes the pending rows, then the outbox rows (an AFTER DELETE trigger takes the
+//     pending row of any other outbox DELETE; the settle sets @outboxkit_unpended around its own
+//     so that the trigger skips it); failures, parking and Unpark change the pending row only. A record is published when it has no pending row; its
 //     publication time is its settle log row's, or its published_at when it was published
 //     before the migration (or by a relay of an earlier version during a rolling upgrade:
 //     AFTER UPDATE and AFTER DELETE triggers carry such a relay's marks, failures and deletes to

@@ -49,6 +49,7 @@ func (s *Store) UseEarlierQueries() error {
 	s.q.settlePublish, s.q.settleDelete, s.q.settleFail = st.Get("SettlePublish"), st.Get("SettleDelete"), st.Get("SettleFail")
 	s.q.minUnpublished, s.q.pruneOutbox = st.Get("MinUnpublished"), st.Get("PruneOutbox")
 	s.q.settleUnpend = "DO 0 IN ({{seq_list}}) AND 0 IN ({{lane_list}})"
+	s.q.unpendedOn = "DO 0" // the earlier delete settle is its DELETE alone
 	s.q.pruneSettledIDs = "SELECT 0 FROM DUAL WHERE FALSE AND ? AND ? LIMIT ?"
 	for _, q := range []string{s.q.insertPrefix, s.q.insertRow, s.q.insertChecked, s.q.laneCountShared,
 		s.q.fetchBlocked, s.q.fetchPrefix, s.q.fetchNotExists, s.q.settlePublish, s.q.settleDelete,

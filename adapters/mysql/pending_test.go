@@ -308,3 +308,34 @@ func TestPruneSettleLogOrphans(t *testing.T) {
 	require.Zero(t, rows)
 	require.Zero(t, logRows)
 }
+
+// A delete on publish deletes the pending rows itself, with one statement, and sets
+// @outboxkit_unpended for its outbox DELETE only, so that the delete trigger skips its per-row
+// pending delete: no pending row is left behind, the variable is cleared again on the session,
+// and a bare DELETE (an earlier version's) on that session still takes the pending row.
+func TestSettleDeleteUnpends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, &mysql.Options{Lanes: 1})
+	db := s.DB()
+	db.SetMaxOpenConns(1) // one session: the variable would stay on it
+	seqs := []int64{writeOne(t, s, "k"), writeOne(t, s, "k"), writeOne(t, s, "k")}
+	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs[:2], Delete: true}))
+	var rows, pendingRows int
+	count := func() {
+		require.NoError(t, db.QueryRow(`SELECT (SELECT COUNT(*) FROM outbox), (SELECT COUNT(*) FROM outbox_pending)`).Scan(&rows, &pendingRows))
+	}
+	count()
+	require.Equal(t, 1, rows)
+	require.Equal(t, 1, pendingRows, "the published records' pending rows went with them")
+	var unset bool
+	require.NoError(t, db.QueryRow(`SELECT @outboxkit_unpended IS NULL`).Scan(&unset))
+	require.True(t, unset, "the variable is cleared after the settle")
+	_, err = db.Exec(`DELETE FROM outbox WHERE seq = ?`, seqs[2])
+	require.NoError(t, err)
+	count()
+	require.Zero(t, rows)
+	require.Zero(t, pendingRows, "a bare DELETE on the same session takes the pending row")
+}

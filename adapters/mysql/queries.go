@@ -39,6 +39,7 @@ type queries struct {
 	fetchBlocked, fetchPrefix, fetchNotExists string
 
 	settlePublish, settleUnpend, settleDelete, settleFail string
+	unpendedOn, unpendedOff                               string
 
 	minUnpublished, pruneOutbox                        string
 	pruneSettledIDs, pruneSettled, pruneSettledOrphans string
@@ -131,6 +132,8 @@ func newQueries(n tableNames) (queries, error) {
 		settlePublish:          st.Get("SettlePublish"),
 		settleUnpend:           st.Get("SettleUnpend"),
 		settleDelete:           st.Get("SettleDelete"),
+		unpendedOn:             st.Get("UnpendedOn"),
+		unpendedOff:            st.Get("UnpendedOff"),
 		settleFail:             st.Get("SettleFail"),
 		minUnpublished:         st.Get("MinUnpublished"),
 		pruneOutbox:            st.Get("PruneOutbox"),

@@ -134,10 +134,11 @@ INSERT INTO {{settled}} (seq, at)
 	ON DUPLICATE KEY UPDATE at = VALUES(at)
 
 -- name: SettleDelete
--- Delete on publish: the outbox rows go, and the delete trigger (migration 010) takes their
--- pending rows with them. A row's outbox lane is its pending row's (lane changes update the
--- outbox row, and the update trigger copies them); published_at IS NULL spares the rows
--- published before the migration.
+-- Delete on publish, after SettleUnpend (the pending rows, one statement) and UnpendedOn: the
+-- outbox rows go; the delete trigger (migration 010) skips its per-row pending delete while
+-- @outboxkit_unpended is set (UnpendedOff clears it right after). A row's outbox lane is its
+-- pending row's (lane changes update the outbox row, and the update trigger copies them);
+-- published_at IS NULL spares the rows published before the migration.
 DELETE FROM {{outbox}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
 
 -- name: SettleFail
@@ -459,6 +460,7 @@ UPDATE {{outbox}} SET lane = CASE seq {{case_list}} END
 
 -- name: SettleUnpend
 -- A mark's second statement: the published records' pending rows go (no outbox row changes).
+-- A delete on publish's first.
 DELETE FROM {{pending}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}})
 
 -- name: PruneSettledIDs
@@ -490,3 +492,11 @@ INSERT IGNORE INTO {{pending}} (seq, lane, partition_key, created_at)
 -- Its third: their settle log rows go (the records are pending again; cleanup finds no
 -- publication time for them).
 DELETE FROM {{settled}} WHERE seq IN ({{seq_list}})
+
+-- name: UnpendedOn
+-- Set around SettleDelete only: the delete trigger then leaves the pending rows, which the
+-- settle deleted with one statement before.
+SET @outboxkit_unpended = 1
+
+-- name: UnpendedOff
+SET @outboxkit_unpended = NULL

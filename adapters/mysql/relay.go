@@ -307,8 +307,8 @@ func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any
 
 // Settle implements core.RelayStore: one transaction that marks the records (the pending
 // layout, migration 010: their settle log rows are written and their pending rows deleted; no
-// outbox row changes) or deletes them (p.Delete: their outbox rows; the delete trigger takes
-// the pending rows), then locks the leased lane rows, checks every lease (owner, generation,
+// outbox row changes) or deletes them (p.Delete: their pending rows, then their outbox rows),
+// then locks the leased lane rows, checks every lease (owner, generation,
 // lease_until > now) and commits only when all are held; otherwise it rolls back (nothing is marked) and returns the
 // *core.LanesLostError. The check and the commit happen under the lane locks, so a lease
 // cannot change between them; marking first keeps the lane rows locked for the commit only,
@@ -336,7 +336,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			// The seqs and lanes are the arguments of each statement; the log's also takes now.
 			fenced := appendInts(appendInt64s(nil, seqs), lanes)
 			if p.Delete {
-				if _, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleDelete, len(lanes), len(seqs)), fenced...); err != nil {
+				if err := s.settleDeleteChunk(ctx, tx, len(lanes), len(seqs), fenced); err != nil {
 					return err
 				}
 				continue
@@ -379,6 +379,25 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		return fmt.Errorf("mysql: settle: %w", lostErr)
 	}
 	return wrap("settle", err)
+}
+
+// settleDeleteChunk deletes the published records' pending rows with one statement, then their
+// outbox rows with @outboxkit_unpended set, so that the delete trigger skips its per-row pending
+// delete; the variable is cleared again whatever the DELETE did.
+func (s *Store) settleDeleteChunk(ctx context.Context, tx *sql.Tx, lanes, seqs int, fenced []any) (err error) {
+	if _, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleUnpend, lanes, seqs), fenced...); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.q.unpendedOn); err != nil {
+		return err
+	}
+	defer func() {
+		if _, oerr := tx.ExecContext(context.WithoutCancel(ctx), s.q.unpendedOff); err == nil {
+			err = oerr
+		}
+	}()
+	_, err = tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleDelete, lanes, seqs), fenced...)
+	return err
 }
 
 type querier interface {

@@ -48,9 +48,14 @@ CREATE TABLE IF NOT EXISTS {{settled}} (
 --     unpark) are copied, each only when it changed: this version's lane changes leave the
 --     outbox's status columns as the insert wrote them, which must not overwrite the pending
 --     row's.
---   DELETE (a delete-on-publish settle, cleanup): the pending row goes.
+--   DELETE (a delete-on-publish settle, cleanup): the pending row goes, unless the session's
+--     user variable @outboxkit_unpended is set: this version's delete-on-publish settle deletes
+--     the pending rows itself first, with one statement, sets the variable for its outbox
+--     DELETE only and clears it right after (also when the DELETE fails). A variable left set
+--     (a session that died in between ends with it) could only spare this version's own deletes
+--     of rows without pending rows (cleanup); writers and earlier relays never read it.
 -- This version's relay does not update outbox rows, so the update trigger costs it nothing; its
--- deletes pay one primary-key lookup of {{pending}} per row. Triggers run with their definer's
+-- cleanup's deletes pay one primary-key lookup of {{pending}} per row. Triggers run with their definer's
 -- privileges (the migrating user): writers and relays need no grant on {{pending}}.
 -- The update trigger FOLLOWS the immutability trigger (005/008): a refused UPDATE fails first
 -- and changes nothing. A statement that deletes or updates outbox rows must not use {{pending}}
@@ -81,7 +86,7 @@ CREATE TRIGGER IF NOT EXISTS {{pending_upd}} AFTER UPDATE ON {{outbox}} FOR EACH
 	; END IF;
 
 CREATE TRIGGER IF NOT EXISTS {{pending_del}} AFTER DELETE ON {{outbox}} FOR EACH ROW
-	DELETE FROM {{pending}} WHERE seq = OLD.seq;
+	IF @outboxkit_unpended IS NULL THEN DELETE FROM {{pending}} WHERE seq = OLD.seq; END IF;
 
 -- The backfill, once (Migrate runs this file only while the meta row
 -- 'migration:010_pending' is missing, and writes it in the backfill's transaction, below): the
