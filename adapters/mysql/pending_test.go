@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -338,4 +339,33 @@ func TestSettleDeleteUnpends(t *testing.T) {
 	count()
 	require.Zero(t, rows)
 	require.Zero(t, pendingRows, "a bare DELETE on the same session takes the pending row")
+}
+
+// MigrationSQL's script holds migration 010: run on an empty database it gives the pending
+// layout (tables, the three triggers, the meta row of the one-time copy), Migrate then finds it
+// current (it does not copy again), and a write gets its pending row.
+func TestMigrationSQLPendingLayout(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := t.Context()
+	script, err := mysql.MigrationSQL(&mysql.Options{Lanes: 2})
+	require.NoError(t, err)
+	require.Contains(t, script, "'migration:010_pending'")
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	for _, stmt := range strings.Split(script, ";\n\n") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		_, err := conn.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, conn.Close())
+	var triggers int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.TRIGGERS
+		WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'outbox' AND TRIGGER_NAME LIKE 'outbox\_p%'`).Scan(&triggers))
+	require.Equal(t, 3, triggers)
+	s := storeOn(t, db, &mysql.Options{Lanes: 2})
+	seq := writeOne(t, s, "k")
+	require.True(t, readPending(t, db, seq).ok)
 }
