@@ -55,8 +55,8 @@ CREATE TABLE IF NOT EXISTS {{settled}} (
 --     (a session that died in between ends with it) could only spare this version's own deletes
 --     of rows without pending rows (cleanup); writers and earlier relays never read it.
 -- This version's relay does not update outbox rows, so the update trigger costs it nothing; its
--- cleanup's deletes pay one primary-key lookup of {{pending}} per row. Triggers run with their definer's
--- privileges (the migrating user): writers and relays need no grant on {{pending}}.
+-- cleanup's deletes pay one primary-key lookup of {{pending}} per row. Triggers run with their
+-- definer's privileges (the migrating user): writers and relays need no grant on {{pending}}.
 -- The update trigger FOLLOWS the immutability trigger (005/008): a refused UPDATE fails first
 -- and changes nothing. A statement that deletes or updates outbox rows must not use {{pending}}
 -- itself (MySQL error 1442: the trigger changes a table the statement uses).
