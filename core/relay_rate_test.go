@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -23,17 +22,8 @@ import (
 func TestRelayMaxRate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	store, err := memory.New(&memory.Options{Lanes: 8})
-	require.NoError(t, err)
-	ob, err := core.NewOutbox(ctx, store, nil)
-	require.NoError(t, err)
 	const events, maxRate, batch = 400, 400, 50
-	for i := range events {
-		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
-			_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: fmt.Sprint(i % 13), Type: "t"})
-			return err
-		}))
-	}
+	store := inflightOutbox(t, 8, 13, events)
 	var mu sync.Mutex
 	sent, worst := 0, 0.0 // records sent, and the largest sent / bound seen at a send
 	var began time.Time
@@ -81,16 +71,7 @@ func TestRelayMaxRateNegative(t *testing.T) {
 func TestRelayMaxRateShutdownDuringWait(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	store, err := memory.New(&memory.Options{Lanes: 1})
-	require.NoError(t, err)
-	ob, err := core.NewOutbox(ctx, store, nil)
-	require.NoError(t, err)
-	for i := range 100 {
-		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
-			_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: fmt.Sprint(i), Type: "t"})
-			return err
-		}))
-	}
+	store := inflightOutbox(t, 1, 100, 100)
 	var mu sync.Mutex
 	sent := 0
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
