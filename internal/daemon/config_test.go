@@ -385,6 +385,7 @@ func TestLoadRefusesWhatStartRefuses(t *testing.T) {
 		{"database: {driver: postgres, dsn: 'postgres://u:p@127.0.0.1:notaport/db'}", "database.dsn: cannot parse `postgres://u:xxxxx@127.0.0.1:notaport/db`: invalid port"},
 		{"database: {driver: postgres, dsn: 'host=127.0.0.1 port=x'}", "database.dsn: cannot parse `host=127.0.0.1 port=x`: invalid port"},
 		{"database: {driver: mysql, dsn: 'garbage@@'}", "database.dsn: invalid DSN: missing the slash separating the database name"},
+		{"database: {driver: mysql, dsn: 'u@tcp(127.0.0.1:3306)/app'}", "database.dsn: the mysql adapter needs parseTime=true and loc=UTC (the default)"},
 	} {
 		require.Equal(t, []string{c.problem}, loadProblems(t, c.text, nil), c.text)
 	}
