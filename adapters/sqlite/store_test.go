@@ -74,7 +74,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_migrations`).Scan(&versions))
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM inbox_migrations`).Scan(&inboxVersions))
 	require.Equal(t, 8, lanes)
-	require.Equal(t, 6, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize
+	require.Equal(t, 7, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize, 0007_pending
 	require.Equal(t, 1, inboxVersions)
 
 	// A second Store on the same database migrates concurrently without error.
