@@ -88,7 +88,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.publications, "Table", table + "_publications"},
 		{&n.publicationsAt, "Table", table + "_publications_at"},
 		{&n.queueInsert, "Table", table + "_queue_insert"},
-		{&n.queueInsertPublished, "Table", table + "_queue_insert_published"},
+		{&n.queueInsertPublished, "Table", table + "_queue_insert_pub"},
 		{&n.queueLane, "Table", table + "_queue_lane"},
 		{&n.queueMark, "Table", table + "_queue_mark"},
 		{&n.queueUnmark, "Table", table + "_queue_unmark"},

@@ -351,7 +351,7 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	// a new outbox drops, come back: the rows stay as 0007 found them (unpublished, never failed).
 	_, err = db.ExecContext(ctx, `DROP TABLE events_publisher; DROP TRIGGER events_immutable; DROP TABLE events_audit;
 		DROP TABLE events_queue; DROP TABLE events_publications;
-		DROP TRIGGER events_queue_insert; DROP TRIGGER events_queue_insert_published; DROP TRIGGER events_queue_lane;
+		DROP TRIGGER events_queue_insert; DROP TRIGGER events_queue_insert_pub; DROP TRIGGER events_queue_lane;
 		DROP TRIGGER events_queue_mark; DROP TRIGGER events_queue_unmark; DROP TRIGGER events_queue_status;
 		DROP TRIGGER events_queue_delete;
 		CREATE INDEX events_pending ON events (seq, lane) WHERE published_at IS NULL;

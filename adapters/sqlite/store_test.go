@@ -227,6 +227,11 @@ func TestNewValidatesOptions(t *testing.T) {
 	s, err := sqlite.New(db, &sqlite.Options{Table: "_a1", InboxTable: "B_2"})
 	require.NoError(t, err)
 	require.NotNil(t, s)
+	// The longest table name the earlier versions accepted (63 characters with its longest
+	// derived name, "_aggregate_version") is still accepted: the pending layout's names
+	// (migration 0007) are no longer.
+	_, err = sqlite.New(db, &sqlite.Options{Table: strings.Repeat("a", 45)})
+	require.NoError(t, err)
 }
 
 func TestOpenDBSettings(t *testing.T) {
