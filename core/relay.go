@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 )
 
 // RelayOptions configures a Relay. Zero fields take their documented defaults.
@@ -41,6 +42,14 @@ type RelayOptions struct {
 	// order per key and the prefix rule hold as with one loop. The Sink is then called from up
 	// to InFlight goroutines at once. Default 4; 1 is one batch at a time; at most MaxInFlight.
 	InFlight int
+	// MaxRate is the most records per second the relay fetches and sends, summed over its
+	// InFlight loops (a fleet of N relays sends up to N × MaxRate). A loop that fetched a batch
+	// of n records waits before sending it until the relay's budget covers them: over any
+	// period t the relay sends at most BatchSize + MaxRate × t records. A catch-up then drains
+	// a backlog at that pace and leaves the database's time to the producers writing meanwhile
+	// (BENCHMARKS.md "Capacity model"). A Shutdown during the wait does not send the batch.
+	// Default 0: no limit.
+	MaxRate int
 	// Retry decides backoff and parking of failed events.
 	Retry RetryPolicy
 	// BreakerThreshold is how many sends in a row must fail entirely (retryable errors) before
@@ -107,6 +116,9 @@ type RelayStats struct {
 	// can exceed the time the relay ran). Divide by Fetches (or Sends) for the time per batch.
 	Fetches                         uint64
 	FetchTime, SendTime, SettleTime time.Duration
+	// PaceTime is the time the loops waited for RelayOptions.MaxRate's budget, summed over
+	// every loop: a PaceTime that grows with the run says the limit holds the relay back.
+	PaceTime time.Duration
 }
 
 // Relay delivers committed outbox events to a sink, at least once, in order per partition key.
@@ -137,13 +149,14 @@ type Relay struct {
 	openLoops atomic.Int32 // loops whose breaker is open; the relay's breaker is open when > 0
 
 	inst  *relayInstruments
+	pace  *rate.Limiter // MaxRate's budget; nil without a MaxRate
 	stats struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
 		moves            laneCounters
 		fetches          atomic.Uint64
 		fetchNs, sendNs  atomic.Int64
-		settleNs         atomic.Int64
+		settleNs, paceNs atomic.Int64
 	}
 }
 
@@ -177,6 +190,9 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if err := checkCount("InFlight", o.InFlight, MaxInFlight); err != nil {
 		return nil, err
 	}
+	if o.MaxRate < 0 {
+		return nil, &OptionError{Field: "MaxRate", Reason: "must not be negative (0: no limit)"}
+	}
 	if o.BreakerThreshold <= 0 {
 		o.BreakerThreshold = 5
 	}
@@ -195,8 +211,12 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	for i := range kicks {
 		kicks[i] = make(chan struct{}, 1)
 	}
+	var pace *rate.Limiter
+	if o.MaxRate > 0 {
+		pace = rate.NewLimiter(rate.Limit(o.MaxRate), o.BatchSize)
+	}
 	return &Relay{
-		store: store, sink: sink, router: router, o: o, inst: inst,
+		store: store, sink: sink, router: router, o: o, inst: inst, pace: pace,
 		log:    o.Logger.With("owner", o.Owner),
 		leases: map[int]Lease{},
 		kicks:  kicks,
@@ -228,6 +248,7 @@ func (r *Relay) Stats() RelayStats {
 		Resent: r.stats.moves.resent.Load(), LaneMoves: r.stats.moves.claimed.Load(), LeaseExpiries: r.stats.moves.expired.Load(),
 		Fetches: r.stats.fetches.Load(), FetchTime: time.Duration(r.stats.fetchNs.Load()),
 		SendTime: time.Duration(r.stats.sendNs.Load()), SettleTime: time.Duration(r.stats.settleNs.Load()),
+		PaceTime: time.Duration(r.stats.paceNs.Load()),
 	}
 }
 
@@ -396,6 +417,31 @@ func (r *Relay) loop(ctx context.Context, k int) error {
 		t.Stop()
 	}
 	return nil
+}
+
+// paced takes n records (at most BatchSize, the budget's capacity) from MaxRate's budget,
+// waiting until it covers them; at once without a MaxRate. It reports false when ctx ended, the
+// relay began draining or was fenced meanwhile: the batch is then not sent.
+func (r *Relay) paced(ctx context.Context, n int) bool {
+	if r.pace == nil {
+		return true
+	}
+	d := r.pace.ReserveN(time.Now(), n).Delay()
+	if d <= 0 {
+		return true
+	}
+	began := time.Now()
+	defer func() { r.stats.paceNs.Add(int64(time.Since(began))) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-r.fenced:
+	case <-r.gate.draining:
+	}
+	return false
 }
 
 // kickAll wakes every loop (lanes were claimed, or events were committed).
@@ -727,6 +773,9 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	r.stats.fetches.Add(1)
 	r.stats.fetchNs.Add(int64(fetchTime))
 	r.inst.fetched(ctx, fetchTime)
+	if !r.paced(ctx, len(recs)) {
+		return 0, false, nil // ended, draining or fenced before sending: nothing to settle
+	}
 
 	// Route and send; an unroutable record fails permanently and holds back the rest of its key.
 	sctx, span := publishSpan(ctx, r.o.TracerProvider, r.o.Propagator, "outboxkit", recs)

@@ -11,9 +11,10 @@ import (
 )
 
 // PruneOutbox implements core.Pruner. In one transaction it reads the lowest unpublished seq
-// (from the pending index) and deletes up to p.Limit published rows below it (and below
-// p.BelowSeq when > 0) that were published before p.PublishedBefore (a zero PublishedBefore
-// means now).
+// (the lowest queue row) and deletes up to p.Limit published rows below it (and below
+// p.BelowSeq when > 0) whose publication time is before p.PublishedBefore (a zero
+// PublishedBefore means now), read on the publications' time index; the delete trigger takes
+// their publication rows along.
 func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
@@ -69,7 +70,7 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 // an estimate.
 const statsExactPublished = 100_000
 
-// Stats implements core.Admin with index scans of the unpublished rows only. Published is exact
+// Stats implements core.Admin with scans of the queue (the unpublished rows) only. Published is exact
 // up to 100,000 rows and beyond that an estimate from the seq range (see the Stats statement in
 // queries.sql).
 func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
@@ -163,7 +164,7 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 }
 
 // PendingDestinations returns how many pending (unpublished, not parked) records each
-// destination has among the first limit pending records in seq order (the pending index): the
+// destination has among the first limit pending records in seq order (the queue): the
 // whole backlog when it is smaller. Operators only (outboxkit status).
 func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.pendingDest, limit)
@@ -187,7 +188,7 @@ func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]
 }
 
 // PublishRate returns the records published per second over the last window, read from at
-// most limit of the most recent ones on the published index: when more were published in the
+// most limit of the most recent ones on the publications' time index: when more were published in the
 // window, the rate is that of the last limit records (over the time they took). ok is always
 // true. Published rows already deleted (cleanup, a relay that deletes on publish) are not
 // counted. Operators only (outboxkit status).

@@ -32,16 +32,21 @@
 //     check the caller's generation inside their own write transaction: a stale one changes
 //     nothing and gets an error wrapping core.ErrFenced, and no AcquireGeneration can commit
 //     between the check and the lease changes. Settle is fenced by its leases only.
-//   - Settle is one transaction of at most four statements whatever the batch size: a lease
-//     check, one UPDATE (or DELETE) of every published seq, one UPDATE of every failure (seqs
-//     and failures are bound as a single JSON array and read with json_each).
-//   - Fetch is one SELECT that walks a partial index of unpublished rows, (seq, lane), in seq
-//     order, tests the lane from the index alone and stops after the limit; per-key blocking
-//     probes a second, tiny covering partial index of failed and parked rows. Its cost is the
-//     number of unpublished rows it passes: about limit x (lanes / leased lanes) when keys are
-//     spread evenly. Seqs come from an AUTOINCREMENT key and are never reused, even after rows
-//     are deleted.
-//   - Stats scans the outbox table; List pages by seq.
+//   - The pending layout (migration 0007): an outbox row's status columns are never written.
+//     Each unpublished record has a narrow row in <Table>_queue (seq, lane, key, attempts, next
+//     attempt, last error, parked), written by an AFTER INSERT trigger in the producer's INSERT;
+//     each published one a row in <Table>_publications (seq, publication time).
+//   - Settle is one transaction of at most five statements whatever the batch size: a lease
+//     check, one INSERT of the publication rows and one DELETE of the queue rows of every
+//     published seq (or one DELETE of their outbox rows, whose trigger removes the queue rows),
+//     one UPDATE of every failure's queue row (seqs and failures are bound as a single JSON
+//     array and read with json_each).
+//   - Fetch is one SELECT that walks the queue in seq order (its rowid), tests the lane on the
+//     queue row, reads the record by seq and stops after the limit; per-key blocking probes a
+//     tiny covering partial index of the queue's failed and parked rows. Its cost is the number
+//     of queue rows it passes: about limit x (lanes / leased lanes) when keys are spread evenly.
+//     Seqs come from an AUTOINCREMENT key and are never reused, even after rows are deleted.
+//   - Stats counts the queue and (up to a cap) the publications; List pages by seq.
 //
 // # Clock
 //

@@ -101,6 +101,7 @@ func MigrationSQL(opts *Options) (string, error) {
 			}
 		}
 	}
+	add(q.dropEarlierIdx) // the script creates a new outbox
 	for _, stmt := range []string{q.scriptSetLanes, q.scriptSeedLanes} {
 		if err := lit(stmt, o.Lanes, ""); err != nil {
 			return "", err
@@ -135,10 +136,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		applied = applied[:0]
 		now := nowMicros(time.Time{})
+		fresh := false
 		for i, migs := range sets {
 			var version int
 			if err := tx.QueryRowContext(ctx, s.q.appliedVersion[i]).Scan(&version); err != nil {
 				return err
+			}
+			if i == 0 && version == 0 {
+				fresh = true
 			}
 			if version > len(migs) {
 				return fmt.Errorf("%w: %s schema version %d is newer than this adapter's %d",
@@ -156,6 +161,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 					return err
 				}
 				applied = append(applied, m)
+			}
+		}
+		if fresh {
+			// No relay of an earlier version ever ran on this outbox.
+			if _, err := tx.ExecContext(ctx, s.q.dropEarlierIdx); err != nil {
+				return err
 			}
 		}
 		var lanes int

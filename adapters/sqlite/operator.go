@@ -66,6 +66,9 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, s.q.replayForget, string(list)); err != nil {
+			return err
+		}
 		if err := s.replayLanes(ctx, tx, targets); err != nil {
 			return err
 		}

@@ -45,8 +45,12 @@ type names struct {
 	audit                                                 string
 	outboxID, outboxPending, outboxBlocked, outboxPublish string
 	outboxAggVersion, outboxImmutable, auditGuard         string
-	inbox, inboxHorizons, inboxVersions, inboxOccurred    string
-	inboxMigrations                                       string
+	// the pending layout (migration 0007)
+	queue, queueFailed, publications, publicationsAt   string
+	queueInsert, queueInsertPublished, queueLane       string
+	queueMark, queueUnmark, queueStatus, queueDelete   string
+	inbox, inboxHorizons, inboxVersions, inboxOccurred string
+	inboxMigrations                                    string
 }
 
 func quote(id string) string { return `"` + id + `"` }
@@ -79,6 +83,17 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.outboxAggVersion, "Table", table + "_aggregate_version"},
 		{&n.outboxImmutable, "Table", table + "_immutable"},
 		{&n.auditGuard, "Table", table + "_audit_guard"},
+		{&n.queue, "Table", table + "_queue"},
+		{&n.queueFailed, "Table", table + "_queue_failed"},
+		{&n.publications, "Table", table + "_publications"},
+		{&n.publicationsAt, "Table", table + "_publications_at"},
+		{&n.queueInsert, "Table", table + "_queue_insert"},
+		{&n.queueInsertPublished, "Table", table + "_queue_insert_pub"},
+		{&n.queueLane, "Table", table + "_queue_lane"},
+		{&n.queueMark, "Table", table + "_queue_mark"},
+		{&n.queueUnmark, "Table", table + "_queue_unmark"},
+		{&n.queueStatus, "Table", table + "_queue_status"},
+		{&n.queueDelete, "Table", table + "_queue_delete"},
 		{&n.inbox, "InboxTable", inbox},
 		{&n.inboxHorizons, "InboxTable", inbox + "_horizons"},
 		{&n.inboxVersions, "InboxTable", inbox + "_versions"},

@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The hot queries must use their indexes: the relay's Fetch walks the pending index and probes
-// the blocked index; Settle looks rows up by seq; cleanup reads the published index.
+// The hot queries must use their indexes: the relay's Fetch walks the queue (migration 0007) in
+// seq order, reads each record by seq and probes the queue's failed index; Settle looks rows up
+// by seq; cleanup reads the publications' time index.
 func TestQueryPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -37,9 +38,24 @@ func TestQueryPlans(t *testing.T) {
 	}
 	p := plan(s.q.fetch, "[1,2]", 0, 10)
 	t.Log("fetch:\n" + p)
-	require.Contains(t, p, "USING INDEX outbox_pending")
-	require.Contains(t, p, "USING COVERING INDEX outbox_blocked")
+	require.Contains(t, p, "SCAN p\n")
+	require.Contains(t, p, "SEARCH o USING INTEGER PRIMARY KEY (rowid=?)")
+	require.Contains(t, p, "USING COVERING INDEX outbox_queue_failed")
 	require.NotContains(t, p, "TEMP B-TREE FOR ORDER BY")
+
+	// A new outbox has none of the earlier layout's partial indexes.
+	var legacy int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'index'
+		AND name IN ('outbox_pending', 'outbox_blocked', 'outbox_published')`).Scan(&legacy))
+	require.Zero(t, legacy)
+
+	p = plan(s.q.publishDequeue, "[1,2]", "[1]")
+	t.Log("publish dequeue:\n" + p)
+	require.Contains(t, p, "INTEGER PRIMARY KEY (rowid=?)")
+
+	p = plan(s.q.deletePublished, "[1,2]", "[1]")
+	t.Log("delete published:\n" + p)
+	require.Contains(t, p, "INTEGER PRIMARY KEY (rowid=?)")
 
 	p = plan(s.q.publish, 1, "[1,2]", "[1]")
 	t.Log("publish:\n" + p)
@@ -51,38 +67,40 @@ func TestQueryPlans(t *testing.T) {
 
 	p = plan(s.q.prune, 1, 2, 3)
 	t.Log("prune:\n" + p)
-	require.Contains(t, p, "outbox_published")
+	require.Contains(t, p, "outbox_publications_at")
 
 	p = plan(s.q.minPending)
 	t.Log("min pending:\n" + p)
-	require.Contains(t, p, "outbox_pending")
+	require.Contains(t, p, "SEARCH outbox_queue")
 
-	// Stats and Blocked never scan the table: only indexes (and rowid lookups).
+	// Stats and Blocked never scan the outbox: only the queue (unpublished rows), indexes, the
+	// publications up to the cap, and rowid lookups.
 	for name, q := range map[string]string{"stats": s.q.stats, "blocked": s.q.blocked} {
 		p = plan(q, statsExactPublished)
 		t.Log(name + ":\n" + p)
 		for line := range strings.Lines(p) {
-			if strings.HasPrefix(line, "SCAN outbox") || strings.HasPrefix(line, "SCAN o") {
-				require.Contains(t, line, "INDEX", name)
+			for _, tbl := range []string{"SCAN outbox", "SCAN o"} {
+				if line == tbl+"\n" || strings.HasPrefix(line, tbl+" ") {
+					require.Contains(t, line, "INDEX", name)
+				}
 			}
 		}
 	}
-	require.Contains(t, plan(s.q.stats, 1), "outbox_pending")
-	require.Contains(t, plan(s.q.stats, 1), "outbox_blocked")
-	require.Contains(t, plan(s.q.blocked), "outbox_blocked")
+	require.Contains(t, plan(s.q.stats, 1), "outbox_queue_failed")
+	require.Contains(t, plan(s.q.blocked), "outbox_queue_failed")
 
-	// status's breakdown walks the pending index in seq order; its publish rate the published
+	// status's breakdown walks the queue in seq order; its publish rate the publications' time
 	// index, newest first.
 	p = plan(s.q.pendingDest, 10)
 	t.Log("pending destinations:\n" + p)
-	require.Contains(t, p, "outbox_pending")
+	require.Contains(t, p, "SCAN p\n")
 	require.NotContains(t, p, "TEMP B-TREE FOR ORDER BY")
 	p = plan(s.q.pubRecent, 1, 10)
 	t.Log("published recent:\n" + p)
-	require.Contains(t, p, "outbox_published")
+	require.Contains(t, p, "outbox_publications_at")
 	require.NotContains(t, p, "TEMP B-TREE FOR ORDER BY")
 
 	p = plan(s.q.unpark, "k")
 	t.Log("unpark:\n" + p)
-	require.Contains(t, p, "outbox_blocked")
+	require.Contains(t, p, "outbox_queue_failed")
 }

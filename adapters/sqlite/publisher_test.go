@@ -321,8 +321,9 @@ func TestAcquireFencesConcurrentClaims(t *testing.T) {
 }
 
 // TestMigrateUpgradesOldOutbox: an outbox migrated by the previous version of the adapter
-// (schema version 1, no publisher table) still serves the operator calls that open it without
-// migrating, refuses generation-fenced calls with ErrSchemaMismatch, and gains the publisher
+// (schema version 1, no publisher table) refuses the calls that need a later migration (the
+// generation-fenced ones, and the operator reads and changes of the pending layout) with
+// ErrSchemaMismatch, changing nothing, and gains the publisher
 // table at generation 0, with its rows and leases intact, when Migrate runs again.
 func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	t.Parallel()
@@ -346,7 +347,17 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, held, 1)
 	// Turn it into what the previous version left: schema version 1, no publisher table.
+	// The pending layout (0007) goes with its objects, and the earlier layout's indexes, which
+	// a new outbox drops, come back: the rows stay as 0007 found them (unpublished, never failed).
 	_, err = db.ExecContext(ctx, `DROP TABLE events_publisher; DROP TRIGGER events_immutable; DROP TABLE events_audit;
+		DROP TABLE events_queue; DROP TABLE events_publications;
+		DROP TRIGGER events_queue_insert; DROP TRIGGER events_queue_insert_pub; DROP TRIGGER events_queue_lane;
+		DROP TRIGGER events_queue_mark; DROP TRIGGER events_queue_unmark; DROP TRIGGER events_queue_status;
+		DROP TRIGGER events_queue_delete;
+		CREATE INDEX events_pending ON events (seq, lane) WHERE published_at IS NULL;
+		CREATE INDEX events_blocked ON events (partition_key, seq, parked_at, next_attempt_at, published_at)
+			WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL);
+		CREATE INDEX events_published ON events (published_at) WHERE published_at IS NOT NULL;
 		DELETE FROM events_migrations WHERE version >= 2`)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
@@ -361,18 +372,16 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	n, err := ops.LaneCount(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
-	st, err := ops.Stats(ctx)
-	require.NoError(t, err)
-	require.Equal(t, int64(2), st.Pending)
-	recs, err := ops.List(ctx, core.ListParams{Limit: 10})
-	require.NoError(t, err)
-	require.Len(t, recs, 2)
-	unparked, err := ops.Unpark(ctx, "order/k")
-	require.NoError(t, err)
-	require.Zero(t, unparked)
-	pruned, err := ops.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now(), Limit: 10})
-	require.NoError(t, err)
-	require.Zero(t, pruned)
+	// The operator reads and changes of this version need the pending layout (migration 0007):
+	// before it they are refused with ErrSchemaMismatch and change nothing.
+	_, err = ops.Stats(ctx)
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	_, err = ops.List(ctx, core.ListParams{Limit: 10})
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	_, err = ops.Unpark(ctx, "order/k")
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	_, err = ops.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now(), Limit: 10})
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	_, err = ops.Generation(ctx)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	_, err = ops.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 3, TTL: time.Minute})
@@ -400,15 +409,24 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.NoError(t, rows.Close())
-		require.Equal(t, []int{1, 2, 3, 4, 5, 6}, versions)
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, versions)
 		pub, err := ops.Generation(ctx)
 		require.NoError(t, err)
 		require.Equal(t, core.Publisher{}, pub)
 		require.Equal(t, lanesBefore, laneRows(t, db2, table))
 	}
-	st, err = ops.Stats(ctx)
+	st, err := ops.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), st.Pending)
+	recs, err := ops.List(ctx, core.ListParams{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	unparked, err := ops.Unpark(ctx, "order/k")
+	require.NoError(t, err)
+	require.Zero(t, unparked)
+	pruned, err := ops.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now(), Limit: 10})
+	require.NoError(t, err)
+	require.Zero(t, pruned)
 	renewed, err := ops.RenewLanes(ctx, core.RenewParams{Generation: 0, Leases: held, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, renewed, 1)

@@ -36,6 +36,7 @@ type queries struct {
 	seedLanes      string
 	aggVersionIdx  string
 	writeLock      string
+	dropEarlierIdx string // a new outbox, after migration 0007
 
 	// lane count changes (ResizeLanes, migration 0006)
 	lanesUpdate, resizeAllow, resizeDone, resizeLeases      string
@@ -62,6 +63,7 @@ type queries struct {
 	fetch            string
 	leaseState       string
 	publish          string
+	publishDequeue   string
 	deletePublished  string
 	fail             string
 
@@ -82,6 +84,7 @@ type queries struct {
 	parkedKeys          string
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
+	replayForget                                     string
 	auditInsert, auditList                           string
 	resetLanes                                       string
 
@@ -118,6 +121,17 @@ func (n names) idents() sqlfile.Idents {
 		"outbox_aggregate_version": n.outboxAggVersion,
 		"outbox_immutable":         n.outboxImmutable,
 		"audit_guard":              n.auditGuard,
+		"queue":                    n.queue,
+		"queue_failed":             n.queueFailed,
+		"publications":             n.publications,
+		"publications_at":          n.publicationsAt,
+		"queue_insert":             n.queueInsert,
+		"queue_insert_published":   n.queueInsertPublished,
+		"queue_lane":               n.queueLane,
+		"queue_mark":               n.queueMark,
+		"queue_unmark":             n.queueUnmark,
+		"queue_status":             n.queueStatus,
+		"queue_delete":             n.queueDelete,
 		"inbox":                    n.inbox,
 		"inbox_horizons":           n.inboxHorizons,
 		"inbox_versions":           n.inboxVersions,
@@ -147,6 +161,7 @@ func buildQueries(n names) (queries, error) {
 		setLanes:            st.Get("SetLanes"),
 		seedLanes:           st.Get("SeedLanes"),
 		aggVersionIdx:       st.Get("AggVersionIdx"),
+		dropEarlierIdx:      st.Get("DropEarlierIndexes"),
 		writeLock:           st.Get("WriteLock"),
 		publisherGet:        st.Get("PublisherGet"),
 		publisherBump:       st.Get("PublisherBump"),
@@ -166,6 +181,7 @@ func buildQueries(n names) (queries, error) {
 		fetch:               st.Get("Fetch"),
 		leaseState:          st.Get("LeaseState"),
 		publish:             st.Get("Publish"),
+		publishDequeue:      st.Get("PublishDequeue"),
 		deletePublished:     st.Get("DeletePublished"),
 		fail:                st.Get("Fail"),
 		minPending:          st.Get("MinPending"),
@@ -184,6 +200,7 @@ func buildQueries(n names) (queries, error) {
 		replayByKey:         st.Get("ReplayByKey"),
 		keyUnpublished:      st.Get("KeyUnpublished"),
 		replay:              st.Get("Replay"),
+		replayForget:        st.Get("ReplayForget"),
 		auditInsert:         st.Get("AuditInsert"),
 		auditList:           st.Get("AuditList"),
 		resetLanes:          st.Get("ResetLanes"),
@@ -209,7 +226,7 @@ func buildQueries(n names) (queries, error) {
 	q.cached = []string{
 		q.mainFile, q.getLanes, q.writeLock, q.publisherGet, q.publisherBump, q.heartbeatUpsert, q.heartbeatDelete,
 		q.heartbeatExpired, q.heartbeatCount, q.claim, q.claimOwned, q.renew, q.releaseLane, q.fetch,
-		q.leaseState, q.publish, q.deletePublished, q.fail, q.minPending, q.prune, q.horizon,
+		q.leaseState, q.publish, q.publishDequeue, q.deletePublished, q.fail, q.minPending, q.prune, q.horizon,
 		q.insertInbox, q.selectInbox, q.lockVersion, q.setVersion, q.raiseHorizon, q.pruneInbox,
 	}
 	return q, nil

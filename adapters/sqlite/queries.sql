@@ -58,6 +58,16 @@ INSERT INTO {{meta}} (name, value) VALUES ('lanes', {{version}})
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {{version}})
 INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
 
+-- name: DropEarlierIndexes
+-- A new outbox (migrated from version 0 in one run) drops the earlier layout's partial indexes on
+-- the outbox's status columns, which only relays of an earlier version (they name them in
+-- INDEXED BY) read: since migration 0007 nothing sets published_at, so its pending index would
+-- get an entry per row written. An upgraded outbox keeps them for the earlier relays (drop them
+-- by hand once none runs: README).
+DROP INDEX IF EXISTS {{outbox_pending}};
+DROP INDEX IF EXISTS {{outbox_blocked}};
+DROP INDEX IF EXISTS {{outbox_published}};
+
 -- name: AggVersionIdx
 CREATE UNIQUE INDEX IF NOT EXISTS {{outbox_aggregate_version}}
     ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version, type) WHERE aggregate_version > 0
@@ -126,22 +136,25 @@ UPDATE {{lanes}} SET owner = '', lease_until = 0
 WHERE lane = ?1 AND owner = ?2 AND generation = ?3 AND owner <> ''
 
 -- name: Fetch
--- ?1 lanes (JSON array), ?2 now, ?3 limit. The outer scan walks the pending index in seq
--- order and stops after ?3 deliverable rows; the lane test reads the index only. The
--- NOT EXISTS probe reads the small blocked index (empty when nothing failed).
-SELECT {{cols}}
-FROM {{outbox}} AS o INDEXED BY {{outbox_pending}}
-WHERE o.published_at IS NULL
-  AND o.lane IN (SELECT value FROM json_each(?1))
-  AND o.parked_at IS NULL
-  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= ?2)
+-- ?1 lanes (JSON array), ?2 now, ?3 limit. The outer scan walks the queue (migration 0007) in
+-- seq order (its rowid) and stops after ?3 deliverable rows, then reads each row's record by
+-- the outbox's rowid (CROSS JOIN keeps the queue outer). The NOT EXISTS probe reads the queue's
+-- small failed index (empty when nothing failed). The status columns come from the queue row.
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+    o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
+    o.correlation_id, p.lane, o.created_at, NULL, p.attempts, p.next_attempt_at, p.last_error,
+    p.parked_at
+FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
+WHERE o.seq = p.seq
+  AND p.lane IN (SELECT value FROM json_each(?1))
+  AND p.parked_at IS NULL
+  AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= ?2)
   AND NOT EXISTS (
-    SELECT 1 FROM {{outbox}} AS b INDEXED BY {{outbox_blocked}}
-    WHERE b.partition_key = o.partition_key AND b.seq < o.seq
-      AND b.published_at IS NULL
+    SELECT 1 FROM {{queue}} AS b INDEXED BY {{queue_failed}}
+    WHERE b.partition_key = p.partition_key AND b.seq < p.seq
       AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
       AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?2))
-ORDER BY o.seq
+ORDER BY p.seq
 LIMIT ?3
 
 -- name: LeaseState
@@ -150,94 +163,105 @@ SELECT lane, owner, generation, lease_until FROM {{lanes}}
 WHERE lane IN (SELECT value FROM json_each(?1))
 
 -- name: Publish
--- ?1 now, ?2 seqs (JSON array), ?3 lanes (JSON array)
-UPDATE {{outbox}} SET published_at = ?1
+-- ?1 now, ?2 seqs (JSON array), ?3 lanes (JSON array): the publication rows of the given queue
+-- rows in the held lanes; PublishDequeue then removes those queue rows, in the same fenced
+-- transaction.
+INSERT OR REPLACE INTO {{publications}} (seq, at)
+SELECT seq, ?1 FROM {{queue}}
 WHERE seq IN (SELECT value FROM json_each(?2))
-  AND published_at IS NULL
   AND lane IN (SELECT value FROM json_each(?3))
 
--- name: DeletePublished
+-- name: PublishDequeue
 -- ?1 seqs (JSON array), ?2 lanes (JSON array)
-DELETE FROM {{outbox}}
+DELETE FROM {{queue}}
 WHERE seq IN (SELECT value FROM json_each(?1))
-  AND published_at IS NULL
   AND lane IN (SELECT value FROM json_each(?2))
+
+-- name: DeletePublished
+-- ?1 seqs (JSON array), ?2 lanes (JSON array): the outbox rows of the given queue rows in the
+-- held lanes; the delete trigger (migration 0007) removes their queue rows.
+DELETE FROM {{outbox}}
+WHERE seq IN (SELECT seq FROM {{queue}}
+              WHERE seq IN (SELECT value FROM json_each(?1))
+                AND lane IN (SELECT value FROM json_each(?2)))
 
 -- name: Fail
 -- ?1 now, ?2 failures (JSON array of {"s":seq,"d":delay_us,"p":0|1,"e":error}),
--- ?3 lanes (JSON array)
-UPDATE {{outbox}} SET
+-- ?3 lanes (JSON array). Only the queue row changes.
+UPDATE {{queue}} SET
     attempts = attempts + 1,
     last_error = f.value ->> '$.e',
     next_attempt_at = ?1 + (f.value ->> '$.d'),
     parked_at = CASE WHEN f.value ->> '$.p' THEN ?1 ELSE parked_at END
 FROM json_each(?2) AS f
-WHERE {{outbox}}.seq = f.value ->> '$.s'
-  AND {{outbox}}.published_at IS NULL
-  AND {{outbox}}.lane IN (SELECT value FROM json_each(?3))
+WHERE {{queue}}.seq = f.value ->> '$.s'
+  AND {{queue}}.lane IN (SELECT value FROM json_each(?3))
 
 -- name: MinPending
-SELECT min(seq) FROM {{outbox}} INDEXED BY {{outbox_pending}} WHERE published_at IS NULL
+SELECT min(seq) FROM {{queue}}
 
 -- name: Prune
--- ?1 published before, ?2 seq below (exclusive), ?3 limit
+-- ?1 published before, ?2 seq below (exclusive), ?3 limit. Rows published before ?1 (the
+-- publications' time index) below ?2, which Go bounds by the lowest queued seq; the delete
+-- trigger (migration 0007) removes their publication rows.
 DELETE FROM {{outbox}} WHERE seq IN (
-    SELECT seq FROM {{outbox}} INDEXED BY {{outbox_published}}
-    WHERE published_at IS NOT NULL AND published_at < ?1 AND seq < ?2
+    SELECT seq FROM {{publications}} INDEXED BY {{publications_at}}
+    WHERE at < ?1 AND seq < ?2
     LIMIT ?3)
 
 -- name: Stats
--- Bounded cost: never a scan of all published rows. Unpublished rows are counted on the pending
--- index, parked ones on the blocked index; published rows are counted on the published index up
--- to ? (Go's cap), and beyond it estimated from the seq range (AUTOINCREMENT: max - min + 1,
--- less the rows deleted in between); the oldest pending record is the first one in seq order.
+-- Bounded cost: never a scan of all published rows. Unpublished rows are counted on the queue,
+-- parked ones on its failed index; published rows are counted on the publications up to ? (Go's
+-- cap), and beyond it estimated from the seq range (AUTOINCREMENT: max - min + 1, less the rows
+-- deleted in between); the oldest pending record is the first queue row in seq order that is not
+-- parked.
 SELECT
-    (SELECT count(*) FROM {{outbox}} WHERE published_at IS NULL),
-    (SELECT count(*) FROM {{outbox}}
-        WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL),
-    (SELECT count(*) FROM (SELECT 1 FROM {{outbox}} WHERE published_at IS NOT NULL LIMIT ?)),
+    (SELECT count(*) FROM {{queue}}),
+    (SELECT count(*) FROM {{queue}}
+        WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL),
+    (SELECT count(*) FROM (SELECT 1 FROM {{publications}} LIMIT ?)),
     coalesce((SELECT max(seq) FROM {{outbox}}) - (SELECT min(seq) FROM {{outbox}}) + 1, 0),
-    (SELECT created_at FROM {{outbox}} WHERE published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT 1)
+    (SELECT o.created_at FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
+        WHERE o.seq = p.seq AND p.parked_at IS NULL ORDER BY p.seq LIMIT 1)
 
 -- name: Blocked
 -- Pending records held back by an earlier parked record of their partition key: the parked keys
--- from the blocked index, then (CROSS JOIN keeps that order) their pending records after the
--- first parked one on the pending index.
+-- from the queue's failed index, then (CROSS JOIN keeps that order) their queue rows after the
+-- first parked one.
 WITH p AS (
-    SELECT partition_key, min(seq) AS seq FROM {{outbox}}
-    WHERE published_at IS NULL AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
+    SELECT partition_key, min(seq) AS seq FROM {{queue}}
+    WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
     GROUP BY partition_key
 )
-SELECT count(*) FROM p CROSS JOIN {{outbox}} AS o
-WHERE o.published_at IS NULL AND o.seq > p.seq AND o.partition_key = p.partition_key AND o.parked_at IS NULL
+SELECT count(*) FROM p CROSS JOIN {{queue}} AS o
+WHERE o.seq > p.seq AND o.partition_key = p.partition_key AND o.parked_at IS NULL
 
 -- name: PendingDestinations
 -- Pending (unpublished, not parked) records per destination among the first ? of them in seq
--- order (the pending index). Operators only (outboxkit status).
+-- order (the queue). Operators only (outboxkit status).
 SELECT destination, count(*) FROM (
-    SELECT destination FROM {{outbox}} WHERE published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT ?
+    SELECT o.destination FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
+    WHERE o.seq = p.seq AND p.parked_at IS NULL ORDER BY p.seq LIMIT ?
 ) GROUP BY destination
 
 -- name: PublishedRecent
 -- The records published after ? (unix microseconds), at most ? of the most recent ones (the
--- published index): their count and the oldest publication time among them. Operators only
--- (outboxkit status).
-SELECT count(*), min(published_at) FROM (
-    SELECT published_at FROM {{outbox}} WHERE published_at IS NOT NULL AND published_at > ?
-    ORDER BY published_at DESC LIMIT ?
+-- publications' time index): their count and the oldest publication time among them. Operators
+-- only (outboxkit status).
+SELECT count(*), min(at) FROM (
+    SELECT at FROM {{publications}} WHERE at > ?
+    ORDER BY at DESC LIMIT ?
 )
 
 -- name: Lanes
 SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 
 -- name: ParkedKeys
-SELECT DISTINCT partition_key FROM {{outbox}}
-WHERE published_at IS NULL AND parked_at IS NOT NULL
+SELECT DISTINCT partition_key FROM {{queue}} WHERE parked_at IS NOT NULL
 
 -- name: Unpark
-UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+UPDATE {{queue}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 WHERE partition_key = ?
-  AND published_at IS NULL
   AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
 
 -- name: Horizon
@@ -274,37 +298,70 @@ DELETE FROM {{inbox}} WHERE rowid IN (
     LIMIT ?3)
 
 -- name: ListAll
-SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 ORDER BY seq LIMIT ?2
+-- A record is unpublished while it has a queue row (migration 0007), published with its
+-- publication row's time otherwise; the status columns of a published record are the ones an
+-- earlier version's relay left in the outbox row (as they were at migration 0007).
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+    o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
+    o.correlation_id, o.lane, o.created_at,
+    CASE WHEN p.seq IS NULL THEN d.at END,
+    coalesce(p.attempts, o.attempts), coalesce(p.next_attempt_at, CASE WHEN p.seq IS NULL THEN o.next_attempt_at END),
+    coalesce(p.last_error, o.last_error), CASE WHEN p.seq IS NULL THEN o.parked_at ELSE p.parked_at END
+FROM {{outbox}} AS o
+LEFT JOIN {{queue}} AS p ON p.seq = o.seq
+LEFT JOIN {{publications}} AS d ON d.seq = o.seq
+WHERE o.seq > ?1 ORDER BY o.seq LIMIT ?2
 
 -- name: ListPending
-SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NULL AND parked_at IS NULL ORDER BY seq LIMIT ?2
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+    o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
+    o.correlation_id, o.lane, o.created_at, NULL, p.attempts, p.next_attempt_at, p.last_error, p.parked_at
+FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
+WHERE o.seq = p.seq AND p.seq > ?1 AND p.parked_at IS NULL ORDER BY p.seq LIMIT ?2
 
 -- name: ListParked
-SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NULL AND parked_at IS NOT NULL ORDER BY seq LIMIT ?2
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+    o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
+    o.correlation_id, o.lane, o.created_at, NULL, p.attempts, p.next_attempt_at, p.last_error, p.parked_at
+FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
+WHERE o.seq = p.seq AND p.seq > ?1 AND p.parked_at IS NOT NULL ORDER BY p.seq LIMIT ?2
 
 -- name: ListPublished
-SELECT {{cols}} FROM {{outbox}} WHERE seq > ?1 AND published_at IS NOT NULL ORDER BY seq LIMIT ?2
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+    o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
+    o.correlation_id, o.lane, o.created_at, d.at, o.attempts, o.next_attempt_at, o.last_error, o.parked_at
+FROM {{outbox}} AS o
+LEFT JOIN {{publications}} AS d ON d.seq = o.seq
+WHERE o.seq > ?1 AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
+ORDER BY o.seq LIMIT ?2
 
 -- name: ReplayByIDs
--- ?1 the IDs as a JSON array.
-SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
-WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY seq
+-- ?1 the IDs as a JSON array. Published when it has no queue row.
+SELECT o.seq, o.id, o.partition_key, NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
+FROM {{outbox}} AS o
+WHERE o.id IN (SELECT value FROM json_each(?1)) ORDER BY o.seq
 
 -- name: ReplayByKey
 -- ?1 key, ?2 created at or after (unix µs), ?3 limit.
-SELECT seq, id, partition_key, 1 FROM {{outbox}}
-WHERE partition_key = ?1 AND created_at >= ?2 AND published_at IS NOT NULL
-ORDER BY seq LIMIT ?3
+SELECT o.seq, o.id, o.partition_key, 1 FROM {{outbox}} AS o
+WHERE o.partition_key = ?1 AND o.created_at >= ?2
+  AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
+ORDER BY o.seq LIMIT ?3
 
 -- name: KeyUnpublished
-SELECT EXISTS (SELECT 1 FROM {{outbox}} INDEXED BY {{outbox_pending}}
-               WHERE published_at IS NULL AND partition_key = ?1)
+SELECT EXISTS (SELECT 1 FROM {{queue}} WHERE partition_key = ?1)
 
 -- name: Replay
--- ?1 the seqs as a JSON array: back to pending, as never attempted.
-UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = '',
-    parked_at = NULL
-WHERE seq IN (SELECT value FROM json_each(?1)) AND published_at IS NOT NULL
+-- ?1 the seqs as a JSON array: back to pending, as never attempted (a queue row each, in the
+-- outbox row's lane; replayLanes then moves it to its key's lane). ReplayForget then drops
+-- their publication rows, so that List reads the next publication.
+INSERT INTO {{queue}} (seq, lane, partition_key)
+SELECT o.seq, o.lane, o.partition_key FROM {{outbox}} AS o
+WHERE o.seq IN (SELECT value FROM json_each(?1))
+  AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
+
+-- name: ReplayForget
+DELETE FROM {{publications}} WHERE seq IN (SELECT value FROM json_each(?1))
 
 -- name: AuditInsert
 -- ?1 at (unix µs), ?2 actor, ?3 command, ?4 arguments, ?5 rows affected.
@@ -349,10 +406,12 @@ WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
 INSERT OR IGNORE INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
 
 -- name: ResizeRows
--- The unpublished rows after seq ?1, ?2 at a time (the pending index), with key and lane.
-SELECT seq, partition_key, lane FROM {{outbox}} INDEXED BY {{outbox_pending}}
-WHERE published_at IS NULL AND seq > ?1 ORDER BY seq LIMIT ?2
+-- The unpublished rows after seq ?1, ?2 at a time (the queue), with key and lane.
+SELECT seq, partition_key, lane FROM {{queue}}
+WHERE seq > ?1 ORDER BY seq LIMIT ?2
 
 -- name: ResizeMove
--- One row ?1 to lane ?2 (in-process: a statement per row costs no round trip).
-UPDATE {{outbox}} SET lane = ?2 WHERE seq = ?1
+-- One row ?1 to lane ?2 (in-process: a statement per row costs no round trip), unless it is
+-- there already (a replay passes no lane): the row is not rewritten. The lane trigger (migration
+-- 0007) moves its queue row.
+UPDATE {{outbox}} SET lane = ?2 WHERE seq = ?1 AND lane <> ?2

@@ -161,9 +161,10 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 	return nil
 }
 
-// Fetch implements core.RelayStore with one SELECT: it walks the partial index of unpublished
-// rows in seq order and stops after p.Limit deliverable rows, probing the small index of
-// failed and parked rows for per-key blocking.
+// Fetch implements core.RelayStore with one SELECT: it walks the queue (one narrow row per
+// unpublished record, migration 0007) in seq order, joins each row's outbox record, and stops
+// after p.Limit deliverable rows, probing the queue's small index of failed and parked rows for
+// per-key blocking.
 func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
 	if len(p.Leases) == 0 || p.Limit <= 0 {
 		return nil, nil
@@ -184,8 +185,10 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 }
 
 // Settle implements core.RelayStore: one transaction, holding the write lock from its first
-// statement, that checks every lease and then marks all published seqs with one statement and
-// records all failures with another.
+// statement, that checks every lease and then marks all published seqs (their publication rows
+// written and their queue rows deleted, two statements; or, with p.Delete, their outbox rows
+// deleted, which takes their queue rows with them) and records all failures in the queue rows
+// with one more. No outbox row is updated.
 func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	if len(p.Leases) == 0 {
 		if len(p.Published) == 0 && len(p.Failed) == 0 {
@@ -208,8 +211,8 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			var err error
 			if p.Delete {
 				_, err = s.exec(ctx, tx, s.q.deletePublished, seqs, laneList)
-			} else {
-				_, err = s.exec(ctx, tx, s.q.publish, now, seqs, laneList)
+			} else if _, err = s.exec(ctx, tx, s.q.publish, now, seqs, laneList); err == nil {
+				_, err = s.exec(ctx, tx, s.q.publishDequeue, seqs, laneList)
 			}
 			if err != nil {
 				return err

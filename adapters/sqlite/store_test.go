@@ -74,7 +74,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_migrations`).Scan(&versions))
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM inbox_migrations`).Scan(&inboxVersions))
 	require.Equal(t, 8, lanes)
-	require.Equal(t, 6, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize
+	require.Equal(t, 7, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize, 0007_pending
 	require.Equal(t, 1, inboxVersions)
 
 	// A second Store on the same database migrates concurrently without error.
@@ -227,6 +227,11 @@ func TestNewValidatesOptions(t *testing.T) {
 	s, err := sqlite.New(db, &sqlite.Options{Table: "_a1", InboxTable: "B_2"})
 	require.NoError(t, err)
 	require.NotNil(t, s)
+	// The longest table name the earlier versions accepted (63 characters with its longest
+	// derived name, "_aggregate_version") is still accepted: the pending layout's names
+	// (migration 0007) are no longer.
+	_, err = sqlite.New(db, &sqlite.Options{Table: strings.Repeat("a", 45)})
+	require.NoError(t, err)
 }
 
 func TestOpenDBSettings(t *testing.T) {

@@ -69,7 +69,8 @@ import (
 //     commit-to-publish latency (from COMMIT issued to the sink's acknowledgement) of the events
 //     produced during the catch-up. OUTBOXKIT_CAPACITY_DRAIN_LIMIT (events/s) paces the
 //     catch-up's sink, as a slower broker would, to see what a bounded drain leaves the
-//     producers. OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out;
+//     producers; OUTBOXKIT_CAPACITY_MAX_RATE (events/s) sets the relay's own limit instead
+//     (RelayOptions.MaxRate). OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out;
 //     OUTBOXKIT_CAPACITY_PHASES (comma-separated names, e.g. "bare4,catchup") runs only those.
 //
 // Medians over the rounds are reported; every round is logged (-test.v). Run with a durable
@@ -153,6 +154,7 @@ type benchConfig struct {
 	rate                float64
 	catchupCap, produce time.Duration
 	drainLimit          float64 // OUTBOXKIT_CAPACITY_DRAIN_LIMIT: events/s, 0 for none
+	maxRate             int     // OUTBOXKIT_CAPACITY_MAX_RATE: the catch-up relay's RelayOptions.MaxRate
 	upstream            string
 	phases              map[string]bool // OUTBOXKIT_CAPACITY_PHASES, else the default phases
 }
@@ -170,6 +172,7 @@ func loadConfig() benchConfig {
 		rate:       num("OUTBOXKIT_CAPACITY_RATE", 2000),
 		catchupCap: time.Duration(num("OUTBOXKIT_BENCH_SECONDS", 300) * float64(time.Second)),
 		drainLimit: num("OUTBOXKIT_CAPACITY_DRAIN_LIMIT", 0),
+		maxRate:    int(num("OUTBOXKIT_CAPACITY_MAX_RATE", 0)),
 		produce:    time.Duration(num("OUTBOXKIT_CAPACITY_PRODUCE_SECONDS", 15) * float64(time.Second)),
 		phases:     phaseSet(os.Getenv("OUTBOXKIT_CAPACITY_PHASES"), os.Getenv("OUTBOXKIT_CAPACITY_NO_CATCHUP") == "1"),
 		upstream:   os.Getenv("OUTBOXKIT_CAPACITY_UPSTREAM"),
@@ -537,7 +540,7 @@ func (h *harness) catchupPhase() map[string]float64 {
 	if h.cfg.drainLimit > 0 {
 		sink.per = time.Duration(float64(time.Second) / h.cfg.drainLimit)
 	}
-	r := h.newRelay(o, sink, core.RelayOptions{})
+	r := h.newRelay(o, sink, core.RelayOptions{MaxRate: h.cfg.maxRate})
 
 	pctx, stopProducers := context.WithCancel(ctx)
 	defer stopProducers()

@@ -267,6 +267,28 @@ func TestLoadInFlight(t *testing.T) {
 	}
 }
 
+// relay.max_rate reaches RelayOptions.MaxRate (what the daemon's relays get), and a negative
+// rate is refused with its path, from the file and from the environment.
+func TestLoadMaxRate(t *testing.T) {
+	t.Parallel()
+	base := "database: {driver: sqlite, dsn: /tmp/x.db}\nsink: sqs\nroutes: {default: https://x}\nrelay:\n  max_rate: "
+	cfg, err := Load(writeConfig(t, base+"6500\n"), noEnv, nil)
+	require.NoError(t, err)
+	require.Equal(t, 6500, relayOptions(cfg, nil, nil).MaxRate)
+	_, err = Load(writeConfig(t, base+"-1\n"), noEnv, nil)
+	require.True(t, IsConfigError(err), "%v", err)
+	require.Equal(t, []string{"relay.max_rate: must not be negative (0: no limit)"}, err.(*ConfigError).Problems)
+	env := func(k string) string {
+		if k == "OUTBOXKIT_RELAY_MAX_RATE" {
+			return "-5"
+		}
+		return ""
+	}
+	_, err = Load(writeConfig(t, "database: {driver: sqlite, dsn: /tmp/x.db}\nsink: sqs\nroutes: {default: https://x}\n"), env, nil)
+	require.True(t, IsConfigError(err), "%v", err)
+	require.Equal(t, []string{"relay.max_rate: must not be negative (0: no limit)"}, err.(*ConfigError).Problems)
+}
+
 // OpenCDCRelay (outboxkit backfill) refuses a polling configuration before it opens anything:
 // the configuration's database does not exist.
 func TestOpenCDCRelayRefusesPolling(t *testing.T) {
@@ -363,6 +385,7 @@ func TestLoadRefusesWhatStartRefuses(t *testing.T) {
 		{"database: {driver: postgres, dsn: 'postgres://u:p@127.0.0.1:notaport/db'}", "database.dsn: cannot parse `postgres://u:xxxxx@127.0.0.1:notaport/db`: invalid port"},
 		{"database: {driver: postgres, dsn: 'host=127.0.0.1 port=x'}", "database.dsn: cannot parse `host=127.0.0.1 port=x`: invalid port"},
 		{"database: {driver: mysql, dsn: 'garbage@@'}", "database.dsn: invalid DSN: missing the slash separating the database name"},
+		{"database: {driver: mysql, dsn: 'u@tcp(127.0.0.1:3306)/app'}", "database.dsn: the mysql adapter needs parseTime=true and loc=UTC (the default)"},
 	} {
 		require.Equal(t, []string{c.problem}, loadProblems(t, c.text, nil), c.text)
 	}

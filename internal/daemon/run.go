@@ -192,7 +192,7 @@ func router(cfg Config) core.StaticRouter {
 func relayOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.RelayOptions {
 	return &core.RelayOptions{
 		LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
-		InFlight: cfg.Relay.InFlight, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+		InFlight: cfg.Relay.InFlight, MaxRate: cfg.Relay.MaxRate, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
 		MeterProvider: mp,
 	}
 }
@@ -215,7 +215,7 @@ type (
 
 // optionKeys are the configuration keys of core's relay options.
 var optionKeys = map[string]string{"BatchSize": "relay.batch_size", "LeaseTTL": "relay.lease_ttl", "RenewInterval": "relay.lease_ttl",
-	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRetainedBytes": "cdc.max_retained_bytes"}
+	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRate": "relay.max_rate", "MaxRetainedBytes": "cdc.max_retained_bytes"}
 
 // checkRelayOptions returns what core.NewRelay and core.NewCDCRelay refuse in the relay options
 // of c (a batch size above core.MaxBatchSize, a lease_ttl too short for the RenewInterval derived

@@ -86,7 +86,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 // Check reports, without connecting or touching a file, what Open (and the store's Migrate)
 // would refuse in cfg, one *FieldError per bad field: an unknown driver, a DSN that does not
 // parse (pgxpool.ParseConfig for postgres, as Open's pgxpool.New; go-sql-driver's ParseDSN for
-// mysql; an empty SQLite path), and the adapter's options (schema and table identifiers, lane
+// mysql, which must also set parseTime=true and keep loc=UTC; an empty SQLite path), and the adapter's options (schema and table identifiers, lane
 // count), by the adapter's own rules: its MigrationSQL, which checks them and builds the
 // migration script without a database.
 func Check(cfg Config) []*FieldError {
@@ -97,8 +97,12 @@ func Check(cfg Config) []*FieldError {
 			out = append(out, &FieldError{Field: "DSN", Reason: oneLine(err)})
 		}
 	case "mysql":
-		if _, err := gomysql.ParseDSN(cfg.DSN); err != nil {
+		if c, err := gomysql.ParseDSN(cfg.DSN); err != nil {
 			out = append(out, &FieldError{Field: "DSN", Reason: oneLine(err)})
+		} else if !c.ParseTime || c.Loc != time.UTC {
+			// The adapter's rule (mysql.New refuses such a *sql.DB with ErrConnection once
+			// connected): DATETIME values must come back as time.Time in UTC.
+			out = append(out, &FieldError{Field: "DSN", Reason: "the mysql adapter needs parseTime=true and loc=UTC (the default)"})
 		}
 	case "sqlite":
 		if cfg.DSN == "" {

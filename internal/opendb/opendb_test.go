@@ -72,9 +72,12 @@ func TestCheck(t *testing.T) {
 		{Config{Driver: "postgres", DSN: "postgres://u:p@127.0.0.1:notaport/db"}, []string{"DSN"}},
 		{Config{Driver: "postgres", DSN: "host=127.0.0.1 port=x"}, []string{"DSN"}},
 		{Config{Driver: "mysql", DSN: "garbage@@"}, []string{"DSN"}},
+		// The adapter needs DATETIME as time.Time in UTC (mysql.New's ErrConnection).
+		{Config{Driver: "mysql", DSN: "u:p@tcp(127.0.0.1:3306)/app"}, []string{"DSN"}},
+		{Config{Driver: "mysql", DSN: "u:p@tcp(127.0.0.1:3306)/app?parseTime=true&loc=Local"}, []string{"DSN"}},
 		{Config{Driver: "sqlite", DSN: "x.db", Lanes: 4097}, []string{"Lanes"}},
 		{Config{Driver: "sqlite", DSN: "x.db", Table: "null;"}, []string{"Table"}},
-		{Config{Driver: "mysql", DSN: "u@tcp(h)/d", Table: "a b", Lanes: -1}, []string{"Lanes", "Table"}},
+		{Config{Driver: "mysql", DSN: "u@tcp(h)/d?parseTime=true", Table: "a b", Lanes: -1}, []string{"Lanes", "Table"}},
 		{Config{Driver: "postgres", DSN: "postgres://h/db", Schema: "a-b", Table: "x y", Lanes: 5000}, []string{"Lanes", "Schema", "Table"}},
 		{Config{Driver: "oracle"}, []string{"Driver"}},
 	} {
