@@ -16,15 +16,15 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 	switch p.State {
 	case core.StateAll:
 	case core.StatePending:
-		q += " AND published_at IS NULL AND parked_at IS NULL"
+		q += " AND p.seq IS NOT NULL AND p.parked_at IS NULL"
 	case core.StateParked:
-		q += " AND published_at IS NULL AND parked_at IS NOT NULL"
+		q += " AND p.parked_at IS NOT NULL"
 	case core.StatePublished:
-		q += " AND published_at IS NOT NULL"
+		q += " AND p.seq IS NULL"
 	default:
 		return nil, fmt.Errorf("mysql: list: unknown state %d", p.State)
 	}
-	rows, err := s.db.QueryContext(ctx, q+" ORDER BY seq LIMIT ?", p.AfterSeq, limit)
+	rows, err := s.db.QueryContext(ctx, q+" ORDER BY o.seq LIMIT ?", p.AfterSeq, limit)
 	if err != nil {
 		return nil, wrap("list", err)
 	}
@@ -160,7 +160,9 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 
 // PruneOutbox implements core.Pruner: it deletes, in seq order, up to p.BatchSize() rows published
 // before p.PublishedBefore whose seq is below p.BelowSeq (when > 0) and below the lowest
-// unpublished seq.
+// pending seq: first records published since migration 010 (their settle log time before the
+// cut-off, checked again on the locked log rows), then records published before it (their
+// published_at).
 func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
 	if p.PublishedBefore.IsZero() {
 		return 0, nil
@@ -169,19 +171,72 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 	if err != nil {
 		return 0, wrap("prune outbox", err)
 	}
-	res, err := s.exec(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.BatchSize())
-	if err != nil {
-		return 0, wrap("prune outbox", err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err = s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
+		var err error
+		n, err = s.pruneBatch(ctx, tx, p, below)
+		return err
+	})
 	if err != nil {
 		return 0, wrap("prune outbox", err)
 	}
 	return int(n), nil
 }
 
-// pruneBelow is the exclusive seq bound of a prune: the lowest unpublished seq (the
-// watermark), or p.BelowSeq when that is lower.
+// pruneBatch deletes up to p.BatchSize() published rows below below in tx (see PruneOutbox) and
+// returns how many outbox rows it deleted: fewer only when none is left to delete (core's cleanup
+// stops then). The settle log rows it reads may yield fewer deletions than rows (orphans, whose
+// outbox row is already gone, are deleted alone; a record replayed since the read is spared), so
+// it reads again until it has its batch, the log is exhausted, or a read brings no progress (in
+// a REPEATABLE READ transaction a replay committed since its snapshot stays invisible to the
+// read), then deletes records published before migration 010 for the rest.
+func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p core.PruneParams, below int64) (int64, error) {
+	limit := int64(p.BatchSize())
+	cut := timeArg(p.PublishedBefore)
+	var n int64
+	for n < limit {
+		want := limit - n
+		seqs, err := queryInt64s(ctx, tx, s.q.pruneSettledIDs, below, cut, want)
+		if err != nil || len(seqs) == 0 {
+			if err != nil {
+				return 0, err
+			}
+			break
+		}
+		res, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.pruneSettled, 0, len(seqs)), append(appendInt64s(nil, seqs), cut)...)
+		if err != nil {
+			return 0, err
+		}
+		pairs, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		n += pairs / 2 // an outbox row and its settle log row each
+		res, err = tx.ExecContext(ctx, lists(s.q.pruneSettledOrphans, 0, len(seqs)), appendInt64s(nil, seqs)...)
+		if err != nil {
+			return 0, err
+		}
+		orphans, err := res.RowsAffected()
+		if err != nil {
+			return 0, err
+		}
+		if int64(len(seqs)) < want || pairs+orphans == 0 {
+			break // the log is exhausted below the watermark and cut-off, or no progress
+		}
+	}
+	if n == limit {
+		return n, nil
+	}
+	res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, cut, below, limit-n)
+	if err != nil {
+		return 0, err
+	}
+	legacy, err := res.RowsAffected()
+	return n + legacy, err
+}
+
+// pruneBelow is the exclusive seq bound of a prune: the lowest pending seq (the watermark), or
+// p.BelowSeq when that is lower.
 func (s *Store) pruneBelow(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }, p core.PruneParams) (int64, error) {

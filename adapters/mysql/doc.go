@@ -54,11 +54,24 @@
 //     the leased lane rows FOR UPDATE and checks every lease in the same transaction before
 //     it commits, and when one is lost rolls back (changing nothing) and returns a
 //     *core.LanesLostError.
-//   - Fetch honours per-key blocking: a record is skipped when an earlier-or-same unpublished
-//     record of its partition key is parked or not yet due. MariaDB has no partial indexes:
-//     stored generated columns stand in for them (ix_unpublished holds unpublished rows in seq
-//     order with their lane; ix_failed holds only rows that failed), so the common path walks
-//     the unpublished rows in seq order without touching published ones.
+//   - The pending layout (migration 010): an outbox row does not change after insert. Each
+//     unpublished record has a narrow row in Table+"_pending" (seq, lane, partition key,
+//     created_at, attempts, next_attempt_at, last_error, parked_at), written in the writer's
+//     INSERT statement by an AFTER INSERT trigger. A mark writes the record's row in the settle
+//     log Table+"_settled" (seq, publication time) and deletes its pending row; a delete-on-publish
+//     settle deletes the pending rows, then the outbox rows (an AFTER DELETE trigger takes the
+//     pending row of any other outbox DELETE; the settle sets @outboxkit_unpended around its own
+//     so that the trigger skips it); failures, parking and Unpark change the pending row only. A record is published when it has no pending row; its
+//     publication time is its settle log row's, or its published_at when it was published
+//     before the migration (or by a relay of an earlier version during a rolling upgrade:
+//     AFTER UPDATE and AFTER DELETE triggers carry such a relay's marks, failures and deletes to
+//     the pending rows). Cleanup deletes below the lowest pending seq only, a record published
+//     since the migration together with its settle log row.
+//   - Fetch honours per-key blocking: a record is skipped when an earlier-or-same pending
+//     record of its partition key is parked or not yet due. MariaDB has no partial indexes: a
+//     stored generated column stands in (the pending table's ix_failed holds only rows that
+//     failed), and the common path walks the pending table's primary key in seq order, joining
+//     each row's outbox row by primary key, without touching published records.
 //   - Publisher generations live in one row of Table+"_pub" (generation 0 on a fresh outbox).
 //     AcquireGeneration locks it FOR UPDATE; ClaimLanes, RenewLanes and SaveCheckpoint read it
 //     LOCK IN SHARE MODE in their own transaction, so a call of an older generation either

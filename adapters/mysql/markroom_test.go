@@ -27,22 +27,31 @@ func writeAndMark(t *testing.T, s *mysql.Store, n, k int, del bool) {
 	require.NoError(t, s.ReleaseLanes(ctx, leases))
 }
 
-// The outbox's mark_room column (migration 001) is 0 while a row is unpublished and NULL once
-// it is published, so that a mark does not grow the row. An outbox created without it (before
-// the column existed) still marks and deletes, Migrate leaves it as it is, and the ALTER TABLE
-// of the migration's comment adds the column to it with the right values.
+// The outbox's mark_room column (migration 001) is 0 while a row has no published_at and NULL
+// once it has one, so that a mark of the earlier layout did not grow the row. Since the pending
+// layout (migration 010) a mark no longer changes the outbox row: mark_room stays 0 (a relay of
+// the earlier version, during a rolling upgrade, still sets published_at). An outbox created
+// without the column (before it existed) still marks and deletes, Migrate leaves it as it is,
+// and the ALTER TABLE of the migration's comment adds the column to it with the right values.
 func TestMarkRoom(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	db := s.DB()
 	writeAndMark(t, s, 10, 4, false)
 	zero, null := markRoom(t, db)
-	require.Equal(t, 6, zero, "unpublished rows")
-	require.Equal(t, 4, null, "published rows")
+	require.Equal(t, 10, zero, "marks leave the outbox rows")
+	require.Equal(t, 0, null)
+	var first int64
+	require.NoError(t, db.QueryRow(`SELECT MIN(seq) FROM outbox_pending`).Scan(&first))
+	_, err := db.Exec(`UPDATE outbox SET published_at = UTC_TIMESTAMP(6) WHERE seq = ?`, first)
+	require.NoError(t, err) // an earlier relay's mark
+	zero, null = markRoom(t, db)
+	require.Equal(t, 9, zero)
+	require.Equal(t, 1, null, "a row with published_at")
 
 	old := newStore(t, nil)
 	odb := old.DB()
-	_, err := odb.Exec(`ALTER TABLE outbox DROP COLUMN mark_room`)
+	_, err = odb.Exec(`ALTER TABLE outbox DROP COLUMN mark_room`)
 	require.NoError(t, err)
 	writeAndMark(t, old, 10, 4, false)
 	writeAndMark(t, old, 10, 3, true)
@@ -59,6 +68,6 @@ func TestMarkRoom(t *testing.T) {
 	_, err = odb.Exec(`ALTER TABLE outbox ADD COLUMN mark_room BIGINT AS (IF(published_at IS NULL, 0, NULL)) STORED`)
 	require.NoError(t, err)
 	zero, null = markRoom(t, odb)
-	require.Equal(t, 13, zero, "unpublished rows")
-	require.Equal(t, 4, null, "published rows")
+	require.Equal(t, 17, zero, "every row: none has published_at")
+	require.Equal(t, 0, null)
 }

@@ -23,6 +23,15 @@ var migrationFS embed.FS
 // Migrate runs it only while one of the columns it converts still has a character set.
 const binaryTextMigration = "migrations/009_binary_text.sql"
 
+// pendingMigration creates the pending layout and copies the unpublished records' status into
+// it, once: Migrate runs it only while the meta row pendingMarker (which the file writes in the
+// copy's transaction) is missing. Run again, the copy would make every record published since
+// (whose outbox row still has no published_at) pending again.
+const (
+	pendingMigration = "migrations/010_pending.sql"
+	pendingMarker    = "migration:010_pending"
+)
+
 // resizeMigration recreates the immutability trigger with the exemption of lane changes
 // (ResizeLanes, Replay): Migrate runs it only when the trigger lacks it.
 const resizeMigration = "migrations/008_lanes_resize.sql"
@@ -92,6 +101,15 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 				continue
 			}
 		}
+		if f == pendingMigration {
+			var v string
+			switch err := conn.QueryRowContext(ctx, s.q.metaGet, pendingMarker).Scan(&v); {
+			case err == nil:
+				continue
+			case !errors.Is(err, sql.ErrNoRows):
+				return wrap("migrate: "+f, err)
+			}
+		}
 		b, err := migrationFS.ReadFile(f)
 		if err != nil {
 			return err
@@ -102,6 +120,8 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 		}
 		for _, stmt := range splitSQL(text) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				// 010 runs its copy in a transaction: none may outlive the failed file.
+				_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 				return wrap("migrate: "+f, err)
 			}
 		}
@@ -189,10 +209,11 @@ func (s *Store) resizeMigrated(ctx context.Context, conn *sql.Conn) (bool, error
 // and the rows Migrate records (lane count, schema version), so that Migrate with the same
 // options then finds the outbox current. It is for teams whose schema changes go through their
 // own tool (goose, atlas, golang-migrate); it needs no database to be built. Every statement
-// ends with ";" at the end of a line; the trigger's body holds one more ";" inside a line, so
+// ends with ";" at the end of a line; the triggers' bodies hold more ";" inside lines, so
 // send the script as one multi-statement batch (go-sql-driver/mysql multiStatements=true, the
 // tools' default) or split it at line ends, as Migrate does; the mysql command-line client needs
-// a DELIMITER around the trigger. MySQL DDL is not transactional. The script is the same for
+// a DELIMITER around the triggers. MySQL DDL is not transactional; migration 010's one-time copy
+// and its meta row are one transaction (START TRANSACTION ... COMMIT in the script). The script is the same for
 // MySQL and MariaDB: migration 009 (ALTER TABLEs after the CREATEs) makes the compared text
 // VARBINARY, which both servers compare byte for byte, so no collation has to be chosen per
 // server.

@@ -15,8 +15,8 @@ import (
 
 // Replay implements core.Operator: one transaction that reads the lane count LOCK IN SHARE MODE
 // (as a checked insert does: no resize runs until it ends), reads the publisher kind, selects and
-// locks the rows, applies core.CheckReplayTargets, clears their status columns, gives them their
-// key's lane under the current count (rows published before a ResizeLanes) and writes p.Audit.
+// locks the rows, applies core.CheckReplayTargets, gives them pending rows as never attempted
+// (and deletes their settle log rows), gives them their key's lane under the current count (rows published before a ResizeLanes) and writes p.Audit.
 func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 	ids, err := core.CheckReplay(p)
 	if err != nil {
@@ -76,11 +76,21 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 		for i, seq := range seqs {
 			args[i] = seq
 		}
-		res, err := tx.ExecContext(ctx, lists(s.q.replay, 0, len(seqs)), args...)
-		if err != nil {
-			return err
+		// Records published before migration 010 lose their published_at (the update trigger
+		// gives them their pending rows), the others get theirs; the settle log rows go.
+		n = 0
+		for _, stmt := range []string{s.q.replay, s.q.replayPending} {
+			res, err := tx.ExecContext(ctx, lists(stmt, 0, len(seqs)), args...)
+			if err != nil {
+				return err
+			}
+			m, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += m
 		}
-		if n, err = res.RowsAffected(); err != nil {
+		if _, err := tx.ExecContext(ctx, lists(s.q.replayUnsettle, 0, len(seqs)), args...); err != nil {
 			return err
 		}
 		if err := s.replayLanes(ctx, tx, lanes, targets, seqs); err != nil {
@@ -145,11 +155,7 @@ func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core
 			return err
 		}
 		for !p.PublishedBefore.IsZero() {
-			res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, timeArg(p.PublishedBefore), below, p.BatchSize())
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
+			n, err := s.pruneBatch(ctx, tx, p, below)
 			if err != nil {
 				return err
 			}

@@ -10,9 +10,9 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 )
 
-// Fetch walks ix_unpublished in seq order (no filesort), whatever the statistics say: they
-// are taken while the table is empty (the steady state of an outbox) and the table then
-// grows.
+// Fetch walks the pending table's primary key in seq order (no filesort) and looks each outbox
+// row up by its primary key, whatever the statistics say: they are taken while the table is
+// empty (the steady state of an outbox) and the table then grows.
 func TestFetchPlan(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, &mysql.Options{Lanes: 64})
@@ -60,9 +60,13 @@ func TestFetchPlan(t *testing.T) {
 				row[c] = fmt.Sprintf("%s", vals[i])
 			}
 			plan = append(plan, fmt.Sprintf("%s key=%s extra=%s", row["table"], row["key"], row["Extra"]))
-			if row["table"] == "o" {
-				require.Equal(t, "ix_unpublished", row["key"], c.name)
+			if row["table"] == "o" { // the pending table, walked in seq order
+				require.Equal(t, "PRIMARY", row["key"], c.name)
 				require.NotContains(t, row["Extra"], "filesort", c.name)
+			}
+			if row["table"] == "r" { // the outbox row of each, by primary key
+				require.Equal(t, "eq_ref", row["type"], c.name)
+				require.Equal(t, "PRIMARY", row["key"], c.name)
 			}
 			if row["table"] == "b" {
 				require.Equal(t, "ix_failed", row["key"], c.name)

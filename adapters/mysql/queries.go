@@ -38,9 +38,11 @@ type queries struct {
 
 	fetchBlocked, fetchPrefix, fetchNotExists string
 
-	settlePublish, settleDelete, settleFail string
+	settlePublish, settleUnpend, settleDelete, settleFail string
+	unpendedOn, unpendedOff                               string
 
-	minUnpublished, pruneOutbox string
+	minUnpublished, pruneOutbox                        string
+	pruneSettledIDs, pruneSettled, pruneSettledOrphans string
 
 	listPrefix, stats, unpark, parkedKeys string
 	statsExact, blocked, lanesList        string
@@ -56,6 +58,7 @@ type queries struct {
 	checkpointDelete                                                            string
 
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
+	replayPending, replayUnsettle                                            string
 	auditSetRows, resetLanes                                                 string
 
 	textColumnsPending                                                         string
@@ -76,12 +79,16 @@ func (n tableNames) idents() sqlfile.Idents {
 		"outbox": qt(n.outbox), "lanes": qt(n.lanes), "workers": qt(n.workers), "meta": qt(n.meta),
 		"inbox": qt(n.inbox), "horizons": qt(n.horizons), "versions": qt(n.versions),
 		"publisher": qt(n.publisher), "checkpoint": qt(n.checkpoint), "audit": qt(n.audit),
+		"pending": qt(n.pending), "settled": qt(n.settled),
 		"now": nowExpr, "cols": recordColumns,
 		"lane_list": "{{lane_list}}", "seq_list": "{{seq_list}}", "id_list": "{{id_list}}",
 		"case_list": "{{case_list}}",
 		"key":       "{{key}}", "value": "{{value}}",
 		"outbox_immutable": quote(n.outbox + "_imm"), // a trigger (own namespace): at most 60 bytes
 		"audit_guard":      quote(n.outbox + "_aud"), // a trigger on the audit table, likewise
+		"pending_ins":      quote(n.outbox + "_pin"), // the pending layout's triggers (migration 010)
+		"pending_upd":      quote(n.outbox + "_pup"),
+		"pending_del":      quote(n.outbox + "_pdl"),
 	}
 }
 
@@ -123,10 +130,16 @@ func newQueries(n tableNames) (queries, error) {
 		fetchPrefix:            st.Get("FetchPrefix"),
 		fetchNotExists:         st.Get("FetchNotExists"),
 		settlePublish:          st.Get("SettlePublish"),
+		settleUnpend:           st.Get("SettleUnpend"),
 		settleDelete:           st.Get("SettleDelete"),
+		unpendedOn:             st.Get("UnpendedOn"),
+		unpendedOff:            st.Get("UnpendedOff"),
 		settleFail:             st.Get("SettleFail"),
 		minUnpublished:         st.Get("MinUnpublished"),
 		pruneOutbox:            st.Get("PruneOutbox"),
+		pruneSettledIDs:        st.Get("PruneSettledIDs"),
+		pruneSettled:           st.Get("PruneSettled"),
+		pruneSettledOrphans:    st.Get("PruneSettledOrphans"),
 		listPrefix:             st.Get("ListPrefix"),
 		stats:                  st.Get("Stats"),
 		statsExact:             st.Get("StatsPublished"),
@@ -152,6 +165,8 @@ func newQueries(n tableNames) (queries, error) {
 		replayByKey:            st.Get("ReplayByKey"),
 		keyUnpublished:         st.Get("KeyUnpublished"),
 		replay:                 st.Get("Replay"),
+		replayPending:          st.Get("ReplayPending"),
+		replayUnsettle:         st.Get("ReplayUnsettle"),
 		auditInsert:            st.Get("AuditInsert"),
 		auditList:              st.Get("AuditList"),
 		auditSetRows:           st.Get("AuditSetRows"),

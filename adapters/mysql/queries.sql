@@ -78,11 +78,12 @@ SELECT COUNT(*) FROM {{lanes}} WHERE lane = ? AND owner = ? AND lock_session = ?
 UPDATE {{lanes}} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?
 
 -- name: PendingDestinations
--- Pending (unpublished, not parked) records per destination among the first ? of them in seq
--- order (ix_unpublished, as Blocked). Operators only (outboxkit status).
+-- Pending (not parked) records per destination among the first ? of them in seq order (the
+-- pending table's primary key, then one outbox lookup per row). Operators only (outboxkit
+-- status).
 SELECT w.destination, COUNT(*) FROM (
-	SELECT o.destination FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
+	SELECT r.destination FROM {{pending}} AS o STRAIGHT_JOIN {{outbox}} AS r ON r.seq = o.seq
+	WHERE o.parked_at IS NULL
 	ORDER BY o.seq LIMIT ?
 ) AS w GROUP BY w.destination
 
@@ -101,83 +102,109 @@ UPDATE {{lanes}} SET owner = '', lease_until = NULL, lock_session = NULL
 	WHERE lane = ? AND owner = ? AND generation = ?
 
 -- name: FetchBlocked
--- The keys held back in the leased lanes: the lowest seq of each key's unpublished
--- rows that are parked or not yet due (index ix_failed, tiny).
-SELECT partition_key, MIN(seq) FROM {{outbox}}
+-- The keys held back in the leased lanes: the lowest seq of each key's pending rows that are
+-- parked or not yet due (the pending table's ix_failed, tiny).
+SELECT partition_key, MIN(seq) FROM {{pending}}
 	WHERE failed_lane IN ({{lane_list}}) AND (parked_at IS NOT NULL OR next_attempt_at > {{now}})
 	GROUP BY partition_key
 
 -- name: FetchPrefix
--- Unpublished rows in seq order (index ix_unpublished; the lane filter is checked in
--- the index). The caller appends lane and blocked-key conditions, ORDER BY and LIMIT.
-SELECT {{cols}} FROM {{outbox}} o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
+-- Pending rows in seq order (the pending table's primary key; the lane filter is checked on
+-- the narrow row), each joined to its outbox row by primary key (STRAIGHT_JOIN: pending is
+-- the outer side, whatever the statistics say). The status columns and the lane come from the
+-- pending row; published_at is NULL. The caller appends lane and blocked-key conditions (on
+-- o, the pending row), ORDER BY o.seq and LIMIT.
+SELECT r.seq, r.id, r.aggregate_type, r.aggregate_id, r.aggregate_version, r.type, r.schema_id,
+	r.partition_key, r.destination, r.payload, r.headers, r.tenant, r.causation_id, r.correlation_id,
+	o.lane, r.created_at, NULL, o.attempts, o.next_attempt_at, o.last_error, o.parked_at
+	FROM {{pending}} AS o FORCE INDEX (PRIMARY) STRAIGHT_JOIN {{outbox}} AS r ON r.seq = o.seq
+	WHERE o.parked_at IS NULL
 	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= {{now}})
 
 -- name: FetchNotExists
-AND NOT EXISTS (SELECT 1 FROM {{outbox}} b
+AND NOT EXISTS (SELECT 1 FROM {{pending}} b
 	WHERE b.failed_lane = o.lane AND b.partition_key = o.partition_key AND b.seq <= o.seq
 	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > {{now}}))
 
 -- name: SettlePublish
-UPDATE {{outbox}} SET published_at = {{now}}
-	WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
+-- A mark's first statement: the settle log rows of the records still pending in the leased
+-- lanes (their publication time). Settle runs SettleUnpend next with the same seqs and lanes.
+INSERT INTO {{settled}} (seq, at)
+	SELECT seq, {{now}} FROM {{pending}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}})
+	ON DUPLICATE KEY UPDATE at = VALUES(at)
 
 -- name: SettleDelete
+-- Delete on publish, after SettleUnpend (the pending rows, one statement) and UnpendedOn: the
+-- outbox rows go; the delete trigger (migration 010) skips its per-row pending delete while
+-- @outboxkit_unpended is set (UnpendedOff clears it right after). A row's outbox lane is its
+-- pending row's (lane changes update the outbox row, and the update trigger copies them);
+-- published_at IS NULL spares the rows published before the migration.
 DELETE FROM {{outbox}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
 
 -- name: SettleFail
-UPDATE {{outbox}} SET attempts = attempts + 1, last_error = ?,
+UPDATE {{pending}} SET attempts = attempts + 1, last_error = ?,
 	next_attempt_at = {{now}} + INTERVAL ? MICROSECOND,
 	parked_at = IF(?, {{now}}, parked_at)
-	WHERE seq = ? AND lane IN ({{lane_list}}) AND published_at IS NULL
+	WHERE seq = ? AND lane IN ({{lane_list}})
 
 -- name: MinUnpublished
-SELECT MIN(seq) FROM {{outbox}} WHERE unpublished = 1
+SELECT MIN(seq) FROM {{pending}}
 
 -- name: PruneOutbox
+-- Cleanup of records published before migration 010 (or by a relay of the earlier version):
+-- they carry published_at. The delete trigger takes their pending rows (none: a record with
+-- published_at has none, unless a replay put it back, which cleared published_at).
 DELETE FROM {{outbox}}
 	WHERE published_at IS NOT NULL AND published_at < CAST(? AS DATETIME(6)) AND seq < ?
 	ORDER BY seq LIMIT ?
 
 -- name: ListPrefix
-SELECT {{cols}} FROM {{outbox}} WHERE seq > ?
+-- Records after seq ?, each with its pending row (status and lane) when it has one, else as
+-- published: at its settle log time, or its published_at (published before migration 010). The
+-- caller appends the state's condition, ORDER BY o.seq and LIMIT.
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+	o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id, o.correlation_id,
+	COALESCE(p.lane, o.lane), o.created_at, IF(p.seq IS NULL, COALESCE(s.at, o.published_at), NULL),
+	IF(p.seq IS NULL, o.attempts, p.attempts), IF(p.seq IS NULL, o.next_attempt_at, p.next_attempt_at),
+	IF(p.seq IS NULL, o.last_error, p.last_error), IF(p.seq IS NULL, o.parked_at, p.parked_at)
+	FROM {{outbox}} AS o LEFT JOIN {{pending}} AS p ON p.seq = o.seq
+	LEFT JOIN {{settled}} AS s ON s.seq = o.seq
+	WHERE o.seq > ?
 
 -- name: Stats
--- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
--- rows, and at most the first ? (Go's cap) entries of ix_unpublished: beyond it Go takes the
--- optimizer's estimate (PendingEstimate). Parked rows are counted on ix_failed; the table's row
--- count is InnoDB's estimate (information_schema.TABLES.TABLE_ROWS; the second ? is the bare
--- table name), from which Go subtracts the unpublished rows (or, for a small table, counts the
--- published rows with StatsPublished); the oldest pending record is the first one in seq order
--- on ix_unpublished.
+-- Bounded cost (operators and the daemon's metrics call it often): at most the first ? (Go's
+-- cap) rows of the pending table: beyond it Go takes the optimizer's estimate
+-- (PendingEstimate). Parked rows are counted on ix_failed; the outbox's row count is InnoDB's
+-- estimate (information_schema.TABLES.TABLE_ROWS; the second ? is the bare table name), from
+-- which Go subtracts the pending rows (or, for a small table, counts the published rows with
+-- StatsPublished); the oldest pending record is the first unparked pending row in seq order.
 SELECT
-	(SELECT COUNT(*) FROM (SELECT 1 FROM {{outbox}} WHERE unpublished = 1 LIMIT ?) AS u),
-	(SELECT COUNT(*) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL),
+	(SELECT COUNT(*) FROM (SELECT 1 FROM {{pending}} LIMIT ?) AS u),
+	(SELECT COUNT(*) FROM {{pending}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL),
 	(SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
-	(SELECT created_at FROM {{outbox}} WHERE unpublished = 1 AND parked_at IS NULL ORDER BY seq LIMIT 1)
+	(SELECT created_at FROM {{pending}} WHERE parked_at IS NULL ORDER BY seq LIMIT 1)
 
 -- name: PendingEstimate
--- The optimizer's estimate of the unpublished rows (index dives on ix_unpublished): the "rows"
--- column of this EXPLAIN.
-EXPLAIN SELECT 1 FROM {{outbox}} WHERE unpublished = 1
+-- The optimizer's estimate of the pending rows: the "rows" column of this EXPLAIN.
+EXPLAIN SELECT 1 FROM {{pending}}
 
 -- name: StatsPublished
--- The exact count of published rows (ix_unpublished's NULL prefix), for a small table only.
-SELECT COUNT(*) FROM {{outbox}} WHERE unpublished IS NULL
+-- The exact count of published rows (outbox rows without a pending row), for a small table
+-- only.
+SELECT (SELECT COUNT(*) FROM {{outbox}}) - (SELECT COUNT(*) FROM {{pending}})
 
 -- name: Blocked
 -- Pending records held back by an earlier parked record of their partition key, among the
--- first ? unpublished records after the first parked one (ix_unpublished; a lower bound beyond
--- them). The parked keys come from ix_failed.
+-- first ? pending records after the first parked one (the pending table's primary key; a
+-- lower bound beyond them). The parked keys come from ix_failed.
 SELECT COUNT(*) FROM (
-	SELECT o.seq, o.lane, o.partition_key FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
-	  AND o.seq > (SELECT COALESCE(MIN(seq), 9223372036854775807) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL)
+	SELECT o.seq, o.lane, o.partition_key FROM {{pending}} AS o
+	WHERE o.parked_at IS NULL
+	  AND o.seq > (SELECT COALESCE(MIN(seq), 9223372036854775807) FROM {{pending}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL)
 	ORDER BY o.seq LIMIT ?
 ) AS w JOIN (
-	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{outbox}}
+	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{pending}}
 	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
 	GROUP BY failed_lane, partition_key
 ) AS p ON w.lane = p.failed_lane AND w.partition_key = p.partition_key AND w.seq > p.seq
@@ -190,11 +217,11 @@ SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 INSERT INTO {{meta}} (name, value) VALUES ({{key}}, {{value}}) ON DUPLICATE KEY UPDATE value = VALUES(value)
 
 -- name: ParkedKeys
-SELECT DISTINCT partition_key FROM {{outbox}}
-	WHERE published_at IS NULL AND parked_at IS NOT NULL
+SELECT DISTINCT partition_key FROM {{pending}}
+	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
 
 -- name: Unpark
-UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
+UPDATE {{pending}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 	WHERE failed_lane = ? AND partition_key = ?
 
 -- name: HorizonGet
@@ -303,22 +330,26 @@ SELECT RELEASE_LOCK(?)
 
 -- name: ReplayByIDs
 -- Replay's selection by ID ({{seq_list}} holds one mark per ID), locked so that a concurrent
--- cleanup cannot delete it meanwhile.
-SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
-	WHERE id IN ({{seq_list}}) ORDER BY seq FOR UPDATE
+-- cleanup cannot delete it meanwhile; published when it has no pending row.
+SELECT o.seq, o.id, o.partition_key, p.seq IS NULL FROM {{outbox}} AS o
+	LEFT JOIN {{pending}} AS p ON p.seq = o.seq
+	WHERE o.id IN ({{seq_list}}) ORDER BY o.seq FOR UPDATE
 
 -- name: ReplayByKey
--- Replay's selection by key, created at or after ?, at most ? rows, locked.
-SELECT seq, id, partition_key, 1 FROM {{outbox}}
-	WHERE partition_key = ? AND created_at >= CAST(? AS DATETIME(6)) AND published_at IS NOT NULL
-	ORDER BY seq LIMIT ? FOR UPDATE
+-- Replay's selection by key, created at or after ?, at most ? published rows, locked.
+SELECT o.seq, o.id, o.partition_key, 1 FROM {{outbox}} AS o
+	WHERE o.partition_key = ? AND o.created_at >= CAST(? AS DATETIME(6))
+	  AND NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
+	ORDER BY o.seq LIMIT ? FOR UPDATE
 
 -- name: KeyUnpublished
--- Whether the key has an unpublished row (walks ix_unpublished).
-SELECT EXISTS (SELECT 1 FROM {{outbox}} WHERE unpublished = 1 AND partition_key = ?)
+-- Whether the key has a pending row (walks the pending table).
+SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = ?)
 
 -- name: Replay
--- Puts the published rows {{seq_list}} back to pending, as never attempted.
+-- A replay's first statement: the records {{seq_list}} published before migration 010 (or by a
+-- relay of the earlier version) lose their published_at and status, as never attempted; the
+-- update trigger gives them their pending rows and deletes their settle log rows.
 UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = NULL,
 	parked_at = NULL
 	WHERE seq IN ({{seq_list}}) AND published_at IS NOT NULL
@@ -416,12 +447,56 @@ UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, gen
 DELETE FROM {{lanes}} WHERE lane >= ?
 
 -- name: ResizeRows
--- The unpublished rows after seq ?, ? at a time (ix_unpublished), with their key and lane.
-SELECT seq, partition_key, lane FROM {{outbox}} FORCE INDEX (ix_unpublished)
-	WHERE unpublished = 1 AND seq > ? ORDER BY seq LIMIT ?
+-- The pending rows after seq ?, ? at a time, with their key and lane.
+SELECT seq, partition_key, lane FROM {{pending}}
+	WHERE seq > ? ORDER BY seq LIMIT ?
 
 -- name: ResizeMove
--- {{case_list}} is "WHEN ? THEN ?" (seq, new lane) per row of {{seq_list}}: the unpublished
--- rows whose lane changes.
+-- {{case_list}} is "WHEN ? THEN ?" (seq, new lane) per row of {{seq_list}}: the pending
+-- records whose lane changes. The outbox row's lane changes (under migration 008's exemption),
+-- and the update trigger (migration 010) copies it to the pending row.
 UPDATE {{outbox}} SET lane = CASE seq {{case_list}} END
 	WHERE seq IN ({{seq_list}}) AND published_at IS NULL
+
+-- name: SettleUnpend
+-- A mark's second statement: the published records' pending rows go (no outbox row changes).
+-- A delete on publish's first.
+DELETE FROM {{pending}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}})
+
+-- name: PruneSettledIDs
+-- Cleanup of records published since migration 010, a consistent read without locks: up to ?
+-- settle log rows below the watermark (seq < ?) published before the cut-off, in seq order.
+SELECT seq FROM {{settled}} WHERE seq < ? AND at < CAST(? AS DATETIME(6)) ORDER BY seq LIMIT ?
+
+-- name: PruneSettled
+-- Those records' outbox rows and settle log rows, the cut-off checked again on the locked log
+-- rows: a replay deletes a record's log row in its transaction, so a record replayed since the
+-- read is spared (it waits for the replay, then finds no log row). The delete trigger looks
+-- for pending rows (none). The affected-row count is two per record.
+DELETE r, s FROM {{outbox}} AS r JOIN {{settled}} AS s ON s.seq = r.seq
+	WHERE s.seq IN ({{seq_list}}) AND s.at < CAST(? AS DATETIME(6))
+
+-- name: PruneSettledOrphans
+-- Settle log rows of those records whose outbox row is already gone (a relay of the earlier
+-- version sent the record again and deleted it, or its cleanup did).
+DELETE s FROM {{settled}} AS s LEFT JOIN {{outbox}} AS r ON r.seq = s.seq
+	WHERE s.seq IN ({{seq_list}}) AND r.seq IS NULL
+
+-- name: ReplayPending
+-- Its second: a pending row, as never attempted, for each of the others (the records published
+-- since migration 010; IGNORE skips those the first statement gave one).
+INSERT IGNORE INTO {{pending}} (seq, lane, partition_key, created_at)
+	SELECT seq, lane, partition_key, created_at FROM {{outbox}} WHERE seq IN ({{seq_list}})
+
+-- name: ReplayUnsettle
+-- Its third: their settle log rows go (the records are pending again; cleanup finds no
+-- publication time for them).
+DELETE FROM {{settled}} WHERE seq IN ({{seq_list}})
+
+-- name: UnpendedOn
+-- Set around SettleDelete only: the delete trigger then leaves the pending rows, which the
+-- settle deleted with one statement before.
+SET @outboxkit_unpended = 1
+
+-- name: UnpendedOff
+SET @outboxkit_unpended = NULL

@@ -229,8 +229,9 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 const maxInlineBlocked = 64
 
 // Fetch implements core.RelayStore. It first reads the blocked keys of the leased lanes (a
-// tiny index of failed rows), then walks the unpublished rows in seq order, skipping other
-// lanes in the index and the blocked keys' rows from their first blocking seq on.
+// tiny index of the failed pending rows), then walks the pending rows in seq order, skipping
+// other lanes and the blocked keys' rows from their first blocking seq on, and joins each to
+// its outbox row.
 func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
 	if len(p.Leases) == 0 || p.Limit <= 0 {
 		return nil, nil
@@ -304,9 +305,11 @@ func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any
 	return q.String(), args
 }
 
-// Settle implements core.RelayStore: one transaction that marks the records, then locks the
-// leased lane rows, checks every lease (owner, generation, lease_until > now) and commits only
-// when all are held; otherwise it rolls back (nothing is marked) and returns the
+// Settle implements core.RelayStore: one transaction that marks the records (the pending
+// layout, migration 010: their settle log rows are written and their pending rows deleted; no
+// outbox row changes) or deletes them (p.Delete: their pending rows, then their outbox rows),
+// then locks the leased lane rows, checks every lease (owner, generation,
+// lease_until > now) and commits only when all are held; otherwise it rolls back (nothing is marked) and returns the
 // *core.LanesLostError. The check and the commit happen under the lane locks, so a lease
 // cannot change between them; marking first keeps the lane rows locked for the commit only,
 // not for the marks as well: renewals, which lock every lane of the relay, and with them the
@@ -330,17 +333,18 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		lostErr = nil
 		for start := 0; start < len(p.Published); start += 1000 {
 			seqs := p.Published[start:min(start+1000, len(p.Published))]
-			var query string
-			var args []any
+			// The seqs and lanes are the arguments of each statement; the log's also takes now.
+			fenced := appendInts(appendInt64s(nil, seqs), lanes)
 			if p.Delete {
-				query = s.markPrefix + lists(s.q.settleDelete, len(lanes), len(seqs))
-			} else {
-				query = s.markPrefix + lists(s.q.settlePublish, len(lanes), len(seqs))
-				args = append(args, now)
+				if err := s.settleDeleteChunk(ctx, tx, len(lanes), len(seqs), fenced); err != nil {
+					return err
+				}
+				continue
 			}
-			args = appendInt64s(args, seqs)
-			args = appendInts(args, lanes)
-			if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			if _, err := tx.ExecContext(ctx, lists(s.q.settlePublish, len(lanes), len(seqs)), append([]any{now}, fenced...)...); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleUnpend, len(lanes), len(seqs)), fenced...); err != nil {
 				return err
 			}
 		}
@@ -377,6 +381,25 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	return wrap("settle", err)
 }
 
+// settleDeleteChunk deletes the published records' pending rows with one statement, then their
+// outbox rows with @outboxkit_unpended set, so that the delete trigger skips its per-row pending
+// delete; the variable is cleared again whatever the DELETE did.
+func (s *Store) settleDeleteChunk(ctx context.Context, tx *sql.Tx, lanes, seqs int, fenced []any) (err error) {
+	if _, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleUnpend, lanes, seqs), fenced...); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.q.unpendedOn); err != nil {
+		return err
+	}
+	defer func() {
+		if _, oerr := tx.ExecContext(context.WithoutCancel(ctx), s.q.unpendedOff); err == nil {
+			err = oerr
+		}
+	}()
+	_, err = tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleDelete, lanes, seqs), fenced...)
+	return err
+}
+
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
@@ -390,6 +413,23 @@ func queryInts(ctx context.Context, q querier, query string, args ...any) ([]int
 	var out []int
 	for rows.Next() {
 		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func queryInt64s(ctx context.Context, q querier, query string, args ...any) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
 		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}

@@ -54,6 +54,7 @@ type Store struct {
 type tableNames struct {
 	outbox, lanes, workers, meta, inbox, horizons, versions string // unquoted
 	publisher, checkpoint, audit                            string // unquoted
+	pending, settled                                        string // unquoted (migration 010)
 	// database qualifies the tables in the SQL (New sets it to the connection's database, so
 	// that a caller's transaction whose default database is another one still writes the
 	// Store's tables); empty in MigrationSQL, whose script runs in the database it is given.
@@ -146,12 +147,14 @@ func resolve(opts *Options) (Options, tableNames, error) {
 		outbox: o.Table, lanes: o.Table + "_lanes", workers: o.Table + "_workers", meta: o.Table + "_meta",
 		inbox: o.InboxTable, horizons: o.InboxTable + "_horizons", versions: o.InboxTable + "_versions",
 		publisher: o.Table + "_pub", checkpoint: o.Table + "_cdc", audit: o.Table + "_audit",
+		pending: o.Table + "_pending", settled: o.Table + "_settled",
 	}
 	idents := []sqlident.Ident{
 		{Field: "Table", Name: names.outbox}, {Field: "Table", Name: names.lanes},
 		{Field: "Table", Name: names.workers}, {Field: "Table", Name: names.meta},
 		{Field: "Table", Name: names.publisher}, {Field: "Table", Name: names.checkpoint},
-		{Field: "Table", Name: names.audit},
+		{Field: "Table", Name: names.audit}, {Field: "Table", Name: names.pending},
+		{Field: "Table", Name: names.settled},
 		{Field: "InboxTable", Name: names.inbox}, {Field: "InboxTable", Name: names.horizons},
 		{Field: "InboxTable", Name: names.versions},
 	}
