@@ -25,7 +25,7 @@ type CDCOptions struct {
 	// LeaseTTL/3; it bounds how long a fenced CDC relay goes on publishing.
 	RenewInterval time.Duration
 	// BatchSize is the most records sent at once. The relay sends what the log has delivered
-	// as soon as it has it; it never waits to fill a batch. Default 500; at most MaxBatchSize.
+	// as soon as it has it; it never waits to fill a batch. Default DefaultBatchSize (1000); at most MaxBatchSize.
 	BatchSize int
 	// Retry decides the backoff of failed sends and when an event is parked. A CDC relay
 	// retries in place: the log is one ordered stream, so later events wait. Default: as

@@ -33,7 +33,8 @@ type RelayOptions struct {
 	// PollInterval is how long the relay sleeps when it found nothing to deliver (a wake-up ends
 	// the sleep early). Default 100ms.
 	PollInterval time.Duration
-	// BatchSize is the most records fetched and sent at once. Default 500; at most MaxBatchSize.
+	// BatchSize is the most records fetched and sent at once. Default DefaultBatchSize (1000); at
+	// most MaxBatchSize.
 	BatchSize int
 	// InFlight is how many batches the relay keeps in flight at once. The held lanes are split
 	// between InFlight loops (lane mod InFlight), each fetching, sending and settling its own

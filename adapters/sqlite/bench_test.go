@@ -54,7 +54,7 @@ func fillOutbox(b *testing.B, s *sqlite.Store, n, keys int) {
 }
 
 // BenchmarkDrain measures the relay's drain rate: drainEvents events over drainKeys keys are
-// written before the timer starts, then one core.Relay (ordered, default batch of 500)
+// written before the timer starts, then one core.Relay (ordered, default batch, core.DefaultBatchSize)
 // delivers them to a sink that acknowledges everything. events/s is the metric. Sub-benchmarks:
 // mark mode "set" or "delete", with OpenDB's synchronous=NORMAL or with synchronous=FULL.
 func BenchmarkDrain(b *testing.B) {

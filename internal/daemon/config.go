@@ -66,7 +66,7 @@ type CDC struct {
 // Relay tunes the relays.
 type Relay struct {
 	Workers         int      `yaml:"workers" help:"polling relays in this process (default 1)"`
-	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000 (default 500)"`
+	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000 (default 1000)"`
 	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes (default 4)"`
 	MaxRate         int      `yaml:"max_rate" help:"most events per second each polling relay sends (default 0: no limit)"`
 	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime (default 30s)"`
