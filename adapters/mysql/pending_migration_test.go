@@ -29,27 +29,6 @@ func earlierStore(t *testing.T, db *sql.DB, opts mysql.Options) *mysql.Store {
 	return s
 }
 
-// deliveries is a sink that records what it acknowledged, in order.
-type deliveries struct {
-	mu  sync.Mutex
-	got []testkit.Delivery
-}
-
-func (d *deliveries) Send(_ context.Context, msgs []core.Message) []error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, m := range msgs {
-		d.got = append(d.got, testkit.Delivery{ID: m.ID, Key: m.PartitionKey})
-	}
-	return make([]error, len(msgs))
-}
-
-func (d *deliveries) snapshot() []testkit.Delivery {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]testkit.Delivery(nil), d.got...)
-}
-
 func countRows(t *testing.T, db *sql.DB, table string) int64 {
 	t.Helper()
 	var n int64
@@ -119,18 +98,10 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 			Logger: quietLogger(), DeleteOnPublish: del, Retry: core.RetryPolicy{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond},
 		})
 		require.NoError(t, err)
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := r.Run(rctx); err != nil && rctx.Err() == nil {
-				t.Errorf("relay %s: %v", owner, err)
-			}
-		}()
-		return func() { cancel(); <-done }
+		return testkit.StartRelay(t, ctx, r)
 	}
 
-	got := &deliveries{}
+	got := &testkit.Recorder{}
 	var oldStop, newStop atomic.Bool
 	var oldWriters, newWriters sync.WaitGroup
 	writer(old, "earlier", &oldStop, &oldWriters)
@@ -213,7 +184,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		seen := map[string]bool{}
-		for _, g := range got.snapshot() {
+		for _, g := range got.Snapshot() {
 			seen[g.ID] = true
 		}
 		if (len(seen) >= total && countRows(t, db, "outbox_pending") == 0) || time.Now().After(deadline) {
@@ -223,7 +194,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	}
 	stopNew()
 	stopNew2()
-	dups := testkit.CheckDeliveries(t, want, got.snapshot())
+	dups := testkit.CheckDeliveries(t, want, got.Snapshot())
 	t.Logf("%d events, %d pending at the migration, %d duplicates", total, backfilled, dups)
 
 	require.Zero(t, countRows(t, db, "outbox_pending"), "every event published: no pending row left")

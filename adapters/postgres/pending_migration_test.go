@@ -43,29 +43,6 @@ func earlierStore(t *testing.T, d *testDB, opts Options) *Store[pgx.Tx] {
 	return s
 }
 
-// deliveries is a sink that records what it acknowledged, in order.
-type deliveries struct {
-	mu  sync.Mutex
-	got []testkit.Delivery
-}
-
-func (d *deliveries) sink() core.Sink {
-	return core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		for _, m := range msgs {
-			d.got = append(d.got, testkit.Delivery{ID: m.ID, Key: m.PartitionKey})
-		}
-		return make([]error, len(msgs))
-	})
-}
-
-func (d *deliveries) snapshot() []testkit.Delivery {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]testkit.Delivery(nil), d.got...)
-}
-
 // TestPendingMigrationOnline: an outbox at migration 0007 with a backlog that writers and a relay
 // of the earlier version are writing and draining is migrated to 0008 under them; writers and
 // relays of this version join, the earlier ones keep running for a while (as in a rolling
@@ -128,18 +105,10 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 			Logger: slog.New(slog.DiscardHandler), DeleteOnPublish: del,
 		})
 		require.NoError(t, err)
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := r.Run(rctx); err != nil && rctx.Err() == nil {
-				t.Errorf("relay %s: %v", owner, err)
-			}
-		}()
-		return func() { cancel(); <-done }
+		return testkit.StartRelay(t, ctx, r)
 	}
 
-	got := &deliveries{}
+	got := &testkit.Recorder{}
 	// The earlier version: a backlog, then a relay draining it while writers go on.
 	var oldStop, newStop atomic.Bool
 	var oldWriters, newWriters sync.WaitGroup
@@ -149,7 +118,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	// The earlier relay is slow (a backlog remains at the migration).
 	slow := core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
 		time.Sleep(50 * time.Millisecond)
-		return got.sink().Send(ctx, msgs)
+		return got.Send(ctx, msgs)
 	})
 	stopOld := relay(old, "earlier-relay", slow, del)
 	time.Sleep(300 * time.Millisecond)
@@ -178,7 +147,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	require.True(t, legacy, "an upgraded outbox keeps the earlier layout's pending index")
 	require.Positive(t, backfilled, "a backlog at the migration")
 	writer(s, "new", &newStop, &newWriters)
-	stopNew := relay(s, "new-relay", got.sink(), false)
+	stopNew := relay(s, "new-relay", got, false)
 	time.Sleep(500 * time.Millisecond)
 	// The earlier version's cleanup deletes rows its relay marked (the trigger takes their pending
 	// rows along: they were published).
@@ -190,7 +159,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	oldStop.Store(true)
 	oldWriters.Wait()
 	stopOld()
-	stopNew2 := relay(s, "new-relay-2", got.sink(), false)
+	stopNew2 := relay(s, "new-relay-2", got, false)
 	time.Sleep(300 * time.Millisecond)
 	newStop.Store(true)
 	newWriters.Wait()
@@ -205,7 +174,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		seen := map[string]bool{}
-		for _, g := range got.snapshot() {
+		for _, g := range got.Snapshot() {
 			seen[g.ID] = true
 		}
 		// All seen, and no pending row left: an event the earlier relay sent but did not settle
@@ -219,7 +188,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	}
 	stopNew()
 	stopNew2()
-	dups := testkit.CheckDeliveries(t, want, got.snapshot())
+	dups := testkit.CheckDeliveries(t, want, got.Snapshot())
 	t.Logf("%d events, %d pending at the migration, %d duplicates", total, backfilled, dups)
 
 	var pending int64

@@ -77,27 +77,6 @@ func migrateEarlier(t *testing.T, s *Store, lanes int) {
 	}))
 }
 
-// deliveries is a sink that records what it acknowledged, in order.
-type deliveries struct {
-	mu  sync.Mutex
-	got []testkit.Delivery
-}
-
-func (d *deliveries) Send(_ context.Context, msgs []core.Message) []error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, m := range msgs {
-		d.got = append(d.got, testkit.Delivery{ID: m.ID, Key: m.PartitionKey})
-	}
-	return make([]error, len(msgs))
-}
-
-func (d *deliveries) snapshot() []testkit.Delivery {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]testkit.Delivery(nil), d.got...)
-}
-
 func countRows(t *testing.T, db *sql.DB, q string) int64 {
 	t.Helper()
 	var n int64
@@ -168,18 +147,10 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 			Logger: slog.New(slog.DiscardHandler), DeleteOnPublish: del,
 		})
 		require.NoError(t, err)
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := r.Run(rctx); err != nil && rctx.Err() == nil {
-				t.Errorf("relay %s: %v", owner, err)
-			}
-		}()
-		return func() { cancel(); <-done }
+		return testkit.StartRelay(t, ctx, r)
 	}
 
-	got := &deliveries{}
+	got := &testkit.Recorder{}
 	begin := time.Now()
 	phase := func(name string) { t.Logf("%v: %s", time.Since(begin), name) }
 	var oldStop, newStop atomic.Bool
@@ -248,7 +219,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		seen := map[string]bool{}
-		for _, g := range got.snapshot() {
+		for _, g := range got.Snapshot() {
 			seen[g.ID] = true
 		}
 		left := countRows(t, db, `SELECT count(*) FROM outbox_queue`)
@@ -259,7 +230,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	}
 	stopNew()
 	stopNew2()
-	dups := testkit.CheckDeliveries(t, want, got.snapshot())
+	dups := testkit.CheckDeliveries(t, want, got.Snapshot())
 	t.Logf("%d events, %d queued at the migration, %d duplicates", total, backfilled, dups)
 
 	require.Zero(t, countRows(t, db, `SELECT count(*) FROM outbox_queue`), "every event published: no queue row left")
