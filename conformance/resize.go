@@ -220,7 +220,8 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 }
 
 // testResizeStaleWriter: an Outbox created before a resize never puts a row into a lane of the
-// old count: its next Write stores the key's lane under the new count; a transaction that
+// old count: its next Write (of one record or of several) stores the key's lane under the new
+// count; a transaction that
 // inserted with the old count and commits while a resize waits for it has its row moved; every
 // unpublished row ends in its key's lane under the new count.
 func testResizeStaleWriter[TTx any](e *env[TTx]) {
@@ -276,7 +277,17 @@ func testResizeStaleWriter[TTx any](e *env[TTx]) {
 	lanesOf(5)
 	e.write(event(key, 3))
 	lanesOf(5)
-	if got := len(e.list(core.StatePending)); got != 4 {
-		e.fatalf("%d unpublished records, want 4", got)
+	// The same for a Write of several records (adapters may insert one record and several
+	// with different statements): e.ob read 5 lanes.
+	if _, err := rs.ResizeLanes(e.ctx, 7, core.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil {
+		e.fatalf("ResizeLanes(7): %v", err)
+	}
+	e.write(event(key, 4), event(key+"y", 0))
+	if e.ob.Lanes() != 7 {
+		e.fatalf("Outbox.Lanes after a Write of two records following a resize: %d, want 7", e.ob.Lanes())
+	}
+	lanesOf(7)
+	if got := len(e.list(core.StatePending)); got != 6 {
+		e.fatalf("%d unpublished records, want 6", got)
 	}
 }

@@ -124,17 +124,21 @@ func TestWriteRefusesTransactionOnAnotherDatabase(t *testing.T) {
 	require.NoError(t, err)
 	sqlOut, err := core.NewOutbox[*sql.Tx](ctx, sq, nil)
 	require.NoError(t, err)
-	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
-
-	err = pgx.BeginFunc(ctx, otherPool, func(tx pgx.Tx) error { _, err := out.Write(ctx, tx, ev); return err })
-	require.ErrorIs(t, err, core.ErrInvalidTx)
 	otherSQL := stdlib.OpenDBFromPool(otherPool)
 	t.Cleanup(func() { _ = otherSQL.Close() })
-	tx, err := otherSQL.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	_, err = sqlOut.Write(ctx, tx, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-	require.NoError(t, tx.Commit())
+	// One record and several: the adapter inserts them with different statements.
+	for _, evs := range [][]core.Event{
+		{{AggregateType: "a", AggregateID: "1", Type: "t"}},
+		{{AggregateType: "a", AggregateID: "1", Type: "t"}, {AggregateType: "a", AggregateID: "2", Type: "t"}},
+	} {
+		err = pgx.BeginFunc(ctx, otherPool, func(tx pgx.Tx) error { _, err := out.Write(ctx, tx, evs...); return err })
+		require.ErrorIs(t, err, core.ErrInvalidTx)
+		tx, err := otherSQL.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = sqlOut.Write(ctx, tx, evs...)
+		require.ErrorIs(t, err, core.ErrInvalidTx)
+		require.NoError(t, tx.Commit())
+	}
 
 	for _, p := range []*pgxpool.Pool{d.pool, otherPool} {
 		var n int
@@ -142,5 +146,8 @@ func TestWriteRefusesTransactionOnAnotherDatabase(t *testing.T) {
 		require.Zero(t, n)
 	}
 	// The store's own database still takes the same write.
-	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { _, err := out.Write(ctx, tx, ev); return err }))
+	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		_, err := out.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"})
+		return err
+	}))
 }

@@ -74,9 +74,15 @@ func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []co
 	}
 	args := []any{ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
 		dests, payloads, headers, tenants, causations, correlations, laneCol}
-	stmt := s.q.insert
+	stmt, checked := s.q.insert, s.q.insertChecked
+	if n == 1 && s.q.insertOne != "" {
+		// One record: the same statement with scalar parameters (cheaper than one-element arrays).
+		stmt, checked = s.q.insertOne, s.q.insertOneChecked
+		args = []any{ids[0], aggTypes[0], aggIDs[0], versions[0], types[0], schemaIDs[0], keys[0],
+			dests[0], payloads[0], headers[0], tenants[0], causations[0], correlations[0], laneCol[0]}
+	}
 	if lanes > 0 {
-		stmt = s.q.insertChecked
+		stmt = checked
 		args = append(args, strconv.Itoa(lanes))
 	}
 	// The Store's database, once LaneCount has run (core.NewOutbox runs it before any Write);

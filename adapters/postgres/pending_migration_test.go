@@ -29,6 +29,7 @@ func earlierStore(t *testing.T, d *testDB, opts Options) *Store[pgx.Tx] {
 	st, err := sqlfile.Load(os.DirFS("testdata/v0007"), "queries.sql", s.n.idents())
 	require.NoError(t, err)
 	s.q.insert, s.q.insertChecked = st.Get("Insert"), st.Get("InsertChecked")
+	s.q.insertOne, s.q.insertOneChecked = "", "" // the earlier version had no single-record statements
 	s.q.fetch, s.q.settleMark, s.q.settleDelete = st.Get("Fetch"), st.Get("SettleMark"), st.Get("SettleDelete")
 	s.q.pruneOutbox = st.Get("PruneOutbox")
 	s.q.dropLegacy = "SELECT 1" // the earlier Migrate kept every index

@@ -45,7 +45,10 @@ type queries struct {
 	scriptMetaPut, scriptLanes  string // MigrationSQL; {{key}}, {{value}}
 
 	insert, insertChecked string
-	currentDatabase       string
+	// insertOne, insertOneChecked: the same for a single record, with scalar parameters; empty
+	// (a partitioned outbox): insert and insertChecked serve every call.
+	insertOne, insertOneChecked string
+	currentDatabase             string
 	// Lane count changes (migration 0007)
 	resizeLock, laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
 	resizeLeases, resizeDropLanes, resizeRows, resizeMove                        string
@@ -171,9 +174,11 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		aggverIdx:     st.Get("AggverIndex"),
 		dropLegacy:    st.Get("DropLegacyIndexes"),
 
-		insert:          st.Get("Insert"),
-		insertChecked:   st.Get("InsertChecked"),
-		currentDatabase: st.Get("CurrentDatabase"),
+		insert:           st.Get("Insert"),
+		insertChecked:    st.Get("InsertChecked"),
+		insertOne:        st.Get("InsertOne"),
+		insertOneChecked: st.Get("InsertOneChecked"),
+		currentDatabase:  st.Get("CurrentDatabase"),
 
 		resizeLock:       st.Get("ResizeLock"),
 		laneCountChecked: st.Get("LaneCountChecked"),
@@ -252,6 +257,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 	insertPartitioned, insertPartitionedChecked := st.Get("InsertPartitioned"), st.Get("InsertPartitionedChecked")
 	if partitioned {
 		q.insert, q.insertChecked = insertPartitioned, insertPartitionedChecked
+		q.insertOne, q.insertOneChecked = "", ""
 	}
 	if err := st.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

@@ -765,3 +765,34 @@ WHERE seq > $1 ORDER BY seq LIMIT $2
 UPDATE {{pending}} AS o SET lane = m.lane
 FROM unnest($1::bigint[], $2::int[]) AS m(seq, lane)
 WHERE o.seq = m.seq AND o.lane <> m.lane
+
+
+-- name: InsertOne
+-- Insert of a single record (most producer transactions): the same statement with scalar
+-- parameters instead of 14 one-element arrays, whose binary encoding and unnest cost a
+-- saturated server and client 14-23% of a one-event transaction (BENCHMARKS.md, "Producer
+-- cost"). $1..$14 as Insert's arrays' elements, $15 as Insert's.
+WITH o AS (
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
+SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::bytea,
+	$10::text::jsonb, $11::text, $12::text, $13::text, $14::int
+WHERE current_database() = coalesce($15::text, current_database())
+  AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
+
+-- name: InsertOneChecked
+-- InsertChecked of a single record, with scalar parameters as InsertOne: $15 the lane count,
+-- $16 the database, as InsertChecked's.
+WITH o AS (
+INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
+	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
+SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::bytea,
+	$10::text::jsonb, $11::text, $12::text, $13::text, $14::int
+WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
+  AND current_database() = coalesce($16::text, current_database())
+  AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
+RETURNING seq, lane, partition_key, created_at)
+INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
