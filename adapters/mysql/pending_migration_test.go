@@ -68,29 +68,12 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 
-	var mu sync.Mutex
-	want := map[string][]string{}
+	written := &testkit.Written{}
 	payload := make([]byte, 200)
 	writer := func(store *mysql.Store, name string, stop *atomic.Bool, done *sync.WaitGroup) {
 		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](store), nil)
 		require.NoError(t, err)
-		write := testkit.Writer(store, ob, 2, payload)
-		done.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				key := fmt.Sprintf("k%d", i%40)
-				mu.Lock() // one writer of a key at a time, so write order is commit order
-				ids, err := write(ctx, key)
-				if err == nil {
-					want[key] = append(want[key], ids...)
-				}
-				mu.Unlock()
-				if err != nil {
-					t.Errorf("%s writer: %v", name, err)
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-		})
+		written.Go(t, ctx, name, testkit.Writer(store, ob, 2, payload), stop, done)
 	}
 	relay := func(store *mysql.Store, owner string, sink core.Sink, del bool) (stop func()) {
 		r, err := core.NewRelay(store, sink, core.StaticRouter{Default: "q"}, &core.RelayOptions{
@@ -137,14 +120,9 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](old), nil)
 		require.NoError(t, err)
 		write := testkit.Writer(old, ob, 2, payload)
-		mu.Lock()
 		for i := range 200 {
-			key := fmt.Sprintf("k%d", i%40)
-			ids, err := write(ctx, key)
-			require.NoError(t, err)
-			want[key] = append(want[key], ids...)
+			require.NoError(t, written.Write(ctx, write, fmt.Sprintf("k%d", i%40)))
 		}
-		mu.Unlock()
 	}
 
 	// Migrate under them; this version's writers and a relay join.
@@ -175,27 +153,11 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	newWriters.Wait()
 	require.False(t, t.Failed())
 
-	mu.Lock()
-	total := 0
-	for _, ids := range want {
-		total += len(ids)
-	}
-	mu.Unlock()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		seen := map[string]bool{}
-		for _, g := range got.Snapshot() {
-			seen[g.ID] = true
-		}
-		if (len(seen) >= total && countRows(t, db, "outbox_pending") == 0) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	got.AwaitAll(written.Total(), func() bool { return countRows(t, db, "outbox_pending") == 0 }, 60*time.Second)
 	stopNew()
 	stopNew2()
-	dups := testkit.CheckDeliveries(t, want, got.Snapshot())
-	t.Logf("%d events, %d pending at the migration, %d duplicates", total, backfilled, dups)
+	dups := testkit.CheckDeliveries(t, written.ByKey(), got.Snapshot())
+	t.Logf("%d events, %d pending at the migration, %d duplicates", written.Total(), backfilled, dups)
 
 	require.Zero(t, countRows(t, db, "outbox_pending"), "every event published: no pending row left")
 	// Migrate again (every deploy does) copies nothing: the events published since the migration
