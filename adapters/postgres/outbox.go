@@ -44,42 +44,43 @@ func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []co
 	if len(records) == 0 {
 		return nil
 	}
-	n := len(records)
-	var (
-		ids, aggTypes, aggIDs, types, schemaIDs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		keys, dests, headers, tenants           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		causations, correlations                = make([]string, n), make([]string, n)
-		versions                                = make([]int64, n)
-		payloads                                = make([][]byte, n)
-		laneCol                                 = make([]int32, n)
-	)
-	for i := range records {
-		r := &records[i]
-		ids[i], aggTypes[i], aggIDs[i], types[i], schemaIDs[i] = r.ID, r.AggregateType, r.AggregateID, r.Type, r.SchemaID
-		keys[i], dests[i], tenants[i] = r.PartitionKey, r.Destination, r.Tenant
-		causations[i], correlations[i] = r.CausationID, r.CorrelationID
-		versions[i], laneCol[i] = r.AggregateVersion, int32(r.Lane)
-		payloads[i] = r.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{} // NOT NULL
-		}
-		headers[i] = "{}"
-		if len(r.Headers) > 0 {
-			b, err := json.Marshal(r.Headers)
-			if err != nil {
-				return fmt.Errorf("postgres: insert: headers: %w", classify(err))
-			}
-			headers[i] = string(b)
-		}
-	}
-	args := []any{ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
-		dests, payloads, headers, tenants, causations, correlations, laneCol}
 	stmt, checked := s.q.insert, s.q.insertChecked
-	if n == 1 && s.q.insertOne != "" {
+	var args []any
+	if len(records) == 1 && s.q.insertOne != "" {
 		// One record: the same statement with scalar parameters (cheaper than one-element arrays).
 		stmt, checked = s.q.insertOne, s.q.insertOneChecked
-		args = []any{ids[0], aggTypes[0], aggIDs[0], versions[0], types[0], schemaIDs[0], keys[0],
-			dests[0], payloads[0], headers[0], tenants[0], causations[0], correlations[0], laneCol[0]}
+		r := &records[0]
+		h, err := headersJSON(r.Headers)
+		if err != nil {
+			return err
+		}
+		args = []any{r.ID, r.AggregateType, r.AggregateID, r.AggregateVersion, r.Type, r.SchemaID, r.PartitionKey,
+			r.Destination, payloadCol(r.Payload), h, r.Tenant, r.CausationID, r.CorrelationID, int32(r.Lane)}
+	} else {
+		n := len(records)
+		var (
+			ids, aggTypes, aggIDs, types, schemaIDs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			keys, dests, headers, tenants           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			causations, correlations                = make([]string, n), make([]string, n)
+			versions                                = make([]int64, n)
+			payloads                                = make([][]byte, n)
+			laneCol                                 = make([]int32, n)
+		)
+		for i := range records {
+			r := &records[i]
+			ids[i], aggTypes[i], aggIDs[i], types[i], schemaIDs[i] = r.ID, r.AggregateType, r.AggregateID, r.Type, r.SchemaID
+			keys[i], dests[i], tenants[i] = r.PartitionKey, r.Destination, r.Tenant
+			causations[i], correlations[i] = r.CausationID, r.CorrelationID
+			versions[i], laneCol[i] = r.AggregateVersion, int32(r.Lane)
+			payloads[i] = payloadCol(r.Payload)
+			h, err := headersJSON(r.Headers)
+			if err != nil {
+				return err
+			}
+			headers[i] = h
+		}
+		args = []any{ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
+			dests, payloads, headers, tenants, causations, correlations, laneCol}
 	}
 	if lanes > 0 {
 		stmt = checked
@@ -108,6 +109,26 @@ func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []co
 		return fmt.Errorf("postgres: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
 	}
 	return nil
+}
+
+// payloadCol is a record's payload as the NOT NULL payload column takes it.
+func payloadCol(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// headersJSON is a record's headers as the headers column takes them ("{}" for none).
+func headersJSON(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("postgres: insert: headers: %w", classify(err))
+	}
+	return string(b), nil
 }
 
 // scanRecord reads one row of recordCols.
