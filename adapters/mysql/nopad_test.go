@@ -285,16 +285,7 @@ func TestMigrationSQLBinaryText(t *testing.T) {
 	script, err := mysql.MigrationSQL(&mysql.Options{Lanes: 2})
 	require.NoError(t, err)
 	require.Contains(t, script, "VARBINARY")
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	for _, stmt := range strings.Split(script, ";\n\n") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		_, err := conn.ExecContext(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	require.NoError(t, conn.Close())
+	runScript(t, db, script)
 	require.Equal(t, textAfterBinary, textColumns(t, db))
 	s := storeOn(t, db, &mysql.Options{Lanes: 2})
 	require.Equal(t, textAfterBinary, textColumns(t, db))
@@ -305,4 +296,20 @@ func TestMigrationSQLBinaryText(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, core.Applied, res.Outcome, "consumer %q", consumer)
 	}
+}
+
+// runScript runs a MigrationSQL script on one session of db, statement by statement (the
+// script separates them by a blank line).
+func runScript(t *testing.T, db *sql.DB, script string) {
+	t.Helper()
+	conn, err := db.Conn(t.Context())
+	require.NoError(t, err)
+	for _, stmt := range strings.Split(script, ";\n\n") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		_, err := conn.ExecContext(t.Context(), stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, conn.Close())
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -347,20 +346,10 @@ func TestSettleDeleteUnpends(t *testing.T) {
 func TestMigrationSQLPendingLayout(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
-	ctx := t.Context()
 	script, err := mysql.MigrationSQL(&mysql.Options{Lanes: 2})
 	require.NoError(t, err)
 	require.Contains(t, script, "'migration:010_pending'")
-	conn, err := db.Conn(ctx)
-	require.NoError(t, err)
-	for _, stmt := range strings.Split(script, ";\n\n") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		_, err := conn.ExecContext(ctx, stmt)
-		require.NoError(t, err, stmt)
-	}
-	require.NoError(t, conn.Close())
+	runScript(t, db, script)
 	var triggers int
 	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.TRIGGERS
 		WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'outbox' AND TRIGGER_NAME LIKE 'outbox\_p%'`).Scan(&triggers))
