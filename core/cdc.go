@@ -85,6 +85,10 @@ const (
 	PhaseBackfilling CDCPhase = "backfilling"
 	// PhaseStreaming: the relay publishes what it reads from the change log.
 	PhaseStreaming CDCPhase = "streaming"
+	// PhaseReconnecting: the relay's change stream failed (broken, reset or stalled; or the
+	// database refused its marks) and it opens a new one, with backoff, to resume from its
+	// checkpoint. It keeps its generation and lanes meanwhile; Health wraps ErrLogUnavailable.
+	PhaseReconnecting CDCPhase = "reconnecting"
 )
 
 // CDCStats is what a CDC relay did since it was created, and what it is doing now.
@@ -97,8 +101,11 @@ type CDCStats struct {
 	Skipped      uint64 // records left unpublished behind a parked record of their key
 	Backfilled   uint64 // records published by backfills
 	Checkpoints  uint64 // checkpoints saved
-	Generation   int64
-	Checkpoint   string // the last checkpointed position
+	// Restarts counts the change streams the relay replaced after they failed (broken, reset,
+	// stalled, or refused their marks): each one resumed from the checkpoint.
+	Restarts   uint64
+	Generation int64
+	Checkpoint string // the last checkpointed position
 	// CheckpointAt is when this relay last saved a checkpoint (this process's clock); zero
 	// before its first. Its age is the log a restart would read again.
 	CheckpointAt time.Time
@@ -116,8 +123,11 @@ type CDCStats struct {
 	Position string
 	// Lag is how old the last acknowledged record was when the sink acknowledged it: its
 	// CreatedAt (database clock) to the acknowledgement (this process's clock). 0 before the
-	// first.
+	// first. While the relay has no working change stream (PhaseReconnecting) it is at least
+	// the time since the relay last heard from the log, and grows until a stream works again.
 	Lag time.Duration
+	// LogDownSince is when the relay lost its working change stream; zero while it has one.
+	LogDownSince time.Time
 	// LastResume is when the relay last began to stream (from its checkpoint, or after a
 	// backfill), and LanesWait how long that session waited for its lanes (PhaseAcquiring).
 	// Zero before the first.
@@ -163,8 +173,9 @@ type CDCRelay struct {
 
 	stats struct {
 		settleCounters
-		txs, sends, skipped, backfilled, checkpoints atomic.Uint64
-		lag                                          atomic.Int64 // ns
+		txs, sends, skipped, backfilled, checkpoints, restarts atomic.Uint64
+		lag                                                    atomic.Int64 // ns
+		heard                                                  atomic.Int64 // unix ns: the last ChangeStream.Next that returned, or a stream's start
 	}
 	// The session's state, under mu.
 	phase      CDCPhase
@@ -173,6 +184,8 @@ type CDCRelay struct {
 	position   string
 	lastResume time.Time
 	lanesWait  time.Duration
+	logDown    error     // why the last stream failed, while no new one works; nil while streaming
+	logDownAt  time.Time // when logDown was first set, for this outage
 
 	gate runGate // the running session: Shutdown drains it (read no more) or ends it, settling included
 }
@@ -236,21 +249,38 @@ func (r *CDCRelay) Owner() string { return r.o.Owner }
 func (r *CDCRelay) Stats() CDCStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	lag := time.Duration(r.stats.lag.Load())
+	if r.logDown != nil {
+		lag = max(lag, time.Since(time.Unix(0, r.stats.heard.Load())))
+	}
 	return CDCStats{
 		Transactions: r.stats.txs.Load(), Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(), Skipped: r.stats.skipped.Load(),
-		Backfilled: r.stats.backfilled.Load(), Checkpoints: r.stats.checkpoints.Load(),
+		Backfilled: r.stats.backfilled.Load(), Checkpoints: r.stats.checkpoints.Load(), Restarts: r.stats.restarts.Load(),
 		Generation: r.gen.Load(), Checkpoint: r.checkpoint, CheckpointAt: r.cpAt, Retention: r.retention,
 		Phase: r.phase, LanesHeld: len(r.leases), Lanes: r.lanes, Live: r.live, Position: r.position,
-		Lag: time.Duration(r.stats.lag.Load()), LastResume: r.lastResume, LanesWait: r.lanesWait,
+		Lag: lag, LogDownSince: r.logDownAt, LastResume: r.lastResume, LanesWait: r.lanesWait,
 	}
 }
 
-// Health returns the relay's error state: a *RetentionError while the retained log is over
-// MaxRetainedBytes, else nil.
+// Health returns nil while the relay runs and publishes from a working change stream, else why
+// not:
+//   - an error wrapping ErrNotRunning before Run or Backfill took the publisher generation, and
+//     after it returned;
+//   - an error wrapping ErrLogUnavailable and the cause while the relay has no working change
+//     stream (PhaseReconnecting: the last one broke, was reset or stalled, or the database
+//     refused its marks) and reconnects to resume from its checkpoint;
+//   - a *RetentionError while the retained log is over MaxRetainedBytes.
 func (r *CDCRelay) Health() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	switch {
+	case !r.gate.isRunning() || r.gen.Load() == 0 || r.phase == PhaseStopped:
+		return fmt.Errorf("outbox: cdc relay %s: %w", r.o.Owner, ErrNotRunning)
+	case r.logDown != nil:
+		return fmt.Errorf("outbox: cdc relay %s: since %s: %w: %w", r.o.Owner,
+			r.logDownAt.UTC().Format(time.RFC3339), ErrLogUnavailable, r.logDown)
+	}
 	return r.health
 }
 
@@ -260,12 +290,22 @@ func (r *CDCRelay) now() time.Time {
 
 // Run publishes until ctx is cancelled or Shutdown is called (then it returns nil), or until it
 // cannot go on:
-//   - a newer publisher generation fenced it: an error wrapping ErrFenced;
+//   - a newer publisher generation fenced it, or it lost a lane or its sign of life: an error
+//     wrapping ErrFenced or ErrClaimLost;
 //   - the log no longer holds its checkpoint: a *PositionLostError (errors.Is ErrPositionLost).
 //     Run never skips a gap; run Backfill, then Run again;
 //   - with ReleaseOverCap, the retained log went over its cap: a *RetentionError;
-//   - marking what the sink acknowledged, or saving a checkpoint, failed: that error (at once,
-//     even when the log is idle; the next Run resends what was not marked).
+//   - the outbox's schema is not the one the relay expects: an error wrapping
+//     ErrSchemaMismatch.
+//
+// Anything else that stops the change stream does not end Run: a broken, reset or silent log
+// connection (a source's liveness bound turns silence into an error wrapping ErrStreamStalled),
+// a stream that cannot be opened, or a failed mark or checkpoint. The relay closes that stream
+// (marking first what the sink acknowledged, when the database lets it), keeps its generation
+// and lanes, and opens a new one from its checkpoint after a backoff (100 ms doubling to 5 s
+// while new streams fail too): what was sent after the checkpoint may be sent again
+// (duplicates, never a loss). Meanwhile Stats().Phase is PhaseReconnecting and Health wraps
+// ErrLogUnavailable with the cause.
 //
 // With no checkpoint yet (the first run, or a cutover from polling), Run starts at the head of
 // the log after a backfill of every unpublished row, exactly as Backfill does.
@@ -318,7 +358,8 @@ func (r *CDCRelay) Shutdown(ctx context.Context) error {
 // errDrained ends a session that Shutdown stopped after settling what it sent.
 var errDrained = errors.New("outbox: cdc relay drained")
 
-// errStopped is the cause of a session ended by the renewal loop.
+// stopCause is the cause of a session (or stream attempt) ended by another goroutine: the
+// renewal loop (fenced, lanes or sign of life lost), the retention loop, or the settler.
 type stopCause struct{ err error }
 
 func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
@@ -386,7 +427,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 			}
 		}
 		r.mu.Lock()
-		r.phase, r.live = PhaseStopped, false
+		r.phase, r.live, r.logDown, r.logDownAt = PhaseStopped, false, nil, time.Time{}
 		r.mu.Unlock()
 	}()
 	r.mu.Lock()
@@ -403,54 +444,150 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if err := r.loadParkedKeys(sctx); err != nil {
 		return r.end(ctx, sctx, err)
 	}
-	r.settle = r.newSettler(settleBase, id, log, func(err error) { cancel(stopCause{err}) })
 	defer func() {
 		cancel(nil)
-		r.settle.close() // marks what the sink acknowledged, even when stopping
 		wg.Wait()
 		r.releaseLanes(context.WithoutCancel(ctx), log)
 	}()
 	wg.Go(func() { r.renewLoop(sctx, cancel, life, log) })
 
-	cp, ok, err := r.store.LoadCheckpoint(sctx)
-	if err != nil {
-		return r.end(ctx, sctx, fmt.Errorf("outbox: cdc relay: load checkpoint: %w", err))
+	if backfillOnly {
+		err := r.end(ctx, sctx, r.attempt(sctx, settleBase, id, true, nil, log))
+		finished = err == nil && ctx.Err() == nil
+		return err
 	}
+	// From here on the session outlives its streams: a stream that breaks, stalls or is
+	// refused its marks is closed, and the relay resumes from its checkpoint on a new one,
+	// keeping its generation and lanes, until a condition Run documents ends the session.
+	startRetention := sync.OnceFunc(func() { wg.Go(func() { r.retentionLoop(sctx, cancel, log) }) })
+	failures := 0 // streams in a row that failed within reconnect.Max of their start
+	for {
+		began := time.Now()
+		err := r.end(ctx, sctx, r.attempt(sctx, settleBase, id, false, startRetention, log))
+		if err == nil || errors.Is(err, errDrained) || sctx.Err() != nil || sessionEnding(err) {
+			var over *RetentionError
+			if errors.As(err, &over) && r.o.ReleaseOverCap {
+				r.releaseLog(context.WithoutCancel(ctx), log)
+			}
+			return err
+		}
+		if time.Since(began) > reconnect.Max {
+			failures = 0 // the last stream ran for a while: this is a new failure
+		}
+		failures++
+		delay := reconnect.Delay(failures)
+		cause := restartCause(err)
+		r.stats.restarts.Add(1)
+		r.inst.streamRestarted(ctx, cause)
+		r.mu.Lock()
+		if r.logDown == nil {
+			r.logDownAt = time.Now()
+		}
+		r.logDown, r.phase = err, PhaseReconnecting
+		r.mu.Unlock()
+		log.Warn("cdc_relay_stream_restart", "cause", cause, "error", err, "retry_in", delay,
+			"checkpoint", r.Stats().Checkpoint)
+		select {
+		case <-sctx.Done():
+			return r.end(ctx, sctx, sctx.Err())
+		case <-r.gate.draining:
+			return errDrained // everything sent was settled when the stream closed
+		case <-time.After(delay):
+		}
+	}
+}
+
+// reconnect is the delay before a CDC relay opens a new stream after one failed: 100 ms,
+// doubling (±20%) up to 5 s while the new streams fail too.
+var reconnect = RetryPolicy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.withDefaults()
+
+// sessionEnding reports whether a failed stream must end the session (Run documents each)
+// rather than be replaced: the relay was fenced or lost a lane, the log lost its position, or
+// the schema is not the one the relay expects.
+func sessionEnding(err error) bool {
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrPositionLost) ||
+		errors.Is(err, ErrRetentionExceeded) || errors.Is(err, ErrSchemaMismatch) || errors.Is(err, ErrInvalidOptions)
+}
+
+// The causes of outboxkit.relay.cdc.stream.restarts (and of the cdc_relay_stream_restart log).
+const (
+	restartStalled  = "stalled"  // the stream received nothing within its liveness bound
+	restartBroken   = "broken"   // the log connection failed, or could not be opened
+	restartDatabase = "database" // marking or checkpointing what was sent failed
+)
+
+func restartCause(err error) string {
+	var se settleError
+	switch {
+	case errors.Is(err, ErrStreamStalled):
+		return restartStalled
+	case errors.As(err, &se):
+		return restartDatabase
+	}
+	return restartBroken
+}
+
+// attempt opens one stream (from the checkpoint, or after a backfill when there is none or
+// backfillOnly) and publishes from it until it fails or the session ends. Its settler marks
+// what the sink acknowledged before the stream closes, even when stopping, so that a failure
+// of the stream resends nothing that was acknowledged before it.
+func (r *CDCRelay) attempt(sctx, settleBase context.Context, id string, backfillOnly bool, streaming func(), log *slog.Logger) (err error) {
+	actx, fail := context.WithCancelCause(sctx)
+	defer fail(nil)
+	r.settle = r.newSettler(settleBase, id, log, func(err error) { fail(stopCause{settleError{err}}) })
 	var stream ChangeStream
+	defer func() {
+		r.settle.close() // with the stream still open: the settler confirms positions on it
+		if stream != nil {
+			_ = stream.Close()
+		}
+		var c stopCause
+		if err != nil && sctx.Err() == nil && errors.As(context.Cause(actx), &c) {
+			err = c.err // the settler's failure, not the cancellation it caused
+		}
+	}()
+	stream, err = r.openStream(actx, id, backfillOnly, log)
+	if err != nil || backfillOnly {
+		return err
+	}
+	r.stats.heard.Store(time.Now().UnixNano())
+	r.mu.Lock()
+	r.phase, r.lastResume, r.logDown, r.logDownAt = PhaseStreaming, time.Now(), nil, time.Time{}
+	r.mu.Unlock()
+	streaming()
+	return r.stream(actx, id, stream, log)
+}
+
+// settleError marks a failure of the settler (a mark or a checkpoint), for restartCause.
+type settleError struct{ err error }
+
+func (e settleError) Error() string { return e.err.Error() }
+func (e settleError) Unwrap() error { return e.err }
+
+// openStream resumes the log from the saved checkpoint, or backfills and starts it at its head
+// when there is none (or backfillOnly).
+func (r *CDCRelay) openStream(ctx context.Context, id string, backfillOnly bool, log *slog.Logger) (ChangeStream, error) {
+	cp, ok, err := r.store.LoadCheckpoint(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: cdc relay: load checkpoint: %w", err)
+	}
 	switch {
 	case backfillOnly || !ok:
-		if stream, err = r.backfill(sctx, id, log); err != nil {
-			return r.end(ctx, sctx, err)
-		}
-		if backfillOnly {
-			_ = stream.Close()
-			finished = true
-			return nil
-		}
+		return r.backfill(ctx, id, log)
 	case cp.Source != id:
-		return &PositionLostError{Source: cp.Source, Checkpoint: cp.Position, Available: "",
+		return nil, &PositionLostError{Source: cp.Source, Checkpoint: cp.Position, Available: "",
 			Reason: "the change source is now " + id}
-	default:
-		if stream, err = r.source.Resume(sctx, cp.Position); err != nil {
-			return r.end(ctx, sctx, fmt.Errorf("outbox: cdc relay: resume: %w", err))
-		}
-		r.setCheckpoint(cp.Position)
-		r.mu.Lock()
-		r.position = cp.Position
-		r.mu.Unlock()
-		log.Info("cdc_relay_resumed", "position", cp.Position, "lanes_wait", r.Stats().LanesWait)
 	}
+	stream, err := r.source.Resume(ctx, cp.Position)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: cdc relay: resume: %w", err)
+	}
+	r.setCheckpoint(cp.Position)
 	r.mu.Lock()
-	r.phase, r.lastResume = PhaseStreaming, time.Now()
+	r.position = cp.Position
 	r.mu.Unlock()
-	wg.Go(func() { r.retentionLoop(sctx, cancel, log) })
-	err = r.end(ctx, sctx, r.stream(sctx, id, stream, log))
-	_ = stream.Close()
-	var over *RetentionError
-	if errors.As(err, &over) && r.o.ReleaseOverCap {
-		r.releaseLog(context.WithoutCancel(ctx), log)
-	}
-	return err
+	log.Info("cdc_relay_resumed", "position", cp.Position, "lanes_wait", r.Stats().LanesWait)
+	return stream, nil
 }
 
 // releaseLog drops what holds the log for the source (after the stream was closed).
@@ -780,6 +917,9 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 	go func() {
 		for {
 			tx, err := stream.Next(rctx)
+			if err == nil {
+				r.stats.heard.Store(time.Now().UnixNano())
+			}
 			select {
 			case ch <- changeOrErr{tx, err}:
 			case <-rctx.Done():

@@ -75,9 +75,22 @@ var (
 	// one that has ended, or one of another store or database. Nothing was written.
 	ErrInvalidTx = errors.New("outbox: invalid transaction")
 
-	// ErrNotRunning is wrapped by Relay.Health while the relay is not running (before Run
-	// acquired its publisher generation, or after it returned).
+	// ErrNotRunning is wrapped by Relay.Health and CDCRelay.Health while the relay is not
+	// running (before Run acquired its publisher generation, or after it returned).
 	ErrNotRunning = errors.New("outbox: relay not running")
+
+	// ErrStreamStalled means a change stream received nothing from the database within its
+	// liveness bound although it asked for an answer: the server or the network went silent
+	// with the connection left open (a black-holed route, a vanished host, a stuck log
+	// sender). Change sources wrap it (see each source's options for its bound); a CDC relay
+	// closes such a stream and resumes from its checkpoint on a new one.
+	ErrStreamStalled = errors.New("outbox: cdc change stream stalled")
+
+	// ErrLogUnavailable is wrapped by CDCRelay.Health while the relay has no working change
+	// stream: the last one failed (broken, reset or stalled: the cause is wrapped too) or the
+	// database refused its marks, and the relay is reconnecting, keeping its lanes, to resume
+	// from its checkpoint.
+	ErrLogUnavailable = errors.New("outbox: cdc change log unavailable")
 
 	// ErrRelayRunning means Run was called on a relay whose Run has not returned yet (for a
 	// CDCRelay: Run or Backfill while its Run or Backfill has not returned).

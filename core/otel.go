@@ -118,9 +118,11 @@ type relayInstruments struct {
 	laneMoves, leaseExpiries  metric.Int64Counter
 	resent                    metric.Int64Counter
 	sendErrors                metric.Int64Counter
+	streamRestarts            metric.Int64Counter // CDC relays only
 	kind                      metric.MeasurementOption
 	published, failed, parked metric.MeasurementOption
 	errorTypes                map[string]metric.MeasurementOption // by error.type, built once
+	restartCauses             map[string]metric.MeasurementOption // by outboxkit.cause, built once
 }
 
 // The error.type values of outboxkit.relay.send.errors (OpenTelemetry's error.type attribute;
@@ -188,6 +190,9 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 	i.sendErrors, e = m.Int64Counter("outboxkit.relay.send.errors", metric.WithUnit("{event}"),
 		metric.WithDescription("Records a send did not deliver, by error.type: timeout, rejected (permanent: parked), not_acknowledged, _OTHER (retryable)."))
 	err = errors.Join(err, e)
+	i.streamRestarts, e = m.Int64Counter("outboxkit.relay.cdc.stream.restarts", metric.WithUnit("{stream}"),
+		metric.WithDescription("Change streams a CDC relay replaced after they failed, by outboxkit.cause: stalled (nothing received within the source's liveness bound), broken (the log connection failed or could not be opened), database (a mark or checkpoint failed). Each resumed from the checkpoint."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
 	}
@@ -211,7 +216,19 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 	for _, o := range i.errorTypes {
 		i.sendErrors.Add(ctx, 0, o)
 	}
+	if kind == "cdc" {
+		i.restartCauses = map[string]metric.MeasurementOption{}
+		for _, c := range []string{restartStalled, restartBroken, restartDatabase} {
+			i.restartCauses[c] = metric.WithAttributes(attribute.String("outboxkit.relay.kind", kind), attribute.String("outboxkit.cause", c))
+			i.streamRestarts.Add(ctx, 0, i.restartCauses[c])
+		}
+	}
 	return i, nil
+}
+
+// streamRestarted counts a CDC relay's change stream replaced after it failed, by cause.
+func (i *relayInstruments) streamRestarted(ctx context.Context, cause string) {
+	i.streamRestarts.Add(ctx, 1, i.restartCauses[cause])
 }
 
 // durationBuckets are the bucket boundaries (s) of the relay's fetch, send and settle durations.
