@@ -54,9 +54,12 @@ type ChangeSourceOptions struct {
 	Flavor string
 	// GTID selects the position encoding. Default GTIDAuto.
 	GTID GTIDMode
-	// HeartbeatPeriod is how often an idle server sends a heartbeat on the binlog connection;
-	// a connection silent for three periods is considered dead and Next returns an error.
-	// Default 5s.
+	// HeartbeatPeriod is how often an idle server sends a heartbeat on the binlog connection.
+	// It sets the stream's liveness bound: a connection on which nothing at all arrives for
+	// three periods (a silent server or network, the socket left open) is closed and Next
+	// returns an error wrapping core.ErrStreamStalled; a CDC relay then resumes from its
+	// checkpoint on a new connection. Opening a connection is bounded by 10 s. Default 5s (a
+	// 15 s bound).
 	HeartbeatPeriod time.Duration
 	// Logger receives the source's own logs. Default: the Store's logger.
 	Logger *slog.Logger
@@ -794,12 +797,27 @@ func (st *changeStream) startTx() {
 	st.records = st.records[:0]
 }
 
-// streamError maps a syncer error: error 1236 is a lost position.
+// streamError maps a syncer error: error 1236 is a lost position, a read deadline that passed
+// (the syncer's ReadTimeout) a stalled stream.
 func (st *changeStream) streamError(err error) error {
 	if isPositionLost(err) {
 		return st.src.lost(context.Background(), st.info, st.from, err.Error())
 	}
+	if isReadTimeout(err) {
+		return fmt.Errorf("mysql: cdc: binlog stream: nothing received for %v (3 × HeartbeatPeriod): %w (%w)",
+			3*st.src.o.HeartbeatPeriod, core.ErrStreamStalled, err)
+	}
 	return fmt.Errorf("mysql: cdc: binlog stream: %w", err)
+}
+
+// isReadTimeout reports whether err is the binlog connection's read deadline passing. The
+// syncer formats the network error into its own (%v), so only the text is left of it.
+func isReadTimeout(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return strings.Contains(err.Error(), "i/o timeout")
 }
 
 // Confirm implements core.ChangeStream: the server keeps binary logs by its own expiry

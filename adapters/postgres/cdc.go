@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -37,6 +38,19 @@ type ChangeSourceOptions struct {
 	// when no transaction is in progress). It must stay below the server's wal_sender_timeout
 	// (60 s by default). Default 10 s.
 	StandbyTimeout time.Duration
+	// StallTimeout is the stream's liveness bound: after a status update that asks the server
+	// for a reply (one every StandbyTimeout), a stream that waits for the server and receives
+	// nothing at all within StallTimeout fails with an error wrapping core.ErrStreamStalled,
+	// and a CDC relay resumes from its checkpoint on a new connection. A silent server or
+	// network (a black-holed route, a vanished host, a stuck walsender) is so noticed within
+	// StandbyTimeout + StallTimeout (40 s by default) instead of when TCP gives up. It also
+	// bounds opening a replication connection (ConnectTimeout, when the connection settings
+	// have none) and resuming a stream. The closed stream's server process, when the server
+	// still holds the slot for it a second later, is ended with pg_terminate_backend (its own
+	// pid only; it needs the rights of its role), so that the new stream need not wait for
+	// wal_sender_timeout. Keep it above what the server may take to answer while it decodes a
+	// long stretch of log. Default 3 × StandbyTimeout (30 s).
+	StallTimeout time.Duration
 	// SlotBusyTimeout is how long Start and Resume wait for a slot that another connection
 	// streams from to be released before failing with an error wrapping ErrSlotActive.
 	// Default 2 s.
@@ -96,6 +110,9 @@ func (s *Store[TTx]) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, err
 	if o.SlotBusyTimeout == 0 {
 		o.SlotBusyTimeout = 2 * time.Second
 	}
+	if o.StallTimeout == 0 && o.StandbyTimeout > 0 {
+		o.StallTimeout = 3 * o.StandbyTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = s.log
 	}
@@ -110,6 +127,9 @@ func (s *Store[TTx]) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, err
 	}
 	if o.SlotBusyTimeout < 0 {
 		return nil, &core.OptionError{Field: "SlotBusyTimeout", Reason: "must not be negative"}
+	}
+	if o.StallTimeout < 0 {
+		return nil, &core.OptionError{Field: "StallTimeout", Reason: "must not be negative"}
 	}
 	c := &ChangeSource{
 		o: o, schema: s.n.rawSchema, table: s.n.rawTable, outbox: s.n.outbox,
@@ -217,6 +237,9 @@ func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg.RuntimeParams["TimeZone"] = "UTC"
 	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
 	cfg.RuntimeParams["bytea_output"] = "hex"
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = c.o.StallTimeout // a black-holed server must not hold the relay
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("replication connection: %w", err)
@@ -287,6 +310,10 @@ func (c *ChangeSource) Resume(ctx context.Context, position string) (core.Change
 	if err != nil {
 		return nil, fmt.Errorf("postgres: cdc resume: position %q: %w", position, err)
 	}
+	// Resuming is a few quick exchanges: a silent server or network must not hold it.
+	ctx, cancel := context.WithTimeoutCause(ctx, c.o.StallTimeout+c.o.SlotBusyTimeout,
+		fmt.Errorf("postgres: cdc resume took longer than StallTimeout + SlotBusyTimeout: %w", core.ErrStreamStalled))
+	defer cancel()
 	conn, err := c.connect(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: cdc resume: %w", err)
@@ -294,6 +321,9 @@ func (c *ChangeSource) Resume(ctx context.Context, position string) (core.Change
 	st, err := c.resume(ctx, conn, pos)
 	if err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
+		if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, core.ErrStreamStalled) {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
 		return nil, fmt.Errorf("postgres: cdc resume: %w", err)
 	}
 	return st, nil
@@ -557,6 +587,10 @@ type changeStream struct {
 	err       error // the first failure
 	closed    bool
 
+	// waiting is when the reader began to wait for the server's next message (unix ns); 0
+	// while it is decoding or handing a transaction over. The writer's liveness check reads it.
+	waiting atomic.Int64
+
 	out       chan core.ChangeTx // closed by the reader when it ends
 	kick      chan struct{}
 	closing   chan struct{}
@@ -640,10 +674,17 @@ func (st *changeStream) Close() error {
 		_ = st.conn.Close(context.Background())
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		terminateAt := time.Now().Add(time.Second)
 		for ctx.Err() == nil {
 			s, err := st.src.slot(ctx)
 			if err != nil || s == nil || s.activePID != int64(st.pid) {
 				return
+			}
+			if !terminateAt.IsZero() && time.Now().After(terminateAt) {
+				// The server did not notice the close (a silent network holds the FIN): end
+				// this stream's own walsender rather than wait for wal_sender_timeout.
+				terminateAt = time.Time{}
+				st.src.terminate(ctx, st.pid)
 			}
 			t := time.NewTimer(20 * time.Millisecond)
 			select {
@@ -656,6 +697,15 @@ func (st *changeStream) Close() error {
 	return nil
 }
 
+// terminate ends the server process of a closed stream of this source that still holds the
+// slot (pid is that stream's own walsender).
+func (c *ChangeSource) terminate(ctx context.Context, pid uint32) {
+	var done bool
+	err := queryRow(ctx, c.db, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false)
+		FROM pg_replication_slots WHERE slot_name = $1 AND active_pid = $2`, []any{c.o.Slot, int64(pid)}, &done)
+	c.log.Warn("postgres_cdc_walsender_terminated", "slot", c.o.Slot, "pid", pid, "terminated", done, "error", err)
+}
+
 // fail records the stream's first failure and closes the socket, which ends the reader.
 func (st *changeStream) fail(err error) {
 	st.mu.Lock()
@@ -666,6 +716,9 @@ func (st *changeStream) fail(err error) {
 	_ = st.conn.Conn().Close()
 }
 
+// write sends the status updates, and checks the stream's liveness: a reply-requested update
+// that the server leaves unanswered for StallTimeout, while the reader waits for it, fails the
+// stream with ErrStreamStalled.
 func (st *changeStream) write() {
 	defer close(st.writeDone)
 	t := time.NewTicker(st.src.o.StandbyTimeout)
@@ -675,15 +728,42 @@ func (st *changeStream) write() {
 		st.fail(fmt.Errorf("postgres: cdc status update: %w", err))
 		return
 	}
+	var (
+		check *time.Timer      // armed after a reply-requested update, until StallTimeout
+		due   <-chan time.Time // check's channel, nil when none is armed
+		asked time.Time        // when the update check waits on was sent
+	)
+	defer func() {
+		if check != nil {
+			check.Stop()
+		}
+	}()
 	for {
 		var err error
 		select {
 		case <-st.closing:
 			return
 		case <-t.C:
+			now := time.Now()
 			err = st.sendStatus(true, timeout) // ask for a keepalive: its position lets the checkpoint move
+			if err == nil && due == nil {
+				asked = now
+				check = time.NewTimer(st.src.o.StallTimeout)
+				due = check.C
+			}
 		case <-st.kick:
 			err = st.sendStatus(false, timeout)
+		case <-due:
+			due = nil
+			// Stalled: the reader has waited since before the update asked for a reply, and
+			// nothing came. A reader busy handing transactions over is not waiting.
+			if w := st.waiting.Load(); w != 0 && w <= asked.UnixNano() {
+				err = fmt.Errorf("postgres: cdc stream: nothing received from the server for %v after asking for a reply (StallTimeout %v): %w",
+					time.Since(time.Unix(0, w)).Round(time.Millisecond), st.src.o.StallTimeout, core.ErrStreamStalled)
+				st.src.log.Warn("postgres_cdc_stream_stalled", "slot", st.src.o.Slot, "pid", st.pid, "error", err)
+				st.fail(err)
+				return
+			}
 		}
 		if err != nil {
 			st.fail(fmt.Errorf("postgres: cdc status update: %w", err))
@@ -780,7 +860,9 @@ func (st *changeStream) decode() error {
 		}
 	}
 	for {
+		st.waiting.Store(time.Now().UnixNano())
 		msg, err := st.conn.ReceiveMessage(context.Background())
+		st.waiting.Store(0)
 		if err != nil {
 			return err
 		}

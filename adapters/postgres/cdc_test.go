@@ -523,6 +523,10 @@ func TestChangeSourceOptions(t *testing.T) {
 	require.Regexp(t, `^outboxkit_sales_outbox_[0-9a-f]{8}$`, src.Slot(), "upper-case names get a hash")
 	require.Equal(t, src.Slot(), src.Publication())
 	require.Equal(t, 10*time.Second, src.o.StandbyTimeout)
+	require.Equal(t, 30*time.Second, src.o.StallTimeout, "3 × StandbyTimeout")
+	src, err = s.ChangeSource(&ChangeSourceOptions{StandbyTimeout: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, src.o.StallTimeout, "derived from StandbyTimeout")
 
 	s, err = New(nilPool(t), &Options{Schema: "public", Table: "outbox"})
 	require.NoError(t, err)
@@ -543,6 +547,7 @@ func TestChangeSourceOptions(t *testing.T) {
 		{"Publication", ChangeSourceOptions{Publication: "bad name"}},
 		{"StandbyTimeout", ChangeSourceOptions{StandbyTimeout: -time.Second}},
 		{"SlotBusyTimeout", ChangeSourceOptions{SlotBusyTimeout: -time.Second}},
+		{"StallTimeout", ChangeSourceOptions{StallTimeout: -time.Second}},
 		{"ConnString", ChangeSourceOptions{ConnString: "postgres://[bad"}},
 	} {
 		_, err := s.ChangeSource(&c.o)
