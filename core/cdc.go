@@ -290,8 +290,9 @@ func (r *CDCRelay) now() time.Time {
 
 // Run publishes until ctx is cancelled or Shutdown is called (then it returns nil), or until it
 // cannot go on:
-//   - a newer publisher generation fenced it, or it lost a lane or its sign of life: an error
-//     wrapping ErrFenced or ErrClaimLost;
+//   - a newer publisher generation fenced it, or another claimer took a lane (possible at
+//     once after the relay's sign of life was lost): an error wrapping ErrFenced or
+//     ErrClaimLost;
 //   - the log no longer holds its checkpoint: a *PositionLostError (errors.Is ErrPositionLost).
 //     Run never skips a gap; run Backfill, then Run again;
 //   - with ReleaseOverCap, the retained log went over its cap: a *RetentionError;
@@ -449,7 +450,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		wg.Wait()
 		r.releaseLanes(context.WithoutCancel(ctx), log)
 	}()
-	wg.Go(func() { r.renewLoop(sctx, cancel, life, log) })
+	wg.Go(func() { r.renewLoop(sctx, cancel, &life, log) })
 
 	if backfillOnly {
 		err := r.end(ctx, sctx, r.attempt(sctx, settleBase, id, true, nil, log))
@@ -726,27 +727,52 @@ func (r *CDCRelay) holdLiveness(ctx context.Context, log *slog.Logger) Life {
 	return life
 }
 
-// renewLoop renews every lease each RenewInterval. A stale generation, a lost lane or a lost
-// sign of life (life, may be nil) ends the session: another publisher owns the outbox now, or
-// may take it at any moment.
-func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, life Life, log *slog.Logger) {
+// renewLoop renews every lease each RenewInterval. A stale generation or a lost lane ends the
+// session: another publisher owns the outbox now. A lost sign of life (*life, nil when none is
+// held; the session releases what it holds when renewLoop has returned) does not: its
+// database session broke, and another claimer may now take the lanes, but every lane taken
+// gets a new generation, so the relay's marks and renewals fail (and the session ends) if one
+// does. Until then the relay relies on its leases alone, as when it could not take a sign of
+// life at start, and takes a new one after its next successful renewal.
+func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, life *Life, log *slog.Logger) {
 	t := time.NewTicker(r.o.RenewInterval)
 	defer t.Stop()
+	lost := false // a sign of life was held and lost: take a new one
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if life != nil {
-			if err := life.Check(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("cdc_relay_liveness_lost", "error", err)
-				cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: sign of life lost (%v): %w", r.o.Owner, err, ErrClaimLost)})
-				return
+		if *life != nil {
+			if err := (*life).Check(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("cdc_relay_liveness_lost", "error", err,
+					"note", "the relay relies on its leases until it holds a new sign of life")
+				if err := (*life).Release(); err != nil {
+					log.Debug("cdc_relay_liveness_release_failed", "error", err)
+				}
+				*life, lost = nil, true
+				r.mu.Lock()
+				r.live = false
+				r.mu.Unlock()
 			}
 		}
+		// A renewal that the database does not answer must not hold the loop past the leases.
+		rctx, rcancel := context.WithTimeout(ctx, r.o.RenewInterval)
 		held := r.currentLeases()
-		renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		renewed, err := r.store.RenewLanes(rctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		rcancel()
+		if err == nil && lost && len(renewed) == len(held) {
+			hctx, hcancel := context.WithTimeout(ctx, r.o.RenewInterval)
+			if *life = r.holdLiveness(hctx, log); *life != nil {
+				lost = false
+				log.Info("cdc_relay_liveness_restored")
+				r.mu.Lock()
+				r.live = true
+				r.mu.Unlock()
+			}
+			hcancel()
+		}
 		switch {
 		case errors.Is(err, ErrFenced):
 			log.Warn("cdc_relay_fenced", "error", err)

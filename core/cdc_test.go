@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,13 +163,35 @@ func TestCDCRelayThrottlesEmptyCheckpoints(t *testing.T) {
 	require.Positive(t, r.Stats().Lag)
 }
 
-// livingStore gives the memory store a Liveness whose sign of life the test ends.
+// livingStore gives the memory store a Liveness whose signs of life the test ends, and
+// renewals the test can make fail.
 type livingStore struct {
 	*memory.Store
-	life *fakeLife
+	mu        sync.Mutex
+	lives     []*fakeLife // every sign of life taken, in order
+	failRenew atomic.Bool
 }
 
-func (l *livingStore) HoldLiveness(context.Context, string) (core.Life, error) { return l.life, nil }
+func (l *livingStore) HoldLiveness(context.Context, string) (core.Life, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := &fakeLife{}
+	l.lives = append(l.lives, f)
+	return f, nil
+}
+
+func (l *livingStore) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+	if l.failRenew.Load() {
+		return nil, errors.New("database unreachable")
+	}
+	return l.Store.RenewLanes(ctx, p)
+}
+
+func (l *livingStore) taken() []*fakeLife {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lives)
+}
 
 type fakeLife struct{ dead, released atomic.Bool }
 
@@ -180,17 +204,23 @@ func (f *fakeLife) Check(context.Context) error {
 
 func (f *fakeLife) Release() error { f.released.Store(true); return nil }
 
-// A CDC relay holds a sign of life while it runs, reports it in Stats, and stops with
-// ErrClaimLost when it is lost (a successor may take its lanes at any moment); it releases it
-// when it stops.
-func TestCDCRelayStopsWhenItsSignOfLifeIsLost(t *testing.T) {
+// A CDC relay holds a sign of life while it runs and reports it in Stats. When its session
+// breaks (the sign of life is lost) the relay goes on, relying on its leases, and takes a new
+// sign of life after its next renewal; when another claimer takes its lanes it stops with
+// ErrClaimLost. It releases its signs of life when it stops.
+func TestCDCRelaySignOfLifeLostAndTakenAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m, err := memory.New(&memory.Options{Lanes: 4, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	s := &livingStore{Store: m, life: &fakeLife{}}
-	r, err := core.NewCDCRelay(s, m.ChangeSource(), core.SinkFunc(func(_ context.Context, m []core.Message) []error { return make([]error, len(m)) }),
-		core.StaticRouter{Default: "q"}, &core.CDCOptions{LeaseTTL: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	s := &livingStore{Store: m}
+	var published atomic.Int64
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
+		published.Add(int64(len(msgs)))
+		return make([]error, len(msgs))
+	})
+	r, err := core.NewCDCRelay(s, m.ChangeSource(), sink, core.StaticRouter{Default: "q"},
+		&core.CDCOptions{Owner: "a", LeaseTTL: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.Equal(t, core.PhaseStopped, r.Stats().Phase)
 	done := make(chan error, 1)
@@ -200,18 +230,44 @@ func TestCDCRelayStopsWhenItsSignOfLifeIsLost(t *testing.T) {
 		return st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4 && st.Lanes == 4 && !st.LastResume.IsZero()
 	}, 5*time.Second, time.Millisecond)
 
-	s.life.dead.Store(true)
+	first := s.taken()[0]
+	first.dead.Store(true)
+	require.Eventually(t, func() bool {
+		return len(s.taken()) == 2 && first.released.Load() && r.Stats().Live
+	}, 5*time.Second, time.Millisecond, "a new sign of life after the next renewal")
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned when the sign of life was lost: %v", err)
+	default:
+	}
+	ob, err := core.NewOutbox[*memory.Tx](ctx, m, nil)
+	require.NoError(t, err)
+	writeOne(t, m, ob, "k")
+	require.Eventually(t, func() bool { return published.Load() == 1 && r.Stats().Published == 1 },
+		5*time.Second, time.Millisecond, "it goes on publishing")
+
+	// Another claimer takes its lanes once their leases expired: it stops.
+	s.taken()[1].dead.Store(true)
+	s.failRenew.Store(true)
+	var other []core.Lease
+	require.Eventually(t, func() bool {
+		other, err = m.ClaimLanes(ctx, core.ClaimParams{Generation: r.Stats().Generation, Owner: "b", Max: 4, TTL: time.Minute, Now: time.Now()})
+		return err == nil && len(other) == 4
+	}, 5*time.Second, 10*time.Millisecond, "b takes the expired lanes")
+	s.failRenew.Store(false)
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, core.ErrClaimLost)
 	case <-time.After(5 * time.Second):
-		t.Fatal("the relay went on without its sign of life")
+		t.Fatal("the relay went on after another claimer took its lanes")
 	}
 	st := r.Stats()
 	require.Equal(t, core.PhaseStopped, st.Phase)
 	require.False(t, st.Live)
 	require.Zero(t, st.LanesHeld)
-	require.True(t, s.life.released.Load())
+	for _, l := range s.taken() {
+		require.True(t, l.released.Load())
+	}
 }
 
 // waitingSource's streams are VisibleWaiters whose AwaitVisible holds until release is closed.
