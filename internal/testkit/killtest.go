@@ -61,7 +61,10 @@ func KillRelay(ctx context.Context, store core.CDCStore, src core.ChangeSource, 
 
 // FileSink is the relay process's sink: each acknowledged message is a line "id key" appended
 // to path (the page cache survives the process's SIGKILL, so a line written is an
-// acknowledgement).
+// acknowledgement). Each batch is one write that begins with a newline: a SIGKILL can cut a
+// write short at a page boundary, and the next process's first line must not be glued to
+// the cut one (a torn "ab" followed by "cd k1" read as an event "abcd" that was never
+// committed: seen once as "4001 of 4000 delivered").
 func FileSink(path string) (core.Sink, error) {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -69,6 +72,7 @@ func FileSink(path string) (core.Sink, error) {
 	}
 	return core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
 		var b strings.Builder
+		b.WriteByte('\n')
 		for _, m := range msgs {
 			fmt.Fprintf(&b, "%s %s\n", m.ID, m.PartitionKey)
 		}
@@ -360,7 +364,7 @@ func ReadDeliveries(path string) ([]Delivery, error) {
 	for sc.Scan() {
 		id, key, ok := strings.Cut(sc.Text(), " ")
 		if !ok {
-			continue // a line cut short by a kill
+			continue // an empty line (FileSink), or one cut short by a kill
 		}
 		out = append(out, Delivery{id, key})
 	}
