@@ -114,7 +114,10 @@ func cdcHarness() *conformance.CDCHarness[pgx.Tx] {
 			if len(slot) > 63 {
 				slot = slot[:63]
 			}
-			src, err := a.(*Store[pgx.Tx]).ChangeSource(&ChangeSourceOptions{Slot: slot, StandbyTimeout: 200 * time.Millisecond})
+			// StallTimeout well above a loaded server's keepalive answer (the default would be
+			// 600 ms here): cdc/commit-order asserts that each event is delivered once, and a
+			// replaced stream resends from the checkpoint.
+			src, err := a.(*Store[pgx.Tx]).ChangeSource(&ChangeSourceOptions{Slot: slot, StandbyTimeout: 200 * time.Millisecond, StallTimeout: 10 * time.Second})
 			require.NoError(t, err)
 			holdSlot(t, src)
 			return src
