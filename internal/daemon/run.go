@@ -134,7 +134,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("http.listen: %w", err)
 	}
 	d := &Daemon{cfg: cfg, log: log, ln: ln, close: func() {}}
-	d.srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+	d.srv = newHTTPServer(d.handler(), httpTimeouts{})
 	go func() { _ = d.srv.Serve(ln) }()
 	ok := false
 	defer func() {
@@ -181,6 +181,34 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	ok = true
 	d.built.Store(true)
 	return d, nil
+}
+
+// The bounds of a connection to the health and metrics server: a client that sends a request
+// slowly, stops reading its answer or keeps an idle connection open cannot hold the connection
+// (and its goroutine) for longer. /healthz and /readyz answer at once and a scraper gives
+// /metrics 10s by default (Prometheus's scrape timeout): the write bound leaves room for a slow
+// backlog query and a slow reader.
+const (
+	httpReadHeaderTimeout = 5 * time.Second  // request line and headers
+	httpReadTimeout       = 10 * time.Second // the whole request, body included
+	httpWriteTimeout      = 30 * time.Second // from the end of the request's headers to the end of the answer
+	httpIdleTimeout       = 60 * time.Second // a keep-alive connection between two requests
+)
+
+// httpTimeouts overrides the bounds above in tests; a zero field keeps its default.
+type httpTimeouts struct{ readHeader, read, write, idle time.Duration }
+
+// newHTTPServer is the health and metrics server of h.
+func newHTTPServer(h http.Handler, t httpTimeouts) *http.Server {
+	or := func(d, def time.Duration) time.Duration {
+		if d > 0 {
+			return d
+		}
+		return def
+	}
+	return &http.Server{Handler: h, ReadHeaderTimeout: or(t.readHeader, httpReadHeaderTimeout),
+		ReadTimeout: or(t.read, httpReadTimeout), WriteTimeout: or(t.write, httpWriteTimeout),
+		IdleTimeout: or(t.idle, httpIdleTimeout)}
 }
 
 // router is cfg's routes.

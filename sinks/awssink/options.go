@@ -5,6 +5,7 @@ package awssink
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -15,6 +16,10 @@ const (
 	MaxRequestBytesLimit   = 1 << 20
 	MaxBatchEntries        = 10
 	DefaultConcurrency     = 64
+	// DefaultRequestTimeout is the default Options.RequestTimeout.
+	DefaultRequestTimeout = 10 * time.Second
+	// MaxRequestTimeout is the largest Options.RequestTimeout.
+	MaxRequestTimeout = 15 * time.Minute
 )
 
 // Options configures an SQS or SNS sink. The zero value (or nil) is ready to use.
@@ -51,6 +56,15 @@ type Options struct {
 	// order). The sinks check sizes and characters before sending, so such failures are rare.
 	// Default false.
 	StrictGroupOrder bool
+	// RequestTimeout bounds each SendMessageBatch or PublishBatch call, the SDK's retries
+	// included. The SDK's HTTP client has no overall timeout and the relay gives Send no
+	// deadline, so without this bound an endpoint that stops answering with the connection left
+	// open would hold the Send, and the relay's lanes, for ever. A request that times out fails
+	// its entries with a retryable error (they may have been accepted: the relay sends them
+	// again, and a FIFO destination's deduplication id makes that a no-op within its window).
+	// Claim-check uploads to S3 are not bounded by it. Default DefaultRequestTimeout (10s); at
+	// most MaxRequestTimeout.
+	RequestTimeout time.Duration
 	// ClaimCheck, when set, stores payloads that do not fit in a message in S3. Default off.
 	ClaimCheck *ClaimCheck
 	// Logger; nil means slog.Default().

@@ -40,6 +40,12 @@ type ConsumerOptions struct {
 	// SASL (kgo.SASL), kgo.ClientID, ... The consumer adds its group options (ConsumerGroup,
 	// ConsumeTopics, DisableAutoCommit, BlockRebalanceOnPoll and the rebalance callbacks);
 	// do not pass those. Default none: franz-go's defaults (a broker at localhost:9092).
+	// Liveness comes from the client: franz-go deadlines every request at
+	// kgo.RequestTimeoutOverhead (default 10s) beyond the request's own timeout (a fetch's
+	// kgo.FetchMaxWait, default 5s; a JoinGroup's kgo.RebalanceTimeout, default 60s), then
+	// kills the connection and dials again, so a consumer whose brokers go silent with their
+	// sockets open resumes by itself once they answer (within 15s for a fetch with the
+	// defaults). Keep that deadline: do not raise it far.
 	ClientOptions []kgo.Opt
 	// MaxPollRecords is the most records one poll hands to the partition workers. Default 500.
 	MaxPollRecords int

@@ -85,6 +85,11 @@ func New(client *kgo.Client, opts *Options) (*Sink, error) {
 
 // Send implements core.Sink. It produces every message as one record (key = the partition key,
 // so one key stays in one partition) and waits for the broker's acknowledgement of each.
+// A record in flight is not given up when ctx ends (the idempotent producer cannot, without
+// risking a duplicate): while the brokers are silent with their sockets open, Send waits. The
+// client deadlines each produce request (kgo.ProduceRequestTimeout + kgo.RequestTimeoutOverhead,
+// 10s + 10s by default), kills the connection and produces again, so Send returns soon after
+// the brokers answer again.
 func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 	if len(msgs) == 0 {
 		return nil

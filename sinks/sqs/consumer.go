@@ -63,6 +63,14 @@ type ConsumerOptions struct {
 	Concurrency int
 	// Pollers is the number of receive loops. Default 1; at most MaxPollers.
 	Pollers int
+	// RequestTimeout bounds each DeleteMessageBatch and ChangeMessageVisibilityBatch call, and,
+	// added to WaitTime, each ReceiveMessage long poll (SDK retries included): the SDK's HTTP
+	// client has no overall timeout, so without this bound an endpoint that stops answering
+	// with the connection left open would hold a poller (and the messages in hand) for ever.
+	// A receive that times out is retried after a pause, on a new connection; its messages, if
+	// the queue handed them out, come back after VisibilityTimeout. Default
+	// DefaultRequestTimeout (10s); at most MaxRequestTimeout.
+	RequestTimeout time.Duration
 	// S3 reads claim-checked payloads. Default nil: a claim-checked message fails with
 	// ErrClaimCheckBucket and is not deleted.
 	S3 *s3.Client
@@ -100,9 +108,14 @@ type ConsumerOptions struct {
 
 // Upper bounds of ConsumerOptions.
 const (
-	MaxConcurrency = 1024
-	MaxPollers     = 64
+	MaxConcurrency    = 1024
+	MaxPollers        = 64
+	MaxRequestTimeout = 15 * time.Minute
 )
+
+// DefaultRequestTimeout is the default ConsumerOptions.RequestTimeout: a receive waits at
+// most WaitTime + 10s (30s with the default WaitTime), any other request at most 10s.
+const DefaultRequestTimeout = 10 * time.Second
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
 func NoVersionGate(*core.Event) (string, int64) { return "", 0 }
@@ -200,6 +213,12 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 		return nil, &core.OptionError{Field: "Pollers", Reason: fmt.Sprintf("must be between 0 (default) and %d", MaxPollers)}
 	}
 	switch {
+	case o.RequestTimeout == 0:
+		o.RequestTimeout = DefaultRequestTimeout
+	case o.RequestTimeout < 0 || o.RequestTimeout > MaxRequestTimeout:
+		return nil, &core.OptionError{Field: "RequestTimeout", Reason: fmt.Sprintf("must be between 0 (default) and %v", MaxRequestTimeout)}
+	}
+	switch {
 	case o.MaxClaimCheckBytes == 0:
 		o.MaxClaimCheckBytes = core.MaxLimitPayloadBytes
 	case o.MaxClaimCheckBytes < 0 || o.MaxClaimCheckBytes > core.MaxLimitPayloadBytes:
@@ -260,7 +279,10 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 func (c *Consumer[TTx]) poll(ctx context.Context) {
 	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		out, err := c.client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+		// The long poll answers within WaitTime; RequestTimeout more is the bound of a receive
+		// whose endpoint went silent.
+		rctx, cancel := context.WithTimeout(ctx, c.o.WaitTime+c.o.RequestTimeout)
+		out, err := c.client.ReceiveMessage(rctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(c.queueURL),
 			MaxNumberOfMessages:         int32(c.o.MaxMessages),
 			WaitTimeSeconds:             int32(c.o.WaitTime / time.Second),
@@ -268,6 +290,7 @@ func (c *Consumer[TTx]) poll(ctx context.Context) {
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		})
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -370,8 +393,8 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 	<-extended
 
 	// Settle with a context that outlives a shutdown: a committed message must be deleted.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
+	// Each request has its own RequestTimeout.
+	sctx := context.WithoutCancel(ctx)
 	var del, rel []types.Message
 	for i := range msgs {
 		switch state[i].Load() {
@@ -413,13 +436,17 @@ func (c *Consumer[TTx]) extend(ctx context.Context, msgs []types.Message, state 
 		if len(live) == 0 {
 			continue
 		}
+		// Bounded by ExtendEvery too, so that a renewal never overlaps the next one.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.ExtendEvery)
 		c.changeVisibility(cctx, live, c.o.VisibilityTimeout)
 		cancel()
 	}
 }
 
+// changeVisibility sets the visibility of msgs to to, in one request bounded by RequestTimeout.
 func (c *Consumer[TTx]) changeVisibility(ctx context.Context, msgs []types.Message, to time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, c.o.RequestTimeout)
+	defer cancel()
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(msgs))
 	for k := range msgs {
 		entries[k] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(k)),
@@ -436,7 +463,10 @@ func (c *Consumer[TTx]) changeVisibility(ctx context.Context, msgs []types.Messa
 	}
 }
 
+// deleteAll deletes msgs in one request bounded by RequestTimeout.
 func (c *Consumer[TTx]) deleteAll(ctx context.Context, msgs []types.Message) {
+	ctx, cancel := context.WithTimeout(ctx, c.o.RequestTimeout)
+	defer cancel()
 	entries := make([]types.DeleteMessageBatchRequestEntry, len(msgs))
 	for k := range msgs {
 		entries[k] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k)), ReceiptHandle: msgs[k].ReceiptHandle}

@@ -306,6 +306,7 @@ func TestConsumerOptionsValidated(t *testing.T) {
 		"WaitTime":          {WaitTime: 21 * time.Second},
 		"VisibilityTimeout": {VisibilityTimeout: time.Millisecond},
 		"ExtendEvery":       {VisibilityTimeout: time.Second, ExtendEvery: time.Second},
+		"RequestTimeout":    {RequestTimeout: -time.Second},
 	} {
 		_, err := sqs.NewConsumer(client, "u", inbox, "c", h, o)
 		var oe *core.OptionError

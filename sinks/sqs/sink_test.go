@@ -31,6 +31,7 @@ func TestOptionsValidated(t *testing.T) {
 		"MaxRequestBytes":   {MaxRequestBytes: 2 << 20},
 		"MaxBatchEntries":   {MaxBatchEntries: 11},
 		"Concurrency":       {Concurrency: -1},
+		"RequestTimeout":    {RequestTimeout: -time.Second},
 		"ClaimCheck.Client": {ClaimCheck: &sqs.ClaimCheck{Bucket: "b"}},
 	} {
 		_, err := sqs.New(e.sqs, o)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -27,6 +28,8 @@ type Config struct {
 	MaxEntries  int
 	Concurrency int
 	OnePerGroup bool
+	// RequestTimeout bounds each request (awssink.Options.RequestTimeout).
+	RequestTimeout time.Duration
 	// Unordered is batcher.Options.Unordered: the standard (non-FIFO) destinations, with
 	// awssink.Options.UnorderedStandard; nil otherwise.
 	Unordered func(dest string) bool
@@ -45,7 +48,7 @@ func Configure(name string, opts *awssink.Options) (Config, *slog.Logger, error)
 		o = *opts
 	}
 	cfg := Config{Name: name, MaxBytes: o.MaxRequestBytes, MaxEntries: o.MaxBatchEntries,
-		Concurrency: o.Concurrency, OnePerGroup: o.StrictGroupOrder}
+		Concurrency: o.Concurrency, OnePerGroup: o.StrictGroupOrder, RequestTimeout: o.RequestTimeout}
 	if o.UnorderedStandard {
 		cfg.Unordered = func(dest string) bool { return !IsFIFO(dest) }
 	}
@@ -66,6 +69,12 @@ func Configure(name string, opts *awssink.Options) (Config, *slog.Logger, error)
 		cfg.Concurrency = awssink.DefaultConcurrency
 	case cfg.Concurrency < 0:
 		return cfg, nil, &core.OptionError{Field: "Concurrency", Reason: "must not be negative"}
+	}
+	switch {
+	case cfg.RequestTimeout == 0:
+		cfg.RequestTimeout = awssink.DefaultRequestTimeout
+	case cfg.RequestTimeout < 0 || cfg.RequestTimeout > awssink.MaxRequestTimeout:
+		return cfg, nil, &core.OptionError{Field: "RequestTimeout", Reason: fmt.Sprintf("must be between 0 (default) and %v", awssink.MaxRequestTimeout)}
 	}
 	if c := o.ClaimCheck; c != nil {
 		switch {
@@ -153,7 +162,9 @@ func Send(ctx context.Context, cfg *Config, msgs []core.Message, sender Sender) 
 		if len(entries) == 0 {
 			return res
 		}
-		out := sender(ctx, dest, entries)
+		rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+		out := sender(rctx, dest, entries)
+		cancel()
 		for e, k := range pos {
 			res[k] = out[e]
 		}
