@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -113,8 +111,8 @@ func runCDC(c cdcDB, sink core.Sink, owner string) (*core.CDCRelay, func() error
 }
 
 // TestCDCBlackHole silences a CDC relay's change-log connection the way a black-holed route
-// or a vanished host does: a TCP proxy stops moving bytes on the connections it has, leaving
-// their sockets open, while it still forwards new ones. The events written after the silence
+// or a vanished host does: a TCP proxy (testkit.BlackHole) stops moving bytes on the
+// connections it has, leaving their sockets open, while it still forwards new ones. The events written after the silence
 // are published within the stream's liveness bound plus a reconnect, by the same Run (never
 // restarted by its caller); meanwhile Health wraps ErrLogUnavailable and ErrStreamStalled,
 // Stats says PhaseReconnecting with a growing Lag, and the restart is counted. Before the
@@ -123,11 +121,11 @@ func runCDC(c cdcDB, sink core.Sink, owner string) (*core.CDCRelay, func() error
 func TestCDCBlackHole(t *testing.T) {
 	t.Parallel()
 	for _, open := range []func(t *testing.T, sqlAddr, logAddr func(string) string) cdcDB{pgCDC, mariaCDC} {
-		var frozen *freezer
+		var hole *testkit.BlackHole
 		direct := func(string) string { return "" }
 		c := open(t, direct, func(upstream string) string {
-			frozen = newFreezer(t, upstream)
-			return frozen.addr
+			hole = testkit.NewBlackHole(t, upstream)
+			return hole.Addr()
 		})
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -157,7 +155,9 @@ func TestCDCBlackHole(t *testing.T) {
 			waitFor("the first events", time.Minute, func() bool { return sink.has(committedOf(evs)) })
 			require.NoError(t, r.Health())
 
-			frozen.freeze()
+			// Silence the connections the proxy has; the ones opened after forward again.
+			hole.Swallow()
+			hole.Restore()
 			silenced := time.Now()
 			write(50, "after")
 			var sawHealth, sawPhase bool
@@ -172,9 +172,9 @@ func TestCDCBlackHole(t *testing.T) {
 				return sink.has(committedOf(evs))
 			})
 			st := r.Stats()
-			t.Logf("%s: 50 events written after the silence published %v after it (liveness bound %v); restarts %d; Lag seen while reconnecting %v; connections frozen %d",
+			t.Logf("%s: 50 events written after the silence published %v after it (liveness bound %v); restarts %d; Lag seen while reconnecting %v; connections accepted %d",
 				c.name, took.Round(time.Millisecond), map[string]time.Duration{"postgres": cdcStandby + cdcStall, "mariadb": 3 * cdcHeartbeat}[c.name],
-				st.Restarts, lagSeen.Round(time.Millisecond), frozen.frozenCount())
+				st.Restarts, lagSeen.Round(time.Millisecond), hole.Accepted())
 			require.True(t, sawHealth || st.Restarts > 0, "Health reported the stall")
 			require.GreaterOrEqual(t, st.Restarts, uint64(1), "the stalled stream was replaced")
 			require.True(t, sawHealth, "Health wrapped ErrLogUnavailable and ErrStreamStalled while the stream was replaced")
@@ -350,108 +350,4 @@ phases:
 	res.report = sink.check(evs)
 	res.restarts = int64(r.Stats().Restarts)
 	return res
-}
-
-// freezer is a TCP proxy to an upstream address whose freeze stops moving bytes on every
-// connection it has, leaving their sockets open (a black-holed route: nothing is closed,
-// nothing arrives), while it goes on forwarding the connections it accepts after.
-type freezer struct {
-	addr   string
-	done   chan struct{} // closed by the test's cleanup: frozen copies end
-	mu     sync.Mutex
-	conns  []*frozenPair
-	frozen int
-}
-
-type frozenPair struct {
-	stop chan struct{} // closed by freeze
-}
-
-func newFreezer(t *testing.T, upstream string) *freezer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &freezer{addr: ln.Addr().String(), done: make(chan struct{})}
-	var open sync.WaitGroup
-	var socks []net.Conn
-	var smu sync.Mutex
-	t.Cleanup(func() {
-		_ = ln.Close()
-		close(f.done)
-		smu.Lock()
-		for _, s := range socks {
-			_ = s.Close()
-		}
-		smu.Unlock()
-		open.Wait()
-	})
-	open.Go(func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", upstream)
-			if err != nil {
-				_ = down.Close()
-				continue
-			}
-			smu.Lock()
-			socks = append(socks, down, up)
-			smu.Unlock()
-			p := &frozenPair{stop: make(chan struct{})}
-			f.mu.Lock()
-			f.conns = append(f.conns, p)
-			f.mu.Unlock()
-			for _, dir := range [][2]net.Conn{{down, up}, {up, down}} {
-				open.Go(func() { p.copy(dir[1], dir[0], f.done) })
-			}
-		}
-	})
-	return f
-}
-
-// copy forwards from src to dst until either fails or the pair is frozen: then it keeps both
-// sockets open and reads (and drops) nothing more, so that the peers' writes fill their
-// buffers and their reads wait.
-func (p *frozenPair) copy(dst, src net.Conn, done <-chan struct{}) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-p.stop:
-			<-done // what was read is dropped; the sockets stay open until the test ends
-			return
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				_ = dst.Close()
-			} else if tc, ok := dst.(*net.TCPConn); ok {
-				_ = tc.CloseWrite()
-			}
-			return
-		}
-	}
-}
-
-// freeze silences every connection the proxy has now.
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.conns {
-		close(p.stop)
-	}
-	f.frozen = len(f.conns)
-	f.conns = nil
-}
-
-func (f *freezer) frozenCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.frozen
 }
