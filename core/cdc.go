@@ -757,8 +757,9 @@ func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc
 				r.mu.Unlock()
 			}
 		}
-		// A renewal that the database does not answer must not hold the loop past the leases.
-		rctx, rcancel := context.WithTimeout(ctx, r.o.RenewInterval)
+		// A renewal that the database does not answer must not hold the loop past the leases
+		// (a renewal after they expired is refused anyway); a slow one within them is fine.
+		rctx, rcancel := context.WithTimeout(ctx, r.o.LeaseTTL)
 		held := r.currentLeases()
 		renewed, err := r.store.RenewLanes(rctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
 		rcancel()

@@ -232,29 +232,7 @@ func TestCDCFaults(t *testing.T) {
 	}
 	wg.Wait()
 	for i, tg := range targets {
-		t.Run(tg.c.name, func(t *testing.T) {
-			res := results[i]
-			for _, p := range res.phases {
-				rec := "recovered in"
-				if !p.recovered {
-					rec = "NOT recovered after"
-				}
-				t.Logf("%s for %v: %d deliveries during the fault; %s %v; stream restarts %d %s",
-					p.name, p.lasted.Round(100*time.Millisecond), p.during, rec, p.recovery.Round(time.Millisecond), p.restarts, p.why)
-			}
-			t.Logf("%s; stream restarts %d in all", res.report, res.restarts)
-			require.Empty(t, res.errs)
-			require.Len(t, res.phases, 3*len(faults))
-			for _, p := range res.phases {
-				require.True(t, p.recovered, "%s: not recovered within %v", p.name, cdcRecovery)
-				if p.progress {
-					require.Positive(t, p.during, "%s: the relay delivers during the fault", p.name)
-				}
-			}
-			require.Zero(t, res.report.Lost, "lost")
-			require.Zero(t, res.report.Unknown, "delivered but never committed")
-			require.Zero(t, res.report.OrderBreaks, "first deliveries in write order per key")
-		})
+		t.Run(tg.c.name, func(t *testing.T) { checkFaults(t, results[i], cdcRecovery, 3*len(faults), "stream restarts") })
 	}
 }
 
@@ -262,12 +240,7 @@ func TestCDCFaults(t *testing.T) {
 // another, with one CDC relay; like injectFaults it does not touch a *testing.T.
 func cdcFaults(ctx context.Context, c cdcDB, sqlProxy, logProxy *toxiproxy.Proxy, hold time.Duration) faultResult {
 	var res faultResult
-	var mu sync.Mutex
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		res.errs = append(res.errs, fmt.Sprintf(format, args...))
-	}
+	fail := res.failf()
 	defer c.drop()
 	sink := newRecorder(5 * time.Millisecond)
 	r, stop, err := runCDC(c, sink, "faults")

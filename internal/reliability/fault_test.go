@@ -122,7 +122,7 @@ func dbTarget(open func(t *testing.T, lanes int) db) func(t *testing.T, hold tim
 			run: func(ctx context.Context) faultResult {
 				return injectFaults(ctx, d, store, newRecorder(5*time.Millisecond), proxy, hold, 10*time.Millisecond, bound)
 			},
-			check: func(t *testing.T, res faultResult) { checkFaults(t, res, bound) },
+			check: func(t *testing.T, res faultResult) { checkFaults(t, res, bound, len(faults), "relay restarts") },
 		}
 	}
 }
@@ -136,17 +136,19 @@ func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
 	return proxy
 }
 
-// checkFaults logs what each fault did and checks it.
-func checkFaults(t *testing.T, res faultResult, bound time.Duration) {
+// checkFaults logs what each fault did and checks it: phases faults ran (len(faults) for
+// TestFaults), each recovered within bound, progress where the fault requires it, nothing
+// lost, first deliveries in order. restarts names what the phases' restarts count.
+func checkFaults(t *testing.T, res faultResult, bound time.Duration, phases int, restarts string) {
 	for _, p := range res.phases {
 		rec := "recovered in"
 		if !p.recovered {
 			rec = "NOT recovered after"
 		}
-		t.Logf("%s for %v: %d deliveries during the fault; %s %v (every event committed before the fault ended delivered); relay restarts %d %s",
-			p.name, p.lasted.Round(100*time.Millisecond), p.during, rec, p.recovery.Round(time.Millisecond), p.restarts, p.why)
+		t.Logf("%s for %v: %d deliveries during the fault; %s %v (every event committed before the fault ended delivered); %s %d %s",
+			p.name, p.lasted.Round(100*time.Millisecond), p.during, rec, p.recovery.Round(time.Millisecond), restarts, p.restarts, p.why)
 	}
-	t.Logf("%s; relay restarts %d in all", res.report, res.restarts)
+	t.Logf("%s; %s %d in all", res.report, restarts, res.restarts)
 	require.Empty(t, res.errs)
 	for _, p := range res.phases {
 		require.True(t, p.recovered, "%s: not recovered within %v", p.name, bound)
@@ -154,10 +156,20 @@ func checkFaults(t *testing.T, res faultResult, bound time.Duration) {
 			require.Positive(t, p.during, "%s: the relays deliver during the fault", p.name)
 		}
 	}
-	require.Len(t, res.phases, len(faults))
+	require.Len(t, res.phases, phases)
 	require.Zero(t, res.report.Lost, "lost")
 	require.Zero(t, res.report.Unknown, "delivered but never committed")
 	require.Zero(t, res.report.OrderBreaks, "first deliveries in write order per key")
+}
+
+// failf returns what records a failure in res.errs; it is safe for concurrent use.
+func (res *faultResult) failf() func(format string, args ...any) {
+	var mu sync.Mutex
+	return func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		res.errs = append(res.errs, fmt.Sprintf(format, args...))
+	}
 }
 
 // phase is what one fault did.
@@ -287,12 +299,7 @@ func (e *errSet) take() []string {
 func injectFaults(ctx context.Context, d db, store core.RelayStore, sink *recorder, proxy *toxiproxy.Proxy,
 	hold, interval, bound time.Duration) faultResult {
 	var res faultResult
-	var mu sync.Mutex
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		res.errs = append(res.errs, fmt.Sprintf(format, args...))
-	}
+	fail := res.failf()
 	var restarts atomic.Int64
 	why := &errSet{}
 	router := core.StaticRouter{Default: cmp.Or(d.route, "faults")}

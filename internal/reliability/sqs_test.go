@@ -50,7 +50,7 @@ func sqsTarget(t *testing.T, hold time.Duration) faultTarget {
 			return injectFaults(ctx, d, store, recording(sink), proxy, hold, 50*time.Millisecond, bound)
 		},
 		check: func(t *testing.T, res faultResult) {
-			checkFaults(t, res, bound)
+			checkFaults(t, res, bound, len(faults), "relay restarts")
 			rep := readQueue(t, direct, queueURL, res.events)
 			t.Logf("the queue: %s", rep)
 			require.Zero(t, rep.Lost, "lost: acknowledged by the sink but not in the queue, or never sent")
