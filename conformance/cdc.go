@@ -78,10 +78,17 @@ func (e *env[TTx]) runCDCIn(ctx context.Context, cancel context.CancelFunc, r *c
 }
 
 // waitStarted waits until a CDC relay saved its first checkpoint: its backfill is done and it
-// streams.
+// streams. It fails at once, with the relay's error, when the relay returned first (it used to
+// wait for the watchdog: the "hang" of cdc/commit-order and cdc/parked-key was a relay that had
+// returned before its first checkpoint).
 func (e *env[TTx]) waitStarted(c *cdcRun) {
 	e.t.Helper()
-	e.waitFor("the CDC relay's first checkpoint", func() bool { return c.r.Stats().Checkpoints >= 1 })
+	e.waitFor("the CDC relay's first checkpoint", func() bool {
+		if done, err := c.exited(); done {
+			e.fatalf("the CDC relay returned (%v) before its first checkpoint; stats %+v", err, c.r.Stats())
+		}
+		return c.r.Stats().Checkpoints >= 1
+	})
 }
 
 func (e *env[TTx]) source(name string) core.ChangeSource {

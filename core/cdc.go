@@ -160,7 +160,8 @@ type CDCRelay struct {
 	inst   *relayInstruments
 
 	gen    atomic.Int64
-	leases []Lease // every lane; fixed while running
+	leases []Lease    // every lane; their leases are renewed (keepLanes) while running
+	laneMu sync.Mutex // one keepLanes at a time
 
 	mu         sync.Mutex
 	checkpoint string
@@ -465,7 +466,19 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	for {
 		began := time.Now()
 		err := r.end(ctx, sctx, r.attempt(sctx, settleBase, id, false, startRetention, log))
-		if err == nil || errors.Is(err, errDrained) || sctx.Err() != nil || sessionEnding(err) {
+		var se settleError
+		retaken := false
+		if errors.Is(err, ErrClaimLost) && errors.As(err, &se) && sctx.Err() == nil {
+			// The database refused a mark for lost lanes: their leases expired (a slow
+			// database; keepLanes claims them again) or another claimer took them (the
+			// session ends). When the database does not answer, the renewal loop decides.
+			var ended *lanesEnded
+			if kerr := r.keepLanes(sctx, log); errors.As(kerr, &ended) {
+				return ended.err
+			}
+			retaken = true // the stream is replaced like after any failed mark
+		}
+		if err == nil || errors.Is(err, errDrained) || sctx.Err() != nil || (!retaken && sessionEnding(err)) {
 			var over *RetentionError
 			if errors.As(err, &over) && r.o.ReleaseOverCap {
 				r.releaseLog(context.WithoutCancel(ctx), log)
@@ -727,8 +740,9 @@ func (r *CDCRelay) holdLiveness(ctx context.Context, log *slog.Logger) Life {
 	return life
 }
 
-// renewLoop renews every lease each RenewInterval. A stale generation or a lost lane ends the
-// session: another publisher owns the outbox now. A lost sign of life (*life, nil when none is
+// renewLoop renews every lease each RenewInterval. A stale generation, or a lane another
+// claimer took, ends the session: another publisher owns the outbox now. A lease that expired
+// before its renewal while its lane stayed free is claimed again. A lost sign of life (*life, nil when none is
 // held; the session releases what it holds when renewLoop has returned) does not: its
 // database session broke, and another claimer may now take the lanes, but every lane taken
 // gets a new generation, so the relay's marks and renewals fail (and the session ends) if one
@@ -757,13 +771,17 @@ func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc
 				r.mu.Unlock()
 			}
 		}
-		// A renewal that the database does not answer must not hold the loop past the leases
-		// (a renewal after they expired is refused anyway); a slow one within them is fine.
-		rctx, rcancel := context.WithTimeout(ctx, r.o.LeaseTTL)
-		held := r.currentLeases()
-		renewed, err := r.store.RenewLanes(rctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
-		rcancel()
-		if err == nil && lost && len(renewed) == len(held) {
+		err := r.keepLanes(ctx, log)
+		var ended *lanesEnded
+		switch {
+		case errors.As(err, &ended):
+			cancel(stopCause{ended.err})
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn("cdc_relay_renew_failed", "error", err)
+			}
+		case lost:
 			hctx, hcancel := context.WithTimeout(ctx, r.o.RenewInterval)
 			if *life = r.holdLiveness(hctx, log); *life != nil {
 				lost = false
@@ -774,25 +792,65 @@ func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc
 			}
 			hcancel()
 		}
+	}
+}
+
+// lanesEnded is keepLanes' error when the session must end: fenced, or a lane another claimer
+// took.
+type lanesEnded struct{ err error }
+
+func (e *lanesEnded) Error() string { return e.err.Error() }
+
+// keepLanes renews every lease the relay holds. A lease that expired before its renewal (a
+// slow or unreachable database) while no one else claimed its lane is claimed again: the
+// relay holds the publisher generation, so no other claimer of it exists, and the relay's
+// marks were refused while the lease was out. It returns a *lanesEnded when the relay was
+// fenced or another claimer took a lane, another error when the database did not answer (the
+// leases are as they were), else nil. The renewal loop and a settle refused for lost lanes
+// (RetakeLanes) call it, one at a time.
+func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
+	r.laneMu.Lock()
+	defer r.laneMu.Unlock()
+	// A renewal that the database does not answer must not hold the loop past the leases (a
+	// renewal after they expired is refused anyway); a slow one within them is fine.
+	ctx, cancel := context.WithTimeout(ctx, r.o.LeaseTTL)
+	defer cancel()
+	fenced := func(err error) error {
+		log.Warn("cdc_relay_fenced", "error", err)
+		return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), err)}
+	}
+	held := r.currentLeases()
+	renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+	switch {
+	case errors.Is(err, ErrFenced):
+		return fenced(err)
+	case err != nil:
+		return err
+	}
+	var back []Lease
+	if len(renewed) < len(held) {
+		back, err = r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner,
+			Max: len(held) - len(renewed), TTL: r.o.LeaseTTL, Now: r.now()})
 		switch {
 		case errors.Is(err, ErrFenced):
-			log.Warn("cdc_relay_fenced", "error", err)
-			cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), err)})
-			return
+			return fenced(err)
 		case err != nil:
-			if ctx.Err() == nil {
-				log.Warn("cdc_relay_renew_failed", "error", err)
-			}
-		case len(renewed) < len(held):
-			log.Warn("cdc_relay_lanes_lost", "held", len(renewed), "lanes", len(held))
-			cancel(stopCause{fmt.Errorf("outbox: cdc relay %s: %d of %d lanes lost: %w", r.o.Owner, len(held)-len(renewed), len(held), ErrClaimLost)})
-			return
-		default:
-			r.mu.Lock()
-			r.leases = renewed
-			r.mu.Unlock()
+			return err
+		case len(renewed)+len(back) < len(held):
+			log.Warn("cdc_relay_lanes_lost", "held", len(renewed)+len(back), "lanes", len(held))
+			return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: %d of %d lanes lost: %w", r.o.Owner, len(held)-len(renewed)-len(back), len(held), ErrClaimLost)}
 		}
+		r.inst.claimed(ctx, back)
+		log.Warn("cdc_relay_lanes_reclaimed", "lanes", len(back), "note", "their leases expired before a renewal; no one else had claimed them")
 	}
+	m := map[int]Lease{}
+	for _, l := range append(renewed, back...) {
+		m[l.Lane] = l
+	}
+	r.mu.Lock()
+	r.leases = sortedLeases(m)
+	r.mu.Unlock()
+	return nil
 }
 
 func (r *CDCRelay) releaseLanes(ctx context.Context, log *slog.Logger) {

@@ -206,9 +206,10 @@ func (f *fakeLife) Release() error { f.released.Store(true); return nil }
 
 // A CDC relay holds a sign of life while it runs and reports it in Stats. When its session
 // breaks (the sign of life is lost) the relay goes on, relying on its leases, and takes a new
-// sign of life after its next renewal; when another claimer takes its lanes it stops with
+// sign of life after its next renewal. Leases that expired before a renewal, lanes no one else
+// claimed, are claimed again; when another claimer takes its lanes it stops with
 // ErrClaimLost. It releases its signs of life when it stops.
-func TestCDCRelaySignOfLifeLostAndTakenAgain(t *testing.T) {
+func TestCDCRelayKeepsGoingUnlessAnotherClaimerTakesItsLanes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	m, err := memory.New(&memory.Options{Lanes: 4, Logger: slog.New(slog.DiscardHandler)})
@@ -245,6 +246,27 @@ func TestCDCRelaySignOfLifeLostAndTakenAgain(t *testing.T) {
 	writeOne(t, m, ob, "k")
 	require.Eventually(t, func() bool { return published.Load() == 1 && r.Stats().Published == 1 },
 		5*time.Second, time.Millisecond, "it goes on publishing")
+
+	// Its leases expire before a renewal (the database did not answer) while no one else
+	// claims the lanes: it claims them again and goes on.
+	s.failRenew.Store(true)
+	time.Sleep(600 * time.Millisecond) // two LeaseTTLs
+	s.failRenew.Store(false)
+	require.Eventually(t, func() bool { return r.Stats().LanesHeld == 4 && r.Stats().Published == 1 }, 5*time.Second, time.Millisecond)
+	writeOne(t, m, ob, "k")
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned after its leases expired unclaimed: %v", err)
+		default:
+		}
+		return r.Stats().Published == 2
+	}, 5*time.Second, time.Millisecond, "it publishes after taking its expired lanes back")
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned after a late renewal: %v", err)
+	default:
+	}
 
 	// Another claimer takes its lanes once their leases expired: it stops.
 	s.taken()[1].dead.Store(true)
