@@ -83,11 +83,18 @@ func (e *env[TTx]) runCDCIn(ctx context.Context, cancel context.CancelFunc, r *c
 // returned before its first checkpoint).
 func (e *env[TTx]) waitStarted(c *cdcRun) {
 	e.t.Helper()
-	e.waitFor("the CDC relay's first checkpoint", func() bool {
+	e.waitRunning(c, "the CDC relay's first checkpoint", func() bool { return c.r.Stats().Checkpoints >= 1 })
+}
+
+// waitRunning waits for cond while c runs: it fails at once, with the relay's error and
+// stats, when the relay returned first.
+func (e *env[TTx]) waitRunning(c *cdcRun, what string, cond func() bool) {
+	e.t.Helper()
+	e.waitFor(what, func() bool {
 		if done, err := c.exited(); done {
-			e.fatalf("the CDC relay returned (%v) before its first checkpoint; stats %+v", err, c.r.Stats())
+			e.fatalf("the CDC relay returned (%v) while waiting for %s; stats %+v", err, what, c.r.Stats())
 		}
-		return c.r.Stats().Checkpoints >= 1
+		return cond()
 	})
 }
 
@@ -492,18 +499,18 @@ func cdcCases[TTx any]() []tcase[TTx] {
 			e.waitStarted(c)
 			sink.FailKey("p", core.Permanent(errors.New("conformance: rejected")))
 			p1 := e.write(event("p", 1))
-			e.waitFor("the event to be parked", func() bool { return e.stats().Parked == 1 })
+			e.waitRunning(c, "the event to be parked", func() bool { return e.stats().Parked == 1 })
 			sink.FailKey("p", nil)
 			p2 := e.write(event("p", 2))
 			q1 := e.write(event("q", 1)) // committed after p2: once it is delivered, p2 was read
-			e.waitFor("the next key's event", func() bool { return sink.AllAcked(ids(q1)) })
+			e.waitRunning(c, "the next key's event", func() bool { return sink.AllAcked(ids(q1)) })
 			if err := c.stop(); err != nil {
 				e.fatalf("Run: %v", err)
 			}
 			c = e.runCDC(e.newCDC(nil, src, sink, nil), false)
 			p3 := e.write(event("p", 3))
 			q2 := e.write(event("q", 2))
-			e.waitFor("the next key's event after the restart", func() bool { return sink.AllAcked(ids(q2)) })
+			e.waitRunning(c, "the next key's event after the restart", func() bool { return sink.AllAcked(ids(q2)) })
 			for _, ev := range append(p2, p3...) {
 				if n := sink.Acks(ev.ID); n != 0 {
 					e.fatalf("event %s of the parked key was delivered %d times before the key was unparked", ev.ID, n)
