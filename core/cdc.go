@@ -493,12 +493,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		cause := restartCause(err)
 		r.stats.restarts.Add(1)
 		r.inst.streamRestarted(ctx, cause)
-		r.mu.Lock()
-		if r.logDown == nil {
-			r.logDownAt = time.Now()
-		}
-		r.logDown, r.phase = err, PhaseReconnecting
-		r.mu.Unlock()
+		r.logLost(err)
 		log.Warn("cdc_relay_stream_restart", "cause", cause, "error", err, "retry_in", delay,
 			"checkpoint", r.Stats().Checkpoint)
 		select {
@@ -551,13 +546,16 @@ func (r *CDCRelay) attempt(sctx, settleBase context.Context, id string, backfill
 	r.settle = r.newSettler(settleBase, id, log, func(err error) { fail(stopCause{settleError{err}}) })
 	var stream ChangeStream
 	defer func() {
-		r.settle.close() // with the stream still open: the settler confirms positions on it
-		if stream != nil {
-			_ = stream.Close()
-		}
 		var c stopCause
 		if err != nil && sctx.Err() == nil && errors.As(context.Cause(actx), &c) {
 			err = c.err // the settler's failure, not the cancellation it caused
+		}
+		if err != nil && sctx.Err() == nil && !errors.Is(err, errDrained) && !sessionEnding(err) {
+			r.logLost(err) // at once: closing the stream may take a while (its server is silent)
+		}
+		r.settle.close() // with the stream still open: the settler confirms positions on it
+		if stream != nil {
+			_ = stream.Close()
 		}
 	}()
 	stream, err = r.openStream(actx, id, backfillOnly, log)
@@ -570,6 +568,17 @@ func (r *CDCRelay) attempt(sctx, settleBase context.Context, id string, backfill
 	r.mu.Unlock()
 	streaming()
 	return r.stream(actx, id, stream, log)
+}
+
+// logLost records that the relay has no working change stream (why: err), for Health, Stats
+// and Lag, until a new stream opens.
+func (r *CDCRelay) logLost(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.logDown == nil {
+		r.logDownAt = time.Now()
+	}
+	r.logDown, r.phase = err, PhaseReconnecting
 }
 
 // settleError marks a failure of the settler (a mark or a checkpoint), for restartCause.
