@@ -443,9 +443,6 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	r.lanesWait = time.Since(waitStart)
 	r.mu.Unlock()
 	var wg sync.WaitGroup
-	if err := r.loadParkedKeys(sctx); err != nil {
-		return r.end(ctx, sctx, err)
-	}
 	defer func() {
 		cancel(nil)
 		wg.Wait()
@@ -558,6 +555,11 @@ func (r *CDCRelay) attempt(sctx, settleBase context.Context, id string, backfill
 			_ = stream.Close()
 		}
 	}()
+	// The keys parked in the database, every time: a key this relay decided to park, whose
+	// park was not recorded (the settle failed), must be sent again by the new stream.
+	if err := r.loadParkedKeys(actx); err != nil {
+		return err
+	}
 	stream, err = r.openStream(actx, id, backfillOnly, log)
 	if err != nil || backfillOnly {
 		return err
