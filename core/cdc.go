@@ -839,19 +839,32 @@ func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	var back []Lease
-	if len(renewed) < len(held) {
-		back, err = r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner,
-			Max: len(held) - len(renewed), TTL: r.o.LeaseTTL, Now: r.now()})
+	// A claim skips lanes another transaction has locked (the relay's own fetch or settle, a
+	// moment): five tries over about a third of LeaseTTL, before the lanes count as taken.
+	for try, wait := 0, r.o.LeaseTTL/50; len(renewed)+len(back) < len(held); try, wait = try+1, wait*2 {
+		if try == 5 {
+			log.Warn("cdc_relay_lanes_lost", "held", len(renewed)+len(back), "lanes", len(held))
+			return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: %d of %d lanes lost: %w", r.o.Owner, len(held)-len(renewed)-len(back), len(held), ErrClaimLost)}
+		}
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		got, err := r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner,
+			Max: len(held) - len(renewed) - len(back), TTL: r.o.LeaseTTL, Now: r.now()})
 		switch {
 		case errors.Is(err, ErrFenced):
 			return fenced(err)
 		case err != nil:
 			return err
-		case len(renewed)+len(back) < len(held):
-			log.Warn("cdc_relay_lanes_lost", "held", len(renewed)+len(back), "lanes", len(held))
-			return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: %d of %d lanes lost: %w", r.o.Owner, len(held)-len(renewed)-len(back), len(held), ErrClaimLost)}
 		}
-		r.inst.claimed(ctx, back)
+		r.inst.claimed(ctx, got)
+		back = append(back, got...)
+	}
+	if len(back) > 0 {
 		log.Warn("cdc_relay_lanes_reclaimed", "lanes", len(back), "note", "their leases expired before a renewal; no one else had claimed them")
 	}
 	m := map[int]Lease{}
