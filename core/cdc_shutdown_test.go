@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -143,17 +144,29 @@ func TestCDCRelayShutdownTimeoutIsHardStop(t *testing.T) {
 	require.Zero(t, r.Stats().Published, "the send was abandoned, not marked")
 }
 
-// failingSettle fails every Settle once fail is set.
+// failingSettle fails every Settle for which fails returns true.
 type failingSettle struct {
 	*memory.Store
-	fail atomic.Bool
+	fails func(core.SettleParams) bool
 }
 
 func (f *failingSettle) Settle(ctx context.Context, p core.SettleParams) error {
-	if f.fail.Load() {
+	if f.fails(p) {
 		return errors.New("database gone")
 	}
 	return f.Store.Settle(ctx, p)
+}
+
+// runStreaming runs r until cancel is called and waits until it streams; done receives Run's
+// result.
+func runStreaming(t *testing.T, r *core.CDCRelay) (cancel context.CancelFunc, done chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done = make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	return cancel, done
 }
 
 // A failed mark makes the CDC relay unhealthy at once, even when nothing more comes from the
@@ -164,18 +177,15 @@ func (f *failingSettle) Settle(ctx context.Context, p core.SettleParams) error {
 func TestCDCRelayRecoversWhenAMarkFails(t *testing.T) {
 	t.Parallel()
 	b := setupCDCStop(t, 0)
-	store := &failingSettle{Store: b.store}
+	var fail atomic.Bool
+	store := &failingSettle{Store: b.store, fails: func(core.SettleParams) bool { return fail.Load() }}
 	r, err := core.NewCDCRelay(store, b.store.ChangeSource(), b.sink, core.StaticRouter{Default: "x"},
 		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.ErrorIs(t, r.Health(), core.ErrNotRunning, "before Run")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	cancel, done := runStreaming(t, r)
 	require.NoError(t, r.Health())
-	store.fail.Store(true)
+	fail.Store(true)
 	writeOne(t, b.store, b.ob, "k")
 	waitFor(t, 10*time.Second, func() bool {
 		err := r.Health()
@@ -188,7 +198,7 @@ func TestCDCRelayRecoversWhenAMarkFails(t *testing.T) {
 		t.Fatalf("Run returned on a failed mark: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	store.fail.Store(false)
+	fail.Store(false)
 	waitFor(t, 30*time.Second, func() bool {
 		st, err := b.store.Stats(context.Background())
 		return err == nil && st.Pending == 0 && r.Health() == nil
@@ -242,21 +252,6 @@ func TestCDCRelayBackfillStoppedIsAnError(t *testing.T) {
 	}
 }
 
-// failFirstPark fails the first Settle that parks a record.
-type failFirstPark struct {
-	*memory.Store
-	failed atomic.Bool
-}
-
-func (f *failFirstPark) Settle(ctx context.Context, p core.SettleParams) error {
-	for _, fl := range p.Failed {
-		if fl.Park && f.failed.CompareAndSwap(false, true) {
-			return errors.New("database gone")
-		}
-	}
-	return f.Store.Settle(ctx, p)
-}
-
 // A park that the database did not record (its settle failed) is not forgotten by the stream
 // that replaces the failed one: the key's event is sent again and parked then, and later
 // events of the key stay unpublished. (The relay kept the key as parked in memory once, and
@@ -264,7 +259,10 @@ func (f *failFirstPark) Settle(ctx context.Context, p core.SettleParams) error {
 func TestCDCRelayParkIsRetriedAfterAFailedSettle(t *testing.T) {
 	t.Parallel()
 	b := setupCDCStop(t, 0)
-	store := &failFirstPark{Store: b.store}
+	var failed atomic.Bool // the first settle that parks a record fails
+	store := &failingSettle{Store: b.store, fails: func(p core.SettleParams) bool {
+		return slices.ContainsFunc(p.Failed, func(f core.Failure) bool { return f.Park }) && failed.CompareAndSwap(false, true)
+	}}
 	var sends atomic.Int64
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
 		out := make([]error, len(msgs))
@@ -279,17 +277,13 @@ func TestCDCRelayParkIsRetriedAfterAFailedSettle(t *testing.T) {
 	r, err := core.NewCDCRelay(store, b.store.ChangeSource(), sink, core.StaticRouter{Default: "x"},
 		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	cancel, done := runStreaming(t, r)
 	writeOne(t, b.store, b.ob, "p")
 	waitFor(t, 30*time.Second, func() bool {
 		st, err := b.store.Stats(context.Background())
 		return err == nil && st.Parked == 1
 	}, "the event is parked once the database records it")
-	require.True(t, store.failed.Load(), "the first park failed")
+	require.True(t, failed.Load(), "the first park failed")
 	require.GreaterOrEqual(t, sends.Load(), int64(2), "the event was sent again by the new stream")
 	require.Positive(t, r.Stats().Restarts)
 	cancel()

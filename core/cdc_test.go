@@ -336,11 +336,7 @@ func TestCDCRelayMarksOnlyAfterAwaitVisible(t *testing.T) {
 	r, err := core.NewCDCRelay(b.store, src, b.sink, core.StaticRouter{Default: "x"},
 		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	waitFor(t, 30*time.Second, func() bool { return r.Stats().Phase == core.PhaseStreaming }, "the relay streams")
+	cancel, done := runStreaming(t, r)
 	id := writeOne(t, b.store, b.ob, "k")
 	select {
 	case pos := <-src.asked:
