@@ -328,7 +328,7 @@ func receiveAll(t *testing.T, client *awssqs.Client, url string, want int) map[s
 // allowedLabels are the only metric attributes the daemon may export (bounded cardinality).
 var allowedLabels = map[string]bool{
 	"db_system_name": true, "db_collection_name": true, "outboxkit_mode": true,
-	"outboxkit_relay_kind": true, "outboxkit_outcome": true, "error_type": true,
+	"outboxkit_relay_kind": true, "outboxkit_outcome": true, "error_type": true, "outboxkit_cause": true,
 	"otel_scope_name": true, "otel_scope_version": true, "otel_scope_schema_url": true,
 	"job": true, "instance": true, "le": true, "service_name": true, "telemetry_sdk_language": true,
 	"telemetry_sdk_name": true, "telemetry_sdk_version": true,

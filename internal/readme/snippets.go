@@ -119,7 +119,7 @@ func cdcRelay(ctx context.Context, store *postgres.Store[pgx.Tx], sink core.Sink
 	if err != nil {
 		return err
 	}
-	return relay.Run(ctx) // nil when ctx ends; ErrFenced, *PositionLostError or *RetentionError otherwise
+	return relay.Run(ctx) // nil when ctx ends; ErrFenced, ErrClaimLost, *PositionLostError, *RetentionError otherwise
 	// readme:end
 }
 
