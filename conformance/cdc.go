@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // cdcOptions are the suite's fast CDC relay settings.
@@ -32,17 +33,17 @@ func (e *env[TTx]) waitCDC(c *cdcRun, what string) error {
 	return returned(e, c, what)
 }
 
-func (e *env[TTx]) cdcStore() core.CDCStore {
+func (e *env[TTx]) cdcStore() driver.CDCStore {
 	e.t.Helper()
-	cs, ok := e.a.(core.CDCStore)
+	cs, ok := e.a.(driver.CDCStore)
 	if !ok {
-		e.fatalf("Harness.CDC is set but the adapter does not implement core.CheckpointStore")
+		e.fatalf("Harness.CDC is set but the adapter does not implement driver.CheckpointStore")
 	}
 	return cs
 }
 
 // newCDC builds a CDC relay on src (store defaults to the adapter).
-func (e *env[TTx]) newCDC(store core.CDCStore, src core.ChangeSource, sink core.Sink, o *core.CDCOptions) *core.CDCRelay {
+func (e *env[TTx]) newCDC(store driver.CDCStore, src driver.ChangeSource, sink core.Sink, o *core.CDCOptions) *core.CDCRelay {
 	e.t.Helper()
 	if store == nil {
 		store = e.cdcStore()
@@ -98,7 +99,7 @@ func (e *env[TTx]) waitRunning(c *cdcRun, what string, cond func() bool) {
 	})
 }
 
-func (e *env[TTx]) source(name string) core.ChangeSource {
+func (e *env[TTx]) source(name string) driver.ChangeSource {
 	e.t.Helper()
 	src := e.h.CDC.Source(e.t, e.a, name)
 	if src == nil {
@@ -273,7 +274,7 @@ func cdcCases[TTx any]() []tcase[TTx] {
 			e.waitFor("the checkpoint of the last transaction", func() bool { return c.r.Stats().Checkpoint != "" && c.r.Stats().Published == uint64(len(all)) })
 			id, err := src.Identity(e.ctx)
 			e.must(err, "Identity")
-			var cp core.Checkpoint
+			var cp driver.Checkpoint
 			e.waitFor("the saved checkpoint", func() bool {
 				var ok bool
 				cp, ok, err = e.cdcStore().LoadCheckpoint(e.ctx)
@@ -555,7 +556,7 @@ func cdcCases[TTx any]() []tcase[TTx] {
 			if err := c.stop(); err != nil {
 				e.fatalf("Run: %v", err)
 			}
-			if _, ok := src.(core.LogReleaser); !ok {
+			if _, ok := src.(driver.LogReleaser); !ok {
 				return
 			}
 			// ReleaseOverCap: the relay stops with the *RetentionError and releases the log

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
@@ -27,7 +28,7 @@ func (e *env[TTx]) writeNumbered(n int) map[string]int64 {
 	}
 	e.write(evs...)
 	seq := map[string]int64{}
-	for _, r := range e.list(core.StateAll) {
+	for _, r := range e.list(driver.StateAll) {
 		seq[r.ID] = r.Seq
 	}
 	return seq
@@ -45,7 +46,7 @@ func (e *env[TTx]) cleanup(now time.Time, o core.CleanupOptions) int {
 func (e *env[TTx]) remaining() []string {
 	e.t.Helper()
 	var out []string
-	for _, r := range e.list(core.StateAll) {
+	for _, r := range e.list(driver.StateAll) {
 		out = append(out, r.ID)
 	}
 	return out
@@ -63,25 +64,25 @@ func (e *env[TTx]) expectRemaining(what string, want ...string) {
 func testCleanupRetention[TTx any](e *env[TTx]) {
 	seq := e.writeNumbered(10)
 	ls := e.claim("w", 1, 24*time.Hour, t0)
-	settle := func(now time.Time, p core.SettleParams) {
+	settle := func(now time.Time, p driver.SettleParams) {
 		e.t.Helper()
 		p.Leases, p.Now = ls, now
 		e.must(e.a.Settle(e.ctx, p), "Settle")
 	}
-	settle(t0, core.SettleParams{Published: []int64{seq["e1"], seq["e2"], seq["e3"], seq["e5"], seq["e6"]},
-		Failed: []core.Failure{{Seq: seq["e8"], Error: "x", Park: true}, {Seq: seq["e9"], Error: "y", Delay: time.Hour}}})
-	settle(t0.Add(2*time.Hour), core.SettleParams{Published: []int64{seq["e7"]}})
+	settle(t0, driver.SettleParams{Published: []int64{seq["e1"], seq["e2"], seq["e3"], seq["e5"], seq["e6"]},
+		Failed: []driver.Failure{{Seq: seq["e8"], Error: "x", Park: true}, {Seq: seq["e9"], Error: "y", Delay: time.Hour}}})
+	settle(t0.Add(2*time.Hour), driver.SettleParams{Published: []int64{seq["e7"]}})
 	opts := core.CleanupOptions{Retention: time.Hour, BatchSize: 100}
 	if n := e.cleanup(t0.Add(150*time.Minute), opts); n != 3 {
 		e.fatalf("first cleanup deleted %d rows, want 3 (e1-e3, below the unpublished e4)", n)
 	}
 	e.expectRemaining("first cleanup", "e4", "e5", "e6", "e7", "e8", "e9", "e10")
-	settle(t0.Add(time.Hour), core.SettleParams{Published: []int64{seq["e4"]}})
+	settle(t0.Add(time.Hour), driver.SettleParams{Published: []int64{seq["e4"]}})
 	if n := e.cleanup(t0.Add(150*time.Minute), opts); n != 3 {
 		e.fatalf("second cleanup deleted %d rows, want 3 (e4-e6; e7 is within the retention, e8 is parked)", n)
 	}
 	e.expectRemaining("second cleanup", "e7", "e8", "e9", "e10")
-	settle(t0, core.SettleParams{Published: []int64{seq["e10"]}})
+	settle(t0, driver.SettleParams{Published: []int64{seq["e10"]}})
 	if n := e.cleanup(t0.Add(10*time.Hour), opts); n != 1 {
 		e.fatalf("third cleanup deleted %d rows, want 1 (e7; e10 is above the parked e8)", n)
 	}
@@ -103,19 +104,19 @@ func testCleanupBelowSeq[TTx any](e *env[TTx]) {
 }
 
 // testCleanupBatches: a batch size smaller than the eligible rows still deletes them all; a
-// List without a Limit returns core.DefaultListLimit records.
+// List without a Limit returns driver.DefaultListLimit records.
 func testCleanupBatches[TTx any](e *env[TTx]) {
 	e.writePublished(250)
-	page, err := e.a.List(e.ctx, core.ListParams{State: core.StatePublished})
+	page, err := e.a.List(e.ctx, driver.ListParams{State: driver.StatePublished})
 	e.must(err, "Admin.List")
-	if len(page) != core.DefaultListLimit {
-		e.fatalf("List without a Limit returned %d records, want core.DefaultListLimit (%d)", len(page), core.DefaultListLimit)
+	if len(page) != driver.DefaultListLimit {
+		e.fatalf("List without a Limit returned %d records, want driver.DefaultListLimit (%d)", len(page), driver.DefaultListLimit)
 	}
 	if n := e.cleanup(t0.Add(2*time.Hour), core.CleanupOptions{Retention: time.Hour, BatchSize: 40}); n != 250 {
 		e.fatalf("cleanup in batches of 40 deleted %d rows, want 250", n)
 	}
 	e.expectRemaining("batched cleanup")
-	if st := e.stats(); st != (core.Stats{}) {
+	if st := e.stats(); st != (driver.Stats{}) {
 		e.fatalf("Stats after cleanup = %+v, want zero", st)
 	}
 }
@@ -129,6 +130,6 @@ func (e *env[TTx]) writePublished(n int) map[string]int64 {
 	for _, s := range seq {
 		all = append(all, s)
 	}
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: ls, Published: all, Now: t0}), "Settle")
+	e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: ls, Published: all, Now: t0}), "Settle")
 	return seq
 }

@@ -31,27 +31,26 @@ package conformance
 
 import (
 	"context"
+	"github.com/outboxkit/outbox/core/driver"
 	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 // Adapter is everything the suite drives: the writer, relay, inbox, cleanup and admin
 // contracts of package core.
 type Adapter[TTx any] interface {
-	core.OutboxStore[TTx]
-	core.RelayStore
-	core.InboxStore[TTx]
-	core.Pruner
-	core.Admin
+	driver.OutboxStore[TTx]
+	driver.RelayStore
+	driver.InboxStore[TTx]
+	driver.Pruner
+	driver.Admin
 }
 
 // Harness builds fresh fixtures for each subtest. Optional capabilities are found by type
-// assertion on the adapter and tested when present: core.Notifier and core.Waker (wake-ups),
-// core.Operator (the operator area), core.LaneResizer (the lanes area's resize cases),
-// core.CheckpointStore (publisher/checkpoint-fenced; required with CDC) and
+// assertion on the adapter and tested when present: driver.Notifier and driver.Waker (wake-ups),
+// driver.Operator (the operator area), driver.LaneResizer (the lanes area's resize cases),
+// driver.CheckpointStore (publisher/checkpoint-fenced; required with CDC) and
 // reconcile.InboxReader (chain/reconcile's inbox findings). Run's doc says what each case does
 // without them.
 type Harness[TTx any] struct {
@@ -77,7 +76,7 @@ type Harness[TTx any] struct {
 	Logger *slog.Logger
 	// CDC, when set, also runs the "cdc" area: core.CDCRelay on the adapter's own change log
 	// (delivery in commit order, crash points, lost positions and Backfill, cutover between
-	// polling and CDC, shadow mode). The adapter must then implement core.CheckpointStore.
+	// polling and CDC, shadow mode). The adapter must then implement driver.CheckpointStore.
 	CDC *CDCHarness[TTx]
 }
 
@@ -87,10 +86,10 @@ type CDCHarness[TTx any] struct {
 	// subtest). name is unique within the subtest: two sources of one outbox with different
 	// names must not share server-side state (a PostgreSQL replication slot), so that a shadow
 	// relay can read beside the active one. Release resources with t.Cleanup. Required.
-	Source func(t *testing.T, a Adapter[TTx], name string) core.ChangeSource
+	Source func(t *testing.T, a Adapter[TTx], name string) driver.ChangeSource
 	// LosePosition makes the position the relay last checkpointed unavailable while no relay
 	// runs, as an operator or the server would: purge the binary logs, drop the slot. Required.
-	LosePosition func(t *testing.T, a Adapter[TTx], src core.ChangeSource)
+	LosePosition func(t *testing.T, a Adapter[TTx], src driver.ChangeSource)
 	// Serial runs the area's cases one after another instead of in parallel (when LosePosition
 	// acts on the whole server, as PURGE BINARY LOGS does).
 	Serial bool

@@ -3,9 +3,8 @@ package conformance
 import (
 	"context"
 	"errors"
+	"github.com/outboxkit/outbox/core/driver"
 	"sync/atomic"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 // ErrCrashed is what every call of a CrashStore returns after Crash.
@@ -15,11 +14,11 @@ var ErrCrashed = errors.New("conformance: relay process crashed")
 // the wrapped store until Crash, and from then on fails every call with ErrCrashed, as if the
 // process had died between two statements. The dead relay neither marks, nor releases its
 // leases, nor deregisters, nor saves a checkpoint; its leases expire and other relays take over.
-// It implements core.CDCStore (the checkpoint calls need a wrapped core.CheckpointStore) and
-// core.Waker (forwarded when the wrapped store has it), and hides the other capabilities.
+// It implements driver.CDCStore (the checkpoint calls need a wrapped driver.CheckpointStore) and
+// driver.Waker (forwarded when the wrapped store has it), and hides the other capabilities.
 // The suite's crash tests, the demo's chaos and the SQS deployment test use it.
 type CrashStore struct {
-	inner   core.RelayStore
+	inner   driver.RelayStore
 	crashed atomic.Bool
 	// AfterCheckpoint, when set, is called after each checkpoint the wrapped store saved: a
 	// test that crashes the process right after a checkpoint calls Crash there.
@@ -27,7 +26,7 @@ type CrashStore struct {
 }
 
 // NewCrashStore returns a CrashStore around inner.
-func NewCrashStore(inner core.RelayStore) *CrashStore { return &CrashStore{inner: inner} }
+func NewCrashStore(inner driver.RelayStore) *CrashStore { return &CrashStore{inner: inner} }
 
 // Crash makes every later call fail with ErrCrashed.
 func (c *CrashStore) Crash() { c.crashed.Store(true) }
@@ -37,8 +36,8 @@ func (c *CrashStore) Crashed() bool { return c.crashed.Load() }
 
 // Interface checks.
 var (
-	_ core.CDCStore = (*CrashStore)(nil)
-	_ core.Waker    = (*CrashStore)(nil)
+	_ driver.CDCStore = (*CrashStore)(nil)
+	_ driver.Waker    = (*CrashStore)(nil)
 )
 
 // call runs fn unless the process crashed.
@@ -50,65 +49,65 @@ func call[T any](c *CrashStore, fn func() (T, error)) (T, error) {
 	return fn()
 }
 
-// LaneCount implements core.RelayStore.
+// LaneCount implements driver.RelayStore.
 func (c *CrashStore) LaneCount(ctx context.Context) (int, error) {
 	return call(c, func() (int, error) { return c.inner.LaneCount(ctx) })
 }
 
-// AcquireGeneration implements core.RelayStore.
-func (c *CrashStore) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
-	return call(c, func() (core.Publisher, error) { return c.inner.AcquireGeneration(ctx, p) })
+// AcquireGeneration implements driver.RelayStore.
+func (c *CrashStore) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (driver.Publisher, error) {
+	return call(c, func() (driver.Publisher, error) { return c.inner.AcquireGeneration(ctx, p) })
 }
 
-// Heartbeat implements core.RelayStore.
-func (c *CrashStore) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+// Heartbeat implements driver.RelayStore.
+func (c *CrashStore) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	return call(c, func() (int, error) { return c.inner.Heartbeat(ctx, p) })
 }
 
-// ClaimLanes implements core.RelayStore.
-func (c *CrashStore) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
-	return call(c, func() ([]core.Lease, error) { return c.inner.ClaimLanes(ctx, p) })
+// ClaimLanes implements driver.RelayStore.
+func (c *CrashStore) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
+	return call(c, func() ([]driver.Lease, error) { return c.inner.ClaimLanes(ctx, p) })
 }
 
-// RenewLanes implements core.RelayStore.
-func (c *CrashStore) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
-	return call(c, func() ([]core.Lease, error) { return c.inner.RenewLanes(ctx, p) })
+// RenewLanes implements driver.RelayStore.
+func (c *CrashStore) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
+	return call(c, func() ([]driver.Lease, error) { return c.inner.RenewLanes(ctx, p) })
 }
 
-// ReleaseLanes implements core.RelayStore.
-func (c *CrashStore) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+// ReleaseLanes implements driver.RelayStore.
+func (c *CrashStore) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	_, err := call(c, func() (struct{}, error) { return struct{}{}, c.inner.ReleaseLanes(ctx, leases) })
 	return err
 }
 
-// Fetch implements core.RelayStore.
-func (c *CrashStore) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
-	return call(c, func() ([]core.Record, error) { return c.inner.Fetch(ctx, p) })
+// Fetch implements driver.RelayStore.
+func (c *CrashStore) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
+	return call(c, func() ([]driver.Record, error) { return c.inner.Fetch(ctx, p) })
 }
 
-// Settle implements core.RelayStore.
-func (c *CrashStore) Settle(ctx context.Context, p core.SettleParams) error {
+// Settle implements driver.RelayStore.
+func (c *CrashStore) Settle(ctx context.Context, p driver.SettleParams) error {
 	_, err := call(c, func() (struct{}, error) { return struct{}{}, c.inner.Settle(ctx, p) })
 	return err
 }
 
 var errNoCheckpoints = errors.New("conformance: the wrapped store has no checkpoint")
 
-// LoadCheckpoint implements core.CheckpointStore.
-func (c *CrashStore) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool, error) {
-	cs, ok := c.inner.(core.CheckpointStore)
+// LoadCheckpoint implements driver.CheckpointStore.
+func (c *CrashStore) LoadCheckpoint(ctx context.Context) (driver.Checkpoint, bool, error) {
+	cs, ok := c.inner.(driver.CheckpointStore)
 	if !ok {
-		return core.Checkpoint{}, false, errNoCheckpoints
+		return driver.Checkpoint{}, false, errNoCheckpoints
 	}
 	if c.crashed.Load() {
-		return core.Checkpoint{}, false, ErrCrashed
+		return driver.Checkpoint{}, false, ErrCrashed
 	}
 	return cs.LoadCheckpoint(ctx)
 }
 
-// SaveCheckpoint implements core.CheckpointStore; AfterCheckpoint runs after a successful save.
-func (c *CrashStore) SaveCheckpoint(ctx context.Context, cp core.Checkpoint) error {
-	cs, ok := c.inner.(core.CheckpointStore)
+// SaveCheckpoint implements driver.CheckpointStore; AfterCheckpoint runs after a successful save.
+func (c *CrashStore) SaveCheckpoint(ctx context.Context, cp driver.Checkpoint) error {
+	cs, ok := c.inner.(driver.CheckpointStore)
 	if !ok {
 		return errNoCheckpoints
 	}
@@ -119,9 +118,9 @@ func (c *CrashStore) SaveCheckpoint(ctx context.Context, cp core.Checkpoint) err
 	return err
 }
 
-// Wakeups implements core.Waker when the wrapped store does.
+// Wakeups implements driver.Waker when the wrapped store does.
 func (c *CrashStore) Wakeups(ctx context.Context) (<-chan struct{}, error) {
-	w, ok := c.inner.(core.Waker)
+	w, ok := c.inner.(driver.Waker)
 	if !ok {
 		return nil, errors.New("conformance: the wrapped store has no wake-ups")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func deliveryCases[TTx any]() []tcase[TTx] {
@@ -128,7 +129,7 @@ func testDeliveryParallel[TTx any](e *env[TTx]) {
 	e.waitSettled()
 	// Seq order is write order within each key.
 	seqOf := map[string]int64{}
-	for _, r := range e.list(core.StateAll) {
+	for _, r := range e.list(driver.StateAll) {
 		seqOf[r.ID] = r.Seq
 	}
 	for key, list := range want {
@@ -193,7 +194,7 @@ func testDeliveryRolledBack[TTx any](e *env[TTx]) {
 		}
 	}
 	e.checkOrder(sink, want)
-	if recs := e.list(core.StateAll); len(recs) != len(committed) {
+	if recs := e.list(driver.StateAll); len(recs) != len(committed) {
 		e.fatalf("%d records stored, want the %d committed ones", len(recs), len(committed))
 	}
 }
@@ -261,7 +262,7 @@ func testDeliveryDelete[TTx any](e *env[TTx]) {
 	e.startRelay(e.a, sink, o)
 	e.waitFor("all 100 events to be delivered", func() bool { return sink.AllAcked(all) })
 	e.checkOrder(sink, want)
-	e.waitFor("every delivered row to be deleted", func() bool { return len(e.list(core.StateAll)) == 0 })
+	e.waitFor("every delivered row to be deleted", func() bool { return len(e.list(driver.StateAll)) == 0 })
 	if st := e.stats(); st.Pending != 0 || st.Published != 0 || st.Parked != 0 {
 		e.fatalf("after delete-on-publish Stats = %+v, want all zero", st)
 	}
@@ -272,10 +273,10 @@ func testDeliveryDelete[TTx any](e *env[TTx]) {
 // checked against the base behaviour instead (fstest.TestFS style): Notify is a no-op that
 // returns nil, and a relay still delivers by polling.
 func testDeliveryWakeup[TTx any](e *env[TTx]) {
-	_, waker := any(e.a).(core.Waker)
-	_, notifier := any(e.a).(core.Notifier)
+	_, waker := any(e.a).(driver.Waker)
+	_, notifier := any(e.a).(driver.Notifier)
 	if !waker || !notifier {
-		e.t.Log("the adapter does not implement core.Waker and core.Notifier (optional): checking delivery by polling instead")
+		e.t.Log("the adapter does not implement driver.Waker and driver.Notifier (optional): checking delivery by polling instead")
 		testDeliveryPollOnly(e)
 		return
 	}

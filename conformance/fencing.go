@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func fencingCases[TTx any]() []tcase[TTx] {
@@ -22,9 +23,9 @@ func fencingCases[TTx any]() []tcase[TTx] {
 
 // lostLanes checks that err is a claim loss naming exactly lanes.
 func lostLanes(err error, lanes ...int) error {
-	var lost *core.LanesLostError
+	var lost *driver.LanesLostError
 	if !errors.Is(err, core.ErrClaimLost) || !errors.As(err, &lost) {
-		return fmt.Errorf("got %v, want a *core.LanesLostError (errors.Is ErrClaimLost) naming lanes %v", err, lanes)
+		return fmt.Errorf("got %v, want a *driver.LanesLostError (errors.Is ErrClaimLost) naming lanes %v", err, lanes)
 	}
 	got := slices.Clone(lost.Lanes)
 	slices.Sort(got)
@@ -35,7 +36,7 @@ func lostLanes(err error, lanes ...int) error {
 }
 
 // unchanged fails when any record differs in its bookkeeping from before.
-func (e *env[TTx]) unchanged(before map[string]core.Record, what string) {
+func (e *env[TTx]) unchanged(before map[string]driver.Record, what string) {
 	e.t.Helper()
 	after := e.byID()
 	if len(after) != len(before) {
@@ -59,16 +60,16 @@ func testFencingStale[TTx any](e *env[TTx]) {
 	if len(a) != 2 {
 		e.fatalf("claimed %d lanes, want 2", len(a))
 	}
-	recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: a, Limit: 100, Now: t0})
+	recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: a, Limit: 100, Now: t0})
 	e.must(err, "Fetch")
 	if len(recs) != 5 {
 		e.fatalf("Fetch returned %d records, want 5", len(recs))
 	}
 	var seqs, lane0 []int64
-	var fails []core.Failure
+	var fails []driver.Failure
 	for _, r := range recs {
 		seqs = append(seqs, r.Seq)
-		fails = append(fails, core.Failure{Seq: r.Seq, Lane: r.Lane, Error: "boom", Delay: time.Second, Park: r.Seq%2 == 0})
+		fails = append(fails, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "boom", Delay: time.Second, Park: r.Seq%2 == 0})
 		if r.Lane == 0 {
 			lane0 = append(lane0, r.Seq)
 		}
@@ -82,10 +83,10 @@ func testFencingStale[TTx any](e *env[TTx]) {
 	if fmt.Sprint(sortedLanes(b)) != "[1]" {
 		e.fatalf("takeover claimed lanes %v, want [1]", sortedLanes(b))
 	}
-	stale := []core.Lease{kept[0], a[1]}
+	stale := []driver.Lease{kept[0], a[1]}
 	before := e.byID()
 	now := t0.Add(12 * time.Second)
-	for _, p := range []core.SettleParams{
+	for _, p := range []driver.SettleParams{
 		{Leases: stale, Published: seqs, Now: now},
 		{Leases: stale, Published: seqs, Delete: true, Now: now},
 		{Leases: stale, Failed: fails, Now: now},
@@ -99,7 +100,7 @@ func testFencingStale[TTx any](e *env[TTx]) {
 		e.unchanged(before, "a refused Settle")
 	}
 	// The held lane alone settles; records of the other lane are not its to change.
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: kept, Published: seqs, Now: now}), "Settle with the held lease")
+	e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: kept, Published: seqs, Now: now}), "Settle with the held lease")
 	for id, r := range e.byID() {
 		isLane0 := slices.Contains(lane0, r.Seq)
 		switch {
@@ -116,7 +117,7 @@ func testFencingStale[TTx any](e *env[TTx]) {
 func testFencingExpired[TTx any](e *env[TTx]) {
 	e.write(event("x", 1), event("x", 2))
 	a := e.claim("a", 1, 10*time.Second, t0)
-	recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: a, Limit: 10, Now: t0})
+	recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: a, Limit: 10, Now: t0})
 	e.must(err, "Fetch")
 	if len(recs) != 2 {
 		e.fatalf("Fetch returned %d records, want 2", len(recs))
@@ -124,19 +125,19 @@ func testFencingExpired[TTx any](e *env[TTx]) {
 	before := e.byID()
 	for _, at := range []time.Duration{10 * time.Second, 10*time.Second + time.Microsecond, time.Hour} {
 		now := t0.Add(at)
-		err := e.a.Settle(e.ctx, core.SettleParams{Leases: a, Published: []int64{recs[0].Seq}, Now: now})
+		err := e.a.Settle(e.ctx, driver.SettleParams{Leases: a, Published: []int64{recs[0].Seq}, Now: now})
 		if err := lostLanes(err, 0); err != nil {
 			e.fatalf("Settle at t0+%v with a lease until t0+10s: %v", at, err)
 		}
-		err = e.a.Settle(e.ctx, core.SettleParams{Leases: a, Failed: []core.Failure{{Seq: recs[1].Seq, Lane: 0, Error: "x", Delay: time.Second}}, Now: now})
+		err = e.a.Settle(e.ctx, driver.SettleParams{Leases: a, Failed: []driver.Failure{{Seq: recs[1].Seq, Lane: 0, Error: "x", Delay: time.Second}}, Now: now})
 		if err := lostLanes(err, 0); err != nil {
 			e.fatalf("Settle of a failure at t0+%v with a lease until t0+10s: %v", at, err)
 		}
 		e.unchanged(before, "a Settle with an expired lease")
 	}
 	now := t0.Add(5 * time.Second)
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: a, Published: []int64{recs[0].Seq},
-		Failed: []core.Failure{{Seq: recs[1].Seq, Lane: 0, Error: "x", Delay: time.Second}}, Now: now}), "Settle within the lease")
+	e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: a, Published: []int64{recs[0].Seq},
+		Failed: []driver.Failure{{Seq: recs[1].Seq, Lane: 0, Error: "x", Delay: time.Second}}, Now: now}), "Settle within the lease")
 	after := e.byID()
 	if p := after[recs[0].ID].PublishedAt; !p.Equal(now) {
 		e.fatalf("PublishedAt %v, want %v", p, now)
@@ -164,7 +165,7 @@ func testFencingRace[TTx any](e *env[TTx]) {
 	keys := make([][]string, L) // lane -> one key per round
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("race-%d", i)
-		l := core.LaneOf(k, L)
+		l := driver.LaneOf(k, L)
 		if len(keys[l]) < rounds {
 			keys[l] = append(keys[l], k)
 		}
@@ -185,13 +186,13 @@ func testFencingRace[TTx any](e *env[TTx]) {
 			evs[lane] = event(keys[lane][round], round)
 		}
 		e.write(evs...)
-		page, err := e.a.List(e.ctx, core.ListParams{AfterSeq: lastSeq, Limit: L + 1})
+		page, err := e.a.List(e.ctx, driver.ListParams{AfterSeq: lastSeq, Limit: L + 1})
 		e.must(err, "List")
 		if len(page) != L {
 			e.fatalf("round %d: listed %d new records, want %d", round, len(page), L)
 		}
 		lastSeq = page[len(page)-1].Seq
-		rowOf := make([]core.Record, L)
+		rowOf := make([]driver.Record, L)
 		for _, r := range page {
 			rowOf[r.Lane] = r
 		}
@@ -203,7 +204,7 @@ func testFencingRace[TTx any](e *env[TTx]) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		start := make(chan struct{})
-		newLeases := []core.Lease{}
+		newLeases := []driver.Lease{}
 		var claimErrs []error
 		var racers []func()
 		for i := range L {
@@ -211,11 +212,11 @@ func testFencingRace[TTx any](e *env[TTx]) {
 			row := rowOf[lease.Lane]
 			publish := i%2 == 0
 			racers = append(racers, func() {
-				p := core.SettleParams{Leases: []core.Lease{lease}, Now: tr.Add(5 * time.Second)}
+				p := driver.SettleParams{Leases: []driver.Lease{lease}, Now: tr.Add(5 * time.Second)}
 				if publish {
 					p.Published = []int64{row.Seq}
 				} else {
-					p.Failed = []core.Failure{{Seq: row.Seq, Lane: row.Lane, Error: "race", Delay: 0}}
+					p.Failed = []driver.Failure{{Seq: row.Seq, Lane: row.Lane, Error: "race", Delay: 0}}
 				}
 				err := e.a.Settle(e.ctx, p)
 				mu.Lock()
@@ -225,7 +226,7 @@ func testFencingRace[TTx any](e *env[TTx]) {
 			owner := fmt.Sprintf("new-%d", i)
 			racers = append(racers, func() {
 				now := tr.Add(11 * time.Second)
-				ls, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Owner: owner, Max: 1, TTL: 10 * time.Second, Now: now})
+				ls, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Owner: owner, Max: 1, TTL: 10 * time.Second, Now: now})
 				if err != nil {
 					mu.Lock()
 					claimErrs = append(claimErrs, err)
@@ -235,7 +236,7 @@ func testFencingRace[TTx any](e *env[TTx]) {
 				if len(ls) == 0 {
 					return
 				}
-				recs, ferr := e.a.Fetch(e.ctx, core.FetchParams{Leases: ls, Limit: 10, Now: now})
+				recs, ferr := e.a.Fetch(e.ctx, driver.FetchParams{Leases: ls, Limit: 10, Now: now})
 				mu.Lock()
 				defer mu.Unlock()
 				newLeases = append(newLeases, ls...)
@@ -268,7 +269,7 @@ func testFencingRace[TTx any](e *env[TTx]) {
 		after := e.byID()
 		for lane, r := range res {
 			row := after[rowOf[lane].ID]
-			publish := slices.IndexFunc(a, func(l core.Lease) bool { return l.Lane == lane })%2 == 0
+			publish := slices.IndexFunc(a, func(l driver.Lease) bool { return l.Lane == lane })%2 == 0
 			changed := !row.PublishedAt.IsZero() || row.Attempts != 0
 			switch {
 			case r.fetchErr != nil:
@@ -300,6 +301,6 @@ func testFencingRace[TTx any](e *env[TTx]) {
 				pub = append(pub, row.Seq)
 			}
 		}
-		e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: newLeases, Published: pub, Now: tr.Add(12 * time.Second)}), "the new owners' Settle")
+		e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: newLeases, Published: pub, Now: tr.Add(12 * time.Second)}), "the new owners' Settle")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
@@ -72,7 +73,7 @@ func testChainHandlerEmits[TTx any](e *env[TTx]) {
 	}
 	e.expectEffect("eff", 1)
 	e.expectOutbox("after the commit", outIDs("order-1"), true)
-	for _, r := range e.list(core.StateAll) {
+	for _, r := range e.list(driver.StateAll) {
 		if r.CausationID != "order-1" || r.AggregateID != "order-1" {
 			e.fatalf("event %s: causation %q aggregate %q, want both order-1", r.ID, r.CausationID, r.AggregateID)
 		}
@@ -83,7 +84,7 @@ func testChainHandlerEmits[TTx any](e *env[TTx]) {
 	if res.Outcome != core.Duplicate || f.calls.Load() != 1 {
 		e.fatalf("redelivery: %v after %d handler calls, want duplicate after 1", res.Outcome, f.calls.Load())
 	}
-	if n := len(e.list(core.StateAll)); n != 2 {
+	if n := len(e.list(driver.StateAll)); n != 2 {
 		e.fatalf("%d events in the outbox after the redelivery, want 2", n)
 	}
 	// The emitted events are published like any other.
@@ -114,7 +115,7 @@ func testChainHandlerEmitsRollback[TTx any](e *env[TTx]) {
 	}
 	e.expectEffect("eff", 0)
 	e.expectOutbox("after the write failed", []string{"order-2-out-0"}, false)
-	if n := len(e.list(core.StateAll)); n != 1 {
+	if n := len(e.list(driver.StateAll)); n != 1 {
 		e.fatalf("%d events in the outbox, want only the one written before", n)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func inboxCases[TTx any]() []tcase[TTx] {
@@ -38,7 +39,7 @@ type inboxFixture[TTx any] struct {
 
 func (e *env[TTx]) inbox(o *core.InboxOptions) *inboxFixture[TTx] {
 	e.t.Helper()
-	in, err := core.NewInbox(core.InboxStore[TTx](e.a), o)
+	in, err := core.NewInbox(driver.InboxStore[TTx](e.a), o)
 	e.must(err, "NewInbox")
 	return &inboxFixture[TTx]{e: e, in: in}
 }
@@ -270,7 +271,7 @@ func testInboxConsumers[TTx any](e *env[TTx]) {
 	e.expectEffect("eff-b", 1)
 }
 
-// testInboxHorizonAfterInsert: the retention rule without a lock (core.InboxStore.Horizon and
+// testInboxHorizonAfterInsert: the retention rule without a lock (driver.InboxStore.Horizon and
 // PruneInbox). A transaction that began before a PruneInbox (it took a version lock first, as
 // Process does) and whose InsertRecord inserts an old record's key again, because the prune
 // deleted it, must read the raised horizon afterwards, so Process refuses the old message
@@ -300,7 +301,7 @@ func testInboxHorizonAfterInsert[TTx any](e *env[TTx]) {
 				pruned <- err
 			case <-time.After(100 * time.Millisecond):
 			}
-			_, inserted, err := e.a.InsertRecord(ctx, tx, core.InboxRecord{Consumer: consumer, EventID: "m",
+			_, inserted, err := e.a.InsertRecord(ctx, tx, driver.InboxRecord{Consumer: consumer, EventID: "m",
 				Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: i0})
 			if err != nil {
 				return err
@@ -476,16 +477,16 @@ func testInboxSet[TTx any](e *env[TTx]) {
 
 // messageByMessage hides an adapter's InboxBatchStore methods: ProcessBatch on it makes one
 // InboxStore call per message.
-type messageByMessage[TTx any] struct{ core.InboxStore[TTx] }
+type messageByMessage[TTx any] struct{ driver.InboxStore[TTx] }
 
 // testInboxBatchOutcomes: ProcessBatch gives the outcomes Process would give one message after
-// another, through the adapter's core.InboxBatchStore when it has one and through its
+// another, through the adapter's driver.InboxBatchStore when it has one and through its
 // InboxStore methods alone: redeliveries of recorded
 // events among new versions of their entity, a second delivery within the batch, stale
 // versions, a gap (GapReject refuses the whole batch), and an event first recorded without a
 // version and redelivered with one.
 func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
-	stores := map[string]core.InboxStore[TTx]{"adapter": core.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}}
+	stores := map[string]driver.InboxStore[TTx]{"adapter": driver.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}}
 	for _, name := range []string{"adapter", "message-by-message"} {
 		c := "cb-" + name
 		in, err := core.NewInbox(stores[name], nil)

@@ -2,11 +2,10 @@ package conformance
 
 import (
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"math/rand/v2"
 	"sync"
 	"time"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 func laneCases[TTx any]() []tcase[TTx] {
@@ -24,9 +23,9 @@ func laneCases[TTx any]() []tcase[TTx] {
 	return append(cases, resizeCases[TTx]()...)
 }
 
-func (e *env[TTx]) claim(owner string, max int, ttl time.Duration, now time.Time) []core.Lease {
+func (e *env[TTx]) claim(owner string, max int, ttl time.Duration, now time.Time) []driver.Lease {
 	e.t.Helper()
-	ls, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Owner: owner, Max: max, TTL: ttl, Now: now})
+	ls, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Owner: owner, Max: max, TTL: ttl, Now: now})
 	e.must(err, "ClaimLanes")
 	for _, l := range ls {
 		if l.Owner != owner || l.Lane < 0 || l.Lane >= e.lanes {
@@ -42,9 +41,9 @@ func (e *env[TTx]) claim(owner string, max int, ttl time.Duration, now time.Time
 	return ls
 }
 
-func (e *env[TTx]) renew(ls []core.Lease, ttl time.Duration, now time.Time) []core.Lease {
+func (e *env[TTx]) renew(ls []driver.Lease, ttl time.Duration, now time.Time) []driver.Lease {
 	e.t.Helper()
-	out, err := e.a.RenewLanes(e.ctx, core.RenewParams{Leases: ls, TTL: ttl, Now: now})
+	out, err := e.a.RenewLanes(e.ctx, driver.RenewParams{Leases: ls, TTL: ttl, Now: now})
 	e.must(err, "RenewLanes")
 	return out
 }
@@ -59,7 +58,7 @@ func testLanesExclusive[TTx any](e *env[TTx]) {
 		var (
 			mu  sync.Mutex
 			got = map[int][]string{}
-			all []core.Lease
+			all []driver.Lease
 			wg  sync.WaitGroup
 		)
 		start := make(chan struct{})
@@ -69,7 +68,7 @@ func testLanesExclusive[TTx any](e *env[TTx]) {
 			max := 1 + rand.IntN(e.lanes)
 			wg.Go(func() {
 				<-start
-				ls, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Owner: owner, Max: max, TTL: time.Minute, Now: now})
+				ls, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Owner: owner, Max: max, TTL: time.Minute, Now: now})
 				if err != nil {
 					errs <- err
 					return
@@ -186,7 +185,7 @@ func testLanesExpiry[TTx any](e *env[TTx]) {
 // testLanesTakenOver: ClaimLanes marks TakenOver exactly the leases of lanes that still had an
 // owner (expired), not those of free lanes (never claimed, or released).
 func testLanesTakenOver[TTx any](e *env[TTx]) {
-	check := func(step string, ls []core.Lease, want map[int]bool) {
+	check := func(step string, ls []driver.Lease, want map[int]bool) {
 		e.t.Helper()
 		got := map[int]bool{}
 		for _, l := range ls {
@@ -198,13 +197,13 @@ func testLanesTakenOver[TTx any](e *env[TTx]) {
 	}
 	a := e.claim("a", 3, time.Minute, t0)
 	check("fresh lanes", a, map[int]bool{0: false, 1: false, 2: false})
-	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{a[0]}), "ReleaseLanes")
+	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{a[0]}), "ReleaseLanes")
 	b := e.claim("b", 3, time.Minute, t0.Add(time.Second))
 	check("a released lane", b, map[int]bool{0: false})
 	// Every lease ran out: each lane is taken over from its last owner.
 	c := e.claim("c", 3, time.Minute, t0.Add(2*time.Minute))
 	check("expired leases", c, map[int]bool{0: true, 1: true, 2: true})
-	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{c[1]}), "ReleaseLanes")
+	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{c[1]}), "ReleaseLanes")
 	d := e.claim("d", 3, time.Minute, t0.Add(4*time.Minute))
 	check("one released, two expired", d, map[int]bool{0: true, 1: false, 2: true})
 	if r := e.renew(d, time.Minute, t0.Add(4*time.Minute+time.Second)); len(r) != 3 {
@@ -217,7 +216,7 @@ func testLanesTakenOver[TTx any](e *env[TTx]) {
 func testLanesGeneration[TTx any](e *env[TTx]) {
 	var last int64
 	now := t0
-	step := func(owner string) core.Lease {
+	step := func(owner string) driver.Lease {
 		ls := e.claim(owner, 1, time.Minute, now)
 		if len(ls) != 1 {
 			e.fatalf("%s could not claim the free lane at %v", owner, now)
@@ -229,11 +228,11 @@ func testLanesGeneration[TTx any](e *env[TTx]) {
 		return ls[0]
 	}
 	l := step("a")
-	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{l}), "ReleaseLanes")
+	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{l}), "ReleaseLanes")
 	l = step("b")
 	now = now.Add(2 * time.Minute) // expired
 	l = step("c")
-	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{l}), "ReleaseLanes")
+	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{l}), "ReleaseLanes")
 	step("c") // the same owner again: still a new generation
 }
 
@@ -247,18 +246,18 @@ func testLanesRelease[TTx any](e *env[TTx]) {
 	if b := e.claim("b", 4, time.Minute, t0); len(b) != 0 {
 		e.fatalf("claimed held lanes %v", sortedLanes(b))
 	}
-	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{a[1], a[3]}), "ReleaseLanes")
+	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{a[1], a[3]}), "ReleaseLanes")
 	b := e.claim("b", 4, time.Minute, t0)
 	if fmt.Sprint(sortedLanes(b)) != "[1 3]" {
 		e.fatalf("after releasing lanes 1 and 3 another owner claimed %v, want [1 3]", sortedLanes(b))
 	}
 	// a's stale leases on lanes 1 and 3 must not free b's.
-	e.must(e.a.ReleaseLanes(e.ctx, []core.Lease{a[1], a[3]}), "ReleaseLanes (stale)")
+	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{a[1], a[3]}), "ReleaseLanes (stale)")
 	if c := e.claim("c", 4, time.Minute, t0); len(c) != 0 {
 		e.fatalf("a stale release freed lanes %v", sortedLanes(c))
 	}
 	// a still holds lanes 0 and 2.
-	if r := e.renew([]core.Lease{a[0], a[2]}, time.Minute, t0.Add(time.Second)); len(r) != 2 {
+	if r := e.renew([]driver.Lease{a[0], a[2]}, time.Minute, t0.Add(time.Second)); len(r) != 2 {
 		e.fatalf("the unreleased leases were not renewable: %d of 2 renewed", len(r))
 	}
 }
@@ -290,7 +289,7 @@ func testLanesRenew[TTx any](e *env[TTx]) {
 // testLanesHeartbeat: Heartbeat counts live workers; TTL <= 0 deregisters; expiry drops.
 func testLanesHeartbeat[TTx any](e *env[TTx]) {
 	hb := func(owner string, ttl, at time.Duration) int {
-		n, err := e.a.Heartbeat(e.ctx, core.HeartbeatParams{Owner: owner, TTL: ttl, Now: t0.Add(at)})
+		n, err := e.a.Heartbeat(e.ctx, driver.HeartbeatParams{Owner: owner, TTL: ttl, Now: t0.Add(at)})
 		e.must(err, "Heartbeat")
 		return n
 	}

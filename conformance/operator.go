@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func operatorCases[TTx any]() []tcase[TTx] {
@@ -17,16 +18,16 @@ func operatorCases[TTx any]() []tcase[TTx] {
 	}
 }
 
-// testOperatorReplay (adapters with core.Operator; others pass it): Replay puts published
+// testOperatorReplay (adapters with driver.Operator; others pass it): Replay puts published
 // events back to pending with their seqs, so Fetch returns them again in their original order
 // and PruneOutbox keeps what follows them; it refuses, changing nothing and auditing nothing,
 // unknown or pruned IDs, keys with unpublished events and an empty selection; by key and time
 // it takes the key's published events since then; UnparkKeys and PruneAudited write their
 // audit rows, and AuditLog returns the latest rows oldest first.
 func testOperatorReplay[TTx any](e *env[TTx]) {
-	op, isOp := e.a.(core.Operator)
+	op, isOp := e.a.(driver.Operator)
 	if !isOp {
-		e.lacks("core.Operator")
+		e.lacks("driver.Operator")
 		return
 	}
 	evs := e.write(event("a", 1), event("b", 1), event("a", 2), event("c", 1))
@@ -34,7 +35,7 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 	ls := e.claim("w", 1, time.Hour, time.Now().Truncate(time.Microsecond))
 	publish := func(want ...string) {
 		e.t.Helper()
-		recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: ls, Limit: 100})
+		recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: ls, Limit: 100})
 		e.must(err, "Fetch")
 		var got []string
 		var seqs []int64
@@ -45,18 +46,18 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 		if !slices.Equal(got, want) {
 			e.fatalf("Fetch returned %v, want %v (seq order)", got, want)
 		}
-		e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: ls, Published: seqs}), "Settle")
+		e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: ls, Published: seqs}), "Settle")
 	}
 	pending := func() []string {
 		var out []string
-		for _, r := range e.list(core.StatePending) {
+		for _, r := range e.list(driver.StatePending) {
 			out = append(out, r.ID)
 		}
 		return out
 	}
 	publish(a1, b1, a2, c1)
 
-	n, err := op.Replay(e.ctx, core.ReplayParams{IDs: []string{a2, a1, a2}, Audit: &core.AuditEntry{Actor: "t", Command: "replay", Arguments: `{"n":1}`}})
+	n, err := op.Replay(e.ctx, driver.ReplayParams{IDs: []string{a2, a1, a2}, Audit: &driver.AuditEntry{Actor: "t", Command: "replay", Arguments: `{"n":1}`}})
 	e.must(err, "Replay by IDs")
 	if n != 2 {
 		e.fatalf("Replay replayed %d events, want 2", n)
@@ -64,51 +65,51 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 	if got := pending(); !slices.Equal(got, []string{a1, a2}) {
 		e.fatalf("pending after Replay: %v, want [a1 a2]", got)
 	}
-	for _, r := range e.list(core.StatePending) {
+	for _, r := range e.list(driver.StatePending) {
 		if r.Attempts != 0 || !r.PublishedAt.IsZero() || !r.ParkedAt.IsZero() || !r.NextAttemptAt.IsZero() {
 			e.fatalf("a replayed record is not as never attempted: %+v", r)
 		}
 	}
-	refused := func(what string, p core.ReplayParams, want error) {
+	refused := func(what string, p driver.ReplayParams, want error) {
 		e.t.Helper()
 		_, err := op.Replay(e.ctx, p)
 		if !errors.Is(err, want) {
 			e.fatalf("Replay %s: %v, want %v", what, err, want)
 		}
 	}
-	refused("of an unpublished event", core.ReplayParams{IDs: []string{a1}, Audit: &core.AuditEntry{Actor: "t", Command: "replay"}}, core.ErrReplayKeyPending)
-	refused("of a key with unpublished events", core.ReplayParams{PartitionKey: "a"}, core.ErrReplayKeyPending)
-	refused("of an unknown ID", core.ReplayParams{IDs: []string{c1, "nope"}}, core.ErrReplayNotFound)
-	refused("of nothing", core.ReplayParams{}, core.ErrInvalidOptions)
+	refused("of an unpublished event", driver.ReplayParams{IDs: []string{a1}, Audit: &driver.AuditEntry{Actor: "t", Command: "replay"}}, core.ErrReplayKeyPending)
+	refused("of a key with unpublished events", driver.ReplayParams{PartitionKey: "a"}, core.ErrReplayKeyPending)
+	refused("of an unknown ID", driver.ReplayParams{IDs: []string{c1, "nope"}}, core.ErrReplayNotFound)
+	refused("of nothing", driver.ReplayParams{}, core.ErrInvalidOptions)
 	if got := pending(); !slices.Equal(got, []string{a1, a2}) {
 		e.fatalf("a refused Replay changed the records: pending %v", got)
 	}
 	// The watermark: nothing at or after the replayed a1 is deleted.
-	pruned, err := e.a.PruneOutbox(e.ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
+	pruned, err := e.a.PruneOutbox(e.ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
 	e.must(err, "PruneOutbox")
 	if pruned != 0 {
 		e.fatalf("PruneOutbox deleted %d rows behind a replayed event", pruned)
 	}
 	publish(a1, a2)
 
-	refused("of a key since the future", core.ReplayParams{PartitionKey: "a", Since: time.Now().Add(time.Hour)}, core.ErrReplayNotFound)
-	n, err = op.Replay(e.ctx, core.ReplayParams{PartitionKey: "a", Since: time.Now().Add(-time.Hour)})
+	refused("of a key since the future", driver.ReplayParams{PartitionKey: "a", Since: time.Now().Add(time.Hour)}, core.ErrReplayNotFound)
+	n, err = op.Replay(e.ctx, driver.ReplayParams{PartitionKey: "a", Since: time.Now().Add(-time.Hour)})
 	e.must(err, "Replay by key")
 	if n != 2 {
 		e.fatalf("Replay by key replayed %d events, want 2", n)
 	}
 	publish(a1, a2)
 
-	_, err = op.UnparkKeys(e.ctx, []string{"a", "b"}, &core.AuditEntry{Actor: "t", Command: "unpark"})
+	_, err = op.UnparkKeys(e.ctx, []string{"a", "b"}, &driver.AuditEntry{Actor: "t", Command: "unpark"})
 	e.must(err, "UnparkKeys")
-	pruned, err = op.PruneAudited(e.ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 3}, core.AuditEntry{Actor: "t", Command: "cleanup"})
+	pruned, err = op.PruneAudited(e.ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 3}, driver.AuditEntry{Actor: "t", Command: "cleanup"})
 	e.must(err, "PruneAudited")
 	if pruned != 4 {
 		e.fatalf("PruneAudited deleted %d rows, want 4 (in batches of 3)", pruned)
 	}
-	refused("of a pruned ID", core.ReplayParams{IDs: []string{b1}}, core.ErrReplayNotFound)
+	refused("of a pruned ID", driver.ReplayParams{IDs: []string{b1}}, core.ErrReplayNotFound)
 
-	log, err := op.AuditLog(e.ctx, core.AuditListParams{})
+	log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
 	e.must(err, "AuditLog")
 	var got []string
 	for _, a := range log {
@@ -117,24 +118,24 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 	if !slices.Equal(got, []string{"replay", "unpark", "cleanup"}) || log[0].Rows != 2 || log[2].Rows != 4 || log[0].Arguments != `{"n":1}` || log[0].Actor != "t" {
 		e.fatalf("AuditLog: %+v", log)
 	}
-	if latest, err := op.AuditLog(e.ctx, core.AuditListParams{Limit: 1}); err != nil || len(latest) != 1 || latest[0].Command != "cleanup" {
+	if latest, err := op.AuditLog(e.ctx, driver.AuditListParams{Limit: 1}); err != nil || len(latest) != 1 || latest[0].Command != "cleanup" {
 		e.fatalf("AuditLog(Limit 1): %+v, %v", latest, err)
 	}
-	if later, err := op.AuditLog(e.ctx, core.AuditListParams{Since: time.Now().Add(time.Hour)}); err != nil || len(later) != 0 {
+	if later, err := op.AuditLog(e.ctx, driver.AuditListParams{Since: time.Now().Add(time.Hour)}); err != nil || len(later) != 0 {
 		e.fatalf("AuditLog(Since the future): %+v, %v", later, err)
 	}
 }
 
-// testOperatorResetLanes (adapters with core.Operator): ResetLanes ends the selected held
+// testOperatorResetLanes (adapters with driver.Operator): ResetLanes ends the selected held
 // leases at once. The old owner's Settle (even by its own clock, at which its lease has not
 // run out) and RenewLanes are refused and mark nothing; another worker claims the lanes at
 // that same time, as free lanes, with the generation incremented by the reset and by its
 // claim; other owners' leases are untouched; the audit rows count the lanes changed (free
 // lanes are not); a bad selection is refused, changing and auditing nothing.
 func testOperatorResetLanes[TTx any](e *env[TTx]) {
-	op, isOp := e.a.(core.Operator)
+	op, isOp := e.a.(driver.Operator)
 	if !isOp {
-		e.lacks("core.Operator")
+		e.lacks("driver.Operator")
 		return
 	}
 	e.write(event(keyForLane(4, 0, 0), 1), event(keyForLane(4, 1, 0), 1), event(keyForLane(4, 2, 0), 1))
@@ -144,46 +145,46 @@ func testOperatorResetLanes[TTx any](e *env[TTx]) {
 	if len(stale) != 2 || stale[0].Lane != 0 || stale[1].Lane != 1 || len(other) != 1 || other[0].Lane != 2 {
 		e.fatalf("claims: %+v, %+v; want lanes 0 and 1, then 2", stale, other)
 	}
-	recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: stale, Limit: 10})
+	recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: stale, Limit: 10})
 	e.must(err, "Fetch")
 	if len(recs) != 2 {
 		e.fatalf("Fetch of lanes 0 and 1 returned %d records, want 2", len(recs))
 	}
 	seqs := []int64{recs[0].Seq, recs[1].Seq}
 
-	for _, p := range []core.ResetLanesParams{
+	for _, p := range []driver.ResetLanesParams{
 		{}, {Lanes: []int{0}, Owner: "stalled"}, {Owner: "stalled", All: true}, {Lanes: []int{4}}, {Lanes: []int{1, -1}},
 	} {
-		if _, err := op.ResetLanes(e.ctx, p, core.AuditEntry{Actor: "t", Command: "lanes reset"}); !errors.Is(err, core.ErrInvalidOptions) {
+		if _, err := op.ResetLanes(e.ctx, p, driver.AuditEntry{Actor: "t", Command: "lanes reset"}); !errors.Is(err, core.ErrInvalidOptions) {
 			e.fatalf("ResetLanes(%+v): %v, want an *OptionError", p, err)
 		}
 	}
-	if log, err := op.AuditLog(e.ctx, core.AuditListParams{}); err != nil || len(log) != 0 {
+	if log, err := op.AuditLog(e.ctx, driver.AuditListParams{}); err != nil || len(log) != 0 {
 		e.fatalf("refused ResetLanes wrote audit rows: %+v, %v", log, err)
 	}
-	if renewed, err := e.a.RenewLanes(e.ctx, core.RenewParams{Leases: stale, TTL: time.Hour, Now: t0}); err != nil || len(renewed) != 2 {
+	if renewed, err := e.a.RenewLanes(e.ctx, driver.RenewParams{Leases: stale, TTL: time.Hour, Now: t0}); err != nil || len(renewed) != 2 {
 		e.fatalf("a refused ResetLanes changed the leases: RenewLanes returned %+v, %v", renewed, err)
 	}
 
-	n, err := op.ResetLanes(e.ctx, core.ResetLanesParams{Owner: "stalled"}, core.AuditEntry{Actor: "t", Command: "lanes reset", Arguments: `{"owner":"stalled"}`})
+	n, err := op.ResetLanes(e.ctx, driver.ResetLanesParams{Owner: "stalled"}, driver.AuditEntry{Actor: "t", Command: "lanes reset", Arguments: `{"owner":"stalled"}`})
 	e.must(err, "ResetLanes(Owner)")
 	if n != 2 {
 		e.fatalf("ResetLanes(Owner) changed %d lanes, want 2", n)
 	}
 	staleSettle := func(when string, now time.Time) {
 		e.t.Helper()
-		err := e.a.Settle(e.ctx, core.SettleParams{Leases: stale, Published: seqs, Now: now})
-		var lost *core.LanesLostError
+		err := e.a.Settle(e.ctx, driver.SettleParams{Leases: stale, Published: seqs, Now: now})
+		var lost *driver.LanesLostError
 		if !errors.As(err, &lost) || !slices.Equal(lost.Lanes, []int{0, 1}) {
 			e.fatalf("the old owner's Settle %s after ResetLanes: %v, want a *LanesLostError naming lanes 0 and 1", when, err)
 		}
-		if got := len(e.list(core.StatePending)); got != 3 {
+		if got := len(e.list(driver.StatePending)); got != 3 {
 			e.fatalf("the old owner's refused Settle %s changed records: %d pending, want 3", when, got)
 		}
 	}
 	staleSettle("by its own clock", t0)
 	staleSettle("by the database clock", time.Time{})
-	if renewed, err := e.a.RenewLanes(e.ctx, core.RenewParams{Leases: stale, TTL: time.Hour, Now: t0}); err != nil || len(renewed) != 0 {
+	if renewed, err := e.a.RenewLanes(e.ctx, driver.RenewParams{Leases: stale, TTL: time.Hour, Now: t0}); err != nil || len(renewed) != 0 {
 		e.fatalf("the old owner renewed reset leases: %+v, %v", renewed, err)
 	}
 
@@ -197,24 +198,24 @@ func testOperatorResetLanes[TTx any](e *env[TTx]) {
 			e.fatalf("lane %d: generation %d after ResetLanes and a claim, want %d (the reset's and the claim's)", l.Lane, l.Generation, stale[i].Generation+2)
 		}
 	}
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: next[:2], Published: seqs, Now: t0}), "Settle by the new owner")
-	e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: other, Published: []int64{e.list(core.StatePending)[0].Seq}, Now: t0}), "Settle by an owner whose lanes were not reset")
-	staleSettle2 := e.a.Settle(e.ctx, core.SettleParams{Leases: stale, Failed: []core.Failure{{Seq: seqs[0], Lane: 0, Error: "x"}}, Now: t0})
-	if !errors.As(staleSettle2, new(*core.LanesLostError)) {
+	e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: next[:2], Published: seqs, Now: t0}), "Settle by the new owner")
+	e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: other, Published: []int64{e.list(driver.StatePending)[0].Seq}, Now: t0}), "Settle by an owner whose lanes were not reset")
+	staleSettle2 := e.a.Settle(e.ctx, driver.SettleParams{Leases: stale, Failed: []driver.Failure{{Seq: seqs[0], Lane: 0, Error: "x"}}, Now: t0})
+	if !errors.As(staleSettle2, new(*driver.LanesLostError)) {
 		e.fatalf("the old owner's Settle after the takeover: %v, want a *LanesLostError", staleSettle2)
 	}
 
-	n, err = op.ResetLanes(e.ctx, core.ResetLanesParams{Lanes: []int{2, 3, 2}}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	n, err = op.ResetLanes(e.ctx, driver.ResetLanesParams{Lanes: []int{2, 3, 2}}, driver.AuditEntry{Actor: "t", Command: "lanes reset"})
 	e.must(err, "ResetLanes(Lanes)")
 	if n != 2 {
 		e.fatalf("ResetLanes(Lanes 2, 3) changed %d lanes, want 2", n)
 	}
-	n, err = op.ResetLanes(e.ctx, core.ResetLanesParams{All: true}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	n, err = op.ResetLanes(e.ctx, driver.ResetLanesParams{All: true}, driver.AuditEntry{Actor: "t", Command: "lanes reset"})
 	e.must(err, "ResetLanes(All)")
 	if n != 2 {
 		e.fatalf("ResetLanes(All) changed %d lanes, want 2 (lanes 0 and 1 of the new owner)", n)
 	}
-	n, err = op.ResetLanes(e.ctx, core.ResetLanesParams{All: true}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	n, err = op.ResetLanes(e.ctx, driver.ResetLanesParams{All: true}, driver.AuditEntry{Actor: "t", Command: "lanes reset"})
 	e.must(err, "ResetLanes(All) of free lanes")
 	if n != 0 {
 		e.fatalf("ResetLanes(All) changed %d free lanes", n)
@@ -225,14 +226,14 @@ func testOperatorResetLanes[TTx any](e *env[TTx]) {
 	}
 }
 
-// testOperatorPruneInbox (adapters with core.Operator): PruneInboxAudited is Inbox.Prune with
+// testOperatorPruneInbox (adapters with driver.Operator): PruneInboxAudited is Inbox.Prune with
 // an audit row: it raises the horizon (older messages are refused, newer ones and other
 // consumers untouched), deletes the older records limit at a time, whether or not the last
 // batch is full, and its audit row counts them; bad arguments change and audit nothing.
 func testOperatorPruneInbox[TTx any](e *env[TTx]) {
-	op, isOp := e.a.(core.Operator)
+	op, isOp := e.a.(driver.Operator)
 	if !isOp {
-		e.lacks("core.Operator")
+		e.lacks("driver.Operator")
 		return
 	}
 	f := e.inbox(nil)
@@ -246,7 +247,7 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 	}
 	f.expect("new", "c1", at("n", 3*time.Hour), "eff", core.Applied, 0)
 	f.expect("other consumer", "c2", at("o0", 0), "eff", core.Applied, 0)
-	audit := core.AuditEntry{Actor: "t", Command: "inbox prune", Arguments: `{"consumer":"c1"}`}
+	audit := driver.AuditEntry{Actor: "t", Command: "inbox prune", Arguments: `{"consumer":"c1"}`}
 	for _, c := range []struct {
 		consumer string
 		before   time.Time
@@ -262,7 +263,7 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 			e.fatalf("PruneInboxAudited(%q, %v, %d): %v, want %v", c.consumer, c.before, c.limit, err, c.want)
 		}
 	}
-	if log, err := op.AuditLog(e.ctx, core.AuditListParams{}); err != nil || len(log) != 0 {
+	if log, err := op.AuditLog(e.ctx, driver.AuditListParams{}); err != nil || len(log) != 0 {
 		e.fatalf("refused PruneInboxAudited wrote audit rows: %+v, %v", log, err)
 	}
 	f.expect("a refused prune moved no horizon", "c1", at("o0", 0), "eff", core.Duplicate, core.Applied)
@@ -278,12 +279,12 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 	for i := range 4 {
 		f.expect("between the horizons", "c1", at(fmt.Sprintf("b%d", i), 2*time.Hour), "eff", core.Applied, 0)
 	}
-	n, err = op.PruneInboxAudited(e.ctx, "c1", i0.Add(150*time.Minute), 2, core.AuditEntry{Actor: "t", Command: "inbox prune"})
+	n, err = op.PruneInboxAudited(e.ctx, "c1", i0.Add(150*time.Minute), 2, driver.AuditEntry{Actor: "t", Command: "inbox prune"})
 	e.must(err, "PruneInboxAudited (full last batch)")
 	if n != 4 {
 		e.fatalf("PruneInboxAudited deleted %d records, want 4 (two full batches)", n)
 	}
-	n, err = op.PruneInboxAudited(e.ctx, "c1", i0, 0, core.AuditEntry{Actor: "t", Command: "inbox prune"})
+	n, err = op.PruneInboxAudited(e.ctx, "c1", i0, 0, driver.AuditEntry{Actor: "t", Command: "inbox prune"})
 	e.must(err, "PruneInboxAudited (lower)")
 	if n != 0 {
 		e.fatalf("a lower PruneInboxAudited deleted %d records", n)
@@ -298,9 +299,9 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 
 // auditRows returns op's audit log, every row of which must be of command, and the rows'
 // Rows.
-func auditRows[TTx any](e *env[TTx], op core.Operator, command string) ([]core.AuditEntry, []int64) {
+func auditRows[TTx any](e *env[TTx], op driver.Operator, command string) ([]driver.AuditEntry, []int64) {
 	e.t.Helper()
-	log, err := op.AuditLog(e.ctx, core.AuditListParams{})
+	log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
 	e.must(err, "AuditLog")
 	var rows []int64
 	for _, a := range log {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // publisherCases: publisher generations (AcquireGeneration) and what they fence.
@@ -22,16 +23,16 @@ func publisherCases[TTx any]() []tcase[TTx] {
 				join bool
 				want int64
 			}{
-				{core.KindPolling, true, 1},  // first polling worker takes a generation
-				{core.KindPolling, true, 1},  // the second joins it
-				{core.KindCDC, false, 2},     // a CDC relay takes over
-				{core.KindCDC, false, 3},     // a second CDC relay fences the first
-				{core.KindCDC, true, 3},      // joining the same kind keeps it
-				{core.KindPolling, true, 4},  // polling takes over again: other kind, no join
-				{core.KindPolling, false, 5}, // without Join a polling worker takes over too
+				{driver.KindPolling, true, 1},  // first polling worker takes a generation
+				{driver.KindPolling, true, 1},  // the second joins it
+				{driver.KindCDC, false, 2},     // a CDC relay takes over
+				{driver.KindCDC, false, 3},     // a second CDC relay fences the first
+				{driver.KindCDC, true, 3},      // joining the same kind keeps it
+				{driver.KindPolling, true, 4},  // polling takes over again: other kind, no join
+				{driver.KindPolling, false, 5}, // without Join a polling worker takes over too
 			}
 			for i, s := range steps {
-				got, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: s.kind, Holder: e.name("holder"), Join: s.join})
+				got, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: s.kind, Holder: e.name("holder"), Join: s.join})
 				e.must(err, "AcquireGeneration")
 				if got.Generation != s.want || got.Kind != s.kind {
 					e.fatalf("step %d: AcquireGeneration(%s, join=%v) = generation %d kind %q, want %d %q", i, s.kind, s.join, got.Generation, got.Kind, s.want, s.kind)
@@ -44,45 +45,45 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			}
 		}},
 		{name: "stale-claim-and-renew", run: func(e *env[TTx]) {
-			old, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "old", Join: true, Now: t0})
+			old, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "old", Join: true, Now: t0})
 			e.must(err, "AcquireGeneration")
-			held, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Generation: old.Generation, Owner: "old", Max: 2, TTL: time.Minute, Now: t0})
+			held, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Generation: old.Generation, Owner: "old", Max: 2, TTL: time.Minute, Now: t0})
 			e.must(err, "ClaimLanes")
 			if len(held) != 2 {
 				e.fatalf("claimed %d lanes, want 2", len(held))
 			}
 			evs := e.write(event(keyForLane(e.lanes, held[0].Lane, 0), 0))
-			cur, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "new", Now: t0})
+			cur, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "new", Now: t0})
 			e.must(err, "AcquireGeneration")
 			if cur.Generation <= old.Generation {
 				e.fatalf("takeover generation %d is not above %d", cur.Generation, old.Generation)
 			}
 			// The stale generation can neither claim nor renew, and changes nothing trying.
-			got, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Generation: old.Generation, Owner: "old", Max: e.lanes, TTL: time.Minute, Now: t0})
+			got, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Generation: old.Generation, Owner: "old", Max: e.lanes, TTL: time.Minute, Now: t0})
 			if !errors.Is(err, core.ErrFenced) || len(got) != 0 {
 				e.fatalf("ClaimLanes with a stale generation = %d lanes, %v; want none and ErrFenced", len(got), err)
 			}
-			got, err = e.a.RenewLanes(e.ctx, core.RenewParams{Generation: old.Generation, Leases: held, TTL: time.Hour, Now: t0.Add(time.Second)})
+			got, err = e.a.RenewLanes(e.ctx, driver.RenewParams{Generation: old.Generation, Leases: held, TTL: time.Hour, Now: t0.Add(time.Second)})
 			if !errors.Is(err, core.ErrFenced) || len(got) != 0 {
 				e.fatalf("RenewLanes with a stale generation = %d leases, %v; want none and ErrFenced", len(got), err)
 			}
 			// Leases held before the takeover stay valid until they end: the batch in flight may
 			// still be settled (lanes never have two publishers).
-			recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: held, Limit: 10, Now: t0})
+			recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: held, Limit: 10, Now: t0})
 			e.must(err, "Fetch")
 			if len(recs) != 1 || recs[0].ID != evs[0].ID {
 				e.fatalf("Fetch = %d records, want the 1 written", len(recs))
 			}
-			e.must(e.a.Settle(e.ctx, core.SettleParams{Leases: held[:1], Published: []int64{recs[0].Seq}, Now: t0}), "Settle of the batch in flight")
+			e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: held[:1], Published: []int64{recs[0].Seq}, Now: t0}), "Settle of the batch in flight")
 			// The new generation gets every lane but the two still leased; once those leases
 			// run out (the stale renew did not extend them), it gets them too.
 			newOwner := e.name("new")
-			got, err = e.a.ClaimLanes(e.ctx, core.ClaimParams{Generation: cur.Generation, Owner: newOwner, Max: e.lanes, TTL: time.Hour, Now: t0.Add(time.Second)})
+			got, err = e.a.ClaimLanes(e.ctx, driver.ClaimParams{Generation: cur.Generation, Owner: newOwner, Max: e.lanes, TTL: time.Hour, Now: t0.Add(time.Second)})
 			e.must(err, "ClaimLanes of the new generation")
 			if len(got) != e.lanes-2 {
 				e.fatalf("new generation claimed %d lanes, want %d", len(got), e.lanes-2)
 			}
-			got, err = e.a.ClaimLanes(e.ctx, core.ClaimParams{Generation: cur.Generation, Owner: newOwner, Max: e.lanes, TTL: time.Hour, Now: t0.Add(2 * time.Minute)})
+			got, err = e.a.ClaimLanes(e.ctx, driver.ClaimParams{Generation: cur.Generation, Owner: newOwner, Max: e.lanes, TTL: time.Hour, Now: t0.Add(2 * time.Minute)})
 			e.must(err, "ClaimLanes after the old leases expired")
 			if lanes := sortedLanes(got); len(lanes) != 2 || lanes[0] != held[0].Lane || lanes[1] != held[1].Lane {
 				e.fatalf("after expiry the new generation claimed lanes %v, want %v", lanes, sortedLanes(held))
@@ -95,7 +96,7 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			errs := make([]error, n)
 			for i := range n {
 				wg.Go(func() {
-					p, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: e.name("cdc")})
+					p, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: e.name("cdc")})
 					gens[i], errs[i] = p.Generation, err
 				})
 			}
@@ -117,24 +118,24 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			}
 		}},
 		{name: "checkpoint-fenced", run: func(e *env[TTx]) {
-			cs, ok := e.a.(core.CheckpointStore)
+			cs, ok := e.a.(driver.CheckpointStore)
 			if !ok {
 				if e.h.CDC != nil {
-					e.fatalf("Harness.CDC is set but the adapter does not implement core.CheckpointStore")
+					e.fatalf("Harness.CDC is set but the adapter does not implement driver.CheckpointStore")
 				}
-				e.lacks("core.CheckpointStore") // no CDC support
+				e.lacks("driver.CheckpointStore") // no CDC support
 				return
 			}
 			if _, ok, err := cs.LoadCheckpoint(e.ctx); err != nil || ok {
 				e.fatalf("LoadCheckpoint on a fresh outbox = ok %v, %v; want none", ok, err)
 			}
-			g1, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "a"})
+			g1, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "a"})
 			e.must(err, "AcquireGeneration")
-			want := core.Checkpoint{Source: "src-1", Position: "pos-1", Generation: g1.Generation}
+			want := driver.Checkpoint{Source: "src-1", Position: "pos-1", Generation: g1.Generation}
 			e.must(cs.SaveCheckpoint(e.ctx, want), "SaveCheckpoint")
-			g2, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "b"})
+			g2, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "b"})
 			e.must(err, "AcquireGeneration")
-			err = cs.SaveCheckpoint(e.ctx, core.Checkpoint{Source: "src-1", Position: "pos-2", Generation: g1.Generation})
+			err = cs.SaveCheckpoint(e.ctx, driver.Checkpoint{Source: "src-1", Position: "pos-2", Generation: g1.Generation})
 			if !errors.Is(err, core.ErrFenced) {
 				e.fatalf("SaveCheckpoint of a fenced generation = %v, want ErrFenced", err)
 			}
@@ -143,7 +144,7 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			if !ok || got.Source != want.Source || got.Position != want.Position || got.Generation != want.Generation || got.UpdatedAt.IsZero() {
 				e.fatalf("LoadCheckpoint = %+v (ok %v), want %+v with UpdatedAt set: a fenced save changed it", got, ok, want)
 			}
-			e.must(cs.SaveCheckpoint(e.ctx, core.Checkpoint{Source: "src-1", Position: "pos-3", Generation: g2.Generation}), "SaveCheckpoint of the current generation")
+			e.must(cs.SaveCheckpoint(e.ctx, driver.Checkpoint{Source: "src-1", Position: "pos-3", Generation: g2.Generation}), "SaveCheckpoint of the current generation")
 			got, _, err = cs.LoadCheckpoint(e.ctx)
 			e.must(err, "LoadCheckpoint")
 			if got.Position != "pos-3" || got.Generation != g2.Generation {
@@ -159,13 +160,13 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			if g := rr.r.Stats().Generation; g < 1 {
 				e.fatalf("a running polling relay reports generation %d", g)
 			}
-			cur, err := e.a.AcquireGeneration(e.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "takeover"})
+			cur, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "takeover"})
 			e.must(err, "AcquireGeneration")
 			if err := returned(e, rr, "the polling relay to stop after a takeover"); !errors.Is(err, core.ErrFenced) {
 				e.fatalf("the fenced polling relay's Run returned %v, want ErrFenced", err)
 			}
 			// It released its lanes on the way out: the new generation gets all of them at once.
-			got, err := e.a.ClaimLanes(e.ctx, core.ClaimParams{Generation: cur.Generation, Owner: "takeover", Max: e.lanes, TTL: time.Minute})
+			got, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Generation: cur.Generation, Owner: "takeover", Max: e.lanes, TTL: time.Minute})
 			e.must(err, "ClaimLanes")
 			if len(got) != e.lanes {
 				e.fatalf("after the fenced relay stopped, the new generation claimed %d of %d lanes", len(got), e.lanes)

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// resizeCases are the "lanes" area's cases of adapters with core.LaneResizer (others pass
+// resizeCases are the "lanes" area's cases of adapters with driver.LaneResizer (others pass
 // them).
 func resizeCases[TTx any]() []tcase[TTx] {
 	return []tcase[TTx]{
@@ -66,19 +67,19 @@ func (s *heldSink) Send(ctx context.Context, msgs []core.Message) []error {
 // audit row with the rows it moved. A bad count is refused with an *core.OptionError and the
 // same count changes nothing.
 func testResizeUnderLoad[TTx any](e *env[TTx]) {
-	rs, ok := e.a.(core.LaneResizer)
+	rs, ok := e.a.(driver.LaneResizer)
 	if !ok {
-		e.lacks("core.LaneResizer")
+		e.lacks("driver.LaneResizer")
 		return
 	}
 	for _, bad := range []int{0, -1, core.MaxLanes + 1} {
-		_, err := rs.ResizeLanes(e.ctx, bad, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+		_, err := rs.ResizeLanes(e.ctx, bad, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 		var oe *core.OptionError
 		if !errors.As(err, &oe) {
 			e.fatalf("ResizeLanes(%d): %v, want an *core.OptionError", bad, err)
 		}
 	}
-	if n, err := rs.ResizeLanes(e.ctx, 64, core.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil || n != 0 {
+	if n, err := rs.ResizeLanes(e.ctx, 64, driver.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil || n != 0 {
 		e.fatalf("ResizeLanes to the same count: %d, %v; want 0, nil", n, err)
 	}
 	if n, err := e.a.LaneCount(e.ctx); err != nil || n != 64 {
@@ -153,14 +154,14 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 		e.t.Helper()
 		held.hold() // batches in flight now settle after the resize
 		defer held.release()
-		moved, err := rs.ResizeLanes(e.ctx, to, core.AuditEntry{Actor: "t", Command: "lanes resize", Arguments: fmt.Sprintf(`{"lanes":%d}`, to)})
+		moved, err := rs.ResizeLanes(e.ctx, to, driver.AuditEntry{Actor: "t", Command: "lanes resize", Arguments: fmt.Sprintf(`{"lanes":%d}`, to)})
 		e.must(err, fmt.Sprintf("ResizeLanes(%d)", to))
 		if n, err := e.a.LaneCount(e.ctx); err != nil || n != to {
 			e.fatalf("LaneCount after ResizeLanes(%d): %d, %v", to, n, err)
 		}
 		// Committed before the resize: moved; after it: written with the new count.
-		for _, r := range e.list(core.StatePending) {
-			if l := core.LaneOf(r.PartitionKey, to); r.Lane != l {
+		for _, r := range e.list(driver.StatePending) {
+			if l := driver.LaneOf(r.PartitionKey, to); r.Lane != l {
 				e.fatalf("after ResizeLanes(%d), unpublished record %s (key %s, seq %d) is in lane %d, want %d", to, r.ID, r.PartitionKey, r.Seq, r.Lane, l)
 			}
 		}
@@ -198,13 +199,13 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 	e.waitFor(fmt.Sprintf("all %d committed events to be delivered", len(all)), acked(len(all)))
 	e.checkOrder(sink, want)
 	e.waitSettled()
-	for _, r := range e.list(core.StateAll) {
+	for _, r := range e.list(driver.StateAll) {
 		if r.Lane < 0 || r.Lane >= 256 {
 			e.fatalf("record %s has lane %d", r.ID, r.Lane)
 		}
 	}
-	if op, ok := e.a.(core.Operator); ok {
-		log, err := op.AuditLog(e.ctx, core.AuditListParams{})
+	if op, ok := e.a.(driver.Operator); ok {
+		log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
 		e.must(err, "AuditLog")
 		var got []string
 		for _, a := range log {
@@ -225,17 +226,17 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 // inserted with the old count and commits while a resize waits for it has its row moved; every
 // unpublished row ends in its key's lane under the new count.
 func testResizeStaleWriter[TTx any](e *env[TTx]) {
-	rs, ok := e.a.(core.LaneResizer)
+	rs, ok := e.a.(driver.LaneResizer)
 	if !ok {
-		e.lacks("core.LaneResizer")
+		e.lacks("driver.LaneResizer")
 		return
 	}
 	key := keyForLane(8, 3, 0)
-	for core.LaneOf(key, 32) == 3 {
+	for driver.LaneOf(key, 32) == 3 {
 		key += "x"
 	}
 	e.write(event(key, 0))
-	if _, err := rs.ResizeLanes(e.ctx, 32, core.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil {
+	if _, err := rs.ResizeLanes(e.ctx, 32, driver.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil {
 		e.fatalf("ResizeLanes(32): %v", err)
 	}
 	e.write(event(key, 1)) // e.ob read 8 lanes
@@ -244,8 +245,8 @@ func testResizeStaleWriter[TTx any](e *env[TTx]) {
 	}
 	lanesOf := func(to int) {
 		e.t.Helper()
-		for _, r := range e.list(core.StatePending) {
-			if want := core.LaneOf(r.PartitionKey, to); r.Lane != want {
+		for _, r := range e.list(driver.StatePending) {
+			if want := driver.LaneOf(r.PartitionKey, to); r.Lane != want {
 				e.fatalf("unpublished record %s (key %s) is in lane %d, want %d (LaneOf with %d lanes)", r.ID, r.PartitionKey, r.Lane, want, to)
 			}
 		}
@@ -261,7 +262,7 @@ func testResizeStaleWriter[TTx any](e *env[TTx]) {
 			return err
 		}
 		go func() {
-			_, err := rs.ResizeLanes(e.ctx, 5, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+			_, err := rs.ResizeLanes(e.ctx, 5, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 			done <- err
 		}()
 		time.Sleep(50 * time.Millisecond) // widens the window; the outcome does not depend on it
@@ -279,7 +280,7 @@ func testResizeStaleWriter[TTx any](e *env[TTx]) {
 	lanesOf(5)
 	// The same for a Write of several records (adapters may insert one record and several
 	// with different statements): e.ob read 5 lanes.
-	if _, err := rs.ResizeLanes(e.ctx, 7, core.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil {
+	if _, err := rs.ResizeLanes(e.ctx, 7, driver.AuditEntry{Actor: "t", Command: "lanes resize"}); err != nil {
 		e.fatalf("ResizeLanes(7): %v", err)
 	}
 	e.write(event(key, 4), event(key+"y", 0))
@@ -287,7 +288,7 @@ func testResizeStaleWriter[TTx any](e *env[TTx]) {
 		e.fatalf("Outbox.Lanes after a Write of two records following a resize: %d, want 7", e.ob.Lanes())
 	}
 	lanesOf(7)
-	if got := len(e.list(core.StatePending)); got != 6 {
+	if got := len(e.list(driver.StatePending)); got != 6 {
 		e.fatalf("%d unpublished records, want 6", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func retryCases[TTx any]() []tcase[TTx] {
@@ -20,9 +21,9 @@ func retryCases[TTx any]() []tcase[TTx] {
 	}
 }
 
-func (e *env[TTx]) fetchIDs(leases []core.Lease, limit int, now time.Time) []string {
+func (e *env[TTx]) fetchIDs(leases []driver.Lease, limit int, now time.Time) []string {
 	e.t.Helper()
-	recs, err := e.a.Fetch(e.ctx, core.FetchParams{Leases: leases, Limit: limit, Now: now})
+	recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: leases, Limit: limit, Now: now})
 	e.must(err, "Fetch")
 	out := make([]string, len(recs))
 	for i, r := range recs {
@@ -57,25 +58,25 @@ func testRetryFetchBlocking[TTx any](e *env[TTx]) {
 	expect("fresh records of lane 0", 100, t0, "a1", "b1", "a2", "b2", "a3")
 	expect("Limit 2", 2, t0, "a1", "b1")
 	seq := map[string]int64{}
-	for _, r := range e.list(core.StateAll) {
+	for _, r := range e.list(driver.StateAll) {
 		seq[r.ID] = r.Seq
 	}
-	settle := func(now time.Time, p core.SettleParams) {
+	settle := func(now time.Time, p driver.SettleParams) {
 		e.t.Helper()
 		p.Leases, p.Now = ls, now
 		e.must(e.a.Settle(e.ctx, p), "Settle")
 	}
-	settle(t0, core.SettleParams{Failed: []core.Failure{{Seq: seq["a1"], Lane: 0, Error: "first", Delay: time.Minute}}})
+	settle(t0, driver.SettleParams{Failed: []driver.Failure{{Seq: seq["a1"], Lane: 0, Error: "first", Delay: time.Minute}}})
 	expect("a1 not due: key a held back", 100, t0.Add(time.Second), "b1", "b2")
 	expect("a1 due at NextAttemptAt", 100, t0.Add(time.Minute), "a1", "b1", "a2", "b2", "a3")
-	settle(t0.Add(time.Minute), core.SettleParams{Failed: []core.Failure{{Seq: seq["a1"], Lane: 0, Error: "second", Delay: 2 * time.Minute}}})
+	settle(t0.Add(time.Minute), driver.SettleParams{Failed: []driver.Failure{{Seq: seq["a1"], Lane: 0, Error: "second", Delay: 2 * time.Minute}}})
 	r := e.byID()["a1"]
 	if r.Attempts != 2 || r.LastError != "second" || !r.NextAttemptAt.Equal(t0.Add(3*time.Minute)) || !r.ParkedAt.IsZero() {
 		e.fatalf("after two failures a1 is %+v, want attempts 2, last error %q, next attempt t0+3m, not parked", r, "second")
 	}
 	now := t0.Add(3 * time.Minute)
-	settle(now, core.SettleParams{Published: []int64{seq["a1"], seq["b1"]},
-		Failed: []core.Failure{{Seq: seq["a2"], Lane: 0, Error: "fatal", Park: true}}})
+	settle(now, driver.SettleParams{Published: []int64{seq["a1"], seq["b1"]},
+		Failed: []driver.Failure{{Seq: seq["a2"], Lane: 0, Error: "fatal", Park: true}}})
 	r = e.byID()["a2"]
 	if !r.ParkedAt.Equal(now) || r.Attempts != 1 || r.LastError != "fatal" {
 		e.fatalf("parked a2 is %+v, want ParkedAt %v, attempts 1", r, now)
@@ -84,7 +85,7 @@ func testRetryFetchBlocking[TTx any](e *env[TTx]) {
 	if st := e.stats(); st.Parked != 1 || st.Pending != 3 || st.Published != 2 {
 		e.fatalf("Stats = %+v, want parked 1, pending 3 (b2, a3, c1), published 2", st)
 	}
-	parked := e.list(core.StateParked)
+	parked := e.list(driver.StateParked)
 	if len(parked) != 1 || parked[0].ID != "a2" {
 		e.fatalf("List(StateParked) returned %d records, want only a2", len(parked))
 	}
@@ -162,7 +163,7 @@ func testRetryParkUnpark[TTx any](e *env[TTx]) {
 	sink.FailID(p[0], errInjected)
 	r := e.startRelay(e.a, sink, o)
 	e.waitFor("the failing event to be parked", func() bool { return e.stats().Parked == 1 })
-	parked := e.list(core.StateParked)
+	parked := e.list(driver.StateParked)
 	if len(parked) != 1 || parked[0].ID != p[0] {
 		e.fatalf("List(StateParked) = %d records, want only %s", len(parked), p[0])
 	}

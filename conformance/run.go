@@ -10,14 +10,14 @@ import (
 //   - write: atomicity, validation, duplicate, defaults, roundtrip, lane-count, tx-group
 //   - lanes: exclusive, lowest-first, fair-share, expiry-takeover, taken-over, generation,
 //     release, renew, heartbeat, resize-under-load, resize-stale-writer (the last two with
-//     core.LaneResizer)
+//     driver.LaneResizer)
 //   - fencing: stale-settle, expired, race (1,000 races of a stale Settle against a takeover)
 //   - delivery: at-least-once, order, rolled-back, crash-restart, delete-on-publish, wakeup
-//     (with core.Waker and core.Notifier: Outbox.Notify wakes a relay that polls once an
+//     (with driver.Waker and driver.Notifier: Outbox.Notify wakes a relay that polls once an
 //     hour; without both: Notify returns nil and a relay delivers by polling)
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
-//   - operator (with core.Operator): replay (Replay in seq order and its refusals, the
+//   - operator (with driver.Operator): replay (Replay in seq order and its refusals, the
 //     watermark behind a replayed event, audited UnparkKeys and PruneAudited, AuditLog),
 //     lanes-reset (ResetLanes: the old owner's Settle and RenewLanes refused, another worker
 //     claims the lanes at once, audit rows, bad selections refused), inbox-prune
@@ -25,7 +25,7 @@ import (
 //   - inbox: concurrent-once, digest-mismatch, handler-error, handler-panic, versions,
 //     gap-reject, retention, consumers, horizon-after-insert, batch, batch-outcomes, set
 //   - publisher: join-and-bump, stale-claim-and-renew, concurrent-acquire, checkpoint-fenced
-//     (with core.CheckpointStore, which Harness.CDC requires), polling-relay-fenced
+//     (with driver.CheckpointStore, which Harness.CDC requires), polling-relay-fenced
 //   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its
 //     transaction: effect, inbox record and events commit together or not at all), outboxtest
 //     (package outboxtest's database helpers on the adapter), reconcile (package reconcile on

@@ -12,7 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
@@ -61,10 +61,10 @@ func harness(fault testhook.Fault) conformance.Harness[*memory.Tx] {
 		},
 		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
 		CDC: &conformance.CDCHarness[*memory.Tx]{
-			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) core.ChangeSource {
+			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) driver.ChangeSource {
 				return a.(*memory.Store).ChangeSource()
 			},
-			LosePosition: func(t *testing.T, a conformance.Adapter[*memory.Tx], src core.ChangeSource) {
+			LosePosition: func(t *testing.T, a conformance.Adapter[*memory.Tx], src driver.ChangeSource) {
 				a.(*memory.Store).PurgeLog()
 			},
 		},

@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func msgOf(id, key string, seq int64) core.Message {
-	return core.Message{Record: core.Record{Event: core.Event{ID: id, PartitionKey: key}, Seq: seq}, DedupID: id, GroupID: key}
+	return core.Message{Record: driver.Record{Event: core.Event{ID: id, PartitionKey: key}, Seq: seq}, DedupID: id, GroupID: key}
 }
 
 func TestSinkKeepsPrefixRule(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // defaultTimeout is the watchdog of one subtest when Harness.Timeout is zero.
@@ -67,7 +68,7 @@ func newEnv[TTx any](t *testing.T, ctx context.Context, h Harness[TTx], lanes in
 	if a == nil {
 		t.Fatal("conformance: Harness.New returned nil")
 	}
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[TTx](a), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[TTx](a), nil)
 	if err != nil {
 		t.Fatalf("conformance: NewOutbox: %v", err)
 	}
@@ -197,12 +198,12 @@ func (e *env[TTx]) write(evs ...core.Event) []core.Event {
 }
 
 // list returns every record in state, in Seq order.
-func (e *env[TTx]) list(state core.RecordState) []core.Record {
+func (e *env[TTx]) list(state driver.RecordState) []driver.Record {
 	e.t.Helper()
-	var out []core.Record
+	var out []driver.Record
 	var after int64
 	for {
-		page, err := e.a.List(e.ctx, core.ListParams{AfterSeq: after, Limit: 500, State: state})
+		page, err := e.a.List(e.ctx, driver.ListParams{AfterSeq: after, Limit: 500, State: state})
 		e.must(err, "Admin.List")
 		out = append(out, page...)
 		if len(page) < 500 {
@@ -213,16 +214,16 @@ func (e *env[TTx]) list(state core.RecordState) []core.Record {
 }
 
 // byID returns the records of list(StateAll) by event ID.
-func (e *env[TTx]) byID() map[string]core.Record {
+func (e *env[TTx]) byID() map[string]driver.Record {
 	e.t.Helper()
-	m := map[string]core.Record{}
-	for _, r := range e.list(core.StateAll) {
+	m := map[string]driver.Record{}
+	for _, r := range e.list(driver.StateAll) {
 		m[r.ID] = r
 	}
 	return m
 }
 
-func (e *env[TTx]) stats() core.Stats {
+func (e *env[TTx]) stats() driver.Stats {
 	e.t.Helper()
 	st, err := e.a.Stats(e.ctx)
 	e.must(err, "Admin.Stats")
@@ -240,7 +241,7 @@ func (e *env[TTx]) effectCount(key string) int {
 func keyForLane(lanes, lane, n int) string {
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("key-%d", i)
-		if core.LaneOf(k, lanes) == lane {
+		if driver.LaneOf(k, lanes) == lane {
 			if n == 0 {
 				return k
 			}
@@ -315,7 +316,7 @@ func returned[TTx any, R interface{ Owner() string }](e *env[TTx], rr *runner[R]
 	}
 }
 
-func (e *env[TTx]) startRelay(store core.RelayStore, sink core.Sink, o *core.RelayOptions) *running {
+func (e *env[TTx]) startRelay(store driver.RelayStore, sink core.Sink, o *core.RelayOptions) *running {
 	e.t.Helper()
 	if o == nil {
 		o = relayOptions(e.name("relay"))
@@ -352,7 +353,7 @@ func ids(evs []core.Event) []string {
 	return out
 }
 
-func sortedLanes(ls []core.Lease) []int {
+func sortedLanes(ls []driver.Lease) []int {
 	out := make([]int, len(ls))
 	for i, l := range ls {
 		out[i] = l.Lane

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 var errRollback = errors.New("conformance: roll back")
@@ -47,7 +48,7 @@ func testWriteAtomicity[TTx any](e *env[TTx]) {
 	if n := e.effectCount("rolled"); n != 0 {
 		e.fatalf("rolled back effect is visible: count %d", n)
 	}
-	if recs := e.list(core.StateAll); len(recs) != 0 {
+	if recs := e.list(driver.StateAll); len(recs) != 0 {
 		e.fatalf("rolled back events are visible: %d records, first %s", len(recs), recs[0].ID)
 	}
 
@@ -64,7 +65,7 @@ func testWriteAtomicity[TTx any](e *env[TTx]) {
 	if n := e.effectCount("committed"); n != 1 {
 		e.fatalf("committed effect count %d, want 1", n)
 	}
-	recs := e.list(core.StateAll)
+	recs := e.list(driver.StateAll)
 	if len(recs) != 1 || recs[0].ID != committed[0].ID {
 		e.fatalf("after commit got %d records, want exactly the committed event %s", len(recs), committed[0].ID)
 	}
@@ -78,7 +79,7 @@ func testWriteAtomicity[TTx any](e *env[TTx]) {
 // testWriteValidation: each invalid field is a *ValidationError naming it, and nothing of
 // that Write call is written even when the bad event is not the first.
 func testWriteValidation[TTx any](e *env[TTx]) {
-	ob, err := core.NewOutbox(e.ctx, core.OutboxStore[TTx](e.a), &core.OutboxOptions{
+	ob, err := core.NewOutbox(e.ctx, driver.OutboxStore[TTx](e.a), &core.OutboxOptions{
 		Limits: core.Limits{MaxPayloadBytes: 64, MaxHeaders: 2, MaxHeaderBytes: 64},
 	})
 	e.must(err, "NewOutbox with limits")
@@ -137,7 +138,7 @@ func testWriteValidation[TTx any](e *env[TTx]) {
 	if !errors.As(werr, &ve) || ve.Field != "ID" || ve.Index != 1 {
 		e.t.Errorf("two events with one ID in one call: got %v, want a ValidationError on ID of event 1", werr)
 	}
-	if recs := e.list(core.StateAll); len(recs) != 0 {
+	if recs := e.list(driver.StateAll); len(recs) != 0 {
 		e.fatalf("rejected Write calls stored %d records (first %s)", len(recs), recs[0].ID)
 	}
 }
@@ -180,7 +181,7 @@ func testWriteDuplicate[TTx any](e *env[TTx]) {
 	if !errors.Is(err, errRollback) {
 		e.fatalf("InTx returned %v, want %v", err, errRollback)
 	}
-	recs := e.list(core.StateAll)
+	recs := e.list(driver.StateAll)
 	if len(recs) != 1 || recs[0].ID != "dup-1" {
 		got := make([]string, len(recs))
 		for i, r := range recs {
@@ -237,7 +238,7 @@ func testWriteDefaults[TTx any](e *env[TTx]) {
 		if r.PartitionKey != ev.PartitionKey {
 			e.t.Errorf("event %d: stored PartitionKey %q, want %q", i, r.PartitionKey, ev.PartitionKey)
 		}
-		if want := core.LaneOf(ev.PartitionKey, e.lanes); r.Lane != want {
+		if want := driver.LaneOf(ev.PartitionKey, e.lanes); r.Lane != want {
 			e.t.Errorf("event %d: stored lane %d, want LaneOf = %d", i, r.Lane, want)
 		}
 		if r.Seq <= lastSeq {

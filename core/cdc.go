@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -61,12 +62,6 @@ type CDCOptions struct {
 	MeterProvider  metric.MeterProvider
 
 	now func() time.Time // test hook (internal/testhook.SetClock); nil: the database clock
-}
-
-// LogReleaser is an optional ChangeSource capability: Release drops what holds the log for the
-// source (a PostgreSQL replication slot), so the database may recycle it. The position is lost.
-type LogReleaser interface {
-	Release(ctx context.Context) error
 }
 
 // CDCPhase is what a CDC relay is doing (CDCStats.Phase).
@@ -151,8 +146,8 @@ type CDCStats struct {
 // second relay on the same outbox (a standby), create another CDCRelay: starting it fences the
 // first.
 type CDCRelay struct {
-	store  CDCStore
-	source ChangeSource
+	store  driver.CDCStore
+	source driver.ChangeSource
 	sink   Sink
 	router Router
 	o      CDCOptions
@@ -160,8 +155,8 @@ type CDCRelay struct {
 	inst   *relayInstruments
 
 	gen    atomic.Int64
-	leases []Lease    // every lane; their leases are renewed (keepLanes) while running
-	laneMu sync.Mutex // one keepLanes at a time
+	leases []driver.Lease // every lane; their leases are renewed (keepLanes) while running
+	laneMu sync.Mutex     // one keepLanes at a time
 
 	mu         sync.Mutex
 	checkpoint string
@@ -193,7 +188,7 @@ type CDCRelay struct {
 
 // NewCDCRelay returns a CDC relay reading source and publishing to sink through router. opts may
 // be nil.
-func NewCDCRelay(store CDCStore, source ChangeSource, sink Sink, router Router, opts *CDCOptions) (*CDCRelay, error) {
+func NewCDCRelay(store driver.CDCStore, source driver.ChangeSource, sink Sink, router Router, opts *CDCOptions) (*CDCRelay, error) {
 	switch {
 	case store == nil:
 		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
@@ -410,7 +405,7 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if err != nil {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: source identity: %w", err))
 	}
-	pub, err := r.store.AcquireGeneration(ctx, AcquireParams{Kind: KindCDC, Holder: r.o.Owner, Now: r.now()})
+	pub, err := r.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: r.o.Owner, Now: r.now()})
 	if err != nil {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: acquire generation: %w", err))
 	}
@@ -541,7 +536,7 @@ func (r *CDCRelay) attempt(sctx, settleBase context.Context, id string, backfill
 	actx, fail := context.WithCancelCause(sctx)
 	defer fail(nil)
 	r.settle = r.newSettler(settleBase, id, log, func(err error) { fail(stopCause{settleError{err}}) })
-	var stream ChangeStream
+	var stream driver.ChangeStream
 	defer func() {
 		var c stopCause
 		if err != nil && sctx.Err() == nil && errors.As(context.Cause(actx), &c) {
@@ -591,7 +586,7 @@ func (e settleError) Unwrap() error { return e.err }
 
 // openStream resumes the log from the saved checkpoint, or backfills and starts it at its head
 // when there is none (or backfillOnly).
-func (r *CDCRelay) openStream(ctx context.Context, id string, backfillOnly bool, log *slog.Logger) (ChangeStream, error) {
+func (r *CDCRelay) openStream(ctx context.Context, id string, backfillOnly bool, log *slog.Logger) (driver.ChangeStream, error) {
 	cp, ok, err := r.store.LoadCheckpoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: cdc relay: load checkpoint: %w", err)
@@ -617,7 +612,7 @@ func (r *CDCRelay) openStream(ctx context.Context, id string, backfillOnly bool,
 
 // releaseLog drops what holds the log for the source (after the stream was closed).
 func (r *CDCRelay) releaseLog(ctx context.Context, log *slog.Logger) {
-	rel, ok := r.source.(LogReleaser)
+	rel, ok := r.source.(driver.LogReleaser)
 	if !ok {
 		log.Error("cdc_relay_release_log_unsupported", "alert", true)
 		return
@@ -660,12 +655,12 @@ func (c stopCause) Error() string { return c.err.Error() }
 // takeLanes claims every lane, waiting for the previous publisher's workers to release them (or
 // for their leases to expire).
 func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) error {
-	held := map[int]Lease{}
+	held := map[int]driver.Lease{}
 	wait := 10 * time.Millisecond
 	warned := time.Now()
 	for len(held) < lanes {
 		if len(held) > 0 {
-			renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: mapValues(held), TTL: r.o.LeaseTTL, Now: r.now()})
+			renewed, err := r.store.RenewLanes(ctx, driver.RenewParams{Generation: r.gen.Load(), Leases: mapValues(held), TTL: r.o.LeaseTTL, Now: r.now()})
 			if err != nil {
 				return fmt.Errorf("outbox: cdc relay: renew lanes: %w", err)
 			}
@@ -674,7 +669,7 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 				held[l.Lane] = l
 			}
 		}
-		got, err := r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: lanes, TTL: r.o.LeaseTTL, Now: r.now()})
+		got, err := r.store.ClaimLanes(ctx, driver.ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: lanes, TTL: r.o.LeaseTTL, Now: r.now()})
 		if err != nil {
 			return fmt.Errorf("outbox: cdc relay: claim lanes: %w", err)
 		}
@@ -709,16 +704,16 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 	return nil
 }
 
-func mapValues(m map[int]Lease) []Lease {
-	out := make([]Lease, 0, len(m))
+func mapValues(m map[int]driver.Lease) []driver.Lease {
+	out := make([]driver.Lease, 0, len(m))
 	for _, l := range m {
 		out = append(out, l)
 	}
 	return out
 }
 
-func sortedLeases(m map[int]Lease) []Lease {
-	out := make([]Lease, 0, len(m))
+func sortedLeases(m map[int]driver.Lease) []driver.Lease {
+	out := make([]driver.Lease, 0, len(m))
 	for i := 0; len(out) < len(m); i++ {
 		if l, ok := m[i]; ok {
 			out = append(out, l)
@@ -727,7 +722,7 @@ func sortedLeases(m map[int]Lease) []Lease {
 	return out
 }
 
-func (r *CDCRelay) currentLeases() []Lease {
+func (r *CDCRelay) currentLeases() []driver.Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.leases
@@ -735,8 +730,8 @@ func (r *CDCRelay) currentLeases() []Lease {
 
 // holdLiveness takes the relay's sign of life when the store has the Liveness capability; nil
 // when it has not, or when it failed (the relay then relies on its leases alone).
-func (r *CDCRelay) holdLiveness(ctx context.Context, log *slog.Logger) Life {
-	lv, ok := r.store.(Liveness)
+func (r *CDCRelay) holdLiveness(ctx context.Context, log *slog.Logger) driver.Life {
+	lv, ok := r.store.(driver.Liveness)
 	if !ok {
 		return nil
 	}
@@ -759,7 +754,7 @@ func (r *CDCRelay) holdLiveness(ctx context.Context, log *slog.Logger) Life {
 // gets a new generation, so the relay's marks and renewals fail (and the session ends) if one
 // does. Until then the relay relies on its leases alone, as when it could not take a sign of
 // life at start, and takes a new one after its next successful renewal.
-func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, life *Life, log *slog.Logger) {
+func (r *CDCRelay) renewLoop(ctx context.Context, cancel context.CancelCauseFunc, life *driver.Life, log *slog.Logger) {
 	t := time.NewTicker(r.o.RenewInterval)
 	defer t.Stop()
 	lost := false // a sign of life was held and lost: take a new one
@@ -831,14 +826,14 @@ func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
 		return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), err)}
 	}
 	held := r.currentLeases()
-	renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+	renewed, err := r.store.RenewLanes(ctx, driver.RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
 	switch {
 	case errors.Is(err, ErrFenced):
 		return fenced(err)
 	case err != nil:
 		return err
 	}
-	var back []Lease
+	var back []driver.Lease
 	// A claim skips lanes another transaction has locked (the relay's own fetch or settle, a
 	// moment): five tries over about a third of LeaseTTL, before the lanes count as taken.
 	for try, wait := 0, r.o.LeaseTTL/50; len(renewed)+len(back) < len(held); try, wait = try+1, wait*2 {
@@ -853,7 +848,7 @@ func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
 			case <-time.After(wait):
 			}
 		}
-		got, err := r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner,
+		got, err := r.store.ClaimLanes(ctx, driver.ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner,
 			Max: len(held) - len(renewed) - len(back), TTL: r.o.LeaseTTL, Now: r.now()})
 		switch {
 		case errors.Is(err, ErrFenced):
@@ -867,7 +862,7 @@ func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
 	if len(back) > 0 {
 		log.Warn("cdc_relay_lanes_reclaimed", "lanes", len(back), "note", "their leases expired before a renewal; no one else had claimed them")
 	}
-	m := map[int]Lease{}
+	m := map[int]driver.Lease{}
 	for _, l := range append(renewed, back...) {
 		m[l.Lane] = l
 	}
@@ -954,7 +949,7 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // backfill opens a stream at the head of the log, publishes every unpublished row committed
 // before it, and checkpoints the head. The stream then carries on from there.
-func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (ChangeStream, error) {
+func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (driver.ChangeStream, error) {
 	r.mu.Lock()
 	r.phase = PhaseBackfilling
 	r.mu.Unlock()
@@ -973,7 +968,7 @@ func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (C
 			_ = stream.Close()
 			return nil, errDrained // what was sent is marked; the checkpoint has not moved
 		}
-		recs, err := r.store.Fetch(ctx, FetchParams{Leases: r.currentLeases(), Limit: r.o.BatchSize, Now: farFuture})
+		recs, err := r.store.Fetch(ctx, driver.FetchParams{Leases: r.currentLeases(), Limit: r.o.BatchSize, Now: farFuture})
 		if err != nil {
 			_ = stream.Close()
 			return nil, fmt.Errorf("outbox: cdc relay: backfill fetch: %w", err)
@@ -1013,12 +1008,12 @@ func (r *CDCRelay) backfill(ctx context.Context, id string, log *slog.Logger) (C
 
 // changeOrErr is what the reader goroutine hands over.
 type changeOrErr struct {
-	tx  ChangeTx
+	tx  driver.ChangeTx
 	err error
 }
 
 // stream publishes the log's transactions until ctx ends or the stream fails.
-func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, log *slog.Logger) error {
+func (r *CDCRelay) stream(ctx context.Context, id string, stream driver.ChangeStream, log *slog.Logger) error {
 	// The reader decodes ahead of the sender, bounded by the channel.
 	ch := make(chan changeOrErr, 4*r.o.BatchSize)
 	rctx, stopReader := context.WithCancel(ctx)
@@ -1041,7 +1036,7 @@ func (r *CDCRelay) stream(ctx context.Context, id string, stream ChangeStream, l
 	}()
 
 	var (
-		recs  []Record
+		recs  []driver.Record
 		carry *changeOrErr // a transaction read but left for the next batch
 		// Positions that carried no record are checkpointed at most once per
 		// CheckpointInterval (see submitPosition): pending is the latest one not yet
@@ -1173,7 +1168,7 @@ const backfillSkipIdle = 200 * time.Millisecond
 // skipBackfilled drops records the backfill of this session already published (rows that
 // committed after the log's start position but before the backfill's last fetch): without it
 // they would be sent twice.
-func (r *CDCRelay) skipBackfilled(recs []Record) []Record {
+func (r *CDCRelay) skipBackfilled(recs []driver.Record) []driver.Record {
 	if len(r.backfilled) == 0 {
 		return recs
 	}
@@ -1196,7 +1191,7 @@ func (r *CDCRelay) loadParkedKeys(ctx context.Context) error {
 	r.mu.Lock()
 	clear(r.parkedKeys)
 	r.mu.Unlock()
-	a, ok := r.store.(Admin)
+	a, ok := r.store.(driver.Admin)
 	if !ok {
 		r.log.Warn("cdc_relay_parked_keys_unknown", "reason", "the store has no Admin capability")
 		return nil
@@ -1215,7 +1210,7 @@ func (r *CDCRelay) loadParkedKeys(ctx context.Context) error {
 
 // skipParked drops the records of keys parked during this run: they stay unpublished (so cleanup
 // keeps them) until Unpark and a Backfill deliver them in order.
-func (r *CDCRelay) skipParked(recs []Record) []Record {
+func (r *CDCRelay) skipParked(recs []driver.Record) []driver.Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.parkedKeys) == 0 {
@@ -1235,7 +1230,7 @@ func (r *CDCRelay) skipParked(recs []Record) []Record {
 // deliver sends recs (in order) until each is published or parked, retrying failures in place
 // with backoff; later records of a failed key wait behind it. Records are marked with Settle,
 // fenced by the leases of every lane.
-func (r *CDCRelay) deliver(ctx context.Context, recs []Record, at readAt, log *slog.Logger) error {
+func (r *CDCRelay) deliver(ctx context.Context, recs []driver.Record, at readAt, log *slog.Logger) error {
 	for start := 0; start < len(recs); start += r.o.BatchSize {
 		if err := r.deliverBatch(ctx, recs[start:min(start+r.o.BatchSize, len(recs))], at, log); err != nil {
 			return err
@@ -1247,11 +1242,11 @@ func (r *CDCRelay) deliver(ctx context.Context, recs []Record, at readAt, log *s
 // readAt is where delivered records were read: the stream and the position it had returned
 // them by (VisibleWaiter), or nothing for a backfill's records (read from the table).
 type readAt struct {
-	stream ChangeStream
+	stream driver.ChangeStream
 	pos    string
 }
 
-func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, at readAt, log *slog.Logger) error {
+func (r *CDCRelay) deliverBatch(ctx context.Context, pending []driver.Record, at readAt, log *slog.Logger) error {
 	attempts := map[int64]int{}
 	round := 0
 	for len(pending) > 0 {
@@ -1268,8 +1263,8 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, at readAt
 			return err // nothing is marked: the records will be read again
 		}
 
-		var p SettleParams // leases, mode and time are set by the settler
-		var retry []Record
+		var p driver.SettleParams // leases, mode and time are set by the settler
+		var retry []driver.Record
 		failedKey := map[string]bool{}
 		for i := range pending {
 			rec := &pending[i]
@@ -1286,7 +1281,7 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []Record, at readAt
 				attempts[rec.Seq]++
 				n := rec.Attempts + attempts[rec.Seq]
 				park := IsPermanent(outcome[i]) || r.o.Retry.Exhausted(n)
-				p.Failed = append(p.Failed, Failure{Seq: rec.Seq, Lane: rec.Lane, Error: TruncateError(outcome[i].Error()),
+				p.Failed = append(p.Failed, driver.Failure{Seq: rec.Seq, Lane: rec.Lane, Error: driver.TruncateError(outcome[i].Error()),
 					Delay: r.o.Retry.Delay(n), Park: park})
 				if park {
 					log.Warn("cdc_relay_event_parked", "event_id", rec.ID, "partition_key", rec.PartitionKey,

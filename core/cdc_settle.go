@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,10 +32,10 @@ type settler struct {
 // read up to (empty for records that did not come from stream: a backfill's), for
 // VisibleWaiter.
 type settleItem struct {
-	p      *SettleParams
+	p      *driver.SettleParams
 	pos    string
 	readTo string
-	stream ChangeStream
+	stream driver.ChangeStream
 	done   chan struct{} // closed once applied or failed (flush markers)
 }
 
@@ -132,9 +133,9 @@ func (s *settler) run() {
 
 func (s *settler) apply(batch []*settleItem) error {
 	r := s.r
-	var p SettleParams
+	var p driver.SettleParams
 	var pos string
-	var stream ChangeStream
+	var stream driver.ChangeStream
 	var reads []readAt // per stream, the furthest position its marked records were read by
 	for _, it := range batch {
 		if it.p != nil {
@@ -158,7 +159,7 @@ func (s *settler) apply(batch []*settleItem) error {
 		began := time.Now()
 		var err error
 		for _, rd := range reads {
-			if w, ok := rd.stream.(VisibleWaiter); ok && err == nil {
+			if w, ok := rd.stream.(driver.VisibleWaiter); ok && err == nil {
 				if err = w.AwaitVisible(ctx, rd.pos); err != nil {
 					err = fmt.Errorf("outbox: cdc relay: await visible: %w", err)
 				}
@@ -183,7 +184,7 @@ func (s *settler) apply(batch []*settleItem) error {
 	}
 	ctx, cancel := context.WithTimeout(s.base, opTimeout)
 	defer cancel()
-	if err := r.store.SaveCheckpoint(ctx, Checkpoint{Source: s.id, Position: pos, Generation: r.gen.Load()}); err != nil {
+	if err := r.store.SaveCheckpoint(ctx, driver.Checkpoint{Source: s.id, Position: pos, Generation: r.gen.Load()}); err != nil {
 		return fmt.Errorf("outbox: cdc relay: save checkpoint: %w", err)
 	}
 	r.stats.checkpoints.Add(1)

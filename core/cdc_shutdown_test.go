@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 type cdcStopBundle struct {
@@ -147,10 +148,10 @@ func TestCDCRelayShutdownTimeoutIsHardStop(t *testing.T) {
 // failingSettle fails every Settle for which fails returns true.
 type failingSettle struct {
 	*memory.Store
-	fails func(core.SettleParams) bool
+	fails func(driver.SettleParams) bool
 }
 
-func (f *failingSettle) Settle(ctx context.Context, p core.SettleParams) error {
+func (f *failingSettle) Settle(ctx context.Context, p driver.SettleParams) error {
 	if f.fails(p) {
 		return errors.New("database gone")
 	}
@@ -178,7 +179,7 @@ func TestCDCRelayRecoversWhenAMarkFails(t *testing.T) {
 	t.Parallel()
 	b := setupCDCStop(t, 0)
 	var fail atomic.Bool
-	store := &failingSettle{Store: b.store, fails: func(core.SettleParams) bool { return fail.Load() }}
+	store := &failingSettle{Store: b.store, fails: func(driver.SettleParams) bool { return fail.Load() }}
 	r, err := core.NewCDCRelay(store, b.store.ChangeSource(), b.sink, core.StaticRouter{Default: "x"},
 		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -260,8 +261,8 @@ func TestCDCRelayParkIsRetriedAfterAFailedSettle(t *testing.T) {
 	t.Parallel()
 	b := setupCDCStop(t, 0)
 	var failed atomic.Bool // the first settle that parks a record fails
-	store := &failingSettle{Store: b.store, fails: func(p core.SettleParams) bool {
-		return slices.ContainsFunc(p.Failed, func(f core.Failure) bool { return f.Park }) && failed.CompareAndSwap(false, true)
+	store := &failingSettle{Store: b.store, fails: func(p driver.SettleParams) bool {
+		return slices.ContainsFunc(p.Failed, func(f driver.Failure) bool { return f.Park }) && failed.CompareAndSwap(false, true)
 	}}
 	var sends atomic.Int64
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {

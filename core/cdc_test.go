@@ -14,27 +14,28 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // droppingSource loses the records of one partition key from the log, as a broken CDC source
 // would.
 type droppingSource struct {
-	core.ChangeSource
+	driver.ChangeSource
 	key string
 }
 
-func (d *droppingSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+func (d *droppingSource) Start(ctx context.Context) (driver.ChangeStream, string, error) {
 	st, pos, err := d.ChangeSource.Start(ctx)
 	return &droppingStream{ChangeStream: st, key: d.key}, pos, err
 }
 
 type droppingStream struct {
-	core.ChangeStream
+	driver.ChangeStream
 	key string
 }
 
-func (s *droppingStream) Next(ctx context.Context) (core.ChangeTx, error) {
+func (s *droppingStream) Next(ctx context.Context) (driver.ChangeTx, error) {
 	tx, err := s.ChangeStream.Next(ctx)
 	out := tx.Records[:0]
 	for _, r := range tx.Records {
@@ -106,9 +107,9 @@ func TestCDCRelayRefusesAnotherSourcesCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	p, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC})
+	p, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC})
 	require.NoError(t, err)
-	require.NoError(t, s.SaveCheckpoint(ctx, core.Checkpoint{Source: "postgres:other/slot/t", Position: "0/16B3748", Generation: p.Generation}))
+	require.NoError(t, s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "postgres:other/slot/t", Position: "0/16B3748", Generation: p.Generation}))
 	r, err := core.NewCDCRelay(s, s.ChangeSource(), core.SinkFunc(func(_ context.Context, m []core.Message) []error { return make([]error, len(m)) }),
 		core.StaticRouter{Default: "q"}, &core.CDCOptions{LeaseTTL: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -172,7 +173,7 @@ type livingStore struct {
 	failRenew atomic.Bool
 }
 
-func (l *livingStore) HoldLiveness(context.Context, string) (core.Life, error) {
+func (l *livingStore) HoldLiveness(context.Context, string) (driver.Life, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := &fakeLife{}
@@ -180,7 +181,7 @@ func (l *livingStore) HoldLiveness(context.Context, string) (core.Life, error) {
 	return f, nil
 }
 
-func (l *livingStore) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+func (l *livingStore) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
 	if l.failRenew.Load() {
 		return nil, errors.New("database unreachable")
 	}
@@ -271,9 +272,9 @@ func TestCDCRelayKeepsGoingUnlessAnotherClaimerTakesItsLanes(t *testing.T) {
 	// Another claimer takes its lanes once their leases expired: it stops.
 	s.taken()[1].dead.Store(true)
 	s.failRenew.Store(true)
-	var other []core.Lease
+	var other []driver.Lease
 	require.Eventually(t, func() bool {
-		other, err = m.ClaimLanes(ctx, core.ClaimParams{Generation: r.Stats().Generation, Owner: "b", Max: 4, TTL: time.Minute, Now: time.Now()})
+		other, err = m.ClaimLanes(ctx, driver.ClaimParams{Generation: r.Stats().Generation, Owner: "b", Max: 4, TTL: time.Minute, Now: time.Now()})
 		return err == nil && len(other) == 4
 	}, 5*time.Second, 10*time.Millisecond, "b takes the expired lanes")
 	s.failRenew.Store(false)
@@ -294,23 +295,23 @@ func TestCDCRelayKeepsGoingUnlessAnotherClaimerTakesItsLanes(t *testing.T) {
 
 // waitingSource's streams are VisibleWaiters whose AwaitVisible holds until release is closed.
 type waitingSource struct {
-	core.ChangeSource
+	driver.ChangeSource
 	asked   chan string
 	release chan struct{}
 }
 
-func (w *waitingSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+func (w *waitingSource) Start(ctx context.Context) (driver.ChangeStream, string, error) {
 	st, pos, err := w.ChangeSource.Start(ctx)
 	return &waitingStream{ChangeStream: st, w: w}, pos, err
 }
 
-func (w *waitingSource) Resume(ctx context.Context, position string) (core.ChangeStream, error) {
+func (w *waitingSource) Resume(ctx context.Context, position string) (driver.ChangeStream, error) {
 	st, err := w.ChangeSource.Resume(ctx, position)
 	return &waitingStream{ChangeStream: st, w: w}, err
 }
 
 type waitingStream struct {
-	core.ChangeStream
+	driver.ChangeStream
 	w *waitingSource
 }
 
@@ -350,7 +351,7 @@ func TestCDCRelayMarksOnlyAfterAwaitVisible(t *testing.T) {
 	require.Zero(t, r.Stats().Published, "no mark while AwaitVisible waits")
 	close(src.release)
 	waitFor(t, 10*time.Second, func() bool { return r.Stats().Published == 1 }, "marked once AwaitVisible returned")
-	recs, err := b.store.List(context.Background(), core.ListParams{Limit: 10})
+	recs, err := b.store.List(context.Background(), driver.ListParams{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, id, recs[0].ID)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -36,7 +37,7 @@ type CleanupOptions struct {
 // evidence watermark (the lowest unpublished Seq, and opts.BelowSeq), in batches, until none is
 // left. Unpublished and parked rows are never deleted. When p is also a PartitionPruner, whole
 // partitions that qualify are dropped first. It returns how many rows it deleted.
-func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, error) {
+func CleanupOutbox(ctx context.Context, p driver.Pruner, opts *CleanupOptions) (int, error) {
 	var o CleanupOptions
 	if opts != nil {
 		o = *opts
@@ -47,10 +48,10 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 	if o.Retention == 0 {
 		o.Retention = 24 * time.Hour
 	}
-	if err := checkCount("BatchSize", o.BatchSize, MaxBatchSize); err != nil {
+	if err := driver.CheckCount("BatchSize", o.BatchSize, MaxBatchSize); err != nil {
 		return 0, err
 	}
-	o.BatchSize = PruneLimit(o.BatchSize)
+	o.BatchSize = driver.PruneLimit(o.BatchSize)
 	now := time.Now
 	if o.now != nil {
 		now = o.now
@@ -67,7 +68,7 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 	if err = errors.Join(err, e); err != nil {
 		return 0, fmt.Errorf("outbox: cleanup instruments: %w", err)
 	}
-	params := PruneParams{PublishedBefore: now().Add(-o.Retention), BelowSeq: o.BelowSeq, Limit: o.BatchSize}
+	params := driver.PruneParams{PublishedBefore: now().Add(-o.Retention), BelowSeq: o.BelowSeq, Limit: o.BatchSize}
 	total := 0
 	var failed error
 	defer func() {
@@ -76,7 +77,7 @@ func CleanupOutbox(ctx context.Context, p Pruner, opts *CleanupOptions) (int, er
 			watermark.Record(ctx, float64(params.PublishedBefore.UnixMicro())/1e6)
 		}
 	}()
-	if pp, ok := p.(PartitionPruner); ok {
+	if pp, ok := p.(driver.PartitionPruner); ok {
 		n, err := pp.DropPartitions(ctx, params)
 		total += n
 		if err != nil {

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,7 @@ func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
 	if *batch == 0 {
 		*batch = DefaultBatchSize
 	}
-	if err := checkCount("BatchSize", *batch, MaxBatchSize); err != nil {
+	if err := driver.CheckCount("BatchSize", *batch, MaxBatchSize); err != nil {
 		return err
 	}
 	return nil
@@ -50,7 +51,7 @@ func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
 // unroutable record (the later records of its key are not sent and get ErrNotAcknowledged), else
 // the sink's outcome. A sink that breaks its contract is logged and its answer treated as
 // unacknowledged. sent reports whether Send was called.
-func send(ctx context.Context, sink Sink, router Router, recs []Record, log *slog.Logger) (outcome []error, sent bool) {
+func send(ctx context.Context, sink Sink, router Router, recs []driver.Record, log *slog.Logger) (outcome []error, sent bool) {
 	outcome = make([]error, len(recs))
 	msgs := make([]Message, 0, len(recs))
 	idx := make([]int, 0, len(recs))
@@ -92,7 +93,7 @@ type settleCounters struct {
 }
 
 // count adds one successful settle.
-func (c *settleCounters) count(p SettleParams) {
+func (c *settleCounters) count(p driver.SettleParams) {
 	c.published.Add(uint64(len(p.Published)))
 	c.failures.Add(uint64(len(p.Failed)))
 	for _, f := range p.Failed {

@@ -1,7 +1,14 @@
-// Package core holds outboxkit's contracts and engines: the transactional outbox writer
-// (Outbox), the polling relay (Relay), the transactional inbox (Inbox) and outbox cleanup. It
-// imports no database driver, adapter, sink or AWS package; adapters implement the small
-// interfaces in store.go and sinks implement Sink.
+// Package core is what applications call: the transactional outbox writer (Outbox), the
+// polling relay (Relay), the change-data-capture relay (CDCRelay), the transactional inbox
+// (Inbox) and outbox cleanup, with their options, results and errors. It imports no database
+// driver, adapter, sink or broker SDK.
+//
+// What adapters and sinks implement or use — the store interfaces, their parameters and row
+// types, leases, change sources and streams, optional capabilities and the Check helpers — is
+// in package [github.com/outboxkit/outbox/core/driver]. An application passes an adapter's
+// store (for example postgres.New's) to NewOutbox, NewRelay or NewInbox and never names those
+// interfaces; the few driver types an application does use (Event, the errors, Outcome, ...)
+// are repeated here under the same names.
 //
 // # Guarantees
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func valid() core.Event {
@@ -18,7 +19,7 @@ func valid() core.Event {
 
 func TestNormalizeFillsDefaults(t *testing.T) {
 	t.Parallel()
-	ev, err := core.Normalize(0, valid(), core.Limits{})
+	ev, err := driver.Normalize(0, valid(), core.Limits{})
 	require.NoError(t, err)
 	id, err := uuid.Parse(ev.ID)
 	require.NoError(t, err)
@@ -27,7 +28,7 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 
 	in := valid()
 	in.ID, in.PartitionKey = "my-id", "custom"
-	ev, err = core.Normalize(0, in, core.Limits{})
+	ev, err = driver.Normalize(0, in, core.Limits{})
 	require.NoError(t, err)
 	require.Equal(t, "my-id", ev.ID)
 	require.Equal(t, "custom", ev.PartitionKey)
@@ -55,7 +56,7 @@ func TestNormalizeRejectsInvalidFields(t *testing.T) {
 			t.Parallel()
 			ev := valid()
 			mutate(&ev)
-			_, err := core.Normalize(3, ev, core.Limits{MaxPayloadBytes: 10})
+			_, err := driver.Normalize(3, ev, core.Limits{MaxPayloadBytes: 10})
 			require.ErrorIs(t, err, core.ErrInvalidEvent)
 			var ve *core.ValidationError
 			require.True(t, errors.As(err, &ve))
@@ -69,11 +70,11 @@ func TestNormalizeHeaderLimits(t *testing.T) {
 	t.Parallel()
 	ev := valid()
 	ev.Headers = map[string]string{"a": "1", "b": "2", "c": "3"}
-	_, err := core.Normalize(0, ev, core.Limits{MaxHeaders: 2})
+	_, err := driver.Normalize(0, ev, core.Limits{MaxHeaders: 2})
 	require.ErrorIs(t, err, core.ErrInvalidEvent)
-	_, err = core.Normalize(0, ev, core.Limits{MaxHeaderBytes: 5})
+	_, err = driver.Normalize(0, ev, core.Limits{MaxHeaderBytes: 5})
 	require.ErrorIs(t, err, core.ErrInvalidEvent)
-	_, err = core.Normalize(0, ev, core.Limits{})
+	_, err = driver.Normalize(0, ev, core.Limits{})
 	require.NoError(t, err)
 }
 
@@ -84,10 +85,10 @@ func TestLaneOfIsStable(t *testing.T) {
 	// Computed independently (Python FNV-1a 32-bit of the UTF-8 bytes, mod 64).
 	golden := map[string]int{"": 5, "order/42": 18, "customer/7": 47, "ünïcode": 43}
 	for key, want := range golden {
-		require.Equal(t, want, core.LaneOf(key, 64), "key %q", key)
+		require.Equal(t, want, driver.LaneOf(key, 64), "key %q", key)
 	}
 	for i := 0; i < 1000; i++ {
-		l := core.LaneOf(fmt.Sprint(i), 7)
+		l := driver.LaneOf(fmt.Sprint(i), 7)
 		require.True(t, l >= 0 && l < 7)
 	}
 }
@@ -95,33 +96,33 @@ func TestLaneOfIsStable(t *testing.T) {
 func TestTruncateErrorKeepsUTF8(t *testing.T) {
 	t.Parallel()
 	s := strings.Repeat("é", 1000) // 2000 bytes
-	got := core.TruncateError(s)
+	got := driver.TruncateError(s)
 	require.LessOrEqual(t, len(got), 1024)
 	require.True(t, strings.HasPrefix(s, got))
-	require.Equal(t, "short", core.TruncateError("short"))
+	require.Equal(t, "short", driver.TruncateError("short"))
 }
 
 func TestDefaultLimits(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, core.DefaultListLimit, core.ListParams{}.PageSize())
-	require.Equal(t, core.DefaultListLimit, core.ListParams{Limit: -1}.PageSize())
-	require.Equal(t, 7, core.ListParams{Limit: 7}.PageSize())
-	require.Equal(t, core.DefaultPruneLimit, core.PruneParams{}.BatchSize())
-	require.Equal(t, 7, core.PruneParams{Limit: 7}.BatchSize())
-	require.Equal(t, core.DefaultPruneLimit, core.PruneLimit(0))
-	require.Equal(t, 3, core.PruneLimit(3))
+	require.Equal(t, driver.DefaultListLimit, driver.ListParams{}.PageSize())
+	require.Equal(t, driver.DefaultListLimit, driver.ListParams{Limit: -1}.PageSize())
+	require.Equal(t, 7, driver.ListParams{Limit: 7}.PageSize())
+	require.Equal(t, driver.DefaultPruneLimit, driver.PruneParams{}.BatchSize())
+	require.Equal(t, 7, driver.PruneParams{Limit: 7}.BatchSize())
+	require.Equal(t, driver.DefaultPruneLimit, driver.PruneLimit(0))
+	require.Equal(t, 3, driver.PruneLimit(3))
 }
 
 func TestLanesOption(t *testing.T) {
 	t.Parallel()
-	n, err := core.LanesOption(0)
+	n, err := driver.LanesOption(0)
 	require.NoError(t, err)
 	require.Equal(t, core.DefaultLanes, n)
-	n, err = core.LanesOption(core.MaxLanes)
+	n, err = driver.LanesOption(core.MaxLanes)
 	require.NoError(t, err)
 	require.Equal(t, core.MaxLanes, n)
 	for _, bad := range []int{-1, core.MaxLanes + 1} {
-		_, err := core.LanesOption(bad)
+		_, err := driver.LanesOption(bad)
 		var oe *core.OptionError
 		require.ErrorAs(t, err, &oe)
 		require.Equal(t, "Lanes", oe.Field)

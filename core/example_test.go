@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func ExampleLaneOf() {
 	// Every adapter stores this lane; it depends only on the partition key and the lane count.
-	fmt.Println(core.LaneOf("order/42", 64))
+	fmt.Println(driver.LaneOf("order/42", 64))
 	// Output: 18
 }
 
@@ -27,7 +28,7 @@ func ExampleStaticRouter() {
 }
 
 func ExampleNormalize() {
-	_, err := core.Normalize(0, core.Event{AggregateType: "order", Type: "order.created"}, core.Limits{})
+	_, err := driver.Normalize(0, core.Event{AggregateType: "order", Type: "order.created"}, core.Limits{})
 	var ve *core.ValidationError
 	fmt.Println(errors.As(err, &ve), ve.Field, errors.Is(err, core.ErrInvalidEvent))
 	// Output: true AggregateID true

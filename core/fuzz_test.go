@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // FuzzNormalize: Normalize either refuses an event with a *ValidationError or returns one whose
@@ -21,7 +22,7 @@ func FuzzNormalize(f *testing.F) {
 		if hk != "" || hv != "" {
 			ev.Headers = map[string]string{hk: hv}
 		}
-		n, err := core.Normalize(7, ev, core.Limits{})
+		n, err := driver.Normalize(7, ev, core.Limits{})
 		if err != nil {
 			var ve *core.ValidationError
 			require.ErrorAs(t, err, &ve)
@@ -32,10 +33,10 @@ func FuzzNormalize(f *testing.F) {
 		require.NotEmpty(t, n.ID)
 		require.NotEmpty(t, n.PartitionKey)
 		for _, s := range []string{n.AggregateID, n.PartitionKey, n.Tenant, n.CausationID, n.CorrelationID, hv} {
-			require.Empty(t, core.CheckText(s), "%q", s)
+			require.Empty(t, driver.CheckText(s), "%q", s)
 			require.LessOrEqual(t, len(s), 255)
 		}
-		again, err := core.Normalize(0, n, core.Limits{})
+		again, err := driver.Normalize(0, n, core.Limits{})
 		require.NoError(t, err)
 		require.Equal(t, n, again)
 	})

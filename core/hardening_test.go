@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Text that no sink's wire format carries (or that the docs promise to refuse) must be refused
@@ -35,7 +36,7 @@ func TestNormalizeRefusesTextSinksRefuse(t *testing.T) {
 		for field, set := range fields {
 			ev := valid()
 			set(&ev, s)
-			_, err := core.Normalize(3, ev, core.Limits{})
+			_, err := driver.Normalize(3, ev, core.Limits{})
 			var ve *core.ValidationError
 			require.ErrorAs(t, err, &ve, "%s in %s", name, field)
 			require.Equal(t, field, ve.Field)
@@ -45,7 +46,7 @@ func TestNormalizeRefusesTextSinksRefuse(t *testing.T) {
 	// The replacement character itself, other scripts and emoji are text.
 	ev := valid()
 	ev.AggregateID = "\uFFFD-ü-日本-\U0001F600-\uFFFD"
-	_, err := core.Normalize(0, ev, core.Limits{})
+	_, err := driver.Normalize(0, ev, core.Limits{})
 	require.NoError(t, err)
 }
 
@@ -83,7 +84,7 @@ func TestCallerTxHeadersAreReplacedNotValidated(t *testing.T) {
 		written, err = ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t", Headers: h})
 		return err
 	}))
-	recs, err := store.List(ctx, core.ListParams{})
+	recs, err := store.List(ctx, driver.ListParams{})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	got := recs[0].Headers
@@ -201,7 +202,7 @@ func TestInboxRefusesInvalidMessageFields(t *testing.T) {
 	for _, name := range []string{"a\nb", strings.Repeat("c", 300), "a\u0085"} {
 		_, err := b.inbox.Process(ctx, name, core.InboxMessage{EventID: "e", OccurredAt: now}, apply)
 		require.ErrorIs(t, err, core.ErrInvalidMessage)
-		require.ErrorIs(t, core.CheckConsumer(name), core.ErrInvalidMessage)
+		require.ErrorIs(t, driver.CheckConsumer(name), core.ErrInvalidMessage)
 	}
 }
 

@@ -9,34 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"go.opentelemetry.io/otel/metric"
 )
-
-// Outcome is what Inbox.Process did with a message.
-type Outcome int
-
-// Outcomes of Inbox.Process. Applied and Stale are recorded; Duplicate reports the recorded one.
-const (
-	// Applied: the handler ran and its effect committed with the inbox record.
-	Applied Outcome = iota + 1
-	// Duplicate: this consumer already processed this event ID with the same payload; nothing ran.
-	Duplicate
-	// Stale: the message's entity version is not newer than the last applied one; it was recorded
-	// and the handler did not run.
-	Stale
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case Stale:
-		return "stale"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // InboxMessage is one delivery handed to Inbox.Process.
 type InboxMessage struct {
@@ -46,7 +21,7 @@ type InboxMessage struct {
 	Payload []byte
 	// Entity and Version, when Version > 0, gate the message by entity version (usually the
 	// aggregate type/id and aggregate version). Entity is required when Version > 0; it is text
-	// (core.CheckText) of at most 255 bytes.
+	// (driver.CheckText) of at most 255 bytes.
 	Entity  string
 	Version int64
 	// OccurredAt is when the event was written (the outbox CreatedAt). It is compared against the
@@ -56,7 +31,7 @@ type InboxMessage struct {
 	// be told apart from a pruned duplicate. Consumers that prune must set it.
 	OccurredAt time.Time
 	// SourcePosition says where the message came from (queue and receipt, offset, ...). Recorded.
-	// Optional text (core.CheckText) of at most 1024 bytes.
+	// Optional text (driver.CheckText) of at most 1024 bytes.
 	SourcePosition string
 }
 
@@ -94,60 +69,26 @@ type InboxOptions struct {
 	FirstVersion int64
 }
 
-// Inbox field bounds.
-const (
-	maxPositionLen = 1024
-	// MaxClockSkew is how far in the future Inbox.Prune accepts a horizon.
-	MaxClockSkew = time.Minute
-	// MaxPruneLimit bounds Inbox.Prune's limit.
-	MaxPruneLimit = 100_000
-)
-
-// MinTime and MaxTime bound every time the public API accepts (InboxMessage.OccurredAt, a
-// Prune horizon): every adapter stores times in this range exactly, to the microsecond.
-var (
-	MinTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
-	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
-)
-
-// checkTime reports why t is outside [MinTime, MaxTime], or "".
-func checkTime(t time.Time) string {
-	if t.Before(MinTime) || t.After(MaxTime) {
-		return "outside 1970-01-01 to 9999-12-31 UTC"
-	}
-	return ""
-}
-
-// CheckConsumer returns a *MessageError when name is not a valid inbox consumer name: text
-// (CheckText) of 1 to 255 bytes. Inbox.Process applies it; consumers built on an Inbox (such as
-// the SQS consumer) apply it at construction.
-func CheckConsumer(name string) error {
-	if r := checkText(name, maxNameLen, true); r != "" {
-		return &MessageError{Field: "consumer", Reason: r}
-	}
-	return nil
-}
-
 // check validates msg as Process takes it.
 func (msg *InboxMessage) check() error {
 	bad := func(field, reason string) error { return &MessageError{Field: field, Reason: reason} }
 	if msg.EventID == "" {
 		return bad("EventID", "required")
 	}
-	if r := checkID(msg.EventID); r != "" {
+	if r := driver.CheckID(msg.EventID); r != "" {
 		return bad("EventID", r)
 	}
 	if msg.Version < 0 {
 		return bad("Version", "must not be negative")
 	}
-	if r := checkText(msg.Entity, maxNameLen, msg.Version > 0); r != "" {
+	if r := driver.CheckTextLen(msg.Entity, driver.MaxNameLen, msg.Version > 0); r != "" {
 		return bad("Entity", r)
 	}
-	if r := checkText(msg.SourcePosition, maxPositionLen, false); r != "" {
+	if r := driver.CheckTextLen(msg.SourcePosition, driver.MaxPositionLen, false); r != "" {
 		return bad("SourcePosition", r)
 	}
 	if !msg.OccurredAt.IsZero() {
-		if r := checkTime(msg.OccurredAt); r != "" {
+		if r := driver.CheckTime(msg.OccurredAt); r != "" {
 			return bad("OccurredAt", r)
 		}
 	}
@@ -167,13 +108,13 @@ type Handler[TTx any] func(ctx context.Context, tx TTx, msg InboxMessage) error
 // Inbox processes each message of a consumer at most once, with its effect, in one local
 // transaction. TTx is the adapter's transaction type.
 type Inbox[TTx any] struct {
-	store InboxStore[TTx]
+	store driver.InboxStore[TTx]
 	o     InboxOptions
 	inst  *inboxInstruments
 }
 
 // NewInbox returns an Inbox on store. opts may be nil.
-func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
+func NewInbox[TTx any](store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
 	if store == nil {
 		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
 	}
@@ -207,7 +148,7 @@ func NewInbox[TTx any](store InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], 
 // Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
 // (consumer, event id) makes the later ones wait and then see the record.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (_ InboxResult, err error) {
-	if err := CheckConsumer(consumer); err != nil {
+	if err := driver.CheckConsumer(consumer); err != nil {
 		return InboxResult{}, err
 	}
 	if err := msg.check(); err != nil {
@@ -284,7 +225,7 @@ type handlers[TTx any] struct {
 
 // processBatch is ProcessBatch and ProcessSet.
 func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []InboxMessage, handler handlers[TTx]) (_ []InboxResult, err error) {
-	if err := CheckConsumer(consumer); err != nil {
+	if err := driver.CheckConsumer(consumer); err != nil {
 		return nil, err
 	}
 	for i := range msgs {
@@ -327,7 +268,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 // without one, on its InboxStore one call per message; when the records found already
 // recorded were not the ones the outcomes assumed, it runs again, knowing them.
 func (in *Inbox[TTx]) run(ctx context.Context, consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult) error {
-	bs, ok := in.store.(InboxBatchStore[TTx])
+	bs, ok := in.store.(driver.InboxBatchStore[TTx])
 	if !ok {
 		bs = oneByOne[TTx]{in.store}
 	}
@@ -354,7 +295,7 @@ type replayError struct{ recorded map[string]bool }
 func (*replayError) Error() string { return "inbox: batch outcomes replayed" }
 
 // oneByOne is an InboxStore's InboxBatchStore: one call per entity or record.
-type oneByOne[TTx any] struct{ s InboxStore[TTx] }
+type oneByOne[TTx any] struct{ s driver.InboxStore[TTx] }
 
 func (o oneByOne[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string, entities []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(entities))
@@ -370,8 +311,8 @@ func (o oneByOne[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string
 	return out, nil
 }
 
-func (o oneByOne[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []InboxRecord) ([]InboxRecord, []bool, error) {
-	existing, inserted := make([]InboxRecord, len(recs)), make([]bool, len(recs))
+func (o oneByOne[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.InboxRecord) ([]driver.InboxRecord, []bool, error) {
+	existing, inserted := make([]driver.InboxRecord, len(recs)), make([]bool, len(recs))
 	for i, rec := range recs {
 		var err error
 		if existing[i], inserted[i], err = o.s.InsertRecord(ctx, tx, rec); err != nil {
@@ -400,7 +341,7 @@ func (o oneByOne[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string,
 // digest, gap) and, when Applied, handed to handler; the new versions are stored at the end.
 // When the records found already there are not those of recorded (a redelivery the outcomes
 // took as new, or the reverse) the outcomes may be wrong: it returns a *replayError.
-func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult, recorded map[string]bool) error {
+func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult, recorded map[string]bool) error {
 	seen := map[string]bool{}
 	var entities []string
 	for i := range msgs {
@@ -426,7 +367,7 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 	}
 	plans := make([]plan, len(msgs))
 	firsts := map[string]int{}
-	recs := make([]InboxRecord, 0, len(msgs))
+	recs := make([]driver.InboxRecord, 0, len(msgs))
 	for i := range msgs {
 		m, p := &msgs[i], &plans[i]
 		p.digest = sha256.Sum256(m.Payload)
@@ -450,7 +391,7 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 				last[m.Entity], p.set = m.Version, true
 			}
 		}
-		recs = append(recs, InboxRecord{Consumer: consumer, EventID: m.EventID, Digest: p.digest,
+		recs = append(recs, driver.InboxRecord{Consumer: consumer, EventID: m.EventID, Digest: p.digest,
 			SourcePosition: m.SourcePosition, Outcome: p.outcome, OccurredAt: m.OccurredAt})
 	}
 	existing, inserted, err := bs.InsertRecords(ctx, tx, recs)
@@ -487,7 +428,7 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs InboxBatchStore
 		prior := existing[p.rec]
 		if inserted[p.rec] {
 			first := &plans[p.first]
-			prior = InboxRecord{Digest: first.digest, Outcome: first.outcome}
+			prior = driver.InboxRecord{Digest: first.digest, Outcome: first.outcome}
 		}
 		if p.first != i || !inserted[p.rec] {
 			if prior.Digest != p.digest {
@@ -541,27 +482,6 @@ func checkHorizon(consumer string, msg *InboxMessage, horizon time.Time) error {
 // or whose handler panicked.
 var errBatchFailed = errors.New("inbox: batch failed")
 
-// CheckInboxPrune checks the arguments of an inbox prune (Inbox.Prune,
-// Operator.PruneInboxAudited) and returns the batch size: a *MessageError for a bad consumer,
-// an error wrapping ErrInvalidHorizon for a before outside [MinTime, now+MaxClockSkew], an
-// *OptionError for a limit above MaxPruneLimit; limit <= 0 means DefaultPruneLimit.
-func CheckInboxPrune(consumer string, before time.Time, limit int) (int, error) {
-	if err := CheckConsumer(consumer); err != nil {
-		return 0, err
-	}
-	if r := checkTime(before); r != "" {
-		return 0, fmt.Errorf("%w: %s is %s", ErrInvalidHorizon, before.UTC().Format(time.RFC3339Nano), r)
-	}
-	if now := time.Now(); before.After(now.Add(MaxClockSkew)) {
-		return 0, fmt.Errorf("%w: %s is in the future (now %s, allowed skew %s)", ErrInvalidHorizon,
-			before.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), MaxClockSkew)
-	}
-	if limit > MaxPruneLimit {
-		return 0, &OptionError{Field: "limit", Reason: fmt.Sprintf("must be at most %d", MaxPruneLimit)}
-	}
-	return PruneLimit(limit), nil
-}
-
 // Prune raises consumer's retention horizon to before and deletes its records of messages that
 // occurred earlier, limit at a time, until none is left. Messages older than the horizon are
 // rejected afterwards with ErrBeyondRetention. It returns how many records it deleted.
@@ -569,7 +489,7 @@ func CheckInboxPrune(consumer string, before time.Time, limit int) (int, error) 
 // message for good): otherwise Prune returns an error wrapping ErrInvalidHorizon and changes
 // nothing. limit <= 0 means 1000; at most MaxPruneLimit.
 func (in *Inbox[TTx]) Prune(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	limit, err := CheckInboxPrune(consumer, before, limit)
+	limit, err := driver.CheckInboxPrune(consumer, before, limit)
 	if err != nil {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -63,7 +64,7 @@ func TraceContext(ctx context.Context, prop propagation.TextMapPropagator, heade
 // publishSpan starts the relay's span of one batch (kind producer), linked to the producers'
 // spans found in the records' headers. It returns ctx unchanged and a non-recording span when
 // tracing is off.
-func publishSpan(ctx context.Context, tp trace.TracerProvider, prop propagation.TextMapPropagator, system string, recs []Record) (context.Context, trace.Span) {
+func publishSpan(ctx context.Context, tp trace.TracerProvider, prop propagation.TextMapPropagator, system string, recs []driver.Record) (context.Context, trace.Span) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
@@ -252,7 +253,7 @@ func (i *relayInstruments) sent(ctx context.Context, d time.Duration, n int) {
 // acked records the commit-to-publish latency of each record the sink acknowledged at ack, and
 // counts each record it did not by error type (the only per-record measurements; a no-op
 // provider makes them free).
-func (i *relayInstruments) acked(ctx context.Context, ack time.Time, recs []Record, outcome []error) {
+func (i *relayInstruments) acked(ctx context.Context, ack time.Time, recs []driver.Record, outcome []error) {
 	latency := i.publishLatency.Enabled(ctx)
 	for k := range recs {
 		switch {
@@ -270,7 +271,7 @@ type laneCounters struct {
 }
 
 // claimed records the leases ClaimLanes returned and returns how many were taken over.
-func (i *relayInstruments) claimed(ctx context.Context, leases []Lease) (takenOver int) {
+func (i *relayInstruments) claimed(ctx context.Context, leases []driver.Lease) (takenOver int) {
 	for _, l := range leases {
 		if l.TakenOver {
 			takenOver++
@@ -292,7 +293,7 @@ func (i *relayInstruments) lost(ctx context.Context, n int) {
 	}
 }
 
-func (i *relayInstruments) settled(ctx context.Context, p SettleParams) {
+func (i *relayInstruments) settled(ctx context.Context, p driver.SettleParams) {
 	if len(p.Published) > 0 {
 		i.settledCount.Add(ctx, int64(len(p.Published)), i.published)
 	}

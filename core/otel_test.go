@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
@@ -313,7 +314,7 @@ func TestRelayCountsLaneMovesExpiriesAndResends(t *testing.T) {
 	b := setupStop(t, 30, 1)
 	base := time.Now().UTC().Truncate(time.Microsecond)
 	// A crashed worker's leases: they expire at base+1s and are never released.
-	ghost, err := b.store.ClaimLanes(ctx, core.ClaimParams{Owner: "ghost", Max: 4, TTL: time.Second, Now: base})
+	ghost, err := b.store.ClaimLanes(ctx, driver.ClaimParams{Owner: "ghost", Max: 4, TTL: time.Second, Now: base})
 	require.NoError(t, err)
 	require.Len(t, ghost, 4)
 
@@ -334,7 +335,7 @@ func TestRelayCountsLaneMovesExpiriesAndResends(t *testing.T) {
 	// Meanwhile the relay's leases expire and another worker takes its lanes over.
 	pub, err := b.store.Generation(ctx)
 	require.NoError(t, err)
-	thief, err := b.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "thief", Max: 4,
+	thief, err := b.store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "thief", Max: 4,
 		TTL: time.Hour, Now: base.Add(time.Hour)})
 	require.NoError(t, err)
 	require.Len(t, thief, 4)

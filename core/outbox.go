@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -24,7 +25,7 @@ type OutboxOptions struct {
 // Outbox appends events inside the caller's own transaction. TTx is the caller's transaction
 // type (*sql.Tx, pgx.Tx, ...). It is safe for concurrent use.
 type Outbox[TTx any] struct {
-	store  OutboxStore[TTx]
+	store  driver.OutboxStore[TTx]
 	lanes  atomic.Int64 // the lane count lanes are computed with (see Write)
 	limits Limits
 	prop   propagation.TextMapPropagator
@@ -32,7 +33,7 @@ type Outbox[TTx any] struct {
 
 // NewOutbox reads the lane count recorded at migration and returns an Outbox writing to store.
 // opts may be nil.
-func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *OutboxOptions) (*Outbox[TTx], error) {
+func NewOutbox[TTx any](ctx context.Context, store driver.OutboxStore[TTx], opts *OutboxOptions) (*Outbox[TTx], error) {
 	if store == nil {
 		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
 	}
@@ -40,7 +41,7 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 	if opts != nil {
 		o = *opts
 	}
-	if err := o.Limits.check(); err != nil {
+	if err := o.Limits.Check(); err != nil {
 		return nil, err
 	}
 	lanes, err := store.LaneCount(ctx)
@@ -50,7 +51,7 @@ func NewOutbox[TTx any](ctx context.Context, store OutboxStore[TTx], opts *Outbo
 	if lanes < 1 || lanes > MaxLanes {
 		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
-	ob := &Outbox[TTx]{store: store, limits: o.Limits.withDefaults(), prop: o.Propagator}
+	ob := &Outbox[TTx]{store: store, limits: o.Limits.WithDefaults(), prop: o.Propagator}
 	ob.lanes.Store(int64(lanes))
 	return ob, nil
 }
@@ -73,12 +74,12 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 	if len(events) == 0 {
 		return nil, nil
 	}
-	recs := make([]Record, len(events))
+	recs := make([]driver.Record, len(events))
 	out := make([]Event, len(events))
 	seen := make(map[string]int, len(events))
 	for i, ev := range events {
 		ev.Headers = WithTraceContext(ctx, o.prop, withoutTxHeaders(ev.Headers))
-		n, err := Normalize(i, ev, o.limits)
+		n, err := driver.Normalize(i, ev, o.limits)
 		if err != nil {
 			return nil, err
 		}
@@ -92,10 +93,10 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 		return nil, err
 	}
 	lanes := int(o.lanes.Load())
-	checked, _ := o.store.(LaneInserter[TTx])
+	checked, _ := o.store.(driver.LaneInserter[TTx])
 	for try := 0; ; try++ {
 		for i, n := range out {
-			recs[i] = Record{Event: n, Lane: LaneOf(n.PartitionKey, lanes)}
+			recs[i] = driver.Record{Event: n, Lane: driver.LaneOf(n.PartitionKey, lanes)}
 		}
 		if checked == nil {
 			if err := o.store.Insert(ctx, tx, recs); err != nil {
@@ -131,7 +132,7 @@ func (o *Outbox[TTx]) Lanes() int { return int(o.lanes.Load()) }
 // a notification sent from inside every producer transaction serialises commits. A lost
 // notification only delays delivery until the relay's next poll.
 func (o *Outbox[TTx]) Notify(ctx context.Context) error {
-	if n, ok := o.store.(Notifier); ok {
+	if n, ok := o.store.(driver.Notifier); ok {
 		return n.Notify(ctx)
 	}
 	return nil
@@ -142,8 +143,12 @@ func (o *Outbox[TTx]) Notify(ctx context.Context) error {
 // closing the database pool, so that the last Notify is not lost. It returns ctx's error when
 // ctx ends first.
 func (o *Outbox[TTx]) Flush(ctx context.Context) error {
-	if f, ok := o.store.(Flusher); ok {
+	if f, ok := o.store.(driver.Flusher); ok {
 		return f.Flush(ctx)
 	}
 	return nil
 }
+
+// maxLaneRetries bounds Outbox.Write's retries after ErrLaneCountChanged (each one follows a
+// resize that committed meanwhile).
+const maxLaneRetries = 3

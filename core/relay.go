@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -126,20 +127,20 @@ type RelayStats struct {
 // Run several relays (processes or goroutines) against one outbox: lanes are leased so that
 // each lane has one publisher at a time, and every mark is fenced by the lease generation.
 type Relay struct {
-	store  RelayStore
+	store  driver.RelayStore
 	sink   Sink
 	router Router
 	o      RelayOptions
 	log    *slog.Logger
 
 	mu     sync.Mutex
-	leases map[int]Lease
+	leases map[int]driver.Lease
 	lanes  int
 	kicks  []chan struct{} // one per loop: lanes were claimed, or a wake-up arrived
 	// busy holds the lanes of the batches in flight; a lane given up while busy waits in
 	// releasing until its batch is settled, so that a rebalance never resends it.
 	busy      map[int]bool
-	releasing []Lease
+	releasing []driver.Lease
 
 	gen       atomic.Int64
 	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
@@ -162,7 +163,7 @@ type Relay struct {
 }
 
 // NewRelay returns a relay that reads store and sends to sink through router. opts may be nil.
-func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*Relay, error) {
+func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOptions) (*Relay, error) {
 	if store == nil {
 		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
 	}
@@ -188,7 +189,7 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	if o.InFlight == 0 {
 		o.InFlight = DefaultInFlight
 	}
-	if err := checkCount("InFlight", o.InFlight, MaxInFlight); err != nil {
+	if err := driver.CheckCount("InFlight", o.InFlight, MaxInFlight); err != nil {
 		return nil, err
 	}
 	if o.MaxRate < 0 {
@@ -219,7 +220,7 @@ func NewRelay(store RelayStore, sink Sink, router Router, opts *RelayOptions) (*
 	return &Relay{
 		store: store, sink: sink, router: router, o: o, inst: inst, pace: pace,
 		log:    o.Logger.With("owner", o.Owner),
-		leases: map[int]Lease{},
+		leases: map[int]driver.Lease{},
 		kicks:  kicks,
 		busy:   map[int]bool{},
 		fenced: make(chan struct{}),
@@ -292,7 +293,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
 	r.lanes = lanes
-	pub, err := r.store.AcquireGeneration(ctx, AcquireParams{Kind: KindPolling, Holder: r.o.Owner, Join: true, Now: r.now()})
+	pub, err := r.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: r.o.Owner, Join: true, Now: r.now()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -304,7 +305,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay_started", "lanes", lanes, "publisher_since", pub.Since)
 
 	var wake <-chan struct{}
-	if w, ok := r.store.(Waker); ok {
+	if w, ok := r.store.(driver.Waker); ok {
 		// The listener must end with Run, which can return before ctx ends (fenced).
 		wctx, stopWake := context.WithCancel(ctx)
 		defer stopWake()
@@ -560,7 +561,7 @@ func (r *Relay) maintainLoop(ctx context.Context, quit <-chan struct{}) {
 // ceil(lanes / live workers). It reports whether the relay now holds exactly its share (or the
 // store could not tell).
 func (r *Relay) maintain(ctx context.Context) bool {
-	live, err := r.store.Heartbeat(ctx, HeartbeatParams{Owner: r.o.Owner, TTL: r.o.LeaseTTL, Now: r.now()})
+	live, err := r.store.Heartbeat(ctx, driver.HeartbeatParams{Owner: r.o.Owner, TTL: r.o.LeaseTTL, Now: r.now()})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("relay_heartbeat_failed", "error", err)
@@ -572,7 +573,7 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	}
 	held := r.snapshot()
 	if len(held) > 0 {
-		renewed, err := r.store.RenewLanes(ctx, RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		renewed, err := r.store.RenewLanes(ctx, driver.RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
 		if err != nil {
 			r.storeFailed(ctx, "relay_renew_failed", err)
 			return true
@@ -608,7 +609,7 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	held = r.snapshot()
 	switch {
 	case len(held) < share:
-		claimed, err := r.store.ClaimLanes(ctx, ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: share - len(held), TTL: r.o.LeaseTTL, Now: r.now()})
+		claimed, err := r.store.ClaimLanes(ctx, driver.ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: share - len(held), TTL: r.o.LeaseTTL, Now: r.now()})
 		if err != nil {
 			r.storeFailed(ctx, "relay_claim_failed", err)
 			return false
@@ -626,9 +627,9 @@ func (r *Relay) maintain(ctx context.Context) bool {
 		}
 		return len(held)+len(claimed) >= share
 	case len(held) > share:
-		slices.SortFunc(held, func(a, b Lease) int { return b.Lane - a.Lane })
+		slices.SortFunc(held, func(a, b driver.Lease) int { return b.Lane - a.Lane })
 		extra := held[:len(held)-share]
-		var now []Lease
+		var now []driver.Lease
 		r.mu.Lock()
 		for _, l := range extra {
 			delete(r.leases, l.Lane)
@@ -664,7 +665,7 @@ func (r *Relay) leave(ctx context.Context) {
 			r.log.Warn("relay_release_failed", "error", err)
 		}
 	}
-	if _, err := r.store.Heartbeat(ctx, HeartbeatParams{Owner: r.o.Owner, TTL: 0, Now: r.now()}); err != nil {
+	if _, err := r.store.Heartbeat(ctx, driver.HeartbeatParams{Owner: r.o.Owner, TTL: 0, Now: r.now()}); err != nil {
 		r.log.Warn("relay_deregister_failed", "error", err)
 	}
 }
@@ -682,12 +683,12 @@ func (r *Relay) HoldsLane(lane int) bool {
 
 // settled ends a cycle over leases: it releases the lanes given up while the cycle's batch was
 // in flight.
-func (r *Relay) settled(ctx context.Context, leases []Lease) {
+func (r *Relay) settled(ctx context.Context, leases []driver.Lease) {
 	r.mu.Lock()
 	for _, l := range leases {
 		delete(r.busy, l.Lane)
 	}
-	var rel []Lease
+	var rel []driver.Lease
 	waiting := r.releasing[:0]
 	for _, l := range r.releasing {
 		if r.busy[l.Lane] {
@@ -712,7 +713,7 @@ func (r *Relay) settled(ctx context.Context, leases []Lease) {
 // keep takes back leases whose release failed: the relay renews them and gives them up again
 // at its next round (or when it leaves), instead of leaving them leased to a relay that no
 // longer knows it holds them until they expire (LeaseTTL).
-func (r *Relay) keep(leases []Lease) {
+func (r *Relay) keep(leases []driver.Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range leases {
@@ -722,18 +723,18 @@ func (r *Relay) keep(leases []Lease) {
 	}
 }
 
-func (r *Relay) snapshot() []Lease {
+func (r *Relay) snapshot() []driver.Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.snapshotLocked()
 }
 
-func (r *Relay) snapshotLocked() []Lease {
-	out := make([]Lease, 0, len(r.leases))
+func (r *Relay) snapshotLocked() []driver.Lease {
+	out := make([]driver.Lease, 0, len(r.leases))
 	for _, l := range r.leases {
 		out = append(out, l)
 	}
-	slices.SortFunc(out, func(a, b Lease) int { return a.Lane - b.Lane })
+	slices.SortFunc(out, func(a, b driver.Lease) int { return a.Lane - b.Lane })
 	return out
 }
 
@@ -750,7 +751,7 @@ func (r *Relay) dropLanes(lanes []int) {
 // with a retryable error (a reason to open the loop's breaker).
 func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	r.mu.Lock()
-	var leases []Lease
+	var leases []driver.Lease
 	for _, l := range r.snapshotLocked() {
 		if l.Lane%r.o.InFlight == k {
 			leases = append(leases, l)
@@ -763,7 +764,7 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 		return 0, false, nil
 	}
 	fetchBegan := time.Now()
-	recs, err := r.store.Fetch(ctx, FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
+	recs, err := r.store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
 	if err != nil {
 		return 0, false, fmt.Errorf("fetch: %w", err)
 	}
@@ -812,8 +813,8 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 		if permanent {
 			allFailed = false // the broker answered; not a reason to open the breaker
 		}
-		f := &Failure{
-			Seq: rec.Seq, Lane: rec.Lane, Error: TruncateError(outcome[i].Error()),
+		f := &driver.Failure{
+			Seq: rec.Seq, Lane: rec.Lane, Error: driver.TruncateError(outcome[i].Error()),
 			Delay: r.o.Retry.Delay(attempts), Park: permanent || r.o.Retry.Exhausted(attempts),
 		}
 		if f.Park {
@@ -835,16 +836,16 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 type decision struct {
 	seq     int64
 	lane    int
-	failure *Failure
+	failure *driver.Failure
 }
 
 // settle records decisions with Store.Settle, fenced by the leases of the lanes involved. When
 // some lanes were lost it drops them (their records stay unpublished for the new owner, who
 // resends them) and settles the rest again. Losing lanes is a normal hand-over, not an error.
-func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision) error {
+func (r *Relay) settle(ctx context.Context, leases []driver.Lease, decisions []decision) error {
 	gone := map[int]bool{}
 	for {
-		p := SettleParams{Delete: r.o.DeleteOnPublish, Now: r.now()}
+		p := driver.SettleParams{Delete: r.o.DeleteOnPublish, Now: r.now()}
 		used := map[int]bool{}
 		for _, d := range decisions {
 			if gone[d.lane] {
@@ -868,7 +869,7 @@ func (r *Relay) settle(ctx context.Context, leases []Lease, decisions []decision
 		began := time.Now()
 		err := r.store.Settle(ctx, p)
 		r.inst.settledIn(ctx, time.Since(began))
-		var lost *LanesLostError
+		var lost *driver.LanesLostError
 		if errors.As(err, &lost) {
 			r.stats.claimLost.Add(1)
 			r.dropLanes(lost.Lanes)

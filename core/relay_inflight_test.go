@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // overlapSink records how many Send calls run at once, whether two of them ever held messages of
@@ -71,7 +72,7 @@ func inflightOutbox(t *testing.T, lanes, keys, n int) *memory.Store {
 	ctx := context.Background()
 	store, err := memory.New(&memory.Options{Lanes: lanes})
 	require.NoError(t, err)
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*memory.Tx](store), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](store), nil)
 	require.NoError(t, err)
 	for i := range n {
 		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // flakyRelease is a memory store whose next ReleaseLanes fails once armed (a connection lost
@@ -22,7 +23,7 @@ type flakyRelease struct {
 	fail atomic.Bool
 }
 
-func (s *flakyRelease) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+func (s *flakyRelease) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	if s.fail.CompareAndSwap(true, false) {
 		return errors.New("connection reset by peer")
 	}

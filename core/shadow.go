@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"log/slog"
 	"slices"
 	"sync"
@@ -54,8 +55,8 @@ func (r ShadowReport) Differences() bool { return len(r.OnlyCDC) > 0 || len(r.On
 // relay would publish so that Report can compare them with what the active relay does. Give it a
 // source of its own (its own replication slot); it starts at the head of the log.
 type CDCShadow struct {
-	source ChangeSource
-	admin  Admin
+	source driver.ChangeSource
+	admin  driver.Admin
 	o      ShadowOptions
 	log    *slog.Logger
 
@@ -66,7 +67,7 @@ type CDCShadow struct {
 
 // NewCDCShadow returns a shadow reading source and comparing with the outbox through admin.
 // opts may be nil.
-func NewCDCShadow(source ChangeSource, admin Admin, opts *ShadowOptions) (*CDCShadow, error) {
+func NewCDCShadow(source driver.ChangeSource, admin driver.Admin, opts *ShadowOptions) (*CDCShadow, error) {
 	if source == nil {
 		return nil, &OptionError{Field: "source", Reason: "must not be nil"}
 	}
@@ -144,7 +145,7 @@ func (s *CDCShadow) Report(ctx context.Context) (ShadowReport, error) {
 	rep := ShadowReport{Seen: len(seen)}
 	var after int64
 	for {
-		page, err := s.admin.List(ctx, ListParams{AfterSeq: after, Limit: 1000, State: StateAll})
+		page, err := s.admin.List(ctx, driver.ListParams{AfterSeq: after, Limit: 1000, State: driver.StateAll})
 		if err != nil {
 			return ShadowReport{}, fmt.Errorf("outbox: cdc shadow: list: %w", err)
 		}

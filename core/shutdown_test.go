@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // gatedSink acknowledges every message, counting sends per event id. Its gateAt-th Send call
@@ -70,7 +71,7 @@ func setupStop(t *testing.T, events, gateAt int) *stopBundle {
 	ctx := context.Background()
 	store, err := memory.New(&memory.Options{Lanes: 4})
 	require.NoError(t, err)
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*memory.Tx](store), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](store), nil)
 	require.NoError(t, err)
 	for i := range events {
 		require.NoError(t, store.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
@@ -180,7 +181,7 @@ func TestRelayHealth(t *testing.T) {
 	t.Parallel()
 	store, err := memory.New(&memory.Options{Lanes: 2})
 	require.NoError(t, err)
-	ob, err := core.NewOutbox(context.Background(), core.OutboxStore[*memory.Tx](store), nil)
+	ob, err := core.NewOutbox(context.Background(), driver.OutboxStore[*memory.Tx](store), nil)
 	require.NoError(t, err)
 	var failing sync.Map
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {

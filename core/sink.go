@@ -3,11 +3,13 @@ package core
 import (
 	"context"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Message is one event on its way to a sink.
 type Message struct {
-	Record
+	driver.Record
+
 	// Destination is the sink address the Router chose (queue URL, topic ARN, ...).
 	Destination string
 	// DedupID is the deduplication id a broker should use: the event ID.

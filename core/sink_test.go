@@ -8,10 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func msg(id, group string) core.Message {
-	return core.Message{Record: core.Record{Event: core.Event{ID: id}}, GroupID: group}
+	return core.Message{Record: driver.Record{Event: core.Event{ID: id}}, GroupID: group}
 }
 
 func TestCheckOutcomes(t *testing.T) {

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // DrainStore is what Drain needs from an adapter: the relay's contract and the operator's
 // (every adapter's Store implements both).
 type DrainStore interface {
-	core.RelayStore
-	core.Admin
+	driver.RelayStore
+	driver.Admin
 }
 
 // DefaultDestination is the sink address Drain routes every event to when router is nil.
@@ -112,7 +113,7 @@ func deliverable(ctx context.Context, store DrainStore) (int, error) {
 	n := 0
 	var after int64
 	for {
-		page, err := store.List(ctx, core.ListParams{AfterSeq: after, Limit: listPage, State: core.StatePending})
+		page, err := store.List(ctx, driver.ListParams{AfterSeq: after, Limit: listPage, State: driver.StatePending})
 		if err != nil {
 			return 0, err
 		}

@@ -8,19 +8,20 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Source is what a check reads: the events a transaction, a database or a sink holds, in the
 // order they were written (or sent).
 type Source interface {
-	Records(ctx context.Context) ([]core.Record, error)
+	Records(ctx context.Context) ([]driver.Record, error)
 }
 
 // SourceFunc adapts a function to Source.
-type SourceFunc func(ctx context.Context) ([]core.Record, error)
+type SourceFunc func(ctx context.Context) ([]driver.Record, error)
 
 // Records calls f.
-func (f SourceFunc) Records(ctx context.Context) ([]core.Record, error) { return f(ctx) }
+func (f SourceFunc) Records(ctx context.Context) ([]driver.Record, error) { return f(ctx) }
 
 // Match selects events. A zero field matches anything; the zero Match matches every event.
 type Match struct {
@@ -80,8 +81,8 @@ var ErrMismatch = errors.New("outboxtest: events do not match")
 type MismatchError struct {
 	Match   Match
 	Want    string // "written" or "not written"
-	Records []core.Record
-	Matched []core.Record
+	Records []driver.Record
+	Matched []driver.Record
 }
 
 func (e *MismatchError) Error() string {
@@ -129,7 +130,7 @@ func Describe(ev core.Event) string {
 
 // Written returns the events of src that match m, in order. When none does it returns a
 // *MismatchError (wrapping ErrMismatch) listing every event src holds.
-func Written(ctx context.Context, src Source, m Match) ([]core.Record, error) {
+func Written(ctx context.Context, src Source, m Match) ([]driver.Record, error) {
 	all, err := src.Records(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outboxtest: read events: %w", err)
@@ -156,7 +157,7 @@ func NotWritten(ctx context.Context, src Source, m Match) error {
 
 // RequireWritten fails tb (Fatal) unless an event of src matches m, listing what src holds
 // instead; it returns the matching events in order.
-func RequireWritten(tb testing.TB, src Source, m Match) []core.Record {
+func RequireWritten(tb testing.TB, src Source, m Match) []driver.Record {
 	tb.Helper()
 	recs, err := Written(tb.Context(), src, m)
 	if err != nil {
@@ -173,8 +174,8 @@ func RequireNotWritten(tb testing.TB, src Source, m Match) {
 	}
 }
 
-func filter(all []core.Record, m Match) []core.Record {
-	var out []core.Record
+func filter(all []driver.Record, m Match) []driver.Record {
+	var out []driver.Record
 	for _, r := range all {
 		if m.Matches(r.Event) {
 			out = append(out, r)

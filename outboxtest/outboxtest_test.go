@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
@@ -120,7 +121,7 @@ func TestFailureListsWhatWasWritten(t *testing.T) {
 	require.ErrorIs(t, err, outboxtest.ErrMismatch)
 	require.Len(t, me.Records, 2)
 	boom := errors.New("boom")
-	_, err = outboxtest.Written(t.Context(), outboxtest.SourceFunc(func(context.Context) ([]core.Record, error) { return nil, boom }), outboxtest.Match{})
+	_, err = outboxtest.Written(t.Context(), outboxtest.SourceFunc(func(context.Context) ([]driver.Record, error) { return nil, boom }), outboxtest.Match{})
 	require.ErrorIs(t, err, boom)
 	require.NotErrorIs(t, err, outboxtest.ErrMismatch)
 
@@ -212,7 +213,7 @@ func TestDrainGivesUpWhenContextEnds(t *testing.T) {
 func TestSinkPrefixRule(t *testing.T) {
 	t.Parallel()
 	rec := func(id, key string) core.Message {
-		return core.Message{Record: core.Record{Event: core.Event{ID: id}}, GroupID: key}
+		return core.Message{Record: driver.Record{Event: core.Event{ID: id}}, GroupID: key}
 	}
 	s := &outboxtest.Sink{Fail: func(m core.Message) error {
 		if m.ID == "a1" {
@@ -232,9 +233,9 @@ func TestSinkPrefixRule(t *testing.T) {
 // memory store answers regardless).
 type ctxStats struct{ *memory.Store }
 
-func (s ctxStats) Stats(ctx context.Context) (core.Stats, error) {
+func (s ctxStats) Stats(ctx context.Context) (driver.Stats, error) {
 	if err := ctx.Err(); err != nil {
-		return core.Stats{}, err
+		return driver.Stats{}, err
 	}
 	return s.Store.Stats(ctx)
 }

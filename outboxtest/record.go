@@ -3,36 +3,35 @@ package outboxtest
 import (
 	"context"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"slices"
 	"sync"
 	"testing"
-
-	"github.com/outboxkit/outbox/core"
 )
 
-// Recorder is a core.OutboxStore that passes every call to the store it wraps and remembers
+// Recorder is a driver.OutboxStore that passes every call to the store it wraps and remembers
 // the records each transaction inserted through it. Build the application's core.Outbox on a
 // Recorder in tests, then check a transaction with Recorder.Tx. It forwards the optional
-// core.Notifier and core.Flusher capabilities of the wrapped store (a no-op when absent).
+// driver.Notifier and driver.Flusher capabilities of the wrapped store (a no-op when absent).
 // It is safe for concurrent use.
 type Recorder[TTx comparable] struct {
-	store core.OutboxStore[TTx]
+	store driver.OutboxStore[TTx]
 	mu    sync.Mutex
-	byTx  map[TTx][]core.Record
-	all   []core.Record
+	byTx  map[TTx][]driver.Record
+	all   []driver.Record
 }
 
 // Record returns a Recorder around store.
-func Record[TTx comparable](store core.OutboxStore[TTx]) *Recorder[TTx] {
-	return &Recorder[TTx]{store: store, byTx: map[TTx][]core.Record{}}
+func Record[TTx comparable](store driver.OutboxStore[TTx]) *Recorder[TTx] {
+	return &Recorder[TTx]{store: store, byTx: map[TTx][]driver.Record{}}
 }
 
-// LaneCount implements core.OutboxStore.
+// LaneCount implements driver.OutboxStore.
 func (r *Recorder[TTx]) LaneCount(ctx context.Context) (int, error) { return r.store.LaneCount(ctx) }
 
-// Insert implements core.OutboxStore: it inserts through the wrapped store and, when that
+// Insert implements driver.OutboxStore: it inserts through the wrapped store and, when that
 // succeeded, records the records under tx. A failed Insert records nothing.
-func (r *Recorder[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) error {
+func (r *Recorder[TTx]) Insert(ctx context.Context, tx TTx, records []driver.Record) error {
 	if err := r.store.Insert(ctx, tx, records); err != nil {
 		return err
 	}
@@ -43,17 +42,17 @@ func (r *Recorder[TTx]) Insert(ctx context.Context, tx TTx, records []core.Recor
 	return nil
 }
 
-// Notify implements core.Notifier: the wrapped store's Notify, when it has one.
+// Notify implements driver.Notifier: the wrapped store's Notify, when it has one.
 func (r *Recorder[TTx]) Notify(ctx context.Context) error {
-	if n, ok := r.store.(core.Notifier); ok {
+	if n, ok := r.store.(driver.Notifier); ok {
 		return n.Notify(ctx)
 	}
 	return nil
 }
 
-// Flush implements core.Flusher: the wrapped store's Flush, when it has one.
+// Flush implements driver.Flusher: the wrapped store's Flush, when it has one.
 func (r *Recorder[TTx]) Flush(ctx context.Context) error {
-	if f, ok := r.store.(core.Flusher); ok {
+	if f, ok := r.store.(driver.Flusher); ok {
 		return f.Flush(ctx)
 	}
 	return nil
@@ -64,7 +63,7 @@ func (r *Recorder[TTx]) Flush(ctx context.Context) error {
 // transaction still lists its events; check the database with Since for that). The records
 // carry Event and Lane; Seq and CreatedAt, which the database assigns, are zero.
 func (r *Recorder[TTx]) Tx(tx TTx) Source {
-	return SourceFunc(func(context.Context) ([]core.Record, error) {
+	return SourceFunc(func(context.Context) ([]driver.Record, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return slices.Clone(r.byTx[tx]), nil
@@ -73,7 +72,7 @@ func (r *Recorder[TTx]) Tx(tx TTx) Source {
 
 // All returns the Source of every record written through the Recorder, in write order.
 func (r *Recorder[TTx]) All() Source {
-	return SourceFunc(func(context.Context) ([]core.Record, error) {
+	return SourceFunc(func(context.Context) ([]driver.Record, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return slices.Clone(r.all), nil
@@ -97,10 +96,10 @@ const listPage = 1000
 // Mark returns the position after the last row the outbox of admin holds now. Take it while no
 // producer transaction is open: rows get their sequence numbers at insert, so a transaction
 // that inserted before Mark and commits after it has rows below the point.
-func Mark(ctx context.Context, admin core.Admin) (Point, error) {
+func Mark(ctx context.Context, admin driver.Admin) (Point, error) {
 	var p Point
 	for {
-		page, err := admin.List(ctx, core.ListParams{AfterSeq: p.Seq, Limit: listPage})
+		page, err := admin.List(ctx, driver.ListParams{AfterSeq: p.Seq, Limit: listPage})
 		if err != nil {
 			return Point{}, fmt.Errorf("outboxtest: mark: %w", err)
 		}
@@ -113,12 +112,12 @@ func Mark(ctx context.Context, admin core.Admin) (Point, error) {
 
 // Since returns the Source of the rows the outbox of admin holds after p, in sequence order:
 // committed rows, published or not (rows a relay deleted on publish are gone).
-func Since(admin core.Admin, p Point) Source {
-	return SourceFunc(func(ctx context.Context) ([]core.Record, error) {
-		var out []core.Record
+func Since(admin driver.Admin, p Point) Source {
+	return SourceFunc(func(ctx context.Context) ([]driver.Record, error) {
+		var out []driver.Record
 		after := p.Seq
 		for {
-			page, err := admin.List(ctx, core.ListParams{AfterSeq: after, Limit: listPage})
+			page, err := admin.List(ctx, driver.ListParams{AfterSeq: after, Limit: listPage})
 			if err != nil {
 				return nil, err
 			}
@@ -132,7 +131,7 @@ func Since(admin core.Admin, p Point) Source {
 }
 
 // RequireMark is Mark that fails tb on error.
-func RequireMark(tb testing.TB, admin core.Admin) Point {
+func RequireMark(tb testing.TB, admin driver.Admin) Point {
 	tb.Helper()
 	p, err := Mark(tb.Context(), admin)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Sink is a recording core.Sink: it acknowledges every message (unless Fail says otherwise)
@@ -56,10 +57,10 @@ func (s *Sink) Messages() []core.Message {
 }
 
 // Records implements Source: the records of the acknowledged messages, in send order.
-func (s *Sink) Records(context.Context) ([]core.Record, error) {
+func (s *Sink) Records(context.Context) ([]driver.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]core.Record, len(s.msgs))
+	out := make([]driver.Record, len(s.msgs))
 	for i, m := range s.msgs {
 		out[i] = m.Record
 	}

@@ -4,7 +4,7 @@
 // and another never). It imports core and the standard library only.
 //
 // Run reads the expected events from the caller's iterator (one per domain transition that
-// requires an event: ID, aggregate, version), the outbox through core.Admin, and optionally a
+// requires an event: ID, aggregate, version), the outbox through driver.Admin, and optionally a
 // consumer's inbox through an InboxReader, over a time window, and returns a Report listing
 // each kind of finding with its count and IDs (an event in the outbox that was not expected is
 // reported Extra only, whatever its state):
@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Expected is one event the domain says must exist.
@@ -54,7 +55,7 @@ type Expected struct {
 type InboxReader interface {
 	// InboxRecords returns the records of consumer among ids, by event ID; absent IDs are
 	// omitted.
-	InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error)
+	InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error)
 }
 
 // Options bound a run. The zero value checks the outbox over all time.
@@ -141,7 +142,7 @@ const listPage = 1000
 
 // Run compares expected with the outbox of admin (and the inbox, see Options). An error of the
 // iterator, the outbox or the inbox ends the run with that error.
-func Run(ctx context.Context, expected iter.Seq2[Expected, error], admin core.Admin, o Options) (*Report, error) {
+func Run(ctx context.Context, expected iter.Seq2[Expected, error], admin driver.Admin, o Options) (*Report, error) {
 	if admin == nil {
 		return nil, &core.OptionError{Field: "admin", Reason: "must not be nil"}
 	}
@@ -159,16 +160,16 @@ func Run(ctx context.Context, expected iter.Seq2[Expected, error], admin core.Ad
 	}
 	checkInbox := o.Inbox != nil && o.Consumer != ""
 	if checkInbox {
-		if err := core.CheckConsumer(o.Consumer); err != nil {
+		if err := driver.CheckConsumer(o.Consumer); err != nil {
 			return nil, err
 		}
 	}
 	// The outbox: every row, by ID; the window's rows counted apart.
-	rows := map[string]core.Record{}
-	var inWindow []core.Record
+	rows := map[string]driver.Record{}
+	var inWindow []driver.Record
 	var after int64
 	for {
-		page, err := admin.List(ctx, core.ListParams{AfterSeq: after, Limit: listPage})
+		page, err := admin.List(ctx, driver.ListParams{AfterSeq: after, Limit: listPage})
 		if err != nil {
 			return nil, fmt.Errorf("reconcile: list outbox: %w", err)
 		}
@@ -185,7 +186,7 @@ func Run(ctx context.Context, expected iter.Seq2[Expected, error], admin core.Ad
 	}
 	rep := &Report{Outbox: len(inWindow)}
 	seen := map[string]bool{}
-	var found []core.Record // expected events present in the outbox
+	var found []driver.Record // expected events present in the outbox
 	for ev, err := range expected {
 		if err != nil {
 			return nil, fmt.Errorf("reconcile: expected events: %w", err)
@@ -232,7 +233,7 @@ func Run(ctx context.Context, expected iter.Seq2[Expected, error], admin core.Ad
 		}
 	}
 	cutoff := o.Now.Add(-o.UnpublishedAfter)
-	var published []core.Record
+	var published []driver.Record
 	for _, r := range found {
 		switch {
 		case !r.ParkedAt.IsZero():

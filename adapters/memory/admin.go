@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
@@ -21,8 +21,8 @@ func (s *Store) minUnpublished() int64 {
 	return m
 }
 
-// PruneOutbox implements core.Pruner.
-func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+// PruneOutbox implements driver.Pruner.
+func (s *Store) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: prune outbox: %w", err)
 	}
@@ -60,24 +60,24 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 				delete(s.ids, r.ID)
 			}
 		}
-		s.rows = slices.DeleteFunc(s.rows, func(r *core.Record) bool { return r.Seq < 0 })
+		s.rows = slices.DeleteFunc(s.rows, func(r *driver.Record) bool { return r.Seq < 0 })
 		for lane := range s.unpub {
-			s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *core.Record) bool { return r.Seq < 0 })
+			s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *driver.Record) bool { return r.Seq < 0 })
 		}
 	}
 	return n, nil
 }
 
-// List implements core.Admin: records with Seq > p.AfterSeq in Seq order, at most p.Limit
+// List implements driver.Admin: records with Seq > p.AfterSeq in Seq order, at most p.Limit
 // (p.PageSize()).
-func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
+func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: list: %w", err)
 	}
 	limit := p.PageSize()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []core.Record
+	var out []driver.Record
 	for _, r := range s.rows {
 		if len(out) >= limit {
 			break
@@ -90,26 +90,26 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 	return out, nil
 }
 
-func matches(r *core.Record, st core.RecordState) bool {
+func matches(r *driver.Record, st driver.RecordState) bool {
 	switch st {
-	case core.StatePending:
+	case driver.StatePending:
 		return r.PublishedAt.IsZero() && r.ParkedAt.IsZero()
-	case core.StateParked:
+	case driver.StateParked:
 		return r.PublishedAt.IsZero() && !r.ParkedAt.IsZero()
-	case core.StatePublished:
+	case driver.StatePublished:
 		return !r.PublishedAt.IsZero()
 	}
 	return true
 }
 
-// Stats implements core.Admin.
-func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
+// Stats implements driver.Admin.
+func (s *Store) Stats(ctx context.Context) (driver.Stats, error) {
 	if err := ctx.Err(); err != nil {
-		return core.Stats{}, fmt.Errorf("memory: stats: %w", err)
+		return driver.Stats{}, fmt.Errorf("memory: stats: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var st core.Stats
+	var st driver.Stats
 	for _, r := range s.rows {
 		switch {
 		case !r.PublishedAt.IsZero():
@@ -126,7 +126,7 @@ func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 	return st, nil
 }
 
-// Unpark implements core.Admin. It counts the unpublished records of the key that had
+// Unpark implements driver.Admin. It counts the unpublished records of the key that had
 // ParkedAt, NextAttemptAt or Attempts set.
 func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	if err := ctx.Err(); err != nil {
@@ -152,7 +152,7 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	return n, nil
 }
 
-// ParkedKeys implements core.Admin.
+// ParkedKeys implements driver.Admin.
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: parked keys: %w", err)

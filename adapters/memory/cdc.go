@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
@@ -17,7 +18,7 @@ type changeLog struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	purged int64 // positions <= purged are gone (except purged itself, the oldest resumable)
-	txs    [][]core.Record
+	txs    [][]driver.Record
 }
 
 func (l *changeLog) init() {
@@ -27,8 +28,8 @@ func (l *changeLog) init() {
 }
 
 // append is called by commit with s.mu held; it never takes s.mu.
-func (l *changeLog) append(inserts []*core.Record) {
-	recs := make([]core.Record, len(inserts))
+func (l *changeLog) append(inserts []*driver.Record) {
+	recs := make([]driver.Record, len(inserts))
 	for i, r := range inserts {
 		recs[i] = cloneRecord(r)
 	}
@@ -55,13 +56,13 @@ func (s *Store) PurgeLog() {
 	l.txs = nil
 }
 
-// ChangeSource returns the store's change log as a core.ChangeSource (the reference CDC source of
+// ChangeSource returns the store's change log as a driver.ChangeSource (the reference CDC source of
 // the conformance suite).
-func (s *Store) ChangeSource() core.ChangeSource { return &changeSource{s: s} }
+func (s *Store) ChangeSource() driver.ChangeSource { return &changeSource{s: s} }
 
 type changeSource struct{ s *Store }
 
-// Release implements core.LogReleaser: it purges the log (PurgeLog).
+// Release implements driver.LogReleaser: it purges the log (PurgeLog).
 func (c *changeSource) Release(ctx context.Context) error {
 	c.s.PurgeLog()
 	return ctx.Err()
@@ -71,7 +72,7 @@ func (c *changeSource) Identity(ctx context.Context) (string, error) {
 	return fmt.Sprintf("memory:%p", c.s), ctx.Err()
 }
 
-func (c *changeSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+func (c *changeSource) Start(ctx context.Context) (driver.ChangeStream, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -80,7 +81,7 @@ func (c *changeSource) Start(ctx context.Context) (core.ChangeStream, string, er
 	return c.open(h), strconv.FormatInt(h, 10), nil
 }
 
-func (c *changeSource) Resume(ctx context.Context, position string) (core.ChangeStream, error) {
+func (c *changeSource) Resume(ctx context.Context, position string) (driver.ChangeStream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -135,7 +136,7 @@ type changeStream struct {
 	stop chan struct{}
 }
 
-func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
+func (st *changeStream) Next(ctx context.Context) (driver.ChangeTx, error) {
 	l := &st.src.s.changes
 	// Wake the wait below when ctx ends or the stream closes.
 	done := make(chan struct{})
@@ -158,19 +159,19 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 	for {
 		select {
 		case <-st.stop:
-			return core.ChangeTx{}, fmt.Errorf("memory: change stream closed")
+			return driver.ChangeTx{}, fmt.Errorf("memory: change stream closed")
 		default:
 		}
 		if err := ctx.Err(); err != nil {
-			return core.ChangeTx{}, err
+			return driver.ChangeTx{}, err
 		}
 		if st.next < l.purged {
 			id := fmt.Sprintf("memory:%p", st.src.s)
-			return core.ChangeTx{}, &core.PositionLostError{Source: id, Checkpoint: strconv.FormatInt(st.next, 10),
+			return driver.ChangeTx{}, &core.PositionLostError{Source: id, Checkpoint: strconv.FormatInt(st.next, 10),
 				Available: strconv.FormatInt(l.purged, 10), Reason: "the log was purged under the stream"}
 		}
 		if i := st.next - l.purged; i < int64(len(l.txs)) {
-			recs := make([]core.Record, len(l.txs[i]))
+			recs := make([]driver.Record, len(l.txs[i]))
 			for j := range l.txs[i] {
 				recs[j] = cloneRecord(&l.txs[i][j])
 			}
@@ -179,7 +180,7 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			if st.src.s.fault == testhook.FaultPositionAhead && i+1 < int64(len(l.txs)) {
 				pos++
 			}
-			return core.ChangeTx{Records: recs, Position: strconv.FormatInt(pos, 10)}, nil
+			return driver.ChangeTx{Records: recs, Position: strconv.FormatInt(pos, 10)}, nil
 		}
 		l.cond.Wait()
 	}
@@ -197,21 +198,21 @@ func (st *changeStream) Close() error {
 	return nil
 }
 
-// LoadCheckpoint implements core.CheckpointStore.
-func (s *Store) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool, error) {
+// LoadCheckpoint implements driver.CheckpointStore.
+func (s *Store) LoadCheckpoint(ctx context.Context) (driver.Checkpoint, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return core.Checkpoint{}, false, fmt.Errorf("memory: load checkpoint: %w", err)
+		return driver.Checkpoint{}, false, fmt.Errorf("memory: load checkpoint: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.checkpoint == nil {
-		return core.Checkpoint{}, false, nil
+		return driver.Checkpoint{}, false, nil
 	}
 	return *s.checkpoint, true, nil
 }
 
-// SaveCheckpoint implements core.CheckpointStore.
-func (s *Store) SaveCheckpoint(ctx context.Context, c core.Checkpoint) error {
+// SaveCheckpoint implements driver.CheckpointStore.
+func (s *Store) SaveCheckpoint(ctx context.Context, c driver.Checkpoint) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: save checkpoint: %w", err)
 	}

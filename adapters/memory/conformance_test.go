@@ -7,7 +7,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,10 +25,10 @@ func TestConformance(t *testing.T) {
 			return a.(*memory.Store).Counter(key), nil
 		},
 		CDC: &conformance.CDCHarness[*memory.Tx]{
-			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) core.ChangeSource {
+			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) driver.ChangeSource {
 				return a.(*memory.Store).ChangeSource()
 			},
-			LosePosition: func(t *testing.T, a conformance.Adapter[*memory.Tx], src core.ChangeSource) {
+			LosePosition: func(t *testing.T, a conformance.Adapter[*memory.Tx], src driver.ChangeSource) {
 				a.(*memory.Store).PurgeLog()
 			},
 		},

@@ -1,6 +1,6 @@
 // Package memory is the in-memory reference adapter of outboxkit. It implements every contract
-// of package core that the conformance suite checks (core.OutboxStore, core.RelayStore,
-// core.InboxStore, core.Pruner, core.Admin) plus core.Notifier and core.Waker, with the
+// of package core that the conformance suite checks (driver.OutboxStore, driver.RelayStore,
+// driver.InboxStore, driver.Pruner, driver.Admin) plus driver.Notifier and driver.Waker, with the
 // transaction type *Tx. It needs no infrastructure: use it in tests, examples and demos, and
 // as the model a database adapter is compared against.
 //
@@ -15,9 +15,9 @@
 //   - Insert is all or nothing; a duplicate ID (committed or earlier in the same transaction)
 //     returns an error wrapping core.ErrDuplicateEvent. Seq is assigned in insertion order.
 //   - Relay calls (ClaimLanes, Settle, ...) lock the state briefly and are atomic: Settle checks
-//     every lease first and changes nothing when one is lost (*core.LanesLostError).
+//     every lease first and changes nothing when one is lost (*driver.LanesLostError).
 //   - PruneInbox takes the writer lock, so it runs between transactions (the single-writer form
-//     of core.InboxStore's retention rule). With a single writer, InsertRecord never waits for
+//     of driver.InboxStore's retention rule). With a single writer, InsertRecord never waits for
 //     another transaction.
 //   - Times are UTC with microsecond precision, like the SQL adapters. Every call with a Now
 //     field uses it when non-zero, else time.Now(). Insert stamps CreatedAt with time.Now().

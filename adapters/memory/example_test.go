@@ -6,6 +6,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // A domain change and its event commit together in one transaction.
@@ -15,7 +16,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*memory.Tx](store), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](store), nil)
 	if err != nil {
 		panic(err)
 	}

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
-// Horizon implements core.InboxStore. PruneInbox waits for the writer lock that tx holds.
+// Horizon implements driver.InboxStore. PruneInbox waits for the writer lock that tx holds.
 func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time, error) {
 	if err := tx.check(ctx, s); err != nil {
 		return time.Time{}, fmt.Errorf("memory: horizon: %w", err)
@@ -22,10 +22,10 @@ func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time
 	return s.horizons[consumer], nil
 }
 
-// InsertRecord implements core.InboxStore.
-func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+// InsertRecord implements driver.InboxStore.
+func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
 	if err := tx.check(ctx, s); err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("memory: insert record: %w", err)
+		return driver.InboxRecord{}, false, fmt.Errorf("memory: insert record: %w", err)
 	}
 	k := inboxKey{rec.Consumer, rec.EventID}
 	if s.fault != testhook.FaultNoInboxKey {
@@ -44,13 +44,13 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec core.InboxRecord) 
 		rec.OccurredAt = rec.OccurredAt.UTC().Truncate(time.Microsecond)
 	}
 	if tx.inbox == nil {
-		tx.inbox = map[inboxKey]core.InboxRecord{}
+		tx.inbox = map[inboxKey]driver.InboxRecord{}
 	}
 	tx.inbox[k] = rec
-	return core.InboxRecord{}, true, nil
+	return driver.InboxRecord{}, true, nil
 }
 
-// LockVersion implements core.InboxStore.
+// LockVersion implements driver.InboxStore.
 func (s *Store) LockVersion(ctx context.Context, tx *Tx, consumer, entity string) (int64, bool, error) {
 	if err := tx.check(ctx, s); err != nil {
 		return 0, false, fmt.Errorf("memory: lock version: %w", err)
@@ -65,7 +65,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *Tx, consumer, entity string
 	return v, ok, nil
 }
 
-// SetVersion implements core.InboxStore.
+// SetVersion implements driver.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *Tx, consumer, entity string, version int64) error {
 	if err := tx.check(ctx, s); err != nil {
 		return fmt.Errorf("memory: set version: %w", err)
@@ -77,7 +77,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *Tx, consumer, entity string,
 	return nil
 }
 
-// PruneInbox implements core.InboxStore. It takes the writer lock, so it waits for open
+// PruneInbox implements driver.InboxStore. It takes the writer lock, so it waits for open
 // transactions (which may have read the horizon) to end.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	if s.fault != testhook.FaultStaleHorizon {
@@ -88,7 +88,7 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	} else if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: prune inbox: %w", err)
 	}
-	limit = core.PruneLimit(limit)
+	limit = driver.PruneLimit(limit)
 	before = before.UTC().Truncate(time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()

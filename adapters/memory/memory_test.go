@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +41,7 @@ func TestTxRollbackAndPanic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t, 4)
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*memory.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](s), nil)
 	require.NoError(t, err)
 	write := func(tx *memory.Tx) {
 		require.NoError(t, tx.Incr("n"))
@@ -53,7 +54,7 @@ func TestTxRollbackAndPanic(t *testing.T) {
 		_ = s.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error { write(tx); panic("crash") })
 	})
 	require.Equal(t, 0, s.Counter("n"))
-	recs, err := s.List(ctx, core.ListParams{})
+	recs, err := s.List(ctx, driver.ListParams{})
 	require.NoError(t, err)
 	require.Empty(t, recs)
 
@@ -61,7 +62,7 @@ func TestTxRollbackAndPanic(t *testing.T) {
 	var kept *memory.Tx
 	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error { write(tx); kept = tx; return nil }))
 	require.Equal(t, 1, s.Counter("n"))
-	recs, err = s.List(ctx, core.ListParams{})
+	recs, err = s.List(ctx, driver.ListParams{})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.ErrorIs(t, kept.Incr("n"), memory.ErrTxDone, "a Tx is unusable after its transaction")
@@ -71,21 +72,21 @@ func TestUncommittedInvisible(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t, 1)
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*memory.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](s), nil)
 	require.NoError(t, err)
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
 		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "1", Type: "t"})
 		require.NoError(t, err)
 		require.NoError(t, tx.Incr("n"))
-		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+		recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 		require.NoError(t, err)
 		require.Empty(t, recs, "an uncommitted event is fetched")
 		require.Equal(t, 0, s.Counter("n"), "an uncommitted counter is visible")
 		return nil
 	}))
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 }
@@ -119,7 +120,7 @@ func TestForeignTx(t *testing.T) {
 	ctx := context.Background()
 	a, b := newStore(t, 1), newStore(t, 1)
 	err := a.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
-		return b.Insert(ctx, tx, []core.Record{{Event: core.Event{ID: "x", AggregateType: "a", AggregateID: "1", Type: "t", PartitionKey: "a/1"}}})
+		return b.Insert(ctx, tx, []driver.Record{{Event: core.Event{ID: "x", AggregateType: "a", AggregateID: "1", Type: "t", PartitionKey: "a/1"}}})
 	})
 	require.Error(t, err)
 }

@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// LaneCount implements core.OutboxStore and core.RelayStore.
+// LaneCount implements driver.OutboxStore and driver.RelayStore.
 func (s *Store) LaneCount(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: lane count: %w", err)
@@ -16,8 +17,8 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 	return s.lanes, nil
 }
 
-// Insert implements core.OutboxStore: the records become visible when tx commits.
-func (s *Store) Insert(ctx context.Context, tx *Tx, records []core.Record) error {
+// Insert implements driver.OutboxStore: the records become visible when tx commits.
+func (s *Store) Insert(ctx context.Context, tx *Tx, records []driver.Record) error {
 	if err := tx.check(ctx, s); err != nil {
 		return fmt.Errorf("memory: insert: %w", err)
 	}

@@ -5,30 +5,31 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
-// AcquireGeneration implements core.RelayStore.
-func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+// AcquireGeneration implements driver.RelayStore.
+func (s *Store) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (driver.Publisher, error) {
 	if err := ctx.Err(); err != nil {
-		return core.Publisher{}, fmt.Errorf("memory: acquire generation: %w", err)
+		return driver.Publisher{}, fmt.Errorf("memory: acquire generation: %w", err)
 	}
 	if err := p.CheckKind(); err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p.Join && s.publisher.Kind == p.Kind {
 		return s.publisher, nil
 	}
-	s.publisher = core.Publisher{Generation: s.publisher.Generation + 1, Kind: p.Kind, Holder: p.Holder, Since: clock(p.Now)}
+	s.publisher = driver.Publisher{Generation: s.publisher.Generation + 1, Kind: p.Kind, Holder: p.Holder, Since: clock(p.Now)}
 	return s.publisher, nil
 }
 
-// Generation implements core.RelayStore.
-func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
+// Generation implements driver.RelayStore.
+func (s *Store) Generation(ctx context.Context) (driver.Publisher, error) {
 	if err := ctx.Err(); err != nil {
-		return core.Publisher{}, fmt.Errorf("memory: generation: %w", err)
+		return driver.Publisher{}, fmt.Errorf("memory: generation: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
-// Heartbeat implements core.RelayStore.
-func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+// Heartbeat implements driver.RelayStore.
+func (s *Store) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: heartbeat: %w", err)
 	}
@@ -34,16 +35,16 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 }
 
 // held reports whether l is still held at now.
-func (s *Store) held(l core.Lease, now time.Time) bool {
+func (s *Store) held(l driver.Lease, now time.Time) bool {
 	if l.Lane < 0 || l.Lane >= s.lanes {
 		return false
 	}
 	st := s.leases[l.Lane]
-	return l.HeldAt(core.Lease{Lane: l.Lane, Owner: st.owner, Generation: st.generation, Until: st.until}, now)
+	return l.HeldAt(driver.Lease{Lane: l.Lane, Owner: st.owner, Generation: st.generation, Until: st.until}, now)
 }
 
-// ClaimLanes implements core.RelayStore.
-func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+// ClaimLanes implements driver.RelayStore.
+func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: claim lanes: %w", err)
 	}
@@ -57,7 +58,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	if err := s.fenced("claim lanes", p.Generation); err != nil {
 		return nil, err
 	}
-	var out []core.Lease
+	var out []driver.Lease
 	for lane := 0; lane < s.lanes && len(out) < p.Max; lane++ {
 		st := &s.leases[lane]
 		if st.owner != "" && st.until.After(now) && s.fault != testhook.FaultSharedLanes {
@@ -67,13 +68,13 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		st.generation++
 		st.owner = p.Owner
 		st.until = until
-		out = append(out, core.Lease{Lane: lane, Owner: p.Owner, Generation: st.generation, Until: until, TakenOver: takenOver})
+		out = append(out, driver.Lease{Lane: lane, Owner: p.Owner, Generation: st.generation, Until: until, TakenOver: takenOver})
 	}
 	return out, nil
 }
 
-// RenewLanes implements core.RelayStore.
-func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+// RenewLanes implements driver.RelayStore.
+func (s *Store) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: renew lanes: %w", err)
 	}
@@ -84,7 +85,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	if err := s.fenced("renew lanes", p.Generation); err != nil {
 		return nil, err
 	}
-	var out []core.Lease
+	var out []driver.Lease
 	for _, l := range p.Leases {
 		if !s.held(l, now) {
 			continue
@@ -96,8 +97,8 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	return out, nil
 }
 
-// ReleaseLanes implements core.RelayStore.
-func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+// ReleaseLanes implements driver.RelayStore.
+func (s *Store) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: release lanes: %w", err)
 	}
@@ -116,8 +117,8 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 	return nil
 }
 
-// Fetch implements core.RelayStore.
-func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+// Fetch implements driver.RelayStore.
+func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: fetch: %w", err)
 	}
@@ -128,7 +129,7 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[int]bool{}
-	var picked []*core.Record
+	var picked []*driver.Record
 	for _, l := range p.Leases {
 		if l.Lane < 0 || l.Lane >= s.lanes || seen[l.Lane] {
 			continue
@@ -153,11 +154,11 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 			n++
 		}
 	}
-	slices.SortFunc(picked, func(a, b *core.Record) int { return cmpInt64(a.Seq, b.Seq) })
+	slices.SortFunc(picked, func(a, b *driver.Record) int { return cmpInt64(a.Seq, b.Seq) })
 	if len(picked) > p.Limit {
 		picked = picked[:p.Limit]
 	}
-	out := make([]core.Record, len(picked))
+	out := make([]driver.Record, len(picked))
 	for i, r := range picked {
 		out[i] = cloneRecord(r)
 	}
@@ -174,15 +175,15 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
-// Settle implements core.RelayStore.
-func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
+// Settle implements driver.RelayStore.
+func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: settle: %w", err)
 	}
 	now := clock(p.Now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := core.CheckLeases(p.Leases, func(l core.Lease) bool {
+	if err := driver.CheckLeases(p.Leases, func(l driver.Lease) bool {
 		return s.fault == testhook.FaultUnfencedSettle || s.held(l, now)
 	}); err != nil {
 		return err
@@ -196,7 +197,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		runtime.Gosched()
 		s.mu.Lock()
 	}
-	settle := func(seq int64) *core.Record {
+	settle := func(seq int64) *driver.Record {
 		r := s.bySeq(seq)
 		if r == nil || !r.PublishedAt.IsZero() {
 			return nil
@@ -235,19 +236,19 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 		}
 	}
 	for lane := range dirty {
-		s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *core.Record) bool {
+		s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *driver.Record) bool {
 			return r.Seq < 0 || !r.PublishedAt.IsZero()
 		})
 	}
 	if deleted {
-		s.rows = slices.DeleteFunc(s.rows, func(r *core.Record) bool { return r.Seq < 0 })
+		s.rows = slices.DeleteFunc(s.rows, func(r *driver.Record) bool { return r.Seq < 0 })
 	}
 	return nil
 }
 
 // bySeq finds a live row by binary search (rows are in ascending Seq). Caller holds s.mu.
-func (s *Store) bySeq(seq int64) *core.Record {
-	i, ok := slices.BinarySearchFunc(s.rows, seq, func(r *core.Record, seq int64) int {
+func (s *Store) bySeq(seq int64) *driver.Record {
+	i, ok := slices.BinarySearchFunc(s.rows, seq, func(r *driver.Record, seq int64) int {
 		return cmpInt64(abs(r.Seq), seq)
 	})
 	if !ok || s.rows[i].Seq < 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
@@ -26,18 +27,18 @@ type Store struct {
 
 	mu       sync.Mutex // guards everything below; held briefly
 	seq      int64
-	rows     []*core.Record          // live outbox rows, ascending Seq
-	ids      map[string]*core.Record // live rows by ID
-	unpub    [][]*core.Record        // per lane: unpublished rows, ascending Seq
-	leases   []laneState             // per lane
-	workers  map[string]time.Time    // owner -> expires at
-	inbox    map[inboxKey]core.InboxRecord
+	rows     []*driver.Record          // live outbox rows, ascending Seq
+	ids      map[string]*driver.Record // live rows by ID
+	unpub    [][]*driver.Record        // per lane: unpublished rows, ascending Seq
+	leases   []laneState               // per lane
+	workers  map[string]time.Time      // owner -> expires at
+	inbox    map[inboxKey]driver.InboxRecord
 	horizons map[string]time.Time
 	versions map[inboxKey]int64
 	counters map[string]int
 
-	publisher  core.Publisher
-	checkpoint *core.Checkpoint
+	publisher  driver.Publisher
+	checkpoint *driver.Checkpoint
 	changes    changeLog
 }
 
@@ -56,7 +57,7 @@ func New(opts *Options) (*Store, error) {
 		o = *opts
 	}
 	var err error
-	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
+	if o.Lanes, err = driver.LanesOption(o.Lanes); err != nil {
 		return nil, err
 	}
 	if o.Logger == nil {
@@ -66,11 +67,11 @@ func New(opts *Options) (*Store, error) {
 		lanes:    o.Lanes,
 		log:      o.Logger,
 		wlock:    make(chan struct{}, 1),
-		ids:      map[string]*core.Record{},
-		unpub:    make([][]*core.Record, o.Lanes),
+		ids:      map[string]*driver.Record{},
+		unpub:    make([][]*driver.Record, o.Lanes),
 		leases:   make([]laneState, o.Lanes),
 		workers:  map[string]time.Time{},
-		inbox:    map[inboxKey]core.InboxRecord{},
+		inbox:    map[inboxKey]driver.InboxRecord{},
 		horizons: map[string]time.Time{},
 		versions: map[inboxKey]int64{},
 		counters: map[string]int{},
@@ -83,14 +84,14 @@ func init() {
 
 // Interface checks.
 var (
-	_ core.OutboxStore[*Tx] = (*Store)(nil)
-	_ core.RelayStore       = (*Store)(nil)
-	_ core.InboxStore[*Tx]  = (*Store)(nil)
-	_ core.Pruner           = (*Store)(nil)
-	_ core.Admin            = (*Store)(nil)
-	_ core.Notifier         = (*Store)(nil)
-	_ core.Waker            = (*Store)(nil)
-	_ core.CDCStore         = (*Store)(nil)
+	_ driver.OutboxStore[*Tx] = (*Store)(nil)
+	_ driver.RelayStore       = (*Store)(nil)
+	_ driver.InboxStore[*Tx]  = (*Store)(nil)
+	_ driver.Pruner           = (*Store)(nil)
+	_ driver.Admin            = (*Store)(nil)
+	_ driver.Notifier         = (*Store)(nil)
+	_ driver.Waker            = (*Store)(nil)
+	_ driver.CDCStore         = (*Store)(nil)
 )
 
 // clock returns t (or time.Now() when t is zero) in UTC, truncated to microseconds.
@@ -101,7 +102,7 @@ func clock(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
 }
 
-func cloneRecord(r *core.Record) core.Record {
+func cloneRecord(r *driver.Record) driver.Record {
 	c := *r
 	if r.Payload != nil {
 		c.Payload = bytes.Clone(r.Payload)
@@ -128,10 +129,10 @@ func (s *Store) unlockWriter() { <-s.wlock }
 type Tx struct {
 	s        *Store
 	done     bool
-	inserts  []*core.Record
+	inserts  []*driver.Record
 	ids      map[string]bool
 	counters map[string]int // deltas
-	inbox    map[inboxKey]core.InboxRecord
+	inbox    map[inboxKey]driver.InboxRecord
 	versions map[inboxKey]int64
 	horizons map[string]time.Time // FaultStaleHorizon: the horizons when tx began
 }

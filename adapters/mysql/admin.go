@@ -4,22 +4,21 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"strconv"
-
-	"github.com/outboxkit/outbox/core"
 )
 
-// List implements core.Admin: records after p.AfterSeq in seq order.
-func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
+// List implements driver.Admin: records after p.AfterSeq in seq order.
+func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record, error) {
 	limit := p.PageSize()
 	q := s.q.listPrefix
 	switch p.State {
-	case core.StateAll:
-	case core.StatePending:
+	case driver.StateAll:
+	case driver.StatePending:
 		q += " AND p.seq IS NOT NULL AND p.parked_at IS NULL"
-	case core.StateParked:
+	case driver.StateParked:
 		q += " AND p.parked_at IS NOT NULL"
-	case core.StatePublished:
+	case driver.StatePublished:
 		q += " AND p.seq IS NULL"
 	default:
 		return nil, fmt.Errorf("mysql: list: unknown state %d", p.State)
@@ -43,21 +42,21 @@ const statsExactRows = 100_000
 // beyond; Blocked looks at most at this many pending rows.
 const statsExactUnpublished = 10_000
 
-// Stats implements core.Admin with index scans of at most 10,000 unpublished rows. Pending is
+// Stats implements driver.Admin with index scans of at most 10,000 unpublished rows. Pending is
 // exact up to there and otherwise the optimizer's estimate; Published is exact in a table
 // InnoDB estimates at fewer than 100,000 rows and otherwise an estimate from InnoDB's table
 // statistics (see the Stats statement in queries.sql).
-func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
-	var st core.Stats
+func (s *Store) Stats(ctx context.Context) (driver.Stats, error) {
+	var st driver.Stats
 	var unpublished, rows int64
 	var oldest sql.NullTime
 	if err := s.db.QueryRowContext(ctx, s.q.stats, statsExactUnpublished, s.names.outbox).Scan(&unpublished, &st.Parked, &rows, &oldest); err != nil {
-		return core.Stats{}, wrap("stats", err)
+		return driver.Stats{}, wrap("stats", err)
 	}
 	if unpublished >= statsExactUnpublished {
 		est, err := s.pendingEstimate(ctx)
 		if err != nil {
-			return core.Stats{}, wrap("stats", err)
+			return driver.Stats{}, wrap("stats", err)
 		}
 		unpublished = max(unpublished, est)
 	}
@@ -65,7 +64,7 @@ func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 	st.Published = max(rows-unpublished, 0)
 	if rows < statsExactRows {
 		if err := s.db.QueryRowContext(ctx, s.q.statsExact).Scan(&st.Published); err != nil {
-			return core.Stats{}, wrap("stats", err)
+			return driver.Stats{}, wrap("stats", err)
 		}
 	}
 	st.OldestPendingAt = nullTime(oldest)
@@ -119,15 +118,15 @@ func (s *Store) Blocked(ctx context.Context) (int64, error) {
 
 // Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
 // no Owner. TakenOver is never set.
-func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
+func (s *Store) Lanes(ctx context.Context) ([]driver.Lease, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.lanesList)
 	if err != nil {
 		return nil, wrap("lanes", err)
 	}
 	defer rows.Close()
-	var out []core.Lease
+	var out []driver.Lease
 	for rows.Next() {
-		var l core.Lease
+		var l driver.Lease
 		var until sql.NullTime
 		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
 			return nil, wrap("lanes", err)
@@ -141,13 +140,13 @@ func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
 	return out, nil
 }
 
-// Unpark implements core.Admin. The key's lane is computed from the recorded lane count.
+// Unpark implements driver.Admin. The key's lane is computed from the recorded lane count.
 func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	lanes, err := s.LaneCount(ctx)
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.exec(ctx, s.q.unpark, core.LaneOf(partitionKey, lanes), partitionKey)
+	res, err := s.exec(ctx, s.q.unpark, driver.LaneOf(partitionKey, lanes), partitionKey)
 	if err != nil {
 		return 0, wrap("unpark", err)
 	}
@@ -158,12 +157,12 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	return int(n), nil
 }
 
-// PruneOutbox implements core.Pruner: it deletes, in seq order, up to p.BatchSize() rows published
+// PruneOutbox implements driver.Pruner: it deletes, in seq order, up to p.BatchSize() rows published
 // before p.PublishedBefore whose seq is below p.BelowSeq (when > 0) and below the lowest
 // pending seq: first records published since migration 010 (their settle log time before the
 // cut-off, checked again on the locked log rows), then records published before it (their
 // published_at).
-func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+func (s *Store) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, error) {
 	if p.PublishedBefore.IsZero() {
 		return 0, nil
 	}
@@ -190,7 +189,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 // it reads again until it has its batch, the log is exhausted, or a read brings no progress (in
 // a REPEATABLE READ transaction a replay committed since its snapshot stays invisible to the
 // read), then deletes records published before migration 010 for the rest.
-func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p core.PruneParams, below int64) (int64, error) {
+func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p driver.PruneParams, below int64) (int64, error) {
 	limit := int64(p.BatchSize())
 	cut := timeArg(p.PublishedBefore)
 	var n int64
@@ -239,7 +238,7 @@ func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p core.PruneParams, 
 // p.BelowSeq when that is lower.
 func (s *Store) pruneBelow(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, p core.PruneParams) (int64, error) {
+}, p driver.PruneParams) (int64, error) {
 	var low sql.NullInt64
 	if err := q.QueryRowContext(ctx, s.q.minUnpublished).Scan(&low); err != nil {
 		return 0, err
@@ -254,7 +253,7 @@ func (s *Store) pruneBelow(ctx context.Context, q interface {
 	return below, nil
 }
 
-// ParkedKeys implements core.Admin.
+// ParkedKeys implements driver.Admin.
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	keys, err := queryStrings(ctx, s.db, s.q.parkedKeys)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -50,7 +51,7 @@ const benchKeys = 1000
 func seed(b *testing.B, s *mysql.Store, n int) {
 	b.Helper()
 	ctx := context.Background()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func relayDrain(b *testing.B, s *mysql.Store, workers int, del bool, n int) {
 	// Register every worker first, as in a steady state: each relay's first claim then takes
 	// its fair share instead of the first one taking every lane until the next rebalance.
 	for i := range workers {
-		if _, err := s.Heartbeat(ctx, core.HeartbeatParams{Owner: fmt.Sprintf("bench-%d", i), TTL: 30 * time.Second}); err != nil {
+		if _, err := s.Heartbeat(ctx, driver.HeartbeatParams{Owner: fmt.Sprintf("bench-%d", i), TTL: 30 * time.Second}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -215,7 +216,7 @@ func BenchmarkProducer(b *testing.B) {
 					ENGINE=InnoDB`); err != nil {
 					b.Fatal(err)
 				}
-				ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+				ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -16,9 +16,10 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // GTIDMode selects how a ChangeSource encodes and resumes positions.
@@ -69,7 +70,7 @@ type ChangeSourceOptions struct {
 }
 
 // ChangeSource reads the outbox table's inserts from the server's binary log
-// (core.ChangeSource). It needs binlog_format=ROW and binlog_row_image=FULL;
+// (driver.ChangeSource). It needs binlog_format=ROW and binlog_row_image=FULL;
 // binlog_row_metadata=FULL is recommended (column names in the log; without it the column
 // order of information_schema at the source's first use is assumed, so an ALTER TABLE of
 // the outbox needs a restart).
@@ -90,7 +91,7 @@ type ChangeSourceOptions struct {
 type ChangeSource struct {
 	store *Store
 	o     ChangeSourceOptions
-	cfg   *driver.Config
+	cfg   *mysqldrv.Config
 	log   *slog.Logger
 
 	mu       sync.Mutex
@@ -124,7 +125,7 @@ func (s *Store) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
 	if o.DSN == "" {
 		return nil, &core.OptionError{Field: "DSN", Reason: "is required here or in the Store's Options: the binlog connection needs the address and credentials a *sql.DB does not reveal"}
 	}
-	cfg, err := driver.ParseDSN(o.DSN)
+	cfg, err := mysqldrv.ParseDSN(o.DSN)
 	if err != nil {
 		return nil, &core.OptionError{Field: "DSN", Reason: err.Error()}
 	}
@@ -220,7 +221,7 @@ func (c *ChangeSource) detect(ctx context.Context) (serverInfo, error) {
 	return info, nil
 }
 
-// Identity implements core.ChangeSource: "mysql:<server>/<database>.<table>", where server
+// Identity implements driver.ChangeSource: "mysql:<server>/<database>.<table>", where server
 // is @@server_uuid (MySQL) or @@server_id (MariaDB, which has no server UUID).
 func (c *ChangeSource) Identity(ctx context.Context) (string, error) {
 	info, err := c.detect(ctx)
@@ -272,13 +273,13 @@ func parsePosition(s string) (position, error) {
 	return p, nil
 }
 
-// Start implements core.ChangeSource. On MariaDB the position is that of a consistent
+// Start implements driver.ChangeSource. On MariaDB the position is that of a consistent
 // snapshot (binlog_snapshot_file/position), so every transaction before it is committed in
 // the engine, and its GTID set is BINLOG_GTID_POS of that position. On MySQL it is SHOW
 // BINARY LOG STATUS (or SHOW MASTER STATUS); a transaction written to the binary log but not
 // yet committed in the engine when Start reads it may then be invisible to a query begun at
 // once (a window of microseconds).
-func (c *ChangeSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+func (c *ChangeSource) Start(ctx context.Context) (driver.ChangeStream, string, error) {
 	info, err := c.detect(ctx)
 	if err != nil {
 		return nil, "", err
@@ -393,11 +394,11 @@ func (c *ChangeSource) head(ctx context.Context, info serverInfo) (position, err
 	return p, rows.Err()
 }
 
-// Resume implements core.ChangeSource. A position with a GTID set resumes by GTID (unless
+// Resume implements driver.ChangeSource. A position with a GTID set resumes by GTID (unless
 // GTIDOff); otherwise by file and offset, and a file no longer among SHOW BINARY LOGS is
 // reported here. A purged GTID position is reported by the first Next (the server answers
 // error 1236 to the dump request).
-func (c *ChangeSource) Resume(ctx context.Context, pos string) (core.ChangeStream, error) {
+func (c *ChangeSource) Resume(ctx context.Context, pos string) (driver.ChangeStream, error) {
 	info, err := c.detect(ctx)
 	if err != nil {
 		return nil, err
@@ -475,7 +476,7 @@ func (c *ChangeSource) lost(ctx context.Context, info serverInfo, checkpoint, re
 	return e
 }
 
-// Retention implements core.ChangeSource from SHOW BINARY LOGS and the file part of pos:
+// Retention implements driver.ChangeSource from SHOW BINARY LOGS and the file part of pos:
 // RetainedBytes from pos to the end of the newest log, HeadroomBytes from the start of the
 // oldest log to pos. A position whose file is gone reports all logs retained and no headroom.
 func (c *ChangeSource) Retention(ctx context.Context, pos string) (core.Retention, error) {
@@ -598,7 +599,7 @@ func isPositionLost(err error) bool {
 	return strings.Contains(err.Error(), "ERROR 1236 ")
 }
 
-// changeStream is one binlog connection (core.ChangeStream). Next is not safe for concurrent
+// changeStream is one binlog connection (driver.ChangeStream). Next is not safe for concurrent
 // use; Close may be called at any time.
 type changeStream struct {
 	src      *ChangeSource
@@ -618,7 +619,7 @@ type changeStream struct {
 
 	file    string // current binlog file (from the last Rotate)
 	inTx    bool
-	records []core.Record
+	records []driver.Record
 	err     error // sticky
 
 	skipTo *position // Start: transactions ending at or before it are dropped
@@ -673,10 +674,10 @@ func (st *changeStream) pending() bool {
 	return len(st.buf) > 0
 }
 
-// Next implements core.ChangeStream.
-func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
+// Next implements driver.ChangeStream.
+func (st *changeStream) Next(ctx context.Context) (driver.ChangeTx, error) {
 	if st.err != nil {
-		return core.ChangeTx{}, st.err
+		return driver.ChangeTx{}, st.err
 	}
 	var empty string // position of the last coalesced empty transaction
 	coalesced := 0
@@ -685,12 +686,12 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				if empty != "" {
-					return core.ChangeTx{Position: empty}, nil
+					return driver.ChangeTx{Position: empty}, nil
 				}
-				return core.ChangeTx{}, err
+				return driver.ChangeTx{}, err
 			}
 			st.err = st.streamError(err)
-			return core.ChangeTx{}, st.err
+			return driver.ChangeTx{}, st.err
 		}
 		var commit bool
 		var gset gomysql.GTIDSet
@@ -733,7 +734,7 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			if len(e.Rows) > 0 {
 				if err := st.appendRows(e); err != nil {
 					st.err = err
-					return core.ChangeTx{}, err
+					return driver.ChangeTx{}, err
 				}
 			}
 		}
@@ -747,7 +748,7 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 			// A CDC relay's own checkpoint write: returning its position would make the relay
 			// checkpoint again, and so on for ever (the idle relay writing the binary log).
 			if empty != "" && !st.pending() {
-				return core.ChangeTx{Position: empty}, nil
+				return driver.ChangeTx{Position: empty}, nil
 			}
 			continue
 		}
@@ -766,12 +767,12 @@ func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
 		if len(st.records) > 0 {
 			recs := st.records
 			st.records = nil
-			return core.ChangeTx{Records: recs, Position: pos}, nil
+			return driver.ChangeTx{Records: recs, Position: pos}, nil
 		}
 		empty = pos
 		coalesced++
 		if coalesced >= coalesceEmpty || !st.pending() {
-			return core.ChangeTx{Position: empty}, nil
+			return driver.ChangeTx{Position: empty}, nil
 		}
 	}
 }
@@ -820,12 +821,12 @@ func isReadTimeout(err error) bool {
 	return strings.Contains(err.Error(), "i/o timeout")
 }
 
-// Confirm implements core.ChangeStream: the server keeps binary logs by its own expiry
+// Confirm implements driver.ChangeStream: the server keeps binary logs by its own expiry
 // (binlog_expire_logs_seconds / expire_logs_days), not by its readers, so there is nothing to
 // confirm.
 func (st *changeStream) Confirm(context.Context, string) error { return nil }
 
-// Close implements core.ChangeStream: it closes the binlog connection.
+// Close implements driver.ChangeStream: it closes the binlog connection.
 func (st *changeStream) Close() error {
 	st.closeOnce.Do(func() { st.syncer.Close() })
 	return nil
@@ -849,7 +850,7 @@ func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]
 }
 
 var (
-	_ core.CDCStore     = (*Store)(nil)
-	_ core.ChangeSource = (*ChangeSource)(nil)
-	_ core.ChangeStream = (*changeStream)(nil)
+	_ driver.CDCStore     = (*Store)(nil)
+	_ driver.ChangeSource = (*ChangeSource)(nil)
+	_ driver.ChangeStream = (*changeStream)(nil)
 )

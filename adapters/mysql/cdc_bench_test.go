@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // BenchmarkChangeSourceNext measures raw ChangeStream.Next throughput: a backlog of
@@ -41,7 +42,7 @@ func BenchmarkChangeSourceNext(b *testing.B) {
 	_ = st.Close()
 
 	const perTx = 500
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,9 +8,10 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// Decoding of the outbox table's binlog rows into core.Record values, equal to what scanRecord
+// Decoding of the outbox table's binlog rows into driver.Record values, equal to what scanRecord
 // reads from the same row (go-mysql's replication decodes DATETIME(6) as time.Time in UTC,
 // BLOB/TEXT as []byte pointing into the packet buffer, VARCHAR as string).
 
@@ -103,16 +104,16 @@ func (st *changeStream) appendRows(e *replication.RowsEvent) error {
 	return nil
 }
 
-// record builds a core.Record as scanRecord would from the same row.
-func (st *changeStream) record(row []any) (core.Record, error) {
+// record builds a driver.Record as scanRecord would from the same row.
+func (st *changeStream) record(row []any) (driver.Record, error) {
 	ix := &st.colIndex
 	for _, i := range ix {
 		if i >= len(row) {
-			return core.Record{}, fmt.Errorf("row has %d columns", len(row))
+			return driver.Record{}, fmt.Errorf("row has %d columns", len(row))
 		}
 	}
 	d := rowDecoder{row: row, ix: ix}
-	r := core.Record{
+	r := driver.Record{
 		Event: core.Event{
 			ID:               d.str(fID),
 			AggregateType:    d.str(fAggregateType),
@@ -144,7 +145,7 @@ func (st *changeStream) record(row []any) (core.Record, error) {
 		d.fail(fPayload)
 	}
 	if d.err != nil {
-		return core.Record{}, d.err
+		return driver.Record{}, d.err
 	}
 	var h []byte
 	switch v := row[ix[fHeaders]].(type) {
@@ -155,7 +156,7 @@ func (st *changeStream) record(row []any) (core.Record, error) {
 	}
 	var err error
 	if r.Headers, err = decodeHeaders(string(h)); err != nil {
-		return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
+		return driver.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
 	}
 	return r, nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/conformance"
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // cdcHarness gives the conformance suite's "cdc" area the binary log of the store's database
@@ -19,7 +19,7 @@ import (
 // (holding binlogMu, so no other binlog test of this package runs meanwhile), hence Serial.
 func cdcHarness() *conformance.CDCHarness[*sql.Tx] {
 	return &conformance.CDCHarness[*sql.Tx]{
-		Source: func(t *testing.T, a conformance.Adapter[*sql.Tx], name string) core.ChangeSource {
+		Source: func(t *testing.T, a conformance.Adapter[*sql.Tx], name string) driver.ChangeSource {
 			s := a.(*mysql.Store)
 			var db string
 			require.NoError(t, s.DB().QueryRowContext(t.Context(), "SELECT DATABASE()").Scan(&db))
@@ -29,7 +29,7 @@ func cdcHarness() *conformance.CDCHarness[*sql.Tx] {
 			require.NoError(t, err)
 			return src
 		},
-		LosePosition: func(t *testing.T, a conformance.Adapter[*sql.Tx], _ core.ChangeSource) {
+		LosePosition: func(t *testing.T, a conformance.Adapter[*sql.Tx], _ driver.ChangeSource) {
 			db := a.(*mysql.Store).DB()
 			binlogMu.Lock()
 			defer binlogMu.Unlock()

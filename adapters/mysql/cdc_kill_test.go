@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -53,12 +54,12 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	cfg.DBName = name
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	ob, err := core.NewOutbox(t.Context(), core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(t.Context(), driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "delivered.txt")
 	testkit.RunKill(t, testkit.KillOptions{
 		ChildEnv: killChildEnv, ChildSpec: cfg.FormatDSN() + "\n" + out, Out: out,
-		Write: testkit.Writer(core.Transactor[*sql.Tx](s), ob, 2, nil),
+		Write: testkit.Writer(driver.Transactor[*sql.Tx](s), ob, 2, nil),
 		// What a kill can resend: the batches sent and not yet checkpointed, 20 records each:
 		// the one being sent, 8 queued for the settler and up to 9 merged in the settle that
 		// runs.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -61,7 +62,7 @@ func cdcBenchStore(b *testing.B) (*mysql.Store, *mysql.ChangeSource) {
 func seedTxs(b *testing.B, s *mysql.Store, n int) {
 	b.Helper()
 	ctx := context.Background()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,11 +104,11 @@ func BenchmarkCDCLatency(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
 		s, src := cdcBenchStore(b)
-		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+		ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		fromCommit, fromBegin := testkit.Latency(b, s, src, 1000, benchSeconds(), testkit.Writer(core.Transactor[*sql.Tx](s), ob, 1, benchPayload))
+		fromCommit, fromBegin := testkit.Latency(b, s, src, 1000, benchSeconds(), testkit.Writer(driver.Transactor[*sql.Tx](s), ob, 1, benchPayload))
 		testkit.ReportLatency(b, "commit-", fromCommit)
 		testkit.ReportLatency(b, "begin-", fromBegin)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // binlogMu orders the tests that read the binary log (read lock, in parallel) against the one
@@ -38,7 +39,7 @@ func newCDCFixture(t *testing.T) *cdcFixture {
 	c := testConfig(t).Clone()
 	c.DBName = name
 	c.ParseTime = true
-	ob, err := core.NewOutbox(t.Context(), core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(t.Context(), driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	return &cdcFixture{t: t, store: s, db: db, dsn: c.FormatDSN(), ob: ob}
 }
@@ -50,7 +51,7 @@ func (f *cdcFixture) source(mode mysql.GTIDMode) *mysql.ChangeSource {
 	return src
 }
 
-func (f *cdcFixture) start(src *mysql.ChangeSource) (core.ChangeStream, string) {
+func (f *cdcFixture) start(src *mysql.ChangeSource) (driver.ChangeStream, string) {
 	f.t.Helper()
 	st, pos, err := src.Start(f.t.Context())
 	require.NoError(f.t, err)
@@ -58,7 +59,7 @@ func (f *cdcFixture) start(src *mysql.ChangeSource) (core.ChangeStream, string) 
 	return st, pos
 }
 
-func (f *cdcFixture) resume(src *mysql.ChangeSource, pos string) core.ChangeStream {
+func (f *cdcFixture) resume(src *mysql.ChangeSource, pos string) driver.ChangeStream {
 	f.t.Helper()
 	st, err := src.Resume(f.t.Context(), pos)
 	require.NoError(f.t, err)
@@ -85,7 +86,7 @@ func ev(id string) core.Event {
 }
 
 // ids lists the event ids of txs that carry records (empty transactions are skipped).
-func ids(txs []core.ChangeTx) [][]string {
+func ids(txs []driver.ChangeTx) [][]string {
 	var out [][]string
 	for _, tx := range txs {
 		if len(tx.Records) == 0 {
@@ -101,11 +102,11 @@ func ids(txs []core.ChangeTx) [][]string {
 }
 
 // readRecords reads transactions until n records arrived (or the deadline passes).
-func readRecords(t *testing.T, st core.ChangeStream, n int) []core.ChangeTx {
+func readRecords(t *testing.T, st driver.ChangeStream, n int) []driver.ChangeTx {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var out []core.ChangeTx
+	var out []driver.ChangeTx
 	got := 0
 	for got < n {
 		tx, err := st.Next(ctx)
@@ -206,9 +207,9 @@ func TestChangeSourceStream(t *testing.T) {
 	require.Equal(t, [][]string{{"m1", "m2", "m3", "full", "empty-payload"}, {"B"}, {"A"}}, ids(txs))
 
 	// Records are what Admin.List returns, field for field.
-	listed, err := f.store.List(ctx, core.ListParams{State: core.StateAll, Limit: 100})
+	listed, err := f.store.List(ctx, driver.ListParams{State: driver.StateAll, Limit: 100})
 	require.NoError(t, err)
-	bySeq := map[int64]core.Record{}
+	bySeq := map[int64]driver.Record{}
 	for _, r := range listed {
 		bySeq[r.Seq] = r
 	}
@@ -221,7 +222,7 @@ func TestChangeSourceStream(t *testing.T) {
 			require.Equal(t, bySeq[r.Seq], r)
 		}
 	}
-	byID := map[string]core.Record{}
+	byID := map[string]driver.Record{}
 	for _, tx := range txs {
 		for _, r := range tx.Records {
 			byID[r.ID] = r
@@ -460,7 +461,7 @@ func TestChangeSourceStartSnapshot(t *testing.T) {
 		time.Sleep(time.Millisecond) // let the writers get going (not synchronisation)
 	}
 	st, _ := f.start(src)
-	visible, err := f.store.List(ctx, core.ListParams{State: core.StateAll, Limit: 1_000_000})
+	visible, err := f.store.List(ctx, driver.ListParams{State: driver.StateAll, Limit: 1_000_000})
 	require.NoError(t, err)
 	for n := written.Load(); written.Load() < n+50; {
 		time.Sleep(time.Millisecond)
@@ -469,7 +470,7 @@ func TestChangeSourceStartSnapshot(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
 
-	all, err := f.store.List(ctx, core.ListParams{State: core.StateAll, Limit: 1_000_000})
+	all, err := f.store.List(ctx, driver.ListParams{State: driver.StateAll, Limit: 1_000_000})
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	for _, r := range visible {

@@ -2,12 +2,12 @@
 // github.com/go-sql-driver/mysql. Its transaction type is *sql.Tx: producers write outbox rows
 // in their own transaction, and the inbox records a message in the transaction of its effect.
 //
-// A *Store implements core.OutboxStore[*sql.Tx], core.RelayStore, core.InboxStore[*sql.Tx],
-// core.Pruner, core.Admin and core.CheckpointStore (so core.CDCStore), and wakes relays of the
-// same process after core.Outbox.Notify (core.Notifier, core.Waker). It passes the conformance
+// A *Store implements driver.OutboxStore[*sql.Tx], driver.RelayStore, driver.InboxStore[*sql.Tx],
+// driver.Pruner, driver.Admin and driver.CheckpointStore (so driver.CDCStore), and wakes relays of the
+// same process after core.Outbox.Notify (driver.Notifier, driver.Waker). It passes the conformance
 // suite with both claim strategies. Store.ChangeSource reads the outbox's inserts from the
 // server's binary log for core.CDCRelay (see ChangeSource); it needs the DSN (Options.DSN or
-// ChangeSourceOptions.DSN). The Store also implements core.Liveness with GET_LOCK, so that a
+// ChangeSourceOptions.DSN). The Store also implements driver.Liveness with GET_LOCK, so that a
 // crashed CDC relay's successor takes its lanes over at once.
 //
 // # Connection requirements
@@ -35,10 +35,10 @@
 //     transactions span the databases of a server); a nil or ended transaction returns an
 //     error wrapping core.ErrInvalidTx. A database of the same name on another server cannot
 //     be told apart.
-//   - InsertLanes (core.LaneInserter, which core.Outbox.Write uses) checks the lane count with
+//   - InsertLanes (driver.LaneInserter, which core.Outbox.Write uses) checks the lane count with
 //     a locking read of its meta row (LOCK IN SHARE MODE, kept until the transaction ends):
 //     for one record in the insert's own statement (the subquery that gives the row its
-//     lane), for several in a statement just before the insert; ResizeLanes (core.LaneResizer) locks that row FOR UPDATE
+//     lane), for several in a statement just before the insert; ResizeLanes (driver.LaneResizer) locks that row FOR UPDATE
 //     first, so it waits for the writer transactions that inserted and holds the next ones
 //     back, and a writer whose snapshot predates a resize still reads the new count, is
 //     refused with core.ErrLaneCountChanged and inserts again. Both waits are bounded by
@@ -53,7 +53,7 @@
 //     fenced by (owner, generation, lease_until > now): Settle marks the records, then locks
 //     the leased lane rows FOR UPDATE and checks every lease in the same transaction before
 //     it commits, and when one is lost rolls back (changing nothing) and returns a
-//     *core.LanesLostError.
+//     *driver.LanesLostError.
 //   - The pending layout (migration 010): an outbox row does not change after insert. Each
 //     unpublished record has a narrow row in Table+"_pending" (seq, lane, partition key,
 //     created_at, attempts, next_attempt_at, last_error, parked_at), written in the writer's

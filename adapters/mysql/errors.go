@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -37,7 +37,7 @@ const (
 )
 
 func errNumber(err error) uint16 {
-	var me *driver.MySQLError
+	var me *mysqldrv.MySQLError
 	if errors.As(err, &me) {
 		return me.Number
 	}

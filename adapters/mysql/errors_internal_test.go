@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
@@ -20,19 +20,19 @@ func TestClassify(t *testing.T) {
 		{errLockDeadlock, ErrDeadlock},
 		{errLockWaitTimeout, ErrLockWaitTimeout},
 	} {
-		raw := &driver.MySQLError{Number: c.number, Message: "x"}
+		raw := &mysqldrv.MySQLError{Number: c.number, Message: "x"}
 		err := wrap("settle", fmt.Errorf("inner: %w", raw))
 		require.ErrorIs(t, err, c.sentinel)
-		var me *driver.MySQLError
+		var me *mysqldrv.MySQLError
 		require.True(t, errors.As(err, &me), "the driver error stays reachable")
 		require.Equal(t, c.number, me.Number)
 	}
-	dup := &driver.MySQLError{Number: errDupEntry, Message: "Duplicate entry"}
+	dup := &mysqldrv.MySQLError{Number: errDupEntry, Message: "Duplicate entry"}
 	require.NotErrorIs(t, wrap("x", dup), core.ErrDuplicateEvent, "1062 means a duplicate event only for outbox inserts")
 	require.ErrorIs(t, duplicate(dup), core.ErrDuplicateEvent)
 	other := errors.New("plain")
 	require.Equal(t, other, classify(other))
-	require.True(t, isDeadlock(fmt.Errorf("a: %w", &driver.MySQLError{Number: 1213})))
+	require.True(t, isDeadlock(fmt.Errorf("a: %w", &mysqldrv.MySQLError{Number: 1213})))
 }
 
 func TestSplitSQL(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Write an event in the same transaction as a domain change, and run a relay. (Not run: it
@@ -26,7 +27,7 @@ func Example() {
 	if err := store.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](store), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](store), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

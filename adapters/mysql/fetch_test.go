@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Per-key blocking with more blocked keys than Fetch inlines (the NOT EXISTS form), on a
@@ -19,7 +20,7 @@ func TestFetchManyBlockedKeys(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, &mysql.Options{Lanes: 4})
 	ctx := t.Context()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	const blocked, healthy = 80, 6
 	var evs []core.Event
@@ -33,36 +34,36 @@ func TestFetchManyBlockedKeys(t *testing.T) {
 		return err
 	}))
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	all, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 4, TTL: time.Hour, Now: t0})
+	all, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 4, TTL: time.Hour, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, all, 4)
 
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: all, Limit: 1000, Now: t0})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: all, Limit: 1000, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, recs, len(evs))
 	// Fail the first record of the first 80 keys: 79 retry in an hour, one is parked.
-	var fails []core.Failure
+	var fails []driver.Failure
 	for _, r := range recs[:blocked] {
-		fails = append(fails, core.Failure{Seq: r.Seq, Lane: r.Lane, Error: "boom", Delay: time.Hour, Park: r.AggregateID == "0"})
+		fails = append(fails, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "boom", Delay: time.Hour, Park: r.AggregateID == "0"})
 	}
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: all, Failed: fails, Now: t0}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: all, Failed: fails, Now: t0}))
 
-	isHealthy := func(r core.Record) bool {
+	isHealthy := func(r driver.Record) bool {
 		var k int
 		_, _ = fmt.Sscan(r.AggregateID, &k)
 		return k >= blocked
 	}
-	check := func(leases []core.Lease, now time.Time) {
+	check := func(leases []driver.Lease, now time.Time) {
 		t.Helper()
 		lanes := map[int]bool{}
 		for _, l := range leases {
 			lanes[l.Lane] = true
 		}
-		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 1000, Now: now})
+		recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 1000, Now: now})
 		require.NoError(t, err)
 		want := 0
 		for _, ev := range evs {
-			if lanes[core.LaneOf(ev.PartitionKey, 4)] {
+			if lanes[driver.LaneOf(ev.PartitionKey, 4)] {
 				want++
 			}
 		}
@@ -86,7 +87,7 @@ func TestFetchManyBlockedKeys(t *testing.T) {
 			for _, ev := range evs {
 				var k int
 				_, _ = fmt.Sscan(ev.AggregateID, &k)
-				if k >= blocked && lanes[core.LaneOf(ev.PartitionKey, 4)] {
+				if k >= blocked && lanes[driver.LaneOf(ev.PartitionKey, 4)] {
 					wantHealthy++
 				}
 			}
@@ -94,7 +95,7 @@ func TestFetchManyBlockedKeys(t *testing.T) {
 		} else {
 			// due again: everything of the leased lanes but the parked key.
 			parkedHere := 0
-			if lanes[core.LaneOf("k/0", 4)] {
+			if lanes[driver.LaneOf("k/0", 4)] {
 				parkedHere = 2
 			}
 			require.Equal(t, want-parkedHere, len(recs))
@@ -108,7 +109,7 @@ func TestFetchManyBlockedKeys(t *testing.T) {
 	n, err := s.Unpark(ctx, "k/0")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	recs, err = s.Fetch(ctx, core.FetchParams{Leases: all, Limit: 1000, Now: t0.Add(2 * time.Hour)})
+	recs, err = s.Fetch(ctx, driver.FetchParams{Leases: all, Limit: 1000, Now: t0.Add(2 * time.Hour)})
 	require.NoError(t, err)
 	require.Len(t, recs, len(evs))
 }

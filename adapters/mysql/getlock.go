@@ -5,11 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"slices"
 	"strconv"
 	"sync"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 // usesLocks reports whether owner's leases are tied to GET_LOCKs: under ClaimGetLock every
@@ -23,12 +22,12 @@ func (s *Store) usesLocks(owner string) bool {
 	return s.live[owner]
 }
 
-// HoldLiveness implements core.Liveness with the GET_LOCK machinery of ClaimGetLock, whatever
+// HoldLiveness implements driver.Liveness with the GET_LOCK machinery of ClaimGetLock, whatever
 // the ClaimStrategy: until the Life is released, owner claims as under ClaimGetLock, each of
 // its leases tied to a GET_LOCK held by a dedicated connection of the *sql.DB, and any claimer
 // may take a lane whose lock that connection no longer holds (the server releases the locks of
 // a connection that ends, e.g. when the process holding it is killed).
-func (s *Store) HoldLiveness(ctx context.Context, owner string) (core.Life, error) {
+func (s *Store) HoldLiveness(ctx context.Context, owner string) (driver.Life, error) {
 	if owner == "" {
 		return nil, errors.New("mysql: hold liveness: empty owner")
 	}
@@ -49,7 +48,7 @@ type mysqlLife struct {
 	owner string
 }
 
-// Check implements core.Life: the owner's lock session must be open and answer a ping.
+// Check implements driver.Life: the owner's lock session must be open and answer a ping.
 func (l *mysqlLife) Check(ctx context.Context) error {
 	lc := l.s.lockConnIfAny(l.owner)
 	if lc == nil {
@@ -62,7 +61,7 @@ func (l *mysqlLife) Check(ctx context.Context) error {
 	return nil
 }
 
-// Release implements core.Life: the owner claims as its ClaimStrategy says again, and its lock
+// Release implements driver.Life: the owner claims as its ClaimStrategy says again, and its lock
 // session is closed (releasing its locks) unless ClaimGetLock keeps it.
 func (l *mysqlLife) Release() error {
 	l.s.lockMu.Lock()
@@ -74,7 +73,7 @@ func (l *mysqlLife) Release() error {
 	return nil
 }
 
-var _ core.Liveness = (*Store)(nil)
+var _ driver.Liveness = (*Store)(nil)
 
 // lockConn is the dedicated session of one owner under ClaimGetLock: it holds the GET_LOCK of
 // every lane the owner leases. If the session dies, the server releases its locks.
@@ -205,7 +204,7 @@ func (s *Store) unlock(ctx context.Context, lc *lockConn, lane int) {
 // is taken is claimed with lock_session set; a free or expired lane whose lock another live
 // session still holds (its old holder has not noticed yet) is claimed without it; any other
 // candidate is left alone.
-func (s *Store) claimGetLock(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+func (s *Store) claimGetLock(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
 	lc, err := s.lockConnOf(ctx, p.Owner)
 	if err != nil {
 		return nil, wrap("claim lanes: lock session", err)
@@ -215,7 +214,7 @@ func (s *Store) claimGetLock(ctx context.Context, p core.ClaimParams) ([]core.Le
 		lc.mu.Unlock()
 	}()
 	now := timeArg(p.Now)
-	var leases []core.Lease
+	var leases []driver.Lease
 	var fresh []int // locks taken by this call
 	err = s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		leases = nil
@@ -287,13 +286,13 @@ func (s *Store) claimGetLock(ctx context.Context, p core.ClaimParams) ([]core.Le
 		}
 		return nil, wrap("claim lanes", err)
 	}
-	slices.SortFunc(leases, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	slices.SortFunc(leases, func(a, b driver.Lease) int { return a.Lane - b.Lane })
 	return leases, nil
 }
 
 // syncLocks, after a renewal, releases the locks of the asked leases that were not renewed
 // (lost) and tries to take (and record) the locks of renewed leases claimed without one.
-func (s *Store) syncLocks(ctx context.Context, asked, renewed []core.Lease) {
+func (s *Store) syncLocks(ctx context.Context, asked, renewed []driver.Lease) {
 	owners := map[string]bool{}
 	for _, l := range asked {
 		owners[l.Owner] = owners[l.Owner] || false
@@ -349,7 +348,7 @@ func (s *Store) syncLocks(ctx context.Context, asked, renewed []core.Lease) {
 }
 
 // releaseLocks releases the locks of leases (released or lost).
-func (s *Store) releaseLocks(ctx context.Context, leases []core.Lease) {
+func (s *Store) releaseLocks(ctx context.Context, leases []driver.Lease) {
 	for _, l := range leases {
 		lc := s.lockConnIfAny(l.Owner)
 		if lc == nil {
@@ -364,7 +363,7 @@ func (s *Store) releaseLocks(ctx context.Context, leases []core.Lease) {
 // releaseLostLocks releases the locks of lost leases, unless the owner holds the lane again
 // under a newer lease recorded with its session (a stale Settle must not free the lock of the
 // current lease).
-func (s *Store) releaseLostLocks(ctx context.Context, leases []core.Lease) {
+func (s *Store) releaseLostLocks(ctx context.Context, leases []driver.Lease) {
 	for _, l := range leases {
 		lc := s.lockConnIfAny(l.Owner)
 		if lc == nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
@@ -21,9 +21,9 @@ import (
 
 // testConfig returns the driver config of OUTBOXKIT_MYSQL_DSN (a server; the tests create
 // their own databases). Without it the test skips, or fails when CI is set.
-func testConfig(tb testing.TB) *driver.Config {
+func testConfig(tb testing.TB) *mysqldrv.Config {
 	tb.Helper()
-	cfg, err := driver.ParseDSN(testkit.Need(tb, testkit.MySQLDSN))
+	cfg, err := mysqldrv.ParseDSN(testkit.Need(tb, testkit.MySQLDSN))
 	require.NoError(tb, err)
 	return cfg
 }

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
@@ -40,7 +40,7 @@ func TestImmutableColumnsTrigger(t *testing.T) {
 		"tenant = ' '", "causation_id = ' '", "correlation_id = ' '", "headers = CONCAT(headers, ' ')",
 	} {
 		_, err := db.ExecContext(ctx, "UPDATE outbox SET "+set)
-		var me *driver.MySQLError
+		var me *mysqldrv.MySQLError
 		require.True(t, errors.As(err, &me), "%s: %v", set, err)
 		require.EqualValues(t, 1644, me.Number, "%s: %v", set, err) // SIGNAL SQLSTATE '45000'
 		require.Contains(t, me.Message, "only published_at", set)
@@ -76,7 +76,7 @@ func TestAuditGuardTrigger(t *testing.T) {
 	refused := func(sql string) {
 		t.Helper()
 		_, err := db.ExecContext(ctx, sql)
-		var me *driver.MySQLError
+		var me *mysqldrv.MySQLError
 		require.True(t, errors.As(err, &me), "%s: %v", sql, err)
 		require.EqualValues(t, 1644, me.Number, "%s: %v", sql, err)
 		require.Contains(t, me.Message, "append-only", sql)

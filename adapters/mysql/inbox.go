@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
-// InTx implements core.Transactor: fn runs in one transaction (the *sql.DB's default
+// InTx implements driver.Transactor: fn runs in one transaction (the *sql.DB's default
 // isolation, REPEATABLE READ unless configured otherwise). When the server picks the
 // transaction as a deadlock victim, the whole of fn runs again in a new transaction, at most
 // Options.DeadlockRetries times; fn must therefore keep its effects inside tx.
@@ -23,7 +24,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	return err
 }
 
-// Horizon implements core.InboxStore with a consistent read and no lock. Inbox.Process calls
+// Horizon implements driver.InboxStore with a consistent read and no lock. Inbox.Process calls
 // it after InsertRecord and runs only locking statements before it, so it is the transaction's
 // first consistent read and its snapshot (REPEATABLE READ) or statement (READ COMMITTED) sees
 // every horizon committed before the insert.
@@ -42,31 +43,31 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 	return nullTime(h), nil
 }
 
-// InsertRecord implements core.InboxStore with INSERT IGNORE: a concurrent transaction holding
+// InsertRecord implements driver.InboxStore with INSERT IGNORE: a concurrent transaction holding
 // the same (consumer, event_id) makes it wait; when the row exists it is read with a shared
 // lock (the latest committed version, whatever tx's snapshot).
-func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
 	if err := nilTx("insert record", tx); err != nil {
-		return core.InboxRecord{}, false, err
+		return driver.InboxRecord{}, false, err
 	}
 	res, err := tx.ExecContext(ctx, s.q.insertRecord, rec.Consumer, rec.EventID, rec.Digest[:], rec.SourcePosition,
 		int(rec.Outcome), timeArg(rec.OccurredAt))
 	if err != nil {
-		return core.InboxRecord{}, false, wrap("insert record", err)
+		return driver.InboxRecord{}, false, wrap("insert record", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return core.InboxRecord{}, false, wrap("insert record", err)
+		return driver.InboxRecord{}, false, wrap("insert record", err)
 	}
 	if n == 1 {
-		return core.InboxRecord{}, true, nil
+		return driver.InboxRecord{}, true, nil
 	}
 	ex, err := s.readRecord(ctx, tx, rec.Consumer, rec.EventID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return core.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q event %s", rec.Consumer, rec.EventID)
+		return driver.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q event %s", rec.Consumer, rec.EventID)
 	}
 	if err != nil {
-		return core.InboxRecord{}, false, wrap("insert record", err)
+		return driver.InboxRecord{}, false, wrap("insert record", err)
 	}
 	return ex, false, nil
 }
@@ -75,17 +76,17 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxReco
 // pool); sql.ErrNoRows when there is none.
 func (s *Store) readRecord(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, consumer, eventID string) (core.InboxRecord, error) {
-	ex := core.InboxRecord{Consumer: consumer, EventID: eventID}
+}, consumer, eventID string) (driver.InboxRecord, error) {
+	ex := driver.InboxRecord{Consumer: consumer, EventID: eventID}
 	var digest []byte
 	var outcome int
 	var occurred sql.NullTime
 	if err := q.QueryRowContext(ctx, s.q.readRecord, consumer, eventID).Scan(&digest, &ex.SourcePosition,
 		&outcome, &occurred, &ex.ProcessedAt); err != nil {
-		return core.InboxRecord{}, err
+		return driver.InboxRecord{}, err
 	}
 	if len(digest) != len(ex.Digest) {
-		return core.InboxRecord{}, fmt.Errorf("stored digest has %d bytes", len(digest))
+		return driver.InboxRecord{}, fmt.Errorf("stored digest has %d bytes", len(digest))
 	}
 	copy(ex.Digest[:], digest)
 	ex.Outcome = core.Outcome(outcome)
@@ -96,8 +97,8 @@ func (s *Store) readRecord(ctx context.Context, q interface {
 
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
 // ID (absent IDs omitted), read outside any transaction, one ID at a time.
-func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {
-	out := make(map[string]core.InboxRecord, len(ids))
+func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
+	out := make(map[string]driver.InboxRecord, len(ids))
 	for _, id := range ids {
 		rec, err := s.readRecord(ctx, s.db, consumer, id)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -111,7 +112,7 @@ func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string)
 	return out, nil
 }
 
-// LockVersion implements core.InboxStore. It creates the (consumer, entity) row when missing
+// LockVersion implements driver.InboxStore. It creates the (consumer, entity) row when missing
 // (version NULL) with INSERT ... ON DUPLICATE KEY UPDATE, which takes an exclusive row lock in
 // both cases, so concurrent messages of one entity queue up instead of deadlocking.
 func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity string) (int64, bool, error) {
@@ -128,7 +129,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 	return v.Int64, v.Valid, nil
 }
 
-// SetVersion implements core.InboxStore.
+// SetVersion implements driver.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
 	if err := nilTx("set version", tx); err != nil {
 		return err
@@ -139,11 +140,11 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 	return nil
 }
 
-// PruneInbox implements core.InboxStore: it raises the consumer's horizon to before (never
+// PruneInbox implements driver.InboxStore: it raises the consumer's horizon to before (never
 // lowers it) in one autocommit statement, reads it back, and only then deletes up to limit
 // records that occurred before it: their IDs read without locks, then the records deleted by
 // primary key, so that only the records it deletes are locked. It waits for no delivery in
-// progress (see core.InboxStore for why that is safe), not even one whose handler is still
+// progress (see driver.InboxStore for why that is safe), not even one whose handler is still
 // running.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	if _, err := s.db.ExecContext(ctx, s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
@@ -157,7 +158,7 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	if horizon.IsZero() {
 		return 0, nil
 	}
-	n, err := s.pruneRecords(ctx, s.db, consumer, horizon, core.PruneLimit(limit))
+	n, err := s.pruneRecords(ctx, s.db, consumer, horizon, driver.PruneLimit(limit))
 	if err != nil {
 		return 0, wrap("prune inbox", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // binlogEnd returns the server's current binary log file and offset.
@@ -24,19 +25,19 @@ func binlogEnd(t *testing.T) (string, int64) {
 
 // writeAndFetch writes n events of ~1 KiB, claims every lane for owner and fetches the first
 // k: the leases and their seqs, for a Settle.
-func writeAndFetch(t *testing.T, s *mysql.Store, owner string, n, k int) ([]core.Lease, []int64) {
+func writeAndFetch(t *testing.T, s *mysql.Store, owner string, n, k int) ([]driver.Lease, []int64) {
 	t.Helper()
 	ctx := context.Background()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	evs := make([]core.Event, n)
 	for i := range evs {
 		evs[i] = core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i), Type: "t", Payload: benchPayload}
 	}
 	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { _, err := ob.Write(ctx, tx, evs...); return err }))
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: owner, Max: core.DefaultLanes, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: owner, Max: core.DefaultLanes, TTL: time.Minute})
 	require.NoError(t, err)
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: k})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: k})
 	require.NoError(t, err)
 	require.Len(t, recs, k)
 	seqs := make([]int64, k)
@@ -52,7 +53,7 @@ func markBinlogBytes(t *testing.T, s *mysql.Store, n int) int64 {
 	ctx := context.Background()
 	leases, seqs := writeAndFetch(t, s, "mark", n, n)
 	file, before := binlogEnd(t)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: seqs}))
 	file2, after := binlogEnd(t)
 	require.Equal(t, file, file2, "the binary log rotated during the measurement")
 	st, err := s.Stats(ctx)

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // markRoom returns how many outbox rows have mark_room 0 and how many NULL.
@@ -23,7 +23,7 @@ func writeAndMark(t *testing.T, s *mysql.Store, n, k int, del bool) {
 	t.Helper()
 	ctx := context.Background()
 	leases, seqs := writeAndFetch(t, s, "w", n, k)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs, Delete: del}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: seqs, Delete: del}))
 	require.NoError(t, s.ReleaseLanes(ctx, leases))
 }
 

@@ -13,7 +13,7 @@ import (
 
 // The binary log may carry a transaction before InnoDB has committed it (the binlog is written
 // first, then the engine commits), so the CDC relay can mark a row whose insert is still
-// committing. The MySQL stream is no core.VisibleWaiter because the mark does not need one: it
+// committing. The MySQL stream is no driver.VisibleWaiter because the mark does not need one: it
 // is an UPDATE by primary key, a locking read of the latest row version, which waits for the
 // inserting transaction instead of skipping its row as a snapshot read would. Here the insert is
 // simply not committed yet; the mark (SettlePublish's statement, without its lane filter) must

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Text that differs only in trailing spaces is different text, as on every other adapter: the
@@ -84,7 +85,7 @@ func TestUniqueAggregateVersionTrailingSpace(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, &mysql.Options{UniqueAggregateVersion: true})
 	ctx := t.Context()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	write := writeInTx(ctx, s, ob)
 	ev := core.Event{AggregateType: "order", AggregateID: "a", AggregateVersion: 1, Type: "order.created"}
@@ -100,7 +101,7 @@ func TestPartitionKeyTrailingSpace(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, &mysql.Options{Lanes: 1})
 	ctx := t.Context()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	write := func(key string) {
 		t.Helper()
@@ -110,12 +111,12 @@ func TestPartitionKeyTrailingSpace(t *testing.T) {
 		}))
 	}
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: 24 * time.Hour, Now: t0})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: 24 * time.Hour, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, leases, 1)
 	fetch := func() []string {
 		t.Helper()
-		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 100, Now: t0})
+		recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 100, Now: t0})
 		require.NoError(t, err)
 		keys := []string{}
 		for _, r := range recs {
@@ -125,12 +126,12 @@ func TestPartitionKeyTrailingSpace(t *testing.T) {
 	}
 	park := func(key string) {
 		t.Helper()
-		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 100, Now: t0})
+		recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 100, Now: t0})
 		require.NoError(t, err)
 		for _, r := range recs {
 			if r.PartitionKey == key {
-				require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Now: t0,
-					Failed: []core.Failure{{Seq: r.Seq, Lane: r.Lane, Error: "boom", Park: true}}}))
+				require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Now: t0,
+					Failed: []driver.Failure{{Seq: r.Seq, Lane: r.Lane, Error: "boom", Park: true}}}))
 				return
 			}
 		}
@@ -166,19 +167,19 @@ func TestOwnerTrailingSpace(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, &mysql.Options{Lanes: 1})
 	ctx := t.Context()
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, leases, 1)
 	forged := leases[0]
 	forged.Owner = "w "
-	require.NoError(t, s.ReleaseLanes(ctx, []core.Lease{forged}))
-	var lost *core.LanesLostError
-	require.ErrorAs(t, s.Settle(ctx, core.SettleParams{Leases: []core.Lease{forged}}), &lost)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases}), "\"w\" still holds its lease")
-	live, err := s.Heartbeat(ctx, core.HeartbeatParams{Owner: "w", TTL: time.Hour})
+	require.NoError(t, s.ReleaseLanes(ctx, []driver.Lease{forged}))
+	var lost *driver.LanesLostError
+	require.ErrorAs(t, s.Settle(ctx, driver.SettleParams{Leases: []driver.Lease{forged}}), &lost)
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases}), "\"w\" still holds its lease")
+	live, err := s.Heartbeat(ctx, driver.HeartbeatParams{Owner: "w", TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, 1, live)
-	live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "w ", TTL: time.Hour})
+	live, err = s.Heartbeat(ctx, driver.HeartbeatParams{Owner: "w ", TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, 2, live)
 }
@@ -235,7 +236,7 @@ func TestMigrateBinaryTextOnExistingDatabase(t *testing.T) {
 	res, err := in.Process(ctx, "c", msg, nop)
 	require.NoError(t, err)
 	require.Equal(t, core.Applied, res.Outcome)
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	write := func(id string) error {
 		return s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -249,7 +250,7 @@ func TestMigrateBinaryTextOnExistingDatabase(t *testing.T) {
 
 	require.NoError(t, s.Migrate(ctx))
 	require.Equal(t, textAfterBinary, textColumns(t, db))
-	recs, err := s.List(ctx, core.ListParams{State: core.StateAll, Limit: 10})
+	recs, err := s.List(ctx, driver.ListParams{State: driver.StateAll, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, "a", recs[0].AggregateID)

@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
-// Replay implements core.Operator: one transaction that reads the lane count LOCK IN SHARE MODE
+// Replay implements driver.Operator: one transaction that reads the lane count LOCK IN SHARE MODE
 // (as a checked insert does: no resize runs until it ends), reads the publisher kind, selects and
-// locks the rows, applies core.CheckReplayTargets, gives them pending rows as never attempted
+// locks the rows, applies driver.CheckReplayTargets, gives them pending rows as never attempted
 // (and deletes their settle log rows), gives them their key's lane under the current count (rows published before a ResizeLanes) and writes p.Audit.
-func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
-	ids, err := core.CheckReplay(p)
+func (s *Store) Replay(ctx context.Context, p driver.ReplayParams) (int, error) {
+	ids, err := driver.CheckReplay(p)
 	if err != nil {
 		return 0, err
 	}
@@ -33,7 +34,7 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 		if err != nil {
 			return s.publisherErr("replay", err)
 		}
-		if pub.Kind == core.KindCDC {
+		if pub.Kind == driver.KindCDC {
 			return &core.ReplayError{Err: core.ErrReplayCDC, Detail: fmt.Sprintf("generation %d held by %q", pub.Generation, pub.Holder)}
 		}
 		var rows *sql.Rows
@@ -44,14 +45,14 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 			}
 			rows, err = tx.QueryContext(ctx, lists(s.q.replayByIDs, 0, len(ids)), args...)
 		} else {
-			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, sinceArg(p.Since), core.MaxReplay+1)
+			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, sinceArg(p.Since), driver.MaxReplay+1)
 		}
 		if err != nil {
 			return err
 		}
-		var targets []core.ReplayTarget
+		var targets []driver.ReplayTarget
 		for rows.Next() {
-			var t core.ReplayTarget
+			var t driver.ReplayTarget
 			if err := rows.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
 				rows.Close()
 				return err
@@ -64,7 +65,7 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		seqs, err := core.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
+		seqs, err := driver.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
 			var pending bool
 			err := tx.QueryRowContext(ctx, s.q.keyUnpublished, key).Scan(&pending)
 			return pending, err
@@ -105,7 +106,7 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 }
 
 // audit writes a (when not nil) with rows affected in tx.
-func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *core.AuditEntry, rows int64) error {
+func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *driver.AuditEntry, rows int64) error {
 	if a == nil {
 		return nil
 	}
@@ -117,8 +118,8 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *core.AuditEntry, rows 
 	return err
 }
 
-// UnparkKeys implements core.Operator.
-func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.AuditEntry) (int, error) {
+// UnparkKeys implements driver.Operator.
+func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *driver.AuditEntry) (int, error) {
 	lanes, err := s.LaneCount(ctx)
 	if err != nil {
 		return 0, err
@@ -127,7 +128,7 @@ func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.Audit
 	err = s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		total = 0
 		for _, k := range keys {
-			res, err := tx.ExecContext(ctx, s.q.unpark, core.LaneOf(k, lanes), k)
+			res, err := tx.ExecContext(ctx, s.q.unpark, driver.LaneOf(k, lanes), k)
 			if err != nil {
 				return err
 			}
@@ -145,8 +146,8 @@ func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.Audit
 	return int(total), nil
 }
 
-// PruneAudited implements core.Operator.
-func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core.AuditEntry) (int, error) {
+// PruneAudited implements driver.Operator.
+func (s *Store) PruneAudited(ctx context.Context, p driver.PruneParams, audit driver.AuditEntry) (int, error) {
 	var total int64
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		total = 0
@@ -172,16 +173,16 @@ func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core
 	return int(total), nil
 }
 
-// AuditLog implements core.Operator.
-func (s *Store) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.AuditEntry, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.auditList, sinceArg(p.Since), core.ListParams{Limit: p.Limit}.PageSize())
+// AuditLog implements driver.Operator.
+func (s *Store) AuditLog(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, sinceArg(p.Since), driver.ListParams{Limit: p.Limit}.PageSize())
 	if err != nil {
 		return nil, wrap("audit log", err)
 	}
 	defer rows.Close()
-	var out []core.AuditEntry
+	var out []driver.AuditEntry
 	for rows.Next() {
-		var e core.AuditEntry
+		var e driver.AuditEntry
 		if err := rows.Scan(&e.ID, &e.At, &e.Actor, &e.Command, &e.Arguments, &e.Rows); err != nil {
 			return nil, wrap("audit log", err)
 		}
@@ -205,8 +206,8 @@ func sinceArg(t time.Time) any {
 	return timeArg(t)
 }
 
-// ReleaseCheckpoint implements core.CheckpointReleaser.
-func (s *Store) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (bool, error) {
+// ReleaseCheckpoint implements driver.CheckpointReleaser.
+func (s *Store) ReleaseCheckpoint(ctx context.Context, audit driver.AuditEntry) (bool, error) {
 	var n int64
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q.checkpointDelete)
@@ -224,10 +225,10 @@ func (s *Store) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (b
 	return n > 0, nil
 }
 
-var _ core.CheckpointReleaser = (*Store)(nil)
+var _ driver.CheckpointReleaser = (*Store)(nil)
 
-// WriteAudit implements core.AuditWriter.
-func (s *Store) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
+// WriteAudit implements driver.AuditWriter.
+func (s *Store) WriteAudit(ctx context.Context, audit driver.AuditEntry) error {
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error { return s.audit(ctx, tx, &audit, audit.Rows) })
 	if err != nil {
 		return wrap("write audit", err)
@@ -235,30 +236,30 @@ func (s *Store) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
 	return nil
 }
 
-// CheckAudit implements core.AuditWriter.
+// CheckAudit implements driver.AuditWriter.
 func (s *Store) CheckAudit(ctx context.Context) error {
 	err := s.inTx(ctx, nil, func(tx *sql.Tx) error {
-		if err := s.audit(ctx, tx, &core.AuditEntry{Actor: "check", Command: "check"}, 0); err != nil {
+		if err := s.audit(ctx, tx, &driver.AuditEntry{Actor: "check", Command: "check"}, 0); err != nil {
 			return err
 		}
-		return core.ErrAuditChecked
+		return driver.ErrAuditChecked
 	})
-	if err != nil && !errors.Is(err, core.ErrAuditChecked) {
+	if err != nil && !errors.Is(err, driver.ErrAuditChecked) {
 		return wrap("check audit", err)
 	}
 	return nil
 }
 
-var _ core.AuditWriter = (*Store)(nil)
+var _ driver.AuditWriter = (*Store)(nil)
 
-// ResetLanes implements core.Operator: one statement (ResetLanes) and the audit row, in one
+// ResetLanes implements driver.Operator: one statement (ResetLanes) and the audit row, in one
 // READ COMMITTED transaction (the isolation of every lanes-table transaction).
-func (s *Store) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit core.AuditEntry) (int, error) {
+func (s *Store) ResetLanes(ctx context.Context, p driver.ResetLanesParams, audit driver.AuditEntry) (int, error) {
 	count, err := s.LaneCount(ctx)
 	if err != nil {
 		return 0, err
 	}
-	lanes, err := core.CheckResetLanes(p, count)
+	lanes, err := driver.CheckResetLanes(p, count)
 	if err != nil {
 		return 0, err
 	}
@@ -280,15 +281,15 @@ func (s *Store) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit c
 	return int(n), nil
 }
 
-// PruneInboxAudited implements core.Operator. The retention rule wants the horizon raise
+// PruneInboxAudited implements driver.Operator. The retention rule wants the horizon raise
 // committed before any record below it is deleted (see PruneInbox), so the change spans
 // transactions: the first raises the horizon and writes the audit row (rows -1), each next one
 // deletes a batch, and the last (the batch that finds fewer than limit) also sets the audit
 // row's rows to the total. The horizon thus never moves without its audit row; a failure or
 // crash between them leaves the row at -1 (deletions unfinished) and the records for the next
 // prune.
-func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit core.AuditEntry) (int, error) {
-	limit, err := core.CheckInboxPrune(consumer, before, limit)
+func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit driver.AuditEntry) (int, error) {
+	limit, err := driver.CheckInboxPrune(consumer, before, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -342,9 +343,9 @@ func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before t
 // time (3 placeholders per row, far below the 65,535 of a prepared statement).
 const resizeBatch = 2000
 
-var _ core.LaneResizer = (*Store)(nil)
+var _ driver.LaneResizer = (*Store)(nil)
 
-// ResizeLanes implements core.LaneResizer in one READ COMMITTED transaction: the lane count's
+// ResizeLanes implements driver.LaneResizer in one READ COMMITTED transaction: the lane count's
 // meta row locked FOR UPDATE first (it waits for the writer transactions whose checked inserts
 // hold it LOCK IN SHARE MODE, and holds the next ones back), the publisher row read LOCK IN
 // SHARE MODE (a CDC generation refuses; a CDC relay's AcquireGeneration waits), every lane row
@@ -353,8 +354,8 @@ var _ core.LaneResizer = (*Store)(nil)
 // while the meta row 'lanes_resize' exists (the immutability trigger allows the lane change
 // then; migration 008), the count recorded and the audit row written. It needs migration 008
 // (run Migrate): without it, an error wrapping core.ErrSchemaMismatch.
-func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
-	if err := core.CheckResizeLanes(lanes); err != nil {
+func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEntry) (int, error) {
+	if err := driver.CheckResizeLanes(lanes); err != nil {
 		return 0, err
 	}
 	if _, err := s.LaneCount(ctx); err != nil {
@@ -380,7 +381,7 @@ func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntr
 		if err != nil {
 			return s.publisherErr("resize lanes", err)
 		}
-		if pub.Kind == core.KindCDC {
+		if pub.Kind == driver.KindCDC {
 			return fmt.Errorf("%w: generation %d held by %q", core.ErrResizeCDC, pub.Generation, pub.Holder)
 		}
 		if _, err := tx.ExecContext(ctx, s.q.resizeLeases, nil); err != nil {
@@ -420,7 +421,7 @@ func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntr
 					return err
 				}
 				after = seq
-				if l := core.LaneOf(key, lanes); l != lane {
+				if l := driver.LaneOf(key, lanes); l != lane {
 					seqs, to = append(seqs, seq), append(to, l)
 				}
 			}
@@ -481,14 +482,14 @@ func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, seqs []int64, to []in
 // ends): a row published before a ResizeLanes still has its lane under the old count, and all
 // unpublished rows of a key must share one lane. Without a resize since the rows were written
 // no lane changes, and the trigger (perhaps without migration 008) refuses nothing.
-func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, lanes int, targets []core.ReplayTarget, seqs []int64) error {
+func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, lanes int, targets []driver.ReplayTarget, seqs []int64) error {
 	keys := make(map[int64]string, len(targets))
 	for _, t := range targets {
 		keys[t.Seq] = t.PartitionKey
 	}
 	to := make([]int, len(seqs))
 	for i, seq := range seqs {
-		to[i] = core.LaneOf(keys[seq], lanes)
+		to[i] = driver.LaneOf(keys[seq], lanes)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Insert statements are split so that none exceeds these bounds (placeholders and
@@ -20,18 +21,18 @@ const (
 	insertMaxBytes = 4 << 20
 )
 
-// Insert implements core.OutboxStore: a multi-row INSERT in tx. When the records need more
+// Insert implements driver.OutboxStore: a multi-row INSERT in tx. When the records need more
 // than one statement a savepoint makes the call all or nothing. A duplicate ID (or, with
 // UniqueAggregateVersion, a duplicate aggregate version) wraps core.ErrDuplicateEvent. It does
 // not check the records' lanes against the lane count: core.Outbox uses InsertLanes.
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []driver.Record) error {
 	if err := nilTx("insert", tx); err != nil {
 		return err
 	}
 	if len(records) == 0 {
 		return nil
 	}
-	var chunks [][]core.Record
+	var chunks [][]driver.Record
 	start, size := 0, 0
 	for i := range records {
 		n := len(records[i].Payload) + 512
@@ -65,7 +66,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 	return nil
 }
 
-// InsertLanes implements core.LaneInserter: Insert checked against the lane count lanes the
+// InsertLanes implements driver.LaneInserter: Insert checked against the lane count lanes the
 // records' lanes were computed with. When the recorded count is not lanes it writes nothing and
 // returns an error wrapping core.ErrLaneCountChanged; tx stays usable. The count is read with a
 // locking read (LOCK IN SHARE MODE), the latest committed count whatever tx's isolation or
@@ -73,7 +74,7 @@ func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) e
 // UPDATE first, waits for tx, and tx's later checked inserts wait for a resize in progress. One
 // record is one statement (INSERT ... VALUES whose lane is NULL, refused, when the count
 // differs); more are the locking read, then Insert.
-func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
+func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []driver.Record) error {
 	if err := nilTx("insert", tx); err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records 
 }
 
 // recordArgs appends the 14 insert parameters of r to args.
-func recordArgs(args []any, r *core.Record) ([]any, error) {
+func recordArgs(args []any, r *driver.Record) ([]any, error) {
 	headers := "{}"
 	if len(r.Headers) > 0 {
 		h, err := json.Marshal(r.Headers)
@@ -123,7 +124,7 @@ func recordArgs(args []any, r *core.Record) ([]any, error) {
 		r.PartitionKey, r.Destination, payload, headers, r.Tenant, r.CausationID, r.CorrelationID, r.Lane), nil
 }
 
-func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []core.Record) error {
+func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []driver.Record) error {
 	var b strings.Builder
 	b.WriteString(s.q.insertPrefix)
 	args := make([]any, 0, 14*len(recs))
@@ -147,19 +148,19 @@ func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []core.Record)
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRecord(sc scanner) (core.Record, error) {
-	var r core.Record
+func scanRecord(sc scanner) (driver.Record, error) {
+	var r driver.Record
 	var headers string
 	var published, next, parked sql.NullTime
 	var lastErr sql.NullString
 	if err := sc.Scan(&r.Seq, &r.ID, &r.AggregateType, &r.AggregateID, &r.AggregateVersion, &r.Type,
 		&r.SchemaID, &r.PartitionKey, &r.Destination, &r.Payload, &headers, &r.Tenant, &r.CausationID,
 		&r.CorrelationID, &r.Lane, &r.CreatedAt, &published, &r.Attempts, &next, &lastErr, &parked); err != nil {
-		return core.Record{}, err
+		return driver.Record{}, err
 	}
 	var err error
 	if r.Headers, err = decodeHeaders(headers); err != nil {
-		return core.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
+		return driver.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
 	}
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.PublishedAt = nullTime(published)
@@ -177,9 +178,9 @@ func nullTime(t sql.NullTime) time.Time {
 }
 
 // scanRecords reads rows; capacity is how many records are expected (the fetch's limit).
-func scanRecords(rows *sql.Rows, capacity int) ([]core.Record, error) {
+func scanRecords(rows *sql.Rows, capacity int) ([]driver.Record, error) {
 	defer rows.Close()
-	out := make([]core.Record, 0, capacity)
+	out := make([]driver.Record, 0, capacity)
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {

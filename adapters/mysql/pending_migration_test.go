@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -71,7 +72,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	written := &testkit.Written{}
 	payload := make([]byte, 200)
 	writer := func(store *mysql.Store, name string, stop *atomic.Bool, done *sync.WaitGroup) {
-		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](store), nil)
+		ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](store), nil)
 		require.NoError(t, err)
 		written.Go(t, ctx, name, testkit.Writer(store, ob, 2, payload), stop, done)
 	}
@@ -117,7 +118,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 
 	// The burst.
 	{
-		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](old), nil)
+		ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](old), nil)
 		require.NoError(t, err)
 		write := testkit.Writer(old, ob, 2, payload)
 		for i := range 200 {
@@ -139,7 +140,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	time.Sleep(500 * time.Millisecond)
 	// The earlier version's cleanup deletes rows its relay marked (the delete trigger looks for
 	// their pending rows: none, they were published).
-	_, err = old.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
+	_, err = old.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond)
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // pendingRow is a record's pending row; ok is false when it has none.
@@ -56,7 +57,7 @@ func outboxRow(t *testing.T, db *sql.DB, seq int64) string {
 func writeOne(t *testing.T, s *mysql.Store, key string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	var id string
 	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -84,18 +85,18 @@ func TestPendingTriggers(t *testing.T) {
 	// This version's insert: the insert trigger writes the pending row in the writer's statement.
 	// ka: a key whose lane under 16 lanes differs (the resize below moves it).
 	ka := "ka"
-	for i := 0; core.LaneOf(ka, 4) == core.LaneOf(ka, 16); i++ {
+	for i := 0; driver.LaneOf(ka, 4) == driver.LaneOf(ka, 16); i++ {
 		ka = fmt.Sprintf("ka%d", i)
 	}
 	a := writeOne(t, s, ka)
 	p := readPending(t, db, a)
 	require.True(t, p.ok)
-	require.Equal(t, core.LaneOf(ka, 4), p.lane)
+	require.Equal(t, driver.LaneOf(ka, 4), p.lane)
 	require.Equal(t, ka, p.key)
 	// An earlier writer's INSERT, and one inserted as published (no pending row).
 	// Its lane is not kb's under 16 lanes: the resize below moves it.
 	_, err := db.Exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane, created_at)
-		VALUES ('e1', 'a', 'kb', 't', 'kb', '', '{}', ?, UTC_TIMESTAMP(6))`, (core.LaneOf("kb", 16)+1)%4)
+		VALUES ('e1', 'a', 'kb', 't', 'kb', '', '{}', ?, UTC_TIMESTAMP(6))`, (driver.LaneOf("kb", 16)+1)%4)
 	require.NoError(t, err)
 	_, err = db.Exec(`INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane, created_at, published_at)
 		VALUES ('e2', 'a', 'kb', 't', 'kb', '', '{}', 2, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`)
@@ -106,7 +107,7 @@ func TestPendingTriggers(t *testing.T) {
 	require.True(t, readPending(t, db, e1).ok, "an earlier writer's insert")
 	require.False(t, readPending(t, db, e2).ok, "inserted as published")
 	// The pending row is the writer's transaction's: a rollback leaves neither row.
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	errRollback := fmt.Errorf("roll back")
 	require.ErrorIs(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -139,17 +140,17 @@ func TestPendingTriggers(t *testing.T) {
 
 	// This version's failure changes the pending row only; a lane change of the outbox row
 	// (ResizeLanes, Replay) reaches the pending row without overwriting its status.
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 4, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 4, TTL: time.Minute})
 	require.NoError(t, err)
 	before := outboxRow(t, db, a)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Failed: []core.Failure{{Seq: a, Error: "e", Delay: time.Hour}}}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Failed: []driver.Failure{{Seq: a, Error: "e", Delay: time.Hour}}}))
 	require.Equal(t, before, outboxRow(t, db, a), "a failure leaves the outbox row")
 	require.Equal(t, 1, readPending(t, db, a).attempts)
 	require.NoError(t, s.ReleaseLanes(ctx, leases))
-	moved, err := s.ResizeLanes(ctx, 16, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	moved, err := s.ResizeLanes(ctx, 16, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.NoError(t, err)
 	require.Positive(t, moved)
-	require.Equal(t, core.LaneOf("kb", 16), readPending(t, db, e1).lane)
+	require.Equal(t, driver.LaneOf("kb", 16), readPending(t, db, e1).lane)
 	for _, seq := range []int64{a, e1} {
 		var lane int
 		require.NoError(t, db.QueryRow(`SELECT lane FROM outbox WHERE seq = ?`, seq).Scan(&lane))
@@ -157,7 +158,7 @@ func TestPendingTriggers(t *testing.T) {
 		require.Equal(t, lane, p.lane, "the pending row's lane is the outbox row's")
 		require.Equal(t, 1, p.attempts, "a lane change keeps the pending row's status")
 	}
-	require.Equal(t, core.LaneOf(ka, 16), readPending(t, db, a).lane)
+	require.Equal(t, driver.LaneOf(ka, 16), readPending(t, db, a).lane)
 
 	// This version's mark: the settle log row is written and the pending row deleted; the outbox
 	// row does not change.
@@ -166,21 +167,21 @@ func TestPendingTriggers(t *testing.T) {
 	require.Equal(t, 1, unpark)
 	_, err = db.Exec(`UPDATE outbox_pending SET next_attempt_at = NULL WHERE seq = ?`, a)
 	require.NoError(t, err)
-	leases, err = s.ClaimLanes(ctx, core.ClaimParams{Owner: "w2", Max: 16, TTL: time.Minute})
+	leases, err = s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w2", Max: 16, TTL: time.Minute})
 	require.NoError(t, err)
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	require.Equal(t, []int64{a, e1}, []int64{recs[0].Seq, recs[1].Seq})
 	require.Equal(t, 1, recs[0].Attempts, "the status comes from the pending row")
 	before = outboxRow(t, db, a)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{a}}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{a}}))
 	require.Equal(t, before, outboxRow(t, db, a), "a mark leaves the outbox row")
 	p = readPending(t, db, a)
 	require.False(t, p.ok)
 	require.True(t, p.settled.Valid, "a settle log row")
 	require.False(t, p.outboxAt.Valid)
-	got, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	got, err := s.List(ctx, driver.ListParams{State: driver.StatePublished})
 	require.NoError(t, err)
 	require.Len(t, got, 2) // e2 (published_at) and a (settle log)
 	require.Equal(t, a, got[0].Seq)
@@ -193,7 +194,7 @@ func TestPendingTriggers(t *testing.T) {
 	// A replay gives both their pending rows back (e1 through the update trigger: its
 	// published_at is cleared) and deletes a's settle log row; an earlier relay's DELETE (delete
 	// on publish) takes a pending row with it.
-	n, err := s.Replay(ctx, core.ReplayParams{IDs: []string{recs[0].ID, recs[1].ID}})
+	n, err := s.Replay(ctx, driver.ReplayParams{IDs: []string{recs[0].ID, recs[1].ID}})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for _, seq := range []int64{a, e1} {
@@ -227,12 +228,12 @@ func TestPruneSettleLogBound(t *testing.T) {
 	// An event published before the migration (published_at, long ago).
 	_, err := db.Exec(`UPDATE outbox SET published_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR WHERE seq = ?`, seqs[0])
 	require.NoError(t, err)
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: 3 * time.Hour})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: 3 * time.Hour})
 	require.NoError(t, err)
 	t0 := time.Now().UTC().Truncate(time.Microsecond)
 	// seqs[1] and seqs[3] published at t0; seqs[2] still pending; seqs[4] published at t0+1h.
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{seqs[1], seqs[3]}, Now: t0}))
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{seqs[4]}, Now: t0.Add(time.Hour)}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{seqs[1], seqs[3]}, Now: t0}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{seqs[4]}, Now: t0.Add(time.Hour)}))
 	left := func() []int64 {
 		var out []int64
 		rows, err := db.Query(`SELECT seq FROM outbox ORDER BY seq`)
@@ -246,7 +247,7 @@ func TestPruneSettleLogBound(t *testing.T) {
 		return out
 	}
 	prune := func(before time.Time) int {
-		n, err := s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: before})
+		n, err := s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: before})
 		require.NoError(t, err)
 		return n
 	}
@@ -262,17 +263,17 @@ func TestPruneSettleLogBound(t *testing.T) {
 	require.Equal(t, int64(2), logRows, "the settle log row went with its record")
 
 	// seqs[2] published; seqs[3] replayed (pending again): nothing at or above it goes.
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{seqs[2]}, Now: t0}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{seqs[2]}, Now: t0}))
 	var id3 string
 	require.NoError(t, db.QueryRow(`SELECT id FROM outbox WHERE seq = ?`, seqs[3]).Scan(&id3))
-	n, err := s.Replay(ctx, core.ReplayParams{IDs: []string{id3}})
+	n, err := s.Replay(ctx, driver.ReplayParams{IDs: []string{id3}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, 1, prune(t0.Add(2*time.Hour)))
 	require.Equal(t, seqs[3:], left())
 	// Published again at t0+1h: with a cut-off between t0 and then, it stays (its latest time
 	// counts); after it, everything goes, and the settle log with it.
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{seqs[3]}, Now: t0.Add(time.Hour)}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{seqs[3]}, Now: t0.Add(time.Hour)}))
 	require.Equal(t, 0, prune(t0.Add(time.Minute)))
 	require.Equal(t, 2, prune(t0.Add(2*time.Hour)))
 	require.Empty(t, left())
@@ -293,9 +294,9 @@ func TestPruneSettleLogOrphans(t *testing.T) {
 	for i := range seqs {
 		seqs[i] = writeOne(t, s, "k")
 	}
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 	require.NoError(t, err)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: seqs}))
 	// The first four records' outbox rows go as an earlier version deletes them.
 	_, err = db.Exec(`DELETE FROM outbox WHERE seq <= ?`, seqs[3])
 	require.NoError(t, err)
@@ -320,9 +321,9 @@ func TestSettleDeleteUnpends(t *testing.T) {
 	db := s.DB()
 	db.SetMaxOpenConns(1) // one session: the variable would stay on it
 	seqs := []int64{writeOne(t, s, "k"), writeOne(t, s, "k"), writeOne(t, s, "k")}
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 	require.NoError(t, err)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs[:2], Delete: true}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: seqs[:2], Delete: true}))
 	var rows, pendingRows int
 	count := func() {
 		require.NoError(t, db.QueryRow(`SELECT (SELECT COUNT(*) FROM outbox), (SELECT COUNT(*) FROM outbox_pending)`).Scan(&rows, &pendingRows))

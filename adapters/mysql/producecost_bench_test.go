@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // BenchmarkProducerCost measures, in one run, the producer transaction three ways, interleaved
@@ -28,7 +29,7 @@ import (
 //   - bare: one domain row plus a hand-written INSERT of the same outbox row (same table,
 //     columns, ~1.1 KiB payload and lane) — no library code;
 //   - write: one domain row plus Outbox.Write of the same event (checked against the lane
-//     count: core.LaneInserter, one INSERT ... VALUES whose lane is a subquery on the count read
+//     count: driver.LaneInserter, one INSERT ... VALUES whose lane is a subquery on the count read
 //     LOCK IN SHARE MODE);
 //   - unchecked: write through a store that hides InsertLanes, so Outbox.Write uses the
 //     unchecked Insert (the cost of the lane-count check is write against unchecked);
@@ -51,11 +52,11 @@ func BenchmarkProducerCost(b *testing.B) {
 			_, err := s.DB().Exec(`CREATE TABLE orders (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
 				customer VARCHAR(64) NOT NULL, total DECIMAL(12,2) NOT NULL, created_at DATETIME(6) NOT NULL) ENGINE=InnoDB`)
 			require.NoError(b, err)
-			ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+			ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 			require.NoError(b, err)
-			unchecked, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](plainInsert{s}), nil)
+			unchecked, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](plainInsert{s}), nil)
 			require.NoError(b, err)
-			twostep, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](twoStepInsert{plainInsert{s}}), nil)
+			twostep, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](twoStepInsert{plainInsert{s}}), nil)
 			require.NoError(b, err)
 			domain := func(ctx context.Context, tx *sql.Tx, i int64) error {
 				_, err := tx.ExecContext(ctx, "INSERT INTO orders (customer, total, created_at) VALUES (?, ?, UTC_TIMESTAMP(6))",
@@ -84,7 +85,7 @@ func BenchmarkProducerCost(b *testing.B) {
 					key := "order/" + agg
 					_, err := tx.ExecContext(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key,
 						payload, headers, lane, created_at) VALUES (?, ?, ?, ?, ?, ?, '{}', ?, UTC_TIMESTAMP(6))`,
-						hex.EncodeToString(id[:]), "order", agg, "order.created", key, benchPayload, core.LaneOf(key, core.DefaultLanes))
+						hex.EncodeToString(id[:]), "order", agg, "order.created", key, benchPayload, driver.LaneOf(key, core.DefaultLanes))
 					return err
 				},
 				"write":     writeWith(ob),
@@ -166,14 +167,14 @@ func benchMedian(v []float64) float64 {
 type plainInsert struct{ s *mysql.Store }
 
 func (p plainInsert) LaneCount(ctx context.Context) (int, error) { return p.s.LaneCount(ctx) }
-func (p plainInsert) Insert(ctx context.Context, tx *sql.Tx, recs []core.Record) error {
+func (p plainInsert) Insert(ctx context.Context, tx *sql.Tx, recs []driver.Record) error {
 	return p.s.Insert(ctx, tx, recs)
 }
 
 // twoStepInsert checks the lane count with a locking read of its own, then inserts unchecked.
 type twoStepInsert struct{ plainInsert }
 
-func (p twoStepInsert) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, recs []core.Record) error {
+func (p twoStepInsert) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, recs []driver.Record) error {
 	var v string
 	if err := tx.QueryRowContext(ctx, "SELECT value FROM outbox_meta WHERE name = 'lanes' LOCK IN SHARE MODE").Scan(&v); err != nil {
 		return err

@@ -7,19 +7,20 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// The publisher generation (core.RelayStore.AcquireGeneration) is one row of Table+"_pub". Its
+// The publisher generation (driver.RelayStore.AcquireGeneration) is one row of Table+"_pub". Its
 // writer (AcquireGeneration) locks it exclusively; ClaimLanes, RenewLanes and SaveCheckpoint
 // read it with a shared lock in their own transaction, so that a call of an older generation
 // either commits before the new generation exists or sees it and changes nothing.
 
-// AcquireGeneration implements core.RelayStore.
-func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+// AcquireGeneration implements driver.RelayStore.
+func (s *Store) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (driver.Publisher, error) {
 	if err := p.CheckKind(); err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
-	var pub core.Publisher
+	var pub driver.Publisher
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		cur, err := scanPublisher(tx.QueryRowContext(ctx, s.q.publisherLockX))
 		if err != nil {
@@ -36,16 +37,16 @@ func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (co
 		return err
 	})
 	if err != nil {
-		return core.Publisher{}, s.publisherErr("acquire generation", err)
+		return driver.Publisher{}, s.publisherErr("acquire generation", err)
 	}
 	return pub, nil
 }
 
-// Generation implements core.RelayStore.
-func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
+// Generation implements driver.RelayStore.
+func (s *Store) Generation(ctx context.Context) (driver.Publisher, error) {
 	pub, err := scanPublisher(s.db.QueryRowContext(ctx, s.q.publisherRead))
 	if err != nil {
-		return core.Publisher{}, s.publisherErr("generation", err)
+		return driver.Publisher{}, s.publisherErr("generation", err)
 	}
 	return pub, nil
 }
@@ -57,11 +58,11 @@ func (s *Store) publisherErr(op string, err error) error {
 	return wrap(op, err)
 }
 
-func scanPublisher(row *sql.Row) (core.Publisher, error) {
-	var p core.Publisher
+func scanPublisher(row *sql.Row) (driver.Publisher, error) {
+	var p driver.Publisher
 	var since sql.NullTime
 	if err := row.Scan(&p.Generation, &p.Kind, &p.Holder, &since); err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
 	p.Since = nullTime(since)
 	return p, nil
@@ -92,23 +93,23 @@ func (s *Store) checkGeneration(ctx context.Context, tx *sql.Tx, generation int6
 	return nil
 }
 
-// LoadCheckpoint implements core.CheckpointStore.
-func (s *Store) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool, error) {
-	var c core.Checkpoint
+// LoadCheckpoint implements driver.CheckpointStore.
+func (s *Store) LoadCheckpoint(ctx context.Context) (driver.Checkpoint, bool, error) {
+	var c driver.Checkpoint
 	err := s.db.QueryRowContext(ctx, s.q.checkpointRead).Scan(&c.Source, &c.Position, &c.Generation, &c.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
-		return core.Checkpoint{}, false, nil
+		return driver.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return core.Checkpoint{}, false, wrap("load checkpoint", err)
+		return driver.Checkpoint{}, false, wrap("load checkpoint", err)
 	}
 	c.UpdatedAt = c.UpdatedAt.UTC()
 	return c, true, nil
 }
 
-// SaveCheckpoint implements core.CheckpointStore: in one transaction it checks c.Generation
+// SaveCheckpoint implements driver.CheckpointStore: in one transaction it checks c.Generation
 // against the publisher row (shared lock) and replaces the checkpoint.
-func (s *Store) SaveCheckpoint(ctx context.Context, c core.Checkpoint) error {
+func (s *Store) SaveCheckpoint(ctx context.Context, c driver.Checkpoint) error {
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		if err := s.checkGeneration(ctx, tx, c.Generation); err != nil {
 			return err

@@ -5,16 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/outboxkit/outbox/core"
 )
 
-// Heartbeat implements core.RelayStore. The live count leaves out workers known dead: those
+// Heartbeat implements driver.RelayStore. The live count leaves out workers known dead: those
 // holding a lane tied to a GET_LOCK session that has ended (their rows are deleted).
-func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+func (s *Store) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	now := timeArg(p.Now)
 	if p.TTL <= 0 {
 		if _, err := s.exec(ctx, s.q.heartbeatDelete, p.Owner); err != nil {
@@ -36,10 +35,10 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 	return live, nil
 }
 
-// ClaimLanes implements core.RelayStore with the configured ClaimStrategy. Its transaction
+// ClaimLanes implements driver.RelayStore with the configured ClaimStrategy. Its transaction
 // first checks p.Generation against the publisher row (shared lock): a stale generation claims
 // nothing and gets an error wrapping core.ErrFenced.
-func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
@@ -53,7 +52,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		return s.claimGetLock(ctx, p)
 	}
 	now := timeArg(p.Now)
-	var leases []core.Lease
+	var leases []driver.Lease
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		leases = nil
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
@@ -73,7 +72,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 }
 
 // takeLanes gives lanes (locked by tx) to p.Owner and returns the new leases.
-func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p core.ClaimParams, lanes []int, lockSession any) ([]core.Lease, error) {
+func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p driver.ClaimParams, lanes []int, lockSession any) ([]driver.Lease, error) {
 	owned, err := queryInts(ctx, tx, lists(s.q.claimOwned, len(lanes), 0), appendInts(nil, lanes)...)
 	if err != nil {
 		return nil, err
@@ -90,15 +89,15 @@ func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p core.ClaimParams, l
 	return leases, err
 }
 
-func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes []int) ([]core.Lease, error) {
+func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes []int) ([]driver.Lease, error) {
 	rows, err := tx.QueryContext(ctx, lists(s.q.lanesRead, len(lanes), 0), appendInts(nil, lanes)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []core.Lease
+	var out []driver.Lease
 	for rows.Next() {
-		l := core.Lease{Owner: owner}
+		l := driver.Lease{Owner: owner}
 		var until sql.NullTime
 		if err := rows.Scan(&l.Lane, &l.Generation, &until); err != nil {
 			return nil, err
@@ -110,8 +109,8 @@ func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes 
 }
 
 // lockLanes locks the lane rows of leases (in lane order) and returns the leases still held, and
-// a *core.LanesLostError naming the others (nil when none is lost).
-func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, now any) (held []core.Lease, lost, err error) {
+// a *driver.LanesLostError naming the others (nil when none is lost).
+func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []driver.Lease, now any) (held []driver.Lease, lost, err error) {
 	lanes := make([]int, 0, len(leases))
 	for _, l := range leases {
 		lanes = append(lanes, l.Lane)
@@ -123,10 +122,10 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, 
 	if err != nil {
 		return nil, nil, err
 	}
-	state := map[int]core.Lease{}
+	state := map[int]driver.Lease{}
 	var at time.Time // now, by the clock of the query
 	for rows.Next() {
-		var st core.Lease
+		var st driver.Lease
 		var until sql.NullTime
 		if err := rows.Scan(&st.Lane, &st.Owner, &st.Generation, &until, &at); err != nil {
 			rows.Close()
@@ -139,7 +138,7 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, 
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	lost = core.CheckLeases(leases, func(l core.Lease) bool {
+	lost = driver.CheckLeases(leases, func(l driver.Lease) bool {
 		ok := l.HeldAt(state[l.Lane], at)
 		if ok {
 			held = append(held, l)
@@ -149,8 +148,8 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []core.Lease, 
 	return held, lost, nil
 }
 
-// RenewLanes implements core.RelayStore. Like ClaimLanes it is fenced by p.Generation.
-func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+// RenewLanes implements driver.RelayStore. Like ClaimLanes it is fenced by p.Generation.
+func (s *Store) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
 	if len(p.Leases) == 0 {
 		return nil, nil
 	}
@@ -158,7 +157,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 		return nil, fmt.Errorf("mysql: renew lanes: TTL must be positive")
 	}
 	now := timeArg(p.Now)
-	var renewed []core.Lease
+	var renewed []driver.Lease
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		renewed = nil
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
@@ -184,7 +183,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 			got[i].Owner = held[i].Owner
 		}
 		// readLeases is in lane order; held may not be.
-		byLane := map[int]core.Lease{}
+		byLane := map[int]driver.Lease{}
 		for _, l := range got {
 			byLane[l.Lane] = l
 		}
@@ -202,13 +201,13 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	return renewed, nil
 }
 
-// ReleaseLanes implements core.RelayStore.
-func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+// ReleaseLanes implements driver.RelayStore.
+func (s *Store) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	if len(leases) == 0 {
 		return nil
 	}
 	sorted := slices.Clone(leases)
-	slices.SortFunc(sorted, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	slices.SortFunc(sorted, func(a, b driver.Lease) int { return a.Lane - b.Lane })
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		for _, l := range sorted {
 			if _, err := tx.ExecContext(ctx, s.q.release, l.Lane, l.Owner, l.Generation); err != nil {
@@ -228,11 +227,11 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 // the exclusion is a NOT EXISTS subquery per row.
 const maxInlineBlocked = 64
 
-// Fetch implements core.RelayStore. It first reads the blocked keys of the leased lanes (a
+// Fetch implements driver.RelayStore. It first reads the blocked keys of the leased lanes (a
 // tiny index of the failed pending rows), then walks the pending rows in seq order, skipping
 // other lanes and the blocked keys' rows from their first blocking seq on, and joins each to
 // its outbox row.
-func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
 	if len(p.Leases) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -305,16 +304,16 @@ func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any
 	return q.String(), args
 }
 
-// Settle implements core.RelayStore: one transaction that marks the records (the pending
+// Settle implements driver.RelayStore: one transaction that marks the records (the pending
 // layout, migration 010: their settle log rows are written and their pending rows deleted; no
 // outbox row changes) or deletes them (p.Delete: their pending rows, then their outbox rows),
 // then locks the leased lane rows, checks every lease (owner, generation,
 // lease_until > now) and commits only when all are held; otherwise it rolls back (nothing is marked) and returns the
-// *core.LanesLostError. The check and the commit happen under the lane locks, so a lease
+// *driver.LanesLostError. The check and the commit happen under the lane locks, so a lease
 // cannot change between them; marking first keeps the lane rows locked for the commit only,
 // not for the marks as well: renewals, which lock every lane of the relay, and with them the
 // relay's other InFlight loops, then wait for a commit instead of a whole settle.
-func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
+func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 	if len(p.Leases) == 0 {
 		if len(p.Published) == 0 && len(p.Failed) == 0 {
 			return nil
@@ -328,7 +327,7 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	}
 	slices.Sort(lanes)
 	lanes = slices.Compact(lanes)
-	var lostErr *core.LanesLostError
+	var lostErr *driver.LanesLostError
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		lostErr = nil
 		for start := 0; start < len(p.Published); start += 1000 {
@@ -363,13 +362,13 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 			return err
 		}
 		if lost != nil {
-			lostErr = lost.(*core.LanesLostError)
+			lostErr = lost.(*driver.LanesLostError)
 			return lost // rolls the marks back
 		}
 		return nil
 	})
 	if lostErr != nil && errors.Is(err, lostErr) {
-		var gone []core.Lease
+		var gone []driver.Lease
 		for _, l := range p.Leases {
 			if slices.Contains(lostErr.Lanes, l.Lane) {
 				gone = append(gone, l)

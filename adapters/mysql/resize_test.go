@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func resizeEvent(id string) core.Event {
@@ -24,7 +25,7 @@ func resizeEvent(id string) core.Event {
 // laneOfKey returns the lanes of key's records, in seq order.
 func laneOfKey(t *testing.T, s *mysql.Store, key string) []int {
 	t.Helper()
-	recs, err := s.List(context.Background(), core.ListParams{State: core.StateAll})
+	recs, err := s.List(context.Background(), driver.ListParams{State: driver.StateAll})
 	require.NoError(t, err)
 	var out []int
 	for _, r := range recs {
@@ -134,7 +135,7 @@ func testResizeWriterIsolation(t *testing.T, db *sql.DB) {
 		require.NoError(t, rz.Commit())
 		require.NoError(t, <-done, c.name)
 		for _, l := range laneOfKey(t, s, "a/"+c.name) {
-			require.Equal(t, core.LaneOf("a/"+c.name, to), l, c.name)
+			require.Equal(t, driver.LaneOf("a/"+c.name, to), l, c.name)
 		}
 		require.Len(t, laneOfKey(t, s, "a/"+c.name), c.events, c.name)
 		require.Equal(t, to, ob.Lanes(), c.name)
@@ -149,19 +150,19 @@ func testResizeWriterIsolation(t *testing.T, db *sql.DB) {
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.ResizeLanes(ctx, 40, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+		_, err := s.ResizeLanes(ctx, 40, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 		done <- err
 	}()
 	waitLockWait(t, db)
 	require.NoError(t, tx.Commit())
 	require.NoError(t, <-done)
-	require.Equal(t, []int{core.LaneOf(key, 40)}, laneOfKey(t, s, key))
+	require.Equal(t, []int{driver.LaneOf(key, 40)}, laneOfKey(t, s, key))
 }
 
 // keyWithLaneChange returns a partition key "a/..." whose lane differs between from and to lanes.
 func keyWithLaneChange(from, to int) string {
 	key := "a/k"
-	for core.LaneOf(key, from) == core.LaneOf(key, to) {
+	for driver.LaneOf(key, from) == driver.LaneOf(key, to) {
 		key += "x"
 	}
 	return key
@@ -178,10 +179,10 @@ func TestInsertLanesRefused(t *testing.T) {
 	for _, mode := range []string{"@@GLOBAL.sql_mode", "''"} {
 		for _, n := range []int{1, 3} {
 			agg := strconv.Itoa(n) + mode
-			recs := make([]core.Record, n)
+			recs := make([]driver.Record, n)
 			for i := range recs {
-				recs[i] = core.Record{Event: core.Event{ID: "id-" + strconv.Itoa(n) + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(len(mode)),
-					AggregateType: "a", AggregateID: agg, Type: "t", PartitionKey: "a/x", Payload: []byte("{}")}, Lane: core.LaneOf("a/x", 8)}
+				recs[i] = driver.Record{Event: core.Event{ID: "id-" + strconv.Itoa(n) + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(len(mode)),
+					AggregateType: "a", AggregateID: agg, Type: "t", PartitionKey: "a/x", Payload: []byte("{}")}, Lane: driver.LaneOf("a/x", 8)}
 			}
 			// No require inside the transaction: a failure must not leave it open (it would hold
 			// the database's DROP at cleanup).
@@ -208,12 +209,12 @@ func TestInsertLanesRefused(t *testing.T) {
 	var rows int
 	require.NoError(t, s.DB().QueryRow("SELECT COUNT(*) FROM outbox").Scan(&rows))
 	require.Equal(t, 8, rows)
-	require.NoError(t, s.DB().QueryRow("SELECT COUNT(*) FROM outbox WHERE lane <> ?", core.LaneOf("a/x", 8)).Scan(&rows))
+	require.NoError(t, s.DB().QueryRow("SELECT COUNT(*) FROM outbox WHERE lane <> ?", driver.LaneOf("a/x", 8)).Scan(&rows))
 	require.Zero(t, rows, "every row in its key's lane")
 	require.ErrorIs(t, s.InsertLanes(ctx, nil, 8, nil), core.ErrInvalidTx)
 }
 
-// TestResizeLanes: the store's side of the contract (core.LaneResizer) that the conformance
+// TestResizeLanes: the store's side of the contract (driver.LaneResizer) that the conformance
 // suite does not see: lease fencing, lane rows, parked and retrying rows, Replay after a resize,
 // Migrate after a resize, the CDC refusal and the migration 008 upgrade.
 func TestResizeLanes(t *testing.T) {
@@ -224,10 +225,10 @@ func TestResizeLanes(t *testing.T) {
 	ob, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	pub, park, retry := keyWithLaneChange(8, 32), keyWithLaneChange(8, 32)+"p", keyWithLaneChange(8, 32)+"r"
-	for core.LaneOf(park, 8) == core.LaneOf(park, 32) {
+	for driver.LaneOf(park, 8) == driver.LaneOf(park, 32) {
 		park += "p"
 	}
-	for core.LaneOf(retry, 8) == core.LaneOf(retry, 32) {
+	for driver.LaneOf(retry, 8) == driver.LaneOf(retry, 32) {
 		retry += "r"
 	}
 	for _, k := range []string{pub, park, retry} {
@@ -243,25 +244,25 @@ func TestResizeLanes(t *testing.T) {
 	_, err = db.Exec("UPDATE outbox SET next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, attempts = 1 WHERE partition_key = ?", retry)
 	require.NoError(t, err)
 
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w1", Max: 8, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w1", Max: 8, TTL: time.Minute})
 	require.NoError(t, err)
 	require.NotEmpty(t, leases)
 
 	for _, bad := range []int{0, -1, core.MaxLanes + 1} {
-		_, err := s.ResizeLanes(ctx, bad, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+		_, err := s.ResizeLanes(ctx, bad, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 		var oe *core.OptionError
 		require.True(t, errors.As(err, &oe), "%d: %v", bad, err)
 	}
-	n, err := s.ResizeLanes(ctx, 8, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	n, err := s.ResizeLanes(ctx, 8, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
 
-	n, err = s.ResizeLanes(ctx, 32, core.AuditEntry{Actor: "t", Command: "lanes resize", Arguments: `{"lanes":32}`})
+	n, err = s.ResizeLanes(ctx, 32, driver.AuditEntry{Actor: "t", Command: "lanes resize", Arguments: `{"lanes":32}`})
 	require.NoError(t, err)
 	require.Equal(t, 4, n, "the parked and retrying rows moved; published rows stay")
-	require.Equal(t, []int{core.LaneOf(pub, 8), core.LaneOf(pub, 8)}, laneOfKey(t, s, pub))
-	require.Equal(t, []int{core.LaneOf(park, 32), core.LaneOf(park, 32)}, laneOfKey(t, s, park))
-	require.Equal(t, []int{core.LaneOf(retry, 32), core.LaneOf(retry, 32)}, laneOfKey(t, s, retry))
+	require.Equal(t, []int{driver.LaneOf(pub, 8), driver.LaneOf(pub, 8)}, laneOfKey(t, s, pub))
+	require.Equal(t, []int{driver.LaneOf(park, 32), driver.LaneOf(park, 32)}, laneOfKey(t, s, park))
+	require.Equal(t, []int{driver.LaneOf(retry, 32), driver.LaneOf(retry, 32)}, laneOfKey(t, s, retry))
 	var lanes, owned, resizeRows int
 	require.NoError(t, db.QueryRow("SELECT COUNT(*), COUNT(NULLIF(owner, '')) FROM outbox_lanes").Scan(&lanes, &owned))
 	require.Equal(t, 32, lanes)
@@ -271,23 +272,23 @@ func TestResizeLanes(t *testing.T) {
 	// The old leases are fenced: settling a batch fetched under them is refused.
 	var parkSeq int64
 	require.NoError(t, db.QueryRow("SELECT MIN(seq) FROM outbox WHERE partition_key = ?", park).Scan(&parkSeq))
-	err = s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{parkSeq}})
+	err = s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{parkSeq}})
 	require.ErrorIs(t, err, core.ErrClaimLost)
-	log, err := s.AuditLog(ctx, core.AuditListParams{})
+	log, err := s.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, log, 1, "refused and same-count resizes write no audit row")
 	require.Equal(t, "lanes resize", log[0].Command)
 	require.EqualValues(t, 4, log[0].Rows)
 	// Without the marker row the trigger still refuses a lane change.
 	_, err = db.Exec("UPDATE outbox SET lane = lane + 1 WHERE partition_key = ?", park)
-	var me *driver.MySQLError
+	var me *mysqldrv.MySQLError
 	require.True(t, errors.As(err, &me) && me.Number == 1644, "%v", err)
 
 	// Replay puts the published rows back in their key's lane under the current count.
-	got, err := s.Replay(ctx, core.ReplayParams{PartitionKey: pub, Audit: &core.AuditEntry{Actor: "t", Command: "replay"}})
+	got, err := s.Replay(ctx, driver.ReplayParams{PartitionKey: pub, Audit: &driver.AuditEntry{Actor: "t", Command: "replay"}})
 	require.NoError(t, err)
 	require.Equal(t, 2, got)
-	require.Equal(t, []int{core.LaneOf(pub, 32), core.LaneOf(pub, 32)}, laneOfKey(t, s, pub))
+	require.Equal(t, []int{driver.LaneOf(pub, 32), driver.LaneOf(pub, 32)}, laneOfKey(t, s, pub))
 
 	// Migrate after a resize: Lanes 0 keeps the recorded count; another count is refused.
 	s0, err := mysql.New(ctx, db, &mysql.Options{Logger: quietLogger()})
@@ -303,7 +304,7 @@ func TestResizeLanes(t *testing.T) {
 	require.Equal(t, 32, lanes)
 
 	// Shrinking drops lane rows.
-	_, err = s.ResizeLanes(ctx, 3, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	_, err = s.ResizeLanes(ctx, 3, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.NoError(t, err)
 	require.NoError(t, db.QueryRow("SELECT COUNT(*), MAX(lane) FROM outbox_lanes").Scan(&lanes, &owned))
 	require.Equal(t, 3, lanes)
@@ -312,7 +313,7 @@ func TestResizeLanes(t *testing.T) {
 	// A CDC publisher generation refuses, changing nothing.
 	_, err = db.Exec("UPDATE outbox_pub SET kind = 'cdc', holder = 'cdc-1', generation = generation + 1")
 	require.NoError(t, err)
-	_, err = s.ResizeLanes(ctx, 5, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	_, err = s.ResizeLanes(ctx, 5, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.ErrorIs(t, err, core.ErrResizeCDC)
 	c, err = s.LaneCount(ctx)
 	require.NoError(t, err)
@@ -338,7 +339,7 @@ func TestResizeMigration(t *testing.T) {
 	_, err = db.Exec(body)
 	require.NoError(t, err)
 
-	_, err = s.ResizeLanes(ctx, 16, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	_, err = s.ResizeLanes(ctx, 16, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	require.NoError(t, s.Migrate(ctx))
 	var created1, created2 time.Time
@@ -348,6 +349,6 @@ func TestResizeMigration(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx))
 	require.NoError(t, db.QueryRow(trigger).Scan(&created2))
 	require.Equal(t, created1, created2, "Migrate recreated a current trigger")
-	_, err = s.ResizeLanes(ctx, 16, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	_, err = s.ResizeLanes(ctx, 16, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.NoError(t, err)
 }

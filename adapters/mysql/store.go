@@ -13,15 +13,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
-// Store is the MySQL / MariaDB adapter: core.OutboxStore[*sql.Tx] (with core.LaneInserter),
-// core.RelayStore, core.InboxStore[*sql.Tx], core.Pruner, core.Admin, core.CheckpointStore,
-// core.Liveness and core.LaneResizer, plus in-process wake-ups (core.Notifier and core.Waker).
+// Store is the MySQL / MariaDB adapter: driver.OutboxStore[*sql.Tx] (with driver.LaneInserter),
+// driver.RelayStore, driver.InboxStore[*sql.Tx], driver.Pruner, driver.Admin, driver.CheckpointStore,
+// driver.Liveness and driver.LaneResizer, plus in-process wake-ups (driver.Notifier and driver.Waker).
 // It is safe for concurrent use.
 type Store struct {
 	core.Broadcast
@@ -169,7 +170,7 @@ func resolve(opts *Options) (Options, tableNames, error) {
 		return Options{}, tableNames{}, err
 	}
 	var err error
-	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
+	if o.Lanes, err = driver.LanesOption(o.Lanes); err != nil {
 		return Options{}, tableNames{}, err
 	}
 	if o.ClaimStrategy != ClaimSkipLocked && o.ClaimStrategy != ClaimGetLock {
@@ -184,7 +185,7 @@ func resolve(opts *Options) (Options, tableNames, error) {
 		o.DeadlockRetries = 0
 	}
 	if o.DSN != "" {
-		if _, err := driver.ParseDSN(o.DSN); err != nil {
+		if _, err := mysqldrv.ParseDSN(o.DSN); err != nil {
 			return Options{}, tableNames{}, &core.OptionError{Field: "DSN", Reason: err.Error()}
 		}
 	}

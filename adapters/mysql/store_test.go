@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -23,7 +24,7 @@ func TestNewChecksConnection(t *testing.T) {
 	cfg := testConfig(t)
 	_, name := newDB(t)
 	ctx := t.Context()
-	open := func(mod func(c *driver.Config)) *sql.DB {
+	open := func(mod func(c *mysqldrv.Config)) *sql.DB {
 		c := cfg.Clone()
 		c.DBName = name
 		c.ParseTime = true
@@ -33,20 +34,20 @@ func TestNewChecksConnection(t *testing.T) {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
-	_, err := mysql.New(ctx, open(func(c *driver.Config) { c.ParseTime = false }), nil)
+	_, err := mysql.New(ctx, open(func(c *mysqldrv.Config) { c.ParseTime = false }), nil)
 	require.ErrorIs(t, err, mysql.ErrConnection)
 	require.Contains(t, err.Error(), "parseTime")
 
 	if ny, lerr := time.LoadLocation("America/New_York"); lerr == nil {
-		_, err = mysql.New(ctx, open(func(c *driver.Config) { c.Loc = ny }), nil)
+		_, err = mysql.New(ctx, open(func(c *mysqldrv.Config) { c.Loc = ny }), nil)
 		require.ErrorIs(t, err, mysql.ErrConnection)
 		require.Contains(t, err.Error(), "loc=UTC")
 	}
 
-	_, err = mysql.New(ctx, open(func(c *driver.Config) { c.DBName = "" }), nil)
+	_, err = mysql.New(ctx, open(func(c *mysqldrv.Config) { c.DBName = "" }), nil)
 	require.ErrorIs(t, err, mysql.ErrConnection)
 
-	s, err := mysql.New(ctx, open(func(*driver.Config) {}), nil)
+	s, err := mysql.New(ctx, open(func(*mysqldrv.Config) {}), nil)
 	require.NoError(t, err)
 	require.NoError(t, s.Version().Check())
 	t.Logf("server: %s (%s)", s.Version(), s.Version().Raw)
@@ -86,7 +87,7 @@ func TestMigrateIdempotent(t *testing.T) {
 
 	// With UniqueAggregateVersion, the same aggregate version twice is a duplicate event;
 	// version 0 (unversioned) never collides.
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	write := writeInTx(ctx, s, ob)
 	ev := core.Event{AggregateType: "order", AggregateID: "1", AggregateVersion: 1, Type: "order.created"}
@@ -125,13 +126,13 @@ func TestTableNames(t *testing.T) {
 	a := storeOn(t, db, &mysql.Options{Table: "select", InboxTable: "Order", Lanes: 2})
 	b := storeOn(t, db, &mysql.Options{Table: "Outbox_B", InboxTable: "inbox_b", Lanes: 3})
 	for i, s := range []*mysql.Store{a, b} {
-		ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+		ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 		require.NoError(t, err)
 		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			_, err := ob.Write(ctx, tx, core.Event{AggregateType: "t", AggregateID: fmt.Sprint(i), Type: "x"})
 			return err
 		}))
-		in, err := core.NewInbox(core.InboxStore[*sql.Tx](s), nil)
+		in, err := core.NewInbox(driver.InboxStore[*sql.Tx](s), nil)
 		require.NoError(t, err)
 		_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 0) // writes the horizons table
 		require.NoError(t, err)
@@ -148,7 +149,7 @@ func TestTableNames(t *testing.T) {
 		var n int
 		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+tbl+"`").Scan(&n), tbl)
 	}
-	recs, err := b.List(ctx, core.ListParams{})
+	recs, err := b.List(ctx, driver.ListParams{})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, "1", recs[0].AggregateID)
@@ -159,7 +160,7 @@ func TestInsertAllOrNothing(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, &mysql.Options{Lanes: 4})
 	ctx := t.Context()
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](s), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	var first []core.Event
 	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -201,7 +202,7 @@ func TestGetLockHolderConnectionDies(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*sql.Tx](a), nil)
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](a), nil)
 	require.NoError(t, err)
 	var evs []core.Event
 	require.NoError(t, a.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -209,11 +210,11 @@ func TestGetLockHolderConnectionDies(t *testing.T) {
 		return err
 	}))
 
-	old, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
+	old, err := a.ClaimLanes(ctx, driver.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, old, 4)
 	// While the holder's session lives, its leases cannot be taken.
-	got, err := b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	got, err := b.ClaimLanes(ctx, driver.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, got)
 
@@ -231,7 +232,7 @@ func TestGetLockHolderConnectionDies(t *testing.T) {
 		return db.QueryRow(`SELECT IS_USED_LOCK(?)`, lockNameOf(t, db, 0)).Scan(&u) == nil && !u.Valid
 	}, 10*time.Second, 20*time.Millisecond, "the server releases the dead session's locks")
 
-	got, err = b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	got, err = b.ClaimLanes(ctx, driver.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, got, 4, "the leases are still valid, but their holder's session is gone")
 	for i := range got {
@@ -239,18 +240,18 @@ func TestGetLockHolderConnectionDies(t *testing.T) {
 	}
 
 	// The old holder is fenced: nothing it settles changes anything.
-	lane := core.LaneOf(evs[0].PartitionKey, 4)
-	var oldLease core.Lease
+	lane := driver.LaneOf(evs[0].PartitionKey, 4)
+	var oldLease driver.Lease
 	for _, l := range old {
 		if l.Lane == lane {
 			oldLease = l
 		}
 	}
-	err = a.Settle(ctx, core.SettleParams{Leases: []core.Lease{oldLease}, Published: []int64{1}})
-	var lost *core.LanesLostError
+	err = a.Settle(ctx, driver.SettleParams{Leases: []driver.Lease{oldLease}, Published: []int64{1}})
+	var lost *driver.LanesLostError
 	require.ErrorAs(t, err, &lost)
 	require.Equal(t, []int{lane}, lost.Lanes)
-	renewed, err := a.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
+	renewed, err := a.RenewLanes(ctx, driver.RenewParams{Leases: old, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, renewed)
 	st, err := a.Stats(ctx)
@@ -258,12 +259,12 @@ func TestGetLockHolderConnectionDies(t *testing.T) {
 	require.Equal(t, int64(1), st.Pending)
 
 	// The new holder works, and the old store recovers a session for new claims.
-	recs, err := b.Fetch(ctx, core.FetchParams{Leases: got, Limit: 10})
+	recs, err := b.Fetch(ctx, driver.FetchParams{Leases: got, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
-	require.NoError(t, b.Settle(ctx, core.SettleParams{Leases: got, Published: []int64{recs[0].Seq}}))
+	require.NoError(t, b.Settle(ctx, driver.SettleParams{Leases: got, Published: []int64{recs[0].Seq}}))
 	require.NoError(t, b.ReleaseLanes(ctx, got))
-	again, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
+	again, err := a.ClaimLanes(ctx, driver.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, again, 4)
 }
@@ -339,7 +340,7 @@ func TestDeadlock(t *testing.T) {
 	}
 	require.False(t, errA != nil && errB != nil, "one transaction wins")
 	require.ErrorIs(t, failed, mysql.ErrDeadlock)
-	var me *driver.MySQLError
+	var me *mysqldrv.MySQLError
 	require.ErrorAs(t, failed, &me)
 	require.Equal(t, uint16(1213), me.Number)
 	require.Zero(t, noRetry.DeadlockRetries())
@@ -351,7 +352,7 @@ func TestInboxConcurrentDeliveries(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	ctx := t.Context()
-	in, err := core.NewInbox(core.InboxStore[*sql.Tx](s), nil)
+	in, err := core.NewInbox(driver.InboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	const deliveries, messages = 8, 40
 	handlerErr := errors.New("handler failed")
@@ -416,7 +417,7 @@ func TestInboxConcurrentDeliveries(t *testing.T) {
 }
 
 // A delivery that read the horizon does not hold up a concurrent PruneInbox (it takes no lock;
-// see core.InboxStore), and a later delivery reads the raised horizon.
+// see driver.InboxStore), and a later delivery reads the raised horizon.
 func TestHorizonDoesNotBlockPrune(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
@@ -455,16 +456,16 @@ func TestGetLockStaleSettleKeepsCurrentLock(t *testing.T) {
 	ctx := t.Context()
 	s := storeOn(t, db, &mysql.Options{Lanes: 2, ClaimStrategy: mysql.ClaimGetLock})
 	t0 := time.Now().UTC()
-	first, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "a", Max: 2, TTL: time.Minute, Now: t0})
+	first, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "a", Max: 2, TTL: time.Minute, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, first, 2)
 	// The lease expires and the same owner claims the lanes again (new generation).
-	second, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "a", Max: 2, TTL: time.Minute, Now: t0.Add(2 * time.Minute)})
+	second, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "a", Max: 2, TTL: time.Minute, Now: t0.Add(2 * time.Minute)})
 	require.NoError(t, err)
 	require.Len(t, second, 2)
 	require.Equal(t, first[0].Generation+1, second[0].Generation)
 
-	err = s.Settle(ctx, core.SettleParams{Leases: first[:1], Published: []int64{1}, Now: t0.Add(2 * time.Minute)})
+	err = s.Settle(ctx, driver.SettleParams{Leases: first[:1], Published: []int64{1}, Now: t0.Add(2 * time.Minute)})
 	require.ErrorIs(t, err, core.ErrClaimLost)
 
 	var holder, used sql.NullInt64
@@ -512,13 +513,13 @@ func TestGetLockDeadWorkerNotLive(t *testing.T) {
 	db, _ := newDB(t)
 	ctx := t.Context()
 	s := storeOn(t, db, &mysql.Options{Lanes: 4, ClaimStrategy: mysql.ClaimGetLock})
-	live, err := s.Heartbeat(ctx, core.HeartbeatParams{Owner: "old", TTL: time.Hour})
+	live, err := s.Heartbeat(ctx, driver.HeartbeatParams{Owner: "old", TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, 1, live)
-	old, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
+	old, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "old", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, old, 4)
-	live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "new", TTL: time.Hour})
+	live, err = s.Heartbeat(ctx, driver.HeartbeatParams{Owner: "new", TTL: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, 2, live, "the old worker's session lives")
 
@@ -527,10 +528,10 @@ func TestGetLockDeadWorkerNotLive(t *testing.T) {
 	_, err = db.Exec(fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		live, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "new", TTL: time.Hour})
+		live, err = s.Heartbeat(ctx, driver.HeartbeatParams{Owner: "new", TTL: time.Hour})
 		return err == nil && live == 1
 	}, 10*time.Second, 20*time.Millisecond, "the dead worker no longer counts")
-	got, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
+	got, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, got, 4, "the survivor's share is every lane")
 }
@@ -539,7 +540,7 @@ func TestGetLockDeadWorkerNotLive(t *testing.T) {
 // that a delivery in progress could hold the prune behind.
 func TestPruneBesideDelivery(t *testing.T) {
 	t.Parallel()
-	testkit.PruneBesideDelivery(t, core.InboxStore[*sql.Tx](newStore(t, nil)))
+	testkit.PruneBesideDelivery(t, driver.InboxStore[*sql.Tx](newStore(t, nil)))
 }
 
 // ResetLanes under ClaimGetLock, while the old owner's process lives: its session still holds
@@ -561,32 +562,32 @@ func TestGetLockResetLanes(t *testing.T) {
 		return recorded, holder
 	}
 
-	old, err := a.ClaimLanes(ctx, core.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
+	old, err := a.ClaimLanes(ctx, driver.ClaimParams{Owner: "old", Max: 2, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, old, 2)
 	oldSession, _ := sessions(0)
 	require.True(t, oldSession.Valid)
 
-	n, err := b.ResetLanes(ctx, core.ResetLanesParams{Owner: "old"}, core.AuditEntry{Actor: "t", Command: "lanes reset"})
+	n, err := b.ResetLanes(ctx, driver.ResetLanesParams{Owner: "old"}, driver.AuditEntry{Actor: "t", Command: "lanes reset"})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	recorded, holder := sessions(0)
 	require.False(t, recorded.Valid, "the reset clears the sign of life")
 	require.Equal(t, oldSession, holder, "the old owner's session still holds the lock")
 
-	got, err := b.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 2, TTL: time.Hour})
+	got, err := b.ClaimLanes(ctx, driver.ClaimParams{Owner: "new", Max: 2, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, got, 2, "claimed at once, while the old owner's session holds the locks")
 	recorded, _ = sessions(0)
 	require.False(t, recorded.Valid, "claimed without the lock")
 
-	renewed, err := a.RenewLanes(ctx, core.RenewParams{Leases: old, TTL: time.Hour})
+	renewed, err := a.RenewLanes(ctx, driver.RenewParams{Leases: old, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Empty(t, renewed, "the old owner's renewal is refused")
 	_, holder = sessions(0)
 	require.False(t, holder.Valid, "and lets its locks go")
 
-	renewed, err = b.RenewLanes(ctx, core.RenewParams{Leases: got, TTL: time.Hour})
+	renewed, err = b.RenewLanes(ctx, driver.RenewParams{Leases: got, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, renewed, 2)
 	for lane := range 2 {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -103,7 +104,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.Equal(t, 1, pubRows, "one publisher row however often Migrate runs")
 	pub, err := s.Generation(ctx)
 	require.NoError(t, err)
-	require.Equal(t, core.Publisher{}, pub, "a fresh outbox: generation 0, no kind, no holder")
+	require.Equal(t, driver.Publisher{}, pub, "a fresh outbox: generation 0, no kind, no holder")
 	var idx []string
 	rows, err := d.pool.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'outbox' ORDER BY 1`, d.schema)
 	require.NoError(t, err)
@@ -223,7 +224,7 @@ func TestClaimKeepsLimitWithStaleStatistics(t *testing.T) {
 			require.NoError(t, tx.Commit(ctx))
 
 			// And through the store: the next three lanes, no more.
-			leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w2", Max: 3, TTL: time.Minute})
+			leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w2", Max: 3, TTL: time.Minute})
 			require.NoError(t, err)
 			require.Len(t, leases, 3)
 			require.Equal(t, 3, leases[0].Lane)
@@ -248,10 +249,10 @@ func TestFetchWithStaleStatistics(t *testing.T) {
 		evs[i] = core.Event{AggregateType: "order", AggregateID: fmt.Sprint(i % 300), Type: "order.created", Payload: make([]byte, 512)}
 	}
 	require.NoError(t, pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { _, err := ob.Write(ctx, tx, evs...); return err }))
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 8, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 8, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, leases, 8)
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 10)
 	for i := 1; i < len(recs); i++ {
@@ -281,7 +282,7 @@ func TestWakeups(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
-			var waker core.Waker = s
+			var waker driver.Waker = s
 			if path == "database_sql" {
 				ss, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema})
 				require.NoError(t, err)
@@ -407,20 +408,20 @@ func TestInsertDuplicateAndHeaders(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			t.Parallel()
 			s, d := migratedStore(t, dbOptions{mode: pgx.QueryExecModeSimpleProtocol}, &Options{Lanes: 4})
-			rec := core.Record{Event: core.Event{ID: "e-1", AggregateType: "a", AggregateID: "1", Type: "t",
+			rec := driver.Record{Event: core.Event{ID: "e-1", AggregateType: "a", AggregateID: "1", Type: "t",
 				PartitionKey: "a/1", Payload: []byte{0, 1, 2, '\'', '"', '\\'}, Headers: map[string]string{"k": `v"'\`}}, Lane: 2}
 			write := func() error {
 				if path == "pgx" {
-					return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { return s.Insert(ctx, tx, []core.Record{rec}) })
+					return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { return s.Insert(ctx, tx, []driver.Record{rec}) })
 				}
 				ss, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema})
 				require.NoError(t, err)
-				return ss.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return ss.Insert(ctx, tx, []core.Record{rec}) })
+				return ss.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return ss.Insert(ctx, tx, []driver.Record{rec}) })
 			}
 			require.NoError(t, write())
 			err := write()
 			require.ErrorIs(t, err, core.ErrDuplicateEvent)
-			got, err := s.List(ctx, core.ListParams{Limit: 10})
+			got, err := s.List(ctx, driver.ListParams{Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, got, 1)
 			require.Equal(t, rec.Payload, got[0].Payload)
@@ -454,7 +455,7 @@ func TestFetchAnalysedAfterDrain(t *testing.T) {
 	_, err = d.pool.Exec(ctx, `VACUUM ANALYZE outbox, outbox_pending`) // what autovacuum does after a drain
 	require.NoError(t, err)
 	write()
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 64, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 64, TTL: time.Minute})
 	require.NoError(t, err)
 	lanes, _, _ := leaseArrays(leases)
 	// Count the index entries and rows this fetch reads: the difference of the transaction's
@@ -520,5 +521,5 @@ func TestLivenessTakeover(t *testing.T) {
 func TestPruneBesideDelivery(t *testing.T) {
 	t.Parallel()
 	s, _ := migratedStore(t, dbOptions{}, nil)
-	testkit.PruneBesideDelivery(t, core.InboxStore[pgx.Tx](s))
+	testkit.PruneBesideDelivery(t, driver.InboxStore[pgx.Tx](s))
 }

@@ -7,15 +7,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // PruneOutbox deletes up to p.BatchSize() published rows published before p.PublishedBefore and below
 // both p.BelowSeq (when > 0) and the lowest unpublished seq. One transaction: a shared lock
 // that Replay takes exclusively, then one statement that reads the pending table and the
 // settle log in its snapshot and deletes.
-func (s *Store[TTx]) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+func (s *Store[TTx]) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, error) {
 	below := p.BelowSeq
 	if below <= 0 {
 		below = math.MaxInt64
@@ -36,8 +35,8 @@ func (s *Store[TTx]) PruneOutbox(ctx context.Context, p core.PruneParams) (int, 
 }
 
 // List returns records after p.AfterSeq in seq order, filtered by p.State.
-func (s *Store[TTx]) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
-	if p.State < core.StateAll || p.State > core.StatePublished {
+func (s *Store[TTx]) List(ctx context.Context, p driver.ListParams) ([]driver.Record, error) {
+	if p.State < driver.StateAll || p.State > driver.StatePublished {
 		return nil, fmt.Errorf("postgres: list: unknown state %d", p.State)
 	}
 	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], p.AfterSeq, p.PageSize()))
@@ -59,13 +58,13 @@ const statsExactUnpublished = 10_000
 // exact up to there and otherwise the planner's estimate; Published is exact in a table of at
 // most 16 MiB and otherwise an estimate from the table statistics (see the Stats statement in
 // queries.sql).
-func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
-	var st core.Stats
+func (s *Store[TTx]) Stats(ctx context.Context) (driver.Stats, error) {
+	var st driver.Stats
 	var unpublished, rows, bytes int64
 	var pendingEst int64
 	var oldest pgtype.Timestamptz
 	if err := queryRow(ctx, s.db, s.q.stats, []any{statsExactUnpublished}, &unpublished, &st.Parked, &rows, &bytes, &pendingEst, &oldest); err != nil {
-		return core.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
+		return driver.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
 	}
 	if unpublished >= statsExactUnpublished {
 		unpublished = max(unpublished, pendingEst)
@@ -74,7 +73,7 @@ func (s *Store[TTx]) Stats(ctx context.Context) (core.Stats, error) {
 	st.Published = max(rows-unpublished, 0)
 	if bytes <= statsExactBytes {
 		if err := queryRow(ctx, s.db, s.q.statsExact, nil, &st.Published); err != nil {
-			return core.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
+			return driver.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
 		}
 	}
 	st.OldestPendingAt = tsOut(oldest)
@@ -94,15 +93,15 @@ func (s *Store[TTx]) Blocked(ctx context.Context) (int64, error) {
 
 // Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
 // no Owner (its Until is the last lease's expiry). TakenOver is never set.
-func (s *Store[TTx]) Lanes(ctx context.Context) ([]core.Lease, error) {
+func (s *Store[TTx]) Lanes(ctx context.Context) ([]driver.Lease, error) {
 	rows, err := s.db.query(ctx, s.q.lanesList)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: lanes: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []core.Lease
+	var out []driver.Lease
 	for rows.Next() {
-		var l core.Lease
+		var l driver.Lease
 		var until pgtype.Timestamptz
 		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
 			return nil, fmt.Errorf("postgres: lanes: %w", err)
@@ -116,7 +115,7 @@ func (s *Store[TTx]) Lanes(ctx context.Context) ([]core.Lease, error) {
 	return out, nil
 }
 
-// ParkedKeys implements core.Admin.
+// ParkedKeys implements driver.Admin.
 func (s *Store[TTx]) ParkedKeys(ctx context.Context) ([]string, error) {
 	rows, err := s.db.query(ctx, s.q.parkedKeys)
 	if err != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -68,7 +69,7 @@ func seed(b *testing.B, d *testDB, lanes, n int) {
 		agg := strconv.Itoa(i % benchKeys)
 		key := "order/" + agg
 		rows[i] = []any{fmt.Sprintf("ev-%d", i), "order", agg, int64(0), "order.created", key,
-			payload, "{}", int32(core.LaneOf(key, lanes))}
+			payload, "{}", int32(driver.LaneOf(key, lanes))}
 	}
 	_, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.schema, "outbox"},
 		[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "type", "partition_key", "payload", "headers", "lane"},
@@ -295,7 +296,7 @@ func benchSeconds() time.Duration {
 }
 
 // pollOnly hides the store's Waker capability: the relay can only poll.
-type pollOnly struct{ core.RelayStore }
+type pollOnly struct{ driver.RelayStore }
 
 // latencyHeader carries the time (Unix µs) at which the producer issued COMMIT.
 const latencyHeader = "bench-commit-us"
@@ -382,7 +383,7 @@ func latencyRun(b *testing.B, workers int, poll time.Duration, wake, async bool,
 		recvMu.Unlock()
 		return make([]error, len(msgs))
 	})
-	var store core.RelayStore = s
+	var store driver.RelayStore = s
 	if !wake {
 		store = pollOnly{s}
 	}
@@ -485,7 +486,7 @@ func seedSeries(b *testing.B, d *testDB, n int) {
 	_, _ = rand.Read(payload)
 	lanes := make([]int32, benchKeys)
 	for i := range lanes {
-		lanes[i] = int32(core.LaneOf("order/"+strconv.Itoa(i), core.DefaultLanes))
+		lanes[i] = int32(driver.LaneOf("order/"+strconv.Itoa(i), core.DefaultLanes))
 	}
 	_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, lane)
 		SELECT 'ev-' || g, 'order', (g % $3)::text, 'order.created', 'order/' || (g % $3), $1::bytea, ($2::int[])[g % $3 + 1]
@@ -497,7 +498,7 @@ func seedSeries(b *testing.B, d *testDB, n int) {
 // drainRate runs one relay (mark mode, batch 1,000, null sink) until want more events were
 // published and returns the steady rate: events per second between the first settled batch and
 // the last, so that start-up (lease claim) is not counted.
-func drainRate(b *testing.B, s core.RelayStore, want int) float64 {
+func drainRate(b *testing.B, s driver.RelayStore, want int) float64 {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const batch = 1000

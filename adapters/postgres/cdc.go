@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // ChangeSourceOptions configures a ChangeSource. The zero value (or nil) takes every default.
@@ -66,7 +67,7 @@ type ChangeSourceOptions struct {
 var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // ChangeSource is the outbox's change log: PostgreSQL logical replication (the pgoutput plugin)
-// of the outbox table's inserts, through a replication slot. It implements core.ChangeSource.
+// of the outbox table's inserts, through a replication slot. It implements driver.ChangeSource.
 // Positions are LSNs in PostgreSQL's text form ("16/B374D848"): a position is just after a
 // transaction's commit (or a keepalive between transactions), and resuming from it streams the
 // transactions that committed after it.
@@ -88,7 +89,7 @@ type ChangeSource struct {
 	sysID string // IDENTIFY_SYSTEM's systemid, once known
 }
 
-var _ core.ChangeSource = (*ChangeSource)(nil)
+var _ driver.ChangeSource = (*ChangeSource)(nil)
 
 // ChangeSource returns the change log of the store's outbox. opts may be nil. It does not touch
 // the database.
@@ -252,7 +253,7 @@ func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 // (CREATE_REPLICATION_SLOT ... LOGICAL pgoutput NOEXPORT_SNAPSHOT) and streams from its
 // consistent point, which it returns as the position: every transaction committed before it is
 // visible to queries begun after Start returns, and every one committed after it is streamed.
-func (c *ChangeSource) Start(ctx context.Context) (core.ChangeStream, string, error) {
+func (c *ChangeSource) Start(ctx context.Context) (driver.ChangeStream, string, error) {
 	conn, err := c.connect(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("postgres: cdc start: %w", err)
@@ -305,7 +306,7 @@ func (c *ChangeSource) start(ctx context.Context, conn *pgconn.PgConn) (*changeS
 // position (it was re-created after the checkpoint: the transactions in between are not in it)
 // or a missing publication returns a *core.PositionLostError. A slot active in another
 // connection fails with ErrSlotActive after SlotBusyTimeout.
-func (c *ChangeSource) Resume(ctx context.Context, position string) (core.ChangeStream, error) {
+func (c *ChangeSource) Resume(ctx context.Context, position string) (driver.ChangeStream, error) {
 	pos, err := pglogrepl.ParseLSN(position)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: cdc resume: position %q: %w", position, err)
@@ -418,11 +419,11 @@ func (c *ChangeSource) DropSlot(ctx context.Context) error {
 	return nil
 }
 
-// Release implements core.LogReleaser: it drops the slot (DropSlot). A CDC relay with
+// Release implements driver.LogReleaser: it drops the slot (DropSlot). A CDC relay with
 // ReleaseOverCap calls it when the WAL the slot retains goes over its cap.
 func (c *ChangeSource) Release(ctx context.Context) error { return c.DropSlot(ctx) }
 
-var _ core.LogReleaser = (*ChangeSource)(nil)
+var _ driver.LogReleaser = (*ChangeSource)(nil)
 
 // slotErr marks "slot is active" (55006) with ErrSlotActive.
 func (c *ChangeSource) slotErr(what string, err error) error {
@@ -560,7 +561,7 @@ func (c *ChangeSource) stream(ctx context.Context, conn *pgconn.PgConn, sysID st
 		identity:  c.identity(sysID),
 		start:     pos,
 		confirmed: pos,
-		out:       make(chan core.ChangeTx, 16),
+		out:       make(chan driver.ChangeTx, 16),
 		kick:      make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 		readDone:  make(chan struct{}),
@@ -591,7 +592,7 @@ type changeStream struct {
 	// while it is decoding or handing a transaction over. The writer's liveness check reads it.
 	waiting atomic.Int64
 
-	out       chan core.ChangeTx // closed by the reader when it ends
+	out       chan driver.ChangeTx // closed by the reader when it ends
 	kick      chan struct{}
 	closing   chan struct{}
 	readDone  chan struct{}
@@ -606,21 +607,21 @@ type changeStream struct {
 var errStreamClosed = errors.New("postgres: change stream closed")
 
 // Next returns the next committed transaction, or a keepalive position (no records).
-func (st *changeStream) Next(ctx context.Context) (core.ChangeTx, error) {
+func (st *changeStream) Next(ctx context.Context) (driver.ChangeTx, error) {
 	st.mu.Lock()
 	closed := st.closed
 	st.mu.Unlock()
 	if closed {
-		return core.ChangeTx{}, errStreamClosed
+		return driver.ChangeTx{}, errStreamClosed
 	}
 	select {
 	case tx, ok := <-st.out:
 		if !ok {
-			return core.ChangeTx{}, st.failure()
+			return driver.ChangeTx{}, st.failure()
 		}
 		return tx, nil
 	case <-ctx.Done():
-		return core.ChangeTx{}, ctx.Err()
+		return driver.ChangeTx{}, ctx.Err()
 	}
 }
 
@@ -851,7 +852,7 @@ func (st *changeStream) decode() error {
 	last := st.start        // the last position handed out (or the start)
 	var lastEmpty time.Time // when the last position-only ChangeTx was handed out
 	throttle := st.src.o.StandbyTimeout / 2
-	emit := func(tx core.ChangeTx) bool {
+	emit := func(tx driver.ChangeTx) bool {
 		select {
 		case st.out <- tx:
 			return true
@@ -887,7 +888,7 @@ func (st *changeStream) decode() error {
 				// for this stream: every transaction that committed before it was sent.
 				if !d.inTx && ka.ServerWALEnd > last && time.Since(lastEmpty) >= throttle {
 					last, lastEmpty = ka.ServerWALEnd, time.Now()
-					if !emit(core.ChangeTx{Position: last.String()}) {
+					if !emit(driver.ChangeTx{Position: last.String()}) {
 						return nil
 					}
 				}

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // decoder turns pgoutput messages (protocol version 1, text tuples) into transactions of outbox
@@ -23,7 +22,7 @@ type decoder struct {
 	rels          map[uint32]*relation
 	inTx          bool
 	xid           uint32 // of the transaction being decoded, or the last one
-	recs          []core.Record
+	recs          []driver.Record
 }
 
 // relation is a RelationMessage: its column names in tuple order, and whether it is the outbox
@@ -35,10 +34,10 @@ type relation struct {
 }
 
 // message decodes one pgoutput message; done is true (and tx complete) at a commit.
-func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) {
+func (d *decoder) message(data []byte) (tx driver.ChangeTx, done bool, err error) {
 	msg, err := parseMessage(data)
 	if err != nil {
-		return core.ChangeTx{}, false, fmt.Errorf("pgoutput: %w", err)
+		return driver.ChangeTx{}, false, fmt.Errorf("pgoutput: %w", err)
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessage:
@@ -52,22 +51,22 @@ func (d *decoder) message(data []byte) (tx core.ChangeTx, done bool, err error) 
 	case *pglogrepl.InsertMessage:
 		r, ok := d.rels[m.RelationID]
 		if !ok {
-			return core.ChangeTx{}, false, fmt.Errorf("pgoutput: insert into unknown relation %d", m.RelationID)
+			return driver.ChangeTx{}, false, fmt.Errorf("pgoutput: insert into unknown relation %d", m.RelationID)
 		}
 		if !r.outbox {
-			return core.ChangeTx{}, false, nil
+			return driver.ChangeTx{}, false, nil
 		}
 		rec, err := r.record(m.Tuple)
 		if err != nil {
-			return core.ChangeTx{}, false, fmt.Errorf("pgoutput: outbox row: %w", err)
+			return driver.ChangeTx{}, false, fmt.Errorf("pgoutput: outbox row: %w", err)
 		}
 		d.recs = append(d.recs, rec)
 	case *pglogrepl.CommitMessage:
-		tx = core.ChangeTx{Records: d.recs, Position: m.TransactionEndLSN.String()}
+		tx = driver.ChangeTx{Records: d.recs, Position: m.TransactionEndLSN.String()}
 		d.inTx, d.recs = false, nil
 		return tx, true, nil
 	}
-	return core.ChangeTx{}, false, nil
+	return driver.ChangeTx{}, false, nil
 }
 
 // parseMessage is pglogrepl.Parse for the messages the decoder uses (relation, begin, insert,
@@ -146,11 +145,11 @@ func (d *decoder) isOutbox(schema, name string) bool {
 }
 
 // record decodes an outbox row from its text columns, as Admin.List would return it.
-func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
+func (r *relation) record(t *pglogrepl.TupleData) (driver.Record, error) {
 	if t == nil || len(t.Columns) != len(r.cols) {
-		return core.Record{}, fmt.Errorf("tuple has a different column count than its relation")
+		return driver.Record{}, fmt.Errorf("tuple has a different column count than its relation")
 	}
-	var rec core.Record
+	var rec driver.Record
 	seen := 0
 	for i, name := range r.cols {
 		c := t.Columns[i]
@@ -164,7 +163,7 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 		case pglogrepl.TupleDataTypeNull:
 			isNull = true
 		default:
-			return core.Record{}, fmt.Errorf("column %s: unexpected tuple data type %q", name, c.DataType)
+			return driver.Record{}, fmt.Errorf("column %s: unexpected tuple data type %q", name, c.DataType)
 		}
 		var err error
 		str := func(dst *string) {
@@ -274,11 +273,11 @@ func (r *relation) record(t *pglogrepl.TupleData) (core.Record, error) {
 			ts(&rec.ParkedAt)
 		}
 		if err != nil {
-			return core.Record{}, fmt.Errorf("column %s: %w", name, err)
+			return driver.Record{}, fmt.Errorf("column %s: %w", name, err)
 		}
 	}
 	if seen != 4 {
-		return core.Record{}, fmt.Errorf("relation lacks one of the columns seq, id, lane, created_at")
+		return driver.Record{}, fmt.Errorf("relation lacks one of the columns seq, id, lane, created_at")
 	}
 	return rec, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -48,7 +49,7 @@ func seedTxs(b *testing.B, d *testDB, n int) {
 			agg := strconv.Itoa(i % benchKeys)
 			key := "order/" + agg
 			rows = append(rows, []any{fmt.Sprintf("ev-%d", i), "order", agg, int64(0), "order.created", key,
-				payload, "{}", int32(core.LaneOf(key, core.DefaultLanes))})
+				payload, "{}", int32(driver.LaneOf(key, core.DefaultLanes))})
 		}
 		_, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.schema, "outbox"},
 			[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "type", "partition_key", "payload", "headers", "lane"},

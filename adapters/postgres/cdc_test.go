@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // slotSem bounds the replication slots (and WAL senders) this package's tests hold at once: the
@@ -107,7 +108,7 @@ func ev(id string) core.Event {
 	return core.Event{ID: id, AggregateType: "order", AggregateID: id, Type: "order.created", Payload: []byte("p-" + id)}
 }
 
-func start(t *testing.T, src *ChangeSource) (core.ChangeStream, string) {
+func start(t *testing.T, src *ChangeSource) (driver.ChangeStream, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -117,7 +118,7 @@ func start(t *testing.T, src *ChangeSource) (core.ChangeStream, string) {
 	return st, pos
 }
 
-func resume(t *testing.T, src *ChangeSource, pos string) core.ChangeStream {
+func resume(t *testing.T, src *ChangeSource, pos string) driver.ChangeStream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -129,12 +130,12 @@ func resume(t *testing.T, src *ChangeSource, pos string) core.ChangeStream {
 
 // nextRecords returns the next n transactions that carry records, skipping position-only ones,
 // and checks that positions never go backwards.
-func nextRecords(t *testing.T, st core.ChangeStream, after string, n int) []core.ChangeTx {
+func nextRecords(t *testing.T, st driver.ChangeStream, after string, n int) []driver.ChangeTx {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	last := lsn(t, after)
-	var out []core.ChangeTx
+	var out []driver.ChangeTx
 	for len(out) < n {
 		tx, err := st.Next(ctx)
 		require.NoError(t, err)
@@ -150,7 +151,7 @@ func nextRecords(t *testing.T, st core.ChangeStream, after string, n int) []core
 }
 
 // requireQuiet checks that no transaction with records arrives within d.
-func requireQuiet(t *testing.T, st core.ChangeStream, d time.Duration) {
+func requireQuiet(t *testing.T, st driver.ChangeStream, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -171,7 +172,7 @@ func lsn(t *testing.T, s string) pglogrepl.LSN {
 	return l
 }
 
-func ids(recs []core.Record) []string {
+func ids(recs []driver.Record) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = r.ID
@@ -180,9 +181,9 @@ func ids(recs []core.Record) []string {
 }
 
 // listed returns every record of the outbox as Admin.List does.
-func (f *cdcFixture) listed(t *testing.T) []core.Record {
+func (f *cdcFixture) listed(t *testing.T) []driver.Record {
 	t.Helper()
-	recs, err := f.s.List(context.Background(), core.ListParams{Limit: 1000})
+	recs, err := f.s.List(context.Background(), driver.ListParams{Limit: 1000})
 	require.NoError(t, err)
 	return recs
 }
@@ -217,7 +218,7 @@ func TestCDCStream(t *testing.T) {
 
 	listed := f.listed(t)
 	require.Len(t, listed, 4)
-	require.Equal(t, listed, append(append([]core.Record{}, txs[0].Records...), txs[1].Records...),
+	require.Equal(t, listed, append(append([]driver.Record{}, txs[0].Records...), txs[1].Records...),
 		"stream records equal Admin.List's")
 	require.Equal(t, wrote[1].Headers, txs[0].Records[1].Headers) // full's, with its transaction group
 	require.Equal(t, full.Payload, txs[0].Records[1].Payload)

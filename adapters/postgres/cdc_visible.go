@@ -15,7 +15,7 @@ import (
 // new snapshots see: for that moment a new statement does not see the transaction's rows, and a
 // relay marking its records then would update nothing and leave them unpublished for good. The
 // stream hands transactions out at once and remembers their IDs; the CDC relay calls
-// AwaitVisible (core.VisibleWaiter) before it marks, after the send, by when the window has
+// AwaitVisible (driver.VisibleWaiter) before it marks, after the send, by when the window has
 // almost always closed: one snapshot read per settle, which shows every transaction that
 // committed before it.
 
@@ -94,7 +94,7 @@ func (st *changeStream) noteStreamed(pos pglogrepl.LSN, xid uint32) {
 	st.visMu.Unlock()
 }
 
-// AwaitVisible implements core.VisibleWaiter: it returns once a snapshot shows every
+// AwaitVisible implements driver.VisibleWaiter: it returns once a snapshot shows every
 // transaction the stream handed out at or before position as committed, reading a new snapshot
 // (after a short pause from the second on) while the last one does not; it ends early when ctx
 // ends or the stream closes.

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/conformance"
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/reconcile"
 )
 
@@ -25,8 +25,8 @@ var (
 	_ reconcile.InboxReader = (*Store[pgx.Tx])(nil)
 	_ reconcile.InboxReader = (*Store[*sql.Tx])(nil)
 
-	_ core.InboxBatchStore[pgx.Tx]  = (*Store[pgx.Tx])(nil)
-	_ core.InboxBatchStore[*sql.Tx] = (*Store[*sql.Tx])(nil)
+	_ driver.InboxBatchStore[pgx.Tx]  = (*Store[pgx.Tx])(nil)
+	_ driver.InboxBatchStore[*sql.Tx] = (*Store[*sql.Tx])(nil)
 )
 
 const counterBump = `INSERT INTO counters AS c (key, n) VALUES ($1, 1)
@@ -109,7 +109,7 @@ func TestConformance(t *testing.T) {
 // the package's other tests).
 func cdcHarness() *conformance.CDCHarness[pgx.Tx] {
 	return &conformance.CDCHarness[pgx.Tx]{
-		Source: func(t *testing.T, a conformance.Adapter[pgx.Tx], name string) core.ChangeSource {
+		Source: func(t *testing.T, a conformance.Adapter[pgx.Tx], name string) driver.ChangeSource {
 			slot := randomName("okt_slot_") + "_" + strings.ToLower(slotUnsafe.ReplaceAllString(name, "_"))
 			if len(slot) > 63 {
 				slot = slot[:63]
@@ -122,7 +122,7 @@ func cdcHarness() *conformance.CDCHarness[pgx.Tx] {
 			holdSlot(t, src)
 			return src
 		},
-		LosePosition: func(t *testing.T, _ conformance.Adapter[pgx.Tx], src core.ChangeSource) {
+		LosePosition: func(t *testing.T, _ conformance.Adapter[pgx.Tx], src driver.ChangeSource) {
 			require.NoError(t, src.(*ChangeSource).DropSlot(context.Background()))
 		},
 		Serial: true,

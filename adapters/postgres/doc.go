@@ -3,12 +3,12 @@
 // [New] takes a *pgxpool.Pool and returns a [Store] whose writer and inbox run in the caller's
 // pgx.Tx; [NewSQL] takes a *sql.DB opened with pgx's stdlib driver and returns one that runs
 // in the caller's *sql.Tx. Both run the same SQL statements (named statements in queries.sql) and
-// implement core.OutboxStore, core.RelayStore, core.CheckpointStore, core.InboxStore,
-// core.Pruner, core.Admin, core.Notifier (with core.Flusher: [Store.Flush] sends the last
-// notifications before the pool closes) and core.Waker. [Store.Migrate] creates or checks the
+// implement driver.OutboxStore, driver.RelayStore, driver.CheckpointStore, driver.InboxStore,
+// driver.Pruner, driver.Admin, driver.Notifier (with driver.Flusher: [Store.Flush] sends the last
+// notifications before the pool closes) and driver.Waker. [Store.Migrate] creates or checks the
 // schema (embedded, idempotent migrations; the lane count is recorded and a different one is
 // refused with core.ErrSchemaMismatch). [Store.ChangeSource] returns the outbox's change log
-// (logical replication with pgoutput) for core.CDCRelay. [Store.HoldLiveness] (core.Liveness)
+// (logical replication with pgoutput) for core.CDCRelay. [Store.HoldLiveness] (driver.Liveness)
 // ties an owner's leases to a session-level advisory lock, so that a crashed CDC relay's
 // successor takes its lanes over as soon as the server has ended its session.
 //
@@ -41,7 +41,7 @@
 //   - Settle is a single statement, hence a single transaction: it locks the leased lane rows,
 //     and deletes or updates pending rows (and writes the log entry) only when every lease is
 //     still held (owner, generation and lease_until > now); otherwise it returns
-//     *core.LanesLostError and changes nothing.
+//     *driver.LanesLostError and changes nothing.
 //   - The relay's fetch reads pending rows only, in seq order on the pending table's primary
 //     key, with a primary key lookup of the outbox per record; failed and parked pending rows
 //     have their own tiny partial index.
@@ -54,7 +54,7 @@
 //     delivered again, so delivery stays at least once and in order per key.
 //   - With Options.Partitioning, the outbox is partitioned by created_at ranges (daily by
 //     default); event IDs stay unique through a side table. The Store is a
-//     core.PartitionPruner: core.CleanupOutbox first drops sealed partitions whose rows are all
+//     driver.PartitionPruner: core.CleanupOutbox first drops sealed partitions whose rows are all
 //     published before the cut-off and below the watermarks (checked again under an exclusive
 //     table lock, so a partition holding an unpublished row is never dropped), and creates
 //     partitions ahead ([Store.EnsurePartitions]).

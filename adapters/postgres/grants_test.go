@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
@@ -98,50 +99,50 @@ func TestGrants(t *testing.T) {
 		_, err := appPool.Exec(ctx, sql)
 		requireSQLState(t, err, "42501")
 	}
-	_, err = app.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	_, err = app.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 	requireSQLState(t, err, "42501")
-	_, err = app.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w"})
+	_, err = app.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w"})
 	requireSQLState(t, err, "42501")
-	require.Error(t, app.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/0"}))
+	require.Error(t, app.SaveCheckpoint(ctx, driver.Checkpoint{Source: "s", Position: "0/0"}))
 
 	// The relay takes a generation, claims, fetches, settles, unparks and prunes, and writes
 	// the CDC checkpoint...
-	pub, err := relay.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w"})
+	pub, err := relay.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, pub.Generation)
-	live, err := relay.Heartbeat(ctx, core.HeartbeatParams{Owner: "w", TTL: time.Minute})
+	live, err := relay.Heartbeat(ctx, driver.HeartbeatParams{Owner: "w", TTL: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, 1, live)
-	leases, err := relay.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
+	leases, err := relay.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, leases, 4)
-	leases, err = relay.RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
+	leases, err = relay.RenewLanes(ctx, driver.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, leases, 4)
-	require.NoError(t, relay.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/1", Generation: pub.Generation}))
-	require.NoError(t, relay.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/2", Generation: pub.Generation}))
+	require.NoError(t, relay.SaveCheckpoint(ctx, driver.Checkpoint{Source: "s", Position: "0/1", Generation: pub.Generation}))
+	require.NoError(t, relay.SaveCheckpoint(ctx, driver.Checkpoint{Source: "s", Position: "0/2", Generation: pub.Generation}))
 	cp, ok, err := relay.LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "0/2", cp.Position)
-	recs, err := relay.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	recs, err := relay.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
-	require.NoError(t, relay.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[0].Seq},
-		Failed: []core.Failure{{Seq: recs[1].Seq, Lane: recs[1].Lane, Error: "x", Park: true}}}))
+	require.NoError(t, relay.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{recs[0].Seq},
+		Failed: []driver.Failure{{Seq: recs[1].Seq, Lane: recs[1].Lane, Error: "x", Park: true}}}))
 	n, err := relay.Unpark(ctx, recs[1].PartitionKey)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	// The operator replays the published event (auditing it); the relay publishes it again.
-	n, err = operator.Replay(ctx, core.ReplayParams{IDs: []string{recs[0].ID}, Audit: &core.AuditEntry{Actor: "op", Command: "replay", Arguments: `{}`}})
+	n, err = operator.Replay(ctx, driver.ReplayParams{IDs: []string{recs[0].ID}, Audit: &driver.AuditEntry{Actor: "op", Command: "replay", Arguments: `{}`}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	again, err := relay.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	again, err := relay.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, again, 2)
 	require.Equal(t, recs[0].ID, again[0].ID)
-	require.NoError(t, relay.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{again[0].Seq}}))
-	_, err = relay.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 10})
+	require.NoError(t, relay.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{again[0].Seq}}))
+	_, err = relay.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 10})
 	require.NoError(t, err)
 	require.NoError(t, relay.ReleaseLanes(ctx, leases))
 	// ...but cannot insert, change semantic columns, or read the inbox.
@@ -157,16 +158,16 @@ func TestGrants(t *testing.T) {
 
 	// Only the operator appends audit rows (and cannot change their columns but rows_affected,
 	// nor delete them); it unparks, prunes and reads the log.
-	_, err = operator.UnparkKeys(ctx, []string{recs[1].PartitionKey}, &core.AuditEntry{Actor: "op", Command: "unpark"})
+	_, err = operator.UnparkKeys(ctx, []string{recs[1].PartitionKey}, &driver.AuditEntry{Actor: "op", Command: "unpark"})
 	require.NoError(t, err)
-	_, err = operator.PruneAudited(ctx, core.PruneParams{PublishedBefore: time.Now()}, core.AuditEntry{Actor: "op", Command: "cleanup"})
+	_, err = operator.PruneAudited(ctx, driver.PruneParams{PublishedBefore: time.Now()}, driver.AuditEntry{Actor: "op", Command: "cleanup"})
 	require.NoError(t, err)
 	// It deletes the CDC checkpoint (cdc release); the application and the relay cannot.
 	for _, s := range []*Store[pgx.Tx]{app, relay} {
-		_, err = s.ReleaseCheckpoint(ctx, core.AuditEntry{Actor: "x", Command: "cdc release"})
+		_, err = s.ReleaseCheckpoint(ctx, driver.AuditEntry{Actor: "x", Command: "cdc release"})
 		requireSQLState(t, err, "42501")
 	}
-	released, err := operator.ReleaseCheckpoint(ctx, core.AuditEntry{Actor: "op", Command: "cdc release"})
+	released, err := operator.ReleaseCheckpoint(ctx, driver.AuditEntry{Actor: "op", Command: "cdc release"})
 	require.NoError(t, err)
 	require.True(t, released)
 	_, ok, err = relay.LoadCheckpoint(ctx)
@@ -174,23 +175,23 @@ func TestGrants(t *testing.T) {
 	require.False(t, ok)
 	// It ends the relay's leases (lanes reset) and prunes the application's inbox, auditing
 	// both; the application can do neither.
-	leases, err = relay.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
+	leases, err = relay.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, leases, 4)
-	_, err = app.ResetLanes(ctx, core.ResetLanesParams{All: true}, core.AuditEntry{Actor: "app", Command: "lanes reset"})
+	_, err = app.ResetLanes(ctx, driver.ResetLanesParams{All: true}, driver.AuditEntry{Actor: "app", Command: "lanes reset"})
 	requireSQLState(t, err, "42501")
-	n, err = operator.ResetLanes(ctx, core.ResetLanesParams{Owner: "w"}, core.AuditEntry{Actor: "op", Command: "lanes reset"})
+	n, err = operator.ResetLanes(ctx, driver.ResetLanesParams{Owner: "w"}, driver.AuditEntry{Actor: "op", Command: "lanes reset"})
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
-	renewed, err := relay.RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
+	renewed, err := relay.RenewLanes(ctx, driver.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, renewed, "the reset leases are lost")
-	_, err = app.PruneInboxAudited(ctx, "c", time.Now(), 10, core.AuditEntry{Actor: "app", Command: "inbox prune"})
+	_, err = app.PruneInboxAudited(ctx, "c", time.Now(), 10, driver.AuditEntry{Actor: "app", Command: "inbox prune"})
 	requireSQLState(t, err, "42501")
-	n, err = operator.PruneInboxAudited(ctx, "c", time.Now(), 10, core.AuditEntry{Actor: "op", Command: "inbox prune"})
+	n, err = operator.PruneInboxAudited(ctx, "c", time.Now(), 10, driver.AuditEntry{Actor: "op", Command: "inbox prune"})
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the record of e1")
-	log, err := operator.AuditLog(ctx, core.AuditListParams{})
+	log, err := operator.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, log, 6)
 	require.Equal(t, []string{"replay", "unpark", "cleanup", "cdc release", "lanes reset", "inbox prune"},
@@ -212,7 +213,7 @@ func TestGrants(t *testing.T) {
 	// Of rows_affected, only an unfinished inbox prune's -1 may change (the audit guard trigger).
 	_, err = opPool.Exec(ctx, "UPDATE outbox_audit SET rows_affected = 7")
 	requireSQLState(t, err, "23001")
-	_, err = app.UnparkKeys(ctx, nil, &core.AuditEntry{Actor: "app", Command: "unpark"})
+	_, err = app.UnparkKeys(ctx, nil, &driver.AuditEntry{Actor: "app", Command: "unpark"})
 	requireSQLState(t, err, "42501")
 	requireRowCount(t, s, 1)
 
@@ -220,37 +221,37 @@ func TestGrants(t *testing.T) {
 	// read 4 lanes, follows it (its checked insert needs no privilege beyond grants.sql's), and
 	// the operator's replay puts a row back in its key's lane under the new count.
 	for _, st := range []*Store[pgx.Tx]{app, relay} {
-		_, err = st.ResizeLanes(ctx, 8, core.AuditEntry{Actor: "x", Command: "lanes resize"})
+		_, err = st.ResizeLanes(ctx, 8, driver.AuditEntry{Actor: "x", Command: "lanes resize"})
 		requireSQLState(t, err, "42501")
 	}
-	_, err = operator.ResizeLanes(ctx, 8, core.AuditEntry{Actor: "op", Command: "lanes resize", Arguments: `{"lanes":8}`})
+	_, err = operator.ResizeLanes(ctx, 8, driver.AuditEntry{Actor: "op", Command: "lanes resize", Arguments: `{"lanes":8}`})
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
 		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: "3", Type: "t", Payload: []byte("p3")})
 		return err
 	}))
 	require.Equal(t, 8, ob.Lanes())
-	recs, err = s.List(ctx, core.ListParams{State: core.StateAll})
+	recs, err = s.List(ctx, driver.ListParams{State: driver.StateAll})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	for _, r := range recs {
 		if r.PublishedAt.IsZero() {
-			require.Equal(t, core.LaneOf(r.PartitionKey, 8), r.Lane, "unpublished %s", r.PartitionKey)
+			require.Equal(t, driver.LaneOf(r.PartitionKey, 8), r.Lane, "unpublished %s", r.PartitionKey)
 		}
 	}
-	_, err = operator.ResizeLanes(ctx, 3, core.AuditEntry{Actor: "op", Command: "lanes resize", Arguments: `{"lanes":3}`})
+	_, err = operator.ResizeLanes(ctx, 3, driver.AuditEntry{Actor: "op", Command: "lanes resize", Arguments: `{"lanes":3}`})
 	require.NoError(t, err)
 	for _, r := range recs {
 		if !r.PublishedAt.IsZero() {
-			_, err := operator.Replay(ctx, core.ReplayParams{IDs: []string{r.ID}})
+			_, err := operator.Replay(ctx, driver.ReplayParams{IDs: []string{r.ID}})
 			require.NoError(t, err)
 		}
 	}
-	recs, err = s.List(ctx, core.ListParams{State: core.StatePending})
+	recs, err = s.List(ctx, driver.ListParams{State: driver.StatePending})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	for _, r := range recs {
-		require.Equal(t, core.LaneOf(r.PartitionKey, 3), r.Lane, "%s (replayed or moved)", r.PartitionKey)
+		require.Equal(t, driver.LaneOf(r.PartitionKey, 3), r.Lane, "%s (replayed or moved)", r.PartitionKey)
 	}
 }
 
@@ -296,7 +297,7 @@ func TestGrantsCDC(t *testing.T) {
 	st, pos := start(t, src)
 	id, err := src.Identity(ctx)
 	require.NoError(t, err)
-	pub, err := relay.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "c"})
+	pub, err := relay.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "c"})
 	require.NoError(t, err)
 	ob, err := core.NewOutbox(ctx, s, nil)
 	require.NoError(t, err)
@@ -306,7 +307,7 @@ func TestGrantsCDC(t *testing.T) {
 	}))
 	txs := nextRecords(t, st, pos, 1)
 	require.Len(t, txs[0].Records, 1)
-	require.NoError(t, relay.SaveCheckpoint(ctx, core.Checkpoint{Source: id, Position: txs[0].Position, Generation: pub.Generation}))
+	require.NoError(t, relay.SaveCheckpoint(ctx, driver.Checkpoint{Source: id, Position: txs[0].Position, Generation: pub.Generation}))
 	require.NoError(t, st.Confirm(ctx, txs[0].Position))
 	ret, err := src.Retention(ctx, txs[0].Position)
 	require.NoError(t, err)
@@ -362,8 +363,8 @@ func TestGrantsBackfill(t *testing.T) {
 	require.NoError(t, r.Backfill(ctx))
 	require.Len(t, sink.Messages(), 1)
 	require.Equal(t, uint64(1), r.Stats().Published)
-	require.NoError(t, op.WriteAudit(ctx, core.AuditEntry{Actor: "ops", Command: "backfill", Arguments: `{"config":"relay.yaml"}`, Rows: 1}))
-	rows, err := s.AuditLog(ctx, core.AuditListParams{})
+	require.NoError(t, op.WriteAudit(ctx, driver.AuditEntry{Actor: "ops", Command: "backfill", Arguments: `{"config":"relay.yaml"}`, Rows: 1}))
+	rows, err := s.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, rows, 1, "the check left no row")
 	require.Equal(t, int64(1), rows[0].Rows)

@@ -11,11 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Horizon returns the consumer's retention horizon (zero when never pruned). It takes no lock:
 // in a read committed transaction each statement sees what committed before it began, and
-// Inbox.Process calls it after InsertRecord (see core.InboxStore).
+// Inbox.Process calls it after InsertRecord (see driver.InboxStore).
 func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error) {
 	var h pgtype.Timestamptz
 	err := queryRow(ctx, s.txq(tx), s.q.horizonGet, []any{consumer}, &h)
@@ -29,17 +30,17 @@ func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time
 }
 
 // InsertRecord is InsertRecords of rec alone.
-func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
-	existing, inserted, err := s.InsertRecords(ctx, tx, []core.InboxRecord{rec})
+func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
+	existing, inserted, err := s.InsertRecords(ctx, tx, []driver.InboxRecord{rec})
 	if err != nil {
-		return core.InboxRecord{}, false, err
+		return driver.InboxRecord{}, false, err
 	}
 	return existing[0], inserted[0], nil
 }
 
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
 // ID (absent IDs omitted), read outside any transaction, in one statement.
-func (s *Store[TTx]) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {
+func (s *Store[TTx]) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
 	out, err := s.readRecords(ctx, s.db, consumer, ids)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: inbox records: %w", classify(err))
@@ -71,20 +72,20 @@ func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity st
 // statement, then deletes up to limit of its records that occurred before the horizon in a
 // second one. It waits for no inbox transaction: those that read the old horizon are safe
 // because a deleted record's key can be inserted again only after the deletion committed, and
-// their Horizon read comes after that insert (see core.InboxStore).
+// their Horizon read comes after that insert (see driver.InboxStore).
 func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	var h time.Time
 	if err := queryRow(ctx, s.db, s.q.raiseHorizon, []any{consumer, occurredIn(before)}, &h); err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: raise horizon: %w", classify(err))
 	}
-	n, err := s.db.exec(ctx, s.q.pruneInbox, consumer, h, core.PruneLimit(limit))
+	n, err := s.db.exec(ctx, s.q.pruneInbox, consumer, h, driver.PruneLimit(limit))
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: %w", classify(err))
 	}
 	return int(n), nil
 }
 
-// LockVersions implements core.InboxBatchStore: the rows of entities locked FOR UPDATE in
+// LockVersions implements driver.InboxBatchStore: the rows of entities locked FOR UPDATE in
 // entity order, the missing ones created without a version first.
 func (s *Store[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string, entities []string) (map[string]int64, error) {
 	q := s.txq(tx)
@@ -125,15 +126,15 @@ func (s *Store[TTx]) lockVersions(ctx context.Context, q querier, consumer strin
 	return out, n, r.Err()
 }
 
-// InsertRecords implements core.InboxBatchStore: one INSERT ... ON CONFLICT DO NOTHING for
+// InsertRecords implements driver.InboxBatchStore: one INSERT ... ON CONFLICT DO NOTHING for
 // every record (a concurrent transaction inserting one of the keys makes it wait on the unique
 // index), then one read of the records that existed (a new snapshot, read committed). A record
 // gone by the time it is read (a concurrent prune deleted it) is inserted again: its key is
 // free now, and the inbox's horizon check after the insert refuses a message older than the
 // horizon the prune raised.
-func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []core.InboxRecord) ([]core.InboxRecord, []bool, error) {
+func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.InboxRecord) ([]driver.InboxRecord, []bool, error) {
 	q := s.txq(tx)
-	existing, inserted := make([]core.InboxRecord, len(recs)), make([]bool, len(recs))
+	existing, inserted := make([]driver.InboxRecord, len(recs)), make([]bool, len(recs))
 	if len(recs) == 0 {
 		return existing, inserted, nil
 	}
@@ -205,20 +206,20 @@ func (s *Store[TTx]) insertMany(ctx context.Context, q querier, consumer string,
 }
 
 // readRecords reads the records of consumer among ids, by event ID (absent ones omitted).
-func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string, ids []string) (map[string]core.InboxRecord, error) {
+func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
 	r, err := q.query(ctx, s.q.inboxGetMany, consumer, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	out := make(map[string]core.InboxRecord, len(ids))
+	out := make(map[string]driver.InboxRecord, len(ids))
 	for r.Next() {
 		var (
 			digest              []byte
 			outcome             int64
 			occurred, processed time.Time
 		)
-		ex := core.InboxRecord{Consumer: consumer}
+		ex := driver.InboxRecord{Consumer: consumer}
 		if err := r.Scan(&ex.EventID, &digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
 			return nil, err
 		}
@@ -233,7 +234,7 @@ func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string
 	return out, r.Err()
 }
 
-// SetVersions implements core.InboxBatchStore: one upsert for every entity.
+// SetVersions implements driver.InboxBatchStore: one upsert for every entity.
 func (s *Store[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string, versions map[string]int64) error {
 	entities := slices.Sorted(maps.Keys(versions))
 	vs := make([]int64, len(entities))

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // BenchmarkLayoutPrototype measures, before choosing, what a narrow pending layout would buy on
@@ -163,7 +164,7 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 			_, _ = rand.Read(id[:])
 			agg := strconv.FormatInt(i, 10)
 			key := "order/" + agg
-			lane := core.LaneOf(key, core.DefaultLanes)
+			lane := driver.LaneOf(key, core.DefaultLanes)
 			const insert = `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane)
 				VALUES ($1, 'order', $2, 'order.created', $3, $4, '{}', $5) RETURNING seq, lane`
 			sql := insert

@@ -25,7 +25,7 @@ func (s *Store[TTx]) Notify(ctx context.Context) error {
 	return nil
 }
 
-// Flush implements core.Flusher: it waits until no notification is pending or being sent, or
+// Flush implements driver.Flusher: it waits until no notification is pending or being sent, or
 // until ctx ends (then it returns ctx's error, wrapped). Call it after the last Notify and before
 // closing the pool: a NOTIFY still queued when the pool closes is lost.
 func (s *Store[TTx]) Flush(ctx context.Context) error {

@@ -11,14 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// Replay implements core.Operator: one transaction that takes the lock cleanup shares (so that no
+// Replay implements driver.Operator: one transaction that takes the lock cleanup shares (so that no
 // cleanup deletes a row it puts back: see PruneLock), reads the publisher kind, selects and
-// locks the rows, applies core.CheckReplayTargets, gives them pending rows (as never attempted,
+// locks the rows, applies driver.CheckReplayTargets, gives them pending rows (as never attempted,
 // in their key's lane under the current lane count) and writes p.Audit.
-func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
-	ids, err := core.CheckReplay(p)
+func (s *Store[TTx]) Replay(ctx context.Context, p driver.ReplayParams) (int, error) {
+	ids, err := driver.CheckReplay(p)
 	if err != nil {
 		return 0, err
 	}
@@ -31,21 +32,21 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 		if err != nil {
 			return err
 		}
-		if pub.Kind == core.KindCDC {
+		if pub.Kind == driver.KindCDC {
 			return &core.ReplayError{Err: core.ErrReplayCDC, Detail: fmt.Sprintf("generation %d held by %q", pub.Generation, pub.Holder)}
 		}
 		var r rows
 		if len(ids) > 0 {
 			r, err = q.query(ctx, s.q.replayByIDs, ids)
 		} else {
-			r, err = q.query(ctx, s.q.replayByKey, p.PartitionKey, occurredIn(p.Since), core.MaxReplay+1)
+			r, err = q.query(ctx, s.q.replayByKey, p.PartitionKey, occurredIn(p.Since), driver.MaxReplay+1)
 		}
 		if err != nil {
 			return err
 		}
-		var targets []core.ReplayTarget
+		var targets []driver.ReplayTarget
 		for r.Next() {
-			var t core.ReplayTarget
+			var t driver.ReplayTarget
 			if err := r.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
 				r.Close()
 				return err
@@ -56,7 +57,7 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 		if err := r.Err(); err != nil {
 			return err
 		}
-		seqs, err := core.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
+		seqs, err := driver.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
 			var pending bool
 			err := queryRow(ctx, q, s.q.keyUnpublished, []any{key}, &pending)
 			return pending, err
@@ -76,7 +77,7 @@ func (s *Store[TTx]) Replay(ctx context.Context, p core.ReplayParams) (int, erro
 }
 
 // audit writes a (when not nil) with rows affected.
-func (s *Store[TTx]) audit(ctx context.Context, q querier, a *core.AuditEntry, rows int64) error {
+func (s *Store[TTx]) audit(ctx context.Context, q querier, a *driver.AuditEntry, rows int64) error {
 	if a == nil {
 		return nil
 	}
@@ -88,8 +89,8 @@ func (s *Store[TTx]) audit(ctx context.Context, q querier, a *core.AuditEntry, r
 	return err
 }
 
-// UnparkKeys implements core.Operator.
-func (s *Store[TTx]) UnparkKeys(ctx context.Context, keys []string, audit *core.AuditEntry) (int, error) {
+// UnparkKeys implements driver.Operator.
+func (s *Store[TTx]) UnparkKeys(ctx context.Context, keys []string, audit *driver.AuditEntry) (int, error) {
 	var total int64
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		total = 0
@@ -108,9 +109,9 @@ func (s *Store[TTx]) UnparkKeys(ctx context.Context, keys []string, audit *core.
 	return int(total), nil
 }
 
-// PruneAudited implements core.Operator. It deletes rows (a partitioned outbox's partitions
+// PruneAudited implements driver.Operator. It deletes rows (a partitioned outbox's partitions
 // are not dropped: use core.CleanupOutbox for that).
-func (s *Store[TTx]) PruneAudited(ctx context.Context, p core.PruneParams, audit core.AuditEntry) (int, error) {
+func (s *Store[TTx]) PruneAudited(ctx context.Context, p driver.PruneParams, audit driver.AuditEntry) (int, error) {
 	below := p.BelowSeq
 	if below <= 0 {
 		below = math.MaxInt64
@@ -139,16 +140,16 @@ func (s *Store[TTx]) PruneAudited(ctx context.Context, p core.PruneParams, audit
 	return int(total), nil
 }
 
-// AuditLog implements core.Operator.
-func (s *Store[TTx]) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.AuditEntry, error) {
-	r, err := s.db.query(ctx, s.q.auditList, tsIn(p.Since), core.ListParams{Limit: p.Limit}.PageSize())
+// AuditLog implements driver.Operator.
+func (s *Store[TTx]) AuditLog(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
+	r, err := s.db.query(ctx, s.q.auditList, tsIn(p.Since), driver.ListParams{Limit: p.Limit}.PageSize())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: audit log: %w", classify(err))
 	}
 	defer r.Close()
-	var out []core.AuditEntry
+	var out []driver.AuditEntry
 	for r.Next() {
-		var e core.AuditEntry
+		var e driver.AuditEntry
 		var at pgtype.Timestamptz
 		if err := r.Scan(&e.ID, &at, &e.Actor, &e.Command, &e.Arguments, &e.Rows); err != nil {
 			return nil, fmt.Errorf("postgres: audit log: %w", err)
@@ -165,8 +166,8 @@ func (s *Store[TTx]) AuditLog(ctx context.Context, p core.AuditListParams) ([]co
 	return out, nil
 }
 
-// ReleaseCheckpoint implements core.CheckpointReleaser.
-func (s *Store[TTx]) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntry) (bool, error) {
+// ReleaseCheckpoint implements driver.CheckpointReleaser.
+func (s *Store[TTx]) ReleaseCheckpoint(ctx context.Context, audit driver.AuditEntry) (bool, error) {
 	var n int64
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		var err error
@@ -181,38 +182,38 @@ func (s *Store[TTx]) ReleaseCheckpoint(ctx context.Context, audit core.AuditEntr
 	return n > 0, nil
 }
 
-// WriteAudit implements core.AuditWriter.
-func (s *Store[TTx]) WriteAudit(ctx context.Context, audit core.AuditEntry) error {
+// WriteAudit implements driver.AuditWriter.
+func (s *Store[TTx]) WriteAudit(ctx context.Context, audit driver.AuditEntry) error {
 	if err := s.audit(ctx, s.db, &audit, audit.Rows); err != nil {
 		return fmt.Errorf("postgres: write audit: %w", classify(err))
 	}
 	return nil
 }
 
-// CheckAudit implements core.AuditWriter.
+// CheckAudit implements driver.AuditWriter.
 func (s *Store[TTx]) CheckAudit(ctx context.Context) error {
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
-		if err := s.audit(ctx, q, &core.AuditEntry{Actor: "check", Command: "check"}, 0); err != nil {
+		if err := s.audit(ctx, q, &driver.AuditEntry{Actor: "check", Command: "check"}, 0); err != nil {
 			return err
 		}
-		return core.ErrAuditChecked
+		return driver.ErrAuditChecked
 	})
-	if err != nil && !errors.Is(err, core.ErrAuditChecked) {
+	if err != nil && !errors.Is(err, driver.ErrAuditChecked) {
 		return fmt.Errorf("postgres: check audit: %w", classify(err))
 	}
 	return nil
 }
 
-// ResetLanes implements core.Operator: one statement (ResetLanes) and the audit row, in one
+// ResetLanes implements driver.Operator: one statement (ResetLanes) and the audit row, in one
 // transaction. Under either ClaimStrategy another relay claims a reset lane at its next claim:
 // ClaimAdvisoryLock's advisory locks last only as long as a claim's own transaction, and the
 // sign of life (live_pid) is cleared.
-func (s *Store[TTx]) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit core.AuditEntry) (int, error) {
+func (s *Store[TTx]) ResetLanes(ctx context.Context, p driver.ResetLanesParams, audit driver.AuditEntry) (int, error) {
 	count, err := s.LaneCount(ctx)
 	if err != nil {
 		return 0, err
 	}
-	lanes, err := core.CheckResetLanes(p, count)
+	lanes, err := driver.CheckResetLanes(p, count)
 	if err != nil {
 		return 0, err
 	}
@@ -234,15 +235,15 @@ func (s *Store[TTx]) ResetLanes(ctx context.Context, p core.ResetLanesParams, au
 	return int(n), nil
 }
 
-// PruneInboxAudited implements core.Operator. The retention rule wants the horizon raise
+// PruneInboxAudited implements driver.Operator. The retention rule wants the horizon raise
 // committed before any record below it is deleted (see PruneInbox), so the change spans
 // transactions: the first raises the horizon and writes the audit row (rows -1), each next one
 // deletes a batch, and the last (the batch that finds fewer than limit) also sets the audit
 // row's rows to the total. The horizon thus never moves without its audit row; a failure or
 // crash between them leaves the row at -1 (deletions unfinished) and the records for the next
 // prune.
-func (s *Store[TTx]) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit core.AuditEntry) (int, error) {
-	limit, err := core.CheckInboxPrune(consumer, before, limit)
+func (s *Store[TTx]) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit driver.AuditEntry) (int, error) {
+	limit, err := driver.CheckInboxPrune(consumer, before, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -285,17 +286,17 @@ func (s *Store[TTx]) PruneInboxAudited(ctx context.Context, consumer string, bef
 // resizeBatch is how many unpublished rows a resize reads and moves per statement.
 const resizeBatch = 10_000
 
-// ResizeLanes implements core.LaneResizer in one read-committed transaction: the outbox table
+// ResizeLanes implements driver.LaneResizer in one read-committed transaction: the outbox table
 // locked IN SHARE ROW EXCLUSIVE MODE (it waits for the writer transactions that inserted, whose
 // ROW EXCLUSIVE lock lasts until they end, and holds the next inserts back; see migration 0007)
 // and the lane count's meta row FOR UPDATE (REPEATABLE READ writers read it FOR SHARE), the
 // publisher kind (a CDC relay's generation is refused), every lane row locked in lane order with
 // its lease ended and its generation incremented (ResizeLeases), the lane rows added or dropped,
-// every pending row's lane set to core.LaneOf(its key, lanes) (read in seq order and moved
+// every pending row's lane set to driver.LaneOf(its key, lanes) (read in seq order and moved
 // resizeBatch at a time; the outbox rows keep the lane they were written with), the new count recorded and audit written (Rows: the rows moved). An outbox not
 // migrated by this version returns an error wrapping core.ErrSchemaMismatch.
-func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
-	if err := core.CheckResizeLanes(lanes); err != nil {
+func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEntry) (int, error) {
+	if err := driver.CheckResizeLanes(lanes); err != nil {
 		return 0, err
 	}
 	if _, err := s.LaneCount(ctx); err != nil {
@@ -321,7 +322,7 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 		if err != nil {
 			return err
 		}
-		if pub.Kind == core.KindCDC {
+		if pub.Kind == driver.KindCDC {
 			return fmt.Errorf("%w: generation %d held by %q", core.ErrResizeCDC, pub.Generation, pub.Holder)
 		}
 		var held int64
@@ -351,7 +352,7 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 					return err
 				}
 				after = seq
-				if l := core.LaneOf(key, lanes); int64(l) != lane {
+				if l := driver.LaneOf(key, lanes); int64(l) != lane {
 					seqs, to = append(seqs, seq), append(to, int32(l))
 				}
 			}
@@ -385,7 +386,7 @@ func (s *Store[TTx]) ResizeLanes(ctx context.Context, lanes int, audit core.Audi
 // current lane count (all pending rows of a key share one lane; a row published before a
 // ResizeLanes has its lane under the old count). The count is read after the outbox's ROW
 // EXCLUSIVE lock (a writer's), which a resize waits for, so no resize runs in between.
-func (s *Store[TTx]) replayPending(ctx context.Context, q querier, seqs []int64, targets []core.ReplayTarget) (int64, error) {
+func (s *Store[TTx]) replayPending(ctx context.Context, q querier, seqs []int64, targets []driver.ReplayTarget) (int64, error) {
 	if _, err := q.exec(ctx, s.q.replayLockOutbox); err != nil {
 		return 0, err
 	}
@@ -399,7 +400,7 @@ func (s *Store[TTx]) replayPending(ctx context.Context, q querier, seqs []int64,
 	}
 	to := make([]int32, len(seqs))
 	for i, seq := range seqs {
-		to[i] = int32(core.LaneOf(keys[seq], lanes))
+		to[i] = int32(driver.LaneOf(keys[seq], lanes))
 	}
 	return q.exec(ctx, s.q.replay, seqs, to)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlident"
 )
 
@@ -40,7 +41,7 @@ type Options struct {
 	// Table is the outbox table. The lanes, workers, meta, publisher and checkpoint tables, the
 	// indexes, the trigger and the fetch function are named after it (Table+"_lanes",
 	// Table+"_workers", Table+"_meta", Table+"_publisher", Table+"_cdc_checkpoint",
-	// Table+"_audit" (the operator audit log, core.Operator), Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
+	// Table+"_audit" (the operator audit log, driver.Operator), Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; InboxTable+"_horizons" and InboxTable+"_versions" go with
 	// it (at most 50 bytes, for the suffixes). Default "inbox".
@@ -159,7 +160,7 @@ func (o *Options) resolve() (Options, names, error) {
 		return Options{}, names{}, &core.OptionError{Field: field, Reason: reason}
 	}
 	var err error
-	if r.Lanes, err = core.LanesOption(r.Lanes); err != nil {
+	if r.Lanes, err = driver.LanesOption(r.Lanes); err != nil {
 		return Options{}, names{}, err
 	}
 	if r.Partitioning != nil {

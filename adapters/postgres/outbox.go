@@ -11,17 +11,18 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Insert appends records in tx with one statement (all or nothing). A duplicate ID (or, with
 // UniqueAggregateVersion, a duplicate entity version) returns an error wrapping
 // core.ErrDuplicateEvent. As with any failed statement, PostgreSQL then aborts tx. It does not
 // check the records' lanes against the lane count: core.Outbox uses InsertLanes.
-func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) error {
+func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []driver.Record) error {
 	return s.insert(ctx, tx, 0, records)
 }
 
-// InsertLanes implements core.LaneInserter: Insert in the same one statement, which inserts
+// InsertLanes implements driver.LaneInserter: Insert in the same one statement, which inserts
 // nothing and returns an error wrapping core.ErrLaneCountChanged (tx stays usable) when the
 // recorded lane count is not lanes. The insert's table lock (ROW EXCLUSIVE, until tx ends)
 // makes a ResizeLanes wait for tx and tx's later inserts wait for a resize, and the count is
@@ -29,7 +30,7 @@ func (s *Store[TTx]) Insert(ctx context.Context, tx TTx, records []core.Record) 
 // SERIALIZABLE with the row locked FOR SHARE, so that a tx whose snapshot is older than a
 // resize fails with a serialization error (SQLSTATE 40001: roll back and retry). On an outbox not yet migrated by
 // this version (migration 0007, which ResizeLanes needs as well) it is Insert.
-func (s *Store[TTx]) InsertLanes(ctx context.Context, tx TTx, lanes int, records []core.Record) error {
+func (s *Store[TTx]) InsertLanes(ctx context.Context, tx TTx, lanes int, records []driver.Record) error {
 	if !s.checked.Load() {
 		lanes = 0
 	}
@@ -37,7 +38,7 @@ func (s *Store[TTx]) InsertLanes(ctx context.Context, tx TTx, lanes int, records
 }
 
 // insert is Insert, checked against the lane count lanes unless it is 0.
-func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []core.Record) error {
+func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []driver.Record) error {
 	if isNilTx(tx) {
 		return fmt.Errorf("postgres: insert: %w: nil transaction", core.ErrInvalidTx)
 	}
@@ -132,9 +133,9 @@ func headersJSON(h map[string]string) (string, error) {
 }
 
 // scanRecord reads one row of recordCols.
-func scanRecord(r rows) (core.Record, error) {
+func scanRecord(r rows) (driver.Record, error) {
 	var (
-		rec               core.Record
+		rec               driver.Record
 		headers           string
 		created           time.Time
 		pub, next, parked pgtype.Timestamptz
@@ -146,14 +147,14 @@ func scanRecord(r rows) (core.Record, error) {
 		&rec.Tenant, &rec.CausationID, &rec.CorrelationID, &lane, &created, &pub, &attempts, &next,
 		&rec.LastError, &parked)
 	if err != nil {
-		return core.Record{}, err
+		return driver.Record{}, err
 	}
 	if len(payload) > 0 {
 		rec.Payload = payload
 	}
 	if headers != "" && headers != "{}" {
 		if err := json.Unmarshal([]byte(headers), &rec.Headers); err != nil {
-			return core.Record{}, fmt.Errorf("headers of seq %d: %w", rec.Seq, err)
+			return driver.Record{}, fmt.Errorf("headers of seq %d: %w", rec.Seq, err)
 		}
 	}
 	rec.Lane, rec.Attempts = int(lane), int(attempts)
@@ -162,12 +163,12 @@ func scanRecord(r rows) (core.Record, error) {
 	return rec, nil
 }
 
-func scanRecords(r rows, err error) ([]core.Record, error) {
+func scanRecords(r rows, err error) ([]driver.Record, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	var out []core.Record
+	var out []driver.Record
 	for r.Next() {
 		rec, err := scanRecord(r)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
@@ -118,7 +118,7 @@ func (s *Store[TTx]) listPartitions(ctx context.Context, q querier) ([]partition
 	return out, r.Err()
 }
 
-// DropPartitions implements core.PartitionPruner (core.CleanupOutbox calls it before
+// DropPartitions implements driver.PartitionPruner (core.CleanupOutbox calls it before
 // PruneOutbox). On a partitioned outbox it drops, oldest first, every partition that is sealed
 // (its range ends before both the database's current time and p.PublishedBefore, so no new
 // transaction can insert into it) and holds only rows PruneOutbox would delete: none
@@ -132,7 +132,7 @@ func (s *Store[TTx]) listPartitions(ctx context.Context, q querier) ([]partition
 // timeout): writers and relays wait for that check and the drop, and the lock first waits for
 // every transaction that wrote the outbox, so a late insert into the partition is either seen
 // by the check or fails for want of a partition; never silently dropped.
-func (s *Store[TTx]) DropPartitions(ctx context.Context, p core.PruneParams) (int, error) {
+func (s *Store[TTx]) DropPartitions(ctx context.Context, p driver.PruneParams) (int, error) {
 	if s.o.Partitioning == nil {
 		return 0, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 func TestPartitioningOptions(t *testing.T) {
@@ -100,7 +101,7 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 	}
 	before := partitions()
 	drop := func(belowSeq int64) int {
-		n, err := s.DropPartitions(ctx, core.PruneParams{PublishedBefore: now.Add(-time.Hour), BelowSeq: belowSeq})
+		n, err := s.DropPartitions(ctx, driver.PruneParams{PublishedBefore: now.Add(-time.Hour), BelowSeq: belowSeq})
 		require.NoError(t, err)
 		return n
 	}
@@ -155,7 +156,7 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 	require.Equal(t, []string{"new-1"}, ids)
 	st, err := s.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, core.Stats{Pending: 1, OldestPendingAt: st.OldestPendingAt}, st)
+	require.Equal(t, driver.Stats{Pending: 1, OldestPendingAt: st.OldestPendingAt}, st)
 
 	// A duplicate of a live ID is still refused.
 	err = s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {

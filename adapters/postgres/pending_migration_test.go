@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlfile"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
@@ -130,7 +131,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	time.Sleep(500 * time.Millisecond)
 	// The earlier version's cleanup deletes rows its relay marked (the trigger takes their pending
 	// rows along: they were published).
-	_, err = old.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
+	_, err = old.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond)
 
@@ -229,9 +230,9 @@ func TestPendingTriggerOnlyForEarlierVersions(t *testing.T) {
 	require.EqualValues(t, 2, pending())
 
 	// A delete-on-publish settle and a cleanup of this version.
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 	require.NoError(t, err)
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	require.Zero(t, calls(func(tx pgx.Tx) error {
@@ -240,7 +241,7 @@ func TestPendingTriggerOnlyForEarlierVersions(t *testing.T) {
 			[]int64{}, []string{}, []int64{}, []bool{}, false)
 		return err
 	}), "this version's delete-on-publish settle")
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[1].Seq}}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{recs[1].Seq}}))
 	require.Zero(t, pending())
 	require.Zero(t, calls(func(tx pgx.Tx) error {
 		n, err := s.txq(tx).exec(ctx, s.q.pruneOutbox, time.Now().Add(time.Hour), int64(1)<<62, 100)
@@ -277,13 +278,13 @@ func TestPruneSettleLogBound(t *testing.T) {
 			return err
 		}))
 	}
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	publish := func(at time.Time) {
-		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10, Now: at})
+		recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10, Now: at})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
-		require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[0].Seq}, Now: at}))
+		require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{recs[0].Seq}, Now: at}))
 	}
 	write("new-old")
 	publish(now.Add(-2 * time.Hour))
@@ -297,7 +298,7 @@ func TestPruneSettleLogBound(t *testing.T) {
 		return out
 	}
 	// The publication times read back: published_at, then the settle log's.
-	recs, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	recs, err := s.List(ctx, driver.ListParams{State: driver.StatePublished})
 	require.NoError(t, err)
 	require.Len(t, recs, 4)
 	for i, want := range []time.Time{now.Add(-3 * time.Hour), now.Add(-time.Minute), now.Add(-2 * time.Hour), now} {
@@ -305,24 +306,24 @@ func TestPruneSettleLogBound(t *testing.T) {
 	}
 
 	cut := now.Add(-time.Hour)
-	n, err := s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: cut})
+	n, err := s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: cut})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, []string{"pre-recent", "new-recent"}, ids(), "published after the cut-off")
 
 	// A replay of pre-recent published again long after: its new entry keeps it past its
 	// published_at.
-	_, err = s.Replay(ctx, core.ReplayParams{IDs: []string{"pre-recent"}})
+	_, err = s.Replay(ctx, driver.ReplayParams{IDs: []string{"pre-recent"}})
 	require.NoError(t, err)
 	publish(now.Add(time.Hour))
-	n, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(30 * time.Minute)})
+	n, err = s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(30 * time.Minute)})
 	require.NoError(t, err)
 	require.Zero(t, n, "pre-recent was published again after the cut-off, and new-recent lies above it")
-	n, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(2 * time.Hour)})
+	n, err = s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(2 * time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	var logRows int64
-	_, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(2 * time.Hour)})
+	_, err = s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(2 * time.Hour)})
 	require.NoError(t, err)
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_settled`).Scan(&logRows))
 	require.Zero(t, logRows, "the settle log goes with the rows")
@@ -388,17 +389,17 @@ func TestListPublishedAfterReplayAndUpgrade(t *testing.T) {
 		}
 		require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error { _, err := ob.Write(ctx, tx, evs...); return err }))
 	}
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	publish := func(at time.Time, want int) {
-		recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10, Now: at})
+		recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10, Now: at})
 		require.NoError(t, err)
 		require.Len(t, recs, want)
 		seqs := make([]int64, len(recs))
 		for i, r := range recs {
 			seqs[i] = r.Seq
 		}
-		require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs, Now: at}))
+		require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: seqs, Now: at}))
 	}
 	_, err = s.Unpark(ctx, "q")
 	require.NoError(t, err)
@@ -410,16 +411,16 @@ func TestListPublishedAfterReplayAndUpgrade(t *testing.T) {
 	write("k3", "k4")
 	publish(now.Add(-20*time.Minute), 2)
 
-	audit := &core.AuditEntry{Actor: "t", Command: "replay", Arguments: "{}"}
-	n, err := s.Replay(ctx, core.ReplayParams{PartitionKey: "k", Since: now.Add(-time.Hour), Audit: audit})
+	audit := &driver.AuditEntry{Actor: "t", Command: "replay", Arguments: "{}"}
+	n, err := s.Replay(ctx, driver.ReplayParams{PartitionKey: "k", Since: now.Add(-time.Hour), Audit: audit})
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
-	n, err = s.Replay(ctx, core.ReplayParams{IDs: []string{"pre"}, Audit: audit})
+	n, err = s.Replay(ctx, driver.ReplayParams{IDs: []string{"pre"}, Audit: audit})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	publish(now.Add(-10*time.Minute), 5)
 
-	recs, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	recs, err := s.List(ctx, driver.ListParams{State: driver.StatePublished})
 	require.NoError(t, err)
 	require.Len(t, recs, 6)
 	want := map[string]time.Time{"pre": now.Add(-10 * time.Minute), "parked": now.Add(-50 * time.Minute),

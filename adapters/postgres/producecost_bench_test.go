@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // BenchmarkProducerCost measures, in one run, the producer transaction three ways, interleaved
@@ -26,7 +27,7 @@ import (
 //     columns, 1 KiB payload, transaction-group headers and lane) — no library code;
 //   - write: one domain row plus Outbox.Write of the same event;
 //   - unchecked: write through a store that hides InsertLanes, so Outbox.Write uses the
-//     unchecked Insert (the cost of the lane-count check of core.LaneInserter is write against
+//     unchecked Insert (the cost of the lane-count check of driver.LaneInserter is write against
 //     unchecked).
 //
 // It reports the median tx/s of each and the medians of the per-round ratios write/bare,
@@ -46,7 +47,7 @@ func BenchmarkProducerCost(b *testing.B) {
 			require.NoError(b, err)
 			ob, err := core.NewOutbox(ctx, s, nil)
 			require.NoError(b, err)
-			unchecked, err := core.NewOutbox(ctx, core.OutboxStore[pgx.Tx](plainInsert{s}), nil)
+			unchecked, err := core.NewOutbox(ctx, driver.OutboxStore[pgx.Tx](plainInsert{s}), nil)
 			require.NoError(b, err)
 			payload := make([]byte, 1024)
 			_, _ = rand.Read(payload)
@@ -70,7 +71,7 @@ func BenchmarkProducerCost(b *testing.B) {
 					headers := `{"outbox.tx_count":"1","outbox.tx_id":"` + uuid.Must(uuid.NewV7()).String() + `","outbox.tx_index":"0"}`
 					_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane)
 						VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, hex.EncodeToString(id[:]), "order", agg, "order.created", key,
-						payload, headers, core.LaneOf(key, core.DefaultLanes))
+						payload, headers, driver.LaneOf(key, core.DefaultLanes))
 					return err
 				},
 				"write": func(ctx context.Context, tx pgx.Tx, i int64) error {
@@ -136,6 +137,6 @@ func envInt(name string, def int) int {
 type plainInsert struct{ s *Store[pgx.Tx] }
 
 func (p plainInsert) LaneCount(ctx context.Context) (int, error) { return p.s.LaneCount(ctx) }
-func (p plainInsert) Insert(ctx context.Context, tx pgx.Tx, recs []core.Record) error {
+func (p plainInsert) Insert(ctx context.Context, tx pgx.Tx, recs []driver.Record) error {
 	return p.s.Insert(ctx, tx, recs)
 }

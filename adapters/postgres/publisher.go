@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // AcquireGeneration makes the caller the outbox's publisher. In one transaction it locks the
@@ -16,11 +17,11 @@ import (
 // p.Kind, p.Holder and now (p.Now, else the database clock) as Since. Claims, renewals and
 // checkpoint saves of the older generations, which lock the same row FOR SHARE, fail with
 // core.ErrFenced from then on.
-func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (driver.Publisher, error) {
 	if err := p.CheckKind(); err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
-	var pub core.Publisher
+	var pub driver.Publisher
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		cur, err := scanPublisher(ctx, q, s.q.publisherLock)
 		if err != nil {
@@ -34,44 +35,44 @@ func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p core.AcquireParams
 		return err
 	})
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("postgres: acquire generation: %w", classify(err))
+		return driver.Publisher{}, fmt.Errorf("postgres: acquire generation: %w", classify(err))
 	}
 	return pub, nil
 }
 
 // Generation returns the outbox's current publisher generation.
-func (s *Store[TTx]) Generation(ctx context.Context) (core.Publisher, error) {
+func (s *Store[TTx]) Generation(ctx context.Context) (driver.Publisher, error) {
 	pub, err := scanPublisher(ctx, s.db, s.q.publisherGet)
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("postgres: generation: %w", classify(err))
+		return driver.Publisher{}, fmt.Errorf("postgres: generation: %w", classify(err))
 	}
 	return pub, nil
 }
 
-func scanPublisher(ctx context.Context, q querier, sql string, args ...any) (core.Publisher, error) {
-	var p core.Publisher
+func scanPublisher(ctx context.Context, q querier, sql string, args ...any) (driver.Publisher, error) {
+	var p driver.Publisher
 	var since pgtype.Timestamptz
 	err := queryRow(ctx, q, sql, args, &p.Generation, &p.Kind, &p.Holder, &since)
 	if errors.Is(err, errNoRows) {
-		return core.Publisher{}, fmt.Errorf("%w: the publisher row is missing (outbox not migrated?)", core.ErrSchemaMismatch)
+		return driver.Publisher{}, fmt.Errorf("%w: the publisher row is missing (outbox not migrated?)", core.ErrSchemaMismatch)
 	}
 	if err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
 	p.Since = tsOut(since)
 	return p, nil
 }
 
 // LoadCheckpoint returns the CDC checkpoint; ok is false when none was ever saved. It
-// implements core.CheckpointStore.
-func (s *Store[TTx]) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool, error) {
-	var c core.Checkpoint
+// implements driver.CheckpointStore.
+func (s *Store[TTx]) LoadCheckpoint(ctx context.Context) (driver.Checkpoint, bool, error) {
+	var c driver.Checkpoint
 	err := queryRow(ctx, s.db, s.q.checkpointGet, nil, &c.Source, &c.Position, &c.Generation, &c.UpdatedAt)
 	if errors.Is(err, errNoRows) {
-		return core.Checkpoint{}, false, nil
+		return driver.Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return core.Checkpoint{}, false, fmt.Errorf("postgres: load checkpoint: %w", classify(err))
+		return driver.Checkpoint{}, false, fmt.Errorf("postgres: load checkpoint: %w", classify(err))
 	}
 	c.UpdatedAt = c.UpdatedAt.UTC()
 	return c, true, nil
@@ -80,8 +81,8 @@ func (s *Store[TTx]) LoadCheckpoint(ctx context.Context) (core.Checkpoint, bool,
 // SaveCheckpoint replaces the CDC checkpoint (UpdatedAt is the database clock). One statement
 // that locks the publisher row FOR SHARE and writes only when c.Generation is the current
 // publisher generation; otherwise it changes nothing and returns an error wrapping
-// core.ErrFenced. It implements core.CheckpointStore.
-func (s *Store[TTx]) SaveCheckpoint(ctx context.Context, c core.Checkpoint) error {
+// core.ErrFenced. It implements driver.CheckpointStore.
+func (s *Store[TTx]) SaveCheckpoint(ctx context.Context, c driver.Checkpoint) error {
 	var current, written int64
 	err := queryRow(ctx, s.db, s.q.checkpointPut, []any{c.Source, c.Position, c.Generation}, &current, &written)
 	if errors.Is(err, errNoRows) {

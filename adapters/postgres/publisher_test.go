@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // publisherStore is what the generation tests drive, for both entry points.
 type publisherStore interface {
-	core.CDCStore
-	core.Admin
+	driver.CDCStore
+	driver.Admin
 }
 
 type publisherVariant struct {
@@ -73,19 +74,19 @@ func TestPublisherGenerations(t *testing.T) {
 
 			pub, err := s.Generation(ctx)
 			require.NoError(t, err)
-			require.Equal(t, core.Publisher{}, pub)
+			require.Equal(t, driver.Publisher{}, pub)
 			// A fresh outbox is at generation 0: callers that pass no generation keep working.
-			leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w0", Max: 1, TTL: time.Minute, Now: t0})
+			leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w0", Max: 1, TTL: time.Minute, Now: t0})
 			require.NoError(t, err)
 			require.Len(t, leases, 1)
 			require.NoError(t, s.ReleaseLanes(ctx, leases))
 
 			// Joining a generation of another kind takes a new one.
-			pub, err = s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w1", Join: true, Now: t0})
+			pub, err = s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w1", Join: true, Now: t0})
 			require.NoError(t, err)
-			require.Equal(t, core.Publisher{Generation: 1, Kind: core.KindPolling, Holder: "w1", Since: t0}, pub)
+			require.Equal(t, driver.Publisher{Generation: 1, Kind: driver.KindPolling, Holder: "w1", Since: t0}, pub)
 			// Joining the current kind returns it unchanged.
-			joined, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w2", Join: true, Now: t0.Add(time.Second)})
+			joined, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w2", Join: true, Now: t0.Add(time.Second)})
 			require.NoError(t, err)
 			require.Equal(t, pub, joined)
 			got, err := s.Generation(ctx)
@@ -94,41 +95,41 @@ func TestPublisherGenerations(t *testing.T) {
 
 			// Generation 0 is now fenced; generation 1 claims.
 			before := laneRows(t, d)
-			_, err = s.ClaimLanes(ctx, core.ClaimParams{Generation: 0, Owner: "w0", Max: 4, TTL: time.Minute, Now: t0})
+			_, err = s.ClaimLanes(ctx, driver.ClaimParams{Generation: 0, Owner: "w0", Max: 4, TTL: time.Minute, Now: t0})
 			require.ErrorIs(t, err, core.ErrFenced)
 			require.Equal(t, before, laneRows(t, d), "a fenced claim changes nothing")
-			leases, err = s.ClaimLanes(ctx, core.ClaimParams{Generation: 1, Owner: "w1", Max: 2, TTL: time.Minute, Now: t0})
+			leases, err = s.ClaimLanes(ctx, driver.ClaimParams{Generation: 1, Owner: "w1", Max: 2, TTL: time.Minute, Now: t0})
 			require.NoError(t, err)
 			require.Len(t, leases, 2)
 
 			// A CDC relay takes over without joining: the polling generation can neither renew
 			// nor claim, and its renewal changes nothing.
-			cdc, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "c1", Join: true})
+			cdc, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "c1", Join: true})
 			require.NoError(t, err)
 			require.EqualValues(t, 2, cdc.Generation)
-			require.Equal(t, core.KindCDC, cdc.Kind)
+			require.Equal(t, driver.KindCDC, cdc.Kind)
 			require.WithinDuration(t, time.Now(), cdc.Since, time.Minute, "Since is the database clock")
 			before = laneRows(t, d)
-			_, err = s.RenewLanes(ctx, core.RenewParams{Generation: 1, Leases: leases, TTL: time.Hour, Now: t0.Add(time.Second)})
+			_, err = s.RenewLanes(ctx, driver.RenewParams{Generation: 1, Leases: leases, TTL: time.Hour, Now: t0.Add(time.Second)})
 			require.ErrorIs(t, err, core.ErrFenced)
 			require.Equal(t, before, laneRows(t, d), "a fenced renewal changes nothing")
-			_, err = s.ClaimLanes(ctx, core.ClaimParams{Generation: 1, Owner: "w1", Max: 2, TTL: time.Minute, Now: t0})
+			_, err = s.ClaimLanes(ctx, driver.ClaimParams{Generation: 1, Owner: "w1", Max: 2, TTL: time.Minute, Now: t0})
 			require.ErrorIs(t, err, core.ErrFenced)
 			// Leases already held stay valid (Settle is not publisher-fenced) and can be released.
-			require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Now: t0.Add(time.Second)}))
+			require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Now: t0.Add(time.Second)}))
 			require.NoError(t, s.ReleaseLanes(ctx, leases))
 
 			// The current generation renews and claims.
-			leases, err = s.ClaimLanes(ctx, core.ClaimParams{Generation: 2, Owner: "c1", Max: 4, TTL: time.Minute, Now: t0})
+			leases, err = s.ClaimLanes(ctx, driver.ClaimParams{Generation: 2, Owner: "c1", Max: 4, TTL: time.Minute, Now: t0})
 			require.NoError(t, err)
 			require.Len(t, leases, 4)
-			renewed, err := s.RenewLanes(ctx, core.RenewParams{Generation: 2, Leases: leases, TTL: time.Hour, Now: t0.Add(time.Second)})
+			renewed, err := s.RenewLanes(ctx, driver.RenewParams{Generation: 2, Leases: leases, TTL: time.Hour, Now: t0.Add(time.Second)})
 			require.NoError(t, err)
 			require.Len(t, renewed, 4)
 			require.Equal(t, t0.Add(time.Second+time.Hour), renewed[0].Until)
 
 			// Join=false always bumps, even for the same kind.
-			again, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "c2"})
+			again, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "c2"})
 			require.NoError(t, err)
 			require.EqualValues(t, 3, again.Generation)
 			require.Equal(t, "c2", again.Holder)
@@ -148,9 +149,9 @@ func TestCheckpointFenced(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, ok, "no checkpoint on a fresh outbox")
 
-			pub, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "c1"})
+			pub, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "c1"})
 			require.NoError(t, err)
-			require.NoError(t, s.SaveCheckpoint(ctx, core.Checkpoint{Source: "src", Position: "0/10", Generation: pub.Generation}))
+			require.NoError(t, s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "src", Position: "0/10", Generation: pub.Generation}))
 			c, ok, err := s.LoadCheckpoint(ctx)
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -160,21 +161,21 @@ func TestCheckpointFenced(t *testing.T) {
 			require.WithinDuration(t, time.Now(), c.UpdatedAt, time.Minute)
 			require.Equal(t, time.UTC, c.UpdatedAt.Location())
 
-			require.NoError(t, s.SaveCheckpoint(ctx, core.Checkpoint{Source: "src", Position: "0/20", Generation: pub.Generation}))
-			next, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "c2"})
+			require.NoError(t, s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "src", Position: "0/20", Generation: pub.Generation}))
+			next, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "c2"})
 			require.NoError(t, err)
-			err = s.SaveCheckpoint(ctx, core.Checkpoint{Source: "src", Position: "0/30", Generation: pub.Generation})
+			err = s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "src", Position: "0/30", Generation: pub.Generation})
 			require.ErrorIs(t, err, core.ErrFenced)
-			err = s.SaveCheckpoint(ctx, core.Checkpoint{Source: "src", Position: "0/30", Generation: next.Generation + 1})
+			err = s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "src", Position: "0/30", Generation: next.Generation + 1})
 			require.ErrorIs(t, err, core.ErrFenced, "a generation from the future is fenced too")
 			c, _, err = s.LoadCheckpoint(ctx)
 			require.NoError(t, err)
 			require.Equal(t, "0/20", c.Position, "a fenced save changes nothing")
 
-			require.NoError(t, s.SaveCheckpoint(ctx, core.Checkpoint{Source: "other", Position: "0/40", Generation: next.Generation}))
+			require.NoError(t, s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "other", Position: "0/40", Generation: next.Generation}))
 			c, _, err = s.LoadCheckpoint(ctx)
 			require.NoError(t, err)
-			require.Equal(t, core.Checkpoint{Source: "other", Position: "0/40", Generation: next.Generation, UpdatedAt: c.UpdatedAt}, c)
+			require.Equal(t, driver.Checkpoint{Source: "other", Position: "0/40", Generation: next.Generation, UpdatedAt: c.UpdatedAt}, c)
 		})
 	}
 }
@@ -192,7 +193,7 @@ func TestAcquireGenerationConcurrent(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					p, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "h"})
+					p, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "h"})
 					gens[i], errs[i] = p.Generation, err
 				})
 			}
@@ -218,7 +219,7 @@ func TestFencingWaitsForAcquire(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			s, d := newPublisherStore(t, v, 2)
-			leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
+			leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Minute})
 			require.NoError(t, err)
 			require.Len(t, leases, 1)
 
@@ -227,15 +228,15 @@ func TestFencingWaitsForAcquire(t *testing.T) {
 				call func(gen int64) error
 			}{
 				{"claim", func(gen int64) error {
-					_, err := s.ClaimLanes(ctx, core.ClaimParams{Generation: gen, Owner: "w", Max: 2, TTL: time.Minute})
+					_, err := s.ClaimLanes(ctx, driver.ClaimParams{Generation: gen, Owner: "w", Max: 2, TTL: time.Minute})
 					return err
 				}},
 				{"renew", func(gen int64) error {
-					_, err := s.RenewLanes(ctx, core.RenewParams{Generation: gen, Leases: leases, TTL: time.Minute})
+					_, err := s.RenewLanes(ctx, driver.RenewParams{Generation: gen, Leases: leases, TTL: time.Minute})
 					return err
 				}},
 				{"save_checkpoint", func(gen int64) error {
-					return s.SaveCheckpoint(ctx, core.Checkpoint{Source: "s", Position: "0/1", Generation: gen})
+					return s.SaveCheckpoint(ctx, driver.Checkpoint{Source: "s", Position: "0/1", Generation: gen})
 				}},
 			} {
 				pub, err := s.Generation(ctx)

@@ -64,12 +64,12 @@ type queries struct {
 
 	horizonGet, raiseHorizon string
 	pruneInbox               string
-	// core.InboxBatchStore
+	// driver.InboxBatchStore
 	inboxInsertMany, inboxGetMany                      string
 	versionLockMany, versionEnsureMany, versionSetMany string
 
 	pruneOutbox string
-	list        [4]string // by core.RecordState
+	list        [4]string // by driver.RecordState
 	stats       string
 	statsExact  string
 	blocked     string

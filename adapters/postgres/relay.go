@@ -14,11 +14,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Heartbeat registers p.Owner until now+TTL (TTL <= 0 removes it) and returns the number of live
 // workers, the caller included when TTL > 0. One statement.
-func (s *Store[TTx]) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+func (s *Store[TTx]) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	var live int64
 	var err error
 	if p.TTL > 0 {
@@ -36,7 +37,7 @@ func (s *Store[TTx]) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int
 // ClaimStrategy. One statement, which first locks the publisher row FOR SHARE: when
 // p.Generation is not the current publisher generation it claims nothing and returns an error
 // wrapping core.ErrFenced.
-func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+func (s *Store[TTx]) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
 	if p.Max <= 0 {
 		return nil, nil
 	}
@@ -63,7 +64,7 @@ func (s *Store[TTx]) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core
 
 // RenewLanes extends the leases still held. One statement, fenced by p.Generation as
 // ClaimLanes is: a stale generation renews nothing and gets an error wrapping core.ErrFenced.
-func (s *Store[TTx]) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+func (s *Store[TTx]) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
 	if len(p.Leases) == 0 {
 		return nil, nil
 	}
@@ -76,7 +77,7 @@ func (s *Store[TTx]) RenewLanes(ctx context.Context, p core.RenewParams) ([]core
 }
 
 // ReleaseLanes frees the leases still held. One statement.
-func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	if len(leases) == 0 {
 		return nil
 	}
@@ -89,16 +90,16 @@ func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []core.Lease) erro
 
 // leases runs a fenced claim or renewal: rows of (lane, owner, generation, lease_until,
 // fenced).
-func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]core.Lease, error) {
+func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]driver.Lease, error) {
 	r, err := s.db.query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	var out []core.Lease
+	var out []driver.Lease
 	isFenced := false
 	for r.Next() {
-		var l core.Lease
+		var l driver.Lease
 		var lane int64
 		var fenced bool
 		if err := r.Scan(&lane, &l.Owner, &l.Generation, &l.Until, &l.TakenOver, &fenced); err != nil {
@@ -118,11 +119,11 @@ func (s *Store[TTx]) leases(ctx context.Context, sql string, args ...any) ([]cor
 	if isFenced {
 		return nil, core.ErrFenced
 	}
-	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	slices.SortFunc(out, func(a, b driver.Lease) int { return a.Lane - b.Lane })
 	return out, nil
 }
 
-func leaseArrays(leases []core.Lease) (lanes []int32, owners []string, gens []int64) {
+func leaseArrays(leases []driver.Lease) (lanes []int32, owners []string, gens []int64) {
 	lanes, owners, gens = make([]int32, len(leases)), make([]string, len(leases)), make([]int64, len(leases))
 	for i, l := range leases {
 		lanes[i], owners[i], gens[i] = int32(l.Lane), l.Owner, l.Generation
@@ -132,7 +133,7 @@ func leaseArrays(leases []core.Lease) (lanes []int32, owners []string, gens []in
 
 // Fetch returns up to p.Limit deliverable records of the leased lanes in seq order. One
 // statement on the pending index.
-func (s *Store[TTx]) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
 	if len(p.Leases) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -145,8 +146,8 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p core.FetchParams) ([]core.Reco
 }
 
 // Settle checks every lease and records the outcomes in one statement (one round trip, one
-// transaction). A lease not held returns *core.LanesLostError and changes nothing.
-func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
+// transaction). A lease not held returns *driver.LanesLostError and changes nothing.
+func (s *Store[TTx]) Settle(ctx context.Context, p driver.SettleParams) error {
 	if len(p.Leases) == 0 {
 		return nil
 	}
@@ -182,19 +183,19 @@ func (s *Store[TTx]) Settle(ctx context.Context, p core.SettleParams) error {
 		return fmt.Errorf("postgres: settle: %w", classify(err))
 	}
 	if len(lost) > 0 {
-		return &core.LanesLostError{Lanes: lost}
+		return &driver.LanesLostError{Lanes: lost}
 	}
 	return nil
 }
 
-// HoldLiveness implements core.Liveness: it opens a connection of its own (with the settings of
+// HoldLiveness implements driver.Liveness: it opens a connection of its own (with the settings of
 // the pool or database, outside it) and takes a session-level advisory lock of this outbox's
 // liveness class keyed by the connection's server process id. ClaimLanes of owner then records
 // that process id with each lease it takes, and any claimer may take the lane once no session
 // holds the lock (the server releases it when the connection ends, e.g. when the process holding
 // it is killed). It does not work through a transaction-pooling proxy, which does not keep a
 // session per client connection.
-func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (core.Life, error) {
+func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (driver.Life, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("postgres: hold liveness: empty owner")
 	}
@@ -233,7 +234,7 @@ type pgLife struct {
 	conn   *pgconn.PgConn
 }
 
-// Check implements core.Life: a round trip on the lock's connection.
+// Check implements driver.Life: a round trip on the lock's connection.
 func (l *pgLife) Check(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -246,7 +247,7 @@ func (l *pgLife) Check(ctx context.Context) error {
 	return nil
 }
 
-// Release implements core.Life: it closes the lock's connection.
+// Release implements driver.Life: it closes the lock's connection.
 func (l *pgLife) Release() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -262,6 +263,6 @@ func (l *pgLife) Release() error {
 }
 
 var (
-	_ core.Liveness = (*Store[pgx.Tx])(nil)
-	_ core.Liveness = (*Store[*sql.Tx])(nil)
+	_ driver.Liveness = (*Store[pgx.Tx])(nil)
+	_ driver.Liveness = (*Store[*sql.Tx])(nil)
 )

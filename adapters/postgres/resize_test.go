@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // TestResizeWriterIsolation: a checked insert never commits a row in a lane of the old count.
@@ -37,7 +38,7 @@ func testResizeWriterIsolation(t *testing.T, mode pgx.QueryExecMode) {
 	}
 	laneOf := func(key string) int {
 		t.Helper()
-		recs, err := s.List(ctx, core.ListParams{State: core.StateAll})
+		recs, err := s.List(ctx, driver.ListParams{State: driver.StateAll})
 		require.NoError(t, err)
 		for _, r := range recs {
 			if r.PartitionKey == key {
@@ -75,7 +76,7 @@ func testResizeWriterIsolation(t *testing.T, mode pgx.QueryExecMode) {
 	waitBlockedBy(t, d, rzPID)
 	require.NoError(t, rz.Commit(ctx))
 	require.NoError(t, <-done)
-	require.Equal(t, core.LaneOf("a/rc", 32), laneOf("a/rc"))
+	require.Equal(t, driver.LaneOf("a/rc", 32), laneOf("a/rc"))
 	require.Equal(t, 32, ob.Lanes())
 
 	// REPEATABLE READ with a snapshot older than the resize.
@@ -88,7 +89,7 @@ func testResizeWriterIsolation(t *testing.T, mode pgx.QueryExecMode) {
 		if iso == pgx.Serializable {
 			to = 7
 		}
-		_, err = s.ResizeLanes(ctx, to, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+		_, err = s.ResizeLanes(ctx, to, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 		require.NoError(t, err)
 		_, err = ob.Write(ctx, tx, ev(string(iso)))
 		requireSQLState(t, err, "40001")
@@ -100,7 +101,7 @@ func testResizeWriterIsolation(t *testing.T, mode pgx.QueryExecMode) {
 	require.NoError(t, err)
 	old, err := New(d.pool, &Options{Schema: d.schema})
 	require.NoError(t, err)
-	_, err = old.ResizeLanes(ctx, 9, core.AuditEntry{Actor: "t", Command: "lanes resize"})
+	_, err = old.ResizeLanes(ctx, 9, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 	require.True(t, errors.Is(err, core.ErrSchemaMismatch), "%v", err)
 	n, err := old.LaneCount(ctx)
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxkit/outbox/core"
+	odriver "github.com/outboxkit/outbox/core/driver"
 )
 
 // Store is the PostgreSQL adapter. TTx is the caller's transaction type: pgx.Tx for New,
@@ -45,27 +46,27 @@ type Store[TTx any] struct {
 
 // Interface checks.
 var (
-	_ core.OutboxStore[pgx.Tx]   = (*Store[pgx.Tx])(nil)
-	_ core.InboxStore[pgx.Tx]    = (*Store[pgx.Tx])(nil)
-	_ core.OutboxStore[*sql.Tx]  = (*Store[*sql.Tx])(nil)
-	_ core.InboxStore[*sql.Tx]   = (*Store[*sql.Tx])(nil)
-	_ core.RelayStore            = (*Store[pgx.Tx])(nil)
-	_ core.Pruner                = (*Store[pgx.Tx])(nil)
-	_ core.PartitionPruner       = (*Store[pgx.Tx])(nil)
-	_ core.PartitionPruner       = (*Store[*sql.Tx])(nil)
-	_ core.Admin                 = (*Store[pgx.Tx])(nil)
-	_ core.Notifier              = (*Store[pgx.Tx])(nil)
-	_ core.Flusher               = (*Store[pgx.Tx])(nil)
-	_ core.Flusher               = (*Store[*sql.Tx])(nil)
-	_ core.Waker                 = (*Store[pgx.Tx])(nil)
-	_ core.RelayStore            = (*Store[*sql.Tx])(nil)
-	_ core.CDCStore              = (*Store[pgx.Tx])(nil)
-	_ core.CDCStore              = (*Store[*sql.Tx])(nil)
-	_ core.Waker                 = (*Store[*sql.Tx])(nil)
-	_ core.LaneResizer           = (*Store[pgx.Tx])(nil)
-	_ core.LaneResizer           = (*Store[*sql.Tx])(nil)
-	_ core.LaneInserter[pgx.Tx]  = (*Store[pgx.Tx])(nil)
-	_ core.LaneInserter[*sql.Tx] = (*Store[*sql.Tx])(nil)
+	_ odriver.OutboxStore[pgx.Tx]   = (*Store[pgx.Tx])(nil)
+	_ odriver.InboxStore[pgx.Tx]    = (*Store[pgx.Tx])(nil)
+	_ odriver.OutboxStore[*sql.Tx]  = (*Store[*sql.Tx])(nil)
+	_ odriver.InboxStore[*sql.Tx]   = (*Store[*sql.Tx])(nil)
+	_ odriver.RelayStore            = (*Store[pgx.Tx])(nil)
+	_ odriver.Pruner                = (*Store[pgx.Tx])(nil)
+	_ odriver.PartitionPruner       = (*Store[pgx.Tx])(nil)
+	_ odriver.PartitionPruner       = (*Store[*sql.Tx])(nil)
+	_ odriver.Admin                 = (*Store[pgx.Tx])(nil)
+	_ odriver.Notifier              = (*Store[pgx.Tx])(nil)
+	_ odriver.Flusher               = (*Store[pgx.Tx])(nil)
+	_ odriver.Flusher               = (*Store[*sql.Tx])(nil)
+	_ odriver.Waker                 = (*Store[pgx.Tx])(nil)
+	_ odriver.RelayStore            = (*Store[*sql.Tx])(nil)
+	_ odriver.CDCStore              = (*Store[pgx.Tx])(nil)
+	_ odriver.CDCStore              = (*Store[*sql.Tx])(nil)
+	_ odriver.Waker                 = (*Store[*sql.Tx])(nil)
+	_ odriver.LaneResizer           = (*Store[pgx.Tx])(nil)
+	_ odriver.LaneResizer           = (*Store[*sql.Tx])(nil)
+	_ odriver.LaneInserter[pgx.Tx]  = (*Store[pgx.Tx])(nil)
+	_ odriver.LaneInserter[*sql.Tx] = (*Store[*sql.Tx])(nil)
 )
 
 // New returns a Store on a pgx pool; writers and the inbox use pgx.Tx. opts may be nil.
@@ -201,7 +202,7 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 
 // InTx runs fn in one transaction, read committed whatever the server's default (the inbox's
 // retention check relies on it, see Horizon): commit when fn returns nil, roll back
-// otherwise and when fn panics. It implements core.Transactor.
+// otherwise and when fn panics. It implements driver.Transactor.
 func (s *Store[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
 	return s.inTx(ctx, fn)
 }

@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// PruneOutbox implements core.Pruner. In one transaction it reads the lowest unpublished seq
+// PruneOutbox implements driver.Pruner. In one transaction it reads the lowest unpublished seq
 // (the lowest queue row) and deletes up to p.Limit published rows below it (and below
 // p.BelowSeq when > 0) whose publication time is before p.PublishedBefore (a zero
 // PublishedBefore means now), read on the publications' time index; the delete trigger takes
 // their publication rows along.
-func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error) {
+func (s *Store) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, error) {
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -29,7 +30,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p core.PruneParams) (int, error
 }
 
 // pruneIn is one batch of PruneOutbox in tx.
-func (s *Store) pruneIn(ctx context.Context, tx *sql.Tx, p core.PruneParams) (int64, error) {
+func (s *Store) pruneIn(ctx context.Context, tx *sql.Tx, p driver.PruneParams) (int64, error) {
 	below := int64(math.MaxInt64)
 	var minPending sql.NullInt64
 	if err := s.queryRow(ctx, tx, s.q.minPending).Scan(&minPending); err != nil {
@@ -48,10 +49,10 @@ func (s *Store) pruneIn(ctx context.Context, tx *sql.Tx, p core.PruneParams) (in
 	return res.RowsAffected()
 }
 
-// List implements core.Admin: records with Seq > p.AfterSeq in seq order, filtered by p.State,
+// List implements driver.Admin: records with Seq > p.AfterSeq in seq order, filtered by p.State,
 // at most p.PageSize().
-func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, error) {
-	if p.State < core.StateAll || p.State > core.StatePublished {
+func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record, error) {
+	if p.State < driver.StateAll || p.State > driver.StatePublished {
 		return nil, &core.OptionError{Field: "State", Reason: fmt.Sprintf("unknown state %d", p.State)}
 	}
 	limit := p.PageSize()
@@ -70,15 +71,15 @@ func (s *Store) List(ctx context.Context, p core.ListParams) ([]core.Record, err
 // an estimate.
 const statsExactPublished = 100_000
 
-// Stats implements core.Admin with scans of the queue (the unpublished rows) only. Published is exact
+// Stats implements driver.Admin with scans of the queue (the unpublished rows) only. Published is exact
 // up to 100,000 rows and beyond that an estimate from the seq range (see the Stats statement in
 // queries.sql).
-func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
-	var st core.Stats
+func (s *Store) Stats(ctx context.Context) (driver.Stats, error) {
+	var st driver.Stats
 	var unpublished, published, span int64
 	var oldest sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.q.stats, statsExactPublished).Scan(&unpublished, &st.Parked, &published, &span, &oldest); err != nil {
-		return core.Stats{}, fmt.Errorf("sqlite: stats: %w", classify(err))
+		return driver.Stats{}, fmt.Errorf("sqlite: stats: %w", classify(err))
 	}
 	st.Pending = unpublished - st.Parked
 	st.Published = published
@@ -101,15 +102,15 @@ func (s *Store) Blocked(ctx context.Context) (int64, error) {
 
 // Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
 // no Owner. TakenOver is never set.
-func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
+func (s *Store) Lanes(ctx context.Context) ([]driver.Lease, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.lanesList)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: lanes: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []core.Lease
+	var out []driver.Lease
 	for rows.Next() {
-		var l core.Lease
+		var l driver.Lease
 		var until int64
 		if err := rows.Scan(&l.Lane, &l.Owner, &l.Generation, &until); err != nil {
 			return nil, fmt.Errorf("sqlite: lanes: %w", classify(err))
@@ -125,7 +126,7 @@ func (s *Store) Lanes(ctx context.Context) ([]core.Lease, error) {
 	return out, nil
 }
 
-// Unpark implements core.Admin. It returns how many unpublished records of the key were
+// Unpark implements driver.Admin. It returns how many unpublished records of the key were
 // parked or waiting for a retry.
 func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	res, err := s.db.ExecContext(ctx, s.q.unpark, partitionKey)
@@ -142,7 +143,7 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	return int(n), nil
 }
 
-// ParkedKeys implements core.Admin.
+// ParkedKeys implements driver.Admin.
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.parkedKeys)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -155,7 +156,7 @@ func TestUnmigratedIsSchemaMismatch(t *testing.T) {
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback()
-	err = s.Insert(ctx, tx, []core.Record{{Event: event("e", "k")}})
+	err = s.Insert(ctx, tx, []driver.Record{{Event: event("e", "k")}})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 }
 

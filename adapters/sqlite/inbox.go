@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// InTx implements core.Transactor. The transaction takes SQLite's write lock with its first
+// InTx implements driver.Transactor. The transaction takes SQLite's write lock with its first
 // statement (whatever the DSN's _txlock), so inbox transactions, including concurrent
 // deliveries of one message, run one at a time and never fail on a lock upgrade. fn must use
 // tx, not the *sql.DB, and must not call the Store's other write methods (InTx, Settle,
@@ -37,7 +38,7 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	return nil
 }
 
-// Horizon implements core.InboxStore. Inside InTx the transaction holds the write lock, which
+// Horizon implements driver.InboxStore. Inside InTx the transaction holds the write lock, which
 // keeps PruneInbox out until it ends.
 func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.Time, error) {
 	if err := checkInboxTx(tx); err != nil {
@@ -54,33 +55,33 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 	return fromMicros(h), nil
 }
 
-// InsertRecord implements core.InboxStore.
-func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec core.InboxRecord) (core.InboxRecord, bool, error) {
+// InsertRecord implements driver.InboxStore.
+func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
 	if err := checkInboxTx(tx); err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
+		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
 	}
 	res, err := s.exec(ctx, tx, s.q.insertInbox, rec.Consumer, rec.EventID, rec.Digest[:],
 		rec.SourcePosition, int(rec.Outcome), nullMicros(rec.OccurredAt), nowMicros(time.Time{}))
 	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
+		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
+		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
 	}
 	if n == 1 {
-		return core.InboxRecord{}, true, nil
+		return driver.InboxRecord{}, true, nil
 	}
 	ex, err := scanInbox(s.queryRow(ctx, tx, s.q.selectInbox, rec.Consumer, rec.EventID), rec.Consumer, rec.EventID)
 	if err != nil {
-		return core.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
+		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
 	}
 	return ex, false, nil
 }
 
 // scanInbox reads a row of the SelectInbox query.
-func scanInbox(row *sql.Row, consumer, eventID string) (core.InboxRecord, error) {
-	ex := core.InboxRecord{Consumer: consumer, EventID: eventID}
+func scanInbox(row *sql.Row, consumer, eventID string) (driver.InboxRecord, error) {
+	ex := driver.InboxRecord{Consumer: consumer, EventID: eventID}
 	var (
 		digest    []byte
 		outcome   int
@@ -88,7 +89,7 @@ func scanInbox(row *sql.Row, consumer, eventID string) (core.InboxRecord, error)
 		processed int64
 	)
 	if err := row.Scan(&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
-		return core.InboxRecord{}, err
+		return driver.InboxRecord{}, err
 	}
 	copy(ex.Digest[:], digest)
 	ex.Outcome = core.Outcome(outcome)
@@ -97,7 +98,7 @@ func scanInbox(row *sql.Row, consumer, eventID string) (core.InboxRecord, error)
 	return ex, nil
 }
 
-// LockVersion implements core.InboxStore. Inside InTx the write lock holds the version.
+// LockVersion implements driver.InboxStore. Inside InTx the write lock holds the version.
 func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity string) (int64, bool, error) {
 	if err := checkInboxTx(tx); err != nil {
 		return 0, false, fmt.Errorf("sqlite: lock version: %w", err)
@@ -113,7 +114,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 	return v, true, nil
 }
 
-// SetVersion implements core.InboxStore.
+// SetVersion implements driver.InboxStore.
 func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity string, version int64) error {
 	if err := checkInboxTx(tx); err != nil {
 		return fmt.Errorf("sqlite: set version: %w", err)
@@ -124,11 +125,11 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 	return nil
 }
 
-// PruneInbox implements core.InboxStore: in one write transaction it raises the consumer's
+// PruneInbox implements driver.InboxStore: in one write transaction it raises the consumer's
 // horizon to before (never lowers it) and deletes up to limit records that occurred before the
 // horizon (records without OccurredAt count as older than any horizon).
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	limit = core.PruneLimit(limit)
+	limit = driver.PruneLimit(limit)
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var h int64

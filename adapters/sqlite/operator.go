@@ -5,16 +5,15 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/outboxkit/outbox/core/driver"
 	"time"
-
-	"github.com/outboxkit/outbox/core"
 )
 
-// Replay implements core.Operator in one write transaction (which serialises it with the
+// Replay implements driver.Operator in one write transaction (which serialises it with the
 // relays' marks and cleanup). SQLite has no change source, so the publisher is never a CDC
 // relay.
-func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
-	ids, err := core.CheckReplay(p)
+func (s *Store) Replay(ctx context.Context, p driver.ReplayParams) (int, error) {
+	ids, err := driver.CheckReplay(p)
 	if err != nil {
 		return 0, err
 	}
@@ -30,14 +29,14 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 			if !p.Since.IsZero() {
 				since = nowMicros(p.Since)
 			}
-			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, since, core.MaxReplay+1)
+			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, since, driver.MaxReplay+1)
 		}
 		if err != nil {
 			return err
 		}
-		var targets []core.ReplayTarget
+		var targets []driver.ReplayTarget
 		for rows.Next() {
-			var t core.ReplayTarget
+			var t driver.ReplayTarget
 			if err := rows.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
 				rows.Close()
 				return err
@@ -50,7 +49,7 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		seqs, err := core.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
+		seqs, err := driver.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
 			var pending bool
 			err := tx.QueryRowContext(ctx, s.q.keyUnpublished, key).Scan(&pending)
 			return pending, err
@@ -82,7 +81,7 @@ func (s *Store) Replay(ctx context.Context, p core.ReplayParams) (int, error) {
 }
 
 // audit writes a (when not nil) with rows affected in tx.
-func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *core.AuditEntry, rows int64) error {
+func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *driver.AuditEntry, rows int64) error {
 	if a == nil {
 		return nil
 	}
@@ -94,8 +93,8 @@ func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *core.AuditEntry, rows 
 	return err
 }
 
-// UnparkKeys implements core.Operator.
-func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.AuditEntry) (int, error) {
+// UnparkKeys implements driver.Operator.
+func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *driver.AuditEntry) (int, error) {
 	var total int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		total = 0
@@ -121,8 +120,8 @@ func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *core.Audit
 	return int(total), nil
 }
 
-// PruneAudited implements core.Operator.
-func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core.AuditEntry) (int, error) {
+// PruneAudited implements driver.Operator.
+func (s *Store) PruneAudited(ctx context.Context, p driver.PruneParams, audit driver.AuditEntry) (int, error) {
 	var total int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		total = 0
@@ -144,20 +143,20 @@ func (s *Store) PruneAudited(ctx context.Context, p core.PruneParams, audit core
 	return int(total), nil
 }
 
-// AuditLog implements core.Operator.
-func (s *Store) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.AuditEntry, error) {
+// AuditLog implements driver.Operator.
+func (s *Store) AuditLog(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
 	since := int64(0)
 	if !p.Since.IsZero() {
 		since = nowMicros(p.Since)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.auditList, since, core.ListParams{Limit: p.Limit}.PageSize())
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, since, driver.ListParams{Limit: p.Limit}.PageSize())
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: audit log: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []core.AuditEntry
+	var out []driver.AuditEntry
 	for rows.Next() {
-		var e core.AuditEntry
+		var e driver.AuditEntry
 		var at int64
 		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Command, &e.Arguments, &e.Rows); err != nil {
 			return nil, fmt.Errorf("sqlite: audit log: %w", err)
@@ -174,14 +173,14 @@ func (s *Store) AuditLog(ctx context.Context, p core.AuditListParams) ([]core.Au
 	return out, nil
 }
 
-// ResetLanes implements core.Operator: one statement (ResetLanes) and the audit row, in one
+// ResetLanes implements driver.Operator: one statement (ResetLanes) and the audit row, in one
 // write transaction. SQLite keeps no sign of life on a lane.
-func (s *Store) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit core.AuditEntry) (int, error) {
+func (s *Store) ResetLanes(ctx context.Context, p driver.ResetLanesParams, audit driver.AuditEntry) (int, error) {
 	count, err := s.LaneCount(ctx)
 	if err != nil {
 		return 0, err
 	}
-	lanes, err := core.CheckResetLanes(p, count)
+	lanes, err := driver.CheckResetLanes(p, count)
 	if err != nil {
 		return 0, err
 	}
@@ -202,12 +201,12 @@ func (s *Store) ResetLanes(ctx context.Context, p core.ResetLanesParams, audit c
 	return int(n), nil
 }
 
-// PruneInboxAudited implements core.Operator in one write transaction: the horizon raise, the
+// PruneInboxAudited implements driver.Operator in one write transaction: the horizon raise, the
 // deletions (limit at a time) and the audit row with the records deleted. SQLite has one
 // writer, so no inbox transaction runs beside it: the raise needs no commit of its own ahead
-// of the deletions (core.InboxStore.PruneInbox), and the audit row is never left at -1.
-func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit core.AuditEntry) (int, error) {
-	limit, err := core.CheckInboxPrune(consumer, before, limit)
+// of the deletions (driver.InboxStore.PruneInbox), and the audit row is never left at -1.
+func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit driver.AuditEntry) (int, error) {
+	limit, err := driver.CheckInboxPrune(consumer, before, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -242,7 +241,7 @@ func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before t
 // replayLanes gives the rows a replay put back to pending their key's lane under the current
 // lane count: a row published before a ResizeLanes still has its lane under the old count, and
 // all unpublished rows of a key must share one lane.
-func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, targets []core.ReplayTarget) error {
+func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, targets []driver.ReplayTarget) error {
 	var lanes int
 	if err := s.queryRow(ctx, tx, s.q.getLanes).Scan(&lanes); err != nil {
 		return err
@@ -258,7 +257,7 @@ func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, targets []core.Repl
 }
 
 // moveLanes sets the lane of each row rows yields (seq, key, current lane or -1: unknown) to
-// core.LaneOf(key, lanes) under the marker the immutability trigger allows it under, and
+// driver.LaneOf(key, lanes) under the marker the immutability trigger allows it under, and
 // counts the rows whose lane changed in *moved (when not nil).
 func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, rows func(yield func(seq int64, key string, lane int) bool) error, lanes int, moved *int64) error {
 	if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
@@ -266,7 +265,7 @@ func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, rows func(yield func(
 	}
 	var ferr error
 	err := rows(func(seq int64, key string, lane int) bool {
-		to := core.LaneOf(key, lanes)
+		to := driver.LaneOf(key, lanes)
 		if to == lane {
 			return true
 		}
@@ -294,13 +293,13 @@ func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, rows func(yield func(
 // resizeBatch is how many unpublished rows a resize reads at a time.
 const resizeBatch = 10_000
 
-// ResizeLanes implements core.LaneResizer in one write transaction (SQLite's single writer: no
+// ResizeLanes implements driver.LaneResizer in one write transaction (SQLite's single writer: no
 // writer transaction runs beside it, and one whose snapshot predates it cannot write
 // afterwards): every lease ended (owner cleared, lease expired, generation incremented), the
-// lane rows added or dropped, every unpublished row's lane set to core.LaneOf(its key, lanes),
+// lane rows added or dropped, every unpublished row's lane set to driver.LaneOf(its key, lanes),
 // the new count recorded and audit written (Rows: the rows moved).
-func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit core.AuditEntry) (int, error) {
-	if err := core.CheckResizeLanes(lanes); err != nil {
+func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEntry) (int, error) {
+	if err := driver.CheckResizeLanes(lanes); err != nil {
 		return 0, err
 	}
 	if _, err := s.LaneCount(ctx); err != nil {

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// LaneCount implements core.OutboxStore and core.RelayStore: the lane count recorded by
+// LaneCount implements driver.OutboxStore and driver.RelayStore: the lane count recorded by
 // Migrate (or by the last ResizeLanes), read at every call. An unmigrated database returns an
 // error wrapping core.ErrSchemaMismatch.
 func (s *Store) LaneCount(ctx context.Context) (int, error) {
@@ -36,7 +37,7 @@ const maxVariables = 32766
 // insertChunkRows is how many rows one INSERT statement carries.
 var insertChunkRows = maxVariables / insertArity
 
-// Insert implements core.OutboxStore. All records are written or none: when they need more
+// Insert implements driver.OutboxStore. All records are written or none: when they need more
 // than one statement, the statements run inside a SAVEPOINT that is rolled back on error,
 // leaving tx usable. A duplicate ID (or aggregate version, with UniqueAggregateVersion)
 // returns an error wrapping core.ErrDuplicateEvent.
@@ -52,20 +53,20 @@ var insertChunkRows = maxVariables / insertArity
 // own earlier statements), but never interrupts a statement that is running.
 //
 // Insert does not check the records' lanes against the lane count: core.Outbox uses InsertLanes.
-func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []core.Record) error {
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, records []driver.Record) error {
 	return s.insert(ctx, tx, 0, records)
 }
 
-// InsertLanes implements core.LaneInserter: Insert after reading the recorded lane count in tx,
+// InsertLanes implements driver.LaneInserter: Insert after reading the recorded lane count in tx,
 // which writes nothing and returns an error wrapping core.ErrLaneCountChanged (tx stays usable)
 // when it is not lanes. SQLite has one writer: a transaction that wrote holds a ResizeLanes
 // back until it ends, and one whose read snapshot is older than a resize cannot write at all
 // (SQLITE_BUSY_SNAPSHOT), so the count read is the one the insert commits under.
-func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
+func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records []driver.Record) error {
 	return s.insert(ctx, tx, lanes, records)
 }
 
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, lanes int, records []core.Record) error {
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, lanes int, records []driver.Record) error {
 	if tx == nil {
 		return fmt.Errorf("sqlite: insert: %w: nil transaction", core.ErrInvalidTx)
 	}
@@ -162,7 +163,7 @@ func (s *Store) learnFile(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []core.Record, now int64) error {
+func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []driver.Record, now int64) error {
 	var b strings.Builder
 	b.Grow(len(s.q.insertPrefix) + len(recs)*(len(insertRowPlaceholder)+1))
 	b.WriteString(s.q.insertPrefix)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlfile"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
@@ -171,7 +172,7 @@ func testPendingMigrationOnline(t *testing.T, del bool) {
 	time.Sleep(400 * time.Millisecond)
 	// The earlier version's cleanup deletes rows its relay marked (the delete trigger takes their
 	// publication rows along).
-	_, err = old.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
+	_, err = old.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	time.Sleep(200 * time.Millisecond)
 
@@ -242,17 +243,17 @@ func TestPendingMigrationBackfill(t *testing.T) {
 	write(old, ob, order...)
 	// The earlier relay: a1, b1, c1 published, b2 to be retried in an hour, c2 parked.
 	t0 := time.Now()
-	leases, err := old.ClaimLanes(ctx, core.ClaimParams{Owner: "earlier", Max: 2, TTL: time.Hour, Now: t0})
+	leases, err := old.ClaimLanes(ctx, driver.ClaimParams{Owner: "earlier", Max: 2, TTL: time.Hour, Now: t0})
 	require.NoError(t, err)
-	recs, err := old.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 100, Now: t0})
+	recs, err := old.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 100, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, recs, 15)
 	for _, r := range recs {
 		seqOf[r.ID], idOf[r.Seq] = r.Seq, r.ID
 	}
-	require.NoError(t, old.Settle(ctx, core.SettleParams{Leases: leases, Now: t0,
+	require.NoError(t, old.Settle(ctx, driver.SettleParams{Leases: leases, Now: t0,
 		Published: []int64{seqOf["a1"], seqOf["b1"], seqOf["c1"]},
-		Failed: []core.Failure{{Seq: seqOf["b2"], Delay: time.Hour, Error: "later"},
+		Failed: []driver.Failure{{Seq: seqOf["b2"], Delay: time.Hour, Error: "later"},
 			{Seq: seqOf["c2"], Park: true, Error: "poison"}}}))
 	require.NoError(t, old.ReleaseLanes(ctx, leases))
 
@@ -264,13 +265,13 @@ func TestPendingMigrationBackfill(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx))
 	require.EqualValues(t, 12, countRows(t, db, `SELECT count(*) FROM outbox_queue`))
 	require.EqualValues(t, 3, countRows(t, db, `SELECT count(*) FROM outbox_publications`))
-	pub, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	pub, err := s.List(ctx, driver.ListParams{State: driver.StatePublished})
 	require.NoError(t, err)
 	require.Len(t, pub, 3)
 	for _, r := range pub {
 		require.WithinDuration(t, t0, r.PublishedAt, time.Millisecond, r.ID)
 	}
-	parked, err := s.List(ctx, core.ListParams{State: core.StateParked})
+	parked, err := s.List(ctx, driver.ListParams{State: driver.StateParked})
 	require.NoError(t, err)
 	require.Len(t, parked, 1)
 	require.Equal(t, "c2", parked[0].ID)
@@ -282,10 +283,10 @@ func TestPendingMigrationBackfill(t *testing.T) {
 
 	var sent []string
 	drain := func(now time.Time) {
-		leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "new", Max: 2, TTL: time.Hour, Now: now})
+		leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "new", Max: 2, TTL: time.Hour, Now: now})
 		require.NoError(t, err)
 		for {
-			recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 4, Now: now})
+			recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 4, Now: now})
 			require.NoError(t, err)
 			if len(recs) == 0 {
 				break
@@ -295,7 +296,7 @@ func TestPendingMigrationBackfill(t *testing.T) {
 				seqs[i] = r.Seq
 				sent = append(sent, r.ID)
 			}
-			require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: seqs, Now: now}))
+			require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: seqs, Now: now}))
 		}
 		require.NoError(t, s.ReleaseLanes(ctx, leases))
 	}
@@ -387,28 +388,28 @@ func TestPendingTriggers(t *testing.T) {
 		return err
 	}))
 	require.True(t, get("n1").Queued)
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
-	recs, err := s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10})
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
 	now := time.Now()
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Now: now, Published: []int64{recs[0].Seq},
-		Failed: []core.Failure{{Seq: recs[1].Seq, Park: true, Error: "p"}, {Seq: recs[2].Seq, Delay: time.Hour, Error: "r"}}}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Now: now, Published: []int64{recs[0].Seq},
+		Failed: []driver.Failure{{Seq: recs[1].Seq, Park: true, Error: "p"}, {Seq: recs[2].Seq, Delay: time.Hour, Error: "r"}}}))
 	require.Equal(t, state{PublishedAt: sql.NullInt64{Int64: now.UnixMicro(), Valid: true}}, get("n1"))
 	require.Equal(t, int64(1), get("n2").Attempts)
 	require.True(t, get("n2").Parked.Valid)
 	_, err = s.Unpark(ctx, "a/2")
 	require.NoError(t, err)
-	_, err = s.Replay(ctx, core.ReplayParams{IDs: []string{"n1"}})
+	_, err = s.Replay(ctx, driver.ReplayParams{IDs: []string{"n1"}})
 	require.NoError(t, err)
 	require.Equal(t, state{Queued: true}, get("n1"), "a replay forgets the publication")
-	recs, err = s.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 10, Now: now.Add(2 * time.Hour)})
+	recs, err = s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10, Now: now.Add(2 * time.Hour)})
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[0].Seq}, Delete: true}))
-	require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{recs[1].Seq, recs[2].Seq}, Now: now}))
-	n, err := s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(time.Second)})
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{recs[0].Seq}, Delete: true}))
+	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{recs[1].Seq, recs[2].Seq}, Now: now}))
+	n, err := s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for _, q := range []string{`SELECT count(*) FROM outbox`, `SELECT count(*) FROM outbox_queue`, `SELECT count(*) FROM outbox_publications`} {
@@ -447,14 +448,14 @@ func TestPruneRetentionBound(t *testing.T) {
 			return err
 		}))
 	}
-	leases, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: 10 * time.Hour, Now: now.Add(-5 * time.Hour)})
+	leases, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: 10 * time.Hour, Now: now.Add(-5 * time.Hour)})
 	require.NoError(t, err)
 	publish := func(id string, at time.Time) {
-		recs, err := s.List(ctx, core.ListParams{State: core.StatePending})
+		recs, err := s.List(ctx, driver.ListParams{State: driver.StatePending})
 		require.NoError(t, err)
 		for _, r := range recs {
 			if r.ID == id {
-				require.NoError(t, s.Settle(ctx, core.SettleParams{Leases: leases, Published: []int64{r.Seq}, Now: at}))
+				require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{r.Seq}, Now: at}))
 				return
 			}
 		}
@@ -479,14 +480,14 @@ func TestPruneRetentionBound(t *testing.T) {
 	publish("new-old", now.Add(-2*time.Hour))
 	publish("new-recent", now)
 	publish("after-queued", now.Add(-2*time.Hour)) // above a queued row
-	recs, err := s.List(ctx, core.ListParams{State: core.StatePublished})
+	recs, err := s.List(ctx, driver.ListParams{State: driver.StatePublished})
 	require.NoError(t, err)
 	require.Len(t, recs, 5)
 	for i, want := range []time.Time{now.Add(-3 * time.Hour), now.Add(-time.Minute), now.Add(-2 * time.Hour), now, now.Add(-2 * time.Hour)} {
 		require.WithinDuration(t, want, recs[i].PublishedAt, time.Microsecond, recs[i].ID)
 	}
 
-	n, err := s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(-time.Hour)})
+	n, err := s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(-time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, []string{"pre-recent", "new-recent", "queued", "after-queued"}, ids(),
@@ -495,11 +496,11 @@ func TestPruneRetentionBound(t *testing.T) {
 
 	// Once the queued row is published (after the cut-off) and the cut-off moves past it all.
 	publish("queued", now)
-	n, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(-time.Hour)})
+	n, err = s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(-time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, []string{"pre-recent", "new-recent", "queued"}, ids())
-	n, err = s.PruneOutbox(ctx, core.PruneParams{PublishedBefore: now.Add(time.Second)})
+	n, err = s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.Empty(t, ids())

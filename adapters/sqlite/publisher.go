@@ -7,18 +7,19 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// AcquireGeneration implements core.RelayStore. It reads the publisher row and, unless p.Join
+// AcquireGeneration implements driver.RelayStore. It reads the publisher row and, unless p.Join
 // applies, increments its generation, in one transaction holding SQLite's write lock: two
 // concurrent calls (from this Store, another Store or another process) get distinct
 // generations, and none runs between a ClaimLanes or RenewLanes fence check and its lease
 // changes.
-func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (core.Publisher, error) {
+func (s *Store) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (driver.Publisher, error) {
 	if err := p.CheckKind(); err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
-	var out core.Publisher
+	var out driver.Publisher
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		cur, err := readPublisher(s.queryRow(ctx, tx, s.q.publisherGet))
 		if err != nil {
@@ -32,25 +33,25 @@ func (s *Store) AcquireGeneration(ctx context.Context, p core.AcquireParams) (co
 		return err
 	})
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("sqlite: acquire generation: %w", classify(err))
+		return driver.Publisher{}, fmt.Errorf("sqlite: acquire generation: %w", classify(err))
 	}
 	return out, nil
 }
 
-// Generation implements core.RelayStore.
-func (s *Store) Generation(ctx context.Context) (core.Publisher, error) {
+// Generation implements driver.RelayStore.
+func (s *Store) Generation(ctx context.Context) (driver.Publisher, error) {
 	pub, err := s.generation(ctx)
 	if err != nil {
-		return core.Publisher{}, fmt.Errorf("sqlite: generation: %w", classify(err))
+		return driver.Publisher{}, fmt.Errorf("sqlite: generation: %w", classify(err))
 	}
 	return pub, nil
 }
 
 // generation reads the publisher row outside any transaction.
-func (s *Store) generation(ctx context.Context) (core.Publisher, error) {
+func (s *Store) generation(ctx context.Context) (driver.Publisher, error) {
 	rows, err := s.dbQuery(ctx, s.q.publisherGet)
 	if err != nil {
-		return core.Publisher{}, publisherError(err)
+		return driver.Publisher{}, publisherError(err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
@@ -58,11 +59,11 @@ func (s *Store) generation(ctx context.Context) (core.Publisher, error) {
 		if err == nil {
 			err = sql.ErrNoRows
 		}
-		return core.Publisher{}, publisherError(err)
+		return driver.Publisher{}, publisherError(err)
 	}
 	pub, err := readPublisher(rows)
 	if err != nil {
-		return core.Publisher{}, err
+		return driver.Publisher{}, err
 	}
 	return pub, rows.Close()
 }
@@ -89,7 +90,7 @@ func (s *Store) fencedNoWork(ctx context.Context, gen int64) error {
 }
 
 // fenced returns an error wrapping core.ErrFenced unless gen is cur's generation.
-func fenced(gen int64, cur core.Publisher) error {
+func fenced(gen int64, cur driver.Publisher) error {
 	if cur.Generation == gen {
 		return nil
 	}
@@ -97,13 +98,13 @@ func fenced(gen int64, cur core.Publisher) error {
 }
 
 // readPublisher scans the publisher row from a *sql.Row or *sql.Rows.
-func readPublisher(row interface{ Scan(...any) error }) (core.Publisher, error) {
+func readPublisher(row interface{ Scan(...any) error }) (driver.Publisher, error) {
 	var (
-		p     core.Publisher
+		p     driver.Publisher
 		since sql.NullInt64
 	)
 	if err := row.Scan(&p.Generation, &p.Kind, &p.Holder, &since); err != nil {
-		return core.Publisher{}, publisherError(err)
+		return driver.Publisher{}, publisherError(err)
 	}
 	p.Since = fromNullMicros(since)
 	return p, nil

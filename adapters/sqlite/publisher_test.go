@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 type laneRow struct {
@@ -46,13 +47,13 @@ func TestGenerationFresh(t *testing.T) {
 	b := setup(t, &sqlite.Options{Lanes: 2})
 	pub, err := b.store.Generation(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, core.Publisher{}, pub)
+	require.Equal(t, driver.Publisher{}, pub)
 
 	// Callers that know nothing of generations (generation 0) keep working on a fresh outbox.
-	ls, err := b.store.ClaimLanes(b.ctx, core.ClaimParams{Owner: "w", Max: 2, TTL: time.Minute})
+	ls, err := b.store.ClaimLanes(b.ctx, driver.ClaimParams{Owner: "w", Max: 2, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, ls, 2)
-	ls, err = b.store.RenewLanes(b.ctx, core.RenewParams{Leases: ls, TTL: time.Minute})
+	ls, err = b.store.RenewLanes(b.ctx, driver.RenewParams{Leases: ls, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, ls, 2)
 }
@@ -61,9 +62,9 @@ func TestAcquireGenerationJoinAndBump(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sqlite.Options{Lanes: 2})
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
-	acquire := func(kind, holder string, join bool, now time.Time) core.Publisher {
+	acquire := func(kind, holder string, join bool, now time.Time) driver.Publisher {
 		t.Helper()
-		pub, err := b.store.AcquireGeneration(b.ctx, core.AcquireParams{Kind: kind, Holder: holder, Join: join, Now: now})
+		pub, err := b.store.AcquireGeneration(b.ctx, driver.AcquireParams{Kind: kind, Holder: holder, Join: join, Now: now})
 		require.NoError(t, err)
 		got, err := b.store.Generation(b.ctx)
 		require.NoError(t, err)
@@ -72,31 +73,31 @@ func TestAcquireGenerationJoinAndBump(t *testing.T) {
 	}
 
 	// Join on a fresh outbox (kind "") takes generation 1.
-	require.Equal(t, core.Publisher{Generation: 1, Kind: core.KindPolling, Holder: "a", Since: t0},
-		acquire(core.KindPolling, "a", true, t0))
+	require.Equal(t, driver.Publisher{Generation: 1, Kind: driver.KindPolling, Holder: "a", Since: t0},
+		acquire(driver.KindPolling, "a", true, t0))
 	// Joining the same kind returns it unchanged: holder and since stay those of the taker.
-	require.Equal(t, core.Publisher{Generation: 1, Kind: core.KindPolling, Holder: "a", Since: t0},
-		acquire(core.KindPolling, "b", true, t0.Add(time.Second)))
+	require.Equal(t, driver.Publisher{Generation: 1, Kind: driver.KindPolling, Holder: "a", Since: t0},
+		acquire(driver.KindPolling, "b", true, t0.Add(time.Second)))
 	// Without Join the same kind bumps.
-	require.Equal(t, core.Publisher{Generation: 2, Kind: core.KindPolling, Holder: "c", Since: t0.Add(2 * time.Second)},
-		acquire(core.KindPolling, "c", false, t0.Add(2*time.Second)))
+	require.Equal(t, driver.Publisher{Generation: 2, Kind: driver.KindPolling, Holder: "c", Since: t0.Add(2 * time.Second)},
+		acquire(driver.KindPolling, "c", false, t0.Add(2*time.Second)))
 	// Join of another kind bumps.
-	require.Equal(t, core.Publisher{Generation: 3, Kind: core.KindCDC, Holder: "cdc-1", Since: t0.Add(3 * time.Second)},
-		acquire(core.KindCDC, "cdc-1", true, t0.Add(3*time.Second)))
-	require.Equal(t, int64(3), acquire(core.KindCDC, "cdc-2", true, t0.Add(4*time.Second)).Generation)
-	require.Equal(t, int64(4), acquire(core.KindCDC, "cdc-2", false, t0.Add(5*time.Second)).Generation)
-	require.Equal(t, int64(5), acquire(core.KindPolling, "d", true, t0.Add(6*time.Second)).Generation)
+	require.Equal(t, driver.Publisher{Generation: 3, Kind: driver.KindCDC, Holder: "cdc-1", Since: t0.Add(3 * time.Second)},
+		acquire(driver.KindCDC, "cdc-1", true, t0.Add(3*time.Second)))
+	require.Equal(t, int64(3), acquire(driver.KindCDC, "cdc-2", true, t0.Add(4*time.Second)).Generation)
+	require.Equal(t, int64(4), acquire(driver.KindCDC, "cdc-2", false, t0.Add(5*time.Second)).Generation)
+	require.Equal(t, int64(5), acquire(driver.KindPolling, "d", true, t0.Add(6*time.Second)).Generation)
 
 	// A zero Now is the database clock (this process's clock).
 	before := time.Now().Truncate(time.Microsecond)
-	pub := acquire(core.KindCDC, "e", false, time.Time{})
+	pub := acquire(driver.KindCDC, "e", false, time.Time{})
 	after := time.Now()
 	require.Equal(t, int64(6), pub.Generation)
 	require.False(t, pub.Since.Before(before), "since %v before %v", pub.Since, before)
 	require.False(t, pub.Since.After(after), "since %v after %v", pub.Since, after)
 
 	// An unknown kind is refused and changes nothing.
-	_, err := b.store.AcquireGeneration(b.ctx, core.AcquireParams{Kind: "other", Holder: "x"})
+	_, err := b.store.AcquireGeneration(b.ctx, driver.AcquireParams{Kind: "other", Holder: "x"})
 	require.ErrorIs(t, err, core.ErrInvalidOptions)
 	got, err := b.store.Generation(b.ctx)
 	require.NoError(t, err)
@@ -107,37 +108,37 @@ func TestClaimAndRenewFenced(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &sqlite.Options{Lanes: 4})
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	old, err := b.store.AcquireGeneration(b.ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "fleet", Join: true, Now: t0})
+	old, err := b.store.AcquireGeneration(b.ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "fleet", Join: true, Now: t0})
 	require.NoError(t, err)
-	held, err := b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: old.Generation, Owner: "a", Max: 2, TTL: time.Minute, Now: t0})
+	held, err := b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: old.Generation, Owner: "a", Max: 2, TTL: time.Minute, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, held, 2)
 	written, err := b.write(t, event("e1", "k1"))
 	require.NoError(t, err)
 	require.Len(t, written, 1)
 
-	cdc, err := b.store.AcquireGeneration(b.ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "cdc", Now: t0.Add(time.Second)})
+	cdc, err := b.store.AcquireGeneration(b.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "cdc", Now: t0.Add(time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, old.Generation+1, cdc.Generation)
 	before := laneRows(t, b.db, "outbox")
 
 	// The old generation may neither claim (free lanes remain) nor renew: ErrFenced, nothing
 	// changed.
-	ls, err := b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: old.Generation, Owner: "b", Max: 4, TTL: time.Minute, Now: t0.Add(2 * time.Second)})
+	ls, err := b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: old.Generation, Owner: "b", Max: 4, TTL: time.Minute, Now: t0.Add(2 * time.Second)})
 	require.ErrorIs(t, err, core.ErrFenced)
 	require.True(t, strings.HasPrefix(err.Error(), "sqlite: claim lanes: "), err.Error())
 	require.Empty(t, ls)
-	ls, err = b.store.RenewLanes(b.ctx, core.RenewParams{Generation: old.Generation, Leases: held, TTL: time.Hour, Now: t0.Add(2 * time.Second)})
+	ls, err = b.store.RenewLanes(b.ctx, driver.RenewParams{Generation: old.Generation, Leases: held, TTL: time.Hour, Now: t0.Add(2 * time.Second)})
 	require.ErrorIs(t, err, core.ErrFenced)
 	require.True(t, strings.HasPrefix(err.Error(), "sqlite: renew lanes: "), err.Error())
 	require.Empty(t, ls)
 	// A future generation is fenced too.
-	_, err = b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: cdc.Generation + 1, Owner: "b", Max: 4, TTL: time.Minute, Now: t0.Add(2 * time.Second)})
+	_, err = b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: cdc.Generation + 1, Owner: "b", Max: 4, TTL: time.Minute, Now: t0.Add(2 * time.Second)})
 	require.ErrorIs(t, err, core.ErrFenced)
 	// Calls with nothing to do still report the fence.
-	_, err = b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: old.Generation, Owner: "b", Max: 0})
+	_, err = b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: old.Generation, Owner: "b", Max: 0})
 	require.ErrorIs(t, err, core.ErrFenced)
-	_, err = b.store.RenewLanes(b.ctx, core.RenewParams{Generation: old.Generation})
+	_, err = b.store.RenewLanes(b.ctx, driver.RenewParams{Generation: old.Generation})
 	require.ErrorIs(t, err, core.ErrFenced)
 	require.Equal(t, before, laneRows(t, b.db, "outbox"), "a fenced call changed the lanes")
 	pub, err := b.store.Generation(b.ctx)
@@ -146,25 +147,25 @@ func TestClaimAndRenewFenced(t *testing.T) {
 
 	// Settle is not publisher-fenced: the old publisher may finish the batch it holds leases
 	// for.
-	recs, err := b.store.Fetch(b.ctx, core.FetchParams{Leases: held, Limit: 10, Now: t0.Add(2 * time.Second)})
+	recs, err := b.store.Fetch(b.ctx, driver.FetchParams{Leases: held, Limit: 10, Now: t0.Add(2 * time.Second)})
 	require.NoError(t, err)
 	var seqs []int64
 	for _, r := range recs {
 		seqs = append(seqs, r.Seq)
 	}
-	require.NoError(t, b.store.Settle(b.ctx, core.SettleParams{Leases: held, Published: seqs, Now: t0.Add(2 * time.Second)}))
+	require.NoError(t, b.store.Settle(b.ctx, driver.SettleParams{Leases: held, Published: seqs, Now: t0.Add(2 * time.Second)}))
 
 	// The current generation claims the free lanes and, with nothing to do, passes.
-	ls, err = b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: cdc.Generation, Owner: "cdc", Max: 4, TTL: time.Minute, Now: t0.Add(2 * time.Second)})
+	ls, err = b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: cdc.Generation, Owner: "cdc", Max: 4, TTL: time.Minute, Now: t0.Add(2 * time.Second)})
 	require.NoError(t, err)
 	require.Len(t, ls, 2)
-	_, err = b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: cdc.Generation, Owner: "cdc", Max: 0})
+	_, err = b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: cdc.Generation, Owner: "cdc", Max: 0})
 	require.NoError(t, err)
-	_, err = b.store.RenewLanes(b.ctx, core.RenewParams{Generation: cdc.Generation})
+	_, err = b.store.RenewLanes(b.ctx, driver.RenewParams{Generation: cdc.Generation})
 	require.NoError(t, err)
 	// The old publisher releases its lanes (ReleaseLanes is not fenced) and they come free.
 	require.NoError(t, b.store.ReleaseLanes(b.ctx, held))
-	ls, err = b.store.ClaimLanes(b.ctx, core.ClaimParams{Generation: cdc.Generation, Owner: "cdc", Max: 4, TTL: time.Minute, Now: t0.Add(3 * time.Second)})
+	ls, err = b.store.ClaimLanes(b.ctx, driver.ClaimParams{Generation: cdc.Generation, Owner: "cdc", Max: 4, TTL: time.Minute, Now: t0.Add(3 * time.Second)})
 	require.NoError(t, err)
 	require.Len(t, ls, 2)
 }
@@ -197,7 +198,7 @@ func TestAcquireGenerationConcurrent(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for k := range perStore {
-					pub, err := s.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: fmt.Sprintf("h%d-%d-%d", i, j, k)})
+					pub, err := s.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: fmt.Sprintf("h%d-%d-%d", i, j, k)})
 					if err != nil {
 						t.Error(err)
 						return
@@ -258,7 +259,7 @@ func TestAcquireFencesConcurrentClaims(t *testing.T) {
 			case <-quit:
 				return
 			}
-			if _, err := stores[0].AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "taker"}); err != nil {
+			if _, err := stores[0].AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "taker"}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -280,9 +281,9 @@ func TestAcquireFencesConcurrentClaims(t *testing.T) {
 				return
 			}
 			seen[pub.Generation] = true
-			ls, err := stores[1].ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: fmt.Sprint("w", i), Max: 4, TTL: time.Minute})
+			ls, err := stores[1].ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: fmt.Sprint("w", i), Max: 4, TTL: time.Minute})
 			if err == nil {
-				_, err = stores[1].RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: ls, TTL: time.Minute})
+				_, err = stores[1].RenewLanes(ctx, driver.RenewParams{Generation: pub.Generation, Leases: ls, TTL: time.Minute})
 				if err == nil {
 					err = stores[1].ReleaseLanes(ctx, ls)
 				}
@@ -311,11 +312,11 @@ func TestAcquireFencesConcurrentClaims(t *testing.T) {
 		if g == takes {
 			continue
 		}
-		_, err := stores[1].ClaimLanes(ctx, core.ClaimParams{Generation: g, Owner: "late", Max: 4, TTL: time.Minute})
+		_, err := stores[1].ClaimLanes(ctx, driver.ClaimParams{Generation: g, Owner: "late", Max: 4, TTL: time.Minute})
 		require.ErrorIs(t, err, core.ErrFenced, "generation %d", g)
 	}
 	// Leases of rounds fenced between claim and release are still held: claim past them.
-	ls, err := stores[1].ClaimLanes(ctx, core.ClaimParams{Generation: takes, Owner: "current", Max: 4, TTL: time.Minute, Now: time.Now().Add(time.Hour)})
+	ls, err := stores[1].ClaimLanes(ctx, driver.ClaimParams{Generation: takes, Owner: "current", Max: 4, TTL: time.Minute, Now: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	require.Len(t, ls, 4)
 }
@@ -343,7 +344,7 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	_, err = out.Write(ctx, tx, event("old-1", "k"), event("old-2", "k"))
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
-	held, err := s.ClaimLanes(ctx, core.ClaimParams{Owner: "old-relay", Max: 1, TTL: time.Hour})
+	held, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "old-relay", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, held, 1)
 	// Turn it into what the previous version left: schema version 1, no publisher table.
@@ -376,19 +377,19 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 	// before it they are refused with ErrSchemaMismatch and change nothing.
 	_, err = ops.Stats(ctx)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = ops.List(ctx, core.ListParams{Limit: 10})
+	_, err = ops.List(ctx, driver.ListParams{Limit: 10})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	_, err = ops.Unpark(ctx, "order/k")
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = ops.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now(), Limit: 10})
+	_, err = ops.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: time.Now(), Limit: 10})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	_, err = ops.Generation(ctx)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = ops.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 3, TTL: time.Minute})
+	_, err = ops.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 3, TTL: time.Minute})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = ops.RenewLanes(ctx, core.RenewParams{Leases: held, TTL: time.Minute})
+	_, err = ops.RenewLanes(ctx, driver.RenewParams{Leases: held, TTL: time.Minute})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = ops.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC})
+	_, err = ops.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	require.Equal(t, lanesBefore, laneRows(t, db2, table), "a refused call changed the lanes")
 
@@ -412,30 +413,30 @@ func TestMigrateUpgradesOldOutbox(t *testing.T) {
 		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, versions)
 		pub, err := ops.Generation(ctx)
 		require.NoError(t, err)
-		require.Equal(t, core.Publisher{}, pub)
+		require.Equal(t, driver.Publisher{}, pub)
 		require.Equal(t, lanesBefore, laneRows(t, db2, table))
 	}
 	st, err := ops.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), st.Pending)
-	recs, err := ops.List(ctx, core.ListParams{Limit: 10})
+	recs, err := ops.List(ctx, driver.ListParams{Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	unparked, err := ops.Unpark(ctx, "order/k")
 	require.NoError(t, err)
 	require.Zero(t, unparked)
-	pruned, err := ops.PruneOutbox(ctx, core.PruneParams{PublishedBefore: time.Now(), Limit: 10})
+	pruned, err := ops.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: time.Now(), Limit: 10})
 	require.NoError(t, err)
 	require.Zero(t, pruned)
-	renewed, err := ops.RenewLanes(ctx, core.RenewParams{Generation: 0, Leases: held, TTL: time.Hour})
+	renewed, err := ops.RenewLanes(ctx, driver.RenewParams{Generation: 0, Leases: held, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, renewed, 1)
-	pub, err := ops.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "new", Join: true})
+	pub, err := ops.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "new", Join: true})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), pub.Generation)
-	_, err = ops.RenewLanes(ctx, core.RenewParams{Generation: 0, Leases: held, TTL: time.Hour})
+	_, err = ops.RenewLanes(ctx, driver.RenewParams{Generation: 0, Leases: held, TTL: time.Hour})
 	require.ErrorIs(t, err, core.ErrFenced)
-	ls, err := ops.ClaimLanes(ctx, core.ClaimParams{Generation: 1, Owner: "new", Max: 3, TTL: time.Minute})
+	ls, err := ops.ClaimLanes(ctx, driver.ClaimParams{Generation: 1, Owner: "new", Max: 3, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, ls, 2)
 }

@@ -70,7 +70,7 @@ type queries struct {
 	// cleanup and admin
 	minPending  string
 	prune       string
-	list        [4]string // by core.RecordState
+	list        [4]string // by driver.RecordState
 	stats       string
 	blocked     string
 	pendingDest string

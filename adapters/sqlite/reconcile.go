@@ -5,14 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
 // ID (absent IDs omitted), read outside any transaction, one ID at a time.
-func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]core.InboxRecord, error) {
-	out := make(map[string]core.InboxRecord, len(ids))
+func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
+	out := make(map[string]driver.InboxRecord, len(ids))
 	for _, id := range ids {
 		rec, err := scanInbox(s.db.QueryRowContext(ctx, s.q.selectInbox, consumer, id), consumer, id)
 		if errors.Is(err, sql.ErrNoRows) {

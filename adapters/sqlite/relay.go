@@ -10,11 +10,12 @@ import (
 	"strings"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// Heartbeat implements core.RelayStore. It registers p.Owner until now+TTL (TTL <= 0 removes
+// Heartbeat implements driver.RelayStore. It registers p.Owner until now+TTL (TTL <= 0 removes
 // it), forgets workers that expired at now, and returns how many are live.
-func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+func (s *Store) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	if p.Owner == "" {
 		return 0, &core.OptionError{Field: "Owner", Reason: "required"}
 	}
@@ -39,10 +40,10 @@ func (s *Store) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, err
 	return live, nil
 }
 
-// ClaimLanes implements core.RelayStore. The write lock taken at the start of its transaction
+// ClaimLanes implements driver.RelayStore. The write lock taken at the start of its transaction
 // makes concurrent claims run one after the other, so no lane is handed out twice, and keeps
 // AcquireGeneration out between the publisher generation check and the claim.
-func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
 	if p.Owner == "" {
 		return nil, &core.OptionError{Field: "Owner", Reason: "required"}
 	}
@@ -54,7 +55,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	}
 	now := nowMicros(p.Now)
 	until := now + p.TTL.Microseconds()
-	var out []core.Lease
+	var out []driver.Lease
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
@@ -70,7 +71,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 		}
 		defer rows.Close()
 		for rows.Next() {
-			l := core.Lease{Owner: p.Owner, Until: fromMicros(until)}
+			l := driver.Lease{Owner: p.Owner, Until: fromMicros(until)}
 			if err := rows.Scan(&l.Lane, &l.Generation); err != nil {
 				return err
 			}
@@ -82,7 +83,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Leas
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim lanes: %w", classify(err))
 	}
-	slices.SortFunc(out, func(a, b core.Lease) int { return a.Lane - b.Lane })
+	slices.SortFunc(out, func(a, b driver.Lease) int { return a.Lane - b.Lane })
 	return out, nil
 }
 
@@ -105,9 +106,9 @@ func (s *Store) claimOwned(ctx context.Context, tx *sql.Tx, now int64) (map[int]
 	return owned, rows.Err()
 }
 
-// RenewLanes implements core.RelayStore. It checks the publisher generation in the same write
+// RenewLanes implements driver.RelayStore. It checks the publisher generation in the same write
 // transaction as the renewals.
-func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+func (s *Store) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
 	if len(p.Leases) == 0 {
 		if err := s.fencedNoWork(ctx, p.Generation); err != nil {
 			return nil, fmt.Errorf("sqlite: renew lanes: %w", classify(err))
@@ -116,7 +117,7 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	}
 	now := nowMicros(p.Now)
 	until := now + p.TTL.Microseconds()
-	var out []core.Lease
+	var out []driver.Lease
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
@@ -142,8 +143,8 @@ func (s *Store) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Leas
 	return out, nil
 }
 
-// ReleaseLanes implements core.RelayStore.
-func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+// ReleaseLanes implements driver.RelayStore.
+func (s *Store) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	if len(leases) == 0 {
 		return nil
 	}
@@ -161,11 +162,11 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
 	return nil
 }
 
-// Fetch implements core.RelayStore with one SELECT: it walks the queue (one narrow row per
+// Fetch implements driver.RelayStore with one SELECT: it walks the queue (one narrow row per
 // unpublished record, migration 0007) in seq order, joins each row's outbox record, and stops
 // after p.Limit deliverable rows, probing the queue's small index of failed and parked rows for
 // per-key blocking.
-func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
 	if len(p.Leases) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
@@ -184,12 +185,12 @@ func (s *Store) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, e
 	return recs, nil
 }
 
-// Settle implements core.RelayStore: one transaction, holding the write lock from its first
+// Settle implements driver.RelayStore: one transaction, holding the write lock from its first
 // statement, that checks every lease and then marks all published seqs (their publication rows
 // written and their queue rows deleted, two statements; or, with p.Delete, their outbox rows
 // deleted, which takes their queue rows with them) and records all failures in the queue rows
 // with one more. No outbox row is updated.
-func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
+func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 	if len(p.Leases) == 0 {
 		if len(p.Published) == 0 && len(p.Failed) == 0 {
 			return nil
@@ -235,16 +236,16 @@ func (s *Store) Settle(ctx context.Context, p core.SettleParams) error {
 	return nil
 }
 
-// checkLeases returns a *core.LanesLostError naming every lease not held at now.
-func (s *Store) checkLeases(ctx context.Context, tx *sql.Tx, leases []core.Lease, laneList string, now int64) error {
-	cur := make(map[int]core.Lease, len(leases))
+// checkLeases returns a *driver.LanesLostError naming every lease not held at now.
+func (s *Store) checkLeases(ctx context.Context, tx *sql.Tx, leases []driver.Lease, laneList string, now int64) error {
+	cur := make(map[int]driver.Lease, len(leases))
 	rows, err := s.query(ctx, tx, s.q.leaseState, laneList)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var st core.Lease
+		var st driver.Lease
 		var until int64
 		if err := rows.Scan(&st.Lane, &st.Owner, &st.Generation, &until); err != nil {
 			return err
@@ -256,7 +257,7 @@ func (s *Store) checkLeases(ctx context.Context, tx *sql.Tx, leases []core.Lease
 		return err
 	}
 	at := fromMicros(now)
-	return core.CheckLeases(leases, func(l core.Lease) bool { return l.HeldAt(cur[l.Lane], at) })
+	return driver.CheckLeases(leases, func(l driver.Lease) bool { return l.HeldAt(cur[l.Lane], at) })
 }
 
 func intList(v []int) string {
@@ -294,7 +295,7 @@ type failureJSON struct {
 	Error string `json:"e"`
 }
 
-func failureList(fs []core.Failure) (string, error) {
+func failureList(fs []driver.Failure) (string, error) {
 	out := make([]failureJSON, len(fs))
 	for i, f := range fs {
 		out[i] = failureJSON{Seq: f.Seq, Delay: max(f.Delay.Microseconds(), 0), Error: f.Error}
@@ -306,12 +307,12 @@ func failureList(fs []core.Failure) (string, error) {
 	return string(b), err
 }
 
-func scanRecords(rows *sql.Rows, capHint int) ([]core.Record, error) {
+func scanRecords(rows *sql.Rows, capHint int) ([]driver.Record, error) {
 	defer rows.Close()
-	out := make([]core.Record, 0, min(capHint, 1024))
+	out := make([]driver.Record, 0, min(capHint, 1024))
 	for rows.Next() {
 		var (
-			r                       core.Record
+			r                       driver.Record
 			payload                 []byte
 			headers                 sql.NullString
 			created                 int64

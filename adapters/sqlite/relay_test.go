@@ -13,11 +13,12 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC)
 
-func seqsOf(recs []core.Record) []int64 {
+func seqsOf(recs []driver.Record) []int64 {
 	out := make([]int64, len(recs))
 	for i, r := range recs {
 		out[i] = r.Seq
@@ -25,7 +26,7 @@ func seqsOf(recs []core.Record) []int64 {
 	return out
 }
 
-func idsOf(recs []core.Record) []string {
+func idsOf(recs []driver.Record) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = r.ID
@@ -33,9 +34,9 @@ func idsOf(recs []core.Record) []string {
 	return out
 }
 
-func claimAll(t *testing.T, b *testBundle, owner string, now time.Time) []core.Lease {
+func claimAll(t *testing.T, b *testBundle, owner string, now time.Time) []driver.Lease {
 	t.Helper()
-	ls, err := b.store.ClaimLanes(b.ctx, core.ClaimParams{Owner: owner, Max: core.MaxLanes, TTL: time.Hour, Now: now})
+	ls, err := b.store.ClaimLanes(b.ctx, driver.ClaimParams{Owner: owner, Max: core.MaxLanes, TTL: time.Hour, Now: now})
 	require.NoError(t, err)
 	return ls
 }
@@ -47,8 +48,8 @@ func TestFetchPerKeyBlocking(t *testing.T) {
 	require.NoError(t, err)
 	leases := claimAll(t, b, "w", t0)
 	require.Len(t, leases, 1)
-	fetch := func(now time.Time, limit int) []core.Record {
-		recs, err := b.store.Fetch(b.ctx, core.FetchParams{Leases: leases, Limit: limit, Now: now})
+	fetch := func(now time.Time, limit int) []driver.Record {
+		recs, err := b.store.Fetch(b.ctx, driver.FetchParams{Leases: leases, Limit: limit, Now: now})
 		require.NoError(t, err)
 		return recs
 	}
@@ -61,8 +62,8 @@ func TestFetchPerKeyBlocking(t *testing.T) {
 	}
 
 	// a fails with a delay: all of k1 waits, k2 goes on.
-	require.NoError(t, b.store.Settle(b.ctx, core.SettleParams{Leases: leases, Now: t0,
-		Failed: []core.Failure{{Seq: seq["a"], Lane: 0, Error: "boom", Delay: time.Minute}}}))
+	require.NoError(t, b.store.Settle(b.ctx, driver.SettleParams{Leases: leases, Now: t0,
+		Failed: []driver.Failure{{Seq: seq["a"], Lane: 0, Error: "boom", Delay: time.Minute}}}))
 	require.Equal(t, []string{"d"}, idsOf(fetch(t0, 10)))
 	require.Equal(t, []string{"d"}, idsOf(fetch(t0.Add(time.Minute-time.Microsecond), 10)))
 	due := fetch(t0.Add(time.Minute), 10)
@@ -73,17 +74,17 @@ func TestFetchPerKeyBlocking(t *testing.T) {
 
 	// a is published, b is parked: c waits behind b until an operator unparks k1.
 	t1 := t0.Add(2 * time.Minute)
-	require.NoError(t, b.store.Settle(b.ctx, core.SettleParams{Leases: leases, Now: t1,
+	require.NoError(t, b.store.Settle(b.ctx, driver.SettleParams{Leases: leases, Now: t1,
 		Published: []int64{seq["a"]},
-		Failed:    []core.Failure{{Seq: seq["b"], Lane: 0, Error: "bad", Park: true}}}))
+		Failed:    []driver.Failure{{Seq: seq["b"], Lane: 0, Error: "bad", Park: true}}}))
 	require.Equal(t, []string{"d"}, idsOf(fetch(t1.Add(time.Hour), 10)))
-	parked, err := b.store.List(b.ctx, core.ListParams{State: core.StateParked})
+	parked, err := b.store.List(b.ctx, driver.ListParams{State: driver.StateParked})
 	require.NoError(t, err)
 	require.Equal(t, []string{"b"}, idsOf(parked))
 	require.Equal(t, t1.Truncate(time.Microsecond), parked[0].ParkedAt)
 	st, err := b.store.Stats(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, core.Stats{Pending: 2, Parked: 1, Published: 1, OldestPendingAt: st.OldestPendingAt}, st)
+	require.Equal(t, driver.Stats{Pending: 2, Parked: 1, Published: 1, OldestPendingAt: st.OldestPendingAt}, st)
 	require.False(t, st.OldestPendingAt.IsZero())
 
 	n, err := b.store.Unpark(b.ctx, "order/k1")
@@ -105,14 +106,14 @@ func TestFetchOnlyLeasedLanes(t *testing.T) {
 	evs := manyEvents("e", 200, 50)
 	_, err := b.write(t, evs...)
 	require.NoError(t, err)
-	l, err := b.store.ClaimLanes(b.ctx, core.ClaimParams{Owner: "w", Max: 2, TTL: time.Hour, Now: t0})
+	l, err := b.store.ClaimLanes(b.ctx, driver.ClaimParams{Owner: "w", Max: 2, TTL: time.Hour, Now: t0})
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 1}, []int{l[0].Lane, l[1].Lane})
-	recs, err := b.store.Fetch(b.ctx, core.FetchParams{Leases: l, Limit: 1000, Now: t0})
+	recs, err := b.store.Fetch(b.ctx, driver.FetchParams{Leases: l, Limit: 1000, Now: t0})
 	require.NoError(t, err)
 	want := 0
 	for _, ev := range evs {
-		if lane := core.LaneOf("order/"+ev.AggregateID, 4); lane == 0 || lane == 1 {
+		if lane := driver.LaneOf("order/"+ev.AggregateID, 4); lane == 0 || lane == 1 {
 			want++
 		}
 	}
@@ -132,23 +133,23 @@ func TestSettleFencing(t *testing.T) {
 	require.NoError(t, err)
 	leases := claimAll(t, b, "old", t0)
 	require.Len(t, leases, 2)
-	recs, err := b.store.Fetch(b.ctx, core.FetchParams{Leases: leases, Limit: 100, Now: t0})
+	recs, err := b.store.Fetch(b.ctx, driver.FetchParams{Leases: leases, Limit: 100, Now: t0})
 	require.NoError(t, err)
 	require.Len(t, recs, 20)
 
 	// Lane 1 expires and is taken over.
-	_, err = b.store.RenewLanes(b.ctx, core.RenewParams{Leases: leases[:1], TTL: 3 * time.Hour, Now: t0})
+	_, err = b.store.RenewLanes(b.ctx, driver.RenewParams{Leases: leases[:1], TTL: 3 * time.Hour, Now: t0})
 	require.NoError(t, err)
 	t1 := t0.Add(2 * time.Hour)
-	taken, err := b.store.ClaimLanes(b.ctx, core.ClaimParams{Owner: "new", Max: 5, TTL: time.Hour, Now: t1})
+	taken, err := b.store.ClaimLanes(b.ctx, driver.ClaimParams{Owner: "new", Max: 5, TTL: time.Hour, Now: t1})
 	require.NoError(t, err)
 	require.Len(t, taken, 1)
 	require.Equal(t, 1, taken[0].Lane)
 	require.Equal(t, leases[1].Generation+1, taken[0].Generation)
 
 	leases[0].Until = t0.Add(3 * time.Hour)
-	err = b.store.Settle(b.ctx, core.SettleParams{Leases: leases, Published: seqsOf(recs), Now: t1})
-	var lost *core.LanesLostError
+	err = b.store.Settle(b.ctx, driver.SettleParams{Leases: leases, Published: seqsOf(recs), Now: t1})
+	var lost *driver.LanesLostError
 	require.ErrorAs(t, err, &lost)
 	require.ErrorIs(t, err, core.ErrClaimLost)
 	require.Equal(t, []int{1}, lost.Lanes)
@@ -158,7 +159,7 @@ func TestSettleFencing(t *testing.T) {
 
 	// Settling with the lane still held marks only that lane's records, even if other seqs
 	// are passed.
-	require.NoError(t, b.store.Settle(b.ctx, core.SettleParams{Leases: leases[:1], Published: seqsOf(recs), Now: t1}))
+	require.NoError(t, b.store.Settle(b.ctx, driver.SettleParams{Leases: leases[:1], Published: seqsOf(recs), Now: t1}))
 	st, err = b.store.Stats(b.ctx)
 	require.NoError(t, err)
 	var lane0 int64
@@ -171,10 +172,10 @@ func TestSettleFencing(t *testing.T) {
 	require.Equal(t, 20-lane0, st.Pending)
 
 	// Delete mode on the new owner's lane.
-	require.NoError(t, b.store.Settle(b.ctx, core.SettleParams{Leases: taken, Published: seqsOf(recs), Delete: true, Now: t1}))
+	require.NoError(t, b.store.Settle(b.ctx, driver.SettleParams{Leases: taken, Published: seqsOf(recs), Delete: true, Now: t1}))
 	st, err = b.store.Stats(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, core.Stats{Published: lane0}, st)
+	require.Equal(t, driver.Stats{Published: lane0}, st)
 	require.Equal(t, int(lane0), b.count(t))
 }
 
@@ -184,26 +185,26 @@ func TestPruneOutboxWatermark(t *testing.T) {
 	_, err := b.write(t, manyEvents("e", 10, 10)...)
 	require.NoError(t, err)
 	leases := claimAll(t, b, "w", t0)
-	recs, err := b.store.Fetch(b.ctx, core.FetchParams{Leases: leases, Limit: 100, Now: t0})
+	recs, err := b.store.Fetch(b.ctx, driver.FetchParams{Leases: leases, Limit: 100, Now: t0})
 	require.NoError(t, err)
 	seqs := seqsOf(recs)
 	// Publish all but the 6th (index 5).
 	pub := append(append([]int64{}, seqs[:5]...), seqs[6:]...)
-	require.NoError(t, b.store.Settle(b.ctx, core.SettleParams{Leases: leases, Published: pub, Now: t0}))
+	require.NoError(t, b.store.Settle(b.ctx, driver.SettleParams{Leases: leases, Published: pub, Now: t0}))
 
-	n, err := b.store.PruneOutbox(b.ctx, core.PruneParams{PublishedBefore: t0, Limit: 100})
+	n, err := b.store.PruneOutbox(b.ctx, driver.PruneParams{PublishedBefore: t0, Limit: 100})
 	require.NoError(t, err)
 	require.Zero(t, n, "published at t0 is not before t0")
-	n, err = b.store.PruneOutbox(b.ctx, core.PruneParams{PublishedBefore: t0.Add(time.Second), BelowSeq: seqs[2], Limit: 100})
+	n, err = b.store.PruneOutbox(b.ctx, driver.PruneParams{PublishedBefore: t0.Add(time.Second), BelowSeq: seqs[2], Limit: 100})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	n, err = b.store.PruneOutbox(b.ctx, core.PruneParams{PublishedBefore: t0.Add(time.Second), Limit: 2})
+	n, err = b.store.PruneOutbox(b.ctx, driver.PruneParams{PublishedBefore: t0.Add(time.Second), Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	n, err = b.store.PruneOutbox(b.ctx, core.PruneParams{PublishedBefore: t0.Add(time.Second), Limit: 100})
+	n, err = b.store.PruneOutbox(b.ctx, driver.PruneParams{PublishedBefore: t0.Add(time.Second), Limit: 100})
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only rows below the lowest unpublished seq")
-	rest, err := b.store.List(b.ctx, core.ListParams{})
+	rest, err := b.store.List(b.ctx, driver.ListParams{})
 	require.NoError(t, err)
 	require.Equal(t, seqs[5:], seqsOf(rest))
 }
@@ -287,7 +288,7 @@ func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	hb := func(owner string, ttl time.Duration, now time.Time) int {
-		n, err := b.store.Heartbeat(b.ctx, core.HeartbeatParams{Owner: owner, TTL: ttl, Now: now})
+		n, err := b.store.Heartbeat(b.ctx, driver.HeartbeatParams{Owner: owner, TTL: ttl, Now: now})
 		require.NoError(t, err)
 		return n
 	}
@@ -327,7 +328,7 @@ func TestInTxCancelAndPanic(t *testing.T) {
 	cancel()
 	err := b.store.InTx(cctx, func(context.Context, *sql.Tx) error { return nil })
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = b.store.Heartbeat(cctx, core.HeartbeatParams{Owner: "w", TTL: time.Minute})
+	_, err = b.store.Heartbeat(cctx, driver.HeartbeatParams{Owner: "w", TTL: time.Minute})
 	require.ErrorIs(t, err, context.Canceled)
 	close(release)
 	require.NoError(t, <-done)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -23,8 +24,8 @@ const DriverName = "sqlite"
 const BusyTimeout = 10 * time.Second
 
 // Store is the SQLite adapter. Its transaction type is *sql.Tx. It implements
-// core.OutboxStore[*sql.Tx], core.RelayStore, core.InboxStore[*sql.Tx], core.Pruner, core.Admin,
-// and, through the embedded core.Broadcast, core.Notifier and core.Waker: Notify (called by
+// driver.OutboxStore[*sql.Tx], driver.RelayStore, driver.InboxStore[*sql.Tx], driver.Pruner, driver.Admin,
+// and, through the embedded core.Broadcast, driver.Notifier and driver.Waker: Notify (called by
 // core.Outbox.Notify after a commit) wakes the relays of this process. It is safe for
 // concurrent use.
 type Store struct {
@@ -46,15 +47,15 @@ type Store struct {
 
 // Compile-time checks of the contracts Store implements.
 var (
-	_ core.OutboxStore[*sql.Tx]  = (*Store)(nil)
-	_ core.RelayStore            = (*Store)(nil)
-	_ core.InboxStore[*sql.Tx]   = (*Store)(nil)
-	_ core.Pruner                = (*Store)(nil)
-	_ core.Admin                 = (*Store)(nil)
-	_ core.Notifier              = (*Store)(nil)
-	_ core.Waker                 = (*Store)(nil)
-	_ core.LaneResizer           = (*Store)(nil)
-	_ core.LaneInserter[*sql.Tx] = (*Store)(nil)
+	_ driver.OutboxStore[*sql.Tx]  = (*Store)(nil)
+	_ driver.RelayStore            = (*Store)(nil)
+	_ driver.InboxStore[*sql.Tx]   = (*Store)(nil)
+	_ driver.Pruner                = (*Store)(nil)
+	_ driver.Admin                 = (*Store)(nil)
+	_ driver.Notifier              = (*Store)(nil)
+	_ driver.Waker                 = (*Store)(nil)
+	_ driver.LaneResizer           = (*Store)(nil)
+	_ driver.LaneInserter[*sql.Tx] = (*Store)(nil)
 )
 
 // New returns a Store on db, which the caller opened (preferably with OpenDB) and closes.
@@ -83,7 +84,7 @@ func resolve(opts *Options) (Options, names, queries, error) {
 		o.InboxTable = "inbox"
 	}
 	var err error
-	if o.Lanes, err = core.LanesOption(o.Lanes); err != nil {
+	if o.Lanes, err = driver.LanesOption(o.Lanes); err != nil {
 		return Options{}, names{}, queries{}, err
 	}
 	if o.Logger == nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 type testBundle struct {
@@ -159,7 +160,7 @@ func TestLaneCountUnmigrated(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.LaneCount(ctx)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	_, err = s.ClaimLanes(ctx, core.ClaimParams{Owner: "w", Max: 1, TTL: time.Second})
+	_, err = s.ClaimLanes(ctx, driver.ClaimParams{Owner: "w", Max: 1, TTL: time.Second})
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 }
 
@@ -333,11 +334,11 @@ func TestWriteLockWithoutTxlock(t *testing.T) {
 
 	// Concurrent lease changes on such a DB serialise instead of failing with SQLITE_BUSY.
 	var wg sync.WaitGroup
-	got := make([][]core.Lease, 8)
+	got := make([][]driver.Lease, 8)
 	errs := make([]error, 8)
 	for i := range got {
 		wg.Go(func() {
-			got[i], errs[i] = s.ClaimLanes(ctx, core.ClaimParams{Owner: fmt.Sprint("w", i), Max: 1, TTL: time.Minute})
+			got[i], errs[i] = s.ClaimLanes(ctx, driver.ClaimParams{Owner: fmt.Sprint("w", i), Max: 1, TTL: time.Minute})
 		})
 	}
 	wg.Wait()
@@ -434,7 +435,7 @@ func TestInsertAtomicAcrossChunks(t *testing.T) {
 	_, err = b.write(t, evs...)
 	require.NoError(t, err)
 	require.Equal(t, 5002, b.count(t))
-	recs, err := b.store.List(b.ctx, core.ListParams{Limit: 10000})
+	recs, err := b.store.List(b.ctx, driver.ListParams{Limit: 10000})
 	require.NoError(t, err)
 	require.Len(t, recs, 5002)
 	for i, r := range recs[2:] {
@@ -459,7 +460,7 @@ func TestRoundTrip(t *testing.T) {
 	written, err := b.write(t, full, bare)
 	require.NoError(t, err)
 
-	recs, err := b.store.List(b.ctx, core.ListParams{})
+	recs, err := b.store.List(b.ctx, driver.ListParams{})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	// Write added the transaction group headers; everything else is as given.
@@ -467,7 +468,7 @@ func TestRoundTrip(t *testing.T) {
 	require.Equal(t, "abc", recs[0].Headers["trace"])
 	full.Headers = recs[0].Headers
 	require.Equal(t, full, recs[0].Event)
-	require.Equal(t, core.LaneOf("pk-1", 16), recs[0].Lane)
+	require.Equal(t, driver.LaneOf("pk-1", 16), recs[0].Lane)
 	require.Equal(t, written[1], recs[1].Event)
 	require.Nil(t, recs[1].Payload)
 	require.Equal(t, []string{core.HeaderTxCount, core.HeaderTxID, core.HeaderTxIndex}, slices.Sorted(maps.Keys(recs[1].Headers)))
@@ -496,7 +497,7 @@ func TestInsertThroughAnotherDB(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	// Warm the Store's statement cache on db1 first.
-	_, err = s.Heartbeat(ctx, core.HeartbeatParams{Owner: "w", TTL: time.Minute})
+	_, err = s.Heartbeat(ctx, driver.HeartbeatParams{Owner: "w", TTL: time.Minute})
 	require.NoError(t, err)
 
 	out, err := core.NewOutbox[*sql.Tx](ctx, s, nil)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -31,12 +31,12 @@ func addActorFlag(cmd *cobra.Command) *string {
 }
 
 // auditEntry is the audit row of a command run by actor ("" : the OS user) with args.
-func auditEntry(actor, command string, args any) *core.AuditEntry {
+func auditEntry(actor, command string, args any) *driver.AuditEntry {
 	if actor == "" {
 		actor = osUser()
 	}
 	b, _ := json.Marshal(args) // maps and slices of strings: never fails
-	return &core.AuditEntry{Actor: actor, Command: command, Arguments: string(b)}
+	return &driver.AuditEntry{Actor: actor, Command: command, Arguments: string(b)}
 }
 
 func osUser() string {
@@ -77,7 +77,7 @@ func replayCommand() *cobra.Command {
 			if key != "" {
 				args = map[string]any{"key": key, "since": since.UTC().Format(time.RFC3339Nano)}
 			}
-			n, err := db.Store.Replay(cmd.Context(), core.ReplayParams{IDs: ids, PartitionKey: key, Since: since, Audit: auditEntry(*actor, "replay", args)})
+			n, err := db.Store.Replay(cmd.Context(), driver.ReplayParams{IDs: ids, PartitionKey: key, Since: since, Audit: auditEntry(*actor, "replay", args)})
 			if err != nil {
 				return err
 			}
@@ -95,8 +95,8 @@ func replayCommand() *cobra.Command {
 			return usageErr(cmd, "give --ids or --key with --since")
 		case key != "" && sinceFlag == "":
 			return usageErr(cmd, "--key needs --since")
-		case len(ids) > core.MaxReplay:
-			return usageErr(cmd, "--ids: at most %d", core.MaxReplay)
+		case len(ids) > driver.MaxReplay:
+			return usageErr(cmd, "--ids: at most %d", driver.MaxReplay)
 		}
 		for _, id := range ids {
 			if id == "" {
@@ -130,7 +130,7 @@ func auditCommand() *cobra.Command {
 	var limit int
 	cmd, _ := opsCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset, lanes resize and inbox prune (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			entries, err := db.Store.AuditLog(cmd.Context(), core.AuditListParams{Since: since, Limit: limit})
+			entries, err := db.Store.AuditLog(cmd.Context(), driver.AuditListParams{Since: since, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -156,7 +156,7 @@ func auditCommand() *cobra.Command {
 			})
 		})
 	cmd.Flags().StringVar(&sinceFlag, "since", "", "only rows at or after this RFC 3339 time or this long ago (90m)")
-	cmd.Flags().IntVar(&limit, "limit", core.DefaultListLimit, "most rows to list (the latest)")
+	cmd.Flags().IntVar(&limit, "limit", driver.DefaultListLimit, "most rows to list (the latest)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if limit < 1 {
 			return usageErr(cmd, "--limit: must be at least 1, got %d", limit)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -36,15 +36,15 @@ func binRun(t *testing.T, args ...string) (int, string, string) {
 func publishAll(t *testing.T, store opendb.Store) []string {
 	t.Helper()
 	ctx := t.Context()
-	pub, err := store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "audit-test"})
+	pub, err := store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "audit-test"})
 	require.NoError(t, err)
-	leases, err := store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 1, TTL: time.Hour})
+	leases, err := store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, leases, 1)
-	recs, err := store.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 100})
+	recs, err := store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 100})
 	require.NoError(t, err)
 	var ids []string
-	p := core.SettleParams{Leases: leases}
+	p := driver.SettleParams{Leases: leases}
 	for _, r := range recs {
 		ids = append(ids, r.ID)
 		p.Published = append(p.Published, r.Seq)
@@ -57,7 +57,7 @@ func publishAll(t *testing.T, store opendb.Store) []string {
 // states returns "pending" or "published" for each ID, and how many rows the outbox holds.
 func states(t *testing.T, store opendb.Store) map[string]string {
 	t.Helper()
-	recs, err := store.List(t.Context(), core.ListParams{State: core.StateAll, Limit: 1000})
+	recs, err := store.List(t.Context(), driver.ListParams{State: driver.StateAll, Limit: 1000})
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, r := range recs {
@@ -161,10 +161,10 @@ func TestOpsReplayAudit(t *testing.T) {
 
 			// A CDC publisher: replay refused (the CDC relay would not see the rows again).
 			if d.driver != "sqlite" {
-				_, err := store.AcquireGeneration(t.Context(), core.AcquireParams{Kind: core.KindCDC, Holder: "cdc-test"})
+				_, err := store.AcquireGeneration(t.Context(), driver.AcquireParams{Kind: driver.KindCDC, Holder: "cdc-test"})
 				require.NoError(t, err)
 				fails(t, 1, "CDC relay", with("replay", "--ids", b1)...)
-				_, err = store.AcquireGeneration(t.Context(), core.AcquireParams{Kind: core.KindPolling, Holder: "audit-test"})
+				_, err = store.AcquireGeneration(t.Context(), driver.AcquireParams{Kind: driver.KindPolling, Holder: "audit-test"})
 				require.NoError(t, err)
 			}
 			// No audit table: the replay rolls back with its failed audit row.

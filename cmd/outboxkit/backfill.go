@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/daemon"
 )
 
@@ -80,7 +80,7 @@ func runBackfill(cmd *cobra.Command, cfg daemon.Config, configPath, actor, outpu
 		return failErr(cmd, err)
 	}
 	defer r.Close()
-	aw, ok := r.Store.(core.AuditWriter)
+	aw, ok := r.Store.(driver.AuditWriter)
 	if !ok {
 		return failErr(cmd, fmt.Errorf("%w (driver %s)", ErrNoCDC, cfg.Database.Driver))
 	}

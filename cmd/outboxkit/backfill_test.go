@@ -24,6 +24,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/daemon"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -116,20 +117,20 @@ func kafkaTopic(t *testing.T) (string, func(t *testing.T, want int) map[string][
 // lostPosition leaves b's outbox as a CDC relay that lost its position leaves it: a CDC
 // publisher generation and a checkpoint whose position the log no longer holds (on PostgreSQL
 // its slot does not exist; on MariaDB the binary log file was never there).
-func lostPosition(t *testing.T, db *opendb.DB) core.Checkpoint {
+func lostPosition(t *testing.T, db *opendb.DB) driver.Checkpoint {
 	ctx := t.Context()
 	src, err := db.ChangeSource()
 	require.NoError(t, err)
 	id, err := src.Identity(ctx)
 	require.NoError(t, err)
-	cp := core.Checkpoint{Source: id, Position: "0/1000028"}
+	cp := driver.Checkpoint{Source: id, Position: "0/1000028"}
 	if strings.HasPrefix(id, "mysql") {
 		cp.Position = "file:mysql-bin.000001:4"
 	}
-	pub, err := db.Store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "lost-relay"})
+	pub, err := db.Store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "lost-relay"})
 	require.NoError(t, err)
 	cp.Generation = pub.Generation
-	require.NoError(t, db.Store.(core.CheckpointStore).SaveCheckpoint(ctx, cp))
+	require.NoError(t, db.Store.(driver.CheckpointStore).SaveCheckpoint(ctx, cp))
 	return cp
 }
 
@@ -169,7 +170,7 @@ func runBackfillE2E(t *testing.T, b e2eBackend) {
 
 	unchanged := func(why string) {
 		t.Helper()
-		cp, ok, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+		cp, ok, err := db.Store.(driver.CheckpointStore).LoadCheckpoint(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, lost.Position, cp.Position, why)
@@ -179,7 +180,7 @@ func runBackfillE2E(t *testing.T, b e2eBackend) {
 		st, err := db.Store.Stats(ctx)
 		require.NoError(t, err)
 		require.Equal(t, int64(total), st.Pending, why)
-		audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+		audit, err := db.Store.AuditLog(ctx, driver.AuditListParams{})
 		require.NoError(t, err)
 		require.Empty(t, audit, why)
 	}
@@ -192,7 +193,7 @@ func runBackfillE2E(t *testing.T, b e2eBackend) {
 	unchanged("a polling configuration is refused")
 
 	// A relay holds a lane: refused, nothing changed (stop the CDC relay first).
-	leases, err := db.Store.ClaimLanes(ctx, core.ClaimParams{Generation: gen.Generation, Owner: "lost-relay", Max: 1, TTL: time.Hour})
+	leases, err := db.Store.ClaimLanes(ctx, driver.ClaimParams{Generation: gen.Generation, Owner: "lost-relay", Max: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, leases, 1)
 	code, out, errs = backfillRun(t, "backfill", "--config", config)
@@ -215,7 +216,7 @@ func runBackfillE2E(t *testing.T, b e2eBackend) {
 	require.NotEqual(t, lost.Position, res.Checkpoint)
 
 	require.Equal(t, want, receive(t, total), "every unpublished event once, in order per key; none published before")
-	cp, found, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+	cp, found, err := db.Store.(driver.CheckpointStore).LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, res.Checkpoint, cp.Position)
@@ -224,7 +225,7 @@ func runBackfillE2E(t *testing.T, b e2eBackend) {
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 
-	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+	audit, err := db.Store.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, "ops", audit[0].Actor)
@@ -236,7 +237,7 @@ func runBackfillE2E(t *testing.T, b e2eBackend) {
 	code, out, errs = backfillRun(t, "backfill", "--config", config)
 	require.Equal(t, 0, code, "stdout %q stderr %q", out, errs)
 	require.Regexp(t, `^backfilled published=0 checkpoint=\S+ generation=\d+\n$`, out)
-	audit, err = db.Store.AuditLog(ctx, core.AuditListParams{})
+	audit, err = db.Store.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, audit, 2)
 	require.Equal(t, "backfill", audit[1].Command)
@@ -311,14 +312,14 @@ func TestBackfillSignal(t *testing.T) {
 	}
 	require.Equal(t, "outboxkit backfill: outbox: cdc relay: backfill stopped before it finished: context canceled", lines[len(lines)-1])
 
-	cp, ok, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+	cp, ok, err := db.Store.(driver.CheckpointStore).LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, lost.Position, cp.Position, "the checkpoint has not moved")
 	st, err := db.Store.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(6), st.Pending)
-	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+	audit, err := db.Store.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, "backfill", audit[0].Command)
@@ -346,7 +347,7 @@ func TestBackfillSignalGraceful(t *testing.T) {
 	}
 	began := time.Now()
 	config := backfillConfig(t, b, "cdc", sqsE2ESink(t).config)
-	stats := func() core.Stats {
+	stats := func() driver.Stats {
 		st, err := db.Store.Stats(ctx)
 		require.NoError(t, err)
 		return st
@@ -367,10 +368,10 @@ func TestBackfillSignalGraceful(t *testing.T) {
 	require.Less(t, published, int64(total), "stopped before the end")
 	require.Equal(t, fmt.Sprintf("outboxkit backfill: outbox: cdc relay: backfill stopped by Shutdown before it finished: context canceled "+
 		"(published=%d before it stopped; the checkpoint has not moved: run backfill again)\n", published), errb.String())
-	cp, _, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+	cp, _, err := db.Store.(driver.CheckpointStore).LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lost.Position, cp.Position, "the checkpoint has not moved")
-	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+	audit, err := db.Store.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, audit, 1)
 	require.Equal(t, published, audit[0].Rows)
@@ -447,13 +448,13 @@ func backfillRefused(t *testing.T, b e2eBackend, dsn string) {
 	g, err := db.Store.Generation(ctx)
 	require.NoError(t, err)
 	require.Equal(t, gen.Generation, g.Generation, "the outbox was not taken over")
-	cp, _, err := db.Store.(core.CheckpointStore).LoadCheckpoint(ctx)
+	cp, _, err := db.Store.(driver.CheckpointStore).LoadCheckpoint(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lost.Position, cp.Position)
 	st, err := db.Store.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), st.Pending)
-	audit, err := db.Store.AuditLog(ctx, core.AuditListParams{})
+	audit, err := db.Store.AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Empty(t, audit)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -62,7 +62,7 @@ func cdcReleaseCommand() *cobra.Command {
 		"drop what holds the change log for the CDC relay (PostgreSQL: its replication slot) and delete its checkpoint, with an audit row: the next CDC relay backfills every unpublished event, then streams from the head of the log (stop the CDC relay first)",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
 			ctx := cmd.Context()
-			rel, ok := db.Store.(core.CheckpointReleaser)
+			rel, ok := db.Store.(driver.CheckpointReleaser)
 			if !ok || db.ChangeSource == nil {
 				return ErrNoCDC
 			}
@@ -77,7 +77,7 @@ func cdcReleaseCommand() *cobra.Command {
 			// The slot first: an active one (a CDC relay streams from it) is refused, and the
 			// checkpoint is left alone. A slot dropped before a failed delete is found absent by
 			// the next release.
-			if lr, ok := src.(core.LogReleaser); ok {
+			if lr, ok := src.(driver.LogReleaser); ok {
 				if sn, ok := src.(slotNamer); ok {
 					out.Slot = sn.Slot()
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 type worker struct {
@@ -24,7 +25,7 @@ type worker struct {
 // hundred milliseconds (half the time a crash that leaves its leases to expire, half a clean
 // stop that releases them) and starts a replacement with a new owner name.
 type supervisor struct {
-	store  core.RelayStore
+	store  driver.RelayStore
 	sink   core.Sink
 	router core.Router
 	logger *slog.Logger

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -33,7 +34,7 @@ func inboxPruneCommand() *cobra.Command {
 		})
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the inbox consumer (required)")
 	cmd.Flags().DurationVar(&retention, "retention", 0, "keep the records of messages that occurred this long ago or later (required, positive)")
-	cmd.Flags().IntVar(&limit, "limit", core.DefaultPruneLimit, "most records deleted per transaction")
+	cmd.Flags().IntVar(&limit, "limit", driver.DefaultPruneLimit, "most records deleted per transaction")
 	actor = addActorFlag(cmd)
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		switch {

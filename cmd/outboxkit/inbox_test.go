@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -33,7 +34,7 @@ func processor(t *testing.T, store opendb.Store) func(consumer, id string, at ti
 	return nil
 }
 
-func processWith[TTx any](t *testing.T, s core.InboxStore[TTx], h core.Handler[TTx]) func(consumer, id string, at time.Time) (core.Outcome, error) {
+func processWith[TTx any](t *testing.T, s driver.InboxStore[TTx], h core.Handler[TTx]) func(consumer, id string, at time.Time) (core.Outcome, error) {
 	in, err := core.NewInbox(s, nil)
 	require.NoError(t, err)
 	return func(consumer, id string, at time.Time) (core.Outcome, error) {

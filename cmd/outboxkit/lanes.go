@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -36,7 +37,7 @@ func lanesResetCommand() *cobra.Command {
 			case owner != "":
 				args = map[string]any{"owner": owner}
 			}
-			n, err := db.Store.ResetLanes(cmd.Context(), core.ResetLanesParams{Lanes: lanes, Owner: owner, All: all}, *auditEntry(*actor, "lanes reset", args))
+			n, err := db.Store.ResetLanes(cmd.Context(), driver.ResetLanesParams{Lanes: lanes, Owner: owner, All: all}, *auditEntry(*actor, "lanes reset", args))
 			if err != nil {
 				return err
 			}
@@ -84,7 +85,7 @@ func lanesResizeCommand() *cobra.Command {
 	cmd, _ := opsCommand("resize --db URL --to N [--actor A]",
 		"change the outbox's lane count to N (1 to 4096) in one transaction with an audit row, keeping per-key order: it waits for the writer transactions in flight and holds new ones back, ends every lease (a running relay's settle of a batch in flight is refused and the batch resent), moves every unpublished event to its key's lane under the new count and records the count; writers and running relays follow it",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			rs, ok := db.Store.(core.LaneResizer)
+			rs, ok := db.Store.(driver.LaneResizer)
 			if !ok {
 				return errNoResize
 			}

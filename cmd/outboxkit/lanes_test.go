@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -39,17 +39,17 @@ func TestOpsLanesReset(t *testing.T) {
 			defer db.Close()
 			store, ctx := db.Store, t.Context()
 			writeEvents(t, store, "a", "b", "c", "d", "e", "f", "g", "h")
-			pub, err := store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "w"})
+			pub, err := store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w"})
 			require.NoError(t, err)
-			claim := func(owner string, max int) []core.Lease {
-				ls, err := store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: owner, Max: max, TTL: time.Hour})
+			claim := func(owner string, max int) []driver.Lease {
+				ls, err := store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: owner, Max: max, TTL: time.Hour})
 				require.NoError(t, err)
 				return ls
 			}
 			stalled, other := claim("stalled", 2), claim("other", 1)
 			require.Len(t, stalled, 2)
 			require.Len(t, other, 1)
-			recs, err := store.Fetch(ctx, core.FetchParams{Leases: stalled, Limit: 100})
+			recs, err := store.Fetch(ctx, driver.FetchParams{Leases: stalled, Limit: 100})
 			require.NoError(t, err)
 			require.NotEmpty(t, recs)
 			var seqs []int64
@@ -75,8 +75,8 @@ func TestOpsLanesReset(t *testing.T) {
 				}
 			}
 			// The stalled owner's settle is refused; another worker claims the lanes at once.
-			err = store.Settle(ctx, core.SettleParams{Leases: stalled, Published: seqs})
-			var lost *core.LanesLostError
+			err = store.Settle(ctx, driver.SettleParams{Leases: stalled, Published: seqs})
+			var lost *driver.LanesLostError
 			require.True(t, errors.As(err, &lost), "%v", err)
 			require.Equal(t, []int{0, 1}, lost.Lanes)
 			require.Len(t, states(t, store), pending)
@@ -85,7 +85,7 @@ func TestOpsLanesReset(t *testing.T) {
 			}
 			next := claim("next", 4)
 			require.Equal(t, []int{0, 1, 3}, []int{next[0].Lane, next[1].Lane, next[2].Lane})
-			require.NoError(t, store.Settle(ctx, core.SettleParams{Leases: next[:2], Published: seqs}))
+			require.NoError(t, store.Settle(ctx, driver.SettleParams{Leases: next[:2], Published: seqs}))
 
 			require.Equal(t, "{\n  \"reset\": 2\n}\n", ok(t, with("lanes", "reset", "--lane", "2", "--lane", "3", "--output", "json")...))
 			require.Equal(t, "reset=2\n", ok(t, with("lanes", "reset", "--all")...), "next's lanes 0 and 1")
@@ -108,7 +108,7 @@ func TestOpsLanesReset(t *testing.T) {
 			}
 			d.exec(t, "DROP TABLE "+audit)
 			fails(t, 1, "reset lanes", with("lanes", "reset", "--all")...)
-			renewed, err := store.RenewLanes(ctx, core.RenewParams{Generation: pub.Generation, Leases: held, TTL: time.Hour})
+			renewed, err := store.RenewLanes(ctx, driver.RenewParams{Generation: pub.Generation, Leases: held, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Len(t, renewed, 1, "the lease is still held")
 			require.False(t, strings.Contains(ok(t, with("status")...), "0 with an owner"))
@@ -141,17 +141,17 @@ func TestOpsLanesResize(t *testing.T) {
 			writeEvents(t, db.Store, keys...)
 			want := 0
 			for _, k := range keys {
-				if core.LaneOf(k, 4) != core.LaneOf(k, 16) {
+				if driver.LaneOf(k, 4) != driver.LaneOf(k, 16) {
 					want++
 				}
 			}
 			require.NotZero(t, want)
 			require.Equal(t, "lanes=16 moved="+itoa(int64(want))+"\n", ok(t, with("lanes", "resize", "--to", "16", "--actor", "alice")...))
-			recs, err := db.Store.List(t.Context(), core.ListParams{State: core.StateAll, Limit: 100})
+			recs, err := db.Store.List(t.Context(), driver.ListParams{State: driver.StateAll, Limit: 100})
 			require.NoError(t, err)
 			require.Len(t, recs, len(keys))
 			for _, r := range recs {
-				require.Equal(t, core.LaneOf(r.PartitionKey, 16), r.Lane, "key %s", r.PartitionKey)
+				require.Equal(t, driver.LaneOf(r.PartitionKey, 16), r.Lane, "key %s", r.PartitionKey)
 			}
 			var st statusReport
 			require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
@@ -175,7 +175,7 @@ func TestOpsLanesResize(t *testing.T) {
 func countLane0(keys []string, more ...string) int {
 	n := 0
 	for _, k := range append(append([]string(nil), keys...), more...) {
-		if core.LaneOf(k, 16) == 0 {
+		if driver.LaneOf(k, 16) == 0 {
 			n++
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -231,7 +232,7 @@ type statusReport struct {
 	Pending   int64 `json:"pending"`
 	Parked    int64 `json:"parked"`
 	Blocked   int64 `json:"blocked"`   // pending records behind a parked record of their key
-	Published int64 `json:"published"` // an estimate on a large table (core.Stats)
+	Published int64 `json:"published"` // an estimate on a large table (driver.Stats)
 	// OldestPendingAt and OldestPendingAge are absent when nothing is pending.
 	OldestPendingAt  *time.Time `json:"oldest_pending_at,omitempty"`
 	OldestPendingAge float64    `json:"oldest_pending_age_seconds,omitempty"`
@@ -309,10 +310,10 @@ type laneJSON struct {
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 }
 
-// The adapters' operator reads beyond core.Admin (postgres, mysql and sqlite have them).
+// The adapters' operator reads beyond driver.Admin (postgres, mysql and sqlite have them).
 type (
 	laneLister interface {
-		Lanes(context.Context) ([]core.Lease, error)
+		Lanes(context.Context) ([]driver.Lease, error)
 	}
 	blockedCounter interface {
 		Blocked(context.Context) (int64, error)
@@ -383,7 +384,7 @@ func collectStatus(ctx context.Context, db *opendb.DB) (statusReport, time.Time,
 		return statusReport{}, now, err
 	}
 	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
-	if cs, ok := db.Store.(core.CheckpointStore); ok {
+	if cs, ok := db.Store.(driver.CheckpointStore); ok {
 		c, found, err := cs.LoadCheckpoint(ctx)
 		if err != nil {
 			return statusReport{}, now, err
@@ -448,7 +449,7 @@ func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
 	if db.ChangeSource == nil {
 		return
 	}
-	var src core.ChangeSource
+	var src driver.ChangeSource
 	var err error
 	if pg, isPG := db.Store.(pgSources); isPG {
 		slot, ok := postgres.IdentitySlot(c.Source)
@@ -590,7 +591,7 @@ func parkedCommand() *cobra.Command {
 	var limit int
 	cmd, _ := opsCommand("parked --db URL [--limit N]", "list parked events with their attempts and last error (\"none\" when there are none)", cobra.NoArgs,
 		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			recs, err := db.Store.List(cmd.Context(), core.ListParams{State: core.StateParked, Limit: limit})
+			recs, err := db.Store.List(cmd.Context(), driver.ListParams{State: driver.StateParked, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -608,7 +609,7 @@ func parkedCommand() *cobra.Command {
 				}
 			})
 		})
-	cmd.Flags().IntVar(&limit, "limit", core.DefaultListLimit, "most events to list")
+	cmd.Flags().IntVar(&limit, "limit", driver.DefaultListLimit, "most events to list")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if limit < 1 {
 			return usageErr(cmd, "--limit: must be at least 1, got %d", limit)
@@ -671,7 +672,7 @@ func cleanupCommand() *cobra.Command {
 				n, err = core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
 			} else {
 				// Audited: one transaction with its audit row.
-				n, err = db.Store.PruneAudited(cmd.Context(), core.PruneParams{PublishedBefore: time.Now().Add(-retention)},
+				n, err = db.Store.PruneAudited(cmd.Context(), driver.PruneParams{PublishedBefore: time.Now().Add(-retention)},
 					*auditEntry(*actor, "cleanup", map[string]any{"retention": retention.String()}))
 			}
 			if err != nil {

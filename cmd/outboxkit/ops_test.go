@@ -21,6 +21,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
@@ -285,21 +286,21 @@ func TestOpsCommands(t *testing.T) {
 			defer db.Close()
 			store := db.Store
 			ids := writeEvents(t, store, "a", "a", "b")
-			_, err = store.AcquireGeneration(t.Context(), core.AcquireParams{Kind: core.KindPolling, Holder: "ops-test"})
+			_, err = store.AcquireGeneration(t.Context(), driver.AcquireParams{Kind: driver.KindPolling, Holder: "ops-test"})
 			require.NoError(t, err)
 			pub, err := store.Generation(t.Context())
 			require.NoError(t, err)
-			leases, err := store.ClaimLanes(t.Context(), core.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 4, TTL: time.Hour})
+			leases, err := store.ClaimLanes(t.Context(), driver.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 4, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Len(t, leases, 4)
-			recs, err := store.Fetch(t.Context(), core.FetchParams{Leases: leases, Limit: 10})
+			recs, err := store.Fetch(t.Context(), driver.FetchParams{Leases: leases, Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, recs, 3)
-			p := core.SettleParams{Leases: leases}
+			p := driver.SettleParams{Leases: leases}
 			for _, r := range recs {
 				switch r.ID {
 				case ids[0]: // the first event of a: parked, holding back the second
-					p.Failed = append(p.Failed, core.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected schema", Park: true})
+					p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected schema", Park: true})
 				case ids[2]:
 					p.Published = append(p.Published, r.Seq)
 				}
@@ -326,10 +327,10 @@ func TestOpsCommands(t *testing.T) {
 				require.True(t, l.LeaseUntil.After(time.Now().Add(50*time.Minute)))
 			}
 			require.Equal(t, pub.Generation, st.Publisher.Generation)
-			require.Equal(t, core.KindPolling, st.Publisher.Kind)
+			require.Equal(t, driver.KindPolling, st.Publisher.Kind)
 			require.Nil(t, st.Checkpoint)
-			if cs, isCS := store.(core.CheckpointStore); isCS {
-				require.NoError(t, cs.SaveCheckpoint(t.Context(), core.Checkpoint{Source: "log-1", Position: "42", Generation: pub.Generation}))
+			if cs, isCS := store.(driver.CheckpointStore); isCS {
+				require.NoError(t, cs.SaveCheckpoint(t.Context(), driver.Checkpoint{Source: "log-1", Position: "42", Generation: pub.Generation}))
 				require.NoError(t, json.Unmarshal([]byte(ok(t, with("status", "--output", "json")...)), &st))
 				require.NotNil(t, st.Checkpoint)
 				require.Equal(t, "42", st.Checkpoint.Position)

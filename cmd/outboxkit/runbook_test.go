@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/deploy"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -214,18 +214,18 @@ func (d runbookDB) run(t *testing.T, page, path string, nth int, vars map[string
 func settle(t *testing.T, store opendb.Store, park ...string) {
 	t.Helper()
 	ctx := t.Context()
-	pub, err := store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "runbook-test"})
+	pub, err := store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "runbook-test"})
 	require.NoError(t, err)
-	leases, err := store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "runbook-relay", Max: 64, TTL: time.Hour})
+	leases, err := store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "runbook-relay", Max: 64, TTL: time.Hour})
 	require.NoError(t, err)
-	recs, err := store.Fetch(ctx, core.FetchParams{Leases: leases, Limit: 100})
+	recs, err := store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 100})
 	require.NoError(t, err)
-	p := core.SettleParams{Leases: leases}
+	p := driver.SettleParams{Leases: leases}
 	held := map[string]bool{} // keys with a parked record: their later records wait
 	for _, r := range recs {
 		switch {
 		case slices.Contains(park, r.ID):
-			p.Failed = append(p.Failed, core.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected: schema v2 required", Park: true})
+			p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected: schema v2 required", Park: true})
 			held[r.PartitionKey] = true
 		case !held[r.PartitionKey]:
 			p.Published = append(p.Published, r.Seq)
@@ -372,16 +372,16 @@ func TestRunbookStuckClaims(t *testing.T) {
 			d := newRunbookDB(t, b.new, 2)
 			ctx := t.Context()
 			writeEvents(t, d.store, "a", "b", "c")
-			pub, err := d.store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "crashed"})
+			pub, err := d.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "crashed"})
 			require.NoError(t, err)
-			crashed, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "crashed", Max: 1, TTL: 500 * time.Millisecond})
+			crashed, err := d.store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "crashed", Max: 1, TTL: 500 * time.Millisecond})
 			require.NoError(t, err)
-			stalled, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "stalled", Max: 1, TTL: time.Hour})
+			stalled, err := d.store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "stalled", Max: 1, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Len(t, crashed, 1)
 			require.Len(t, stalled, 1)
 			before := map[int]int64{crashed[0].Lane: crashed[0].Generation, stalled[0].Lane: stalled[0].Generation}
-			recs, err := d.store.Fetch(ctx, core.FetchParams{Leases: stalled, Limit: 10})
+			recs, err := d.store.Fetch(ctx, driver.FetchParams{Leases: stalled, Limit: 10})
 			require.NoError(t, err)
 			require.NotEmpty(t, recs)
 			time.Sleep(600 * time.Millisecond) // the crashed relay's lease expires
@@ -404,8 +404,8 @@ func TestRunbookStuckClaims(t *testing.T) {
 			}
 
 			require.Equal(t, "reset=1\n", d.run(t, page, "lanes reset", 0, map[string]string{"OWNER": "stalled"}))
-			err = d.store.Settle(ctx, core.SettleParams{Leases: stalled, Published: []int64{recs[0].Seq}})
-			require.True(t, errors.As(err, new(*core.LanesLostError)), "the stalled owner's settle is refused: %v", err)
+			err = d.store.Settle(ctx, driver.SettleParams{Leases: stalled, Published: []int64{recs[0].Seq}})
+			require.True(t, errors.As(err, new(*driver.LanesLostError)), "the stalled owner's settle is refused: %v", err)
 
 			relay := startPageRelay(t, page, runbookRelay(t, d, "polling"))
 			require.Eventually(t, func() bool {
@@ -551,7 +551,7 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			}
 			src, err := d.db.ChangeSource()
 			require.NoError(t, err)
-			cp := core.Checkpoint{Source: "mysql:test", Position: "file:mysql-bin.000001:4"}
+			cp := driver.Checkpoint{Source: "mysql:test", Position: "file:mysql-bin.000001:4"}
 			slots := func() int { return 0 }
 			if b.name == "postgres" {
 				// A real slot at the head of the log, as a CDC relay leaves it.
@@ -584,10 +584,10 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 				require.NoError(t, err)
 				require.Eventually(t, func() bool { return slots() == 1 }, 5*time.Second, 20*time.Millisecond)
 			}
-			pub, err := d.store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindCDC, Holder: "cdc-relay"})
+			pub, err := d.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "cdc-relay"})
 			require.NoError(t, err)
 			cp.Generation = pub.Generation
-			require.NoError(t, d.store.(core.CheckpointStore).SaveCheckpoint(ctx, cp))
+			require.NoError(t, d.store.(driver.CheckpointStore).SaveCheckpoint(ctx, cp))
 			writeEvents(t, d.store, "a", "b")
 
 			text := d.run(t, page, "status", 0, nil)
@@ -600,7 +600,7 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			}
 
 			// Refused, changing nothing, while the relay holds a lane (step 1: stop it first).
-			leases, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "cdc-relay", Max: 1, TTL: time.Hour})
+			leases, err := d.store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "cdc-relay", Max: 1, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Len(t, leases, 1)
 			args := pageCmd(t, page, "cdc release", 0, map[string]string{"DB": d.url}, d.extra)
@@ -692,7 +692,7 @@ func TestRunbookDuplicateStorm(t *testing.T) {
 			d := newRunbookDB(t, b.new, 2)
 			ctx := t.Context()
 			writeEvents(t, d.store, "a", "b", "c")
-			pub, err := d.store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "flapping"})
+			pub, err := d.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "flapping"})
 			require.NoError(t, err)
 			generations := func() map[int]int64 {
 				var st statusReport
@@ -705,7 +705,7 @@ func TestRunbookDuplicateStorm(t *testing.T) {
 			}
 			flap := func() {
 				for _, owner := range []string{"flap-a", "flap-b"} {
-					leases, err := d.store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: owner, Max: 2, TTL: 10 * time.Millisecond})
+					leases, err := d.store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: owner, Max: 2, TTL: 10 * time.Millisecond})
 					require.NoError(t, err)
 					require.Len(t, leases, 2, "the other owner's lease has expired")
 					time.Sleep(20 * time.Millisecond)

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -46,7 +47,7 @@ func writeTo(t testing.TB, store opendb.Store, dests ...string) {
 	}
 }
 
-func writeIn[TTx any](ctx context.Context, tr core.Transactor[TTx], st core.OutboxStore[TTx], evs []core.Event) error {
+func writeIn[TTx any](ctx context.Context, tr driver.Transactor[TTx], st driver.OutboxStore[TTx], evs []core.Event) error {
 	ob, err := core.NewOutbox(ctx, st, nil)
 	if err != nil {
 		return err
@@ -61,15 +62,15 @@ func writeIn[TTx any](ctx context.Context, tr core.Transactor[TTx], st core.Outb
 func publishSome(t testing.TB, store opendb.Store, n int) {
 	t.Helper()
 	ctx := t.Context()
-	pub, err := store.AcquireGeneration(ctx, core.AcquireParams{Kind: core.KindPolling, Holder: "status-test"})
+	pub, err := store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "status-test"})
 	require.NoError(t, err)
-	leases, err := store.ClaimLanes(ctx, core.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 1, TTL: time.Minute})
+	leases, err := store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 1, TTL: time.Minute})
 	require.NoError(t, err)
 	for n > 0 {
-		recs, err := store.Fetch(ctx, core.FetchParams{Leases: leases, Limit: min(n, 1000)})
+		recs, err := store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: min(n, 1000)})
 		require.NoError(t, err)
 		require.Len(t, recs, min(n, 1000))
-		p := core.SettleParams{Leases: leases}
+		p := driver.SettleParams{Leases: leases}
 		for _, r := range recs {
 			p.Published = append(p.Published, r.Seq)
 		}
@@ -129,7 +130,7 @@ func TestStatusDetails(t *testing.T) {
 
 			pub, err := store.Generation(ctx)
 			require.NoError(t, err)
-			cs, isCS := store.(core.CheckpointStore)
+			cs, isCS := store.(driver.CheckpointStore)
 			switch b.name {
 			case "postgres":
 				require.True(t, isCS)
@@ -141,7 +142,7 @@ func TestStatusDetails(t *testing.T) {
 				require.NoError(t, db.SQL.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn))
 				writeTo(t, store, "billing") // WAL after the slot's restart_lsn
 				source := "postgres:1/" + slot + "/" + d.cfg.Schema + ".outbox"
-				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: source, Position: lsn, Generation: pub.Generation}))
+				require.NoError(t, cs.SaveCheckpoint(ctx, driver.Checkpoint{Source: source, Position: lsn, Generation: pub.Generation}))
 				st = statusJSON(t, d.flags)
 				c := st.Checkpoint
 				require.NotNil(t, c)
@@ -157,21 +158,21 @@ func TestStatusDetails(t *testing.T) {
 
 				// A checkpoint whose slot is gone: said, the rest of status shown.
 				gone := "ops_gone_" + randSuffix()
-				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "postgres:1/" + gone + "/" + d.cfg.Schema + ".outbox", Position: lsn, Generation: pub.Generation}))
+				require.NoError(t, cs.SaveCheckpoint(ctx, driver.Checkpoint{Source: "postgres:1/" + gone + "/" + d.cfg.Schema + ".outbox", Position: lsn, Generation: pub.Generation}))
 				st = statusJSON(t, d.flags)
 				require.Nil(t, st.Checkpoint.RetainedBytes)
 				require.Contains(t, st.Checkpoint.RetentionError, "replication slot "+gone+" does not exist")
 				require.Contains(t, ok(t, append([]string{"status"}, d.flags...)...), "retention  unknown: ")
 
 				// A checkpoint of another form names no slot.
-				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "log-1", Position: lsn, Generation: pub.Generation}))
+				require.NoError(t, cs.SaveCheckpoint(ctx, driver.Checkpoint{Source: "log-1", Position: lsn, Generation: pub.Generation}))
 				require.Equal(t, "the checkpoint's source names no replication slot", statusJSON(t, d.flags).Checkpoint.RetentionError)
 			case "mysql":
 				require.True(t, isCS)
 				file, offset := binlogHead(t, db.SQL)
 				pos := "file:" + file + ":" + itoa(offset)
 				writeTo(t, store, "billing") // binary log after the position
-				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "mysql:1/x.outbox", Position: pos, Generation: pub.Generation}))
+				require.NoError(t, cs.SaveCheckpoint(ctx, driver.Checkpoint{Source: "mysql:1/x.outbox", Position: pos, Generation: pub.Generation}))
 				st = statusJSON(t, d.flags)
 				c := st.Checkpoint
 				require.NotNil(t, c)
@@ -184,14 +185,14 @@ func TestStatusDetails(t *testing.T) {
 					ok(t, append([]string{"status"}, d.flags...)...))
 
 				// A checkpoint whose file is gone: every log retained, no headroom.
-				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "mysql:1/x.outbox", Position: "file:gone-bin.000001:4", Generation: pub.Generation}))
+				require.NoError(t, cs.SaveCheckpoint(ctx, driver.Checkpoint{Source: "mysql:1/x.outbox", Position: "file:gone-bin.000001:4", Generation: pub.Generation}))
 				c = statusJSON(t, d.flags).Checkpoint
 				require.NotNil(t, c.RetainedBytes)
 				require.GreaterOrEqual(t, *c.RetainedBytes, *st.Checkpoint.RetainedBytes)
 				require.NotNil(t, c.HeadroomBytes)
 				require.Zero(t, *c.HeadroomBytes)
 
-				require.NoError(t, cs.SaveCheckpoint(ctx, core.Checkpoint{Source: "mysql:1/x.outbox", Position: "nonsense", Generation: pub.Generation}))
+				require.NoError(t, cs.SaveCheckpoint(ctx, driver.Checkpoint{Source: "mysql:1/x.outbox", Position: "nonsense", Generation: pub.Generation}))
 				require.Contains(t, statusJSON(t, d.flags).Checkpoint.RetentionError, `position "nonsense"`)
 			default:
 				require.False(t, isCS, "SQLite has no CDC")

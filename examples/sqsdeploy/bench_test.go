@@ -18,19 +18,20 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
 
 // settleCounter counts the records the relay marked published and closes done at target.
 type settleCounter struct {
-	core.RelayStore
+	driver.RelayStore
 	target    int64
 	published atomic.Int64
 	once      sync.Once
 	done      chan struct{}
 }
 
-func (s *settleCounter) Settle(ctx context.Context, p core.SettleParams) error {
+func (s *settleCounter) Settle(ctx context.Context, p driver.SettleParams) error {
 	if err := s.RelayStore.Settle(ctx, p); err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func BenchmarkRelayToSQS(b *testing.B) {
 			r, err := core.NewRelay(counter, sink, core.StaticRouter{Default: url}, &core.RelayOptions{Owner: randName("bench-relay-")})
 			require.NoError(b, err)
 			if workers > 1 { // registered beforehand, so that each claims its share of the lanes at once
-				_, err := store.Heartbeat(ctx, core.HeartbeatParams{Owner: r.Owner(), TTL: time.Minute})
+				_, err := store.Heartbeat(ctx, driver.HeartbeatParams{Owner: r.Owner(), TTL: time.Minute})
 				require.NoError(b, err)
 			}
 			relays[w] = r
@@ -173,7 +174,7 @@ func BenchmarkRelayToSQS(b *testing.B) {
 		msgs := make([]core.Message, n)
 		now := time.Now().UTC()
 		for j, ev := range evs {
-			msgs[j] = core.Message{Record: core.Record{Event: ev, CreatedAt: now}, Destination: url, DedupID: ev.ID, GroupID: ev.PartitionKey}
+			msgs[j] = core.Message{Record: driver.Record{Event: ev, CreatedAt: now}, Destination: url, DedupID: ev.ID, GroupID: ev.PartitionKey}
 		}
 		start := time.Now()
 		for i := 0; i < n; i += 500 {

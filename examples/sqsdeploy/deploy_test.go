@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/examples/sqsdeploy"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
@@ -231,7 +232,7 @@ func throughRelayKill(t *testing.T, cdc bool) {
 
 	killed := ks.killedIDs()
 	require.NotEmpty(t, killed, "relay 1 was killed after an acknowledged batch")
-	pending, err := store.List(ctx, core.ListParams{State: core.StatePending, Limit: orders * versions})
+	pending, err := store.List(ctx, driver.ListParams{State: driver.StatePending, Limit: orders * versions})
 	require.NoError(t, err)
 	pendingIDs := map[string]bool{}
 	for _, r := range pending {
@@ -280,7 +281,7 @@ func throughRelayKill(t *testing.T, cdc bool) {
 	if cdc { // the CDC relay, not a polling one, published after the kill
 		pub, err := store.Generation(ctx)
 		require.NoError(t, err)
-		require.Equal(t, core.KindCDC, pub.Kind)
+		require.Equal(t, driver.KindCDC, pub.Kind)
 		_, ok, err := store.LoadCheckpoint(ctx)
 		require.NoError(t, err)
 		require.True(t, ok, "the CDC relay checkpointed")
@@ -289,7 +290,7 @@ func throughRelayKill(t *testing.T, cdc bool) {
 	// Outbox: everything published once the relay settled it, nothing parked.
 	st, err := store.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, core.Stats{Published: total}, core.Stats{Pending: st.Pending, Parked: st.Parked, Published: st.Published})
+	require.Equal(t, driver.Stats{Published: total}, driver.Stats{Pending: st.Pending, Parked: st.Parked, Published: st.Published})
 
 	// Exactly once, in order per order: the applied log holds versions 1..N of each order in
 	// commit order, each event once.

@@ -31,6 +31,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/capacity"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/sqs"
@@ -255,7 +256,7 @@ func (h *harness) seed(maxConns int32, plain bool) *outbox {
 		agg := strconv.Itoa(i % keys)
 		key := "order/" + agg
 		rows[i] = []any{"seed-" + strconv.Itoa(i), "order", agg, int64(i/keys + 1), "order.updated", key,
-			payload, "{}", int32(core.LaneOf(key, core.DefaultLanes))}
+			payload, "{}", int32(driver.LaneOf(key, core.DefaultLanes))}
 	}
 	_, err = o.db.CopyFrom(ctx, pgx.Identifier{o.schema, "outbox"},
 		[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "type", "partition_key", "payload", "headers", "lane"},

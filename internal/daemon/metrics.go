@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // metrics are the daemon's OpenTelemetry instruments, served at /metrics in Prometheus format.
@@ -37,19 +38,19 @@ type metrics struct {
 // scrapers. A failed query is also kept for interval, so that a struggling database is not
 // queried at every scrape.
 type backlog struct {
-	stats    func(ctx context.Context) (core.Stats, error)
+	stats    func(ctx context.Context) (driver.Stats, error)
 	interval time.Duration
 	now      func() time.Time // time.Now; tests replace it
 
 	mu      sync.Mutex
 	at      time.Time // of the last query; zero before the first
-	st      core.Stats
+	st      driver.Stats
 	err     error
 	queries int // Stats calls made (tests)
 }
 
 // get returns the last answer when it is younger than interval, else queries Stats.
-func (b *backlog) get(ctx context.Context) (core.Stats, error) {
+func (b *backlog) get(ctx context.Context) (driver.Stats, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.at.IsZero() && b.now().Sub(b.at) < b.interval {

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/stretchr/testify/require"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 // The backlog gauges query Admin.Stats at most once per metrics.stats_interval, however many
@@ -22,11 +21,11 @@ func TestBacklogQueriesStatsOncePerInterval(t *testing.T) {
 	pending := int64(0)
 	var fail error
 	b := &backlog{interval: 5 * time.Second, now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
-	b.stats = func(context.Context) (core.Stats, error) {
+	b.stats = func(context.Context) (driver.Stats, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		pending++
-		return core.Stats{Pending: pending}, fail
+		return driver.Stats{Pending: pending}, fail
 	}
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	ctx := t.Context()

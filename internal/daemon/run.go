@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/sns"
@@ -237,8 +238,8 @@ func cdcOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.CDC
 // Stand-ins for checkRelayOptions: core's constructors check that they are not nil and call
 // nothing on them.
 type (
-	checkStore  struct{ core.CDCStore }
-	checkSource struct{ core.ChangeSource }
+	checkStore  struct{ driver.CDCStore }
+	checkSource struct{ driver.ChangeSource }
 )
 
 // optionKeys are the configuration keys of core's relay options.
@@ -297,7 +298,7 @@ func newCDCRelay(cfg Config, db *opendb.DB, sink core.Sink, log *slog.Logger, mp
 	if err != nil {
 		return nil, err
 	}
-	return core.NewCDCRelay(db.Store.(core.CDCStore), src, sink, router(cfg), cdcOptions(cfg, log, mp))
+	return core.NewCDCRelay(db.Store.(driver.CDCStore), src, sink, router(cfg), cdcOptions(cfg, log, mp))
 }
 
 // ErrNotCDC is OpenCDCRelay's refusal of a configuration whose mode is not cdc.

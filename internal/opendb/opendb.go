@@ -22,6 +22,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Drivers are the supported driver names.
@@ -53,10 +54,10 @@ type Config struct {
 
 // Store is what the daemon and the operator commands use of an adapter's store.
 type Store interface {
-	core.RelayStore
-	core.Admin
-	core.Pruner
-	core.Operator
+	driver.RelayStore
+	driver.Admin
+	driver.Pruner
+	driver.Operator
 	Migrate(ctx context.Context) error
 }
 
@@ -66,7 +67,7 @@ type DB struct {
 	// Ping checks that the database answers.
 	Ping func(ctx context.Context) error
 	// ChangeSource builds the store's change source; nil when the driver has no CDC (sqlite).
-	ChangeSource func() (core.ChangeSource, error)
+	ChangeSource func() (driver.ChangeSource, error)
 	// SQL is the same database through database/sql, for the caller's own queries (for
 	// PostgreSQL, over the store's pgx pool).
 	SQL *sql.DB
@@ -169,7 +170,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			return nil, err
 		}
 		sqlDB := stdlib.OpenDBFromPool(pool)
-		return &DB{Store: store, Ping: pool.Ping, SQL: sqlDB, Close: func() { _ = sqlDB.Close(); pool.Close() }, ChangeSource: func() (core.ChangeSource, error) {
+		return &DB{Store: store, Ping: pool.Ping, SQL: sqlDB, Close: func() { _ = sqlDB.Close(); pool.Close() }, ChangeSource: func() (driver.ChangeSource, error) {
 			return store.ChangeSource(&postgres.ChangeSourceOptions{Slot: cfg.Slot, Logger: log})
 		}}, nil
 	case "mysql":
@@ -182,7 +183,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			db.Close()
 			return nil, err
 		}
-		return &DB{Store: store, Ping: db.PingContext, SQL: db, Close: func() { _ = db.Close() }, ChangeSource: func() (core.ChangeSource, error) {
+		return &DB{Store: store, Ping: db.PingContext, SQL: db, Close: func() { _ = db.Close() }, ChangeSource: func() (driver.ChangeSource, error) {
 			return store.ChangeSource(&mysql.ChangeSourceOptions{ServerID: cfg.ServerID, Logger: log})
 		}}, nil
 	case "sqlite":

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -41,8 +42,8 @@ const (
 type cdcDB struct {
 	name   string
 	d      db
-	store  core.CDCStore
-	source core.ChangeSource
+	store  driver.CDCStore
+	source driver.ChangeSource
 	drop   func() // drops what holds the log (a PostgreSQL slot) once the relay stopped
 }
 
@@ -75,7 +76,7 @@ func pgCDC(t *testing.T, sqlAddr, logAddr func(upstream string) string) cdcDB {
 func mariaCDC(t *testing.T, sqlAddr, logAddr func(upstream string) string) cdcDB {
 	d := mysqlDB(t, 4, mysql.ClaimSkipLocked)
 	store := d.relayStore(t, sqlAddr(d.upstream)).(*mysql.Store)
-	base, err := driver.ParseDSN(testkit.Need(t, testkit.MySQLDSN))
+	base, err := mysqldrv.ParseDSN(testkit.Need(t, testkit.MySQLDSN))
 	require.NoError(t, err)
 	src, err := store.ChangeSource(&mysql.ChangeSourceOptions{
 		DSN: mysqlConfig(base, d.child.Name, logAddr(d.upstream)).FormatDSN(), HeartbeatPeriod: cdcHeartbeat, Logger: quiet,

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // envSeconds reads a duration in whole seconds from the environment variable name, or def.
@@ -113,7 +114,7 @@ type churnResult struct {
 
 // churn runs the churn on one database; it does not touch a *testing.T (it runs beside the
 // others in a goroutine) and returns what it saw.
-func churn(ctx context.Context, d db, store core.RelayStore, duration time.Duration) churnResult {
+func churn(ctx context.Context, d db, store driver.RelayStore, duration time.Duration) churnResult {
 	var (
 		res                         churnResult
 		mu                          sync.Mutex

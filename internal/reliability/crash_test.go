@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -31,6 +31,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -149,7 +150,7 @@ func crashChild(raw string) error {
 		return err
 	}
 	store := &crashStore{RelayStore: inner, log: logf, claimed: map[[2]int64]bool{}, lanes: map[int64]int{}}
-	var relayStore core.RelayStore = store
+	var relayStore driver.RelayStore = store
 	sink, err := testkit.FileSink(sp.Out)
 	if err != nil {
 		return err
@@ -178,7 +179,7 @@ func crashChild(raw string) error {
 }
 
 // openChild opens, in a relay process, the store of a test's outbox.
-func openChild(ctx context.Context, c childDB) (core.RelayStore, error) {
+func openChild(ctx context.Context, c childDB) (driver.RelayStore, error) {
 	switch c.Kind {
 	case "sqlite":
 		h, err := sqlite.OpenDB(ctx, c.Name)
@@ -202,7 +203,7 @@ func openChild(ctx context.Context, c childDB) (core.RelayStore, error) {
 		}
 		return s, nil
 	case "mysql":
-		base, err := driver.ParseDSN(os.Getenv(testkit.MySQLDSN))
+		base, err := mysqldrv.ParseDSN(os.Getenv(testkit.MySQLDSN))
 		if err != nil {
 			return nil, err
 		}
@@ -223,10 +224,10 @@ func openChild(ctx context.Context, c childDB) (core.RelayStore, error) {
 // the n acknowledged records of the lost lanes, which the lanes' new owner sends again. For
 // the stall it also gates every call: stallAt stops the
 // process only when no call is open (no transaction, no row lock held through the stall), so
-// that the stall is exactly "acknowledged, not yet settled". Being a core.RelayStore only, it
-// hides the store's wake-ups (core.Waker): the relay polls every 20 ms.
+// that the stall is exactly "acknowledged, not yet settled". Being a driver.RelayStore only, it
+// hides the store's wake-ups (driver.Waker): the relay polls every 20 ms.
 type crashStore struct {
-	core.RelayStore
+	driver.RelayStore
 	log     *os.File
 	gate    sync.RWMutex
 	mu      sync.Mutex
@@ -261,25 +262,25 @@ func (s *crashStore) stallAt(next core.Sink, n int) core.Sink {
 	})
 }
 
-func (s *crashStore) RenewLanes(ctx context.Context, p core.RenewParams) ([]core.Lease, error) {
+func (s *crashStore) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.Lease, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	return s.RelayStore.RenewLanes(ctx, p)
 }
 
-func (s *crashStore) Heartbeat(ctx context.Context, p core.HeartbeatParams) (int, error) {
+func (s *crashStore) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	return s.RelayStore.Heartbeat(ctx, p)
 }
 
-func (s *crashStore) ReleaseLanes(ctx context.Context, leases []core.Lease) error {
+func (s *crashStore) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	return s.RelayStore.ReleaseLanes(ctx, leases)
 }
 
-func (s *crashStore) Fetch(ctx context.Context, p core.FetchParams) ([]core.Record, error) {
+func (s *crashStore) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	recs, err := s.RelayStore.Fetch(ctx, p)
@@ -291,7 +292,7 @@ func (s *crashStore) Fetch(ctx context.Context, p core.FetchParams) ([]core.Reco
 	return recs, err
 }
 
-func (s *crashStore) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core.Lease, error) {
+func (s *crashStore) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.Lease, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	leases, err := s.RelayStore.ClaimLanes(ctx, p)
@@ -311,7 +312,7 @@ func (s *crashStore) ClaimLanes(ctx context.Context, p core.ClaimParams) ([]core
 	return leases, err
 }
 
-func (s *crashStore) Settle(ctx context.Context, p core.SettleParams) error {
+func (s *crashStore) Settle(ctx context.Context, p driver.SettleParams) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	s.mu.Lock()
@@ -321,7 +322,7 @@ func (s *crashStore) Settle(ctx context.Context, p core.SettleParams) error {
 	}
 	s.mu.Unlock()
 	err := s.RelayStore.Settle(ctx, p)
-	var lost *core.LanesLostError
+	var lost *driver.LanesLostError
 	if errors.As(err, &lost) {
 		// The acknowledged records of the lost lanes: the lanes' new owner sends them again.
 		s.mu.Lock()

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // fault is one fault injected between the relays and their database.
@@ -202,7 +203,7 @@ type supervisor struct {
 	errs     *errSet
 }
 
-func supervise(ctx context.Context, name string, store core.RelayStore, sink core.Sink, router core.Router, restarts *atomic.Int64, errs *errSet) *supervisor {
+func supervise(ctx context.Context, name string, store driver.RelayStore, sink core.Sink, router core.Router, restarts *atomic.Int64, errs *errSet) *supervisor {
 	s := &supervisor{done: make(chan struct{}), restarts: restarts, errs: errs}
 	go func() {
 		defer close(s.done)
@@ -296,7 +297,7 @@ func (e *errSet) take() []string {
 // touch a *testing.T.
 // The relays deliver to sink; the producer commits a transaction every interval; bound is the
 // recovery bound of each fault.
-func injectFaults(ctx context.Context, d db, store core.RelayStore, sink *recorder, proxy *toxiproxy.Proxy,
+func injectFaults(ctx context.Context, d db, store driver.RelayStore, sink *recorder, proxy *toxiproxy.Proxy,
 	hold, interval, bound time.Duration) faultResult {
 	var res faultResult
 	fail := res.failf()

@@ -26,6 +26,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
@@ -61,7 +62,7 @@ func kafkaConsumerChild(ctx context.Context, sp crashSpec) error {
 	if err != nil {
 		return err
 	}
-	var store core.InboxStore[*sql.Tx] = s
+	var store driver.InboxStore[*sql.Tx] = s
 	member := sp.Member
 	if member == "" {
 		member = "crash"
@@ -125,7 +126,7 @@ func kafkaConsumerChild(ctx context.Context, sp crashSpec) error {
 
 // commitSignal is a Kafka consumer process's inbox store that SIGKILLs the process as its nth
 // transaction returns committed. It embeds the adapter's store, so the inbox still sees its
-// batch statements (core.InboxBatchStore).
+// batch statements (driver.InboxBatchStore).
 type commitSignal struct {
 	*sqlite.Store
 	n       int64

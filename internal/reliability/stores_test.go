@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	driver "github.com/go-sql-driver/mysql"
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -27,6 +27,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -37,7 +38,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // database itself, otherwise a host:port that forwards to it, see upstream).
 type db struct {
 	write      func(ctx context.Context, evs []core.Event) ([]core.Event, error)
-	relayStore func(t *testing.T, addr string) core.RelayStore
+	relayStore func(t *testing.T, addr string) driver.RelayStore
 	upstream   string // host:port of the server ("" for memory and SQLite)
 	route      string // the relays' sink destination ("" for a recorder)
 	// child is how a relay process opens the relay store (crashStore); zero for memory.
@@ -46,10 +47,10 @@ type db struct {
 
 // writer adapts an outbox store to db.write.
 func writer[TTx any](t *testing.T, s interface {
-	core.OutboxStore[TTx]
-	core.Transactor[TTx]
+	driver.OutboxStore[TTx]
+	driver.Transactor[TTx]
 }) func(ctx context.Context, evs []core.Event) ([]core.Event, error) {
-	ob, err := core.NewOutbox(t.Context(), core.OutboxStore[TTx](s), nil)
+	ob, err := core.NewOutbox(t.Context(), driver.OutboxStore[TTx](s), nil)
 	require.NoError(t, err)
 	return func(ctx context.Context, evs []core.Event) ([]core.Event, error) {
 		var out []core.Event
@@ -71,7 +72,7 @@ func randomName(prefix string) string {
 func memoryDB(t *testing.T, lanes int) db {
 	s, err := memory.New(&memory.Options{Lanes: lanes, Logger: quiet})
 	require.NoError(t, err)
-	return db{write: writer[*memory.Tx](t, s), relayStore: func(*testing.T, string) core.RelayStore { return s }}
+	return db{write: writer[*memory.Tx](t, s), relayStore: func(*testing.T, string) driver.RelayStore { return s }}
 }
 
 func sqliteDB(t *testing.T, lanes int) db {
@@ -84,7 +85,7 @@ func sqliteDB(t *testing.T, lanes int) db {
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 	t.Cleanup(func() { _ = s.Close() })
-	return db{write: writer[*sql.Tx](t, s), relayStore: func(*testing.T, string) core.RelayStore { return s },
+	return db{write: writer[*sql.Tx](t, s), relayStore: func(*testing.T, string) driver.RelayStore { return s },
 		child: childDB{Kind: "sqlite", Name: path, Lanes: lanes}}
 }
 
@@ -112,7 +113,7 @@ func postgresDB(t *testing.T, lanes int, strategy postgres.ClaimStrategy) db {
 		write:    writer[pgx.Tx](t, s),
 		upstream: u.Host,
 		child:    childDB{Kind: "postgres", Name: schema, Lanes: lanes, Strategy: int(strategy)},
-		relayStore: func(t *testing.T, addr string) core.RelayStore {
+		relayStore: func(t *testing.T, addr string) driver.RelayStore {
 			rs, err := postgres.New(pgPool(t, dsn, schema, addr, 8), opts)
 			require.NoError(t, err)
 			return rs
@@ -160,7 +161,7 @@ func pgConfig(dsn, schema, addr string) (*pgxpool.Config, error) {
 
 // mysqlConfig is the configuration of a handle on database name of the server of base,
 // through addr (unless empty).
-func mysqlConfig(base *driver.Config, name, addr string) *driver.Config {
+func mysqlConfig(base *mysqldrv.Config, name, addr string) *mysqldrv.Config {
 	c := base.Clone()
 	c.DBName = name
 	c.ParseTime = true
@@ -175,7 +176,7 @@ func mysqlConfig(base *driver.Config, name, addr string) *driver.Config {
 
 // mysqlDB migrates an outbox in a fresh database of OUTBOXKIT_MYSQL_DSN's server.
 func mysqlDB(t *testing.T, lanes int, strategy mysql.ClaimStrategy) db {
-	base, err := driver.ParseDSN(testkit.Need(t, testkit.MySQLDSN))
+	base, err := mysqldrv.ParseDSN(testkit.Need(t, testkit.MySQLDSN))
 	require.NoError(t, err)
 	ctx := t.Context()
 	c := base.Clone()
@@ -207,7 +208,7 @@ func mysqlDB(t *testing.T, lanes int, strategy mysql.ClaimStrategy) db {
 		write:    writer[*sql.Tx](t, s),
 		upstream: base.Addr,
 		child:    childDB{Kind: "mysql", Name: name, Lanes: lanes, Strategy: int(strategy)},
-		relayStore: func(t *testing.T, addr string) core.RelayStore {
+		relayStore: func(t *testing.T, addr string) driver.RelayStore {
 			rs, err := mysql.New(t.Context(), open(t, addr), opts)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = rs.Close() })

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// InboxTxCalls calls each core.InboxStore method that takes a transaction (Horizon,
+// InboxTxCalls calls each driver.InboxStore method that takes a transaction (Horizon,
 // InsertRecord, LockVersion, SetVersion) with tx, and returns one line for each call whose
 // error does not wrap core.ErrInvalidTx. An adapter's test passes a nil transaction, one that
 // has ended, and one of another store or database: core.ErrInvalidTx promises all three are
 // refused, with nothing written.
-func InboxTxCalls[TTx any](ctx context.Context, s core.InboxStore[TTx], tx TTx) []string {
-	rec := core.InboxRecord{Consumer: "c", EventID: "bad-tx", Outcome: core.Applied, OccurredAt: time.Now()}
+func InboxTxCalls[TTx any](ctx context.Context, s driver.InboxStore[TTx], tx TTx) []string {
+	rec := driver.InboxRecord{Consumer: "c", EventID: "bad-tx", Outcome: core.Applied, OccurredAt: time.Now()}
 	calls := []struct {
 		name string
 		call func() error

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // countingSink acknowledges everything and counts records.
@@ -47,7 +48,7 @@ var DrainModes = []DrainMode{{"mark", false}, {"delete", true}}
 
 // CheckpointHead runs a CDC relay until it has checkpointed an empty outbox's log head, so that
 // what is written next is read from the log (not backfilled).
-func CheckpointHead(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
+func CheckpointHead(tb testing.TB, store driver.CDCStore, src driver.ChangeSource) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := core.NewCDCRelay(store, src, &countingSink{want: 1 << 62, done: make(chan struct{})}, core.StaticRouter{Default: "q"}, options(500))
@@ -71,7 +72,7 @@ func CheckpointHead(tb testing.TB, store core.CDCStore, src core.ChangeSource) {
 
 // Drain resumes a CDC relay from its checkpoint and returns how long it took to publish (and
 // mark, or delete) want records that are already in the log, and the rate.
-func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batch int, del bool) (time.Duration, float64) {
+func Drain(tb testing.TB, store driver.CDCStore, src driver.ChangeSource, want, batch int, del bool) (time.Duration, float64) {
 	tb.Helper()
 	sink := &countingSink{want: int64(want), done: make(chan struct{})}
 	o := options(batch)
@@ -114,7 +115,7 @@ func Drain(tb testing.TB, store core.CDCStore, src core.ChangeSource, want, batc
 // allows), and from when the producer began its transaction (an upper bound of
 // commit-to-publish). write commits one event of key (100 keys in turn) and returns its ID
 // (testkit.Writer).
-func Latency(tb testing.TB, store core.CDCStore, src core.ChangeSource, rate int, dur time.Duration,
+func Latency(tb testing.TB, store driver.CDCStore, src driver.ChangeSource, rate int, dur time.Duration,
 	write func(ctx context.Context, key string) ([]string, error)) (fromCommit, fromBegin []time.Duration) {
 	tb.Helper()
 	type times struct{ begin, commit, published time.Time }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // KillMain is the TestMain of a package with a SIGKILL test: when env is set, the binary is a relay
@@ -45,7 +46,7 @@ func KillMain(m *testing.M, env string, child func(spec string) error) {
 // KillRelay runs, in a relay process, a CDC relay on store and src that publishes to a FileSink on
 // out, with 20-record batches and otherwise the default options (a 30 s lease: the next process
 // takes over at once only through the store's Liveness), until the process is killed.
-func KillRelay(ctx context.Context, store core.CDCStore, src core.ChangeSource, out string) error {
+func KillRelay(ctx context.Context, store driver.CDCStore, src driver.ChangeSource, out string) error {
 	sink, err := FileSink(out)
 	if err != nil {
 		return err
@@ -288,21 +289,21 @@ func SignalSink(next core.Sink, n int, sig syscall.Signal, before bool) core.Sin
 // SettleSignal wraps a relay process's store so that, once its nth Settle has begun, a
 // goroutine sends sig to the process after a random delay of up to maxDelay: the settle is cut
 // short anywhere from before its first statement to after its commit. The wrapper is a
-// core.RelayStore only: the relay no longer sees the store's optional interfaces (core.Waker),
+// driver.RelayStore only: the relay no longer sees the store's optional interfaces (driver.Waker),
 // so it polls.
-func SettleSignal(store core.RelayStore, n int, sig syscall.Signal, maxDelay time.Duration) core.RelayStore {
+func SettleSignal(store driver.RelayStore, n int, sig syscall.Signal, maxDelay time.Duration) driver.RelayStore {
 	return &settleSignal{RelayStore: store, n: int64(n), sig: sig, maxDelay: maxDelay}
 }
 
 type settleSignal struct {
-	core.RelayStore
+	driver.RelayStore
 	n        int64
 	sig      syscall.Signal
 	maxDelay time.Duration
 	settles  atomic.Int64
 }
 
-func (s *settleSignal) Settle(ctx context.Context, p core.SettleParams) error {
+func (s *settleSignal) Settle(ctx context.Context, p driver.SettleParams) error {
 	if s.settles.Add(1) == s.n {
 		go func() {
 			time.Sleep(rand.N(s.maxDelay + 1))

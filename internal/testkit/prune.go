@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // PruneBesideDelivery checks that Inbox.Prune never waits for a delivery in progress: the
@@ -22,7 +23,7 @@ import (
 // The consumer has a horizon before the held delivery starts (a first prune), so that the
 // delivery reads a horizon row. It then checks the held delivery was applied, the old records deleted, and the new horizon
 // enforced. The pool behind store needs at least 2 connections.
-func PruneBesideDelivery[TTx any](t *testing.T, store core.InboxStore[TTx]) {
+func PruneBesideDelivery[TTx any](t *testing.T, store driver.InboxStore[TTx]) {
 	t.Helper()
 	const (
 		consumer = "busy"

@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Writer returns a producer that commits, in one transaction of tr, n events of partition key
 // key (aggregate "order"/key, type "order.changed", the given payload) through ob, and returns
 // their IDs in write order.
-func Writer[TTx any](tr core.Transactor[TTx], ob *core.Outbox[TTx], n int, payload []byte) func(ctx context.Context, key string) ([]string, error) {
+func Writer[TTx any](tr driver.Transactor[TTx], ob *core.Outbox[TTx], n int, payload []byte) func(ctx context.Context, key string) ([]string, error) {
 	return func(ctx context.Context, key string) ([]string, error) {
 		evs := make([]core.Event, n)
 		for i := range evs {

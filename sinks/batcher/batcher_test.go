@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/batcher"
 )
 
@@ -69,7 +70,7 @@ func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
 			if rnd.IntN(60) == 0 {
 				items[i].Err = core.Permanent(errors.New("bad"))
 			}
-			msgs[i] = core.Message{Record: core.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: g}
+			msgs[i] = core.Message{Record: driver.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: g}
 		}
 		var (
 			mu       sync.Mutex
@@ -158,7 +159,7 @@ func TestRunHoldsBackAcknowledgedAfterFailure(t *testing.T) {
 	items := []batcher.Item{{Group: "a", Dest: "q"}, {Group: "a", Dest: "q"}, {Group: "a", Dest: "q"}, {Group: "b", Dest: "q"}}
 	msgs := make([]core.Message, len(items))
 	for i := range msgs {
-		msgs[i] = core.Message{Record: core.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: items[i].Group}
+		msgs[i] = core.Message{Record: driver.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: items[i].Group}
 	}
 	refused := errors.New("refused")
 	answer := []error{nil, refused, nil, nil}
@@ -203,7 +204,7 @@ func TestRunUnorderedDestination(t *testing.T) {
 	items := []batcher.Item{{Group: "a", Dest: "std"}, {Group: "a", Dest: "std"}, {Group: "a", Dest: "std"}}
 	msgs := make([]core.Message, len(items))
 	for i := range msgs {
-		msgs[i] = core.Message{Record: core.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: "a"}
+		msgs[i] = core.Message{Record: driver.Record{Event: core.Event{ID: fmt.Sprint(i)}}, GroupID: "a"}
 	}
 	refused := errors.New("refused")
 	o := batcher.Options{MaxEntries: 1, Concurrency: 3, Unordered: func(dest string) bool { return dest == "std" }}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/batcher"
 )
 
@@ -14,10 +15,10 @@ import (
 // message of that group, although the broker took it, is reported not acknowledged.
 func Example() {
 	msgs := []core.Message{
-		{Record: core.Record{Event: core.Event{ID: "e1"}}, GroupID: "order-1", Destination: "orders"},
-		{Record: core.Record{Event: core.Event{ID: "e2"}}, GroupID: "order-1", Destination: "orders"},
-		{Record: core.Record{Event: core.Event{ID: "e3"}}, GroupID: "order-1", Destination: "orders"},
-		{Record: core.Record{Event: core.Event{ID: "e4"}}, GroupID: "order-2", Destination: "orders"},
+		{Record: driver.Record{Event: core.Event{ID: "e1"}}, GroupID: "order-1", Destination: "orders"},
+		{Record: driver.Record{Event: core.Event{ID: "e2"}}, GroupID: "order-1", Destination: "orders"},
+		{Record: driver.Record{Event: core.Event{ID: "e3"}}, GroupID: "order-1", Destination: "orders"},
+		{Record: driver.Record{Event: core.Event{ID: "e4"}}, GroupID: "order-2", Destination: "orders"},
 	}
 	items := make([]batcher.Item, len(msgs))
 	for i, m := range msgs {

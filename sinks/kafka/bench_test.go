@@ -20,6 +20,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/capacity"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
@@ -117,12 +118,12 @@ func benchRelayToKafka(b *testing.B, cl *kgo.Client, topic string, n int) {
 		ms := make([]core.Message, len(evs))
 		for i := range evs {
 			evs[i].ID = fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i)
-			ms[i] = core.Message{Record: core.Record{Event: evs[i], CreatedAt: time.Now()}, Destination: topic,
+			ms[i] = core.Message{Record: driver.Record{Event: evs[i], CreatedAt: time.Now()}, Destination: topic,
 				DedupID: evs[i].ID, GroupID: "order/" + evs[i].AggregateID}
 		}
 		return ms
 	}
-	drain := func(st core.RelayStore) time.Duration {
+	drain := func(st driver.RelayStore) time.Duration {
 		r, err := core.NewRelay(st, sink, core.StaticRouter{Default: topic}, &core.RelayOptions{
 			BatchSize: benchBatch, PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(b, err)
@@ -253,7 +254,7 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 			k := fmt.Sprint(j % benchKeys)
 			ev := core.Event{ID: fmt.Sprintf("%s-%d-%d", round, time.Now().UnixNano(), j), AggregateType: "order", AggregateID: k,
 				AggregateVersion: int64(j/benchKeys + 1), Type: "order.changed", Payload: payload}
-			msgs[j] = core.Message{Record: core.Record{Event: ev}, Destination: "", DedupID: ev.ID, GroupID: "order/" + k}
+			msgs[j] = core.Message{Record: driver.Record{Event: ev}, Destination: "", DedupID: ev.ID, GroupID: "order/" + k}
 		}
 		return msgs
 	}

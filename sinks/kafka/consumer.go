@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Delivery is one consumed record, decoded.
@@ -146,7 +147,7 @@ type Consumer[TTx any] struct {
 
 // NewConsumer returns a consumer in group of topics, named consumer in the inbox, that
 // processes every record with handler through inbox. opts may be nil. consumer must pass
-// core.CheckConsumer (the rule Inbox.Process applies), otherwise NewConsumer returns a
+// driver.CheckConsumer (the rule Inbox.Process applies), otherwise NewConsumer returns a
 // *core.OptionError.
 func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx], consumer string, handler Handler[TTx], opts *ConsumerOptions) (*Consumer[TTx], error) {
 	switch {
@@ -156,9 +157,9 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		return nil, &core.OptionError{Field: "topics", Reason: "required"}
 	case inbox == nil:
 		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
-	case core.CheckConsumer(consumer) != nil:
+	case driver.CheckConsumer(consumer) != nil:
 		// The rule Inbox.Process applies: a name it refuses would fail every record.
-		return nil, &core.OptionError{Field: "consumer", Reason: core.CheckConsumer(consumer).Error()}
+		return nil, &core.OptionError{Field: "consumer", Reason: driver.CheckConsumer(consumer).Error()}
 	case handler == nil:
 		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
 	}
@@ -687,7 +688,7 @@ func (c *Consumer[TTx]) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.R
 			kgo.RecordHeader{Key: HeaderDeadLetterPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 			kgo.RecordHeader{Key: HeaderDeadLetterOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 			kgo.RecordHeader{Key: HeaderDeadLetterAttempts, Value: []byte(strconv.Itoa(attempts))},
-			kgo.RecordHeader{Key: HeaderDeadLetterError, Value: []byte(core.TruncateError(cause.Error()))},
+			kgo.RecordHeader{Key: HeaderDeadLetterError, Value: []byte(driver.TruncateError(cause.Error()))},
 		)}
 	if err := cl.ProduceSync(ctx, dlt).FirstErr(); err != nil {
 		c.log.Error("kafka_dead_letter_failed", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // FuzzKafkaWriteAcceptedIsEncoded: whatever core accepts at Write (Normalize), the Kafka record
@@ -25,11 +26,11 @@ func FuzzKafkaWriteAcceptedIsEncoded(f *testing.F) {
 		if hk != "" {
 			ev.Headers = map[string]string{hk: hv}
 		}
-		n, err := core.Normalize(0, ev, core.Limits{})
+		n, err := driver.Normalize(0, ev, core.Limits{})
 		if err != nil {
 			return
 		}
-		m := &core.Message{Record: core.Record{Event: n, CreatedAt: time.Date(2026, 12, 1, 0, 0, 0, 1000, time.UTC)}, GroupID: n.PartitionKey}
+		m := &core.Message{Record: driver.Record{Event: n, CreatedAt: time.Date(2026, 12, 1, 0, 0, 0, 1000, time.UTC)}, GroupID: n.PartitionKey}
 		r := &kgo.Record{Key: []byte(n.PartitionKey), Value: n.Payload, Headers: encodeHeaders(m, "outboxkit", "")}
 		got, created, err := decodeRecord(r)
 		require.NoError(t, err)

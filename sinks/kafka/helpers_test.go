@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -78,7 +79,7 @@ func message(topic, k string, i int) core.Message {
 		Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "origin": "test"},
 	}
 	return core.Message{
-		Record:      core.Record{Event: ev, CreatedAt: time.Date(2026, 12, 1, 6, 0, 0, 123456000, time.UTC)},
+		Record:      driver.Record{Event: ev, CreatedAt: time.Date(2026, 12, 1, 6, 0, 0, 123456000, time.UTC)},
 		Destination: topic, DedupID: ev.ID, GroupID: "order/" + k,
 	}
 }

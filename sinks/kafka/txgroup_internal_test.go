@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // TestTxGroupHeadersTravel: the transaction group headers that Outbox.Write adds travel as
@@ -35,7 +36,7 @@ func TestTxGroupHeadersTravel(t *testing.T) {
 		return nil
 	}))
 	for i, ev := range evs {
-		m := &core.Message{Record: core.Record{Event: ev}, GroupID: ev.PartitionKey}
+		m := &core.Message{Record: driver.Record{Event: ev}, GroupID: ev.PartitionKey}
 		hs := encodeHeaders(m, "outboxkit", "")
 		require.Contains(t, hs, kgo.RecordHeader{Key: HeaderPrefix + core.HeaderTxID, Value: []byte(evs[0].Headers[core.HeaderTxID])})
 		got, _, err := decodeRecord(&kgo.Record{Key: []byte(ev.PartitionKey), Headers: hs})

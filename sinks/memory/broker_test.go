@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/memory"
 )
 
@@ -17,7 +18,7 @@ func msgs(groups, perGroup int) []core.Message {
 	for i := 0; i < perGroup; i++ {
 		for g := 0; g < groups; g++ {
 			id := fmt.Sprintf("g%d-%d", g, i)
-			out = append(out, core.Message{Record: core.Record{Event: core.Event{ID: id}}, GroupID: fmt.Sprintf("g%d", g), DedupID: id})
+			out = append(out, core.Message{Record: driver.Record{Event: core.Event{ID: id}}, GroupID: fmt.Sprintf("g%d", g), DedupID: id})
 		}
 	}
 	return out

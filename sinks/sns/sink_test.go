@@ -22,6 +22,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
@@ -123,7 +124,7 @@ func attr(m types.Message, name string) string {
 func event(dest, g string, i int, payload []byte) core.Message {
 	id := randName("ev")
 	return core.Message{
-		Record: core.Record{Event: core.Event{
+		Record: driver.Record{Event: core.Event{
 			ID: id, AggregateType: "order", AggregateID: g, AggregateVersion: int64(i + 1), Type: "order.updated",
 			PartitionKey: "order/" + g, Payload: payload, Tenant: "acme", CorrelationID: "corr-1",
 			Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "x-app": "test"},

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
@@ -155,7 +156,7 @@ func (c *Consumer[TTx]) count(outcome string, n int) {
 
 // NewConsumer returns a consumer named consumer (the inbox's consumer name) of queueURL that
 // processes every message with handler through inbox. opts may be nil. consumer must pass
-// core.CheckConsumer (the rule Inbox.Process applies), otherwise NewConsumer returns a
+// driver.CheckConsumer (the rule Inbox.Process applies), otherwise NewConsumer returns a
 // *core.OptionError.
 func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.Inbox[TTx], consumer string, handler Handler[TTx], opts *ConsumerOptions) (*Consumer[TTx], error) {
 	switch {
@@ -165,9 +166,9 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 		return nil, &core.OptionError{Field: "queueURL", Reason: "required"}
 	case inbox == nil:
 		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
-	case core.CheckConsumer(consumer) != nil:
+	case driver.CheckConsumer(consumer) != nil:
 		var me *core.MessageError
-		errors.As(core.CheckConsumer(consumer), &me)
+		errors.As(driver.CheckConsumer(consumer), &me)
 		return nil, &core.OptionError{Field: "consumer", Reason: me.Reason}
 	case handler == nil:
 		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
@@ -59,7 +60,7 @@ func claimChecked(t testing.TB, bucket string, size int64) *types.Message {
 	t.Helper()
 	sum := sha256.Sum256(nil)
 	ref := wire.ClaimCheck{Bucket: bucket, Key: "k", SHA256: hex.EncodeToString(sum[:]), Size: size}
-	enc, err := wire.Encode(&core.Message{Record: core.Record{Event: core.Event{
+	enc, err := wire.Encode(&core.Message{Record: driver.Record{Event: core.Event{
 		ID: "e1", Type: "t", AggregateType: "a", AggregateID: "1", PartitionKey: "a/1"}}}, &ref)
 	require.NoError(t, err)
 	m := &types.Message{Body: aws.String(enc.Body), MessageId: aws.String("m1"), MessageAttributes: map[string]types.MessageAttributeValue{}}
@@ -113,7 +114,7 @@ func TestNewConsumerValidatesNameAndBounds(t *testing.T) {
 		var oe *core.OptionError
 		require.ErrorAs(t, err, &oe, "%q", name)
 		require.Equal(t, "consumer", oe.Field)
-		require.Error(t, core.CheckConsumer(name))
+		require.Error(t, driver.CheckConsumer(name))
 	}
 	for _, o := range []ConsumerOptions{{Concurrency: MaxConcurrency + 1}, {Pollers: MaxPollers + 1}, {Concurrency: 1 << 40}} {
 		_, err := testConsumer(t, "c", &o)

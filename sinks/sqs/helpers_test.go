@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 
@@ -183,7 +184,7 @@ func attr(m types.Message, name string) string {
 func event(dest, g string, i int, payload []byte) core.Message {
 	id := randName("ev")
 	return core.Message{
-		Record: core.Record{Event: core.Event{
+		Record: driver.Record{Event: core.Event{
 			ID: id, AggregateType: "order", AggregateID: g, AggregateVersion: int64(i + 1), Type: "order.updated",
 			SchemaID: "order.v1", PartitionKey: "order/" + g, Payload: payload, Tenant: "acme",
 			CausationID: "cause-" + id, CorrelationID: "corr-1",

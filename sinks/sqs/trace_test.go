@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
 
@@ -34,7 +35,7 @@ func TestTraceFromProducerToHandler(t *testing.T) {
 
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	ob, err := core.NewOutbox(ctx, core.OutboxStore[*memory.Tx](store), &core.OutboxOptions{Propagator: prop})
+	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](store), &core.OutboxOptions{Propagator: prop})
 	require.NoError(t, err)
 	pctx, producer := tp.Tracer("test").Start(ctx, "producer tx")
 	headers := map[string]string{"k": "v"}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
@@ -28,12 +29,12 @@ func FuzzWriteAcceptedIsEncoded(f *testing.F) {
 		if hk != "" {
 			ev.Headers = map[string]string{hk: hv}
 		}
-		n, err := core.Normalize(0, ev, core.Limits{})
+		n, err := driver.Normalize(0, ev, core.Limits{})
 		if err != nil {
 			require.ErrorIs(t, err, core.ErrInvalidEvent)
 			return
 		}
-		m := &core.Message{Record: core.Record{Event: n, CreatedAt: time.Date(2026, 12, 1, 0, 0, 0, 1000, time.UTC)}}
+		m := &core.Message{Record: driver.Record{Event: n, CreatedAt: time.Date(2026, 12, 1, 0, 0, 0, 1000, time.UTC)}}
 		enc, err := wire.Encode(m, nil)
 		require.NoError(t, err, "an event Write accepted must encode")
 		require.True(t, wire.IsSafeText([]byte(enc.Body)))
@@ -89,14 +90,14 @@ func FuzzDecode(f *testing.F) {
 			require.NoError(t, d1.ClaimCheck.Validate())
 			return
 		}
-		m := &core.Message{Record: core.Record{Event: d1.Event, CreatedAt: d1.CreatedAt}}
+		m := &core.Message{Record: driver.Record{Event: d1.Event, CreatedAt: d1.CreatedAt}}
 		e1, err := wire.Encode(m, nil)
 		if err != nil {
 			return // a received message need not be one this encoder would send
 		}
 		d2, err := wire.Decode(e1.Body, attrs(e1))
 		require.NoError(t, err)
-		e2, err := wire.Encode(&core.Message{Record: core.Record{Event: d2.Event, CreatedAt: d2.CreatedAt}}, nil)
+		e2, err := wire.Encode(&core.Message{Record: driver.Record{Event: d2.Event, CreatedAt: d2.CreatedAt}}, nil)
 		require.NoError(t, err)
 		d3, err := wire.Decode(e2.Body, attrs(e2))
 		require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // Message attribute names. At most ten attributes travel with a message (the SQS limit, which
@@ -244,7 +245,7 @@ func (c *ClaimCheck) Validate() error {
 	if n := len(c.Bucket); n < 3 || n > 63 || strings.Trim(c.Bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") != "" {
 		return fmt.Errorf("claim_check bucket %q is not a bucket name", c.Bucket)
 	}
-	if c.Key == "" || len(c.Key) > 1024 || core.CheckText(c.Key) != "" {
+	if c.Key == "" || len(c.Key) > 1024 || driver.CheckText(c.Key) != "" {
 		return fmt.Errorf("claim_check key is not 1 to 1024 bytes of text")
 	}
 	if len(c.SHA256) != 64 {

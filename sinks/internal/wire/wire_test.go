@@ -12,12 +12,13 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
 func fullMessage(payload []byte) core.Message {
 	return core.Message{
-		Record: core.Record{Event: core.Event{
+		Record: driver.Record{Event: core.Event{
 			ID: "01J-id", AggregateType: "order", AggregateID: "42/a b", AggregateVersion: 7, Type: "order.created",
 			SchemaID: "order.v1", PartitionKey: "order/42/a b", Payload: payload,
 			Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "x=1", "k": "v"},
@@ -65,7 +66,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestMinimalEventAndSize(t *testing.T) {
 	t.Parallel()
-	m := core.Message{Record: core.Record{Event: core.Event{ID: "e", AggregateType: "a", AggregateID: "1", Type: "t", Payload: []byte("hi")}}}
+	m := core.Message{Record: driver.Record{Event: core.Event{ID: "e", AggregateType: "a", AggregateID: "1", Type: "t", Payload: []byte("hi")}}}
 	e, err := wire.Encode(&m, nil)
 	require.NoError(t, err)
 	require.Len(t, e.Attrs, 4)
@@ -135,7 +136,7 @@ func TestFIFOIDs(t *testing.T) {
 	require.NotEqual(t, h, wire.GroupID("order/4  2"))
 	require.True(t, strings.HasPrefix(wire.GroupID(strings.Repeat("a", 129)), "sha256-"))
 	require.True(t, strings.HasPrefix(wire.GroupID("é"), "sha256-"))
-	m := core.Message{Record: core.Record{Event: core.Event{ID: "id-1"}}}
+	m := core.Message{Record: driver.Record{Event: core.Event{ID: "id-1"}}}
 	require.Equal(t, "id-1", wire.DedupID(&m))
 	m.DedupID = "d-1"
 	require.Equal(t, "d-1", wire.DedupID(&m))
@@ -165,7 +166,7 @@ func requireCanonicalMeta(t *testing.T, e wire.Encoded) {
 // The meta attribute is byte for byte what encoding/json writes, for every optional field and
 // for strings encoding/json escapes (HTML characters, quotes, controls, U+2028, non-ASCII).
 func TestMetaIsCanonicalJSON(t *testing.T) {
-	base := core.Message{Record: core.Record{Event: core.Event{ID: "id", Type: "t", AggregateType: "a", AggregateID: "1"}}}
+	base := core.Message{Record: driver.Record{Event: core.Event{ID: "id", Type: "t", AggregateType: "a", AggregateID: "1"}}}
 	ref := wire.NewClaimCheck("bucket", "p/<&>", []byte("x"))
 	cases := map[string]func(m *core.Message) *wire.ClaimCheck{
 		"minimal": func(m *core.Message) *wire.ClaimCheck { return nil },
@@ -220,7 +221,7 @@ func TestTxGroupHeadersTravel(t *testing.T) {
 		return err
 	}))
 	for i, ev := range evs {
-		m := core.Message{Record: core.Record{Event: ev}, Destination: "q", DedupID: ev.ID, GroupID: ev.PartitionKey}
+		m := core.Message{Record: driver.Record{Event: ev}, Destination: "q", DedupID: ev.ID, GroupID: ev.PartitionKey}
 		e, err := wire.Encode(&m, nil)
 		require.NoError(t, err)
 		d, err := wire.Decode(e.Body, attrFunc(e))

@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"fmt"
@@ -85,13 +85,13 @@ const (
 	DefaultMaxPayloadBytes = 1 << 20
 	DefaultMaxHeaders      = 32
 	DefaultMaxHeaderBytes  = 16 << 10
-	maxNameLen             = 255
+	MaxNameLen             = 255
 	maxIDLen               = 128
 	maxErrorLen            = 1024
 )
 
 // check refuses limits outside their bounds.
-func (l Limits) check() error {
+func (l Limits) Check() error {
 	for _, f := range []struct {
 		name   string
 		v, max int
@@ -100,22 +100,22 @@ func (l Limits) check() error {
 		{"Limits.MaxHeaders", l.MaxHeaders, MaxLimitHeaders},
 		{"Limits.MaxHeaderBytes", l.MaxHeaderBytes, MaxLimitHeaderBytes},
 	} {
-		if err := checkCount(f.name, f.v, f.max); err != nil {
+		if err := CheckCount(f.name, f.v, f.max); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkCount refuses a size or count option below zero or above max (0 means its default).
-func checkCount(field string, v, max int) error {
+// CheckCount refuses a size or count option below zero or above max (0 means its default).
+func CheckCount(field string, v, max int) error {
 	if v < 0 || v > max {
 		return &OptionError{Field: field, Reason: fmt.Sprintf("must be between 0 (default) and %d", max)}
 	}
 	return nil
 }
 
-func (l Limits) withDefaults() Limits {
+func (l Limits) WithDefaults() Limits {
 	if l.MaxPayloadBytes <= 0 {
 		l.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
@@ -131,7 +131,7 @@ func (l Limits) withDefaults() Limits {
 // Normalize validates ev against limits and returns the copy that is stored: ID and
 // PartitionKey filled in when empty. index is reported in a *ValidationError.
 func Normalize(index int, ev Event, limits Limits) (Event, error) {
-	limits = limits.withDefaults()
+	limits = limits.WithDefaults()
 	bad := func(field, reason string) (Event, error) {
 		return Event{}, &ValidationError{Index: index, Field: field, Reason: reason}
 	}
@@ -141,7 +141,7 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 			return Event{}, err
 		}
 		ev.ID = id.String()
-	} else if r := checkID(ev.ID); r != "" {
+	} else if r := CheckID(ev.ID); r != "" {
 		return bad("ID", r)
 	}
 	for _, f := range []struct {
@@ -167,7 +167,7 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 		{"CausationID", ev.CausationID, false},
 		{"CorrelationID", ev.CorrelationID, false},
 	} {
-		if r := checkText(f.v, maxNameLen, f.required); r != "" {
+		if r := CheckTextLen(f.v, MaxNameLen, f.required); r != "" {
 			return bad(f.name, r)
 		}
 	}
@@ -185,7 +185,7 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 		if r := checkName(k, true); r != "" {
 			return bad("Headers", "key "+r)
 		}
-		if r := checkText(v, maxNameLen, false); r != "" {
+		if r := CheckTextLen(v, MaxNameLen, false); r != "" {
 			return bad("Headers", "value of "+k+" "+r)
 		}
 		size += len(k) + len(v)
@@ -195,14 +195,14 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 	}
 	if ev.PartitionKey == "" {
 		ev.PartitionKey = ev.AggregateType + "/" + ev.AggregateID
-		if len(ev.PartitionKey) > maxNameLen {
+		if len(ev.PartitionKey) > MaxNameLen {
 			return bad("PartitionKey", "default (AggregateType/AggregateID) is longer than 255 bytes")
 		}
 	}
 	return ev, nil
 }
 
-func checkID(s string) string {
+func CheckID(s string) string {
 	if len(s) > maxIDLen {
 		return "longer than 128 bytes"
 	}
@@ -221,7 +221,7 @@ func checkName(s string, required bool) string {
 		}
 		return ""
 	}
-	if len(s) > maxNameLen {
+	if len(s) > MaxNameLen {
 		return "longer than 255 bytes"
 	}
 	for i := 0; i < len(s); i++ {
@@ -258,7 +258,7 @@ func validRuneError(s string) bool {
 	return n == 3
 }
 
-func checkText(s string, maxLen int, required bool) string {
+func CheckTextLen(s string, maxLen int, required bool) string {
 	if s == "" {
 		if required {
 			return "required"

@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 )
 
 // The interfaces in this file are what a database adapter implements. Each is sized for its one
-// caller in this package: OutboxStore for Outbox, RelayStore for Relay, InboxStore for Inbox,
-// Pruner for Cleanup. Admin and Notifier are optional capabilities.
+// caller in package core: OutboxStore for Outbox, RelayStore for Relay, InboxStore for Inbox,
+// Pruner for CleanupOutbox. Admin and Notifier are optional capabilities.
 //
 // Time: every call that compares against "now" takes a Now field. The zero value means the
 // database clock (the default and what production uses); a non-zero value is used instead, so

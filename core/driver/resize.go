@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"context"
@@ -57,7 +57,3 @@ func CheckResizeLanes(lanes int) error {
 	}
 	return nil
 }
-
-// maxLaneRetries bounds Outbox.Write's retries after ErrLaneCountChanged (each one follows a
-// resize that committed meanwhile).
-const maxLaneRetries = 3

@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"errors"
@@ -48,7 +48,7 @@ var (
 	// ErrInvalidOptions is wrapped by errors from constructors given invalid options.
 	ErrInvalidOptions = errors.New("outbox: invalid options")
 
-	// ErrFenced means a newer publisher generation took the outbox over (core.RelayStore's
+	// ErrFenced means a newer publisher generation took the outbox over (driver.RelayStore's
 	// AcquireGeneration): the caller's generation may no longer claim or renew lanes or write a
 	// CDC checkpoint. The fenced call changed nothing; a relay that sees it stops publishing.
 	ErrFenced = errors.New("outbox: publisher generation fenced")

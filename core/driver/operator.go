@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"context"
@@ -83,7 +83,7 @@ type Operator interface {
 	PruneAudited(ctx context.Context, p PruneParams, audit AuditEntry) (int, error)
 	// ResetLanes ends, in one transaction with audit (Rows set to the lanes changed), the
 	// leases of the lanes p selects that have an owner (a valid or an expired lease; free
-	// lanes are left alone): owner and sign of life (core.Liveness) cleared, lease expired,
+	// lanes are left alone): owner and sign of life (driver.Liveness) cleared, lease expired,
 	// generation incremented. Whatever the old owner settles or renews afterwards is refused
 	// (its lease no longer matches: RelayStore.Settle's fencing) and any relay may claim the
 	// lanes at its next claim. It returns how many lanes it changed. p is checked first

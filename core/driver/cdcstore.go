@@ -1,4 +1,4 @@
-package core
+package driver
 
 import (
 	"context"
@@ -129,4 +129,10 @@ type Life interface {
 	// Release ends the sign of life and closes its session. Leases stay until they are
 	// released or expire.
 	Release() error
+}
+
+// LogReleaser is an optional ChangeSource capability: Release drops what holds the log for the
+// source (a PostgreSQL replication slot), so the database may recycle it. The position is lost.
+type LogReleaser interface {
+	Release(ctx context.Context) error
 }
