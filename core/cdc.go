@@ -20,7 +20,8 @@ type CDCOptions struct {
 	// Owner names the relay in its lane leases and as the publisher's holder. Default
 	// "<hostname>-<pid>-<random hex>".
 	Owner string
-	// LeaseTTL is how long the relay's hold on the lanes lasts without renewal. Default 30s.
+	// LeaseTTL is how long the relay's hold on the lanes lasts without renewal. Default
+	// DefaultLeaseTTL (30s).
 	LeaseTTL time.Duration
 	// RenewInterval is how often the leases are renewed and the generation checked. Default
 	// LeaseTTL/3; it bounds how long a fenced CDC relay goes on publishing.
@@ -30,7 +31,7 @@ type CDCOptions struct {
 	BatchSize int
 	// Retry decides the backoff of failed sends and when an event is parked. A CDC relay
 	// retries in place: the log is one ordered stream, so later events wait. Default: as
-	// RelayOptions.Retry.
+	// RelayOptions.Retry; NewCDCRelay refuses a policy that RetryPolicy.Check refuses.
 	Retry RetryPolicy
 	// DeleteOnPublish deletes rows once acknowledged instead of setting PublishedAt.
 	DeleteOnPublish bool
@@ -42,14 +43,15 @@ type CDCOptions struct {
 	// relay (a PostgreSQL slot; see LogReleaser) and makes Run return the *RetentionError: the
 	// database stops retaining log at the price of a Backfill. Default false.
 	ReleaseOverCap bool
-	// RetentionInterval is how often retention is measured. Default 30s.
+	// RetentionInterval is how often retention is measured. Default DefaultRetentionInterval
+	// (30s).
 	RetentionInterval time.Duration
 	// CheckpointInterval is the most often a log position that carried no outbox record (other
 	// tables' transactions, the relay's own marks, keepalives) is checkpointed; a position
 	// after records is checkpointed as soon as they are marked. Each checkpoint is a write to
 	// the database, and so to its change log: an idle relay writes at most one per interval.
 	// The price is that a restarted relay may re-read up to an interval of log that holds no
-	// outbox record. Default 10s.
+	// outbox record. Default DefaultCheckpointInterval (10s).
 	CheckpointInterval time.Duration
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -203,25 +205,24 @@ func NewCDCRelay(store driver.CDCStore, source driver.ChangeSource, sink Sink, r
 	if opts != nil {
 		o = *opts
 	}
-	if err := leaseDefaults(&o.Owner, &o.LeaseTTL, &o.RenewInterval, &o.BatchSize); err != nil {
+	if err := leaseDefaults(&o.Owner, &o.LeaseTTL, &o.RenewInterval, &o.BatchSize, &o.Retry); err != nil {
 		return nil, err
 	}
 	if o.MaxRetainedBytes < 0 {
 		return nil, &OptionError{Field: "MaxRetainedBytes", Reason: "must not be negative"}
 	}
 	if o.RetentionInterval == 0 {
-		o.RetentionInterval = 30 * time.Second
+		o.RetentionInterval = DefaultRetentionInterval
 	}
 	if o.RetentionInterval < 0 {
 		return nil, &OptionError{Field: "RetentionInterval", Reason: "must be positive"}
 	}
 	if o.CheckpointInterval == 0 {
-		o.CheckpointInterval = 10 * time.Second
+		o.CheckpointInterval = DefaultCheckpointInterval
 	}
 	if o.CheckpointInterval < 0 {
 		return nil, &OptionError{Field: "CheckpointInterval", Reason: "must be positive"}
 	}
-	o.Retry = o.Retry.withDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

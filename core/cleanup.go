@@ -13,7 +13,8 @@ import (
 
 // CleanupOptions bounds an outbox cleanup. Zero fields take their defaults.
 type CleanupOptions struct {
-	// Retention keeps published rows at least this long after publication. Default 24h.
+	// Retention keeps published rows at least this long after publication. Default
+	// DefaultCleanupRetention (24h).
 	Retention time.Duration
 	// BatchSize is the most rows one statement deletes. Default DefaultPruneLimit (1000); at most
 	// MaxBatchSize.
@@ -46,7 +47,7 @@ func CleanupOutbox(ctx context.Context, p driver.Pruner, opts *CleanupOptions) (
 		return 0, &OptionError{Field: "Retention", Reason: "must not be negative"}
 	}
 	if o.Retention == 0 {
-		o.Retention = 24 * time.Hour
+		o.Retention = DefaultCleanupRetention
 	}
 	if err := driver.CheckCount("BatchSize", o.BatchSize, MaxBatchSize); err != nil {
 		return 0, err

@@ -18,15 +18,15 @@ const MaxBatchSize = 100_000
 // as a bare client of 4 loops of 1,000 rows under a 12/80 ms broker, and with 500 at 0.84 of it.
 const DefaultBatchSize = 1000
 
-// leaseDefaults applies the defaults both relays share: an owner name, LeaseTTL 30s,
-// RenewInterval LeaseTTL/3 (shorter than LeaseTTL), BatchSize DefaultBatchSize.
-
-func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
+// leaseDefaults applies and checks the options both relays share: an owner name, LeaseTTL
+// DefaultLeaseTTL, RenewInterval LeaseTTL/3 (shorter than LeaseTTL), BatchSize DefaultBatchSize,
+// and the retry policy (RetryPolicy.Check, then its defaults).
+func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int, retry *RetryPolicy) error {
 	if *owner == "" {
 		*owner = defaultOwner()
 	}
 	if *ttl == 0 {
-		*ttl = 30 * time.Second
+		*ttl = DefaultLeaseTTL
 	}
 	if *ttl < 0 {
 		return &OptionError{Field: "LeaseTTL", Reason: "must be positive"}
@@ -43,6 +43,10 @@ func leaseDefaults(owner *string, ttl, renew *time.Duration, batch *int) error {
 	if err := driver.CheckCount("BatchSize", *batch, MaxBatchSize); err != nil {
 		return err
 	}
+	if err := retry.Check(); err != nil {
+		return err
+	}
+	*retry = retry.withDefaults()
 	return nil
 }
 

@@ -299,3 +299,48 @@ func timeOf(unix int64) time.Time {
 	unix = min(max(unix, -bound), bound)
 	return time.Unix(unix, 123456000).UTC()
 }
+
+// An invalid retry policy or breaker option is refused by both relays with an *OptionError
+// naming the field, instead of being adjusted silently; zero values take the defaults.
+func TestRelaysRefuseInvalidRetryPolicies(t *testing.T) {
+	t.Parallel()
+	store, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	sink := core.SinkFunc(func(_ context.Context, m []core.Message) []error { return make([]error, len(m)) })
+	router := core.StaticRouter{Default: "x"}
+	for _, c := range []struct {
+		p     core.RetryPolicy
+		field string
+	}{
+		{core.RetryPolicy{Multiplier: 0.5}, "Retry.Multiplier"},
+		{core.RetryPolicy{Multiplier: -2}, "Retry.Multiplier"},
+		{core.RetryPolicy{Multiplier: math.NaN()}, "Retry.Multiplier"},
+		{core.RetryPolicy{Jitter: 1.5}, "Retry.Jitter"},
+		{core.RetryPolicy{Jitter: math.Inf(1)}, "Retry.Jitter"},
+		{core.RetryPolicy{Initial: -time.Second}, "Retry.Initial"},
+		{core.RetryPolicy{Initial: time.Minute, Max: time.Second}, "Retry.Initial"},
+		{core.RetryPolicy{Max: -time.Second}, "Retry.Max"},
+		{core.RetryPolicy{Deadline: -time.Hour}, "Retry.Deadline"},
+	} {
+		var oe *core.OptionError
+		require.ErrorAs(t, c.p.Check(), &oe, "%+v", c.p)
+		require.Equal(t, c.field, oe.Field)
+		_, err := core.NewRelay(store, sink, router, &core.RelayOptions{Retry: c.p})
+		require.ErrorAs(t, err, &oe, "relay %+v", c.p)
+		require.Equal(t, c.field, oe.Field)
+		_, err = core.NewCDCRelay(store, store.ChangeSource(), sink, router, &core.CDCOptions{Retry: c.p})
+		require.ErrorAs(t, err, &oe, "cdc %+v", c.p)
+		require.Equal(t, c.field, oe.Field)
+	}
+	for _, p := range []core.RetryPolicy{{}, {Jitter: -1}, {Multiplier: 1, Jitter: 1}, {Initial: time.Hour}} {
+		require.NoError(t, p.Check(), "%+v", p)
+		_, err := core.NewRelay(store, sink, router, &core.RelayOptions{Retry: p})
+		require.NoError(t, err, "%+v", p)
+	}
+	// Initial above the default Max (only Initial set): Max follows Initial, as documented.
+	require.Equal(t, time.Hour, core.RetryPolicy{Initial: time.Hour, Jitter: -1}.Delay(5))
+	for _, o := range []core.RelayOptions{{BreakerThreshold: -1}, {BreakerMaxDelay: -time.Second}} {
+		_, err := core.NewRelay(store, sink, router, &o)
+		require.ErrorIs(t, err, core.ErrInvalidOptions, "%+v", o)
+	}
+}

@@ -26,13 +26,13 @@ type RelayOptions struct {
 	// Two running relays must never share an owner.
 	Owner string
 	// LeaseTTL is how long a lane lease and the worker's heartbeat last without renewal.
-	// Default 30s.
+	// Default DefaultLeaseTTL (30s).
 	LeaseTTL time.Duration
 	// RenewInterval is how often leases are renewed and lanes rebalanced. Default LeaseTTL/3.
 	// Must be shorter than LeaseTTL.
 	RenewInterval time.Duration
 	// PollInterval is how long the relay sleeps when it found nothing to deliver (a wake-up ends
-	// the sleep early). Default 100ms.
+	// the sleep early). Default DefaultPollInterval (100ms).
 	PollInterval time.Duration
 	// BatchSize is the most records fetched and sent at once. Default DefaultBatchSize (1000); at
 	// most MaxBatchSize.
@@ -52,13 +52,14 @@ type RelayOptions struct {
 	// (BENCHMARKS.md "Capacity model"). A Shutdown during the wait does not send the batch.
 	// Default 0: no limit.
 	MaxRate int
-	// Retry decides backoff and parking of failed events.
+	// Retry decides backoff and parking of failed events. NewRelay refuses a policy that
+	// RetryPolicy.Check refuses.
 	Retry RetryPolicy
 	// BreakerThreshold is how many sends in a row must fail entirely (retryable errors) before
-	// the relay stops fetching for a while. Default 5.
+	// the relay stops fetching for a while. Default DefaultBreakerThreshold (5).
 	BreakerThreshold int
 	// BreakerMaxDelay caps the pause of an open breaker; it starts at PollInterval and doubles.
-	// Default 30s.
+	// Default DefaultBreakerMaxDelay (30s).
 	BreakerMaxDelay time.Duration
 	// DeleteOnPublish deletes rows once acknowledged instead of setting PublishedAt.
 	// Default false.
@@ -177,11 +178,11 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 	if opts != nil {
 		o = *opts
 	}
-	if err := leaseDefaults(&o.Owner, &o.LeaseTTL, &o.RenewInterval, &o.BatchSize); err != nil {
+	if err := leaseDefaults(&o.Owner, &o.LeaseTTL, &o.RenewInterval, &o.BatchSize, &o.Retry); err != nil {
 		return nil, err
 	}
 	if o.PollInterval == 0 {
-		o.PollInterval = 100 * time.Millisecond
+		o.PollInterval = DefaultPollInterval
 	}
 	if o.PollInterval < 0 {
 		return nil, &OptionError{Field: "PollInterval", Reason: "must be positive"}
@@ -195,13 +196,18 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 	if o.MaxRate < 0 {
 		return nil, &OptionError{Field: "MaxRate", Reason: "must not be negative (0: no limit)"}
 	}
-	if o.BreakerThreshold <= 0 {
-		o.BreakerThreshold = 5
+	if o.BreakerThreshold < 0 {
+		return nil, &OptionError{Field: "BreakerThreshold", Reason: fmt.Sprintf("must not be negative (0: the default %d)", DefaultBreakerThreshold)}
 	}
-	if o.BreakerMaxDelay <= 0 {
-		o.BreakerMaxDelay = 30 * time.Second
+	if o.BreakerThreshold == 0 {
+		o.BreakerThreshold = DefaultBreakerThreshold
 	}
-	o.Retry = o.Retry.withDefaults()
+	if o.BreakerMaxDelay < 0 {
+		return nil, &OptionError{Field: "BreakerMaxDelay", Reason: fmt.Sprintf("must not be negative (0: the default %s)", DefaultBreakerMaxDelay)}
+	}
+	if o.BreakerMaxDelay == 0 {
+		o.BreakerMaxDelay = DefaultBreakerMaxDelay
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

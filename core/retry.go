@@ -1,51 +1,85 @@
 package core
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
 )
 
 // RetryPolicy decides when a failed event is tried again and when it is parked.
-// Zero fields take their defaults.
+// Zero fields take their defaults (DefaultRetryInitial, ...). NewRelay and NewCDCRelay refuse a
+// policy that Check refuses; nothing is adjusted without a word.
 type RetryPolicy struct {
-	// Initial is the delay after the first failure. Default 1s.
+	// Initial is the delay after the first failure. Default DefaultRetryInitial (1s). Must not
+	// be negative, nor above Max when Max is set.
 	Initial time.Duration
-	// Max caps one delay. Default 5m.
+	// Max caps one delay. Default DefaultRetryMax (5m), or Initial when Initial is larger. Must
+	// not be negative.
 	Max time.Duration
-	// Multiplier grows the delay after each failure. Default 2.
+	// Multiplier grows the delay after each failure: 1 or more. Default DefaultRetryMultiplier (2).
 	Multiplier float64
-	// Jitter spreads each delay uniformly by ±Jitter (0.2 = ±20%). Default 0.2; negative means none.
+	// Jitter spreads each delay uniformly by ±Jitter (0.2 = ±20%): at most 1. Default
+	// DefaultRetryJitter (0.2); negative means none.
 	Jitter float64
 	// Deadline is the retry budget of one event, measured from its first failure: once the sum of
 	// its scheduled delays reaches Deadline, the next failure parks it (and with it its partition
-	// key). Default 24h. Unpark starts a fresh budget.
+	// key). Default DefaultRetryDeadline (24h). Must not be negative. Unpark starts a fresh budget.
 	Deadline time.Duration
 }
 
+// Check returns an *OptionError (ErrInvalidOptions) naming the first invalid field of p
+// (Field "Retry.<name>"): a negative Initial, Max or Deadline, an Initial above a set Max, a
+// Multiplier between 0 and 1 or below 0, a Jitter above 1, or a NaN or infinite Multiplier or
+// Jitter. Zero fields are valid (their defaults).
+func (p RetryPolicy) Check() error {
+	bad := func(field, format string, a ...any) error {
+		return &OptionError{Field: "Retry." + field, Reason: fmt.Sprintf(format, a...)}
+	}
+	switch {
+	case p.Initial < 0:
+		return bad("Initial", "must not be negative (0: the default %s), got %s", DefaultRetryInitial, p.Initial)
+	case p.Max < 0:
+		return bad("Max", "must not be negative (0: the default %s), got %s", DefaultRetryMax, p.Max)
+	case p.Deadline < 0:
+		return bad("Deadline", "must not be negative (0: the default %s), got %s", DefaultRetryDeadline, p.Deadline)
+	case p.Max > 0 && p.Initial > p.Max:
+		return bad("Initial", "must not exceed Retry.Max (%s), got %s", p.Max, p.Initial)
+	case math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0):
+		return bad("Multiplier", "must be a number, got %v", p.Multiplier)
+	case p.Multiplier != 0 && p.Multiplier < 1:
+		return bad("Multiplier", "must be at least 1 (0: the default %v), got %v", DefaultRetryMultiplier, p.Multiplier)
+	case math.IsNaN(p.Jitter) || math.IsInf(p.Jitter, 0):
+		return bad("Jitter", "must be a number, got %v", p.Jitter)
+	case p.Jitter > 1:
+		return bad("Jitter", "must be at most 1 (0: the default %v; negative: none), got %v", DefaultRetryJitter, p.Jitter)
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields. For a policy Check refuses (only Delay and Exhausted can
+// be called on one), an invalid field takes its default too, so that those methods stay total.
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Initial <= 0 {
-		p.Initial = time.Second
+		p.Initial = DefaultRetryInitial
 	}
 	if p.Max <= 0 {
-		p.Max = 5 * time.Minute
+		p.Max = max(DefaultRetryMax, p.Initial)
 	}
 	if p.Max < p.Initial {
 		p.Max = p.Initial
 	}
-	if p.Multiplier < 1 {
-		p.Multiplier = 2
+	if p.Multiplier < 1 || math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0) {
+		p.Multiplier = DefaultRetryMultiplier
 	}
-	if p.Jitter == 0 {
-		p.Jitter = 0.2
-	} else if p.Jitter < 0 {
+	switch {
+	case p.Jitter == 0 || p.Jitter > 1 || math.IsNaN(p.Jitter) || math.IsInf(p.Jitter, 0):
+		p.Jitter = DefaultRetryJitter
+	case p.Jitter < 0:
 		p.Jitter = 0
 	}
-	if p.Jitter > 1 {
-		p.Jitter = 1
-	}
 	if p.Deadline <= 0 {
-		p.Deadline = 24 * time.Hour
+		p.Deadline = DefaultRetryDeadline
 	}
 	return p
 }

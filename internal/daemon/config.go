@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -21,7 +20,9 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
+	"github.com/outboxkit/outbox/sinks/awssink"
 )
 
 // Config is the relay daemon's configuration. Every leaf key can be set in the YAML file, by an
@@ -52,7 +53,7 @@ type Database struct {
 	DSN    string `yaml:"dsn" help:"connection string (postgres, mysql: parseTime=true) or file path (sqlite)"`
 	Schema string `yaml:"schema" help:"postgres schema of the outbox (default public)"`
 	Table  string `yaml:"table" help:"outbox table (default outbox)"`
-	Lanes  int    `yaml:"lanes" help:"lane count recorded by --migrate on a new outbox (default the library's)"`
+	Lanes  int    `yaml:"lanes" help:"lane count recorded by --migrate on a new outbox"`
 }
 
 // CDC configures mode cdc.
@@ -65,23 +66,23 @@ type CDC struct {
 
 // Relay tunes the relays.
 type Relay struct {
-	Workers         int      `yaml:"workers" help:"polling relays in this process (default 1)"`
-	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000 (default 1000)"`
-	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes (default 4)"`
+	Workers         int      `yaml:"workers" help:"polling relays in this process"`
+	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000"`
+	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes"`
 	MaxRate         int      `yaml:"max_rate" help:"most events per second each polling relay sends (default 0: no limit)"`
-	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime (default 30s)"`
-	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found (default 100ms)"`
+	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime"`
+	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found"`
 	DeleteOnPublish bool     `yaml:"delete_on_publish" help:"delete rows once acknowledged instead of marking them"`
 	Retry           Retry    `yaml:"retry"`
 }
 
 // Retry is core.RetryPolicy.
 type Retry struct {
-	Initial    Duration `yaml:"initial" help:"delay after the first failure, at most relay.retry.max (default 1s)"`
-	Max        Duration `yaml:"max" help:"cap of one delay (default 5m)"`
-	Multiplier float64  `yaml:"multiplier" help:"growth of the delay, 1 or more (default 2)"`
-	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20%, at most 1; negative: none (default 0.2)"`
-	Deadline   Duration `yaml:"deadline" help:"retry budget of one event before it is parked (default 24h)"`
+	Initial    Duration `yaml:"initial" help:"delay after the first failure, at most relay.retry.max"`
+	Max        Duration `yaml:"max" help:"cap of one delay"`
+	Multiplier float64  `yaml:"multiplier" help:"growth of the delay, 1 or more"`
+	Jitter     float64  `yaml:"jitter" help:"spread of each delay, 0.2 = ±20%, at most 1; negative: none"`
+	Deadline   Duration `yaml:"deadline" help:"retry budget of one event before it is parked"`
 }
 
 // AWS overrides the SDK's default configuration chain.
@@ -99,7 +100,7 @@ type Sinks struct {
 
 // AWSSink tunes the SQS or SNS sink.
 type AWSSink struct {
-	Concurrency     int `yaml:"concurrency" help:"requests in flight per send (default 64)"`
+	Concurrency     int `yaml:"concurrency" help:"requests in flight per send"`
 	MaxBatchEntries int `yaml:"max_batch_entries" help:"entries per batch request, 1-10 (default 10)"`
 	// UnorderedStandard is awssink.Options.UnorderedStandard.
 	UnorderedStandard bool `yaml:"unordered_standard" help:"let a partition key have several requests in flight to a standard (non-FIFO) queue or topic, which keeps no order anyway (default false)"`
@@ -116,8 +117,8 @@ type Routes struct {
 // Cleanup deletes published rows; one process of a fleet runs it at a time.
 type Cleanup struct {
 	Enabled   bool     `yaml:"enabled" help:"run the cleanup schedule"`
-	Retention Duration `yaml:"retention" help:"keep published rows this long (default 24h)"`
-	Interval  Duration `yaml:"interval" help:"time between cleanups (default 1h)"`
+	Retention Duration `yaml:"retention" help:"keep published rows this long"`
+	Interval  Duration `yaml:"interval" help:"time between cleanups"`
 }
 
 // HTTP serves /healthz, /readyz and /metrics.
@@ -127,14 +128,14 @@ type HTTP struct {
 
 // Metrics tunes what /metrics (and the OTLP push) measure.
 type Metrics struct {
-	StatsInterval Duration `yaml:"stats_interval" help:"least time between two backlog queries (Admin.Stats); collections in between reuse the last answer (default 5s)"`
+	StatsInterval Duration `yaml:"stats_interval" help:"least time between two backlog queries (Admin.Stats); collections in between reuse the last answer"`
 }
 
 // OTLP pushes the metrics to an OpenTelemetry collector as well (they are served at /metrics
 // either way).
 type OTLP struct {
 	Endpoint string   `yaml:"endpoint" help:"OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics (empty: no push)"`
-	Interval Duration `yaml:"interval" help:"push interval (default 30s)"`
+	Interval Duration `yaml:"interval" help:"push interval"`
 }
 
 // Log configures the logs.
@@ -154,7 +155,7 @@ func Defaults() Config {
 	return Config{
 		Mode: "polling", Sink: "sqs",
 		Relay:           Relay{Workers: 1},
-		Cleanup:         Cleanup{Retention: Duration(24 * time.Hour), Interval: Duration(time.Hour)},
+		Cleanup:         Cleanup{Retention: Duration(core.DefaultCleanupRetention), Interval: Duration(time.Hour)},
 		HTTP:            HTTP{Listen: "127.0.0.1:9464"},
 		Metrics:         Metrics{StatsInterval: Duration(5 * time.Second)},
 		OTLP:            OTLP{Interval: Duration(30 * time.Second)},
@@ -367,12 +368,50 @@ func Flags(fs *pflag.FlagSet) {
 		if l.typ.Kind() == reflect.Slice {
 			help += "; comma-separated, or repeat the flag: its values add up"
 		}
+		if d := defaultText(l.path); d != "" {
+			help += " (default " + d + ")"
+		}
 		help += " (" + l.path + ", $" + EnvName(l.path) + ")"
 		fs.Var(&rawFlag{typ: flagType(l.typ)}, name, help)
 		if l.typ.Kind() == reflect.Bool {
 			fs.Lookup(name).NoOptDefVal = "true"
 		}
 	}
+}
+
+// libraryDefaults are the keys whose zero value means a library default, with that default: the
+// help prints them from the library's constants, so that it cannot drift from what runs.
+var libraryDefaults = map[string]string{
+	"database.lanes":              strconv.Itoa(core.DefaultLanes),
+	"relay.batch_size":            strconv.Itoa(core.DefaultBatchSize),
+	"relay.in_flight":             strconv.Itoa(core.DefaultInFlight),
+	"relay.lease_ttl":             core.DefaultLeaseTTL.String(),
+	"relay.poll_interval":         core.DefaultPollInterval.String(),
+	"relay.retry.initial":         core.DefaultRetryInitial.String(),
+	"relay.retry.max":             core.DefaultRetryMax.String(),
+	"relay.retry.multiplier":      strconv.FormatFloat(core.DefaultRetryMultiplier, 'g', -1, 64),
+	"relay.retry.jitter":          strconv.FormatFloat(core.DefaultRetryJitter, 'g', -1, 64),
+	"relay.retry.deadline":        core.DefaultRetryDeadline.String(),
+	"sinks.sqs.concurrency":       strconv.Itoa(awssink.DefaultConcurrency),
+	"sinks.sns.concurrency":       strconv.Itoa(awssink.DefaultConcurrency),
+	"sinks.sqs.max_batch_entries": "10",
+	"sinks.sns.max_batch_entries": "10",
+}
+
+// defaultText is the default the help prints for path: the library's (libraryDefaults), else
+// Defaults()'s value when it is not zero, else "".
+func defaultText(path string) string {
+	if d, ok := libraryDefaults[path]; ok {
+		return d
+	}
+	v, ok := field(reflect.ValueOf(Defaults()), path)
+	if !ok || v.IsZero() || v.Kind() == reflect.Bool {
+		return ""
+	}
+	if d, ok := v.Interface().(Duration); ok {
+		return d.D().String()
+	}
+	return fmt.Sprint(v.Interface())
 }
 
 // rawFlag keeps a flag's text; Load parses it after the file and the environment. A list flag
@@ -547,18 +586,12 @@ func (c *Config) validate() []string {
 			add(path, "must be 1 to 10 (0: default)")
 		}
 	}
-	for path, d := range map[string]Duration{"relay.retry.initial": c.Relay.Retry.Initial, "relay.retry.max": c.Relay.Retry.Max, "relay.retry.deadline": c.Relay.Retry.Deadline} {
-		if d < 0 {
-			add(path, "must not be negative")
-		}
-	}
 	for path, d := range map[string]Duration{"cleanup.retention": c.Cleanup.Retention, "cleanup.interval": c.Cleanup.Interval,
 		"shutdown_timeout": c.ShutdownTimeout, "otlp.interval": c.OTLP.Interval, "metrics.stats_interval": c.Metrics.StatsInterval} {
 		if d <= 0 {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, c.Relay.Retry.validate()...)
 	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
@@ -589,28 +622,9 @@ func (c *Config) validate() []string {
 	return p
 }
 
-// validate returns the problems of relay.retry. core.RetryPolicy takes a zero field as its
-// default and a negative Jitter as none, as documented; the values it would otherwise adjust
-// without a word (a Jitter above 1, a Multiplier below 1, an Initial above Max, NaN or
-// infinity) are refused here, so the policy that runs is the one configured.
-func (r Retry) validate() []string {
-	var p []string
-	switch j := r.Jitter; {
-	case math.IsNaN(j) || math.IsInf(j, 0):
-		p = append(p, fmt.Sprintf("relay.retry.jitter: must be a number, got %v", j))
-	case j > 1:
-		p = append(p, fmt.Sprintf("relay.retry.jitter: must be at most 1 (0: the default 0.2; negative: none), got %v", j))
-	}
-	switch m := r.Multiplier; {
-	case math.IsNaN(m) || math.IsInf(m, 0):
-		p = append(p, fmt.Sprintf("relay.retry.multiplier: must be a number, got %v", m))
-	case m != 0 && m < 1:
-		p = append(p, fmt.Sprintf("relay.retry.multiplier: must be at least 1 (0: the default 2), got %v", m))
-	}
-	if r.Initial > 0 && r.Max > 0 && r.Initial > r.Max {
-		p = append(p, fmt.Sprintf("relay.retry.initial: must not exceed relay.retry.max (%s), got %s", r.Max.D(), r.Initial.D()))
-	}
-	return p
+// policy is the core.RetryPolicy of relay.retry.
+func (r Retry) policy() core.RetryPolicy {
+	return core.RetryPolicy{Initial: r.Initial.D(), Max: r.Max.D(), Multiplier: r.Multiplier, Jitter: r.Jitter, Deadline: r.Deadline.D()}
 }
 
 // listenProblem says what is wrong with a TCP listen address (host:port; the host may be empty

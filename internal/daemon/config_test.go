@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
@@ -395,6 +398,25 @@ func TestLoadRefusesWhatStartRefuses(t *testing.T) {
 	require.Nil(t, loadProblems(t, "relay: {batch_size: 100000, lease_ttl: 3ns}\ndatabase: {driver: postgres, dsn: 'host=h port=5432', schema: app, table: events, lanes: 4096}", nil))
 }
 
+// The help states the library's defaults from its constants, so that it cannot drift from them.
+func TestHelpPrintsLibraryDefaults(t *testing.T) {
+	t.Parallel()
+	fs := pflag.NewFlagSet("relay", pflag.ContinueOnError)
+	Flags(fs)
+	for flag, want := range map[string]string{
+		"relay-lease-ttl":        core.DefaultLeaseTTL.String(),
+		"relay-batch-size":       strconv.Itoa(core.DefaultBatchSize),
+		"relay-retry-multiplier": "2",
+		"relay-retry-max":        core.DefaultRetryMax.String(),
+		"sinks-sqs-concurrency":  strconv.Itoa(awssink.DefaultConcurrency),
+		"cleanup-retention":      core.DefaultCleanupRetention.String(),
+		"relay-workers":          "1",
+	} {
+		require.Contains(t, fs.Lookup(flag).Usage, "(default "+want+")", flag)
+	}
+	require.NotContains(t, fs.Lookup("relay-max-rate").Usage, "(default 0)")
+}
+
 // relay.retry: what core.RetryPolicy would adjust without a word is refused; its documented
 // meanings (0: the default; a negative jitter: none) are kept.
 func TestLoadRetry(t *testing.T) {
@@ -412,6 +434,8 @@ func TestLoadRetry(t *testing.T) {
 		{"relay: {retry: {multiplier: .inf}}", nil, "relay.retry.multiplier: must be a number, got +Inf"},
 		{"", map[string]string{"OUTBOXKIT_RELAY_RETRY_MULTIPLIER": "NaN"}, "relay.retry.multiplier: must be a number, got NaN"},
 		{"relay: {retry: {initial: 10s, max: 5s}}", nil, "relay.retry.initial: must not exceed relay.retry.max (5s), got 10s"},
+		{"relay: {retry: {initial: -1s}}", nil, "relay.retry.initial: must not be negative (0: the default 1s), got -1s"},
+		{"relay: {retry: {deadline: -1h}}", nil, "relay.retry.deadline: must not be negative (0: the default 24h0m0s), got -1h0m0s"},
 	} {
 		require.Equal(t, []string{c.problem}, loadProblems(t, c.text, c.env), c.text)
 	}

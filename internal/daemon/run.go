@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,7 +245,9 @@ type (
 
 // optionKeys are the configuration keys of core's relay options.
 var optionKeys = map[string]string{"BatchSize": "relay.batch_size", "LeaseTTL": "relay.lease_ttl", "RenewInterval": "relay.lease_ttl",
-	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRate": "relay.max_rate", "MaxRetainedBytes": "cdc.max_retained_bytes"}
+	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRate": "relay.max_rate", "MaxRetainedBytes": "cdc.max_retained_bytes",
+	"Retry.Initial": "relay.retry.initial", "Retry.Max": "relay.retry.max", "Retry.Multiplier": "relay.retry.multiplier",
+	"Retry.Jitter": "relay.retry.jitter", "Retry.Deadline": "relay.retry.deadline"}
 
 // checkRelayOptions returns what core.NewRelay and core.NewCDCRelay refuse in the relay options
 // of c (a batch size above core.MaxBatchSize, a lease_ttl too short for the RenewInterval derived
@@ -273,7 +276,7 @@ func (c *Config) checkRelayOptions() []string {
 		if !ok {
 			return append(p, fmt.Sprintf("relay: %v", err))
 		}
-		reason := oe.Reason
+		reason := strings.ReplaceAll(oe.Reason, "Retry.Max", "relay.retry.max")
 		if oe.Field == "RenewInterval" {
 			reason = "too short: the relay renews its leases every lease_ttl/3, and RenewInterval " + reason
 		}
@@ -286,8 +289,7 @@ func (c *Config) checkRelayOptions() []string {
 
 // retryPolicy is cfg's relay.retry.
 func retryPolicy(cfg Config) core.RetryPolicy {
-	return core.RetryPolicy{Initial: cfg.Relay.Retry.Initial.D(), Max: cfg.Relay.Retry.Max.D(),
-		Multiplier: cfg.Relay.Retry.Multiplier, Jitter: cfg.Relay.Retry.Jitter, Deadline: cfg.Relay.Retry.Deadline.D()}
+	return cfg.Relay.Retry.policy()
 }
 
 // newCDCRelay builds the CDC relay of cfg (mode cdc) on db and sink: the one construction of
