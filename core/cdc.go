@@ -156,7 +156,7 @@ type CDCRelay struct {
 	log    *slog.Logger
 	inst   *relayInstruments
 
-	gen    atomic.Int64
+	k      leaseKeeper    // its lane calls and publisher generation
 	leases []driver.Lease // every lane; their leases are renewed (keepLanes) while running
 	laneMu sync.Mutex     // one keepLanes at a time
 
@@ -232,6 +232,7 @@ func NewCDCRelay(store driver.CDCStore, source driver.ChangeSource, sink Sink, r
 	}
 	return &CDCRelay{
 		store: store, source: source, sink: sink, router: router, o: o, inst: inst,
+		k:          leaseKeeper{store: store, owner: o.Owner, ttl: o.LeaseTTL, clock: o.now, inst: inst},
 		log:        o.Logger.With("owner", o.Owner, "relay", "cdc"),
 		parkedKeys: map[string]bool{},
 		phase:      PhaseStopped,
@@ -254,7 +255,7 @@ func (r *CDCRelay) Stats() CDCStats {
 		Transactions: r.stats.txs.Load(), Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(), Skipped: r.stats.skipped.Load(),
 		Backfilled: r.stats.backfilled.Load(), Checkpoints: r.stats.checkpoints.Load(), Restarts: r.stats.restarts.Load(),
-		Generation: r.gen.Load(), Checkpoint: r.checkpoint, CheckpointAt: r.cpAt, Retention: r.retention,
+		Generation: r.k.gen.Load(), Checkpoint: r.checkpoint, CheckpointAt: r.cpAt, Retention: r.retention,
 		Phase: r.phase, LanesHeld: len(r.leases), Lanes: r.lanes, Live: r.live, Position: r.position,
 		Lag: lag, LogDownSince: r.logDownAt, LastResume: r.lastResume, LanesWait: r.lanesWait,
 	}
@@ -272,7 +273,7 @@ func (r *CDCRelay) Health() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case !r.gate.isRunning() || r.gen.Load() == 0 || r.phase == PhaseStopped:
+	case !r.gate.isRunning() || r.k.gen.Load() == 0 || r.phase == PhaseStopped:
 		return fmt.Errorf("outbox: cdc relay %s: %w", r.o.Owner, ErrNotRunning)
 	case r.logDown != nil:
 		return fmt.Errorf("outbox: cdc relay %s: since %s: %w: %w", r.o.Owner,
@@ -281,9 +282,7 @@ func (r *CDCRelay) Health() error {
 	return r.health
 }
 
-func (r *CDCRelay) now() time.Time {
-	return storeNow(r.o.now)
-}
+func (r *CDCRelay) now() time.Time { return r.k.now() }
 
 // Run publishes until ctx is cancelled or Shutdown is called (then it returns nil), or until it
 // cannot go on:
@@ -360,9 +359,14 @@ var errDrained = errors.New("outbox: cdc relay drained")
 // renewal loop (fenced, lanes or sign of life lost), the retention loop, or the settler.
 type stopCause struct{ err error }
 
-func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
-	// hard ends the session (Shutdown past its deadline); settleBase bounds the settler's store
-	// calls, which outlive ctx (a cancelled Run still marks what was acknowledged) but not hard.
+// session runs one Run or Backfill: it opens the session (open), takes the outbox over (hold:
+// the publisher generation, the sign of life, every lane, the renewal loop), publishes
+// (backfill, or streams until a condition Run documents) and closes what it took in one place
+// (close), in the reverse order, before the result is reported (result).
+func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) error {
+	// stopRun ends the session (Shutdown past its deadline); settleBase bounds the settler's
+	// store calls, which outlive ctx (a cancelled Run still marks what was acknowledged) but
+	// not a hard stop.
 	ctx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	settleBase, stopSettle := context.WithCancel(context.WithoutCancel(ctx))
@@ -375,26 +379,41 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if r.gate.isDraining() {
 		return nil
 	}
-	// finished: a Backfill that returns nil moved the checkpoint; one stopped before did not.
-	finished := false
-	defer func() { // after the lanes and the sign of life are released (deferred below)
-		switch {
-		case backfillOnly && err == nil && !finished:
-			// The caller's ctx ended, or Shutdown stopped it hard: not done, whatever quiet made of it.
-			cause := ctx.Err()
-			if cause == nil {
-				cause = context.Canceled
-			}
-			err = fmt.Errorf("outbox: cdc relay: backfill stopped before it finished: %w", cause)
-		case !errors.Is(err, errDrained):
-		case backfillOnly:
-			err = fmt.Errorf("outbox: cdc relay: backfill stopped by Shutdown before it finished: %w", context.Canceled)
-		default:
-			r.log.Info("cdc_relay_drained", "checkpoint", r.Stats().Checkpoint)
-			err = nil
+	s := &cdcSession{r: r, ctx: ctx, settleBase: settleBase, backfillOnly: backfillOnly, log: r.log}
+	err := func() error {
+		defer s.close() // also when the sink or the store panics
+		if err := s.hold(); err != nil {
+			return err
 		}
+		return s.publish()
 	}()
+	return s.result(err)
+}
 
+// cdcSession is the state of one session: what it took, so that close gives back exactly that.
+type cdcSession struct {
+	r            *CDCRelay
+	ctx          context.Context // the caller's (ended by a hard stop too)
+	settleBase   context.Context // the settler's store calls
+	backfillOnly bool
+	log          *slog.Logger
+
+	id     string                  // the change source's identity
+	sctx   context.Context         // ends with ctx, or when a loop stops the session (cancel's cause)
+	cancel context.CancelCauseFunc // nil until the session holds the outbox
+	life   driver.Life             // the sign of life, nil when none is held (the renewal loop may change it)
+	loops  sync.WaitGroup          // the renewal and retention loops
+	lanes  bool                    // every lane is held
+	// finished: a Backfill that returns nil moved the checkpoint; one stopped before did not.
+	finished bool
+}
+
+// hold takes the outbox over: the lane count and the source's identity, a new publisher
+// generation (which fences every earlier publisher), a sign of life when the store offers one,
+// then every lane (waiting for the previous publisher to let them go), and starts the renewal
+// loop.
+func (s *cdcSession) hold() error {
+	r, ctx := s.r, s.ctx
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: lane count: %w", err))
@@ -402,63 +421,48 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 	if lanes < 1 || lanes > MaxLanes {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
-	id, err := r.source.Identity(ctx)
-	if err != nil {
+	if s.id, err = r.source.Identity(ctx); err != nil {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: source identity: %w", err))
 	}
-	pub, err := r.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: r.o.Owner, Now: r.now()})
+	pub, err := r.k.acquire(ctx, driver.KindCDC)
 	if err != nil {
 		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: acquire generation: %w", err))
 	}
-	r.gen.Store(pub.Generation)
-	log := r.log.With("publisher_generation", pub.Generation)
-	log.Info("cdc_relay_acquired", "source", id, "backfill", backfillOnly)
+	s.log = r.log.With("publisher_generation", pub.Generation)
+	s.log.Info("cdc_relay_acquired", "source", s.id, "backfill", s.backfillOnly)
 
-	// The session's context ends with ctx or when the renewal loop finds the relay fenced.
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	life := r.holdLiveness(sctx, log)
-	defer func() { // after the lanes are released (deferred below)
-		if life != nil {
-			if err := life.Release(); err != nil {
-				log.Warn("cdc_relay_liveness_release_failed", "error", err)
-			}
-		}
-		r.mu.Lock()
-		r.phase, r.live, r.logDown, r.logDownAt = PhaseStopped, false, nil, time.Time{}
-		r.mu.Unlock()
-	}()
+	s.sctx, s.cancel = context.WithCancelCause(ctx)
+	s.life = r.holdLiveness(s.sctx, s.log)
 	r.mu.Lock()
-	r.phase, r.lanes, r.live = PhaseAcquiring, lanes, life != nil
+	r.phase, r.lanes, r.live = PhaseAcquiring, lanes, s.life != nil
 	r.mu.Unlock()
 	waitStart := time.Now()
-	if err := r.takeLanes(sctx, lanes, log); err != nil {
-		return r.end(ctx, sctx, err)
+	if err := r.takeLanes(s.sctx, lanes, s.log); err != nil {
+		return r.end(ctx, s.sctx, err)
 	}
+	s.lanes = true
 	r.mu.Lock()
 	r.lanesWait = time.Since(waitStart)
 	r.mu.Unlock()
-	var wg sync.WaitGroup
-	defer func() {
-		cancel(nil)
-		wg.Wait()
-		r.releaseLanes(context.WithoutCancel(ctx), log)
-	}()
-	wg.Go(func() { r.renewLoop(sctx, cancel, &life, log) })
+	s.loops.Go(func() { r.renewLoop(s.sctx, s.cancel, &s.life, s.log) })
+	return nil
+}
 
-	if backfillOnly {
-		err := r.end(ctx, sctx, r.attempt(sctx, settleBase, id, true, nil, log))
-		finished = err == nil && ctx.Err() == nil
+// publish runs a Backfill, or streams: the session outlives its streams. A stream that breaks,
+// stalls or is refused its marks is closed, and the relay resumes from its checkpoint on a new
+// one, keeping its generation and lanes, until a condition Run documents ends the session.
+func (s *cdcSession) publish() error {
+	r, ctx, sctx, log := s.r, s.ctx, s.sctx, s.log
+	if s.backfillOnly {
+		err := r.end(ctx, sctx, r.attempt(sctx, s.settleBase, s.id, true, nil, log))
+		s.finished = err == nil && ctx.Err() == nil
 		return err
 	}
-	// From here on the session outlives its streams: a stream that breaks, stalls or is
-	// refused its marks is closed, and the relay resumes from its checkpoint on a new one,
-	// keeping its generation and lanes, until a condition Run documents ends the session.
-	startRetention := sync.OnceFunc(func() { wg.Go(func() { r.retentionLoop(sctx, cancel, log) }) })
+	startRetention := sync.OnceFunc(func() { s.loops.Go(func() { r.retentionLoop(sctx, s.cancel, log) }) })
 	failures := 0 // streams in a row that failed within reconnect.Max of their start
 	for {
 		began := time.Now()
-		err := r.end(ctx, sctx, r.attempt(sctx, settleBase, id, false, startRetention, log))
+		err := r.end(ctx, sctx, r.attempt(sctx, s.settleBase, s.id, false, startRetention, log))
 		var se settleError
 		retaken := false
 		if errors.Is(err, ErrClaimLost) && errors.As(err, &se) && sctx.Err() == nil {
@@ -497,6 +501,50 @@ func (r *CDCRelay) session(ctx context.Context, backfillOnly bool) (err error) {
 		case <-time.After(delay):
 		}
 	}
+}
+
+// close gives back what hold took, in this order: it stops the renewal and retention loops and
+// waits for them (so that no renewal races the release), releases the lanes (a successor
+// claims them at once), releases the sign of life, and reports the relay stopped. The stream
+// was closed already, with its settler (attempt).
+func (s *cdcSession) close() {
+	r := s.r
+	if s.cancel == nil {
+		return // the outbox was never held
+	}
+	s.cancel(nil)
+	s.loops.Wait()
+	if s.lanes {
+		r.releaseLanes(context.WithoutCancel(s.ctx), s.log)
+	}
+	if s.life != nil {
+		if err := s.life.Release(); err != nil {
+			s.log.Warn("cdc_relay_liveness_release_failed", "error", err)
+		}
+	}
+	r.mu.Lock()
+	r.phase, r.live, r.logDown, r.logDownAt = PhaseStopped, false, nil, time.Time{}
+	r.mu.Unlock()
+}
+
+// result is what Run or Backfill returns for the session's error err: a drained Run (Shutdown)
+// returns nil, a Backfill that did not finish an error wrapping context.Canceled or ctx's error.
+func (s *cdcSession) result(err error) error {
+	switch {
+	case s.backfillOnly && err == nil && !s.finished:
+		// The caller's ctx ended, or Shutdown stopped it hard: not done, whatever quiet made of it.
+		cause := s.ctx.Err()
+		if cause == nil {
+			cause = context.Canceled
+		}
+		return fmt.Errorf("outbox: cdc relay: backfill stopped before it finished: %w", cause)
+	case !errors.Is(err, errDrained):
+		return err
+	case s.backfillOnly:
+		return fmt.Errorf("outbox: cdc relay: backfill stopped by Shutdown before it finished: %w", context.Canceled)
+	}
+	s.r.log.Info("cdc_relay_drained", "checkpoint", s.r.Stats().Checkpoint)
+	return nil
 }
 
 // reconnect is the delay before a CDC relay opens a new stream after one failed: 100 ms,
@@ -661,7 +709,7 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 	warned := time.Now()
 	for len(held) < lanes {
 		if len(held) > 0 {
-			renewed, err := r.store.RenewLanes(ctx, driver.RenewParams{Generation: r.gen.Load(), Leases: mapValues(held), TTL: r.o.LeaseTTL, Now: r.now()})
+			renewed, err := r.k.renew(ctx, mapValues(held))
 			if err != nil {
 				return fmt.Errorf("outbox: cdc relay: renew lanes: %w", err)
 			}
@@ -670,11 +718,10 @@ func (r *CDCRelay) takeLanes(ctx context.Context, lanes int, log *slog.Logger) e
 				held[l.Lane] = l
 			}
 		}
-		got, err := r.store.ClaimLanes(ctx, driver.ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: lanes, TTL: r.o.LeaseTTL, Now: r.now()})
+		got, _, err := r.k.claim(ctx, lanes)
 		if err != nil {
 			return fmt.Errorf("outbox: cdc relay: claim lanes: %w", err)
 		}
-		r.inst.claimed(ctx, got)
 		for _, l := range got {
 			held[l.Lane] = l
 		}
@@ -824,10 +871,10 @@ func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
 	defer cancel()
 	fenced := func(err error) error {
 		log.Warn("cdc_relay_fenced", "error", err)
-		return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), err)}
+		return &lanesEnded{fmt.Errorf("outbox: cdc relay %s: publisher generation %d: %w", r.o.Owner, r.k.gen.Load(), err)}
 	}
 	held := r.currentLeases()
-	renewed, err := r.store.RenewLanes(ctx, driver.RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+	renewed, err := r.k.renew(ctx, held)
 	switch {
 	case errors.Is(err, ErrFenced):
 		return fenced(err)
@@ -849,15 +896,13 @@ func (r *CDCRelay) keepLanes(ctx context.Context, log *slog.Logger) error {
 			case <-time.After(wait):
 			}
 		}
-		got, err := r.store.ClaimLanes(ctx, driver.ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner,
-			Max: len(held) - len(renewed) - len(back), TTL: r.o.LeaseTTL, Now: r.now()})
+		got, _, err := r.k.claim(ctx, len(held)-len(renewed)-len(back))
 		switch {
 		case errors.Is(err, ErrFenced):
 			return fenced(err)
 		case err != nil:
 			return err
 		}
-		r.inst.claimed(ctx, got)
 		back = append(back, got...)
 	}
 	if len(back) > 0 {
@@ -881,7 +926,7 @@ func (r *CDCRelay) releaseLanes(ctx context.Context, log *slog.Logger) {
 	r.leases = nil
 	r.mu.Unlock()
 	if len(held) > 0 {
-		if err := r.store.ReleaseLanes(ctx, held); err != nil {
+		if err := r.k.release(ctx, held); err != nil {
 			log.Warn("cdc_relay_release_failed", "error", err)
 		}
 	}

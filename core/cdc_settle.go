@@ -184,7 +184,7 @@ func (s *settler) apply(batch []*settleItem) error {
 	}
 	ctx, cancel := context.WithTimeout(s.base, opTimeout)
 	defer cancel()
-	if err := r.store.SaveCheckpoint(ctx, driver.Checkpoint{Source: s.id, Position: pos, Generation: r.gen.Load()}); err != nil {
+	if err := r.store.SaveCheckpoint(ctx, driver.Checkpoint{Source: s.id, Position: pos, Generation: r.k.gen.Load()}); err != nil {
 		return fmt.Errorf("outbox: cdc relay: save checkpoint: %w", err)
 	}
 	r.stats.checkpoints.Add(1)

@@ -143,7 +143,7 @@ type Relay struct {
 	busy      map[int]bool
 	releasing []driver.Lease
 
-	gen       atomic.Int64
+	k         leaseKeeper   // its lane calls and publisher generation
 	fenced    chan struct{} // closed when a newer publisher generation fenced this relay
 	fenceOnce sync.Once
 
@@ -225,6 +225,7 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 	}
 	return &Relay{
 		store: store, sink: sink, router: router, o: o, inst: inst, pace: pace,
+		k:      leaseKeeper{store: store, owner: o.Owner, ttl: o.LeaseTTL, clock: o.now, inst: inst},
 		log:    o.Logger.With("owner", o.Owner),
 		leases: map[int]driver.Lease{},
 		kicks:  kicks,
@@ -252,7 +253,7 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(),
-		ClaimLost: r.stats.claimLost.Load(), Lanes: n, Generation: r.gen.Load(),
+		ClaimLost: r.stats.claimLost.Load(), Lanes: n, Generation: r.k.gen.Load(),
 		Resent: r.stats.moves.resent.Load(), LaneMoves: r.stats.moves.claimed.Load(), LeaseExpiries: r.stats.moves.expired.Load(),
 		Fetches: r.stats.fetches.Load(), FetchTime: time.Duration(r.stats.fetchNs.Load()),
 		SendTime: time.Duration(r.stats.sendNs.Load()), SettleTime: time.Duration(r.stats.settleNs.Load()),
@@ -260,9 +261,7 @@ func (r *Relay) Stats() RelayStats {
 	}
 }
 
-func (r *Relay) now() time.Time {
-	return storeNow(r.o.now)
-}
+func (r *Relay) now() time.Time { return r.k.now() }
 
 // Run delivers events until ctx is cancelled, then releases its leases and returns nil.
 // Store and sink errors are logged and retried; Run returns an error only when it cannot start
@@ -299,14 +298,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
 	r.lanes = lanes
-	pub, err := r.store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: r.o.Owner, Join: true, Now: r.now()})
+	pub, err := r.k.acquire(ctx, driver.KindPolling)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("outbox: relay: acquire generation: %w", err)
 	}
-	r.gen.Store(pub.Generation)
 	r.log = r.log.With("publisher_generation", pub.Generation)
 	r.log.Info("relay_started", "lanes", lanes, "publisher_since", pub.Since)
 
@@ -381,7 +379,7 @@ func (r *Relay) loop(ctx context.Context, k int) error {
 	}()
 	for ctx.Err() == nil && !r.gate.isDraining() {
 		if r.isFenced() {
-			return fmt.Errorf("outbox: relay %s: publisher generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
+			return fmt.Errorf("outbox: relay %s: publisher generation %d: %w", r.o.Owner, r.k.gen.Load(), ErrFenced)
 		}
 		began := time.Now()
 		n, allFailed, err := r.cycle(ctx, k)
@@ -487,10 +485,10 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 // It is cheap (no I/O): readiness probes may call it often.
 func (r *Relay) Health() error {
 	switch {
-	case !r.gate.isRunning() || r.gen.Load() == 0:
+	case !r.gate.isRunning() || r.k.gen.Load() == 0:
 		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrNotRunning)
 	case r.isFenced():
-		return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.gen.Load(), ErrFenced)
+		return fmt.Errorf("outbox: relay %s: generation %d: %w", r.o.Owner, r.k.gen.Load(), ErrFenced)
 	case r.openLoops.Load() > 0:
 		return fmt.Errorf("outbox: relay %s: %w", r.o.Owner, ErrBreakerOpen)
 	}
@@ -567,7 +565,7 @@ func (r *Relay) maintainLoop(ctx context.Context, quit <-chan struct{}) {
 // ceil(lanes / live workers). It reports whether the relay now holds exactly its share (or the
 // store could not tell).
 func (r *Relay) maintain(ctx context.Context) bool {
-	live, err := r.store.Heartbeat(ctx, driver.HeartbeatParams{Owner: r.o.Owner, TTL: r.o.LeaseTTL, Now: r.now()})
+	live, err := r.k.heartbeat(ctx, r.o.LeaseTTL)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("relay_heartbeat_failed", "error", err)
@@ -579,7 +577,7 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	}
 	held := r.snapshot()
 	if len(held) > 0 {
-		renewed, err := r.store.RenewLanes(ctx, driver.RenewParams{Generation: r.gen.Load(), Leases: held, TTL: r.o.LeaseTTL, Now: r.now()})
+		renewed, err := r.k.renew(ctx, held)
 		if err != nil {
 			r.storeFailed(ctx, "relay_renew_failed", err)
 			return true
@@ -615,14 +613,14 @@ func (r *Relay) maintain(ctx context.Context) bool {
 	held = r.snapshot()
 	switch {
 	case len(held) < share:
-		claimed, err := r.store.ClaimLanes(ctx, driver.ClaimParams{Generation: r.gen.Load(), Owner: r.o.Owner, Max: share - len(held), TTL: r.o.LeaseTTL, Now: r.now()})
+		claimed, takenOver, err := r.k.claim(ctx, share-len(held))
 		if err != nil {
 			r.storeFailed(ctx, "relay_claim_failed", err)
 			return false
 		}
 		if len(claimed) > 0 {
 			r.stats.moves.claimed.Add(uint64(len(claimed)))
-			r.stats.moves.expired.Add(uint64(r.inst.claimed(ctx, claimed)))
+			r.stats.moves.expired.Add(uint64(takenOver))
 			r.mu.Lock()
 			for _, l := range claimed {
 				r.leases[l.Lane] = l
@@ -647,7 +645,7 @@ func (r *Relay) maintain(ctx context.Context) bool {
 		}
 		r.mu.Unlock()
 		if len(now) > 0 {
-			if err := r.store.ReleaseLanes(ctx, now); err != nil {
+			if err := r.k.release(ctx, now); err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("relay_release_failed", "error", err)
 				}
@@ -667,11 +665,11 @@ func (r *Relay) leave(ctx context.Context) {
 	clear(r.leases)
 	r.mu.Unlock()
 	if len(held) > 0 {
-		if err := r.store.ReleaseLanes(ctx, held); err != nil {
+		if err := r.k.release(ctx, held); err != nil {
 			r.log.Warn("relay_release_failed", "error", err)
 		}
 	}
-	if _, err := r.store.Heartbeat(ctx, driver.HeartbeatParams{Owner: r.o.Owner, TTL: 0, Now: r.now()}); err != nil {
+	if _, err := r.k.heartbeat(ctx, 0); err != nil {
 		r.log.Warn("relay_deregister_failed", "error", err)
 	}
 }
@@ -710,7 +708,7 @@ func (r *Relay) settled(ctx context.Context, leases []driver.Lease) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := r.store.ReleaseLanes(ctx, rel); err != nil {
+	if err := r.k.release(ctx, rel); err != nil {
 		r.log.Warn("relay_release_failed", "error", err)
 		r.keep(rel)
 	}
