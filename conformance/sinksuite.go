@@ -423,7 +423,10 @@ func sinkRoundtrip(e *sinkEnv) {
 		payload []byte
 		headers map[string]string
 	}{
-		{[]byte(`{"n":1,"s":"é€ 𝄞 \"quoted\""}`), map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-region": "eu-west-1"}},
+		// Characters beyond U+FFFD travel in a header, not in this text payload: fauxqs, the
+		// AWS emulator the SQS and SNS sinks are tested on, refuses them in a message body,
+		// which SQS accepts.
+		{[]byte(`{"n":1,"s":"é€ ✓ \"quoted\""}`), map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "x-region": "eu-west-1"}},
 		{all, nil},
 		{[]byte{}, map[string]string{"content-type": "application/octet-stream", "tracestate": "congo=t61rcWkgMzE"}},
 		{nil, map[string]string{"x.unicode": "é€𝄞 ✓", "x-empty": ""}},
