@@ -27,6 +27,15 @@
 // Sink, the recording and fault-injecting core.Sink the suite uses, is exported for tests of
 // relays and sinks elsewhere, and so is CrashStore, the store of a relay process that can die at
 // any point.
+//
+// RunSink is the suite of a core.Sink: a sink's test calls it with a SinkHarness whose New
+// returns the sink, a destination and a way to read that destination back (SinkFixture). It
+// proves the sink contract through the broker — one outcome per message, byte-exact delivery
+// of what was acknowledged, core.CheckOutcomes' per-key rule when a message fails, concurrent
+// Sends, cancelled contexts, permanent versus retryable failures, oversize messages, per-key
+// order and the deduplication id — with the failure hooks and properties the harness declares;
+// a case whose hook or property is missing logs that it is not offered. Every sink of the
+// module runs it, and its self-test fails it on broken sinks.
 package conformance
 
 import (

@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
-	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
@@ -282,32 +281,6 @@ func TestConsumerReadsSNSDeliveries(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestUnknownTopicIsPermanent(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	sink, err := sns.New(e.sns, nil)
-	require.NoError(t, err)
-	arn := "arn:aws:sns:us-east-1:000000000000:" + randName("missing")
-	out := send(t, sink, []core.Message{event(arn, "a", 0, []byte("x")), event(arn, "a", 1, []byte("y"))})
-	require.True(t, core.IsPermanent(out[0]), "%v", out[0])
-	var nf *snstypes.NotFoundException
-	require.ErrorAs(t, out[0], &nf)
-	require.Error(t, out[1])
-}
-
-func TestOversizeIsPermanentWithoutClaimCheck(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	topic, _ := e.subscribed(t, false, true)
-	sink, err := sns.New(e.sns, &sns.Options{MaxRequestBytes: 2048})
-	require.NoError(t, err)
-	out := send(t, sink, []core.Message{event(topic, "a", 0, make([]byte, 4096)), event(topic, "a", 1, []byte("y")), event(topic, "b", 0, []byte("z"))})
-	require.ErrorIs(t, out[0], sns.ErrMessageTooLarge)
-	require.True(t, core.IsPermanent(out[0]))
-	require.ErrorIs(t, out[1], core.ErrNotAcknowledged)
-	require.NoError(t, out[2])
 }
 
 func TestOptionsValidated(t *testing.T) {

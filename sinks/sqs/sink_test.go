@@ -199,21 +199,6 @@ func TestPerEntryFailureHoldsBackItsGroupOnly(t *testing.T) {
 	}
 }
 
-func TestUnknownQueueIsPermanent(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	url := e.queue(t, randName("gone"), nil)
-	_, err := e.sqs.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)})
-	require.NoError(t, err)
-	sink, err := sqs.New(e.sqs, nil)
-	require.NoError(t, err)
-	out := send(t, sink, []core.Message{event(url, "a", 0, []byte("x")), event(url, "a", 1, []byte("y"))})
-	var qe *types.QueueDoesNotExist
-	require.ErrorAs(t, out[0], &qe)
-	require.True(t, core.IsPermanent(out[0]))
-	require.Error(t, out[1])
-}
-
 func TestOversizeWithoutClaimCheckIsPermanentAndNotSent(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
