@@ -19,7 +19,8 @@ import (
 // The consumer suite proves itself as the adapter suite does (selftest_test.go): it must pass a
 // correct reference consumer of an in-process queue, and fail, observed from a child process,
 // consumers that break one rule each: acknowledging a message before its inbox transaction
-// committed, and acknowledging a message whose processing failed.
+// committed, acknowledging a message whose processing failed, and acknowledging it before
+// retrying it in process.
 
 const consumerVariantEnv = "OUTBOXKIT_CONSUMER_SELFTEST_VARIANT"
 
@@ -30,6 +31,9 @@ const (
 	consumerHealthy         consumerFault = ""
 	consumerAckBeforeCommit consumerFault = "ack-before-commit" // acknowledges on receipt, then processes
 	consumerAckOnError      consumerFault = "ack-on-error"      // acknowledges a message whose processing failed
+	// acknowledges a message whose processing failed, then tries it again in process (as a
+	// Kafka consumer that commits a failed record's offset before its retries would)
+	consumerAckThenRetry consumerFault = "ack-then-retry"
 )
 
 // TestConsumerSuite runs the consumer suite against the reference consumer, or, in a child
@@ -37,7 +41,7 @@ const (
 func TestConsumerSuite(t *testing.T) {
 	fault := consumerFault(os.Getenv(consumerVariantEnv))
 	switch fault {
-	case consumerHealthy, consumerAckBeforeCommit, consumerAckOnError:
+	case consumerHealthy, consumerAckBeforeCommit, consumerAckOnError, consumerAckThenRetry:
 	default:
 		t.Fatalf("unknown variant %q", fault)
 	}
@@ -211,6 +215,14 @@ func (c *refConsumer) run(ctx context.Context) {
 			c.q.ack(rm)
 		}
 		err := c.process(ctx, rm)
+		if err != nil && c.fault == consumerAckThenRetry {
+			c.q.ack(rm)
+			for attempt := 2; err != nil && attempt <= 3 && ctx.Err() == nil; attempt++ {
+				time.Sleep(20 * time.Millisecond)
+				err = c.process(ctx, rm)
+			}
+			continue
+		}
 		switch {
 		case err == nil, c.fault == consumerAckOnError:
 			c.q.ack(rm)
@@ -239,7 +251,7 @@ func (c *refConsumer) process(ctx context.Context, rm *refMessage) error {
 
 func TestConsumerSuiteProvesItself(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the consumer suite twice in child processes")
+		t.Skip("runs the consumer suite three times in child processes")
 	}
 	for _, c := range []struct {
 		variant consumerFault
@@ -248,6 +260,7 @@ func TestConsumerSuiteProvesItself(t *testing.T) {
 		{consumerAckBeforeCommit, []string{"consumer/ack-after-commit", "consumer/commit-failure", "consumer/handler-error"}},
 		{consumerAckOnError, []string{"consumer/commit-failure", "consumer/handler-error", "consumer/retention",
 			"consumer/poison-undecodable", "consumer/poison-digest-conflict"}},
+		{consumerAckThenRetry, []string{"consumer/commit-failure", "consumer/handler-error"}},
 	} {
 		t.Run(string(c.variant), func(t *testing.T) {
 			t.Parallel()
