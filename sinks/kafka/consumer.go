@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/sinks/internal/consume"
 )
 
 // Delivery is one consumed record, decoded.
@@ -32,8 +33,10 @@ type Delivery struct {
 	Attempt   int
 }
 
-// Handler applies a delivery's effect in tx, the transaction that records it in the inbox.
-type Handler[TTx any] func(ctx context.Context, tx TTx, d *Delivery) error
+// Handler applies a delivery's effect in tx, the transaction that records it in the inbox:
+// func(ctx context.Context, tx TTx, d *Delivery) error. It is the handler type of sqs.Handler
+// too, over the SQS consumer's Delivery.
+type Handler[TTx any] = consume.Handler[TTx, Delivery]
 
 // ConsumerOptions configures a Consumer. The zero value (or nil) is ready to use.
 type ConsumerOptions struct {
@@ -66,7 +69,10 @@ type ConsumerOptions struct {
 	// transaction. Default 100.
 	MaxBatch int
 	// MaxAttempts is how many times a record is tried before it goes to the dead-letter topic.
-	// Default 5.
+	// A record no attempt can get past goes there at once: one that is not an outbox record
+	// (ErrUndecodable), or one the inbox refuses for good (core.ErrInvalidMessage,
+	// core.ErrDigestMismatch: its event ID was recorded with another payload,
+	// core.ErrBeyondRetention). Default 5.
 	MaxAttempts int
 	// RetryBackoff is the wait between two attempts at a record. Default 200ms.
 	RetryBackoff time.Duration
@@ -76,14 +82,15 @@ type ConsumerOptions struct {
 	DeadLetterTopic func(topic string) string
 	// Entity maps an event to the inbox's version gate (core.InboxMessage Entity and
 	// Version; version 0 disables the gate). Default: AggregateType + "/" + AggregateID and
-	// AggregateVersion.
+	// AggregateVersion, no gate for an event without an AggregateVersion (the SQS consumer's
+	// default too). NoVersionGate turns the gate off.
 	Entity func(ev *core.Event) (entity string, version int64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
-func NoVersionGate(*core.Event) (string, int64) { return "", 0 }
+func NoVersionGate(ev *core.Event) (string, int64) { return consume.NoVersionGate(ev) }
 
 // Dead-letter record headers, added to the original record's key, value and headers.
 const (
@@ -124,25 +131,27 @@ type ConsumerStats struct {
 //     without a commit.
 //   - A record whose processing fails is tried MaxAttempts times, RetryBackoff apart (attempts
 //     are counted by this process), then written to its dead-letter topic with the headers
-//     HeaderDeadLetter*, and its offset is passed; a record that is not a decodable outbox
-//     record goes there at once. While the dead-letter write fails, the partition is rewound
+//     HeaderDeadLetter*, and its offset is passed; a record no attempt can get past goes there
+//     at once: one that is not a decodable outbox record, or one the inbox refuses for good
+//     (an invalid message, an event ID recorded with another payload, a message older than the
+//     retention horizon). While the dead-letter write fails, the partition is rewound
 //     to the record and does not move past it.
 //   - Backpressure: a partition whose worker has more than MaxBufferedRecords queued is paused
 //     (no fetching) until half of them are processed. Pause stops fetching every topic (the
 //     queued records are still processed); Resume restarts it.
 type Consumer[TTx any] struct {
-	group, name string
-	topics      []string
-	inbox       *core.Inbox[TTx]
-	handler     Handler[TTx]
-	o           ConsumerOptions
-	log         *slog.Logger
+	group  string
+	topics []string
+	proc   *consume.Processor[TTx, Delivery]
+	o      ConsumerOptions
+	log    *slog.Logger
 
 	mu     sync.Mutex
 	client *kgo.Client
 	paused bool
 
-	received, applied, duplicate, stale, failed, deadLettered, abandoned, commits, backpressure atomic.Uint64
+	outcomes                                                         consume.Outcomes // applied, duplicate, stale
+	received, failed, deadLettered, abandoned, commits, backpressure atomic.Uint64
 }
 
 // NewConsumer returns a consumer in group of topics, named consumer in the inbox, that
@@ -155,13 +164,10 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		return nil, &core.OptionError{Field: "group", Reason: "required"}
 	case len(topics) == 0:
 		return nil, &core.OptionError{Field: "topics", Reason: "required"}
-	case inbox == nil:
-		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
-	case driver.CheckConsumer(consumer) != nil:
-		// The rule Inbox.Process applies: a name it refuses would fail every record.
-		return nil, &core.OptionError{Field: "consumer", Reason: driver.CheckConsumer(consumer).Error()}
-	case handler == nil:
-		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
+	}
+	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	if err != nil {
+		return nil, err
 	}
 	var o ConsumerOptions
 	if opts != nil {
@@ -207,22 +213,20 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		o.DeadLetterTopic = func(topic string) string { return topic + ".dlt" }
 	}
 	if o.Entity == nil {
-		o.Entity = func(ev *core.Event) (string, int64) {
-			return ev.AggregateType + "/" + ev.AggregateID, ev.AggregateVersion
-		}
+		o.Entity = consume.DefaultEntity
 	}
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Consumer[TTx]{group: group, name: consumer, topics: append([]string(nil), topics...),
-		inbox: inbox, handler: handler, o: o, log: log}, nil
+	return &Consumer[TTx]{group: group, topics: append([]string(nil), topics...),
+		proc: proc, o: o, log: log}, nil
 }
 
 // Stats returns the counters so far.
 func (c *Consumer[TTx]) Stats() ConsumerStats {
-	return ConsumerStats{Received: c.received.Load(), Applied: c.applied.Load(), Duplicate: c.duplicate.Load(),
-		Stale: c.stale.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load(),
+	return ConsumerStats{Received: c.received.Load(), Applied: c.outcomes.Applied.Load(), Duplicate: c.outcomes.Duplicate.Load(),
+		Stale: c.outcomes.Stale.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load(),
 		Abandoned: c.abandoned.Load(), Commits: c.commits.Load(), Paused: c.backpressure.Load()}
 }
 
@@ -543,10 +547,10 @@ func (c *Consumer[TTx]) records(ctx context.Context, cl *kgo.Client, recs []*kgo
 	prior := make([]error, len(recs)) // the failed batch attempt of a record
 	if len(recs) > 1 {
 		err := c.batch(ctx, recs)
-		if err == nil {
+		switch consume.Decide(ctx, err) {
+		case consume.Ack:
 			return len(recs)
-		}
-		if ctx.Err() != nil {
+		case consume.Release:
 			return 0 // interrupted by shutdown, not a failure of the records
 		}
 		var be *core.BatchError
@@ -592,30 +596,32 @@ func (c *Consumer[TTx]) batch(ctx context.Context, recs []*kgo.Record) error {
 		ds[i] = &Delivery{Event: ev, CreatedAt: created, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempt: 1}
 		msgs[i] = c.message(ds[i])
 	}
-	res, err := c.inbox.ProcessBatch(ctx, c.name, msgs, func(ctx context.Context, tx TTx, i int, _ core.InboxMessage) error {
-		return c.handle(ctx, tx, ds[i])
-	})
+	res, err := c.proc.ProcessBatch(ctx, ds, msgs)
 	if err != nil {
 		return err
 	}
 	for _, r := range res {
-		c.count(r)
+		c.outcomes.Add(r.Outcome)
 	}
 	return nil
 }
 
 // record tries r up to MaxAttempts times (counting a failed batch attempt, prior, as the
-// first), then dead-letters it. It reports whether r is done. Once quit is closed (revoke,
-// shutdown) it starts no further attempt.
+// first), then dead-letters it; a record no attempt can get past (consume.DeadLetter:
+// undecodable, or refused by the inbox for good) is dead-lettered at once. It reports whether
+// r is done. Once quit is closed (revoke, shutdown) it starts no further attempt.
 func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Record, prior error, quit <-chan struct{}) bool {
 	ev, created, err := decodeRecord(r)
 	if err != nil {
-		c.failed.Add(1)
+		c.failed.Add(1) // not an outbox record: no attempt can get past it
 		return c.deadLetter(ctx, cl, r, 1, err)
 	}
 	attempts := 0
 	if prior != nil {
 		attempts, err = 1, prior
+		if consume.Decide(ctx, prior) == consume.DeadLetter {
+			return c.deadLetter(ctx, cl, r, attempts, err)
+		}
 	}
 	for attempts < c.o.MaxAttempts {
 		if attempts > 0 {
@@ -629,56 +635,29 @@ func (c *Consumer[TTx]) record(ctx context.Context, cl *kgo.Client, r *kgo.Recor
 		}
 		attempts++
 		d := &Delivery{Event: ev, CreatedAt: created, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Attempt: attempts}
-		if err = c.process(ctx, d); err == nil {
+		res, perr := c.proc.Process(ctx, d, c.message(d))
+		err = perr
+		act := consume.Decide(ctx, err)
+		switch act {
+		case consume.Ack:
+			c.outcomes.Add(res.Outcome)
 			return true
-		}
-		if ctx.Err() != nil {
+		case consume.Release:
 			return false // interrupted by shutdown, not a failure of the record
 		}
 		c.failed.Add(1)
 		c.log.Error("kafka_record_failed", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-			"event_id", ev.ID, "attempt", attempts, "error", err)
+			"event_id", ev.ID, "attempt", attempts, "action", act.String(), "error", err)
+		if act == consume.DeadLetter {
+			return c.deadLetter(ctx, cl, r, attempts, err)
+		}
 	}
 	return c.deadLetter(ctx, cl, r, attempts, err)
 }
 
-func (c *Consumer[TTx]) process(ctx context.Context, d *Delivery) error {
-	res, err := c.inbox.Process(ctx, c.name, c.message(d), func(ctx context.Context, tx TTx, _ core.InboxMessage) error {
-		return c.handle(ctx, tx, d)
-	})
-	if err != nil {
-		return err
-	}
-	c.count(res)
-	return nil
-}
-
 // message is d's inbox message.
 func (c *Consumer[TTx]) message(d *Delivery) core.InboxMessage {
-	entity, version := c.o.Entity(&d.Event)
-	return core.InboxMessage{EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
-		OccurredAt: d.CreatedAt, SourcePosition: fmt.Sprintf("kafka:%s/%d@%d", d.Topic, d.Partition, d.Offset)}
-}
-
-// handle runs the handler on d, a panic turned into ErrHandlerPanic.
-func (c *Consumer[TTx]) handle(ctx context.Context, tx TTx, d *Delivery) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", ErrHandlerPanic, p)
-		}
-	}()
-	return c.handler(ctx, tx, d)
-}
-
-func (c *Consumer[TTx]) count(res core.InboxResult) {
-	switch res.Outcome {
-	case core.Applied:
-		c.applied.Add(1)
-	case core.Duplicate:
-		c.duplicate.Add(1)
-	case core.Stale:
-		c.stale.Add(1)
-	}
+	return consume.Message(&d.Event, d.CreatedAt, c.o.Entity, fmt.Sprintf("kafka:%s/%d@%d", d.Topic, d.Partition, d.Offset))
 }
 
 func (c *Consumer[TTx]) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.Record, attempts int, cause error) bool {

@@ -3,7 +3,6 @@ package sqs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/sinks/internal/consume"
 	"github.com/outboxkit/outbox/sinks/internal/wire"
 )
 
@@ -44,8 +43,10 @@ type Delivery struct {
 	GroupID      string
 }
 
-// Handler applies a delivery's effect in tx, the transaction that records it in the inbox.
-type Handler[TTx any] func(ctx context.Context, tx TTx, d *Delivery) error
+// Handler applies a delivery's effect in tx, the transaction that records it in the inbox:
+// func(ctx context.Context, tx TTx, d *Delivery) error. It is the handler type of
+// kafka.Handler too, over the Kafka consumer's Delivery.
+type Handler[TTx any] = consume.Handler[TTx, Delivery]
 
 // ConsumerOptions configures a Consumer. The zero value (or nil) is ready to use.
 type ConsumerOptions struct {
@@ -87,7 +88,8 @@ type ConsumerOptions struct {
 	MaxClaimCheckBytes int64
 	// Entity maps an event to the inbox's version gate (core.InboxMessage Entity and
 	// Version; version 0 disables the gate). Default: AggregateType + "/" + AggregateID and
-	// AggregateVersion.
+	// AggregateVersion, no gate for an event without an AggregateVersion (the Kafka consumer's
+	// default too). NoVersionGate turns the gate off.
 	Entity func(ev *core.Event) (entity string, version int64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -119,7 +121,7 @@ const (
 const DefaultRequestTimeout = 10 * time.Second
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
-func NoVersionGate(*core.Event) (string, int64) { return "", 0 }
+func NoVersionGate(ev *core.Event) (string, int64) { return consume.NoVersionGate(ev) }
 
 // ConsumerStats counts what a Consumer did.
 type ConsumerStats struct {
@@ -127,7 +129,7 @@ type ConsumerStats struct {
 	Applied   uint64 // inbox outcome Applied
 	Duplicate uint64 // inbox outcome Duplicate
 	Stale     uint64 // inbox outcome Stale
-	Failed    uint64 // processing failed (undecodable, claim check, inbox or handler error): not deleted; the later messages of its FIFO group in that batch stay in flight uncounted
+	Failed    uint64 // processing failed (undecodable, claim check, inbox or handler error): not deleted (left for redelivery or, past the queue's maxReceiveCount, its dead-letter queue); the later messages of its FIFO group in that batch stay in flight uncounted
 	Deleted   uint64 // deleted after their inbox transaction committed
 	Released  uint64 // visibility reset to 0 on shutdown
 }
@@ -136,22 +138,23 @@ type ConsumerStats struct {
 type Consumer[TTx any] struct {
 	client   *awssqs.Client
 	queueURL string
-	inbox    *core.Inbox[TTx]
-	name     string
-	handler  Handler[TTx]
+	proc     *consume.Processor[TTx, Delivery]
 	o        ConsumerOptions
 	log      *slog.Logger
 	sem      chan struct{}
 
-	received, applied, duplicate, stale, failed, deleted, released atomic.Uint64
+	outcomes                            consume.Outcomes // applied, duplicate, stale
+	received, failed, deleted, released atomic.Uint64
 
 	messages metric.Int64Counter
-	outcomes map[string]metric.AddOption // by outcome, built once
+	attrs    map[string]metric.AddOption // by outcome, built once
 }
 
 // count adds n to the stat of outcome (the metric; the caller updates its atomic counter).
 func (c *Consumer[TTx]) count(outcome string, n int) {
-	c.messages.Add(context.Background(), int64(n), c.outcomes[outcome])
+	if a, ok := c.attrs[outcome]; ok {
+		c.messages.Add(context.Background(), int64(n), a)
+	}
 }
 
 // NewConsumer returns a consumer named consumer (the inbox's consumer name) of queueURL that
@@ -164,14 +167,10 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 		return nil, &core.OptionError{Field: "client", Reason: "must not be nil"}
 	case queueURL == "":
 		return nil, &core.OptionError{Field: "queueURL", Reason: "required"}
-	case inbox == nil:
-		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
-	case driver.CheckConsumer(consumer) != nil:
-		var me *core.MessageError
-		errors.As(driver.CheckConsumer(consumer), &me)
-		return nil, &core.OptionError{Field: "consumer", Reason: me.Reason}
-	case handler == nil:
-		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
+	}
+	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	if err != nil {
+		return nil, err
 	}
 	var o ConsumerOptions
 	if opts != nil {
@@ -226,12 +225,7 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 		return nil, &core.OptionError{Field: "MaxClaimCheckBytes", Reason: fmt.Sprintf("must be between 0 (default) and %d", core.MaxLimitPayloadBytes)}
 	}
 	if o.Entity == nil {
-		o.Entity = func(ev *core.Event) (string, int64) {
-			if ev.AggregateVersion <= 0 {
-				return "", 0
-			}
-			return ev.AggregateType + "/" + ev.AggregateID, ev.AggregateVersion
-		}
+		o.Entity = consume.DefaultEntity
 	}
 	log := o.Logger
 	if log == nil {
@@ -246,19 +240,19 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 	if err != nil {
 		return nil, fmt.Errorf("sqs: consumer instruments: %w", err)
 	}
-	outcomes := map[string]metric.AddOption{}
+	attrs := map[string]metric.AddOption{}
 	for _, o := range []string{"received", "applied", "duplicate", "stale", "failed", "deleted", "released"} {
-		outcomes[o] = metric.WithAttributes(attribute.String("messaging.system", "aws_sqs"),
+		attrs[o] = metric.WithAttributes(attribute.String("messaging.system", "aws_sqs"),
 			attribute.String("messaging.destination.name", queueName(queueURL)), attribute.String("outboxkit.outcome", o))
 	}
-	return &Consumer[TTx]{client: client, queueURL: queueURL, inbox: inbox, name: consumer, handler: handler,
-		o: o, log: log, sem: make(chan struct{}, o.Concurrency), messages: messages, outcomes: outcomes}, nil
+	return &Consumer[TTx]{client: client, queueURL: queueURL, proc: proc,
+		o: o, log: log, sem: make(chan struct{}, o.Concurrency), messages: messages, attrs: attrs}, nil
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer[TTx]) Stats() ConsumerStats {
-	return ConsumerStats{Received: c.received.Load(), Applied: c.applied.Load(), Duplicate: c.duplicate.Load(),
-		Stale: c.stale.Load(), Failed: c.failed.Load(), Deleted: c.deleted.Load(), Released: c.released.Load()}
+	return ConsumerStats{Received: c.received.Load(), Applied: c.outcomes.Applied.Load(), Duplicate: c.outcomes.Duplicate.Load(),
+		Stale: c.outcomes.Stale.Load(), Failed: c.failed.Load(), Deleted: c.deleted.Load(), Released: c.released.Load()}
 }
 
 // Run receives and processes messages until ctx is cancelled, then returns nil once every
@@ -367,14 +361,15 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 					}
 					return
 				}
-				if err := c.process(ctx, &msgs[i]); err != nil {
-					if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-						state[i].Store(release)
-						for _, j := range idx[k+1:] {
-							state[j].Store(release)
-						}
-						return
+				switch c.process(ctx, &msgs[i]) {
+				case consume.Ack:
+					state[i].Store(succeeded)
+				case consume.Release:
+					for _, j := range idx[k:] {
+						state[j].Store(release)
 					}
+					return
+				default: // Retry, DeadLetter: left on the queue (its redrive policy dead-letters)
 					state[i].Store(failedState)
 					c.failed.Add(1)
 					c.count("failed", 1)
@@ -385,7 +380,6 @@ func (c *Consumer[TTx]) processBatch(ctx context.Context, msgs []types.Message) 
 					}
 					return
 				}
-				state[i].Store(succeeded)
 			}
 		}()
 	}
@@ -486,14 +480,20 @@ func (c *Consumer[TTx]) deleteAll(ctx context.Context, msgs []types.Message) {
 	}
 }
 
-// process decodes m and runs it through the inbox. A nil error means the inbox transaction
-// committed (Applied, Duplicate or Stale).
-func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
+// process decodes m, runs it through the inbox and returns what to do with it: consume.Ack
+// once the inbox transaction committed (Applied, Duplicate or Stale), consume.Release when the
+// shutdown cut it short, consume.Retry or consume.DeadLetter when it failed (the message is
+// left on the queue either way: SQS dead-letters by the queue's redrive policy).
+func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) consume.Action {
 	d, err := c.decode(ctx, m)
 	if err != nil {
-		c.log.Error("sqs_consumer_undecodable", "queue_url", c.queueURL, "message_id", aws.ToString(m.MessageId),
-			"receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], "error", err)
-		return err
+		act := consume.Decide(ctx, err)
+		if act != consume.Release {
+			c.log.Error("sqs_consumer_undecodable", "queue_url", c.queueURL, "message_id", aws.ToString(m.MessageId),
+				"receive_count", m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)],
+				"action", act.String(), "error", err)
+		}
+		return act
 	}
 	tp := c.o.TracerProvider
 	if tp == nil {
@@ -507,41 +507,21 @@ func (c *Consumer[TTx]) process(ctx context.Context, m *types.Message) error {
 			attribute.String("messaging.destination.name", queueName(c.queueURL)),
 		))
 	defer span.End()
-	entity, version := c.o.Entity(&d.Event)
-	im := core.InboxMessage{
-		EventID: d.Event.ID, Payload: d.Event.Payload, Entity: entity, Version: version,
-		OccurredAt: d.CreatedAt, SourcePosition: "sqs:" + queueName(c.queueURL) + "/" + d.MessageID,
-	}
-	res, err := c.inbox.Process(ctx, c.name, im, func(ctx context.Context, tx TTx, _ core.InboxMessage) (err error) {
-		// A panicking handler fails this message like an error: the inbox transaction rolls
-		// back, the message stays on the queue, and the consumer goes on with the others.
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
-			}
-		}()
-		return c.handler(ctx, tx, d)
-	})
+	// A panicking handler fails this message like an error (ErrHandlerPanic): the inbox
+	// transaction rolls back, the message stays on the queue, and the consumer goes on.
+	res, err := c.proc.Process(ctx, d, consume.Message(&d.Event, d.CreatedAt, c.o.Entity,
+		"sqs:"+queueName(c.queueURL)+"/"+d.MessageID))
+	act := consume.Decide(ctx, err)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		if ctx.Err() == nil {
+		if act != consume.Release {
 			c.log.Error("sqs_consumer_process_failed", "queue_url", c.queueURL, "message_id", d.MessageID,
-				"event_id", d.Event.ID, "receive_count", d.ReceiveCount, "error", err)
+				"event_id", d.Event.ID, "receive_count", d.ReceiveCount, "action", act.String(), "error", err)
 		}
-		return err
+		return act
 	}
-	switch res.Outcome {
-	case core.Applied:
-		c.applied.Add(1)
-		c.count("applied", 1)
-	case core.Duplicate:
-		c.duplicate.Add(1)
-		c.count("duplicate", 1)
-	case core.Stale:
-		c.stale.Add(1)
-		c.count("stale", 1)
-	}
-	return nil
+	c.count(c.outcomes.Add(res.Outcome), 1)
+	return act
 }
 
 func (c *Consumer[TTx]) decode(ctx context.Context, m *types.Message) (*Delivery, error) {
@@ -560,7 +540,8 @@ func (c *Consumer[TTx]) decode(ctx context.Context, m *types.Message) (*Delivery
 	}
 	dec, err := wire.Decode(body, attr)
 	if err != nil {
-		return nil, fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err)
+		// Not an outbox message: no attempt can decode it.
+		return nil, consume.Poison(fmt.Errorf("sqs: message %s: %w", aws.ToString(m.MessageId), err))
 	}
 	if ref := dec.ClaimCheck; ref != nil {
 		if c.o.S3 == nil || !slices.Contains(c.o.ClaimCheckBuckets, ref.Bucket) {
