@@ -57,7 +57,7 @@ type Store interface {
 	driver.RelayStore
 	driver.Admin
 	driver.Pruner
-	driver.Operator
+	driver.OperatorStore
 	Migrate(ctx context.Context) error
 }
 
@@ -73,6 +73,11 @@ type DB struct {
 	SQL *sql.DB
 	// Close closes the connection pool.
 	Close func()
+	// Classify is the adapter's mapping of its database's errors (postgres.ClassifyError,
+	// mysql.ClassifyError, sqlite.ClassifyError), for errors of statements run on SQL: a
+	// missing table wraps core.ErrSchemaMismatch, missing privileges core.ErrPermissionDenied.
+	// The Store's own errors and Ping's are mapped already.
+	Classify func(error) error
 }
 
 // FieldError is a bad field of a Config that Check found: Field names it ("Driver", "DSN",
@@ -151,9 +156,39 @@ func Check(cfg Config) []*FieldError {
 // oneLine is err's text on one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
+// Classifier returns the error mapping of the adapter of driver name (see DB.Classify), or nil
+// for an unknown driver.
+func Classifier(driver string) func(error) error {
+	switch driver {
+	case "postgres":
+		return postgres.ClassifyError
+	case "mysql":
+		return mysql.ClassifyError
+	case "sqlite":
+		return sqlite.ClassifyError
+	}
+	return nil
+}
+
 // Open connects to the database of cfg and builds its store. It creates and migrates nothing
-// (sqlite.OpenDB creates a missing file: callers that must not create one check first).
+// (sqlite.OpenDB creates a missing file: callers that must not create one check first). Its
+// errors and the returned DB's Ping errors went through the adapter's ClassifyError.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
+	classify := Classifier(cfg.Driver)
+	if classify == nil {
+		return nil, fmt.Errorf("database.driver: %q unsupported", cfg.Driver)
+	}
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return nil, classify(err)
+	}
+	ping := db.Ping
+	db.Ping = func(ctx context.Context) error { return classify(ping(ctx)) }
+	db.Classify = classify
+	return db, nil
+}
+
+func open(ctx context.Context, cfg Config) (*DB, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
