@@ -54,6 +54,7 @@ func usageErr(cmd *cobra.Command, format string, a ...any) error {
 // failErr prints one line naming the problem (after the command's path, as usageErr) and ends
 // with exit status 1.
 func failErr(cmd *cobra.Command, err error) error {
+	err = opendb.ClassifyError(err) // the adapters' mapping, for an error no store mapped
 	if errors.Is(err, core.ErrPermissionDenied) && !errors.Is(err, ErrPrivileges) {
 		err = fmt.Errorf("%w: %w", ErrPrivileges, err)
 	}
@@ -129,7 +130,7 @@ func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 	}
 	if _, err := db.Store.LaneCount(ctx); err != nil {
 		db.Close()
-		if errors.Is(err, core.ErrSchemaMismatch) { // the adapter's ClassifyError: a missing table or schema
+		if errors.Is(opendb.ClassifyError(err), core.ErrSchemaMismatch) { // a missing table or schema
 			err = fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		}
 		return nil, err
@@ -187,7 +188,7 @@ func opsCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobr
 				if errors.As(err, &ee) {
 					return err
 				}
-				return failErr(cmd, db.Classify(err))
+				return failErr(cmd, err)
 			}
 			return nil
 		},
@@ -208,8 +209,9 @@ type statusReport struct {
 	// Destinations counts the pending records per destination, among the oldest
 	// statusDestinations of them in seq order.
 	Destinations destinationsJSON `json:"pending_by_destination"`
-	// PublishRate (one-shot, where an index serves it: SQLite's on published_at, PostgreSQL's
-	// settle log) is the records published per second over the last minute, and
+	// PublishRate (one-shot: SQLite's publications, the PostgreSQL and MySQL/MariaDB settle
+	// logs; absent on an outbox migrated by an older version) is the records published per
+	// second over the last minute, and
 	// PublishETA the time to publish the pending ones at that rate (absent unless it is > 0).
 	PublishRate *float64       `json:"publish_rate_per_second,omitempty"`
 	PublishETA  *float64       `json:"publish_eta_seconds,omitempty"`
@@ -316,7 +318,7 @@ func timePtr(t time.Time) *time.Time {
 
 func statusCommand() *cobra.Command {
 	var w watchFlags
-	cmd, _ := opCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute (SQLite, partitioned PostgreSQL), the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
+	cmd, _ := opCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute, the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, _ []string) error {
 			if w.watch {
 				return watchStatus(cmd, f, db, op, w.interval)
@@ -433,7 +435,7 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	}
 	switch {
 	case r.PublishRate == nil:
-		fmt.Fprintln(w, "rate       unknown (no index on published_at; status --watch measures the drain rate)")
+		fmt.Fprintln(w, "rate       unknown (no log of publication times: an outbox migrated by an older version; status --watch measures the drain rate)")
 	case r.PublishETA != nil:
 		fmt.Fprintf(w, "rate       %.2f/s published over the last minute (eta %s at that rate)\n", *r.PublishRate, seconds(*r.PublishETA))
 	default:

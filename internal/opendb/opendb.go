@@ -73,11 +73,6 @@ type DB struct {
 	SQL *sql.DB
 	// Close closes the connection pool.
 	Close func()
-	// Classify is the adapter's mapping of its database's errors (postgres.ClassifyError,
-	// mysql.ClassifyError, sqlite.ClassifyError), for errors of statements run on SQL: a
-	// missing table wraps core.ErrSchemaMismatch, missing privileges core.ErrPermissionDenied.
-	// The Store's own errors and Ping's are mapped already.
-	Classify func(error) error
 }
 
 // FieldError is a bad field of a Config that Check found: Field names it ("Driver", "DSN",
@@ -156,35 +151,25 @@ func Check(cfg Config) []*FieldError {
 // oneLine is err's text on one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// Classifier returns the error mapping of the adapter of driver name (see DB.Classify), or nil
-// for an unknown driver.
-func Classifier(driver string) func(error) error {
-	switch driver {
-	case "postgres":
-		return postgres.ClassifyError
-	case "mysql":
-		return mysql.ClassifyError
-	case "sqlite":
-		return sqlite.ClassifyError
-	}
-	return nil
+// ClassifyError maps a database error of any supported driver with its adapter's mapping
+// (postgres.ClassifyError, mysql.ClassifyError, sqlite.ClassifyError; each recognises only its
+// own driver's errors): a missing table or schema wraps core.ErrSchemaMismatch, missing
+// privileges core.ErrPermissionDenied. The stores' own errors are mapped already; this is for
+// the errors of everything else (connecting, Ping, statements run on DB.SQL).
+func ClassifyError(err error) error {
+	return sqlite.ClassifyError(mysql.ClassifyError(postgres.ClassifyError(err)))
 }
 
 // Open connects to the database of cfg and builds its store. It creates and migrates nothing
 // (sqlite.OpenDB creates a missing file: callers that must not create one check first). Its
-// errors and the returned DB's Ping errors went through the adapter's ClassifyError.
+// errors and the returned DB's Ping errors went through ClassifyError.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
-	classify := Classifier(cfg.Driver)
-	if classify == nil {
-		return nil, fmt.Errorf("database.driver: %q unsupported", cfg.Driver)
-	}
 	db, err := open(ctx, cfg)
 	if err != nil {
-		return nil, classify(err)
+		return nil, ClassifyError(err)
 	}
 	ping := db.Ping
-	db.Ping = func(ctx context.Context) error { return classify(ping(ctx)) }
-	db.Classify = classify
+	db.Ping = func(ctx context.Context) error { return ClassifyError(ping(ctx)) }
 	return db, nil
 }
 
