@@ -58,7 +58,7 @@ type Adapter[TTx any] interface {
 
 // Harness builds fresh fixtures for each subtest. Optional capabilities are found by type
 // assertion on the adapter and tested when present: driver.Notifier and driver.Waker (wake-ups),
-// driver.Operator (the operator area), driver.LaneResizer (the lanes area's resize cases),
+// driver.OperatorStore (the operator area), driver.LaneResizer (the lanes area's resize cases),
 // driver.CheckpointStore (publisher/checkpoint-fenced; required with CDC) and
 // reconcile.InboxReader (chain/reconcile's inbox findings). Run's doc says what each case does
 // without them.

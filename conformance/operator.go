@@ -10,24 +10,41 @@ import (
 	"github.com/outboxkit/outbox/core/driver"
 )
 
+// operatorCases are the "operator" area's cases: core.Operator (the operator commands of
+// outboxkit) driven on adapters with driver.OperatorStore (others pass them).
 func operatorCases[TTx any]() []tcase[TTx] {
 	return []tcase[TTx]{
 		{name: "replay", lanes: 1, run: testOperatorReplay[TTx]},
 		{name: "lanes-reset", lanes: 4, run: testOperatorResetLanes[TTx]},
 		{name: "inbox-prune", run: testOperatorPruneInbox[TTx]},
+		{name: "wake", lanes: 4, run: testOperatorWake[TTx]},
+		{name: "status", lanes: 4, run: testOperatorStatus[TTx]},
 	}
 }
 
-// testOperatorReplay (adapters with driver.Operator; others pass it): Replay puts published
+// operator returns a core.Operator on the adapter, or false (logged) when the adapter is no
+// driver.OperatorStore.
+func (e *env[TTx]) operator(opts *core.OperatorOptions) (*core.Operator, bool) {
+	e.t.Helper()
+	st, ok := e.a.(driver.OperatorStore)
+	if !ok {
+		e.lacks("driver.OperatorStore")
+		return nil, false
+	}
+	op, err := core.NewOperator(st, opts)
+	e.must(err, "NewOperator")
+	return op, true
+}
+
+// testOperatorReplay (adapters with driver.OperatorStore; others pass it): Replay puts published
 // events back to pending with their seqs, so Fetch returns them again in their original order
 // and PruneOutbox keeps what follows them; it refuses, changing nothing and auditing nothing,
 // unknown or pruned IDs, keys with unpublished events and an empty selection; by key and time
-// it takes the key's published events since then; UnparkKeys and PruneAudited write their
-// audit rows, and AuditLog returns the latest rows oldest first.
+// it takes the key's published events since then; Unpark and Cleanup write their audit rows,
+// and AuditLog returns the latest rows oldest first.
 func testOperatorReplay[TTx any](e *env[TTx]) {
-	op, isOp := e.a.(driver.Operator)
+	op, isOp := e.operator(nil)
 	if !isOp {
-		e.lacks("driver.Operator")
 		return
 	}
 	evs := e.write(event("a", 1), event("b", 1), event("a", 2), event("c", 1))
@@ -100,12 +117,12 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 	}
 	publish(a1, a2)
 
-	_, err = op.UnparkKeys(e.ctx, []string{"a", "b"}, &driver.AuditEntry{Actor: "t", Command: "unpark"})
-	e.must(err, "UnparkKeys")
-	pruned, err = op.PruneAudited(e.ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 3}, driver.AuditEntry{Actor: "t", Command: "cleanup"})
-	e.must(err, "PruneAudited")
+	_, err = op.Unpark(e.ctx, []string{"a", "b"}, &driver.AuditEntry{Actor: "t", Command: "unpark"})
+	e.must(err, "Unpark")
+	pruned, err = op.Cleanup(e.ctx, driver.PruneParams{PublishedBefore: time.Now().Add(time.Hour), Limit: 3}, driver.AuditEntry{Actor: "t", Command: "cleanup"})
+	e.must(err, "Cleanup")
 	if pruned != 4 {
-		e.fatalf("PruneAudited deleted %d rows, want 4 (in batches of 3)", pruned)
+		e.fatalf("Cleanup deleted %d rows, want 4 (in batches of 3)", pruned)
 	}
 	refused("of a pruned ID", driver.ReplayParams{IDs: []string{b1}}, core.ErrReplayNotFound)
 
@@ -126,16 +143,15 @@ func testOperatorReplay[TTx any](e *env[TTx]) {
 	}
 }
 
-// testOperatorResetLanes (adapters with driver.Operator): ResetLanes ends the selected held
+// testOperatorResetLanes (adapters with driver.OperatorStore): ResetLanes ends the selected held
 // leases at once. The old owner's Settle (even by its own clock, at which its lease has not
 // run out) and RenewLanes are refused and mark nothing; another worker claims the lanes at
 // that same time, as free lanes, with the generation incremented by the reset and by its
 // claim; other owners' leases are untouched; the audit rows count the lanes changed (free
 // lanes are not); a bad selection is refused, changing and auditing nothing.
 func testOperatorResetLanes[TTx any](e *env[TTx]) {
-	op, isOp := e.a.(driver.Operator)
+	op, isOp := e.operator(nil)
 	if !isOp {
-		e.lacks("driver.Operator")
 		return
 	}
 	e.write(event(keyForLane(4, 0, 0), 1), event(keyForLane(4, 1, 0), 1), event(keyForLane(4, 2, 0), 1))
@@ -226,14 +242,13 @@ func testOperatorResetLanes[TTx any](e *env[TTx]) {
 	}
 }
 
-// testOperatorPruneInbox (adapters with driver.Operator): PruneInboxAudited is Inbox.Prune with
+// testOperatorPruneInbox (adapters with driver.OperatorStore): PruneInbox is Inbox.Prune with
 // an audit row: it raises the horizon (older messages are refused, newer ones and other
 // consumers untouched), deletes the older records limit at a time, whether or not the last
 // batch is full, and its audit row counts them; bad arguments change and audit nothing.
 func testOperatorPruneInbox[TTx any](e *env[TTx]) {
-	op, isOp := e.a.(driver.Operator)
+	op, isOp := e.operator(nil)
 	if !isOp {
-		e.lacks("driver.Operator")
 		return
 	}
 	f := e.inbox(nil)
@@ -259,19 +274,19 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 		{"", i0.Add(time.Hour), 2, core.ErrInvalidMessage},
 		{"c1", i0.Add(time.Hour), core.MaxPruneLimit + 1, core.ErrInvalidOptions},
 	} {
-		if _, err := op.PruneInboxAudited(e.ctx, c.consumer, c.before, c.limit, audit); !errors.Is(err, c.want) {
-			e.fatalf("PruneInboxAudited(%q, %v, %d): %v, want %v", c.consumer, c.before, c.limit, err, c.want)
+		if _, err := op.PruneInbox(e.ctx, c.consumer, c.before, c.limit, audit); !errors.Is(err, c.want) {
+			e.fatalf("PruneInbox(%q, %v, %d): %v, want %v", c.consumer, c.before, c.limit, err, c.want)
 		}
 	}
 	if log, err := op.AuditLog(e.ctx, driver.AuditListParams{}); err != nil || len(log) != 0 {
-		e.fatalf("refused PruneInboxAudited wrote audit rows: %+v, %v", log, err)
+		e.fatalf("refused PruneInbox wrote audit rows: %+v, %v", log, err)
 	}
 	f.expect("a refused prune moved no horizon", "c1", at("o0", 0), "eff", core.Duplicate, core.Applied)
 
-	n, err := op.PruneInboxAudited(e.ctx, "c1", i0.Add(time.Hour), 2, audit)
-	e.must(err, "PruneInboxAudited")
+	n, err := op.PruneInbox(e.ctx, "c1", i0.Add(time.Hour), 2, audit)
+	e.must(err, "PruneInbox")
 	if n != 5 {
-		e.fatalf("PruneInboxAudited deleted %d records, want 5 (in batches of 2)", n)
+		e.fatalf("PruneInbox deleted %d records, want 5 (in batches of 2)", n)
 	}
 	f.expectErr("pruned message redelivered", "c1", at("o0", 0), "eff", core.ErrBeyondRetention)
 	f.expect("newer message redelivered", "c1", at("n", 3*time.Hour), "eff", core.Duplicate, core.Applied)
@@ -279,15 +294,15 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 	for i := range 4 {
 		f.expect("between the horizons", "c1", at(fmt.Sprintf("b%d", i), 2*time.Hour), "eff", core.Applied, 0)
 	}
-	n, err = op.PruneInboxAudited(e.ctx, "c1", i0.Add(150*time.Minute), 2, driver.AuditEntry{Actor: "t", Command: "inbox prune"})
-	e.must(err, "PruneInboxAudited (full last batch)")
+	n, err = op.PruneInbox(e.ctx, "c1", i0.Add(150*time.Minute), 2, driver.AuditEntry{Actor: "t", Command: "inbox prune"})
+	e.must(err, "PruneInbox (full last batch)")
 	if n != 4 {
-		e.fatalf("PruneInboxAudited deleted %d records, want 4 (two full batches)", n)
+		e.fatalf("PruneInbox deleted %d records, want 4 (two full batches)", n)
 	}
-	n, err = op.PruneInboxAudited(e.ctx, "c1", i0, 0, driver.AuditEntry{Actor: "t", Command: "inbox prune"})
-	e.must(err, "PruneInboxAudited (lower)")
+	n, err = op.PruneInbox(e.ctx, "c1", i0, 0, driver.AuditEntry{Actor: "t", Command: "inbox prune"})
+	e.must(err, "PruneInbox (lower)")
 	if n != 0 {
-		e.fatalf("a lower PruneInboxAudited deleted %d records", n)
+		e.fatalf("a lower PruneInbox deleted %d records", n)
 	}
 	f.expectErr("after a lower prune the horizon stays", "c1", at("b9", 2*time.Hour), "eff", core.ErrBeyondRetention)
 	e.expectEffect("eff", 11)
@@ -299,7 +314,7 @@ func testOperatorPruneInbox[TTx any](e *env[TTx]) {
 
 // auditRows returns op's audit log, every row of which must be of command, and the rows'
 // Rows.
-func auditRows[TTx any](e *env[TTx], op driver.Operator, command string) ([]driver.AuditEntry, []int64) {
+func auditRows[TTx any](e *env[TTx], op *core.Operator, command string) ([]driver.AuditEntry, []int64) {
 	e.t.Helper()
 	log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
 	e.must(err, "AuditLog")
@@ -311,4 +326,129 @@ func auditRows[TTx any](e *env[TTx], op driver.Operator, command string) ([]driv
 		rows = append(rows, a.Rows)
 	}
 	return log, rows
+}
+
+// testOperatorWake (adapters with driver.OperatorStore, driver.Waker and driver.Notifier):
+// Unpark and Replay wake the relays: a relay that polls once an hour delivers an unparked key's
+// events, and then the replayed events again, within seconds of the command (it sleeps for an
+// hour otherwise).
+func testOperatorWake[TTx any](e *env[TTx]) {
+	op, isOp := e.operator(nil)
+	if !isOp {
+		return
+	}
+	_, waker := any(e.a).(driver.Waker)
+	_, notifier := any(e.a).(driver.Notifier)
+	if !waker || !notifier {
+		e.lacks("driver.Waker and driver.Notifier")
+		return
+	}
+	sink := NewSink()
+	w := ids(e.write(event("wake", 1), event("wake", 2)))
+	sink.FailID(w[0], core.Permanent(errInjected)) // parked at its first send
+	o := relayOptions(e.name("sleepy"))
+	o.PollInterval = time.Hour
+	o.LeaseTTL = time.Minute
+	r := e.startRelay(e.a, sink, o)
+	e.waitFor("the relay to claim its lanes", func() bool { return r.r.Stats().Lanes == e.lanes })
+	e.waitFor("the failing event to be parked", func() bool { return e.stats().Parked == 1 })
+	sink.FailID(w[0], nil)
+	within := func(what string, cond func() bool) {
+		e.t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				e.fatalf("%s: not within 10s (the relay polls once an hour: it was not woken)", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	n, err := op.Unpark(e.ctx, []string{"wake"}, &driver.AuditEntry{Actor: "t", Command: "unpark"})
+	e.must(err, "Unpark")
+	if n != 1 {
+		e.fatalf("Unpark changed %d records, want 1", n)
+	}
+	within("the unparked key's events delivered after Unpark", func() bool { return sink.AllAcked(w) })
+	e.waitSettled()
+	n, err = op.Replay(e.ctx, driver.ReplayParams{IDs: w, Audit: &driver.AuditEntry{Actor: "t", Command: "replay"}})
+	e.must(err, "Replay")
+	if n != 2 {
+		e.fatalf("Replay replayed %d events, want 2", n)
+	}
+	within("the replayed events delivered again after Replay", func() bool { return sink.Acks(w[0]) >= 2 && sink.Acks(w[1]) >= 2 })
+	e.checkOrder(sink, map[string][]string{"wake": w})
+}
+
+// testOperatorStatus (adapters with driver.OperatorStore): Status answers every status read:
+// the counts (a parked record, the pending record blocked behind it, a published one), the
+// pending records per destination (bounded by StatusDestinations, partial then), the publish
+// rate of the last minute when the adapter can tell, the publisher generation, no checkpoint,
+// and every lane's lease.
+func testOperatorStatus[TTx any](e *env[TTx]) {
+	op, isOp := e.operator(nil)
+	if !isOp {
+		return
+	}
+	s, err := op.Status(e.ctx)
+	e.must(err, "Status of an empty outbox")
+	if s.Pending != 0 || s.Parked != 0 || s.Published != 0 || s.Blocked != 0 || !s.OldestPendingAt.IsZero() || len(s.Destinations) != 0 || s.DestinationsPartial || len(s.Lanes) != e.lanes || s.Checkpoint != nil {
+		e.fatalf("Status of an empty outbox: %+v", s)
+	}
+	if s.PublishRateKnown && s.PublishRate != 0 {
+		e.fatalf("Status of an empty outbox: publish rate %v", s.PublishRate)
+	}
+	b := event("b", 1)
+	b.Destination = "elsewhere"
+	evs := e.write(event("a", 1), event("a", 2), b, event("c", 1))
+	a1, a2, c1 := evs[0].ID, evs[1].ID, evs[3].ID
+	pub, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "status"})
+	e.must(err, "AcquireGeneration")
+	ls, err := e.a.ClaimLanes(e.ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w", Max: e.lanes, TTL: time.Hour})
+	e.must(err, "ClaimLanes")
+	recs, err := e.a.Fetch(e.ctx, driver.FetchParams{Leases: ls, Limit: 10})
+	e.must(err, "Fetch")
+	seq := map[string]driver.Record{}
+	for _, r := range recs {
+		seq[r.ID] = r
+	}
+	if _, ok := seq[a1]; !ok {
+		e.fatalf("Fetch did not return %s", a1)
+	}
+	e.must(e.a.Settle(e.ctx, driver.SettleParams{Leases: ls, Published: []int64{seq[c1].Seq},
+		Failed: []driver.Failure{{Seq: seq[a1].Seq, Lane: seq[a1].Lane, Error: "x", Park: true}}}), "Settle")
+
+	s, err = op.Status(e.ctx)
+	e.must(err, "Status")
+	if s.Pending != 2 || s.Parked != 1 || s.Published != 1 || s.Blocked != 1 || s.OldestPendingAt.IsZero() {
+		e.fatalf("Status counts: pending %d, parked %d, published %d, blocked %d, oldest %v; want 2, 1, 1, 1 (%s behind %s) and a time",
+			s.Pending, s.Parked, s.Published, s.Blocked, s.OldestPendingAt, a2, a1)
+	}
+	if len(s.Destinations) != 2 || s.Destinations[""] != 1 || s.Destinations["elsewhere"] != 1 || s.DestinationsPartial {
+		e.fatalf("Status destinations: %v (partial %v), want one pending of \"\" and one of \"elsewhere\"", s.Destinations, s.DestinationsPartial)
+	}
+	if s.PublishRateKnown && s.PublishRate <= 0 {
+		e.fatalf("Status publish rate %v after a publication, want > 0", s.PublishRate)
+	}
+	if !s.PublishRateKnown {
+		e.t.Log("the adapter cannot tell the publish rate")
+	}
+	if s.Publisher.Generation != pub.Generation || s.Publisher.Kind != driver.KindPolling || s.Publisher.Holder != "status" {
+		e.fatalf("Status publisher %+v, want %+v", s.Publisher, pub)
+	}
+	if len(s.Lanes) != e.lanes {
+		e.fatalf("Status lanes: %+v, want %d", s.Lanes, e.lanes)
+	}
+	for i, l := range s.Lanes {
+		if l.Lane != i || l.Owner != "w" || l.Generation != ls[i].Generation || !l.Until.Equal(ls[i].Until) {
+			e.fatalf("Status lane %d: %+v, want %+v", i, l, ls[i])
+		}
+	}
+
+	// StatusDestinations bounds the breakdown to the oldest pending records.
+	op1, _ := e.operator(&core.OperatorOptions{StatusDestinations: 1})
+	s, err = op1.Status(e.ctx)
+	e.must(err, "Status (StatusDestinations 1)")
+	if len(s.Destinations) != 1 || s.Destinations[""] != 1 || !s.DestinationsPartial {
+		e.fatalf("Status destinations of the oldest pending record: %v (partial %v), want {\"\": 1}, partial (%s is older than %s)", s.Destinations, s.DestinationsPartial, a2, evs[2].ID)
+	}
 }

@@ -204,7 +204,7 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 			e.fatalf("record %s has lane %d", r.ID, r.Lane)
 		}
 	}
-	if op, ok := e.a.(driver.Operator); ok {
+	if op, ok := e.operator(nil); ok {
 		log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
 		e.must(err, "AuditLog")
 		var got []string

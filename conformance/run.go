@@ -17,11 +17,13 @@ import (
 //     hour; without both: Notify returns nil and a relay delivers by polling)
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
-//   - operator (with driver.Operator): replay (Replay in seq order and its refusals, the
-//     watermark behind a replayed event, audited UnparkKeys and PruneAudited, AuditLog),
+//   - operator (core.Operator on a driver.OperatorStore): replay (Replay in seq order and its
+//     refusals, the watermark behind a replayed event, audited Unpark and Cleanup, AuditLog),
 //     lanes-reset (ResetLanes: the old owner's Settle and RenewLanes refused, another worker
-//     claims the lanes at once, audit rows, bad selections refused), inbox-prune
-//     (PruneInboxAudited: the horizon raised, the records deleted in batches, audit rows)
+//     claims the lanes at once, audit rows, bad selections refused), inbox-prune (PruneInbox:
+//     the horizon raised, the records deleted in batches, audit rows), wake (with driver.Waker
+//     and driver.Notifier: Unpark and Replay wake a relay that polls once an hour), status
+//     (Status: counts, blocked, destinations, publish rate, publisher, lanes)
 //   - inbox: concurrent-once, digest-mismatch, handler-error, handler-panic, versions,
 //     gap-reject, retention, consumers, horizon-after-insert, batch, batch-outcomes, set
 //   - publisher: join-and-bump, stale-claim-and-renew, concurrent-acquire, checkpoint-fenced

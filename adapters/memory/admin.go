@@ -26,13 +26,19 @@ func (s *Store) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, err
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: prune outbox: %w", err)
 	}
-	limit := p.BatchSize()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return len(s.prune(p)), nil
+}
+
+// prune deletes up to p.BatchSize() rows that PruneOutbox may delete under p and returns them
+// (their Seq negated). Caller holds s.mu.
+func (s *Store) prune(p driver.PruneParams) []*driver.Record {
+	limit := p.BatchSize()
 	low := s.minUnpublished()
-	n := 0
+	var gone []*driver.Record
 	for _, r := range s.rows {
-		if n >= limit {
+		if len(gone) >= limit {
 			break
 		}
 		if p.BelowSeq > 0 && r.Seq >= p.BelowSeq {
@@ -41,7 +47,7 @@ func (s *Store) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, err
 		if s.fault == testhook.FaultPruneUnpublished {
 			if r.PublishedAt.IsZero() || r.PublishedAt.Before(p.PublishedBefore) {
 				r.Seq = -r.Seq
-				n++
+				gone = append(gone, r)
 			}
 			continue
 		}
@@ -52,20 +58,18 @@ func (s *Store) PruneOutbox(ctx context.Context, p driver.PruneParams) (int, err
 			continue
 		}
 		r.Seq = -r.Seq
-		n++
+		gone = append(gone, r)
 	}
-	if n > 0 {
-		for _, r := range s.rows {
-			if r.Seq < 0 {
-				delete(s.ids, r.ID)
-			}
+	if len(gone) > 0 {
+		for _, r := range gone {
+			delete(s.ids, r.ID)
 		}
 		s.rows = slices.DeleteFunc(s.rows, func(r *driver.Record) bool { return r.Seq < 0 })
 		for lane := range s.unpub {
 			s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *driver.Record) bool { return r.Seq < 0 })
 		}
 	}
-	return n, nil
+	return gone
 }
 
 // List implements driver.Admin: records with Seq > p.AfterSeq in Seq order, at most p.Limit
@@ -134,22 +138,29 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.unpark(partitionKey, nil), nil
+}
+
+// unpark is Unpark with s.mu held; save (when not nil) is called with each record before it
+// changes.
+func (s *Store) unpark(partitionKey string, save func(r *driver.Record)) int {
 	n := 0
 	for _, rs := range s.unpub {
 		for _, r := range rs {
-			if r.PartitionKey != partitionKey {
+			if r.PartitionKey != partitionKey || (r.ParkedAt.IsZero() && r.NextAttemptAt.IsZero() && r.Attempts == 0) {
 				continue
 			}
-			if !r.ParkedAt.IsZero() || !r.NextAttemptAt.IsZero() || r.Attempts != 0 {
-				n++
+			if save != nil {
+				save(r)
 			}
 			r.ParkedAt, r.NextAttemptAt, r.Attempts = time.Time{}, time.Time{}, 0
+			n++
 		}
 	}
 	if n > 0 {
 		s.log.Info("memory_unparked", "partition_key", partitionKey, "records", n)
 	}
-	return n, nil
+	return n
 }
 
 // ParkedKeys implements driver.Admin.

@@ -1,8 +1,10 @@
 // Package memory is the in-memory reference adapter of outboxkit. It implements every contract
 // of package core that the conformance suite checks (driver.OutboxStore, driver.RelayStore,
-// driver.InboxStore, driver.Pruner, driver.Admin) plus driver.Notifier and driver.Waker, with the
-// transaction type *Tx. It needs no infrastructure: use it in tests, examples and demos, and
-// as the model a database adapter is compared against.
+// driver.InboxStore, driver.Pruner, driver.Admin) plus driver.Notifier and driver.Waker, the
+// operator commands' steps and status reads (driver.OperatorStore, driver.StatusReader: run
+// them with core.Operator) and driver.LaneInserter, with the transaction type *Tx. It needs no
+// infrastructure: use it in tests, examples and demos, and as the model a database adapter is
+// compared against.
 //
 // # Guarantees
 //
@@ -19,6 +21,8 @@
 //   - PruneInbox takes the writer lock, so it runs between transactions (the single-writer form
 //     of driver.InboxStore's retention rule). With a single writer, InsertRecord never waits for
 //     another transaction.
+//   - An operator transaction (InOperatorTx, which core.Operator runs) holds the writer lock
+//     and the state for its whole length and undoes its steps unless it commits.
 //   - Times are UTC with microsecond precision, like the SQL adapters. Every call with a Now
 //     field uses it when non-zero, else time.Now(). Insert stamps CreatedAt with time.Now().
 //   - Every method returns ctx.Err() (wrapped) when ctx is already done, and changes nothing.

@@ -14,6 +14,8 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memory: lane count: %w", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.lanes, nil
 }
 

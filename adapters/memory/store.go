@@ -39,6 +39,8 @@ type Store struct {
 
 	publisher  driver.Publisher
 	checkpoint *driver.Checkpoint
+	audit      []driver.AuditEntry // the operator audit log (core.Operator), ascending ID
+	auditSeq   int64
 	changes    changeLog
 }
 

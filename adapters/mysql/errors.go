@@ -34,6 +34,11 @@ const (
 	errLockDeadlock    = 1213
 	errNoSuchTable     = 1146
 	errBadNull         = 1048 // "Column ... cannot be null"
+	// Missing privileges: on the database, a table, a column; a privilege such as SUPER.
+	errDBAccessDenied     = 1044
+	errTableAccessDenied  = 1142
+	errColumnAccessDenied = 1143
+	errSpecificAccess     = 1227
 )
 
 func errNumber(err error) uint16 {
@@ -55,8 +60,13 @@ type mapped struct {
 func (m *mapped) Error() string   { return m.sentinel.Error() + ": " + m.err.Error() }
 func (m *mapped) Unwrap() []error { return []error{m.sentinel, m.err} }
 
-// classify wraps driver errors with the adapter's sentinels; other errors are returned as is.
-func classify(err error) error {
+// ClassifyError is the adapter's one mapping of MySQL/MariaDB errors (every error of a Store
+// went through it; cmd/outboxkit applies it to its own statements' errors): a deadlock victim
+// (1213) wraps ErrDeadlock, a lock wait timeout (1205) ErrLockWaitTimeout, a missing table
+// (1146: not migrated) core.ErrSchemaMismatch, missing privileges (1044, 1142, 1143, 1227)
+// core.ErrPermissionDenied, an ended transaction core.ErrInvalidTx; the *mysql.MySQLError stays
+// reachable with errors.As. Other errors are returned as they are.
+func ClassifyError(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -71,12 +81,17 @@ func classify(err error) error {
 		return &mapped{sentinel: ErrLockWaitTimeout, err: err}
 	case errNoSuchTable:
 		return &mapped{sentinel: core.ErrSchemaMismatch, err: err} // not migrated
+	case errDBAccessDenied, errTableAccessDenied, errColumnAccessDenied, errSpecificAccess:
+		return &mapped{sentinel: core.ErrPermissionDenied, err: err}
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return &mapped{sentinel: core.ErrInvalidTx, err: err}
 	}
 	return err
 }
+
+// classify is ClassifyError under the short name the package's files use.
+func classify(err error) error { return ClassifyError(err) }
 
 // duplicate maps error 1062 of an outbox insert to core.ErrDuplicateEvent.
 func duplicate(err error) error {

@@ -23,7 +23,7 @@ func (c ClaimStrategy) String() string {
 type Options struct {
 	// Table is the outbox table. The adapter also uses Table+"_lanes", Table+"_workers",
 	// Table+"_meta", Table+"_pub" (the publisher generation), Table+"_cdc" (the CDC
-	// checkpoint), Table+"_audit" (the operator audit log, driver.Operator), Table+"_pending" and
+	// checkpoint), Table+"_audit" (the operator audit log, core.Operator), Table+"_pending" and
 	// Table+"_settled" (the pending layout, migration 010). Default "outbox".
 	// It must match ^[A-Za-z_][A-Za-z0-9_]{0,55}$: at most 56 characters, so that the longest
 	// derived names, Table+"_workers", "_pending" and "_settled", fit MySQL's 64-character

@@ -162,7 +162,7 @@ func TestPendingTriggers(t *testing.T) {
 
 	// This version's mark: the settle log row is written and the pending row deleted; the outbox
 	// row does not change.
-	unpark, err := s.UnparkKeys(ctx, []string{"kb"}, nil)
+	unpark, err := operatorOf(t, s).Unpark(ctx, []string{"kb"}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, unpark)
 	_, err = db.Exec(`UPDATE outbox_pending SET next_attempt_at = NULL WHERE seq = ?`, a)
@@ -194,7 +194,7 @@ func TestPendingTriggers(t *testing.T) {
 	// A replay gives both their pending rows back (e1 through the update trigger: its
 	// published_at is cleared) and deletes a's settle log row; an earlier relay's DELETE (delete
 	// on publish) takes a pending row with it.
-	n, err := s.Replay(ctx, driver.ReplayParams{IDs: []string{recs[0].ID, recs[1].ID}})
+	n, err := operatorOf(t, s).Replay(ctx, driver.ReplayParams{IDs: []string{recs[0].ID, recs[1].ID}})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for _, seq := range []int64{a, e1} {
@@ -266,7 +266,7 @@ func TestPruneSettleLogBound(t *testing.T) {
 	require.NoError(t, s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{seqs[2]}, Now: t0}))
 	var id3 string
 	require.NoError(t, db.QueryRow(`SELECT id FROM outbox WHERE seq = ?`, seqs[3]).Scan(&id3))
-	n, err := s.Replay(ctx, driver.ReplayParams{IDs: []string{id3}})
+	n, err := operatorOf(t, s).Replay(ctx, driver.ReplayParams{IDs: []string{id3}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, 1, prune(t0.Add(2*time.Hour)))

@@ -59,7 +59,7 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay, auditInsert, auditList string
 	replayPending, replayUnsettle                                            string
-	auditSetRows, resetLanes                                                 string
+	auditSetRows, resetLanes, pubRecent                                      string
 
 	textColumnsPending                                                         string
 	triggerBody, insertChecked, laneCountShared, laneCountLocked, laneCountSet string
@@ -170,6 +170,7 @@ func newQueries(n tableNames) (queries, error) {
 		auditInsert:            st.Get("AuditInsert"),
 		auditList:              st.Get("AuditList"),
 		auditSetRows:           st.Get("AuditSetRows"),
+		pubRecent:              st.Get("PublishedRecent"),
 		resetLanes:             st.Get("ResetLanes"),
 		publisherLockX:         st.Get("PublisherLockX"),
 		publisherLockS:         st.Get("PublisherLockS"),

@@ -358,13 +358,21 @@ UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL,
 -- actor, command, arguments (JSON text), rows affected.
 INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES ({{now}}, ?, ?, ?, ?)
 
+-- name: PublishedRecent
+-- The publish rate of outboxkit status (driver.StatusReader.PublishRate): of the latest ? settle
+-- log rows by seq (its primary key; the log has no index on at), those published in the last ?
+-- microseconds: their count, the oldest one's time and the database's clock.
+SELECT COUNT(*), MIN(w.at), UTC_TIMESTAMP(6) FROM (
+	SELECT at FROM {{settled}} ORDER BY seq DESC LIMIT ?) AS w
+	WHERE w.at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+
 -- name: AuditList
 -- since, limit: the latest rows, newest first.
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
 	WHERE at >= CAST(? AS DATETIME(6)) ORDER BY id DESC LIMIT ?
 
 -- name: AuditSetRows
--- id, rows: PruneInboxAudited fills in the rows of the audit row it wrote with -1, once.
+-- rows, id: core.Operator.PruneInbox fills in the rows of the audit row it wrote with -1, once.
 UPDATE {{audit}} SET rows_affected = ? WHERE id = ? AND rows_affected = -1
 
 -- name: ResetLanes

@@ -274,7 +274,7 @@ func TestResizeLanes(t *testing.T) {
 	require.NoError(t, db.QueryRow("SELECT MIN(seq) FROM outbox WHERE partition_key = ?", park).Scan(&parkSeq))
 	err = s.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{parkSeq}})
 	require.ErrorIs(t, err, core.ErrClaimLost)
-	log, err := s.AuditLog(ctx, driver.AuditListParams{})
+	log, err := operatorOf(t, s).AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, log, 1, "refused and same-count resizes write no audit row")
 	require.Equal(t, "lanes resize", log[0].Command)
@@ -285,7 +285,7 @@ func TestResizeLanes(t *testing.T) {
 	require.True(t, errors.As(err, &me) && me.Number == 1644, "%v", err)
 
 	// Replay puts the published rows back in their key's lane under the current count.
-	got, err := s.Replay(ctx, driver.ReplayParams{PartitionKey: pub, Audit: &driver.AuditEntry{Actor: "t", Command: "replay"}})
+	got, err := operatorOf(t, s).Replay(ctx, driver.ReplayParams{PartitionKey: pub, Audit: &driver.AuditEntry{Actor: "t", Command: "replay"}})
 	require.NoError(t, err)
 	require.Equal(t, 2, got)
 	require.Equal(t, []int{driver.LaneOf(pub, 32), driver.LaneOf(pub, 32)}, laneOfKey(t, s, pub))

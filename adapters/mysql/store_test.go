@@ -568,7 +568,7 @@ func TestGetLockResetLanes(t *testing.T) {
 	oldSession, _ := sessions(0)
 	require.True(t, oldSession.Valid)
 
-	n, err := b.ResetLanes(ctx, driver.ResetLanesParams{Owner: "old"}, driver.AuditEntry{Actor: "t", Command: "lanes reset"})
+	n, err := operatorOf(t, b).ResetLanes(ctx, driver.ResetLanesParams{Owner: "old"}, driver.AuditEntry{Actor: "t", Command: "lanes reset"})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	recorded, holder := sessions(0)

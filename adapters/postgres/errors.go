@@ -16,20 +16,32 @@ import (
 // and then fail with an error wrapping ErrSlotActive.
 var ErrSlotActive = errors.New("postgres: replication slot is active in another connection")
 
-// classify makes a missing table or function (SQLSTATE 42P01 or 42883: the schema is not
-// migrated; the fetch is a function of migration 0001) match core.ErrSchemaMismatch and an ended transaction match core.ErrInvalidTx; other errors are
-// returned as they are.
-func classify(err error) error {
-	switch {
-	case err == nil || errors.Is(err, core.ErrSchemaMismatch) || errors.Is(err, core.ErrInvalidTx):
+// ClassifyError is the adapter's one mapping of PostgreSQL's errors (every error of a Store
+// went through it; cmd/outboxkit applies it to its own statements' errors): an undefined
+// table, function or schema (SQLSTATE 42P01, 42883, 3F000: the schema is not migrated; the
+// fetch is a function of migration 0001) wraps core.ErrSchemaMismatch, missing privileges
+// (42501) wrap core.ErrPermissionDenied, an ended transaction wraps core.ErrInvalidTx; the
+// *pgconn.PgError stays reachable with errors.As. Other errors are returned as they are.
+func ClassifyError(err error) error {
+	if err == nil || errors.Is(err, core.ErrSchemaMismatch) || errors.Is(err, core.ErrInvalidTx) || errors.Is(err, core.ErrPermissionDenied) {
 		return err
-	case pgError(err) != nil && (pgError(err).Code == "42P01" || pgError(err).Code == "42883"):
-		return fmt.Errorf("%w: not migrated (%w)", core.ErrSchemaMismatch, err)
-	case errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, sql.ErrTxDone):
+	}
+	if pg := pgError(err); pg != nil {
+		switch pg.Code {
+		case "42P01", "42883", "3F000": // undefined_table, undefined_function, invalid_schema_name
+			return fmt.Errorf("%w: not migrated (%w)", core.ErrSchemaMismatch, err)
+		case "42501": // insufficient_privilege
+			return fmt.Errorf("%w: %w", core.ErrPermissionDenied, err)
+		}
+	}
+	if errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("%w: %w", core.ErrInvalidTx, err)
 	}
 	return err
 }
+
+// classify is ClassifyError under the short name the package's files use.
+func classify(err error) error { return ClassifyError(err) }
 
 // isNilTx reports whether tx is a nil interface (pgx.Tx) or a nil pointer (*sql.Tx).
 func isNilTx(tx any) bool {

@@ -134,7 +134,7 @@ func TestGrants(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	// The operator replays the published event (auditing it); the relay publishes it again.
-	n, err = operator.Replay(ctx, driver.ReplayParams{IDs: []string{recs[0].ID}, Audit: &driver.AuditEntry{Actor: "op", Command: "replay", Arguments: `{}`}})
+	n, err = operatorOf(t, operator).Replay(ctx, driver.ReplayParams{IDs: []string{recs[0].ID}, Audit: &driver.AuditEntry{Actor: "op", Command: "replay", Arguments: `{}`}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	again, err := relay.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10})
@@ -158,9 +158,9 @@ func TestGrants(t *testing.T) {
 
 	// Only the operator appends audit rows (and cannot change their columns but rows_affected,
 	// nor delete them); it unparks, prunes and reads the log.
-	_, err = operator.UnparkKeys(ctx, []string{recs[1].PartitionKey}, &driver.AuditEntry{Actor: "op", Command: "unpark"})
+	_, err = operatorOf(t, operator).Unpark(ctx, []string{recs[1].PartitionKey}, &driver.AuditEntry{Actor: "op", Command: "unpark"})
 	require.NoError(t, err)
-	_, err = operator.PruneAudited(ctx, driver.PruneParams{PublishedBefore: time.Now()}, driver.AuditEntry{Actor: "op", Command: "cleanup"})
+	_, err = operatorOf(t, operator).Cleanup(ctx, driver.PruneParams{PublishedBefore: time.Now()}, driver.AuditEntry{Actor: "op", Command: "cleanup"})
 	require.NoError(t, err)
 	// It deletes the CDC checkpoint (cdc release); the application and the relay cannot.
 	for _, s := range []*Store[pgx.Tx]{app, relay} {
@@ -178,20 +178,20 @@ func TestGrants(t *testing.T) {
 	leases, err = relay.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w", Max: 4, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, leases, 4)
-	_, err = app.ResetLanes(ctx, driver.ResetLanesParams{All: true}, driver.AuditEntry{Actor: "app", Command: "lanes reset"})
+	_, err = operatorOf(t, app).ResetLanes(ctx, driver.ResetLanesParams{All: true}, driver.AuditEntry{Actor: "app", Command: "lanes reset"})
 	requireSQLState(t, err, "42501")
-	n, err = operator.ResetLanes(ctx, driver.ResetLanesParams{Owner: "w"}, driver.AuditEntry{Actor: "op", Command: "lanes reset"})
+	n, err = operatorOf(t, operator).ResetLanes(ctx, driver.ResetLanesParams{Owner: "w"}, driver.AuditEntry{Actor: "op", Command: "lanes reset"})
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	renewed, err := relay.RenewLanes(ctx, driver.RenewParams{Generation: pub.Generation, Leases: leases, TTL: time.Minute})
 	require.NoError(t, err)
 	require.Empty(t, renewed, "the reset leases are lost")
-	_, err = app.PruneInboxAudited(ctx, "c", time.Now(), 10, driver.AuditEntry{Actor: "app", Command: "inbox prune"})
+	_, err = operatorOf(t, app).PruneInbox(ctx, "c", time.Now(), 10, driver.AuditEntry{Actor: "app", Command: "inbox prune"})
 	requireSQLState(t, err, "42501")
-	n, err = operator.PruneInboxAudited(ctx, "c", time.Now(), 10, driver.AuditEntry{Actor: "op", Command: "inbox prune"})
+	n, err = operatorOf(t, operator).PruneInbox(ctx, "c", time.Now(), 10, driver.AuditEntry{Actor: "op", Command: "inbox prune"})
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the record of e1")
-	log, err := operator.AuditLog(ctx, driver.AuditListParams{})
+	log, err := operatorOf(t, operator).AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, log, 6)
 	require.Equal(t, []string{"replay", "unpark", "cleanup", "cdc release", "lanes reset", "inbox prune"},
@@ -213,7 +213,7 @@ func TestGrants(t *testing.T) {
 	// Of rows_affected, only an unfinished inbox prune's -1 may change (the audit guard trigger).
 	_, err = opPool.Exec(ctx, "UPDATE outbox_audit SET rows_affected = 7")
 	requireSQLState(t, err, "23001")
-	_, err = app.UnparkKeys(ctx, nil, &driver.AuditEntry{Actor: "app", Command: "unpark"})
+	_, err = operatorOf(t, app).Unpark(ctx, nil, &driver.AuditEntry{Actor: "app", Command: "unpark"})
 	requireSQLState(t, err, "42501")
 	requireRowCount(t, s, 1)
 
@@ -243,7 +243,7 @@ func TestGrants(t *testing.T) {
 	require.NoError(t, err)
 	for _, r := range recs {
 		if !r.PublishedAt.IsZero() {
-			_, err := operator.Replay(ctx, driver.ReplayParams{IDs: []string{r.ID}})
+			_, err := operatorOf(t, operator).Replay(ctx, driver.ReplayParams{IDs: []string{r.ID}})
 			require.NoError(t, err)
 		}
 	}
@@ -364,7 +364,7 @@ func TestGrantsBackfill(t *testing.T) {
 	require.Len(t, sink.Messages(), 1)
 	require.Equal(t, uint64(1), r.Stats().Published)
 	require.NoError(t, op.WriteAudit(ctx, driver.AuditEntry{Actor: "ops", Command: "backfill", Arguments: `{"config":"relay.yaml"}`, Rows: 1}))
-	rows, err := s.AuditLog(ctx, driver.AuditListParams{})
+	rows, err := operatorOf(t, s).AuditLog(ctx, driver.AuditListParams{})
 	require.NoError(t, err)
 	require.Len(t, rows, 1, "the check left no row")
 	require.Equal(t, int64(1), rows[0].Rows)

@@ -41,7 +41,7 @@ type Options struct {
 	// Table is the outbox table. The lanes, workers, meta, publisher and checkpoint tables, the
 	// indexes, the trigger and the fetch function are named after it (Table+"_lanes",
 	// Table+"_workers", Table+"_meta", Table+"_publisher", Table+"_cdc_checkpoint",
-	// Table+"_audit" (the operator audit log, driver.Operator), Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
+	// Table+"_audit" (the operator audit log, core.Operator), Table+"_fetch", ...), so it may be at most 48 bytes. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; InboxTable+"_horizons" and InboxTable+"_versions" go with
 	// it (at most 50 bytes, for the suffixes). Default "inbox".

@@ -313,7 +313,7 @@ func TestPruneSettleLogBound(t *testing.T) {
 
 	// A replay of pre-recent published again long after: its new entry keeps it past its
 	// published_at.
-	_, err = s.Replay(ctx, driver.ReplayParams{IDs: []string{"pre-recent"}})
+	_, err = operatorOf(t, s).Replay(ctx, driver.ReplayParams{IDs: []string{"pre-recent"}})
 	require.NoError(t, err)
 	publish(now.Add(time.Hour))
 	n, err = s.PruneOutbox(ctx, driver.PruneParams{PublishedBefore: now.Add(30 * time.Minute)})
@@ -412,10 +412,10 @@ func TestListPublishedAfterReplayAndUpgrade(t *testing.T) {
 	publish(now.Add(-20*time.Minute), 2)
 
 	audit := &driver.AuditEntry{Actor: "t", Command: "replay", Arguments: "{}"}
-	n, err := s.Replay(ctx, driver.ReplayParams{PartitionKey: "k", Since: now.Add(-time.Hour), Audit: audit})
+	n, err := operatorOf(t, s).Replay(ctx, driver.ReplayParams{PartitionKey: "k", Since: now.Add(-time.Hour), Audit: audit})
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
-	n, err = s.Replay(ctx, driver.ReplayParams{IDs: []string{"pre"}, Audit: audit})
+	n, err = operatorOf(t, s).Replay(ctx, driver.ReplayParams{IDs: []string{"pre"}, Audit: audit})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	publish(now.Add(-10*time.Minute), 5)

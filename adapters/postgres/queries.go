@@ -82,7 +82,7 @@ type queries struct {
 	replayByIDs, replayByKey, keyUnpublished, replay string
 	pruneLock, replayLock, replayLockOutbox          string // migration 0008
 	auditInsert, auditList                           string
-	auditInsertPending, auditSetRows                 string // PruneInboxAudited
+	auditSetRows                                     string // core.Operator.PruneInbox
 	resetLanes                                       string
 
 	notify, listen string
@@ -226,18 +226,17 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		unpark:      st.Get("Unpark"),
 		parkedKeys:  st.Get("ParkedKeys"),
 
-		replayByIDs:        st.Get("ReplayByIDs"),
-		replayByKey:        st.Get("ReplayByKey"),
-		keyUnpublished:     st.Get("KeyUnpublished"),
-		replay:             st.Get("Replay"),
-		pruneLock:          st.Get("PruneLock"),
-		replayLock:         st.Get("ReplayLock"),
-		replayLockOutbox:   st.Get("ReplayLockOutbox"),
-		auditInsert:        st.Get("AuditInsert"),
-		auditList:          st.Get("AuditList"),
-		auditInsertPending: st.Get("AuditInsertPending"),
-		auditSetRows:       st.Get("AuditSetRows"),
-		resetLanes:         st.Get("ResetLanes"),
+		replayByIDs:      st.Get("ReplayByIDs"),
+		replayByKey:      st.Get("ReplayByKey"),
+		keyUnpublished:   st.Get("KeyUnpublished"),
+		replay:           st.Get("Replay"),
+		pruneLock:        st.Get("PruneLock"),
+		replayLock:       st.Get("ReplayLock"),
+		replayLockOutbox: st.Get("ReplayLockOutbox"),
+		auditInsert:      st.Get("AuditInsert"),
+		auditList:        st.Get("AuditList"),
+		auditSetRows:     st.Get("AuditSetRows"),
+		resetLanes:       st.Get("ResetLanes"),
 
 		notify: st.Get("Notify"),
 		listen: st.Get("Listen"),

@@ -628,8 +628,10 @@ FROM unnest($1::bigint[], $2::int[]) AS r(seq, lane) JOIN {{outbox}} AS o ON o.s
 ON CONFLICT (seq) DO NOTHING
 
 -- name: AuditInsert
--- $1 actor, $2 command, $3 arguments (JSON text), $4 rows affected.
+-- $1 actor, $2 command, $3 arguments (JSON text), $4 rows affected (-1: an inbox prune's row
+-- until its last deletion sets it, AuditSetRows); returns the row's id.
 INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES ($1, $2, $3, $4)
+RETURNING id
 
 -- name: AuditList
 -- $1 since (NULL: all), $2 limit: the latest rows, newest first.
@@ -637,15 +639,8 @@ SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
 WHERE $1::timestamptz IS NULL OR at >= $1::timestamptz
 ORDER BY id DESC LIMIT $2
 
--- name: AuditInsertPending
--- PruneInboxAudited: the audit row of the horizon raise, in its transaction, with
--- rows_affected -1 until the last deletion sets it (AuditSetRows). $1 actor, $2 command,
--- $3 arguments.
-INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES ($1, $2, $3, -1)
-RETURNING id
-
 -- name: AuditSetRows
--- $1 id, $2 rows: fills in the rows of a row AuditInsertPending wrote, once.
+-- $1 id, $2 rows: fills in the rows of a row AuditInsert wrote with -1, once.
 UPDATE {{audit}} SET rows_affected = $2 WHERE id = $1 AND rows_affected = -1
 
 -- name: ResetLanes

@@ -31,21 +31,36 @@ func isNoSuchTable(err error) bool {
 	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(e.Error(), "no such table")
 }
 
-// classify makes a missing table (an unmigrated database) match core.ErrSchemaMismatch, and a
-// transaction that ended or belongs to another *sql.DB (database/sql refuses the Store's
-// prepared statements in it: see checkInboxTx) match core.ErrInvalidTx; other errors are
+// isReadOnly reports whether err is SQLite's refusal to write a read-only database (a file or
+// directory the process may not write, a read-only open).
+func isReadOnly(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_READONLY
+}
+
+// ClassifyError is the adapter's one mapping of SQLite's errors (every error of a Store went
+// through it; cmd/outboxkit applies it to its own statements' errors): a missing table (an
+// unmigrated database) wraps core.ErrSchemaMismatch, a read-only database
+// core.ErrPermissionDenied, and a transaction that ended or belongs to another *sql.DB
+// (database/sql refuses the Store's prepared statements in it: see checkInboxTx)
+// core.ErrInvalidTx; the *sqlite.Error stays reachable with errors.As. Other errors are
 // returned as they are.
-func classify(err error) error {
+func ClassifyError(err error) error {
 	switch {
-	case err == nil || errors.Is(err, core.ErrSchemaMismatch) || errors.Is(err, core.ErrInvalidTx):
+	case err == nil || errors.Is(err, core.ErrSchemaMismatch) || errors.Is(err, core.ErrInvalidTx) || errors.Is(err, core.ErrPermissionDenied):
 		return err
 	case isNoSuchTable(err):
 		return fmt.Errorf("%w: not migrated (%w)", core.ErrSchemaMismatch, err)
+	case isReadOnly(err):
+		return fmt.Errorf("%w: %w", core.ErrPermissionDenied, err)
 	case errors.Is(err, sql.ErrTxDone) || strings.Contains(err.Error(), errForeignStmt):
 		return fmt.Errorf("%w: %w", core.ErrInvalidTx, err)
 	}
 	return err
 }
+
+// classify is ClassifyError under the short name the package's files use.
+func classify(err error) error { return ClassifyError(err) }
 
 // errForeignStmt is the text of database/sql's error for a statement prepared on one *sql.DB
 // and run in a transaction of another (it has no sentinel).

@@ -4,152 +4,48 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/outboxkit/outbox/core/driver"
 	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
-// Replay implements driver.Operator in one write transaction (which serialises it with the
-// relays' marks and cleanup). SQLite has no change source, so the publisher is never a CDC
-// relay.
-func (s *Store) Replay(ctx context.Context, p driver.ReplayParams) (int, error) {
-	ids, err := driver.CheckReplay(p)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		var rows *sql.Rows
-		var err error
-		if len(ids) > 0 {
-			list, _ := json.Marshal(ids)
-			rows, err = tx.QueryContext(ctx, s.q.replayByIDs, string(list))
-		} else {
-			since := int64(0)
-			if !p.Since.IsZero() {
-				since = nowMicros(p.Since)
-			}
-			rows, err = tx.QueryContext(ctx, s.q.replayByKey, p.PartitionKey, since, driver.MaxReplay+1)
-		}
-		if err != nil {
-			return err
-		}
-		var targets []driver.ReplayTarget
-		for rows.Next() {
-			var t driver.ReplayTarget
-			if err := rows.Scan(&t.Seq, &t.ID, &t.PartitionKey, &t.Published); err != nil {
-				rows.Close()
-				return err
-			}
-			targets = append(targets, t)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		seqs, err := driver.CheckReplayTargets(ids, p.PartitionKey, targets, func(key string) (bool, error) {
-			var pending bool
-			err := tx.QueryRowContext(ctx, s.q.keyUnpublished, key).Scan(&pending)
-			return pending, err
-		})
-		if err != nil {
-			return err
-		}
-		list, _ := json.Marshal(seqs)
-		res, err := tx.ExecContext(ctx, s.q.replay, string(list))
-		if err != nil {
-			return err
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, s.q.replayForget, string(list)); err != nil {
-			return err
-		}
-		if err := s.replayLanes(ctx, tx, targets); err != nil {
-			return err
-		}
-		return s.audit(ctx, tx, p.Audit, n)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: replay: %w", classify(err))
-	}
-	_ = s.Notify(ctx) // wake local relays
-	return int(n), nil
-}
+// The steps of the operator commands (driver.OperatorTx) that core.Operator runs in one write
+// transaction (which serialises them with the relays' marks and cleanup): SQL and scanning
+// only. The commands' rules (checks, refusals, audit, wake-ups) are core.Operator's. SQLite has
+// no change source, so the publisher is never a CDC relay.
 
-// audit writes a (when not nil) with rows affected in tx.
-func (s *Store) audit(ctx context.Context, tx *sql.Tx, a *driver.AuditEntry, rows int64) error {
-	if a == nil {
-		return nil
+// Interface checks.
+var (
+	_ driver.OperatorStore = (*Store)(nil)
+	_ driver.SingleWriter  = (*Store)(nil)
+)
+
+// InOperatorTx implements driver.OperatorStore: one write transaction.
+func (s *Store) InOperatorTx(ctx context.Context, fn func(ctx context.Context, tx driver.OperatorTx) error) error {
+	var fnErr error
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		fnErr = fn(ctx, opTx{s: s, tx: tx})
+		return fnErr
+	})
+	if err != nil && !errors.Is(err, fnErr) {
+		return fmt.Errorf("sqlite: operator transaction: %w", classify(err))
 	}
-	args := a.Arguments
-	if args == "" {
-		args = "{}"
-	}
-	_, err := tx.ExecContext(ctx, s.q.auditInsert, nowMicros(a.At), a.Actor, a.Command, args, rows)
 	return err
 }
 
-// UnparkKeys implements driver.Operator.
-func (s *Store) UnparkKeys(ctx context.Context, keys []string, audit *driver.AuditEntry) (int, error) {
-	var total int64
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		total = 0
-		for _, k := range keys {
-			res, err := tx.ExecContext(ctx, s.q.unpark, k)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			total += n
-		}
-		return s.audit(ctx, tx, audit, total)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: unpark: %w", classify(err))
-	}
-	if total > 0 {
-		_ = s.Notify(ctx)
-	}
-	return int(total), nil
-}
+// SingleWriter implements driver.SingleWriter: SQLite runs one write transaction at a time.
+func (s *Store) SingleWriter() bool { return true }
 
-// PruneAudited implements driver.Operator.
-func (s *Store) PruneAudited(ctx context.Context, p driver.PruneParams, audit driver.AuditEntry) (int, error) {
-	var total int64
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		total = 0
-		for {
-			n, err := s.pruneIn(ctx, tx, p)
-			if err != nil {
-				return err
-			}
-			total += n
-			if n < int64(p.BatchSize()) {
-				break
-			}
-		}
-		return s.audit(ctx, tx, &audit, total)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: prune outbox: %w", classify(err))
-	}
-	return int(total), nil
-}
-
-// AuditLog implements driver.Operator.
-func (s *Store) AuditLog(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
+// ListAudit implements driver.OperatorStore.
+func (s *Store) ListAudit(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
 	since := int64(0)
 	if !p.Since.IsZero() {
 		since = nowMicros(p.Since)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.auditList, since, driver.ListParams{Limit: p.Limit}.PageSize())
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, since, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: audit log: %w", classify(err))
 	}
@@ -167,215 +63,267 @@ func (s *Store) AuditLog(ctx context.Context, p driver.AuditListParams) ([]drive
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: audit log: %w", classify(err))
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
 	return out, nil
 }
 
-// ResetLanes implements driver.Operator: one statement (ResetLanes) and the audit row, in one
-// write transaction. SQLite keeps no sign of life on a lane.
-func (s *Store) ResetLanes(ctx context.Context, p driver.ResetLanesParams, audit driver.AuditEntry) (int, error) {
-	count, err := s.LaneCount(ctx)
-	if err != nil {
-		return 0, err
-	}
-	lanes, err := driver.CheckResetLanes(p, count)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q.resetLanes, nowMicros(time.Time{}), len(lanes) == 0, intList(lanes), p.Owner)
-		if err != nil {
-			return err
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		return s.audit(ctx, tx, &audit, n)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: reset lanes: %w", classify(err))
-	}
-	return int(n), nil
+// opTx is driver.OperatorTx in a write transaction of s.
+type opTx struct {
+	s  *Store
+	tx *sql.Tx
 }
 
-// PruneInboxAudited implements driver.Operator in one write transaction: the horizon raise, the
-// deletions (limit at a time) and the audit row with the records deleted. SQLite has one
-// writer, so no inbox transaction runs beside it: the raise needs no commit of its own ahead
-// of the deletions (driver.InboxStore.PruneInbox), and the audit row is never left at -1.
-func (s *Store) PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit driver.AuditEntry) (int, error) {
-	limit, err := driver.CheckInboxPrune(consumer, before, limit)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		total = 0
-		var h int64
-		if err := s.queryRow(ctx, tx, s.q.raiseHorizon, consumer, before.UnixMicro()).Scan(&h); err != nil {
-			return err
-		}
-		for {
-			res, err := s.exec(ctx, tx, s.q.pruneInbox, consumer, h, limit)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			total += n
-			if n < int64(limit) {
-				return s.audit(ctx, tx, &audit, total)
-			}
-		}
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: prune inbox: %w", classify(err))
-	}
-	return int(total), nil
-}
-
-// replayLanes gives the rows a replay put back to pending their key's lane under the current
-// lane count: a row published before a ResizeLanes still has its lane under the old count, and
-// all unpublished rows of a key must share one lane.
-func (s *Store) replayLanes(ctx context.Context, tx *sql.Tx, targets []driver.ReplayTarget) error {
-	var lanes int
-	if err := s.queryRow(ctx, tx, s.q.getLanes).Scan(&lanes); err != nil {
-		return err
-	}
-	return s.moveLanes(ctx, tx, func(yield func(seq int64, key string, lane int) bool) error {
-		for _, t := range targets {
-			if !yield(t.Seq, t.PartitionKey, -1) {
-				break
-			}
-		}
-		return nil
-	}, lanes, nil)
-}
-
-// moveLanes sets the lane of each row rows yields (seq, key, current lane or -1: unknown) to
-// driver.LaneOf(key, lanes) under the marker the immutability trigger allows it under, and
-// counts the rows whose lane changed in *moved (when not nil).
-func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, rows func(yield func(seq int64, key string, lane int) bool) error, lanes int, moved *int64) error {
-	if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
-		return err
-	}
-	var ferr error
-	err := rows(func(seq int64, key string, lane int) bool {
-		to := driver.LaneOf(key, lanes)
-		if to == lane {
-			return true
-		}
-		res, err := tx.ExecContext(ctx, s.q.resizeMove, seq, to)
-		if err != nil {
-			ferr = err
-			return false
-		}
-		if moved != nil {
-			n, _ := res.RowsAffected()
-			*moved += n
-		}
-		return true
-	})
+// stepErr names the step of a failed statement and classifies the database's error.
+func stepErr(step string, err error) error {
 	if err == nil {
-		err = ferr
+		return nil
+	}
+	return fmt.Errorf("sqlite: %s: %w", step, classify(err))
+}
+
+// lanes reads the lane count (the write transaction holds every other writer back).
+func (t opTx) lanes(ctx context.Context) (int, error) {
+	var n int
+	err := t.s.queryRow(ctx, t.tx, t.s.q.getLanes).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("sqlite: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
+	}
+	return n, stepErr("lane count", err)
+}
+
+// BeginReplay implements driver.OperatorTx.
+func (t opTx) BeginReplay(ctx context.Context) (int, error) { return t.lanes(ctx) }
+
+// BeginResize implements driver.OperatorTx.
+func (t opTx) BeginResize(ctx context.Context) (int, error) { return t.lanes(ctx) }
+
+// Publisher implements driver.OperatorTx.
+func (t opTx) Publisher(ctx context.Context) (driver.Publisher, error) {
+	pub, err := readPublisher(t.s.queryRow(ctx, t.tx, t.s.q.publisherGet))
+	return pub, stepErr("publisher", err)
+}
+
+// ReplayTargets implements driver.OperatorTx.
+func (t opTx) ReplayTargets(ctx context.Context, p driver.ReplayParams, limit int) ([]driver.ReplayTarget, error) {
+	var rows *sql.Rows
+	var err error
+	if len(p.IDs) > 0 {
+		list, _ := json.Marshal(p.IDs)
+		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByIDs, string(list))
+	} else {
+		since := int64(0)
+		if !p.Since.IsZero() {
+			since = nowMicros(p.Since)
+		}
+		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByKey, p.PartitionKey, since, limit)
 	}
 	if err != nil {
-		return err
+		return nil, stepErr("replay targets", err)
 	}
-	_, err = tx.ExecContext(ctx, s.q.resizeDone)
-	return err
+	defer rows.Close()
+	var targets []driver.ReplayTarget
+	for rows.Next() {
+		var x driver.ReplayTarget
+		if err := rows.Scan(&x.Seq, &x.ID, &x.PartitionKey, &x.Published); err != nil {
+			return nil, stepErr("replay targets", err)
+		}
+		targets = append(targets, x)
+	}
+	return targets, stepErr("replay targets", rows.Err())
+}
+
+// KeyUnpublished implements driver.OperatorTx.
+func (t opTx) KeyUnpublished(ctx context.Context, key string) (bool, error) {
+	var pending bool
+	err := t.tx.QueryRowContext(ctx, t.s.q.keyUnpublished, key).Scan(&pending)
+	return pending, stepErr("replay", err)
+}
+
+// Requeue implements driver.OperatorTx: a queue row each (Replay, in the outbox row's lane),
+// their publication rows dropped (ReplayForget), and each moved to its Lane.
+func (t opTx) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int64, error) {
+	seqs := make([]int64, len(rows))
+	moves := make([]laneMove, len(rows))
+	for i, r := range rows {
+		seqs[i] = r.Seq
+		moves[i] = laneMove{seq: r.Seq, from: -1, to: r.Lane}
+	}
+	list, _ := json.Marshal(seqs)
+	res, err := t.tx.ExecContext(ctx, t.s.q.replay, string(list))
+	if err != nil {
+		return 0, stepErr("replay", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, stepErr("replay", err)
+	}
+	if _, err := t.tx.ExecContext(ctx, t.s.q.replayForget, string(list)); err != nil {
+		return 0, stepErr("replay", err)
+	}
+	_, err = t.s.moveLanes(ctx, t.tx, moves)
+	return n, stepErr("replay", err)
+}
+
+// Unpark implements driver.OperatorTx.
+func (t opTx) Unpark(ctx context.Context, key string) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, t.s.q.unpark, key)
+	if err != nil {
+		return 0, stepErr("unpark", err)
+	}
+	n, err := res.RowsAffected()
+	return n, stepErr("unpark", err)
+}
+
+// PruneOutbox implements driver.OperatorTx: as Store.PruneOutbox, in the transaction.
+func (t opTx) PruneOutbox(ctx context.Context, p driver.PruneParams) (int64, error) {
+	n, err := t.s.pruneIn(ctx, t.tx, p)
+	return n, stepErr("prune outbox", err)
+}
+
+// ResetLanes implements driver.OperatorTx: one statement (ResetLanes). SQLite keeps no sign of
+// life on a lane.
+func (t opTx) ResetLanes(ctx context.Context, p driver.ResetLanesParams) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, t.s.q.resetLanes, nowMicros(time.Time{}), len(p.Lanes) == 0, intList(p.Lanes), p.Owner)
+	if err != nil {
+		return 0, stepErr("reset lanes", err)
+	}
+	n, err := res.RowsAffected()
+	return n, stepErr("reset lanes", err)
 }
 
 // resizeBatch is how many unpublished rows a resize reads at a time.
 const resizeBatch = 10_000
 
-// ResizeLanes implements driver.LaneResizer in one write transaction (SQLite's single writer: no
-// writer transaction runs beside it, and one whose snapshot predates it cannot write
-// afterwards): every lease ended (owner cleared, lease expired, generation incremented), the
-// lane rows added or dropped, every unpublished row's lane set to driver.LaneOf(its key, lanes),
-// the new count recorded and audit written (Rows: the rows moved).
-func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEntry) (int, error) {
-	if err := driver.CheckResizeLanes(lanes); err != nil {
+// ResizeLanes implements driver.OperatorTx (SQLite's single writer: no writer transaction runs
+// beside it, and one whose snapshot predates it cannot write afterwards): every lease ended
+// (owner cleared, lease expired, generation incremented), the lane rows added or dropped,
+// every unpublished row's lane set to driver.LaneOf(its key, to), the new count recorded.
+func (t opTx) ResizeLanes(ctx context.Context, from, to int) (int64, error) {
+	moved, err := t.resize(ctx, to)
+	return moved, stepErr("resize lanes", err)
+}
+
+func (t opTx) resize(ctx context.Context, to int) (int64, error) {
+	tx, q := t.tx, &t.s.q
+	if _, err := tx.ExecContext(ctx, q.resizeLeases, nowMicros(time.Time{})); err != nil {
 		return 0, err
 	}
-	if _, err := s.LaneCount(ctx); err != nil {
+	if _, err := tx.ExecContext(ctx, q.resizeDropLanes, to); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, q.resizeAddLanes, to); err != nil {
 		return 0, err
 	}
 	var moved int64
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		moved = 0
-		var old int
-		if err := s.queryRow(ctx, tx, s.q.getLanes).Scan(&old); err != nil {
-			return err
+	for after := int64(0); ; {
+		r, err := tx.QueryContext(ctx, q.resizeRows, after, resizeBatch)
+		if err != nil {
+			return 0, err
 		}
-		if old == lanes {
-			return nil
-		}
-		if _, err := tx.ExecContext(ctx, s.q.resizeLeases, nowMicros(time.Time{})); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, s.q.resizeDropLanes, lanes); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, s.q.resizeAddLanes, lanes); err != nil {
-			return err
-		}
-		type row struct {
-			seq  int64
-			key  string
-			lane int
-		}
-		for after := int64(0); ; {
-			r, err := tx.QueryContext(ctx, s.q.resizeRows, after, resizeBatch)
-			if err != nil {
-				return err
+		var batch []laneMove
+		for r.Next() {
+			var seq int64
+			var key string
+			var lane int
+			if err := r.Scan(&seq, &key, &lane); err != nil {
+				r.Close()
+				return 0, err
 			}
-			var batch []row
-			for r.Next() {
-				var x row
-				if err := r.Scan(&x.seq, &x.key, &x.lane); err != nil {
-					r.Close()
-					return err
-				}
-				batch = append(batch, x)
-			}
-			if err := r.Close(); err != nil {
-				return err
-			}
-			if err := r.Err(); err != nil {
-				return err
-			}
-			if len(batch) == 0 {
-				break
-			}
-			after = batch[len(batch)-1].seq
-			err = s.moveLanes(ctx, tx, func(yield func(int64, string, int) bool) error {
-				for _, x := range batch {
-					if !yield(x.seq, x.key, x.lane) {
-						break
-					}
-				}
-				return nil
-			}, lanes, &moved)
-			if err != nil {
-				return err
-			}
-			if len(batch) < resizeBatch {
-				break
-			}
+			batch = append(batch, laneMove{seq: seq, from: lane, to: driver.LaneOf(key, to)})
 		}
-		if _, err := tx.ExecContext(ctx, s.q.lanesUpdate, lanes); err != nil {
-			return err
+		if err := r.Close(); err != nil {
+			return 0, err
 		}
-		return s.audit(ctx, tx, &audit, moved)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: resize lanes: %w", classify(err))
+		if err := r.Err(); err != nil {
+			return 0, err
+		}
+		if len(batch) == 0 {
+			break
+		}
+		after = batch[len(batch)-1].seq
+		n, err := t.s.moveLanes(ctx, tx, batch)
+		if err != nil {
+			return 0, err
+		}
+		moved += n
+		if len(batch) < resizeBatch {
+			break
+		}
 	}
-	_ = s.Notify(ctx) // wake local relays
-	return int(moved), nil
+	_, err := tx.ExecContext(ctx, q.lanesUpdate, to)
+	return moved, err
+}
+
+// RaiseHorizon implements driver.OperatorTx.
+func (t opTx) RaiseHorizon(ctx context.Context, consumer string, before time.Time) (time.Time, error) {
+	var h int64
+	err := t.s.queryRow(ctx, t.tx, t.s.q.raiseHorizon, consumer, before.UnixMicro()).Scan(&h)
+	return time.UnixMicro(h).UTC(), stepErr("raise horizon", err)
+}
+
+// PruneInbox implements driver.OperatorTx.
+func (t opTx) PruneInbox(ctx context.Context, consumer string, horizon time.Time, limit int) (int64, error) {
+	res, err := t.s.exec(ctx, t.tx, t.s.q.pruneInbox, consumer, horizon.UnixMicro(), limit)
+	if err != nil {
+		return 0, stepErr("prune inbox", err)
+	}
+	n, err := res.RowsAffected()
+	return n, stepErr("prune inbox", err)
+}
+
+// WriteAudit implements driver.OperatorTx.
+func (t opTx) WriteAudit(ctx context.Context, a driver.AuditEntry) (int64, error) {
+	args := a.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	res, err := t.tx.ExecContext(ctx, t.s.q.auditInsert, nowMicros(a.At), a.Actor, a.Command, args, a.Rows)
+	if err != nil {
+		return 0, stepErr("write audit", err)
+	}
+	id, err := res.LastInsertId()
+	return id, stepErr("write audit", err)
+}
+
+// SetAuditRows implements driver.OperatorTx.
+func (t opTx) SetAuditRows(ctx context.Context, id, rows int64) error {
+	_, err := t.tx.ExecContext(ctx, t.s.q.auditSetRows, id, rows)
+	return stepErr("write audit", err)
+}
+
+// laneMove is one unpublished row whose lane becomes to (from: its lane, -1 when unknown).
+type laneMove struct {
+	seq      int64
+	from, to int
+}
+
+// moveLanes sets the lane of each row of moves whose lane changes, under the marker the
+// immutability trigger allows it under, and returns how many rows changed.
+func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, moves []laneMove) (int64, error) {
+	if _, err := tx.ExecContext(ctx, s.q.resizeAllow); err != nil {
+		return 0, err
+	}
+	var moved int64
+	for _, m := range moves {
+		if m.from == m.to {
+			continue
+		}
+		res, err := tx.ExecContext(ctx, s.q.resizeMove, m.seq, m.to)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := res.RowsAffected()
+		moved += n
+	}
+	_, err := tx.ExecContext(ctx, s.q.resizeDone)
+	return moved, err
+}
+
+// ResizeLanes implements driver.LaneResizer with core.Operator (which holds the command's
+// rules; the steps are this file's opTx).
+func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEntry) (int, error) {
+	op, err := core.NewOperator(s, &core.OperatorOptions{Logger: s.log})
+	if err != nil {
+		return 0, err
+	}
+	return op.ResizeLanes(ctx, lanes, audit)
 }

@@ -14,7 +14,7 @@ import (
 type Options struct {
 	// Table is the outbox table. The adapter's other outbox tables and indexes derive their
 	// names from it: <Table>_lanes, <Table>_workers, <Table>_meta, <Table>_migrations,
-	// <Table>_publisher, <Table>_audit (the operator audit log, driver.Operator) and <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
+	// <Table>_publisher, <Table>_audit (the operator audit log, core.Operator) and <Table>_pending, <Table>_blocked, <Table>_published, <Table>_id, <Table>_aggregate_version.
 	// It and every derived name must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$, must not begin with
 	// "sqlite_" (in any case; SQLite reserves it) and must not collide with another derived name
 	// (case-insensitively); New refuses them with a *core.OptionError. Default "outbox".

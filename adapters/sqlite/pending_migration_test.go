@@ -401,7 +401,7 @@ func TestPendingTriggers(t *testing.T) {
 	require.True(t, get("n2").Parked.Valid)
 	_, err = s.Unpark(ctx, "a/2")
 	require.NoError(t, err)
-	_, err = s.Replay(ctx, driver.ReplayParams{IDs: []string{"n1"}})
+	_, err = operatorOf(t, s).Replay(ctx, driver.ReplayParams{IDs: []string{"n1"}})
 	require.NoError(t, err)
 	require.Equal(t, state{Queued: true}, get("n1"), "a replay forgets the publication")
 	recs, err = s.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 10, Now: now.Add(2 * time.Hour)})

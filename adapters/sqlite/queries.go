@@ -85,7 +85,7 @@ type queries struct {
 
 	replayByIDs, replayByKey, keyUnpublished, replay string
 	replayForget                                     string
-	auditInsert, auditList                           string
+	auditInsert, auditList, auditSetRows             string
 	resetLanes                                       string
 
 	// inbox
@@ -203,6 +203,7 @@ func buildQueries(n names) (queries, error) {
 		replayForget:        st.Get("ReplayForget"),
 		auditInsert:         st.Get("AuditInsert"),
 		auditList:           st.Get("AuditList"),
+		auditSetRows:        st.Get("AuditSetRows"),
 		resetLanes:          st.Get("ResetLanes"),
 		lanesUpdate:         st.Get("LanesUpdate"),
 		resizeAllow:         st.Get("ResizeAllow"),

@@ -367,6 +367,11 @@ DELETE FROM {{publications}} WHERE seq IN (SELECT value FROM json_each(?1))
 -- ?1 at (unix µs), ?2 actor, ?3 command, ?4 arguments, ?5 rows affected.
 INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES (?1, ?2, ?3, ?4, ?5)
 
+-- name: AuditSetRows
+-- ?1 id, ?2 rows: fills in the rows of an audit row written with -1, once (the audit guard
+-- allows that one update).
+UPDATE {{audit}} SET rows_affected = ?2 WHERE id = ?1 AND rows_affected = -1
+
 -- name: AuditList
 -- ?1 since (unix µs), ?2 limit: the latest rows, newest first.
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}

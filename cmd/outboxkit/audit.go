@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
@@ -70,14 +71,14 @@ func replayCommand() *cobra.Command {
 	var key, sinceFlag string
 	var since time.Time
 	var actor *string
-	cmd, _ := opsCommand("replay --db URL (--ids ID[,ID...] | --key K --since T)",
+	cmd, _ := opCommand("replay --db URL (--ids ID[,ID...] | --key K --since T)",
 		"put published events back to pending so that the relay sends them again, in their original order (refused for a key with unpublished events, and with a CDC publisher)", cobra.NoArgs,
-		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+		func(cmd *cobra.Command, f *dbFlags, _ *opendb.DB, op *core.Operator, _ []string) error {
 			args := map[string]any{"ids": ids}
 			if key != "" {
 				args = map[string]any{"key": key, "since": since.UTC().Format(time.RFC3339Nano)}
 			}
-			n, err := db.Store.Replay(cmd.Context(), driver.ReplayParams{IDs: ids, PartitionKey: key, Since: since, Audit: auditEntry(*actor, "replay", args)})
+			n, err := op.Replay(cmd.Context(), driver.ReplayParams{IDs: ids, PartitionKey: key, Since: since, Audit: auditEntry(*actor, "replay", args)})
 			if err != nil {
 				return err
 			}
@@ -128,9 +129,9 @@ func auditCommand() *cobra.Command {
 	var sinceFlag string
 	var since time.Time
 	var limit int
-	cmd, _ := opsCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset, lanes resize and inbox prune (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
-		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			entries, err := db.Store.AuditLog(cmd.Context(), driver.AuditListParams{Since: since, Limit: limit})
+	cmd, _ := opCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset, lanes resize and inbox prune (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
+		func(cmd *cobra.Command, f *dbFlags, _ *opendb.DB, op *core.Operator, _ []string) error {
+			entries, err := op.AuditLog(cmd.Context(), driver.AuditListParams{Since: since, Limit: limit})
 			if err != nil {
 				return err
 			}

@@ -37,11 +37,7 @@ type releaseJSON struct {
 // noLaneHeld returns an error wrapping ErrLanesHeld while a lane of store's outbox has a lease
 // that has not expired (a relay runs, or crashed less than its lease TTL ago).
 func noLaneHeld(ctx context.Context, store opendb.Store) error {
-	ll, ok := store.(laneLister)
-	if !ok {
-		return nil
-	}
-	lanes, err := ll.Lanes(ctx)
+	lanes, err := store.Lanes(ctx)
 	if err != nil {
 		return err
 	}

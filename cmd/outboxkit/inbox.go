@@ -22,11 +22,11 @@ func inboxPruneCommand() *cobra.Command {
 	var retention time.Duration
 	var limit int
 	var actor *string
-	cmd, _ := opsCommand("prune --db URL --consumer C --retention D [--limit N] [--actor A]",
+	cmd, _ := opCommand("prune --db URL --consumer C --retention D [--limit N] [--actor A]",
 		"raise the consumer's retention horizon to now minus --retention and delete its inbox records of messages that occurred earlier, --limit at a time (core.Inbox.Prune), with an audit row written with the horizon raise and completed by the last deletion; the consumer refuses older messages from then on (ErrBeyondRetention)",
-		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, _ *opendb.DB, op *core.Operator, _ []string) error {
 			args := map[string]any{"consumer": consumer, "retention": retention.String()}
-			n, err := db.Store.PruneInboxAudited(cmd.Context(), consumer, time.Now().Add(-retention), limit, *auditEntry(*actor, "inbox prune", args))
+			n, err := op.PruneInbox(cmd.Context(), consumer, time.Now().Add(-retention), limit, *auditEntry(*actor, "inbox prune", args))
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -27,9 +26,9 @@ func lanesResetCommand() *cobra.Command {
 	var owner string
 	var all bool
 	var actor *string
-	cmd, _ := opsCommand("reset --db URL (--lane N [--lane M ...] | --owner O | --all) [--actor A]",
+	cmd, _ := opCommand("reset --db URL (--lane N [--lane M ...] | --owner O | --all) [--actor A]",
 		"end the leases of held lanes at once, in one transaction with an audit row: owner and sign of life cleared, lease expired, generation incremented, so whatever the old owner settles afterwards is refused and any running relay claims the lanes at its next claim, while the old process still runs, in every lease mode (on MySQL/MariaDB a lease the old owner tied to a GET_LOCK is taken without the lock until the old owner's session lets it go); a relay that runs on claims lanes again, the old one too: stop a stalled owner that keeps taking them",
-		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, _ *opendb.DB, op *core.Operator, _ []string) error {
 			args := map[string]any{"all": true}
 			switch {
 			case len(lanes) > 0:
@@ -37,7 +36,7 @@ func lanesResetCommand() *cobra.Command {
 			case owner != "":
 				args = map[string]any{"owner": owner}
 			}
-			n, err := db.Store.ResetLanes(cmd.Context(), driver.ResetLanesParams{Lanes: lanes, Owner: owner, All: all}, *auditEntry(*actor, "lanes reset", args))
+			n, err := op.ResetLanes(cmd.Context(), driver.ResetLanesParams{Lanes: lanes, Owner: owner, All: all}, *auditEntry(*actor, "lanes reset", args))
 			if err != nil {
 				return err
 			}
@@ -74,22 +73,13 @@ type resizeJSON struct {
 	Moved int `json:"moved"` // unpublished rows whose lane changed
 }
 
-// errNoResize is the refusal of `lanes resize` on a database whose adapter cannot change the
-// lane count (none of the command's databases today: PostgreSQL, MySQL/MariaDB and SQLite all
-// can).
-var errNoResize = errors.New("changing the lane count is not supported on this database")
-
 func lanesResizeCommand() *cobra.Command {
 	var to int
 	var actor *string
-	cmd, _ := opsCommand("resize --db URL --to N [--actor A]",
+	cmd, _ := opCommand("resize --db URL --to N [--actor A]",
 		"change the outbox's lane count to N (1 to 4096) in one transaction with an audit row, keeping per-key order: it waits for the writer transactions in flight and holds new ones back, ends every lease (a running relay's settle of a batch in flight is refused and the batch resent), moves every unpublished event to its key's lane under the new count and records the count; writers and running relays follow it",
-		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
-			rs, ok := db.Store.(driver.LaneResizer)
-			if !ok {
-				return errNoResize
-			}
-			moved, err := rs.ResizeLanes(cmd.Context(), to, *auditEntry(*actor, "lanes resize", map[string]any{"lanes": to}))
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, _ *opendb.DB, op *core.Operator, _ []string) error {
+			moved, err := op.ResizeLanes(cmd.Context(), to, *auditEntry(*actor, "lanes resize", map[string]any{"lanes": to}))
 			if err != nil {
 				return err
 			}

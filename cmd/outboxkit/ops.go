@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox/adapters/postgres"
@@ -56,7 +54,8 @@ func usageErr(cmd *cobra.Command, format string, a ...any) error {
 // failErr prints one line naming the problem (after the command's path, as usageErr) and ends
 // with exit status 1.
 func failErr(cmd *cobra.Command, err error) error {
-	if permissionDenied(err) && !errors.Is(err, ErrPrivileges) {
+	err = opendb.ClassifyError(err) // the adapters' mapping, for an error no store mapped
+	if errors.Is(err, core.ErrPermissionDenied) && !errors.Is(err, ErrPrivileges) {
 		err = fmt.Errorf("%w: %w", ErrPrivileges, err)
 	}
 	msg := strings.Join(strings.Fields(err.Error()), " ") // one line
@@ -131,7 +130,7 @@ func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 	}
 	if _, err := db.Store.LaneCount(ctx); err != nil {
 		db.Close()
-		if missingTable(err) || errors.Is(err, core.ErrSchemaMismatch) {
+		if errors.Is(opendb.ClassifyError(err), core.ErrSchemaMismatch) { // a missing table or schema
 			err = fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		}
 		return nil, err
@@ -139,38 +138,9 @@ func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 	return db, nil
 }
 
-// ErrPrivileges is reported when the database refused a statement for the role's privileges.
+// ErrPrivileges is reported when the database refused a statement for the role's privileges
+// (an error wrapping core.ErrPermissionDenied: the adapter's ClassifyError).
 var ErrPrivileges = errors.New("missing privileges (the roles of adapters/postgres/grants.sql, or MySQL GRANTs on the outbox tables)")
-
-// permissionDenied reports whether err is a database's refusal for missing privileges.
-func permissionDenied(err error) bool {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return pg.Code == "42501" // insufficient_privilege
-	}
-	var my *gomysql.MySQLError
-	if errors.As(err, &my) {
-		switch my.Number {
-		case 1044, 1142, 1143, 1227: // database, table, column access denied; specific privilege needed
-			return true
-		}
-		return false
-	}
-	return strings.Contains(err.Error(), "attempt to write a readonly database")
-}
-
-// missingTable reports whether err is a database's "no such table" error.
-func missingTable(err error) bool {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return pg.Code == "42P01" || pg.Code == "3F000" // undefined_table, invalid_schema_name
-	}
-	var my *gomysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1146 // ER_NO_SUCH_TABLE
-	}
-	return strings.Contains(err.Error(), "no such table")
-}
 
 // emit writes v as JSON, or text through the function.
 func emit(cmd *cobra.Command, f *dbFlags, v any, text func(w io.Writer)) error {
@@ -184,7 +154,6 @@ func emit(cmd *cobra.Command, f *dbFlags, v any, text func(w io.Writer)) error {
 	return nil
 }
 
-// opsCommand builds an operator command on an opened outbox.
 // groupCommand is a command that only holds subs: run alone it is bad usage naming them.
 func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {
 	names := make([]string, len(subs))
@@ -203,6 +172,7 @@ func groupCommand(use, short string, subs ...*cobra.Command) *cobra.Command {
 	return cmd
 }
 
+// opsCommand builds an operator command on an opened outbox.
 func opsCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error) (*cobra.Command, *dbFlags) {
 	var f *dbFlags
 	cmd := &cobra.Command{
@@ -239,8 +209,9 @@ type statusReport struct {
 	// Destinations counts the pending records per destination, among the oldest
 	// statusDestinations of them in seq order.
 	Destinations destinationsJSON `json:"pending_by_destination"`
-	// PublishRate (one-shot, where an index serves it: SQLite's on published_at, PostgreSQL's
-	// settle log) is the records published per second over the last minute, and
+	// PublishRate (one-shot: SQLite's publications, the PostgreSQL and MySQL/MariaDB settle
+	// logs; absent on an outbox migrated by an older version) is the records published per
+	// second over the last minute, and
 	// PublishETA the time to publish the pending ones at that rate (absent unless it is > 0).
 	PublishRate *float64       `json:"publish_rate_per_second,omitempty"`
 	PublishETA  *float64       `json:"publish_eta_seconds,omitempty"`
@@ -310,25 +281,32 @@ type laneJSON struct {
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 }
 
-// The adapters' operator reads beyond driver.Admin (postgres, mysql and sqlite have them).
-type (
-	laneLister interface {
-		Lanes(context.Context) ([]driver.Lease, error)
-	}
-	blockedCounter interface {
-		Blocked(context.Context) (int64, error)
-	}
-	destinationCounter interface {
-		PendingDestinations(ctx context.Context, limit int) (map[string]int64, error)
-	}
-	publishRater interface {
-		PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error)
-	}
-	// pgSources builds a PostgreSQL change source of another slot than the default.
-	pgSources interface {
-		ChangeSource(*postgres.ChangeSourceOptions) (*postgres.ChangeSource, error)
-	}
-)
+// opCommand is opsCommand of a command run by the outbox's core.Operator (newOperator).
+func opCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, args []string) error) (*cobra.Command, *dbFlags) {
+	return opsCommand(use, short, args, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error {
+		op, err := newOperator(db)
+		if err != nil {
+			return err
+		}
+		return run(cmd, f, db, op, args)
+	})
+}
+
+// pgSources builds a PostgreSQL change source of another slot than the default.
+type pgSources interface {
+	ChangeSource(*postgres.ChangeSourceOptions) (*postgres.ChangeSource, error)
+}
+
+// newOperator is the core.Operator of the commands on db: the operator commands and the status
+// reads, with status's bounds.
+func newOperator(db *opendb.DB) (*core.Operator, error) {
+	return core.NewOperator(db.Store, &core.OperatorOptions{
+		Logger:             slog.New(slog.DiscardHandler),
+		StatusDestinations: statusDestinations,
+		StatusRateWindow:   statusRateWindow,
+		StatusRateRecords:  statusRateRecords,
+	})
+}
 
 func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
@@ -340,12 +318,12 @@ func timePtr(t time.Time) *time.Time {
 
 func statusCommand() *cobra.Command {
 	var w watchFlags
-	cmd, _ := opsCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute (SQLite, partitioned PostgreSQL), the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
-		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+	cmd, _ := opCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute, the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
+		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, _ []string) error {
 			if w.watch {
-				return watchStatus(cmd, f, db, w.interval)
+				return watchStatus(cmd, f, db, op, w.interval)
 			}
-			r, now, err := collectStatus(cmd.Context(), db)
+			r, now, err := collectStatus(cmd.Context(), db, op)
 			if err != nil {
 				return err
 			}
@@ -363,72 +341,42 @@ func statusCommand() *cobra.Command {
 	return cmd
 }
 
-// collectStatus reads the status of the outbox (indexed reads and estimates only).
-func collectStatus(ctx context.Context, db *opendb.DB) (statusReport, time.Time, error) {
-	st, err := db.Store.Stats(ctx)
+// collectStatus reads the status of the outbox (indexed reads and estimates only: op.Status)
+// and measures the log retained for its CDC checkpoint.
+func collectStatus(ctx context.Context, db *opendb.DB, op *core.Operator) (statusReport, time.Time, error) {
+	st, err := op.Status(ctx)
 	if err != nil {
 		return statusReport{}, time.Time{}, err
 	}
 	now := time.Now()
-	r := statusReport{Pending: st.Pending, Parked: st.Parked, Published: st.Published, OldestPendingAt: timePtr(st.OldestPendingAt), Lanes: []laneJSON{}}
+	r := statusReport{Pending: st.Pending, Parked: st.Parked, Blocked: st.Blocked, Published: st.Published, OldestPendingAt: timePtr(st.OldestPendingAt), Lanes: []laneJSON{}}
 	if !st.OldestPendingAt.IsZero() {
 		r.OldestPendingAge = max(now.Sub(st.OldestPendingAt).Seconds(), 0)
 	}
-	if bc, ok := db.Store.(blockedCounter); ok && st.Parked > 0 {
-		if r.Blocked, err = bc.Blocked(ctx); err != nil {
-			return statusReport{}, now, err
-		}
-	}
-	pub, err := db.Store.Generation(ctx)
-	if err != nil {
-		return statusReport{}, now, err
-	}
+	pub := st.Publisher
 	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
-	if cs, ok := db.Store.(driver.CheckpointStore); ok {
-		c, found, err := cs.LoadCheckpoint(ctx)
-		if err != nil {
-			return statusReport{}, now, err
-		}
-		if found {
-			r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC(),
-				AgeSeconds: max(now.Sub(c.UpdatedAt).Seconds(), 0)}
-			checkpointRetention(ctx, db, r.Checkpoint)
+	if c := st.Checkpoint; c != nil {
+		r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC(),
+			AgeSeconds: max(now.Sub(c.UpdatedAt).Seconds(), 0)}
+		checkpointRetention(ctx, db, r.Checkpoint)
+	}
+	r.Destinations = destinationsOf(st.Destinations, st.DestinationsPartial)
+	if st.PublishRateKnown {
+		rate := st.PublishRate
+		r.PublishRate = &rate
+		if rate > 0 && r.Pending > 0 {
+			eta := float64(r.Pending) / rate
+			r.PublishETA = &eta
 		}
 	}
-	if dc, ok := db.Store.(destinationCounter); ok {
-		counts, err := dc.PendingDestinations(ctx, statusDestinations)
-		if err != nil {
-			return statusReport{}, now, err
-		}
-		r.Destinations = destinationsOf(counts)
-	}
-	if pr, ok := db.Store.(publishRater); ok {
-		rate, ok, err := pr.PublishRate(ctx, statusRateWindow, statusRateRecords)
-		if err != nil {
-			return statusReport{}, now, err
-		}
-		if ok {
-			r.PublishRate = &rate
-			if rate > 0 && r.Pending > 0 {
-				eta := float64(r.Pending) / rate
-				r.PublishETA = &eta
-			}
-		}
-	}
-	if ll, ok := db.Store.(laneLister); ok {
-		lanes, err := ll.Lanes(ctx)
-		if err != nil {
-			return statusReport{}, now, err
-		}
-		for _, l := range lanes {
-			r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
-		}
+	for _, l := range st.Lanes {
+		r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
 	}
 	return r, now, nil
 }
 
 // destinationsOf sorts the counts, most pending first (then by name).
-func destinationsOf(counts map[string]int64) destinationsJSON {
+func destinationsOf(counts map[string]int64, partial bool) destinationsJSON {
 	d := destinationsJSON{Counts: []destinationJSON{}}
 	for dest, n := range counts {
 		d.Counts = append(d.Counts, destinationJSON{Destination: dest, Pending: n})
@@ -438,7 +386,7 @@ func destinationsOf(counts map[string]int64) destinationsJSON {
 		a, b := d.Counts[i], d.Counts[j]
 		return a.Pending > b.Pending || (a.Pending == b.Pending && a.Destination < b.Destination)
 	})
-	d.Partial = d.Counted >= statusDestinations
+	d.Partial = partial
 	return d
 }
 
@@ -487,7 +435,7 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	}
 	switch {
 	case r.PublishRate == nil:
-		fmt.Fprintln(w, "rate       unknown (no index on published_at; status --watch measures the drain rate)")
+		fmt.Fprintln(w, "rate       unknown (no log of publication times: an outbox migrated by an older version; status --watch measures the drain rate)")
 	case r.PublishETA != nil:
 		fmt.Fprintf(w, "rate       %.2f/s published over the last minute (eta %s at that rate)\n", *r.PublishRate, seconds(*r.PublishETA))
 	default:
@@ -628,8 +576,8 @@ type unparkJSON struct {
 func unparkCommand() *cobra.Command {
 	var all bool
 	var actor *string
-	cmd, _ := opsCommand("unpark --db URL (KEY | --all)", "release a parked partition key (or every parked key) so that its events are delivered again in order", cobra.MaximumNArgs(1),
-		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, args []string) error {
+	cmd, _ := opCommand("unpark --db URL (KEY | --all)", "release a parked partition key (or every parked key) so that its events are delivered again in order", cobra.MaximumNArgs(1),
+		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, args []string) error {
 			ctx := cmd.Context()
 			keys := args
 			if all {
@@ -639,7 +587,7 @@ func unparkCommand() *cobra.Command {
 				}
 			}
 			out := unparkJSON{Keys: append([]string{}, keys...)}
-			n, err := db.Store.UnparkKeys(ctx, keys, auditEntry(*actor, "unpark", map[string]any{"keys": out.Keys, "all": all}))
+			n, err := op.Unpark(ctx, keys, auditEntry(*actor, "unpark", map[string]any{"keys": out.Keys, "all": all}))
 			if err != nil {
 				return err
 			}
@@ -664,15 +612,15 @@ const defaultRetention = 24 * time.Hour
 func cleanupCommand() *cobra.Command {
 	var retention time.Duration
 	var actor *string
-	cmd, _ := opsCommand("cleanup --db URL [--retention D]", "delete published events older than --retention that are behind the watermark (the lowest unpublished event)", cobra.NoArgs,
-		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, _ []string) error {
+	cmd, _ := opCommand("cleanup --db URL [--retention D]", "delete published events older than --retention that are behind the watermark (the lowest unpublished event)", cobra.NoArgs,
+		func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, _ []string) error {
 			var n int
 			var err error
 			if retention == defaultRetention {
 				n, err = core.CleanupOutbox(cmd.Context(), db.Store, &core.CleanupOptions{Retention: retention})
 			} else {
 				// Audited: one transaction with its audit row.
-				n, err = db.Store.PruneAudited(cmd.Context(), driver.PruneParams{PublishedBefore: time.Now().Add(-retention)},
+				n, err = op.Cleanup(cmd.Context(), driver.PruneParams{PublishedBefore: time.Now().Add(-retention)},
 					*auditEntry(*actor, "cleanup", map[string]any{"retention": retention.String()}))
 			}
 			if err != nil {

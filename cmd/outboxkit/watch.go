@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -75,7 +76,7 @@ func isTerminal(w io.Writer) bool {
 
 // watchStatus shows the status every interval until the command's context ends (SIGINT,
 // SIGTERM), which ends it with exit status 0. A failed look ends it with that error.
-func watchStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, interval time.Duration) error {
+func watchStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, interval time.Duration) error {
 	ctx := cmd.Context()
 	w := cmd.OutOrStdout()
 	term := isTerminal(w) && f.output == "text"
@@ -83,7 +84,7 @@ func watchStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, interval time.Du
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		r, now, err := collectStatus(ctx, db)
+		r, now, err := collectStatus(ctx, db, op)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

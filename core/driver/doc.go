@@ -9,7 +9,7 @@
 //   - their parameters and row types (Record, Lease, ClaimParams, SettleParams, InboxRecord,
 //     Checkpoint, ChangeTx, ...), and the fencing rule every adapter applies (Lease.HeldAt,
 //     CheckLeases);
-//   - the optional capabilities an adapter may offer (Admin, Operator, LaneResizer,
+//   - the optional capabilities an adapter may offer (Admin, OperatorStore, StatusReader, LaneResizer,
 //     LaneInserter, Notifier, Waker, Liveness, LogReleaser, ...);
 //   - the shared validation rules (Normalize, CheckText, CheckConsumer, CheckReplay, ...) and
 //     the sentinel errors, which core repeats under the same names for applications.

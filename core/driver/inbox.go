@@ -66,7 +66,7 @@ func CheckConsumer(name string) error {
 }
 
 // CheckInboxPrune checks the arguments of an inbox prune (Inbox.Prune,
-// Operator.PruneInboxAudited) and returns the batch size: a *MessageError for a bad consumer,
+// core.Operator.PruneInbox) and returns the batch size: a *MessageError for a bad consumer,
 // an error wrapping ErrInvalidHorizon for a before outside [MinTime, now+MaxClockSkew], an
 // *OptionError for a limit above MaxPruneLimit; limit <= 0 means DefaultPruneLimit.
 func CheckInboxPrune(consumer string, before time.Time, limit int) (int, error) {

@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// The audited operator capability of the SQL adapters (PostgreSQL, MySQL/MariaDB, SQLite):
-// replay, unpark, prune, lane reset and inbox prune, each writing its AuditEntry in the
-// transaction of the change, and the audit log. `outboxkit replay|unpark|cleanup|lanes
-// reset|inbox prune|audit` use it.
+// The audited operator commands of outboxkit (replay, unpark, cleanup, lanes reset, lanes
+// resize, inbox prune) and its status reads. core.Operator orchestrates each command once:
+// argument checks, the refusal of a CDC publisher, the steps in one transaction of the store,
+// the audit row written in that transaction, and waking the relays afterwards. An adapter
+// supplies the steps (OperatorStore, OperatorTx: SQL and scanning) and the reads
+// (StatusReader); `outboxkit replay|unpark|cleanup|lanes|inbox prune|audit|status` use it.
 
 // Replay's refusals: each is wrapped by the error of a Replay that changed nothing.
 var (
@@ -52,8 +54,8 @@ type AuditEntry struct {
 	Actor     string    // who ran it (outboxkit --actor, default the OS user)
 	Command   string    // "replay", "unpark", "cleanup", "cdc release", "lanes reset", "inbox prune"
 	Arguments string    // the command's arguments as a JSON object
-	// Rows is how many rows the change affected (set by the adapter). An "inbox prune" row
-	// holds -1 until its deletions finished (see Operator.PruneInboxAudited).
+	// Rows is how many rows the change affected (set by core.Operator). An "inbox prune" row
+	// holds -1 until its deletions finished (see core.Operator.PruneInbox).
 	Rows int64
 }
 
@@ -62,44 +64,6 @@ type AuditEntry struct {
 type AuditListParams struct {
 	Since time.Time
 	Limit int
-}
-
-// Operator is the SQL adapters' audited operator capability.
-type Operator interface {
-	// Replay puts the published events of p back to pending (published_at, attempts,
-	// next_attempt_at, last_error and parked_at cleared) in one transaction, and returns how
-	// many. Replayed rows keep their Seq, so a polling relay delivers them again in their
-	// original order and cleanup's watermark (the lowest unpublished Seq) holds back behind them
-	// until they are published again. Replay changes nothing and returns an error wrapping
-	// ErrReplayNotFound, ErrReplayKeyPending, ErrReplayCDC or ErrReplayTooMany when p selects
-	// an unknown or pruned ID, a key with unpublished events, a CDC-published outbox, or too
-	// many events; p must give IDs or a PartitionKey (an *OptionError otherwise).
-	Replay(ctx context.Context, p ReplayParams) (int, error)
-	// UnparkKeys unparks the keys (as Admin.Unpark) in one transaction, writes audit (when not
-	// nil, Rows set) in it, and returns how many records changed.
-	UnparkKeys(ctx context.Context, keys []string, audit *AuditEntry) (int, error)
-	// PruneAudited deletes, in one transaction, every row PruneOutbox would delete under p
-	// (batches of p.BatchSize()), writes audit (Rows set) in it, and returns how many.
-	PruneAudited(ctx context.Context, p PruneParams, audit AuditEntry) (int, error)
-	// ResetLanes ends, in one transaction with audit (Rows set to the lanes changed), the
-	// leases of the lanes p selects that have an owner (a valid or an expired lease; free
-	// lanes are left alone): owner and sign of life (driver.Liveness) cleared, lease expired,
-	// generation incremented. Whatever the old owner settles or renews afterwards is refused
-	// (its lease no longer matches: RelayStore.Settle's fencing) and any relay may claim the
-	// lanes at its next claim. It returns how many lanes it changed. p is checked first
-	// (CheckResetLanes): a bad selection returns an *OptionError and changes nothing.
-	ResetLanes(ctx context.Context, p ResetLanesParams, audit AuditEntry) (int, error)
-	// PruneInboxAudited is Inbox.Prune of the consumer's records older than before (the same
-	// checks: CheckInboxPrune; the same retention rule: InboxStore.PruneInbox), audited. The
-	// audit row is written in the transaction that raises the horizon, with Rows -1, and its
-	// Rows set to the records deleted in the transaction of the last deletion: the horizon
-	// never moves without its audit row, and a row left at -1 says the horizon was raised but
-	// the deletions did not finish (a later prune deletes the rest). On a single-writer
-	// database (SQLite) all of it may run in one transaction, Rows set at once. It returns how
-	// many records it deleted.
-	PruneInboxAudited(ctx context.Context, consumer string, before time.Time, limit int, audit AuditEntry) (int, error)
-	// AuditLog returns the audit rows of p.
-	AuditLog(ctx context.Context, p AuditListParams) ([]AuditEntry, error)
 }
 
 // ResetLanesParams selects the lanes of a ResetLanes: exactly one of Lanes, Owner and All.
@@ -155,12 +119,18 @@ func CheckReplay(p ReplayParams) ([]string, error) {
 	return ids, nil
 }
 
-// ReplayTarget is one row a Replay selected (the adapters' shared check input).
+// ReplayTarget is one row a Replay selected (OperatorTx.ReplayTargets) and puts back to
+// pending (OperatorTx.Requeue).
 type ReplayTarget struct {
 	Seq          int64
 	ID           string
 	PartitionKey string
 	Published    bool
+	// Lane is the lane the row is put back to pending in: LaneOf(PartitionKey, the lane count
+	// OperatorTx.BeginReplay returned), set by core.Operator before Requeue (all unpublished
+	// rows of a key share one lane, and a row published before a resize has its lane under the
+	// old count). ReplayTargets leaves it as it likes.
+	Lane int
 }
 
 // CheckReplayTargets applies Replay's refusals to the rows the adapter selected (in the
@@ -240,6 +210,125 @@ func joinLimited(ids []string) string {
 		s += id
 	}
 	return s
+}
+
+// ErrPermissionDenied means the database refused a statement for the role's privileges
+// (PostgreSQL SQLSTATE 42501, MySQL/MariaDB errors 1044, 1142, 1143 and 1227, a read-only
+// SQLite file). Each SQL adapter maps its database's refusals to it in one place (its
+// ClassifyError) and every error of its store wraps it, with the database's own error still
+// reachable through errors.As. Nothing was changed.
+var ErrPermissionDenied = errors.New("outbox: permission denied")
+
+// StatusReader is the status reads of `outboxkit status` beyond Admin, each an indexed read or
+// an estimate that operators may run often on a large outbox. Every adapter of this module
+// implements it.
+type StatusReader interface {
+	Admin
+	// Blocked returns how many pending (unpublished, not parked) records wait behind an
+	// earlier parked record of their partition key (a SQL adapter may look at a bounded number
+	// of pending records and return a lower bound beyond them).
+	Blocked(ctx context.Context) (int64, error)
+	// Lanes returns every lane's lease as the store holds it, in lane order: a free lane has
+	// no Owner. TakenOver is never set.
+	Lanes(ctx context.Context) ([]Lease, error)
+	// PendingDestinations returns how many pending (unpublished, not parked) records each
+	// destination (Event.Destination, "" when the router decides) has among the first limit
+	// pending records in seq order: the whole backlog when it is smaller.
+	PendingDestinations(ctx context.Context, limit int) (map[string]int64, error)
+	// PublishRate returns the records published per second over the last window (by the
+	// store's clock), from at most about limit of the most recently published records: when
+	// more were published in the window, the rate of the last ones read over the time they
+	// took. ok is false (rate 0, no error) when the store cannot tell (no index or log of
+	// publication times: an outbox migrated by an older version). Records deleted on publish
+	// are not counted.
+	PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error)
+}
+
+// OperatorStore is what core.Operator needs from an adapter: the status reads, the lane count,
+// the audit log and one read-write transaction in which core.Operator runs the steps of an
+// operator command (OperatorTx). Every adapter of this module implements it.
+type OperatorStore interface {
+	StatusReader
+	// LaneCount is as for RelayStore.
+	LaneCount(ctx context.Context) (int, error)
+	// InOperatorTx runs fn in one read-write transaction of the outbox's database: commit when
+	// fn returns nil, roll back otherwise (and when fn panics). It returns fn's error as it is,
+	// or the error of the begin or the commit. It may run fn again after a transient failure
+	// (a deadlock victim): fn starts afresh each time. The OperatorTx is valid only inside fn.
+	InOperatorTx(ctx context.Context, fn func(ctx context.Context, tx OperatorTx) error) error
+	// ListAudit returns the latest p.Limit audit rows (p.Limit > 0, given by core.Operator) at
+	// or after p.Since (zero: all), newest first.
+	ListAudit(ctx context.Context, p AuditListParams) ([]AuditEntry, error)
+}
+
+// OperatorTx is the steps of the operator commands in one transaction of an OperatorStore:
+// small statements with no policy of their own. core.Operator calls them in the order its
+// commands document; each step returns the database's error (classified, as the store's
+// other errors) and leaves refusals to core.
+type OperatorTx interface {
+	// BeginReplay is a replay's first step: it returns the lane count and holds back, until
+	// the transaction ends, whatever would change the count (a resize) or delete the
+	// outbox's published rows (a cleanup), so that the rows the replay selects stay and the
+	// lanes it computes hold.
+	BeginReplay(ctx context.Context) (lanes int, err error)
+	// BeginResize is a resize's first step: it waits for the writer transactions in flight,
+	// holds new ones back until the transaction ends (LaneInserter: their checked inserts see
+	// the new count once it commits) and returns the lane count. An outbox not migrated for
+	// resizes returns an error wrapping ErrSchemaMismatch.
+	BeginResize(ctx context.Context) (lanes int, err error)
+	// Publisher returns the outbox's publisher generation (as Admin.Generation), read in the
+	// transaction (where the database can, so that an AcquireGeneration waits for it).
+	Publisher(ctx context.Context) (Publisher, error)
+	// ReplayTargets selects, and locks until the transaction ends, the rows of a replay: the
+	// outbox rows whose ID is one of p.IDs (deduplicated, CheckReplay), or when p.IDs is empty
+	// up to limit published rows of p.PartitionKey created at or after p.Since (zero: any
+	// time), in seq order, each with whether it is published.
+	ReplayTargets(ctx context.Context, p ReplayParams, limit int) ([]ReplayTarget, error)
+	// KeyUnpublished reports whether key has an unpublished record (pending, retrying or
+	// parked).
+	KeyUnpublished(ctx context.Context, key string) (bool, error)
+	// Requeue puts the published rows back to pending, each as never attempted (attempts,
+	// next attempt, last error and parked cleared; its earlier publication forgotten, so that
+	// cleanup keeps it) in its Lane, keeping its Seq, and returns how many it changed.
+	Requeue(ctx context.Context, rows []ReplayTarget) (int64, error)
+	// Unpark is Admin.Unpark of one key in the transaction.
+	Unpark(ctx context.Context, key string) (int64, error)
+	// PruneOutbox is Pruner.PruneOutbox of one batch (at most p.BatchSize() rows) in the
+	// transaction. It deletes rows (a partitioned outbox's partitions are not dropped).
+	PruneOutbox(ctx context.Context, p PruneParams) (int64, error)
+	// ResetLanes ends the leases of the lanes p selects (checked: CheckResetLanes; Lanes empty
+	// and Owner "" with All) that have an owner (a valid or an expired lease; free lanes are
+	// left alone): owner and sign of life (Liveness) cleared, lease expired, generation
+	// incremented. It returns how many lanes it changed.
+	ResetLanes(ctx context.Context, p ResetLanesParams) (int64, error)
+	// ResizeLanes, after BeginResize returned from, changes the lane count to to (from != to):
+	// it locks every lane row in lane order and ends every lease as ResetLanes does, adds or
+	// removes lane rows, sets the lane of every unpublished row (pending, retrying or parked)
+	// to LaneOf(its partition key, to), records to as the lane count, and returns how many
+	// rows it moved (rows whose lane changed).
+	ResizeLanes(ctx context.Context, from, to int) (moved int64, err error)
+	// RaiseHorizon raises the consumer's inbox retention horizon to before (never lowers it)
+	// and returns the horizon in force.
+	RaiseHorizon(ctx context.Context, consumer string, before time.Time) (time.Time, error)
+	// PruneInbox deletes up to limit of the consumer's inbox records that occurred before
+	// horizon and returns how many.
+	PruneInbox(ctx context.Context, consumer string, horizon time.Time, limit int) (int64, error)
+	// WriteAudit writes a to the audit table with its Rows as given (ID and At set by the
+	// store's clock; Arguments "" stored as "{}") and returns its ID.
+	WriteAudit(ctx context.Context, a AuditEntry) (id int64, err error)
+	// SetAuditRows sets the Rows of audit row id, written with -1, to rows (a row whose Rows
+	// is no longer -1 is left as it is).
+	SetAuditRows(ctx context.Context, id, rows int64) error
+}
+
+// SingleWriter is an optional OperatorStore capability: the database runs one write
+// transaction at a time (SQLite, the memory store), so no inbox transaction runs beside an
+// operator transaction. core.Operator's PruneInbox then raises the horizon, deletes every
+// record and writes its audit row in one transaction (InboxStore.PruneInbox's retention rule
+// for a single writer), and the audit row never holds -1.
+type SingleWriter interface {
+	// SingleWriter reports whether the store's write transactions run one at a time.
+	SingleWriter() bool
 }
 
 // CheckpointReleaser is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audited removal of the

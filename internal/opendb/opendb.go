@@ -57,7 +57,7 @@ type Store interface {
 	driver.RelayStore
 	driver.Admin
 	driver.Pruner
-	driver.Operator
+	driver.OperatorStore
 	Migrate(ctx context.Context) error
 }
 
@@ -151,9 +151,29 @@ func Check(cfg Config) []*FieldError {
 // oneLine is err's text on one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
+// ClassifyError maps a database error of any supported driver with its adapter's mapping
+// (postgres.ClassifyError, mysql.ClassifyError, sqlite.ClassifyError; each recognises only its
+// own driver's errors): a missing table or schema wraps core.ErrSchemaMismatch, missing
+// privileges core.ErrPermissionDenied. The stores' own errors are mapped already; this is for
+// the errors of everything else (connecting, Ping, statements run on DB.SQL).
+func ClassifyError(err error) error {
+	return sqlite.ClassifyError(mysql.ClassifyError(postgres.ClassifyError(err)))
+}
+
 // Open connects to the database of cfg and builds its store. It creates and migrates nothing
-// (sqlite.OpenDB creates a missing file: callers that must not create one check first).
+// (sqlite.OpenDB creates a missing file: callers that must not create one check first). Its
+// errors and the returned DB's Ping errors went through ClassifyError.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
+	db, err := open(ctx, cfg)
+	if err != nil {
+		return nil, ClassifyError(err)
+	}
+	ping := db.Ping
+	db.Ping = func(ctx context.Context) error { return ClassifyError(ping(ctx)) }
+	return db, nil
+}
+
+func open(ctx context.Context, cfg Config) (*DB, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

@@ -1,10 +1,15 @@
 package opendb
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
 )
 
 func TestParseURL(t *testing.T) {
@@ -82,5 +87,38 @@ func TestCheck(t *testing.T) {
 		{Config{Driver: "oracle"}, []string{"Driver"}},
 	} {
 		require.Equal(t, c.want, fields(c.cfg), "%+v", c.cfg)
+	}
+}
+
+// TestClassifyError: every code the operator commands map, whichever driver raised it, through
+// the adapters' own mappings: a missing table or schema is a schema mismatch (no migrated
+// outbox), a privilege refusal is core.ErrPermissionDenied; other errors pass unchanged.
+func TestClassifyError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"postgres 42P01", &pgconn.PgError{Code: "42P01"}, core.ErrSchemaMismatch},
+		{"postgres 42883", &pgconn.PgError{Code: "42883"}, core.ErrSchemaMismatch},
+		{"postgres 3F000", &pgconn.PgError{Code: "3F000"}, core.ErrSchemaMismatch},
+		{"postgres 42501", &pgconn.PgError{Code: "42501"}, core.ErrPermissionDenied},
+		{"mysql 1146", &gomysql.MySQLError{Number: 1146}, core.ErrSchemaMismatch},
+		{"mysql 1044", &gomysql.MySQLError{Number: 1044}, core.ErrPermissionDenied},
+		{"mysql 1142", &gomysql.MySQLError{Number: 1142}, core.ErrPermissionDenied},
+		{"mysql 1143", &gomysql.MySQLError{Number: 1143}, core.ErrPermissionDenied},
+		{"mysql 1227", &gomysql.MySQLError{Number: 1227}, core.ErrPermissionDenied},
+	} {
+		err := ClassifyError(fmt.Errorf("wrapped: %w", c.err))
+		require.ErrorIs(t, err, c.want, c.name)
+		for _, other := range []error{core.ErrSchemaMismatch, core.ErrPermissionDenied} {
+			if other != c.want {
+				require.NotErrorIs(t, err, other, c.name)
+			}
+		}
+	}
+	for _, e := range []error{&pgconn.PgError{Code: "23505"}, &gomysql.MySQLError{Number: 1062}, errors.New("plain")} {
+		require.Equal(t, e, ClassifyError(e))
 	}
 }

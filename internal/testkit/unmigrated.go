@@ -11,7 +11,7 @@ import (
 )
 
 // UnmigratedCalls calls every entry point of the capabilities store has (driver.Admin,
-// driver.RelayStore, driver.Pruner, driver.Operator, driver.LaneResizer) once, with arguments that
+// driver.RelayStore, driver.Pruner, driver.OperatorStore through core.Operator, driver.LaneResizer) once, with arguments that
 // pass their own checks, and returns one line for each call whose error does not wrap
 // core.ErrSchemaMismatch. An adapter's test runs it on a database that was never migrated:
 // README and the adapters' docs promise that such a database fails every call with that
@@ -70,19 +70,24 @@ func UnmigratedCalls(ctx context.Context, store any) []string {
 	if p, ok := store.(driver.Pruner); ok {
 		add("PruneOutbox", func() error { _, err := p.PruneOutbox(ctx, prune); return err })
 	}
-	if o, ok := store.(driver.Operator); ok {
+	if st, ok := store.(driver.OperatorStore); ok {
+		o, err := core.NewOperator(st, nil)
+		if err != nil {
+			return []string{fmt.Sprintf("NewOperator: %v", err)}
+		}
 		add("Replay", func() error {
 			_, err := o.Replay(ctx, driver.ReplayParams{IDs: []string{"e"}, Audit: &audit})
 			return err
 		})
-		add("UnparkKeys", func() error { _, err := o.UnparkKeys(ctx, []string{"k"}, &audit); return err })
-		add("PruneAudited", func() error { _, err := o.PruneAudited(ctx, prune, audit); return err })
+		add("Unpark", func() error { _, err := o.Unpark(ctx, []string{"k"}, &audit); return err })
+		add("Cleanup", func() error { _, err := o.Cleanup(ctx, prune, audit); return err })
 		add("ResetLanes", func() error { _, err := o.ResetLanes(ctx, driver.ResetLanesParams{All: true}, audit); return err })
-		add("PruneInboxAudited", func() error {
-			_, err := o.PruneInboxAudited(ctx, "c", now.Add(-time.Hour), 10, audit)
+		add("PruneInbox", func() error {
+			_, err := o.PruneInbox(ctx, "c", now.Add(-time.Hour), 10, audit)
 			return err
 		})
 		add("AuditLog", func() error { _, err := o.AuditLog(ctx, driver.AuditListParams{}); return err })
+		add("Status", func() error { _, err := o.Status(ctx); return err })
 	}
 	if l, ok := store.(driver.LaneResizer); ok {
 		add("ResizeLanes", func() error { _, err := l.ResizeLanes(ctx, 8, audit); return err })
