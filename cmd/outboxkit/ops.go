@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -324,10 +324,6 @@ type (
 	publishRater interface {
 		PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error)
 	}
-	// pgSources builds a PostgreSQL change source of another slot than the default.
-	pgSources interface {
-		ChangeSource(*postgres.ChangeSourceOptions) (*postgres.ChangeSource, error)
-	}
 )
 
 func timePtr(t time.Time) *time.Time {
@@ -451,14 +447,14 @@ func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
 	}
 	var src driver.ChangeSource
 	var err error
-	if pg, isPG := db.Store.(pgSources); isPG {
-		slot, ok := postgres.IdentitySlot(c.Source)
+	if db.SlotSource != nil {
+		slot, ok := logical.IdentitySlot(c.Source)
 		if !ok {
 			c.RetentionError = "the checkpoint's source names no replication slot"
 			return
 		}
 		c.Slot = slot
-		src, err = pg.ChangeSource(&postgres.ChangeSourceOptions{Slot: slot})
+		src, err = db.SlotSource(slot)
 	} else {
 		src, err = db.ChangeSource()
 	}

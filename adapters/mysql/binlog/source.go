@@ -1,4 +1,4 @@
-package mysql
+package binlog
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldrv "github.com/go-sql-driver/mysql"
 
+	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/internal/bridge"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
@@ -35,12 +37,12 @@ const (
 	GTIDOff
 )
 
-// ChangeSourceOptions configures a ChangeSource (Store.ChangeSource). The zero value (or nil)
-// takes every default.
-type ChangeSourceOptions struct {
+// Options configures a ChangeSource (NewChangeSource). The zero value (or nil) takes every
+// default.
+type Options struct {
 	// DSN is the go-sql-driver/mysql DSN of the binlog connection: it takes the address (tcp or
 	// unix), user, password and TLS configuration. The user needs REPLICATION SLAVE and
-	// REPLICATION CLIENT (BINLOG MONITOR on MariaDB). Default: the Store's Options.DSN (a
+	// REPLICATION CLIENT (BINLOG MONITOR on MariaDB). Default: the Store's mysql.Options.DSN (a
 	// *sql.DB does not reveal the address and credentials it connects with). Set it to read the
 	// log as another user.
 	DSN string
@@ -62,7 +64,7 @@ type ChangeSourceOptions struct {
 	// checkpoint on a new connection. Opening a connection is bounded by 10 s. Default 5s (a
 	// 15 s bound).
 	HeartbeatPeriod time.Duration
-	// Logger receives the source's own logs. Default: the Store's logger.
+	// Logger receives the source's own logs. Default: the Store's logger (mysql.Options.Logger).
 	Logger *slog.Logger
 	// SyncerLogger receives the logs of the go-mysql binlog syncer (verbose: every connect
 	// and rotation at Info). Default: discarded.
@@ -89,8 +91,8 @@ type ChangeSourceOptions struct {
 // skipped: its position alone would make an idle relay checkpoint again and again.
 // UPDATE and DELETE rows events (the relay's own marks) are ignored.
 type ChangeSource struct {
-	store *Store
-	o     ChangeSourceOptions
+	store bridge.Store
+	o     Options
 	cfg   *mysqldrv.Config
 	log   *slog.Logger
 
@@ -110,17 +112,21 @@ type serverInfo struct {
 // coalesceEmpty bounds the empty transactions one Next coalesces.
 const coalesceEmpty = 1000
 
-// ChangeSource returns the change log of the store's outbox: its inserts in the server's
-// binary log. opts may be nil. It does not touch the database: the server is inspected on the
-// first call that needs it. Without a DSN (here or in the Store's Options) it fails with a
+// NewChangeSource returns the change log of store's outbox: its inserts in the server's binary
+// log. opts may be nil. It does not touch the database: the server is inspected on the first
+// call that needs it. Without a DSN (here or in the Store's mysql.Options) it fails with a
 // *core.OptionError naming DSN.
-func (s *Store) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
-	var o ChangeSourceOptions
+func NewChangeSource(store *mysql.Store, opts *Options) (*ChangeSource, error) {
+	if store == nil {
+		return nil, &core.OptionError{Field: "store", Reason: "must not be nil"}
+	}
+	s := bridge.Of(store)
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	if o.DSN == "" {
-		o.DSN = s.o.DSN
+		o.DSN = s.DSN
 	}
 	if o.DSN == "" {
 		return nil, &core.OptionError{Field: "DSN", Reason: "is required here or in the Store's Options: the binlog connection needs the address and credentials a *sql.DB does not reveal"}
@@ -147,7 +153,7 @@ func (s *Store) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
 		o.HeartbeatPeriod = 5 * time.Second
 	}
 	if o.Logger == nil {
-		o.Logger = s.log
+		o.Logger = s.Logger
 	}
 	if o.SyncerLogger == nil {
 		o.SyncerLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -162,13 +168,13 @@ func (c *ChangeSource) detect(ctx context.Context) (serverInfo, error) {
 	if c.detected {
 		return c.info, nil
 	}
-	db := c.store.db
+	db := c.store.DB
 	var info serverInfo
 	var version, format, image string
 	var logBin int
 	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@server_id, @@log_bin, @@binlog_format, @@binlog_row_image`).
 		Scan(&version, &info.serverID, &logBin, &format, &image); err != nil {
-		return serverInfo{}, wrap("cdc: inspect server", err)
+		return serverInfo{}, c.store.Wrap("cdc: inspect server", err)
 	}
 	if logBin != 1 {
 		return serverInfo{}, fmt.Errorf("mysql: cdc: the server has no binary log (start it with --log-bin)")
@@ -188,13 +194,13 @@ func (c *ChangeSource) detect(ctx context.Context) (serverInfo, error) {
 	if info.flavor == gomysql.MariaDBFlavor {
 		var pos string
 		if err := db.QueryRowContext(ctx, `SELECT @@gtid_binlog_pos`).Scan(&pos); err != nil {
-			return serverInfo{}, wrap("cdc: inspect server", err)
+			return serverInfo{}, c.store.Wrap("cdc: inspect server", err)
 		}
 		hasGTID = pos != ""
 	} else {
 		var mode string
 		if err := db.QueryRowContext(ctx, `SELECT @@server_uuid, @@gtid_mode`).Scan(&ident, &mode); err != nil {
-			return serverInfo{}, wrap("cdc: inspect server", err)
+			return serverInfo{}, c.store.Wrap("cdc: inspect server", err)
 		}
 		hasGTID = strings.EqualFold(mode, "ON")
 	}
@@ -207,14 +213,14 @@ func (c *ChangeSource) detect(ctx context.Context) (serverInfo, error) {
 		}
 		info.gtid = true
 	}
-	info.identity = "mysql:" + ident + "/" + c.store.database + "." + c.store.names.outbox
+	info.identity = "mysql:" + ident + "/" + c.store.Database + "." + c.store.Outbox
 	cols, err := queryStrings(ctx, db, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, c.store.database, c.store.names.outbox)
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, c.store.Database, c.store.Outbox)
 	if err != nil {
-		return serverInfo{}, wrap("cdc: outbox columns", err)
+		return serverInfo{}, c.store.Wrap("cdc: outbox columns", err)
 	}
 	if len(cols) == 0 {
-		return serverInfo{}, fmt.Errorf("mysql: cdc: %w: outbox %s is not migrated", core.ErrSchemaMismatch, c.store.names.outbox)
+		return serverInfo{}, fmt.Errorf("mysql: cdc: %w: outbox %s is not migrated", core.ErrSchemaMismatch, c.store.Outbox)
 	}
 	info.columns = cols
 	c.info, c.detected = info, true
@@ -308,28 +314,28 @@ func (c *ChangeSource) Start(ctx context.Context) (driver.ChangeStream, string, 
 
 // head reads the current end of the binary log.
 func (c *ChangeSource) head(ctx context.Context, info serverInfo) (position, error) {
-	db := c.store.db
+	db := c.store.DB
 	var p position
 	if info.flavor == gomysql.MariaDBFlavor {
 		conn, err := db.Conn(ctx)
 		if err != nil {
-			return position{}, wrap("cdc: start", err)
+			return position{}, c.store.Wrap("cdc: start", err)
 		}
 		defer conn.Close()
 		if _, err := conn.ExecContext(ctx, `START TRANSACTION WITH CONSISTENT SNAPSHOT`); err != nil {
-			return position{}, wrap("cdc: start", err)
+			return position{}, c.store.Wrap("cdc: start", err)
 		}
 		rows, err := conn.QueryContext(ctx, `SHOW STATUS LIKE 'binlog_snapshot_%'`)
 		if err != nil {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
-			return position{}, wrap("cdc: start", err)
+			return position{}, c.store.Wrap("cdc: start", err)
 		}
 		var off string
 		for rows.Next() {
 			var name, value string
 			if err := rows.Scan(&name, &value); err != nil {
 				rows.Close()
-				return position{}, wrap("cdc: start", err)
+				return position{}, c.store.Wrap("cdc: start", err)
 			}
 			switch strings.ToLower(name) {
 			case "binlog_snapshot_file":
@@ -340,7 +346,7 @@ func (c *ChangeSource) head(ctx context.Context, info serverInfo) (position, err
 		}
 		rows.Close()
 		if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
-			return position{}, wrap("cdc: start", err)
+			return position{}, c.store.Wrap("cdc: start", err)
 		}
 		n, err := strconv.ParseUint(off, 10, 32)
 		if err != nil || p.file == "" {
@@ -350,7 +356,7 @@ func (c *ChangeSource) head(ctx context.Context, info serverInfo) (position, err
 		if info.gtid {
 			var g sql.NullString
 			if err := conn.QueryRowContext(ctx, `SELECT BINLOG_GTID_POS(?, ?)`, p.file, p.offset).Scan(&g); err != nil {
-				return position{}, wrap("cdc: start: gtid position", err)
+				return position{}, c.store.Wrap("cdc: start: gtid position", err)
 			}
 			if !g.Valid {
 				return position{}, fmt.Errorf("mysql: cdc: start: BINLOG_GTID_POS(%s, %d) is NULL", p.file, p.offset)
@@ -360,16 +366,17 @@ func (c *ChangeSource) head(ctx context.Context, info serverInfo) (position, err
 		return p, nil
 	}
 	rows, err := db.QueryContext(ctx, `SHOW BINARY LOG STATUS`)
-	if errNumber(err) == 1064 { // before MySQL 8.2
+	var me *mysqldrv.MySQLError
+	if errors.As(err, &me) && me.Number == 1064 { // a parse error: before MySQL 8.2
 		rows, err = db.QueryContext(ctx, `SHOW MASTER STATUS`)
 	}
 	if err != nil {
-		return position{}, wrap("cdc: start", err)
+		return position{}, c.store.Wrap("cdc: start", err)
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
-		return position{}, wrap("cdc: start", err)
+		return position{}, c.store.Wrap("cdc: start", err)
 	}
 	if !rows.Next() {
 		return position{}, fmt.Errorf("mysql: cdc: start: SHOW MASTER STATUS is empty (binary log disabled?)")
@@ -380,7 +387,7 @@ func (c *ChangeSource) head(ctx context.Context, info serverInfo) (position, err
 		ptrs[i] = &vals[i]
 	}
 	if err := rows.Scan(ptrs...); err != nil {
-		return position{}, wrap("cdc: start", err)
+		return position{}, c.store.Wrap("cdc: start", err)
 	}
 	p.file = vals[0].String
 	n, err := strconv.ParseUint(vals[1].String, 10, 32)
@@ -431,14 +438,14 @@ type binaryLog struct {
 
 // binaryLogs is SHOW BINARY LOGS, oldest first.
 func (c *ChangeSource) binaryLogs(ctx context.Context) ([]binaryLog, error) {
-	rows, err := c.store.db.QueryContext(ctx, `SHOW BINARY LOGS`)
+	rows, err := c.store.DB.QueryContext(ctx, `SHOW BINARY LOGS`)
 	if err != nil {
-		return nil, wrap("cdc: show binary logs", err)
+		return nil, c.store.Wrap("cdc: show binary logs", err)
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
-		return nil, wrap("cdc: show binary logs", err)
+		return nil, c.store.Wrap("cdc: show binary logs", err)
 	}
 	var out []binaryLog
 	for rows.Next() {
@@ -448,12 +455,12 @@ func (c *ChangeSource) binaryLogs(ctx context.Context) ([]binaryLog, error) {
 			dest = append(dest, new(sql.RawBytes))
 		}
 		if err := rows.Scan(dest...); err != nil {
-			return nil, wrap("cdc: show binary logs", err)
+			return nil, c.store.Wrap("cdc: show binary logs", err)
 		}
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap("cdc: show binary logs", err)
+		return nil, c.store.Wrap("cdc: show binary logs", err)
 	}
 	return out, nil
 }
@@ -467,7 +474,7 @@ func (c *ChangeSource) lost(ctx context.Context, info serverInfo, checkpoint, re
 		p := position{file: logs[0].name, offset: 4}
 		if info.gtid && info.flavor == gomysql.MariaDBFlavor {
 			var g sql.NullString
-			if err := c.store.db.QueryRowContext(ctx, `SELECT BINLOG_GTID_POS(?, 4)`, p.file).Scan(&g); err == nil && g.Valid {
+			if err := c.store.DB.QueryRowContext(ctx, `SELECT BINLOG_GTID_POS(?, 4)`, p.file).Scan(&g); err == nil && g.Valid {
 				p.gtid, p.hasGTID = g.String, true
 			}
 		}
@@ -544,9 +551,9 @@ func (c *ChangeSource) open(ctx context.Context, info serverInfo, p position) (*
 		info:       info,
 		from:       p.String(),
 		file:       p.file,
-		schema:     []byte(c.store.database),
-		table:      []byte(c.store.names.outbox),
-		checkpoint: []byte(c.store.names.checkpoint),
+		schema:     []byte(c.store.Database),
+		table:      []byte(c.store.Outbox),
+		checkpoint: []byte(c.store.Checkpoint),
 		fallback:   info.columns,
 	}
 	cfg := replication.BinlogSyncerConfig{
@@ -832,8 +839,8 @@ func (st *changeStream) Close() error {
 	return nil
 }
 
-func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func queryStrings(ctx context.Context, db *sql.DB, query string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -850,7 +857,6 @@ func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]
 }
 
 var (
-	_ driver.CDCStore     = (*Store)(nil)
 	_ driver.ChangeSource = (*ChangeSource)(nil)
 	_ driver.ChangeStream = (*changeStream)(nil)
 )

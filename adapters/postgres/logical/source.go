@@ -1,4 +1,4 @@
-package postgres
+package logical
 
 import (
 	"context"
@@ -15,15 +15,19 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/internal/bridge"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
 
-// ChangeSourceOptions configures a ChangeSource. The zero value (or nil) takes every default.
-type ChangeSourceOptions struct {
+// Options configures a ChangeSource (NewChangeSource). The zero value (or nil) takes every
+// default.
+type Options struct {
 	// Slot is the logical replication slot (pgoutput) the source streams from. Lower-case
 	// letters, digits and underscores, at most 63 bytes. Two sources of one outbox must use two
 	// slots. Default "outboxkit_<schema>_<table>", lower-cased (shortened, with a hash of the
@@ -53,14 +57,15 @@ type ChangeSourceOptions struct {
 	// long stretch of log. Default 3 × StandbyTimeout (30 s).
 	StallTimeout time.Duration
 	// SlotBusyTimeout is how long Start and Resume wait for a slot that another connection
-	// streams from to be released before failing with an error wrapping ErrSlotActive.
+	// streams from to be released before failing with an error wrapping
+	// postgres.postgres.ErrSlotActive.
 	// Default 2 s.
 	SlotBusyTimeout time.Duration
 	// ConnString is the replication connection's connection string; "replication=database" is
 	// added. The role needs the REPLICATION attribute. Default: the Store's own connection
-	// settings (its pool's, or for NewSQL those of a connection of its *sql.DB).
+	// settings (its pool's, or for postgres.NewSQL those of a connection of its *sql.DB).
 	ConnString string
-	// Logger receives the source's logs. Default: the Store's logger.
+	// Logger receives the source's logs. Default: the Store's logger (postgres.Options.Logger).
 	Logger *slog.Logger
 }
 
@@ -76,14 +81,12 @@ var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // relay that stops for good must have its slot dropped (DropSlot), or the server keeps WAL
 // until its disk fills. Retention reports how much the slot holds.
 type ChangeSource struct {
-	o           ChangeSourceOptions
-	schema      string // raw
-	table       string // raw
-	outbox      string // quoted, qualified
-	partitioned bool
-	db          querier
-	connConfig  func(ctx context.Context) (*pgconn.Config, error)
-	log         *slog.Logger
+	o          Options
+	db         bridge.Store // the Store's outbox and pool
+	schema     string       // raw
+	table      string       // raw
+	connConfig func(ctx context.Context) (*pgconn.Config, error)
+	log        *slog.Logger
 
 	mu    sync.Mutex
 	sysID string // IDENTIFY_SYSTEM's systemid, once known
@@ -91,14 +94,19 @@ type ChangeSource struct {
 
 var _ driver.ChangeSource = (*ChangeSource)(nil)
 
-// ChangeSource returns the change log of the store's outbox. opts may be nil. It does not touch
-// the database.
-func (s *Store[TTx]) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, error) {
-	var o ChangeSourceOptions
+// NewChangeSource returns the change log of store's outbox (a *postgres.Store[pgx.Tx] from
+// postgres.New or a *postgres.Store[*sql.Tx] from postgres.NewSQL). opts may be nil. It does not
+// touch the database.
+func NewChangeSource[TTx any](store *postgres.Store[TTx], opts *Options) (*ChangeSource, error) {
+	if store == nil {
+		return nil, &core.OptionError{Field: "store", Reason: "must not be nil"}
+	}
+	s := bridge.Of(store)
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	def := defaultSlotName(s.n.rawSchema, s.n.rawTable)
+	def := defaultSlotName(s.Schema, s.Table)
 	if o.Slot == "" {
 		o.Slot = def
 	}
@@ -115,13 +123,13 @@ func (s *Store[TTx]) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, err
 		o.StallTimeout = 3 * o.StandbyTimeout
 	}
 	if o.Logger == nil {
-		o.Logger = s.log
+		o.Logger = s.Logger
 	}
 	if !slotRE.MatchString(o.Slot) {
 		return nil, &core.OptionError{Field: "Slot", Reason: "must match " + slotRE.String()}
 	}
-	if !identRE.MatchString(o.Publication) {
-		return nil, &core.OptionError{Field: "Publication", Reason: "must match " + identRE.String()}
+	if !bridge.IdentRE.MatchString(o.Publication) {
+		return nil, &core.OptionError{Field: "Publication", Reason: "must match " + bridge.IdentRE.String()}
 	}
 	if o.StandbyTimeout < 0 {
 		return nil, &core.OptionError{Field: "StandbyTimeout", Reason: "must not be negative"}
@@ -132,10 +140,7 @@ func (s *Store[TTx]) ChangeSource(opts *ChangeSourceOptions) (*ChangeSource, err
 	if o.StallTimeout < 0 {
 		return nil, &core.OptionError{Field: "StallTimeout", Reason: "must not be negative"}
 	}
-	c := &ChangeSource{
-		o: o, schema: s.n.rawSchema, table: s.n.rawTable, outbox: s.n.outbox,
-		partitioned: s.o.Partitioning != nil, db: s.db, connConfig: s.connConfig, log: o.Logger,
-	}
+	c := &ChangeSource{o: o, db: s, schema: s.Schema, table: s.Table, connConfig: s.ConnConfig, log: o.Logger}
 	if o.ConnString != "" {
 		if _, err := pgconn.ParseConfig(o.ConnString); err != nil {
 			return nil, &core.OptionError{Field: "ConnString", Reason: err.Error()}
@@ -249,7 +254,7 @@ func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 }
 
 // Start creates the publication when it does not exist, drops the slot when it exists (and is
-// not active: an active slot fails with ErrSlotActive after SlotBusyTimeout), creates it anew
+// not active: an active slot fails with postgres.ErrSlotActive after SlotBusyTimeout), creates it anew
 // (CREATE_REPLICATION_SLOT ... LOGICAL pgoutput NOEXPORT_SNAPSHOT) and streams from its
 // consistent point, which it returns as the position: every transaction committed before it is
 // visible to queries begun after Start returns, and every one committed after it is streamed.
@@ -305,7 +310,7 @@ func (c *ChangeSource) start(ctx context.Context, conn *pgconn.PgConn) (*changeS
 // slot, an invalidated one (wal_status lost), a slot whose confirmed position is already past
 // position (it was re-created after the checkpoint: the transactions in between are not in it)
 // or a missing publication returns a *core.PositionLostError. A slot active in another
-// connection fails with ErrSlotActive after SlotBusyTimeout.
+// connection fails with postgres.ErrSlotActive after SlotBusyTimeout.
 func (c *ChangeSource) Resume(ctx context.Context, position string) (driver.ChangeStream, error) {
 	pos, err := pglogrepl.ParseLSN(position)
 	if err != nil {
@@ -382,9 +387,9 @@ func (c *ChangeSource) checkSlot(slot *slotState, pos pglogrepl.LSN, lost func(a
 func (c *ChangeSource) Retention(ctx context.Context, position string) (core.Retention, error) {
 	var retained int64
 	var status string
-	err := queryRow(ctx, c.db, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), -1)::bigint,
+	err := c.db.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), -1)::bigint,
 		coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1`, []any{c.o.Slot}, &retained, &status)
-	if errors.Is(err, errNoRows) || (err == nil && (status == "lost" || retained < 0)) {
+	if errors.Is(err, bridge.ErrNoRows) || (err == nil && (status == "lost" || retained < 0)) {
 		sysID, _ := c.systemID(ctx, nil)
 		reason := fmt.Sprintf("replication slot %s does not exist", c.o.Slot)
 		if err == nil {
@@ -401,7 +406,7 @@ func (c *ChangeSource) Retention(ctx context.Context, position string) (core.Ret
 
 // DropSlot drops the replication slot, so that the server no longer retains WAL for it. A
 // missing slot is not an error; an active one waits SlotBusyTimeout and then fails with
-// ErrSlotActive. Run it when a CDC relay is retired (or moved to another slot).
+// postgres.ErrSlotActive. Run it when a CDC relay is retired (or moved to another slot).
 func (c *ChangeSource) DropSlot(ctx context.Context) error {
 	slot, err := c.waitSlot(ctx)
 	if err != nil {
@@ -410,7 +415,7 @@ func (c *ChangeSource) DropSlot(ctx context.Context) error {
 	if slot == nil {
 		return nil
 	}
-	if _, err := c.db.exec(ctx, `SELECT pg_drop_replication_slot($1)`, c.o.Slot); err != nil {
+	if _, err := c.db.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, c.o.Slot); err != nil {
 		if pe := pgError(err); pe != nil && pe.Code == "42704" {
 			return nil
 		}
@@ -425,10 +430,10 @@ func (c *ChangeSource) Release(ctx context.Context) error { return c.DropSlot(ct
 
 var _ driver.LogReleaser = (*ChangeSource)(nil)
 
-// slotErr marks "slot is active" (55006) with ErrSlotActive.
+// slotErr marks "slot is active" (55006) with postgres.ErrSlotActive.
 func (c *ChangeSource) slotErr(what string, err error) error {
 	if pe := pgError(err); pe != nil && pe.Code == "55006" {
-		return fmt.Errorf("%s: %w: %s", what, ErrSlotActive, pe.Message)
+		return fmt.Errorf("%s: %w: %s", what, postgres.ErrSlotActive, pe.Message)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -444,11 +449,11 @@ type slotState struct {
 func (c *ChangeSource) slot(ctx context.Context) (*slotState, error) {
 	var s slotState
 	var confirmed string
-	err := queryRow(ctx, c.db, `SELECT coalesce(active_pid, 0)::bigint, coalesce(wal_status, ''), coalesce(plugin::text, ''),
+	err := c.db.QueryRow(ctx, `SELECT coalesce(active_pid, 0)::bigint, coalesce(wal_status, ''), coalesce(plugin::text, ''),
 		coalesce(database = current_database(), false), coalesce(confirmed_flush_lsn::text, '')
 		FROM pg_replication_slots WHERE slot_name = $1`, []any{c.o.Slot},
 		&s.activePID, &s.walStatus, &s.plugin, &s.thisDB, &confirmed)
-	if errors.Is(err, errNoRows) {
+	if errors.Is(err, bridge.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
@@ -473,7 +478,7 @@ func (c *ChangeSource) waitSlot(ctx context.Context) (*slotState, error) {
 			return s, err
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: slot %s is streamed by server process %d", ErrSlotActive, c.o.Slot, s.activePID)
+			return nil, fmt.Errorf("%w: slot %s is streamed by server process %d", postgres.ErrSlotActive, c.o.Slot, s.activePID)
 		}
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
@@ -487,7 +492,7 @@ func (c *ChangeSource) waitSlot(ctx context.Context) (*slotState, error) {
 
 func (c *ChangeSource) publicationExists(ctx context.Context) (bool, error) {
 	var ok bool
-	if err := queryRow(ctx, c.db, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`,
+	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`,
 		[]any{c.o.Publication}, &ok); err != nil {
 		return false, fmt.Errorf("publication: %w", err)
 	}
@@ -503,10 +508,10 @@ func (c *ChangeSource) ensurePublication(ctx context.Context) error {
 	}
 	if !ok {
 		with := "publish = 'insert'"
-		if c.partitioned {
+		if c.db.Partitioned {
 			with += ", publish_via_partition_root = true"
 		}
-		_, err := c.db.exec(ctx, `CREATE PUBLICATION `+quote(c.o.Publication)+` FOR TABLE `+c.outbox+` WITH (`+with+`)`)
+		_, err := c.db.Exec(ctx, `CREATE PUBLICATION `+pgx.Identifier{c.o.Publication}.Sanitize()+` FOR TABLE `+c.db.Outbox+` WITH (`+with+`)`)
 		if pe := pgError(err); pe != nil && (pe.Code == "42710" || pe.Code == "23505") {
 			err = nil // created concurrently by another source of this outbox
 		}
@@ -516,14 +521,14 @@ func (c *ChangeSource) ensurePublication(ctx context.Context) error {
 		c.log.Info("postgres_cdc_publication_created", "publication", c.o.Publication)
 	}
 	var publishes bool
-	if err := queryRow(ctx, c.db, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables AS t JOIN pg_publication AS p
+	if err := c.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables AS t JOIN pg_publication AS p
 		ON p.pubname = t.pubname WHERE t.pubname = $1 AND t.schemaname = $2 AND t.tablename = $3 AND p.pubinsert)`,
 		[]any{c.o.Publication, c.schema, c.table}, &publishes); err != nil {
 		return fmt.Errorf("publication: %w", err)
 	}
 	if !publishes {
 		return fmt.Errorf("publication %s does not publish the inserts of %s (for a partitioned outbox it needs publish_via_partition_root)",
-			c.o.Publication, c.outbox)
+			c.o.Publication, c.db.Outbox)
 	}
 	return nil
 }
@@ -702,7 +707,7 @@ func (st *changeStream) Close() error {
 // slot (pid is that stream's own walsender).
 func (c *ChangeSource) terminate(ctx context.Context, pid uint32) {
 	var done bool
-	err := queryRow(ctx, c.db, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false)
+	err := c.db.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false)
 		FROM pg_replication_slots WHERE slot_name = $1 AND active_pid = $2`, []any{c.o.Slot, int64(pid)}, &done)
 	c.log.Warn("postgres_cdc_walsender_terminated", "slot", c.o.Slot, "pid", pid, "terminated", done, "error", err)
 }
@@ -848,7 +853,7 @@ func (c *ChangeSource) streamErr(identity string, start pglogrepl.LSN, err error
 }
 
 func (st *changeStream) decode() error {
-	d := decoder{schema: st.src.schema, table: st.src.table, partitioned: st.src.partitioned, rels: map[uint32]*relation{}}
+	d := decoder{schema: st.src.schema, table: st.src.table, partitioned: st.src.db.Partitioned, rels: map[uint32]*relation{}}
 	last := st.start        // the last position handed out (or the start)
 	var lastEmpty time.Time // when the last position-only ChangeTx was handed out
 	throttle := st.src.o.StandbyTimeout / 2
@@ -927,4 +932,13 @@ func (st *changeStream) decode() error {
 			return errors.New("the server ended the replication stream")
 		}
 	}
+}
+
+// pgError returns the server error in err's chain, if any.
+func pgError(err error) *pgconn.PgError {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
 }
