@@ -400,9 +400,12 @@ func TestChangeSourcePositionLost(t *testing.T) {
 
 func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, nil)
-	_, err := binlog.NewChangeSource(s, nil)
+	_, err := binlog.NewChangeSource(nil, &binlog.Options{DSN: "u@tcp(127.0.0.1:1)/db"})
 	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe, "a nil store")
+	require.Equal(t, "store", oe.Field)
+	s := newStore(t, nil)
+	_, err = binlog.NewChangeSource(s, nil)
 	require.ErrorAs(t, err, &oe, "no DSN here or in the Store's Options")
 	require.Equal(t, "DSN", oe.Field)
 	_, err = binlog.NewChangeSource(s, &binlog.Options{DSN: "u@udp(127.0.0.1:1)/db"})

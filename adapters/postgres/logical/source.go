@@ -58,8 +58,7 @@ type Options struct {
 	StallTimeout time.Duration
 	// SlotBusyTimeout is how long Start and Resume wait for a slot that another connection
 	// streams from to be released before failing with an error wrapping
-	// postgres.postgres.ErrSlotActive.
-	// Default 2 s.
+	// postgres.ErrSlotActive. Default 2 s.
 	SlotBusyTimeout time.Duration
 	// ConnString is the replication connection's connection string; "replication=database" is
 	// added. The role needs the REPLICATION attribute. Default: the Store's own connection

@@ -519,6 +519,10 @@ func TestCDCDatabaseSQL(t *testing.T) {
 
 func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
+	_, err := NewChangeSource[pgx.Tx](nil, nil)
+	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe, "a nil store")
+	require.Equal(t, "store", oe.Field)
 	s, err := postgres.New(nilPool(t), &postgres.Options{Schema: "Sales", Table: "outbox"})
 	require.NoError(t, err)
 	src, err := NewChangeSource(s, nil)
