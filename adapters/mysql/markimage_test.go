@@ -68,8 +68,6 @@ func markBinlogBytes(t *testing.T, s *mysql.Store, n int) int64 {
 // Not parallel: it measures the server's binary log, which parallel tests would write to
 // meanwhile (sequential tests run while every parallel one waits).
 func TestMarksLogAMinimalRowImage(t *testing.T) {
-	binlogMu.Lock()
-	defer binlogMu.Unlock()
 	minimal := newStore(t, nil)
 	if !minimal.Version().MariaDB {
 		require.False(t, minimal.MinimalMarks(), "SET STATEMENT is MariaDB's")

@@ -61,9 +61,9 @@ type Options struct {
 	// the full image that CDC relays read. Default false.
 	FullMarkImage bool
 	// DSN is the go-sql-driver/mysql DSN db was opened with. Only the change source
-	// (Store.ChangeSource) uses it: its binlog connection needs the address and credentials,
-	// which a *sql.DB does not reveal. Default "": ChangeSource then needs
-	// ChangeSourceOptions.DSN.
+	// (binlog.NewChangeSource) uses it: its binlog connection needs the address and
+	// credentials, which a *sql.DB does not reveal. Default "": the change source then needs
+	// binlog.Options.DSN.
 	DSN string
 	// Logger receives the adapter's logs. Default slog.Default().
 	Logger *slog.Logger

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox/adapters/mysql/internal/bridge"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
@@ -159,7 +160,7 @@ func scanRecord(sc scanner) (driver.Record, error) {
 		return driver.Record{}, err
 	}
 	var err error
-	if r.Headers, err = decodeHeaders(headers); err != nil {
+	if r.Headers, err = bridge.DecodeHeaders(headers); err != nil {
 		return driver.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
 	}
 	r.CreatedAt = r.CreatedAt.UTC()

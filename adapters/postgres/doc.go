@@ -7,10 +7,20 @@
 // driver.Pruner, driver.Admin, driver.Notifier (with driver.Flusher: [Store.Flush] sends the last
 // notifications before the pool closes) and driver.Waker. [Store.Migrate] creates or checks the
 // schema (embedded, idempotent migrations; the lane count is recorded and a different one is
-// refused with core.ErrSchemaMismatch). [Store.ChangeSource] returns the outbox's change log
-// (logical replication with pgoutput) for core.CDCRelay. [Store.HoldLiveness] (driver.Liveness)
-// ties an owner's leases to a session-level advisory lock, so that a crashed CDC relay's
-// successor takes its lanes over as soon as the server has ended its session.
+// refused with core.ErrSchemaMismatch). [Store.HoldLiveness] (driver.Liveness) ties an owner's
+// leases to a session-level advisory lock, so that a crashed CDC relay's successor takes its
+// lanes over as soon as the server has ended its session.
+//
+// # Change data capture
+//
+// The change source of a CDC relay (core.CDCRelay) is in package
+// github.com/outboxkit/outbox/adapters/postgres/logical: logical.NewChangeSource(store, opts)
+// streams the outbox's inserts by logical replication (pgoutput, a replication slot). The Store
+// keeps the relay's checkpoint (driver.CheckpointStore). A program that only polls does not
+// import package logical, and so does not compile or link the replication client
+// (github.com/jackc/pglogrepl): a program that builds a polling relay on this package depends on
+// 67 packages outside the standard library (60 of them third-party) instead of 68 (62) when the
+// change source was in this package. TestPollingDepsHaveNoCDC (internal/depcheck) keeps it so.
 //
 // # Guarantees
 //
@@ -63,19 +73,8 @@
 //     SaveCheckpoint lock it FOR SHARE in the same statement as their work and change nothing
 //     unless the caller's generation is the current one (else an error wrapping
 //     core.ErrFenced), so a claim either completes before a takeover or sees it.
-//   - CDC ([ChangeSource]): a logical replication slot (pgoutput) on a publication of the
-//     outbox's inserts (publish_via_partition_root for a partitioned outbox), on its own
-//     replication connection. Start re-creates the slot and returns its consistent point;
-//     Resume refuses, with *core.PositionLostError, a missing or invalidated slot, a slot
-//     re-created after the checkpoint, or a missing publication. Transactions arrive in
-//     commit order with their outbox rows in statement order, decoded to the records
-//     Admin.List returns (from pgoutput's binary tuples on PostgreSQL 14+, text before);
-//     rolled-back transactions never appear. Between transactions the
-//     server's keepalive positions are returned too (at most one per half StandbyTimeout), so
-//     the checkpoint, and the WAL the slot retains, move on when only other tables are
-//     written. The server only ever gets confirmed positions as flushed, sent without waiting
-//     for a keepalive. The checkpoint (Table+"_cdc_checkpoint") is saved under the publisher
-//     fence.
+//   - CDC: the checkpoint (Table+"_cdc_checkpoint") is saved under the publisher fence (above).
+//     Package logical's change source streams the outbox's inserts.
 //   - Semantic columns cannot change after insert: a trigger refuses any UPDATE that changes
 //     them (it fires only for UPDATEs naming them). The file grants.sql gives an application
 //     role INSERT only (plus the pending row of its insert) and a relay role SELECT plus the

@@ -71,23 +71,6 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](ctx, sq, nil), "nil *sql.Tx")
 }
 
-// IdentitySlot reads the slot back from a ChangeSource's Identity (a checkpoint's Source), and
-// refuses other forms.
-func TestIdentitySlot(t *testing.T) {
-	t.Parallel()
-	s, err := New(nilPool(t), &Options{Schema: "sales", Table: "outbox"})
-	require.NoError(t, err)
-	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: "relay_b"})
-	require.NoError(t, err)
-	slot, ok := IdentitySlot(src.identity("7301234567890123456"))
-	require.True(t, ok)
-	require.Equal(t, "relay_b", slot)
-	for _, id := range []string{"", "log-1", "mysql:1/db.outbox", "postgres:1", "postgres:1/Bad-Slot/public.outbox", "postgres:1/s"} {
-		_, ok := IdentitySlot(id)
-		require.False(t, ok, id)
-	}
-}
-
 // A transaction on another database of the server, whose outbox is migrated alike (same
 // schema, table and lane count), is refused with core.ErrInvalidTx, through either driver, and
 // nothing is written in either database: the row would sit in an outbox no relay of this Store

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/outboxkit/outbox/adapters/postgres/internal/bridge"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlident"
@@ -101,7 +102,7 @@ type Partitioning struct {
 }
 
 var (
-	identRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+	identRE   = bridge.IdentRE
 	channelRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,62}$`)
 )
 

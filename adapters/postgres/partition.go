@@ -7,12 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox/adapters/postgres/internal/bridge"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // partitionLayout is the time part of a partition name: its lower bound, UTC, to the hour.
-const partitionLayout = "2006010215"
+const partitionLayout = bridge.PartitionLayout
 
 // partition is one time range of a partitioned outbox.
 type partition struct {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkit/outbox/adapters/postgres/internal/bridge"
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -28,7 +29,7 @@ type rows interface {
 	Close()
 }
 
-var errNoRows = errors.New("postgres: no rows")
+var errNoRows = bridge.ErrNoRows
 
 type pgxQ struct {
 	c interface {

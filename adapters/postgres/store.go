@@ -32,7 +32,7 @@ type Store[TTx any] struct {
 	inTx   func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 	listen func(ctx context.Context, fn func(l listener) error) error // a dedicated connection
 	// connConfig returns a copy of the connection settings of the pool or database, for the
-	// replication connections of ChangeSource.
+	// replication connections of the change source (package logical).
 	connConfig func(ctx context.Context) (*pgconn.Config, error)
 
 	lanesSet bool                   // Options.Lanes was given (Migrate then insists on it)

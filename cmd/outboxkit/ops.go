@@ -16,7 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
@@ -292,11 +292,6 @@ func opCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra
 	})
 }
 
-// pgSources builds a PostgreSQL change source of another slot than the default.
-type pgSources interface {
-	ChangeSource(*postgres.ChangeSourceOptions) (*postgres.ChangeSource, error)
-}
-
 // newOperator is the core.Operator of the commands on db: the operator commands and the status
 // reads, with status's bounds.
 func newOperator(db *opendb.DB) (*core.Operator, error) {
@@ -399,14 +394,14 @@ func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
 	}
 	var src driver.ChangeSource
 	var err error
-	if pg, isPG := db.Store.(pgSources); isPG {
-		slot, ok := postgres.IdentitySlot(c.Source)
+	if db.SlotSource != nil {
+		slot, ok := logical.IdentitySlot(c.Source)
 		if !ok {
 			c.RetentionError = "the checkpoint's source names no replication slot"
 			return
 		}
 		c.Slot = slot
-		src, err = pg.ChangeSource(&postgres.ChangeSourceOptions{Slot: slot})
+		src, err = db.SlotSource(slot)
 	} else {
 		src, err = db.ChangeSource()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
@@ -51,9 +52,9 @@ type Config struct {
 
 // CDC configures the CDC relay of a deployment.
 type CDC struct {
-	// Source sets the slot and publication (postgres.ChangeSourceOptions). Default nil: the adapter's
+	// Source sets the slot and publication (logical.Options). Default nil: the change source's
 	// defaults, slot outboxkit_<schema>_outbox.
-	Source *postgres.ChangeSourceOptions
+	Source *logical.Options
 	// Relay tunes the CDC relay. Default nil: core's defaults.
 	Relay *core.CDCOptions
 }
@@ -175,7 +176,7 @@ func NewRelay(pool *pgxpool.Pool, client *awssns.Client, cfg Config) (*core.Rela
 
 // NewCDCRelay returns a CDC relay from the outbox's logical replication slot to the SNS topics
 // of cfg.Topics, and its change source (drop its slot with DropSlot when CDC is retired).
-func NewCDCRelay(pool *pgxpool.Pool, client *awssns.Client, cfg Config) (*core.CDCRelay, *postgres.ChangeSource, error) {
+func NewCDCRelay(pool *pgxpool.Pool, client *awssns.Client, cfg Config) (*core.CDCRelay, *logical.ChangeSource, error) {
 	if len(cfg.Topics) == 0 {
 		return nil, nil, &core.OptionError{Field: "Topics", Reason: "required"}
 	}
@@ -187,7 +188,7 @@ func NewCDCRelay(pool *pgxpool.Pool, client *awssns.Client, cfg Config) (*core.C
 	if cfg.CDC != nil {
 		c = *cfg.CDC
 	}
-	src, err := store.ChangeSource(c.Source)
+	src, err := logical.NewChangeSource(store, c.Source)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -19,7 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
@@ -68,6 +70,9 @@ type DB struct {
 	Ping func(ctx context.Context) error
 	// ChangeSource builds the store's change source; nil when the driver has no CDC (sqlite).
 	ChangeSource func() (driver.ChangeSource, error)
+	// SlotSource builds the change source of another replication slot than Config.Slot (a
+	// checkpoint's, logical.IdentitySlot); nil for drivers without slots (mysql, sqlite).
+	SlotSource func(slot string) (driver.ChangeSource, error)
 	// SQL is the same database through database/sql, for the caller's own queries (for
 	// PostgreSQL, over the store's pgx pool).
 	SQL *sql.DB
@@ -190,9 +195,11 @@ func open(ctx context.Context, cfg Config) (*DB, error) {
 			return nil, err
 		}
 		sqlDB := stdlib.OpenDBFromPool(pool)
-		return &DB{Store: store, Ping: pool.Ping, SQL: sqlDB, Close: func() { _ = sqlDB.Close(); pool.Close() }, ChangeSource: func() (driver.ChangeSource, error) {
-			return store.ChangeSource(&postgres.ChangeSourceOptions{Slot: cfg.Slot, Logger: log})
-		}}, nil
+		slotSource := func(slot string) (driver.ChangeSource, error) {
+			return logical.NewChangeSource(store, &logical.Options{Slot: slot, Logger: log})
+		}
+		return &DB{Store: store, Ping: pool.Ping, SQL: sqlDB, Close: func() { _ = sqlDB.Close(); pool.Close() },
+			ChangeSource: func() (driver.ChangeSource, error) { return slotSource(cfg.Slot) }, SlotSource: slotSource}, nil
 	case "mysql":
 		db, err := sql.Open("mysql", cfg.DSN)
 		if err != nil {
@@ -204,7 +211,7 @@ func open(ctx context.Context, cfg Config) (*DB, error) {
 			return nil, err
 		}
 		return &DB{Store: store, Ping: db.PingContext, SQL: db, Close: func() { _ = db.Close() }, ChangeSource: func() (driver.ChangeSource, error) {
-			return store.ChangeSource(&mysql.ChangeSourceOptions{ServerID: cfg.ServerID, Logger: log})
+			return binlog.NewChangeSource(store, &binlog.Options{ServerID: cfg.ServerID, Logger: log})
 		}}, nil
 	case "sqlite":
 		db, err := sqlite.OpenDB(ctx, cfg.DSN)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/sinks/sns"
@@ -111,7 +112,7 @@ func cdcRelay(ctx context.Context, store *postgres.Store[pgx.Tx], sink core.Sink
 	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
-	src, err := store.ChangeSource(nil) // PostgreSQL: a slot + publication; MySQL/MariaDB: the binlog
+	src, err := logical.NewChangeSource(store, nil) // a slot + publication; MySQL/MariaDB: binlog.NewChangeSource
 	if err != nil {
 		return err
 	}

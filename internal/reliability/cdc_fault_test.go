@@ -16,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -25,9 +27,9 @@ import (
 // The liveness bounds of the CDC relays' change streams in these tests (production defaults:
 // PostgreSQL StandbyTimeout 10 s + StallTimeout 30 s, MariaDB 3 × HeartbeatPeriod = 15 s).
 const (
-	cdcStandby   = time.Second            // postgres.ChangeSourceOptions.StandbyTimeout
-	cdcStall     = 2 * time.Second        // postgres.ChangeSourceOptions.StallTimeout
-	cdcHeartbeat = 500 * time.Millisecond // mysql.ChangeSourceOptions.HeartbeatPeriod (a 1.5 s bound)
+	cdcStandby   = time.Second            // logical.Options.StandbyTimeout
+	cdcStall     = 2 * time.Second        // logical.Options.StallTimeout
+	cdcHeartbeat = 500 * time.Millisecond // binlog.Options.HeartbeatPeriod (a 1.5 s bound)
 	// cdcRecovery bounds the delivery of every event committed before a fault ended, from
 	// that end: the liveness bound (3 s), the reconnect backoff (at most 5 s), a resume (at
 	// most StallTimeout + SlotBusyTimeout = 4 s) and the wait for a walsender the server
@@ -58,7 +60,7 @@ func pgCDC(t *testing.T, sqlAddr, logAddr func(upstream string) string) cdcDB {
 	q := u.Query()
 	q.Set("connect_timeout", "5")
 	u.RawQuery = q.Encode()
-	src, err := store.ChangeSource(&postgres.ChangeSourceOptions{
+	src, err := logical.NewChangeSource(store, &logical.Options{
 		ConnString: u.String(), StandbyTimeout: cdcStandby, StallTimeout: cdcStall, Logger: quiet,
 	})
 	require.NoError(t, err)
@@ -78,7 +80,7 @@ func mariaCDC(t *testing.T, sqlAddr, logAddr func(upstream string) string) cdcDB
 	store := d.relayStore(t, sqlAddr(d.upstream)).(*mysql.Store)
 	base, err := mysqldrv.ParseDSN(testkit.Need(t, testkit.MySQLDSN))
 	require.NoError(t, err)
-	src, err := store.ChangeSource(&mysql.ChangeSourceOptions{
+	src, err := binlog.NewChangeSource(store, &binlog.Options{
 		DSN: mysqlConfig(base, d.child.Name, logAddr(d.upstream)).FormatDSN(), HeartbeatPeriod: cdcHeartbeat, Logger: quiet,
 	})
 	require.NoError(t, err)

@@ -1,7 +1,8 @@
 package testkit
 
 // The measurements the adapters' CDC benchmarks share: the drain rate of a backlog read from the
-// change log, and commit-to-publish latency at a steady producer rate.
+// change log (and of the polling relay it is compared with), and commit-to-publish latency at a
+// steady producer rate.
 
 import (
 	"context"
@@ -105,6 +106,42 @@ func Drain(tb testing.TB, store driver.CDCStore, src driver.ChangeSource, want, 
 	cancel()
 	if err := <-done; err != nil {
 		tb.Fatalf("cdc relay: %v", err)
+	}
+	return elapsed, float64(want) / elapsed.Seconds()
+}
+
+// PollDrain runs one polling relay (BatchSize batch, PollInterval 10 ms) until it has published
+// (and marked, or deleted) want records already in the outbox, and returns how long that took
+// and the rate: the baseline Drain is compared with (CompareDrains).
+func PollDrain(tb testing.TB, store driver.RelayStore, want, batch int, del bool) (time.Duration, float64) {
+	tb.Helper()
+	r, err := core.NewRelay(store, &countingSink{want: 1 << 62, done: make(chan struct{})}, core.StaticRouter{Default: "q"}, &core.RelayOptions{
+		Owner: "poll-drain", BatchSize: batch, PollInterval: 10 * time.Millisecond, DeleteOnPublish: del,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.Run(ctx) }()
+	deadline := time.After(30 * time.Minute)
+	for r.Stats().Published < uint64(want) {
+		select {
+		case err := <-done:
+			cancel()
+			tb.Fatalf("polling relay stopped: %v", err)
+		case <-deadline:
+			cancel()
+			tb.Fatalf("drain incomplete after 30 minutes: %d of %d", r.Stats().Published, want)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-done; err != nil {
+		tb.Fatalf("polling relay: %v", err)
 	}
 	return elapsed, float64(want) / elapsed.Seconds()
 }

@@ -1,4 +1,4 @@
-package postgres
+package logical
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestCDCAwaitVisibleWaitsForRunningTransaction(t *testing.T) {
 	f := newCDC(t, nil, nil)
 	ctx := context.Background()
 	open := func() (pgx.Tx, uint32) {
-		tx, err := f.d.pool.Begin(ctx)
+		tx, err := f.d.Pool.Begin(ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(ctx) })
 		var xid int64

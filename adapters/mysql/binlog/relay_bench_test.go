@@ -1,16 +1,16 @@
-package mysql_test
+package binlog_test
 
 // CDC relay benchmarks against a real server (skipped without OUTBOXKIT_MYSQL_DSN):
 //
 //	OUTBOXKIT_MARIADB_DURABLE=1 source scripts/lib/mariadb.sh && mariadb_start
-//	go test -c -o /tmp/myb/cdc.test ./adapters/mysql && cd adapters/mysql
+//	go test -c -o /tmp/myb/cdc.test ./adapters/mysql/binlog && cd adapters/mysql/binlog
 //	/tmp/myb/cdc.test -test.run '^$' -test.bench 'CDCDrain' -test.benchtime 1x -test.v
 //	OUTBOXKIT_BENCH_SECONDS=30 /tmp/myb/cdc.test -test.run '^$' -test.bench 'CDCLatency' -test.benchtime 1x -test.v
 //
 // BenchmarkCDCDrain measures, in OUTBOXKIT_BENCH_ROUNDS (default 3) interleaved rounds, the
 // drain of OUTBOXKIT_BENCH_EVENTS (default 200,000) events of ~1.1 KiB over 1,000 keys,
 // committed in transactions of 1,000 through core.Outbox: by the polling relay (1 worker, batch
-// 500) and by the CDC relay reading them from the binary log (batch 1,000), both marking rows
+// 1,000) and by the CDC relay reading them from the binary log (batch 1,000), both marking rows
 // published (mark) and both deleting them (delete). BenchmarkCDCLatency measures
 // commit-to-publish latency at 1,000 events/s from 8 producers.
 
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -43,15 +44,11 @@ func benchSeconds() time.Duration {
 }
 
 // cdcBenchStore returns a migrated store on a fresh database and a change source on it.
-func cdcBenchStore(b *testing.B) (*mysql.Store, *mysql.ChangeSource) {
+func cdcBenchStore(b *testing.B) (*mysql.Store, *binlog.ChangeSource) {
 	b.Helper()
 	db, name := newDB(b)
 	s := storeOn(b, db, nil)
-	cfg := testConfig(b).Clone()
-	cfg.DBName = name
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	src, err := s.ChangeSource(&mysql.ChangeSourceOptions{DSN: cfg.FormatDSN(), Logger: quietLogger()})
+	src, err := binlog.NewChangeSource(s, &binlog.Options{DSN: dsnOf(b, name), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -87,9 +84,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 	testkit.CompareDrains(b, benchRounds(), func(b *testing.B, mode testkit.DrainMode) (float64, float64) {
 		s, _ := cdcBenchStore(b)
 		seedTxs(b, s, n)
-		start := time.Now()
-		relayDrain(b, s, 1, mode.Delete, n)
-		polling := float64(n) / time.Since(start).Seconds()
+		_, polling := testkit.PollDrain(b, s, n, 1000, mode.Delete)
 
 		s, src := cdcBenchStore(b)
 		testkit.CheckpointHead(b, s, src)

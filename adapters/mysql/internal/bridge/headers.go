@@ -1,16 +1,16 @@
-package mysql
+package bridge
 
 import (
 	"encoding/json"
 	"unicode/utf8"
 )
 
-// decodeHeaders decodes the headers column: a JSON object of strings, as Write stores it
+// DecodeHeaders decodes the headers column: a JSON object of strings, as Write stores it
 // (json.Marshal of a map[string]string). It returns nil for "" and "{}". A flat object whose
 // strings hold no escapes is read directly (the relay reads one per record: json.Unmarshal
 // into a map was a sixth of the relay's CPU in BenchmarkDrain); anything else goes through
 // json.Unmarshal, so the result and the errors are json.Unmarshal's in every case.
-func decodeHeaders(s string) (map[string]string, error) {
+func DecodeHeaders(s string) (map[string]string, error) {
 	if s == "" || s == "{}" {
 		return nil, nil
 	}

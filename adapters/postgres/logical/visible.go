@@ -1,4 +1,4 @@
-package postgres
+package logical
 
 import (
 	"context"
@@ -121,8 +121,8 @@ func (st *changeStream) AwaitVisible(ctx context.Context, position string) error
 		}
 		// Outside the lock: the reader notes the transactions it hands out meanwhile.
 		var text string
-		if err := queryRow(ctx, st.src.db, `SELECT pg_current_snapshot()::text`, nil, &text); err != nil {
-			return fmt.Errorf("postgres: await visible: current snapshot: %w", classify(err))
+		if err := st.src.db.QueryRow(ctx, `SELECT pg_current_snapshot()::text`, nil, &text); err != nil {
+			return fmt.Errorf("postgres: await visible: current snapshot: %w", st.src.db.Classify(err))
 		}
 		snap, err := parseSnapshot(text)
 		if err != nil {

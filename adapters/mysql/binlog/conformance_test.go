@@ -1,4 +1,4 @@
-package mysql_test
+package binlog_test
 
 import (
 	"context"
@@ -9,23 +9,40 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core/driver"
 )
 
+// TestConformance runs the conformance suite with its "cdc" area (a CDC relay on a ChangeSource)
+// on a ClaimSkipLocked store. Package mysql's TestConformance runs the other areas for both
+// claim strategies; the cdc area runs here, in the package of every test that reads the binary
+// log, because its LosePosition purges the server's binary logs (holding binlogMu).
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	testConfig(t)
+	conformance.Run(t, conformance.Harness[*sql.Tx]{
+		New: func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx] {
+			return newStore(t, &mysql.Options{Lanes: lanes, ClaimStrategy: mysql.ClaimSkipLocked})
+		},
+		Effect: effect,
+		EffectCount: func(ctx context.Context, a conformance.Adapter[*sql.Tx], key string) (int, error) {
+			return effectCount(ctx, a.(*mysql.Store).DB(), key)
+		},
+		CDC: cdcHarness(),
+	})
+}
+
 // cdcHarness gives the conformance suite's "cdc" area the binary log of the store's database
-// (GTID positions on MariaDB). Wire it in exactly one variant of TestConformance (h.CDC =
-// cdcHarness() for ClaimSkipLocked): LosePosition purges the binary logs of the whole server
-// (holding binlogMu, so no other binlog test of this package runs meanwhile), hence Serial.
+// (GTID positions on MariaDB). LosePosition purges the binary logs of the whole server (holding
+// binlogMu, so no other binlog test of this package runs meanwhile), hence Serial.
 func cdcHarness() *conformance.CDCHarness[*sql.Tx] {
 	return &conformance.CDCHarness[*sql.Tx]{
 		Source: func(t *testing.T, a conformance.Adapter[*sql.Tx], name string) driver.ChangeSource {
 			s := a.(*mysql.Store)
 			var db string
 			require.NoError(t, s.DB().QueryRowContext(t.Context(), "SELECT DATABASE()").Scan(&db))
-			c := testConfig(t).Clone()
-			c.DBName = db
-			src, err := s.ChangeSource(&mysql.ChangeSourceOptions{DSN: c.FormatDSN(), Logger: quietLogger()})
+			src, err := binlog.NewChangeSource(s, &binlog.Options{DSN: dsnOf(t, db), Logger: quietLogger()})
 			require.NoError(t, err)
 			return src
 		},

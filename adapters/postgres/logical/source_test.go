@@ -1,4 +1,4 @@
-package postgres
+package logical
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/internal/pgtest"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
@@ -27,13 +29,13 @@ var slotSem = make(chan struct{}, 3)
 
 // cdcFixture is one test's outbox and change source (its own slot, dropped at cleanup).
 type cdcFixture struct {
-	s   *Store[pgx.Tx]
+	s   *postgres.Store[pgx.Tx]
 	d   *testDB
 	src *ChangeSource
 	ob  *core.Outbox[pgx.Tx]
 }
 
-func newCDC(t *testing.T, opts *Options, co *ChangeSourceOptions) *cdcFixture {
+func newCDC(t *testing.T, opts *postgres.Options, co *Options) *cdcFixture {
 	t.Helper()
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, opts)
@@ -47,9 +49,9 @@ func newCDC(t *testing.T, opts *Options, co *ChangeSourceOptions) *cdcFixture {
 
 // source returns a change source on the fixture's outbox with a fresh slot; the slot is dropped
 // at cleanup, after the streams opened later are closed.
-func (f *cdcFixture) source(t *testing.T, co *ChangeSourceOptions) *ChangeSource {
+func (f *cdcFixture) source(t *testing.T, co *Options) *ChangeSource {
 	t.Helper()
-	var o ChangeSourceOptions
+	var o Options
 	if co != nil {
 		o = *co
 	}
@@ -59,7 +61,7 @@ func (f *cdcFixture) source(t *testing.T, co *ChangeSourceOptions) *ChangeSource
 	if o.StandbyTimeout == 0 {
 		o.StandbyTimeout = 200 * time.Millisecond
 	}
-	src, err := f.s.ChangeSource(&o)
+	src, err := NewChangeSource(f.s, &o)
 	require.NoError(t, err)
 	holdSlot(t, src)
 	return src
@@ -96,7 +98,7 @@ func nilPool(t *testing.T) *pgxpool.Pool {
 func (f *cdcFixture) write(t *testing.T, evs ...core.Event) []core.Event {
 	t.Helper()
 	var out []core.Event
-	require.NoError(t, pgx.BeginFunc(context.Background(), f.d.pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgx.BeginFunc(context.Background(), f.d.Pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = f.ob.Write(context.Background(), tx, evs...)
 		return err
@@ -191,7 +193,7 @@ func (f *cdcFixture) listed(t *testing.T) []driver.Record {
 func TestCDCStream(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	st, pos := start(t, f.src)
 
 	full := core.Event{
@@ -203,7 +205,7 @@ func TestCDCStream(t *testing.T) {
 	}
 	wrote := f.write(t, ev("a1"), full, ev("a3"))
 	// A rolled-back transaction never appears.
-	err := pgx.BeginFunc(ctx, f.d.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, f.d.Pool, func(tx pgx.Tx) error {
 		if _, err := f.ob.Write(ctx, tx, ev("rolled-back")); err != nil {
 			return err
 		}
@@ -229,21 +231,21 @@ func TestCDCStream(t *testing.T) {
 
 	id, err := f.src.Identity(ctx)
 	require.NoError(t, err)
-	require.Regexp(t, regexp.MustCompile(`^postgres:[0-9]+/`+f.src.Slot()+`/`+f.d.schema+`\.outbox$`), id)
+	require.Regexp(t, regexp.MustCompile(`^postgres:[0-9]+/`+f.src.Slot()+`/`+f.d.Schema+`\.outbox$`), id)
 }
 
 func TestCDCCommitOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	st, pos := start(t, f.src)
 
-	first, err := f.d.pool.Begin(ctx)
+	first, err := f.d.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = first.Rollback(ctx) }()
 	_, err = f.ob.Write(ctx, first, ev("inserted-first"))
 	require.NoError(t, err)
-	second, err := f.d.pool.Begin(ctx)
+	second, err := f.d.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = second.Rollback(ctx) }()
 	_, err = f.ob.Write(ctx, second, ev("inserted-second-1"), ev("inserted-second-2"))
@@ -260,15 +262,15 @@ func TestCDCCommitOrder(t *testing.T) {
 func TestCDCKeepalivePositions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	st, pos := start(t, f.src)
 
 	// WAL from another table only: the stream's position must still advance past it, so that a
 	// checkpoint can let the slot release that WAL.
-	_, err := f.d.pool.Exec(ctx, `CREATE TABLE other (n int); INSERT INTO other SELECT generate_series(1, 100)`)
+	_, err := f.d.Pool.Exec(ctx, `CREATE TABLE other (n int); INSERT INTO other SELECT generate_series(1, 100)`)
 	require.NoError(t, err)
 	var head string
-	require.NoError(t, f.d.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&head))
+	require.NoError(t, f.d.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&head))
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -291,7 +293,7 @@ func TestCDCKeepalivePositions(t *testing.T) {
 func TestCDCResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	st, pos := start(t, f.src)
 	f.write(t, ev("t1"))
 	f.write(t, ev("t2a"), ev("t2b"))
@@ -339,7 +341,7 @@ func requirePositionLost(t *testing.T, src *ChangeSource, err error, checkpoint 
 func TestCDCDroppedSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	st, pos := start(t, f.src)
 	f.write(t, ev("x"))
 	txs := nextRecords(t, st, pos, 1)
@@ -365,17 +367,17 @@ func TestCDCDroppedSlot(t *testing.T) {
 func TestCDCSlotActive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, &ChangeSourceOptions{SlotBusyTimeout: 300 * time.Millisecond})
+	f := newCDC(t, &postgres.Options{Lanes: 4}, &Options{SlotBusyTimeout: 300 * time.Millisecond})
 	st, pos := start(t, f.src)
 
 	// Another relay on the same slot fails at once (after SlotBusyTimeout), it does not hang.
-	other, err := f.s.ChangeSource(&ChangeSourceOptions{Slot: f.src.Slot(), SlotBusyTimeout: 300 * time.Millisecond})
+	other, err := NewChangeSource(f.s, &Options{Slot: f.src.Slot(), SlotBusyTimeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	began := time.Now()
 	_, err = other.Resume(ctx, pos)
-	require.ErrorIs(t, err, ErrSlotActive)
+	require.ErrorIs(t, err, postgres.ErrSlotActive)
 	_, _, err = other.Start(ctx)
-	require.ErrorIs(t, err, ErrSlotActive)
+	require.ErrorIs(t, err, postgres.ErrSlotActive)
 	require.Less(t, time.Since(began), 10*time.Second)
 
 	// Once the stream is closed, the slot is free at once.
@@ -391,7 +393,7 @@ func TestCDCSlotActive(t *testing.T) {
 func TestCDCRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	st, pos := start(t, f.src)
 
 	payload := make([]byte, 2048)
@@ -453,7 +455,7 @@ func TestCDCNeverConfirmsUnconfirmed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// A long StandbyTimeout: the periodic status update cannot be what carries the confirmation.
-	f := newCDC(t, &Options{Lanes: 4}, &ChangeSourceOptions{StandbyTimeout: time.Minute})
+	f := newCDC(t, &postgres.Options{Lanes: 4}, &Options{StandbyTimeout: time.Minute})
 	st, pos := start(t, f.src)
 	f.write(t, ev("a"))
 	f.write(t, ev("b"))
@@ -482,7 +484,7 @@ func TestCDCNeverConfirmsUnconfirmed(t *testing.T) {
 
 func TestCDCPartitioned(t *testing.T) {
 	t.Parallel()
-	f := newCDC(t, &Options{Lanes: 4, Partitioning: &Partitioning{}}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4, Partitioning: &postgres.Partitioning{}}, nil)
 	st, pos := start(t, f.src)
 	f.write(t, ev("p1"), ev("p2"))
 	txs := nextRecords(t, st, pos, 1)
@@ -497,12 +499,12 @@ func TestCDCDatabaseSQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := newTestDB(t, dbOptions{})
-	s, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema, Lanes: 2})
+	s, err := postgres.NewSQL(d.SQLDB(t), &postgres.Options{Schema: d.Schema, Lanes: 2})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
-	pgs, err := New(d.pool, &Options{Schema: d.schema, Lanes: 2})
+	pgs, err := postgres.New(d.Pool, &postgres.Options{Schema: d.Schema, Lanes: 2})
 	require.NoError(t, err)
-	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
+	src, err := NewChangeSource(s, &Options{Slot: randomName("okt_slot_"), StandbyTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	holdSlot(t, src)
 	ob, err := core.NewOutbox(ctx, pgs, nil)
@@ -517,21 +519,25 @@ func TestCDCDatabaseSQL(t *testing.T) {
 
 func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
-	s, err := New(nilPool(t), &Options{Schema: "Sales", Table: "outbox"})
+	_, err := NewChangeSource[pgx.Tx](nil, nil)
+	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe, "a nil store")
+	require.Equal(t, "store", oe.Field)
+	s, err := postgres.New(nilPool(t), &postgres.Options{Schema: "Sales", Table: "outbox"})
 	require.NoError(t, err)
-	src, err := s.ChangeSource(nil)
+	src, err := NewChangeSource(s, nil)
 	require.NoError(t, err)
 	require.Regexp(t, `^outboxkit_sales_outbox_[0-9a-f]{8}$`, src.Slot(), "upper-case names get a hash")
 	require.Equal(t, src.Slot(), src.Publication())
 	require.Equal(t, 10*time.Second, src.o.StandbyTimeout)
 	require.Equal(t, 30*time.Second, src.o.StallTimeout, "3 × StandbyTimeout")
-	src, err = s.ChangeSource(&ChangeSourceOptions{StandbyTimeout: time.Second})
+	src, err = NewChangeSource(s, &Options{StandbyTimeout: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, src.o.StallTimeout, "derived from StandbyTimeout")
 
-	s, err = New(nilPool(t), &Options{Schema: "public", Table: "outbox"})
+	s, err = postgres.New(nilPool(t), &postgres.Options{Schema: "public", Table: "outbox"})
 	require.NoError(t, err)
-	src, err = s.ChangeSource(&ChangeSourceOptions{})
+	src, err = NewChangeSource(s, &Options{})
 	require.NoError(t, err)
 	require.Equal(t, "outboxkit_public_outbox", src.Slot())
 
@@ -541,17 +547,17 @@ func TestChangeSourceOptions(t *testing.T) {
 
 	for _, c := range []struct {
 		field string
-		o     ChangeSourceOptions
+		o     Options
 	}{
-		{"Slot", ChangeSourceOptions{Slot: "Upper"}},
-		{"Slot", ChangeSourceOptions{Slot: "with-dash"}},
-		{"Publication", ChangeSourceOptions{Publication: "bad name"}},
-		{"StandbyTimeout", ChangeSourceOptions{StandbyTimeout: -time.Second}},
-		{"SlotBusyTimeout", ChangeSourceOptions{SlotBusyTimeout: -time.Second}},
-		{"StallTimeout", ChangeSourceOptions{StallTimeout: -time.Second}},
-		{"ConnString", ChangeSourceOptions{ConnString: "postgres://[bad"}},
+		{"Slot", Options{Slot: "Upper"}},
+		{"Slot", Options{Slot: "with-dash"}},
+		{"Publication", Options{Publication: "bad name"}},
+		{"StandbyTimeout", Options{StandbyTimeout: -time.Second}},
+		{"SlotBusyTimeout", Options{SlotBusyTimeout: -time.Second}},
+		{"StallTimeout", Options{StallTimeout: -time.Second}},
+		{"ConnString", Options{ConnString: "postgres://[bad"}},
 	} {
-		_, err := s.ChangeSource(&c.o)
+		_, err := NewChangeSource(s, &c.o)
 		var oe *core.OptionError
 		require.ErrorAs(t, err, &oe, c.field)
 		require.Equal(t, c.field, oe.Field)
@@ -594,7 +600,7 @@ func TestDecodeText(t *testing.T) {
 // still move the checkpoint at once.
 func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 	t.Parallel()
-	f := newCDC(t, &Options{Lanes: 4}, nil)
+	f := newCDC(t, &postgres.Options{Lanes: 4}, nil)
 	var sent atomic.Int64
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
 		sent.Add(int64(len(msgs)))
@@ -618,11 +624,11 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 		return st.Published == 2 && st.Phase == core.PhaseStreaming && st.Live && st.LanesHeld == 4
 	}, 30*time.Second, 10*time.Millisecond)
 	before := relay.Stats()
-	start := walLSN(t)
+	start := pgtest.HoldWAL(t)
 	const window = 3 * time.Second
 	time.Sleep(window)
 	after := relay.Stats()
-	bytes := walBytesOf(t, f.d.schema, start)
+	bytes := walBytesOf(t, f.d.Schema, start)
 	cps := after.Checkpoints - before.Checkpoints
 	t.Logf("idle %v: %d bytes of WAL for the relay's schema, %d checkpoints, %d positions read",
 		window, bytes, cps, after.Transactions-before.Transactions)
@@ -638,27 +644,7 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond, "the checkpoint follows real events")
 	require.Equal(t, int64(3), sent.Load())
 	// The measurement sees the schema's writes: the insert, its mark and the checkpoint.
-	require.Greater(t, walBytesOf(t, f.d.schema, start), bytes)
-}
-
-// walLSN is the current WAL insert position. The WAL from there on is kept until the test ends:
-// a physical slot reserved before the position is read holds it, because the relay's own slot
-// moves on with its checkpoints and a server checkpoint would otherwise recycle the segments
-// that walBytesOf reads (CI saw "requested WAL segment has already been removed").
-func walLSN(t *testing.T) string {
-	t.Helper()
-	ctx := t.Context()
-	a := admin(t)
-	slot := randomName("okt_walhold_")
-	_, err := a.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true, false)`, slot)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := a.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot)
-		require.NoError(t, err)
-	})
-	var lsn string
-	require.NoError(t, a.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn))
-	return lsn
+	require.Greater(t, walBytesOf(t, f.d.Schema, start), bytes)
 }
 
 // walBytesOf sums, with pg_walinspect, the WAL records from start to the flushed end of the WAL

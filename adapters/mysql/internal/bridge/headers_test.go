@@ -1,4 +1,4 @@
-package mysql
+package bridge
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// FuzzDecodeHeaders: decodeHeaders agrees with json.Unmarshal into a map[string]string on
+// FuzzDecodeHeaders: DecodeHeaders agrees with json.Unmarshal into a map[string]string on
 // every input: the same map (nil for "" and "{}") or an error whenever json.Unmarshal fails.
 func FuzzDecodeHeaders(f *testing.F) {
 	for _, s := range []string{
@@ -19,20 +19,20 @@ func FuzzDecodeHeaders(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := decodeHeaders(s)
+		got, err := DecodeHeaders(s)
 		if s == "" || s == "{}" {
 			if got != nil || err != nil {
-				t.Fatalf("decodeHeaders(%q) = %v, %v; want nil, nil", s, got, err)
+				t.Fatalf("DecodeHeaders(%q) = %v, %v; want nil, nil", s, got, err)
 			}
 			return
 		}
 		var want map[string]string
 		wantErr := json.Unmarshal([]byte(s), &want)
 		if (err != nil) != (wantErr != nil) {
-			t.Fatalf("decodeHeaders(%q): error %v, json.Unmarshal: %v", s, err, wantErr)
+			t.Fatalf("DecodeHeaders(%q): error %v, json.Unmarshal: %v", s, err, wantErr)
 		}
 		if err == nil && !reflect.DeepEqual(got, want) {
-			t.Fatalf("decodeHeaders(%q) = %#v, json.Unmarshal: %#v", s, got, want)
+			t.Fatalf("DecodeHeaders(%q) = %#v, json.Unmarshal: %#v", s, got, want)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package mysql_test
+package binlog_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -35,7 +36,7 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	src, err := store.ChangeSource(nil)
+	src, err := binlog.NewChangeSource(store, nil)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package postgres
+package logical
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
@@ -35,11 +36,11 @@ func runKillChild(spec string) error {
 	if err != nil {
 		return err
 	}
-	store, err := New(pool, &Options{Schema: schema})
+	store, err := postgres.New(pool, &postgres.Options{Schema: schema})
 	if err != nil {
 		return err
 	}
-	src, err := store.ChangeSource(&ChangeSourceOptions{Slot: slot})
+	src, err := NewChangeSource(store, &Options{Slot: slot})
 	if err != nil {
 		return err
 	}
@@ -50,16 +51,16 @@ func runKillChild(spec string) error {
 // nothing and keeps per-key order; only what was in flight at each kill is delivered again.
 func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
-	s, d := migratedStore(t, dbOptions{syncCommit: true}, nil)
+	s, d := migratedStore(t, dbOptions{SyncCommit: true}, nil)
 	slot := randomName("okt_kill_")
-	src, err := s.ChangeSource(&ChangeSourceOptions{Slot: slot})
+	src, err := NewChangeSource(s, &Options{Slot: slot})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.DropSlot(context.Background()) })
 	ob, err := core.NewOutbox(t.Context(), s, nil)
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "delivered.txt")
 	testkit.RunKill(t, testkit.KillOptions{
-		ChildEnv: killChildEnv, ChildSpec: d.schema + "|" + slot + "|" + out, Out: out,
+		ChildEnv: killChildEnv, ChildSpec: d.Schema + "|" + slot + "|" + out, Out: out,
 		Write: testkit.Writer(s, ob, 2, nil),
 		// What a kill can resend: the batches sent and not yet checkpointed, 20 records each:
 		// the one being sent, 8 queued for the settler and up to 9 merged in the settle that

@@ -1,4 +1,4 @@
-package mysql_test
+package binlog_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
@@ -31,7 +32,7 @@ func BenchmarkChangeSourceNext(b *testing.B) {
 	s := storeOn(b, db, &mysql.Options{Lanes: 16})
 	c := testConfig(b).Clone()
 	c.DBName = name
-	src, err := s.ChangeSource(&mysql.ChangeSourceOptions{DSN: c.FormatDSN(), Logger: quietLogger()})
+	src, err := binlog.NewChangeSource(s, &binlog.Options{DSN: c.FormatDSN(), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package postgres
+package logical
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/outboxkit/outbox/adapters/postgres/internal/bridge"
 	"github.com/outboxkit/outbox/core/driver"
 )
 
@@ -137,10 +139,10 @@ func (d *decoder) isOutbox(schema, name string) bool {
 		return false
 	}
 	rest, ok := strings.CutPrefix(name, d.table+"_p")
-	if !ok || len(rest) != len(partitionLayout) {
+	if !ok || len(rest) != len(bridge.PartitionLayout) {
 		return false
 	}
-	_, err := time.Parse(partitionLayout, rest)
+	_, err := time.Parse(bridge.PartitionLayout, rest)
 	return err == nil
 }
 

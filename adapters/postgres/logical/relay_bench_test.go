@@ -1,9 +1,9 @@
-package postgres
+package logical
 
 // CDC relay benchmarks against a real server (skipped without OUTBOXKIT_POSTGRES_DSN):
 //
 //	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
-//	go test -c -o /tmp/pgb/cdc.test ./adapters/postgres && cd adapters/postgres
+//	go test -c -o /tmp/pgb/cdc.test ./adapters/postgres/logical && cd adapters/postgres/logical
 //	/tmp/pgb/cdc.test -test.run '^$' -test.bench 'CDCDrain' -test.benchtime 1x -test.v
 //	OUTBOXKIT_BENCH_SECONDS=30 /tmp/pgb/cdc.test -test.run '^$' -test.bench 'CDCLatency' -test.benchtime 1x -test.v
 //
@@ -21,14 +21,32 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
+
+const benchKeys = 10000
+
+func benchEvents() int {
+	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_EVENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 200000
+}
+
+func benchSeconds() time.Duration {
+	if n, err := strconv.ParseFloat(os.Getenv("OUTBOXKIT_BENCH_SECONDS"), 64); err == nil && n > 0 {
+		return time.Duration(n * float64(time.Second))
+	}
+	return 30 * time.Second
+}
 
 func benchRounds() int {
 	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_ROUNDS")); err == nil && n > 0 {
@@ -51,20 +69,20 @@ func seedTxs(b *testing.B, d *testDB, n int) {
 			rows = append(rows, []any{fmt.Sprintf("ev-%d", i), "order", agg, int64(0), "order.created", key,
 				payload, "{}", int32(driver.LaneOf(key, core.DefaultLanes))})
 		}
-		_, err := d.pool.CopyFrom(ctx, pgx.Identifier{d.schema, "outbox"},
+		_, err := d.Pool.CopyFrom(ctx, pgx.Identifier{d.Schema, "outbox"},
 			[]string{"id", "aggregate_type", "aggregate_id", "aggregate_version", "type", "partition_key", "payload", "headers", "lane"},
 			pgx.CopyFromRows(rows))
 		require.NoError(b, err)
 	}
 	for _, sql := range []string{"VACUUM ANALYZE outbox", "CHECKPOINT"} {
-		_, err := d.pool.Exec(ctx, sql)
+		_, err := d.Pool.Exec(ctx, sql)
 		require.NoError(b, err)
 	}
 }
 
-func benchSource(b *testing.B, s *Store[pgx.Tx]) *ChangeSource {
+func benchSource(b *testing.B, s *postgres.Store[pgx.Tx]) *ChangeSource {
 	b.Helper()
-	src, err := s.ChangeSource(nil)
+	src, err := NewChangeSource(s, nil)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = src.DropSlot(context.Background()) })
 	return src
@@ -74,11 +92,11 @@ func BenchmarkCDCDrain(b *testing.B) {
 	testDSN(b)
 	n := benchEvents()
 	testkit.CompareDrains(b, benchRounds(), func(b *testing.B, mode testkit.DrainMode) (float64, float64) {
-		s, d := migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+		s, d := migratedStore(b, dbOptions{MaxConns: 8}, &postgres.Options{})
 		seedTxs(b, d, n)
-		polling := float64(n) / drainWithRelays(b, s, 1, mode.Delete, n, nil).Seconds()
+		_, polling := testkit.PollDrain(b, s, n, 1000, mode.Delete)
 
-		s, d = migratedStore(b, dbOptions{maxConns: 8}, &Options{})
+		s, d = migratedStore(b, dbOptions{MaxConns: 8}, &postgres.Options{})
 		src := benchSource(b, s)
 		testkit.CheckpointHead(b, s, src)
 		seedTxs(b, d, n)
@@ -91,7 +109,7 @@ func BenchmarkCDCLatency(b *testing.B) {
 	testDSN(b)
 	ctx := context.Background()
 	for range b.N {
-		s, _ := migratedStore(b, dbOptions{maxConns: 16}, &Options{})
+		s, _ := migratedStore(b, dbOptions{MaxConns: 16}, &postgres.Options{})
 		src := benchSource(b, s)
 		ob, err := core.NewOutbox(ctx, s, nil)
 		require.NoError(b, err)

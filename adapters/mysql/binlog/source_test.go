@@ -1,4 +1,4 @@
-package mysql_test
+package binlog_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
+	"github.com/outboxkit/outbox/adapters/mysql/binlog"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
@@ -44,14 +45,14 @@ func newCDCFixture(t *testing.T) *cdcFixture {
 	return &cdcFixture{t: t, store: s, db: db, dsn: c.FormatDSN(), ob: ob}
 }
 
-func (f *cdcFixture) source(mode mysql.GTIDMode) *mysql.ChangeSource {
+func (f *cdcFixture) source(mode binlog.GTIDMode) *binlog.ChangeSource {
 	f.t.Helper()
-	src, err := f.store.ChangeSource(&mysql.ChangeSourceOptions{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
+	src, err := binlog.NewChangeSource(f.store, &binlog.Options{DSN: f.dsn, GTID: mode, Logger: quietLogger()})
 	require.NoError(f.t, err)
 	return src
 }
 
-func (f *cdcFixture) start(src *mysql.ChangeSource) (driver.ChangeStream, string) {
+func (f *cdcFixture) start(src *binlog.ChangeSource) (driver.ChangeStream, string) {
 	f.t.Helper()
 	st, pos, err := src.Start(f.t.Context())
 	require.NoError(f.t, err)
@@ -59,7 +60,7 @@ func (f *cdcFixture) start(src *mysql.ChangeSource) (driver.ChangeStream, string
 	return st, pos
 }
 
-func (f *cdcFixture) resume(src *mysql.ChangeSource, pos string) driver.ChangeStream {
+func (f *cdcFixture) resume(src *binlog.ChangeSource, pos string) driver.ChangeStream {
 	f.t.Helper()
 	st, err := src.Resume(f.t.Context(), pos)
 	require.NoError(f.t, err)
@@ -154,7 +155,7 @@ func TestChangeSourceStream(t *testing.T) {
 	defer binlogMu.RUnlock()
 	f := newCDCFixture(t)
 	ctx := t.Context()
-	src := f.source(mysql.GTIDAuto)
+	src := f.source(binlog.GTIDAuto)
 
 	id, err := src.Identity(ctx)
 	require.NoError(t, err)
@@ -257,8 +258,8 @@ func TestChangeSourceStream(t *testing.T) {
 
 func TestChangeSourceResume(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []mysql.GTIDMode{mysql.GTIDAuto, mysql.GTIDOff} {
-		prefix := map[mysql.GTIDMode]string{mysql.GTIDAuto: "gtid:", mysql.GTIDOff: "file:"}[mode]
+	for _, mode := range []binlog.GTIDMode{binlog.GTIDAuto, binlog.GTIDOff} {
+		prefix := map[binlog.GTIDMode]string{binlog.GTIDAuto: "gtid:", binlog.GTIDOff: "file:"}[mode]
 		t.Run(strings.TrimSuffix(prefix, ":"), func(t *testing.T) {
 			t.Parallel()
 			binlogMu.RLock()
@@ -307,7 +308,7 @@ func TestChangeSourceRetention(t *testing.T) {
 	defer binlogMu.RUnlock()
 	f := newCDCFixture(t)
 	ctx := t.Context()
-	src := f.source(mysql.GTIDAuto)
+	src := f.source(binlog.GTIDAuto)
 	st, pos0 := f.start(src)
 	r0, err := src.Retention(ctx, pos0)
 	require.NoError(t, err)
@@ -345,7 +346,7 @@ func TestChangeSourcePositionLost(t *testing.T) {
 	binlogMu.Lock()
 	defer binlogMu.Unlock()
 
-	gsrc, fsrc := f.source(mysql.GTIDAuto), f.source(mysql.GTIDOff)
+	gsrc, fsrc := f.source(binlog.GTIDAuto), f.source(binlog.GTIDOff)
 	gst, _ := f.start(gsrc)
 	fst, _ := f.start(fsrc)
 	f.write(ev("p1"))
@@ -399,28 +400,31 @@ func TestChangeSourcePositionLost(t *testing.T) {
 
 func TestChangeSourceOptions(t *testing.T) {
 	t.Parallel()
-	s := newStore(t, nil)
-	_, err := s.ChangeSource(nil)
+	_, err := binlog.NewChangeSource(nil, &binlog.Options{DSN: "u@tcp(127.0.0.1:1)/db"})
 	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe, "a nil store")
+	require.Equal(t, "store", oe.Field)
+	s := newStore(t, nil)
+	_, err = binlog.NewChangeSource(s, nil)
 	require.ErrorAs(t, err, &oe, "no DSN here or in the Store's Options")
 	require.Equal(t, "DSN", oe.Field)
-	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@udp(127.0.0.1:1)/db"})
+	_, err = binlog.NewChangeSource(s, &binlog.Options{DSN: "u@udp(127.0.0.1:1)/db"})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "DSN", oe.Field)
 	// The Store's DSN is the default; nil options take every default.
 	db, _ := newDB(t)
 	withDSN, err := mysql.New(t.Context(), db, &mysql.Options{DSN: "u@tcp(127.0.0.1:1)/db", Logger: quietLogger()})
 	require.NoError(t, err)
-	src, err := withDSN.ChangeSource(nil)
+	src, err := binlog.NewChangeSource(withDSN, nil)
 	require.NoError(t, err)
 	require.NotNil(t, src)
 	_, err = mysql.New(t.Context(), db, &mysql.Options{DSN: "u@tcp(127.0.0.1:1/db", Logger: quietLogger()})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "DSN", oe.Field)
-	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
+	_, err = binlog.NewChangeSource(s, &binlog.Options{DSN: "u@tcp(127.0.0.1:1)/db", Flavor: "oracle"})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "Flavor", oe.Field)
-	_, err = s.ChangeSource(&mysql.ChangeSourceOptions{DSN: "u@tcp(127.0.0.1:1)/db", GTID: mysql.GTIDMode(9)})
+	_, err = binlog.NewChangeSource(s, &binlog.Options{DSN: "u@tcp(127.0.0.1:1)/db", GTID: binlog.GTIDMode(9)})
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, "GTID", oe.Field)
 }
@@ -434,7 +438,7 @@ func TestChangeSourceStartSnapshot(t *testing.T) {
 	defer binlogMu.RUnlock()
 	f := newCDCFixture(t)
 	ctx := t.Context()
-	src := f.source(mysql.GTIDAuto)
+	src := f.source(binlog.GTIDAuto)
 	_, err := src.Identity(ctx) // inspect the server before the writers start
 	require.NoError(t, err)
 
@@ -523,7 +527,7 @@ func TestCDCRelayIdleWritesLittleLog(t *testing.T) {
 	// Other tests' databases move the binary log too: their positions are checkpointed once
 	// per interval. Alone on the server, the relay writes nothing at all.
 	const interval = time.Second
-	relay, err := core.NewCDCRelay(f.store, f.source(mysql.GTIDAuto), sink, core.StaticRouter{Default: "t"},
+	relay, err := core.NewCDCRelay(f.store, f.source(binlog.GTIDAuto), sink, core.StaticRouter{Default: "t"},
 		&core.CDCOptions{CheckpointInterval: interval, Logger: quietLogger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -1,4 +1,4 @@
-package mysql
+package binlog
 
 import (
 	"fmt"
@@ -7,12 +7,13 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/replication"
 
+	"github.com/outboxkit/outbox/adapters/mysql/internal/bridge"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
 
-// Decoding of the outbox table's binlog rows into driver.Record values, equal to what scanRecord
-// reads from the same row (go-mysql's replication decodes DATETIME(6) as time.Time in UTC,
+// Decoding of the outbox table's binlog rows into driver.Record values, equal to what the Store's
+// reads (Admin.List, Fetch) return for the same row (go-mysql's replication decodes DATETIME(6) as time.Time in UTC,
 // BLOB/TEXT as []byte pointing into the packet buffer, VARCHAR as string).
 
 // The outbox columns a Record is built from.
@@ -52,7 +53,7 @@ func (st *changeStream) mapColumns(tm *replication.TableMapEvent) error {
 	if len(names) == 0 {
 		if len(st.fallback) != int(tm.ColumnCount) {
 			return fmt.Errorf("mysql: cdc: the binary log has no column names (binlog_row_metadata=MINIMAL) and outbox %s has %d columns, not the %d read at start: restart the relay",
-				st.src.store.names.outbox, tm.ColumnCount, len(st.fallback))
+				st.src.store.Outbox, tm.ColumnCount, len(st.fallback))
 		}
 		names = make([][]byte, len(st.fallback))
 		for i, n := range st.fallback {
@@ -83,7 +84,7 @@ func (st *changeStream) mapColumns(tm *replication.TableMapEvent) error {
 	}
 	for f, i := range st.colIndex {
 		if i < 0 {
-			return fmt.Errorf("mysql: cdc: %w: outbox %s has no column %s in the binary log", core.ErrSchemaMismatch, st.src.store.names.outbox, fieldNames[f])
+			return fmt.Errorf("mysql: cdc: %w: outbox %s has no column %s in the binary log", core.ErrSchemaMismatch, st.src.store.Outbox, fieldNames[f])
 		}
 	}
 	st.cols = names
@@ -104,7 +105,7 @@ func (st *changeStream) appendRows(e *replication.RowsEvent) error {
 	return nil
 }
 
-// record builds a driver.Record as scanRecord would from the same row.
+// record builds the driver.Record the Store's reads return for the same row.
 func (st *changeStream) record(row []any) (driver.Record, error) {
 	ix := &st.colIndex
 	for _, i := range ix {
@@ -155,7 +156,7 @@ func (st *changeStream) record(row []any) (driver.Record, error) {
 		h = []byte(v)
 	}
 	var err error
-	if r.Headers, err = decodeHeaders(string(h)); err != nil {
+	if r.Headers, err = bridge.DecodeHeaders(string(h)); err != nil {
 		return driver.Record{}, fmt.Errorf("headers of seq %d: %w", r.Seq, err)
 	}
 	return r, nil
