@@ -7,7 +7,7 @@ import (
 
 // LaneResizer is the optional operator capability of changing the lane count of an existing
 // outbox (`outboxkit lanes resize`). PostgreSQL, MySQL/MariaDB and SQLite implement it; the
-// memory store does not (yet).
+// memory store resizes through core.Operator only.
 //
 // The lane count is part of the storage format: every row stores LaneOf(partition key, lanes),
 // and a relay publishes each lane's rows in seq order, so per-key order holds because all

@@ -65,6 +65,7 @@
 // inbox transaction) with the Handler in the inbox's transaction. See Consumer for its
 // guarantees: per-partition order, offsets committed only after the inbox transaction
 // committed, revoked partitions finished or abandoned before the revoke completes, a
-// dead-letter topic after ConsumerOptions.MaxAttempts, pausing partitions that fall behind,
+// dead-letter topic (at once for a record the inbox refuses for good, after
+// ConsumerOptions.MaxAttempts otherwise), pausing partitions that fall behind,
 // Pause and Resume.
 package kafka
