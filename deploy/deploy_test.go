@@ -336,7 +336,7 @@ var recordedRE = regexp.MustCompile(`outboxkit:[a-zA-Z0-9_:]+`)
 // metric breaks this test rather than an alert in production.
 func TestDeployUsesExportedMetrics(t *testing.T) {
 	t.Parallel()
-	catalog, err := ReadMetrics("../README.md")
+	catalog, err := ReadMetrics("../docs/metrics.md")
 	require.NoError(t, err)
 	known := map[string]bool{}
 	for _, m := range catalog {
@@ -370,7 +370,7 @@ func TestDeployUsesExportedMetrics(t *testing.T) {
 	used := map[string]bool{}
 	for where, expr := range exprs {
 		for _, n := range Names(expr) {
-			require.True(t, known[n], "%s uses %s, which README's metrics table does not list (expr %q)", where, n, expr)
+			require.True(t, known[n], "%s uses %s, which docs/metrics.md does not list (expr %q)", where, n, expr)
 			used[n] = true
 		}
 		for _, n := range recordedRE.FindAllString(expr, -1) {
@@ -391,7 +391,7 @@ func TestDeployUsesExportedMetrics(t *testing.T) {
 // (the daemon's end-to-end tests check the daemon's rows the same way).
 func TestInboxMetricsAsDocumented(t *testing.T) {
 	t.Parallel()
-	catalog, err := ReadMetrics("../README.md")
+	catalog, err := ReadMetrics("../docs/metrics.md")
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
@@ -424,7 +424,7 @@ func TestInboxMetricsAsDocumented(t *testing.T) {
 	require.Equal(t, 4, n)
 	for name := range fams {
 		if strings.HasPrefix(name, "outboxkit_") {
-			require.True(t, slices.ContainsFunc(catalog, func(m Metric) bool { return m.Name == name }), "%s is not in README's metrics table", name)
+			require.True(t, slices.ContainsFunc(catalog, func(m Metric) bool { return m.Name == name }), "%s is not in docs/metrics.md", name)
 		}
 	}
 }

@@ -350,7 +350,7 @@ func checkCardinality(t *testing.T, text string, ids map[string]bool) {
 // mode is served (waiting for the first cleanup to finish).
 func checkCatalog(t *testing.T, p *daemonProc, b e2eBackend) {
 	t.Helper()
-	catalog, err := deploy.ReadMetrics("../../README.md")
+	catalog, err := deploy.ReadMetrics("../../docs/metrics.md")
 	require.NoError(t, err)
 	var want []string
 	for _, m := range catalog {
@@ -373,13 +373,13 @@ func checkCatalog(t *testing.T, p *daemonProc, b e2eBackend) {
 			}
 		}
 		return len(missing) == 0
-	}, 15*time.Second, 100*time.Millisecond, "metrics README lists for %s/%s are not served: %v", b.driver, b.mode, &missing)
+	}, 15*time.Second, 100*time.Millisecond, "metrics docs/metrics.md lists for %s/%s are not served: %v", b.driver, b.mode, &missing)
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "outboxkit_") {
 			continue
 		}
 		i := slices.IndexFunc(catalog, func(m deploy.Metric) bool { return m.Name == name })
-		require.GreaterOrEqual(t, i, 0, "%s is served but not in README's metrics table", name)
+		require.GreaterOrEqual(t, i, 0, "%s is served but not in docs/metrics.md", name)
 		require.Equal(t, catalog[i].Type, f.Type, "type of %s", name)
 		require.Equal(t, catalog[i].Labels, f.Labels, "labels of %s", name)
 	}

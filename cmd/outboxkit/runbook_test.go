@@ -116,16 +116,15 @@ var sampleVars = map[string]string{"$DB": "sqlite:outbox.db", "$KEY": "order-1",
 
 // TestRunbookCommands: each page exists and is indexed; every `outboxkit` command line of the
 // pages' sh blocks names an existing command with its own flags; every metric the pages name is
-// in README's metrics table; README's operator section links the runbooks.
+// in docs/metrics.md; docs/operations.md links the runbooks.
 func TestRunbookCommands(t *testing.T) {
 	t.Parallel()
 	index, err := os.ReadFile(filepath.Join(runbookDir, "README.md"))
 	require.NoError(t, err)
-	readme, err := os.ReadFile("../../README.md")
+	ops, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
-	_, ops, _ := strings.Cut(string(readme), "\n## Operations\n")
-	require.Contains(t, ops, "docs/runbooks/README.md", "README's operator section links the runbooks")
-	metrics, err := deploy.ReadMetrics("../../README.md")
+	require.Contains(t, string(ops), "(runbooks/README.md)", "docs/operations.md links the runbooks")
+	metrics, err := deploy.ReadMetrics("../../docs/metrics.md")
 	require.NoError(t, err)
 	known := map[string]bool{}
 	for _, m := range metrics {
@@ -141,7 +140,7 @@ func TestRunbookCommands(t *testing.T) {
 			if loc[1] < len(text) && text[loc[1]] == '=' { // a label (outboxkit_outcome="...")
 				continue
 			}
-			require.True(t, known[name], "%s: metric %s is not in README's metrics table", page, name)
+			require.True(t, known[name], "%s: metric %s is not in docs/metrics.md", page, name)
 		}
 		cmds := pageCommands(t, page)
 		require.NotEmpty(t, cmds, page)

@@ -14,7 +14,8 @@ import (
 	"github.com/outboxkit/outbox/outboxtest"
 )
 
-// placeOrder is the application code that the README's "Testing your application" block tests.
+// readme:begin docs/testing.md
+// placeOrder is the application code under test: an order row and its event in one transaction.
 func placeOrder(ctx context.Context, ob *core.Outbox[*sql.Tx], tx *sql.Tx, id string) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES (?)`, id); err != nil {
 		return err
@@ -28,7 +29,6 @@ func placeOrder(ctx context.Context, ob *core.Outbox[*sql.Tx], tx *sql.Tx, id st
 	return err
 }
 
-// readme:begin
 func TestPlaceOrder(t *testing.T) {
 	ctx := t.Context()
 	db, err := sqlite.OpenDB(ctx, filepath.Join(t.TempDir(), "app.db"))

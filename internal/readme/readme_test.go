@@ -3,169 +3,256 @@ package readme
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"io/fs"
 	"log"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/memory"
 )
 
-// quickStart is the README's "Quick start" block: sink is where the relay publishes, received
-// is where the consumer's broker client delivers.
-func quickStart(ctx context.Context, sink core.Sink, received <-chan core.Message) error {
+// quickStart is the README's "Quick start" block, whole: nothing in it is defined elsewhere.
+func quickStart(ctx context.Context) error {
 	// readme:begin
-	db, err := sqlite.OpenDB(ctx, "app.db") // WAL, busy timeout, immediate transactions
+	// Open a SQLite file and create the outbox and inbox tables (embedded, idempotent migrations).
+	db, err := sqlite.OpenDB(ctx, "app.db")
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	store, err := sqlite.New(db, nil) // default table names, 64 lanes
+	store, err := sqlite.New(db, nil)
 	if err != nil {
 		return err
 	}
-	if err := store.Migrate(ctx); err != nil { // embedded, idempotent migrations
+	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
-	// The application's own tables: the producer's accounts and the consumer's ledger.
-	for _, ddl := range []string{
-		`CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS ledger (account TEXT PRIMARY KEY, total INTEGER NOT NULL)`,
-	} {
-		if _, err := db.ExecContext(ctx, ddl); err != nil {
-			return err
-		}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER);
+		CREATE TABLE IF NOT EXISTS audit_log (event TEXT PRIMARY KEY)`); err != nil { // the application's tables
+		return err
 	}
+
+	// Producer: the domain change and its event commit in ONE transaction, or neither does.
 	ob, err := core.NewOutbox[*sql.Tx](ctx, store, nil)
 	if err != nil {
 		return err
 	}
-
-	// Producer: domain change + event in ONE transaction (InTx commits, or rolls back on error).
 	err = store.InTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO accounts (id, balance) VALUES ('a1', 10)
-			ON CONFLICT (id) DO UPDATE SET balance = balance + 10`); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO accounts VALUES ('a1', 10)`); err != nil {
 			return err // the event is not written either
 		}
-		_, err := ob.Write(ctx, tx, core.Event{
-			AggregateType: "account", AggregateID: "a1", Type: "account.credited",
-			Destination: "ledger", Payload: []byte(`{"amount":10}`),
-		})
+		_, err := ob.Write(ctx, tx, core.Event{AggregateType: "account", AggregateID: "a1",
+			Type: "account.opened", Destination: "accounts", Payload: []byte(`{"balance":10}`)})
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if err := ob.Notify(ctx); err != nil { // optional: wake local relays now, not at their next poll
-		return err
-	}
 
-	// Relay: run as many as you like; lanes are leased and fenced. Run returns when its ctx
-	// ends, after releasing its lanes: stop it before closing db.
-	router := core.StaticRouter{ByDestination: map[string]string{"ledger": "queue-url-or-topic"}}
-	relay, err := core.NewRelay(store, sink, router, nil)
+	// Relay: publishes committed events to a broker (here the in-process one of sinks/memory;
+	// in production sinks/sqs, sinks/kafka, ...) and marks them published after its ack.
+	broker, err := memory.NewBroker(nil)
 	if err != nil {
 		return err
 	}
-	relayCtx, stopRelay := context.WithCancel(ctx)
+	router := core.StaticRouter{ByDestination: map[string]string{"accounts": "accounts-queue"}}
+	relay, err := core.NewRelay(store, broker, router, nil)
+	if err != nil {
+		return err
+	}
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(relayCtx) }()
-	defer func() {
-		stopRelay()
-		if err := <-relayDone; err != nil {
-			log.Printf("relay: %v", err)
+	go func() { relayDone <- relay.Run(ctx) }()
+	defer func() { // graceful stop: settle what is in flight, release the lanes
+		if err := relay.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			log.Print(err)
 		}
+		<-relayDone
 	}()
 
-	// Consumer: apply each event once, in the consumer's own transaction.
+	// Consumer: applies each delivery once, in its own transaction, through the inbox.
 	inbox, err := core.NewInbox[*sql.Tx](store, nil)
 	if err != nil {
 		return err
 	}
-	msg := <-received // an event as the broker delivered it
-	res, err := inbox.Process(ctx, "ledger-projection", core.InboxMessage{
-		EventID: msg.ID, Payload: msg.Payload, OccurredAt: msg.CreatedAt,
-	}, func(ctx context.Context, tx *sql.Tx, m core.InboxMessage) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO ledger (account, total) VALUES ('a1', 10)
-			ON CONFLICT (account) DO UPDATE SET total = total + 10`)
-		return err
-	})
-	if err != nil {
-		return err
+	msg := <-broker.Deliveries()
+	for range 2 { // a broker may deliver twice: the second time is a no-op
+		res, err := inbox.Process(ctx, "audit-log", core.InboxMessage{
+			EventID: msg.ID, Payload: msg.Payload, OccurredAt: msg.CreatedAt,
+		}, func(ctx context.Context, tx *sql.Tx, m core.InboxMessage) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO audit_log (event) VALUES (?)`, m.EventID)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Println(msg.Type, "->", msg.Destination, res.Outcome) // applied, then duplicate
 	}
-	log.Printf("event %s: %s", msg.ID, res.Outcome)
 	// readme:end
 	return nil
 }
 
-// TestQuickStart runs the quick start in a fresh directory: the event reaches the sink, the
-// consumer applies it once, and the producer's and consumer's rows are there.
+// TestQuickStart runs the quick start in a fresh directory: the event reaches the broker, the
+// consumer applies it once although it is delivered twice, and both sides' rows are there.
 func TestQuickStart(t *testing.T) {
 	t.Chdir(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	received := make(chan core.Message, 16)
-	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
-		for _, m := range msgs {
-			received <- m
-		}
-		return make([]error, len(msgs))
-	})
-	require.NoError(t, quickStart(ctx, sink, received))
+	require.NoError(t, quickStart(ctx))
 
 	db, err := sqlite.OpenDB(ctx, "app.db")
 	require.NoError(t, err)
 	defer db.Close()
-	var balance, total int
+	var balance, applied int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = 'a1'`).Scan(&balance))
-	require.NoError(t, db.QueryRowContext(ctx, `SELECT total FROM ledger WHERE account = 'a1'`).Scan(&total))
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM audit_log`).Scan(&applied))
 	require.Equal(t, 10, balance)
-	require.Equal(t, 10, total)
-	var event string
-	require.NoError(t, db.QueryRowContext(ctx, `SELECT type FROM outbox`).Scan(&event))
-	require.Equal(t, "account.credited", event)
+	require.Equal(t, 1, applied, "the redelivery applied nothing")
+	var published int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM outbox_publications`).Scan(&published))
+	require.Equal(t, 1, published, "the relay marked the event published before stopping")
 }
 
 var (
-	readmeBlock  = regexp.MustCompile("(?ms)^```go\n(.*?)^```\n")
-	snippetBlock = regexp.MustCompile(`(?ms)^([ \t]*)// readme:begin\n(.*?)^[ \t]*// readme:end\n`)
+	mdBlock      = regexp.MustCompile("(?ms)^```go\n(.*?)^```\n")
+	snippetBlock = regexp.MustCompile(`(?ms)^([ \t]*)// readme:begin( [^\n]+)?\n(.*?)^[ \t]*// readme:end\n`)
 )
 
-// snippets returns the readme:begin ... readme:end regions of the files, in order, dedented by
-// the indentation of their begin line and without surrounding blank lines.
-func snippets(t *testing.T, files ...string) []string {
+// snippets returns the readme:begin ... readme:end regions of the files by the page they belong
+// to (README.md unless the begin line names one), in order, dedented by the indentation of their
+// begin line and without surrounding blank lines.
+func snippets(t *testing.T, files ...string) map[string][]string {
 	t.Helper()
-	var out []string
+	out := map[string][]string{}
 	for _, f := range files {
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
 		for _, m := range snippetBlock.FindAllStringSubmatch(string(src), -1) {
-			indent, body := m[1], m[2]
+			indent, page, body := m[1], strings.TrimSpace(m[2]), m[3]
+			if page == "" {
+				page = "README.md"
+			}
 			lines := strings.Split(strings.Trim(body, "\n"), "\n")
 			for i, l := range lines {
 				lines[i] = strings.TrimPrefix(l, indent)
 			}
-			out = append(out, strings.Join(lines, "\n"))
+			out[page] = append(out[page], strings.Join(lines, "\n"))
 		}
 	}
 	return out
 }
 
-// TestSnippets checks that README.md's Go blocks are exactly the compiled snippets of this
-// package, so every block compiles and checks its errors.
-func TestSnippets(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// pages returns README.md and every Markdown page under docs/, relative to the repository root.
+func pages(t *testing.T) []string {
+	t.Helper()
+	out := []string{"README.md"}
+	err := filepath.WalkDir("../../docs", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			out = append(out, strings.TrimPrefix(filepath.ToSlash(path), "../../"))
+		}
+		return err
+	})
 	require.NoError(t, err)
-	var blocks []string
-	for _, m := range readmeBlock.FindAllStringSubmatch(string(readme), -1) {
-		blocks = append(blocks, strings.Trim(m[1], "\n"))
-	}
+	return out
+}
+
+// TestSnippets checks that the Go blocks of README.md and of every page of docs/ are exactly
+// the compiled snippets of this package that name that page, so every block compiles and
+// checks its errors.
+func TestSnippets(t *testing.T) {
 	want := snippets(t, "readme_test.go", "snippets.go", "apptest_test.go")
-	require.Len(t, want, 5, "the snippets of this package")
-	require.Equal(t, want, blocks, "README.md's Go blocks must be this package's snippets (readme_test.go, snippets.go, then apptest_test.go)")
+	seen := 0
+	for _, page := range pages(t) {
+		src, err := os.ReadFile("../../" + page)
+		require.NoError(t, err)
+		var blocks []string
+		for _, m := range mdBlock.FindAllStringSubmatch(string(src), -1) {
+			blocks = append(blocks, strings.Trim(m[1], "\n"))
+		}
+		require.Equal(t, want[page], blocks, "%s's Go blocks must be this package's snippets for it (readme_test.go, snippets.go, then apptest_test.go)", page)
+		seen += len(blocks)
+	}
+	n := 0
+	for _, b := range want {
+		n += len(b)
+	}
+	require.Equal(t, n, seen, "a snippet names a page that does not exist: %v", keys(want))
+	require.NotEmpty(t, want["README.md"], "the README has a compiled quick start")
+}
+
+func keys(m map[string][]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+var (
+	mdLink   = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mdAnchor = regexp.MustCompile(`(?m)^#+ (.+)$`)
+)
+
+// anchor is GitHub's anchor of a heading: lower case, punctuation other than - and _ dropped,
+// spaces as -.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestDocLinks checks every relative link of README.md and the pages of docs/: the file exists
+// and, for a link with #anchor into a Markdown page, the page has that heading. Links with a
+// scheme are not followed (the tests have no network).
+func TestDocLinks(t *testing.T) {
+	checked := 0
+	for _, page := range pages(t) {
+		src, err := os.ReadFile("../../" + page)
+		require.NoError(t, err)
+		text := regexp.MustCompile("(?ms)^```.*?^```").ReplaceAllString(string(src), "")
+		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
+			link := m[1]
+			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+				continue
+			}
+			target, frag, _ := strings.Cut(link, "#")
+			file := page
+			if target != "" {
+				file = filepath.ToSlash(filepath.Join(filepath.Dir(page), target))
+			}
+			body, err := os.ReadFile("../../" + file)
+			if err != nil {
+				if info, serr := os.Stat("../../" + file); serr == nil && info.IsDir() && frag == "" {
+					checked++
+					continue
+				}
+			}
+			require.NoError(t, err, "%s links to %s, which does not exist", page, link)
+			if frag != "" {
+				var anchors []string
+				for _, h := range mdAnchor.FindAllStringSubmatch(string(body), -1) {
+					anchors = append(anchors, anchor(h[1]))
+				}
+				require.Contains(t, anchors, frag, "%s links to %s: %s has no such heading", page, link, file)
+			}
+			checked++
+		}
+	}
+	require.Greater(t, checked, 20, "the pages link each other")
 }

@@ -1,8 +1,10 @@
-// Package readme holds the Go blocks of README.md as compiled code. Each block is the text
-// between a "readme:begin" and a "readme:end" comment, one tab less indented; TestSnippets
-// checks that README.md shows exactly these blocks, in this order (readme_test.go first, then
-// this file, then apptest_test.go, which TestPlaceOrder runs), and TestQuickStart runs the quick start. Edit a block here and in README.md
-// together.
+// Package readme holds the Go blocks of README.md and of the pages of docs/ as compiled code.
+// Each block is the text between a "readme:begin" comment, optionally followed by the page it
+// belongs to (README.md when none), and a "readme:end" comment, one tab less indented.
+// TestSnippets checks that every page shows exactly its blocks, in this order (readme_test.go
+// first, then this file, then apptest_test.go, which TestPlaceOrder runs), TestQuickStart runs
+// the README's quick start, and TestDocLinks checks every relative link of the pages. Edit a
+// block here and in its page together.
 package readme
 
 import (
@@ -28,7 +30,7 @@ import (
 func sqsDeployment(ctx context.Context, pool, viewsPool *pgxpool.Pool, snsClient *awssns.Client,
 	sqsClient *awssqs.Client, topicARN, queueURL, orderID, status string, payload []byte,
 	handler sqs.Handler[pgx.Tx]) error {
-	// readme:begin
+	// readme:begin docs/sinks.md
 	// Orders service: its outbox store is also the relay's store.
 	store, err := postgres.New(pool, &postgres.Options{Schema: "orders"})
 	if err != nil {
@@ -108,7 +110,7 @@ func sqsDeployment(ctx context.Context, pool, viewsPool *pgxpool.Pool, snsClient
 
 // cdcRelay is the README's "Change data capture (CDC)" block.
 func cdcRelay(ctx context.Context, store *postgres.Store[pgx.Tx], sink core.Sink, router core.Router) error {
-	// readme:begin
+	// readme:begin docs/cdc.md
 	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
@@ -132,7 +134,7 @@ var (
 	count    func(ctx context.Context, a conformance.Adapter[*sql.Tx], key string) (int, error)
 )
 
-// readme:begin
+// readme:begin docs/writing-an-adapter.md
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*sql.Tx]{
 		New:         newStore, // a freshly migrated, empty schema with this lane count
