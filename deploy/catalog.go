@@ -1,5 +1,5 @@
 // Package deploy holds the deployment files of outboxkit (alert rules, dashboard, Dockerfile)
-// and reads the metrics catalog, README's "Metrics" table, that they and the daemon's tests are
+// and reads the metrics catalog, the table of docs/metrics.md, that they and the daemon's tests are
 // checked against.
 package deploy
 
@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// Metric is one row of README's metrics table: a metric as Prometheus sees it.
+// Metric is one row of docs/metrics.md's table: a metric as Prometheus sees it.
 type Metric struct {
 	Name   string   // Prometheus name, with the exporter's unit and _total suffixes
 	Type   string   // counter, gauge or histogram
@@ -26,7 +26,7 @@ type Metric struct {
 
 var rowRE = regexp.MustCompile("^\\| `(outboxkit_[a-z0-9_]+)` \\|")
 
-// ReadMetrics returns the rows of the metrics table of the README at path: the table rows whose
+// ReadMetrics returns the rows of the metrics table of the Markdown page at path: the table rows whose
 // first cell is a metric name in backquotes.
 func ReadMetrics(path string) ([]Metric, error) {
 	f, err := os.Open(path)

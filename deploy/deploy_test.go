@@ -331,7 +331,7 @@ func ruleExprs(t *testing.T) (exprs map[string]string, recorded map[string]bool)
 
 var recordedRE = regexp.MustCompile(`outboxkit:[a-zA-Z0-9_:]+`)
 
-// Every metric and label the alert rules and the dashboard use is one README's metrics table
+// Every metric and label the alert rules and the dashboard use is one docs/metrics.md
 // lists, which the daemon's end-to-end tests compare with what /metrics serves: a renamed
 // metric breaks this test rather than an alert in production.
 func TestDeployUsesExportedMetrics(t *testing.T) {
@@ -387,7 +387,7 @@ func TestDeployUsesExportedMetrics(t *testing.T) {
 	}
 }
 
-// The inbox's instruments appear in Prometheus exactly as README's metrics table lists them
+// The inbox's instruments appear in Prometheus exactly as docs/metrics.md lists them
 // (the daemon's end-to-end tests check the daemon's rows the same way).
 func TestInboxMetricsAsDocumented(t *testing.T) {
 	t.Parallel()

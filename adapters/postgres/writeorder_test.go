@@ -15,7 +15,7 @@ import (
 // Order per key is the order in which rows got their sequence numbers (at insert), not commit
 // order, and the relay publishes what is visible: two unserialised transactions on one key that
 // commit in the reverse order of their inserts are published in commit order when the relay
-// polls between the commits, i.e. the later version first (README, Guarantees). Serialising the
+// polls between the commits, i.e. the later version first (docs/guarantees.md). Serialising the
 // writers (the aggregate row locked FOR UPDATE in the same transaction) keeps the order.
 func TestWriteOrderFollowsSequence(t *testing.T) {
 	t.Parallel()

@@ -1,7 +1,7 @@
 // Command outboxkit runs the relay daemon and the end-to-end demo, and operates outboxes of
 // PostgreSQL, MySQL/MariaDB and SQLite.
 //
-//	outboxkit relay --config FILE         run the relays of one outbox (see README "Run the relay")
+//	outboxkit relay --config FILE         run the relays of one outbox (see docs/daemon.md)
 //	outboxkit demo [--chaos] [flags]      producers -> outbox -> relays -> broker -> inbox, verified
 //	outboxkit status  --db URL [--watch]  pending, parked, blocked, oldest age, lanes, publisher, CDC checkpoint
 //	outboxkit parked  --db URL            list parked events

@@ -345,7 +345,7 @@ func checkCardinality(t *testing.T, text string, ids map[string]bool) {
 	}
 }
 
-// checkCatalog compares what p's /metrics serves with README's metrics table: every outboxkit_
+// checkCatalog compares what p's /metrics serves with docs/metrics.md: every outboxkit_
 // family is a row with its type and labels, and every row the daemon exports in b's driver and
 // mode is served (waiting for the first cleanup to finish).
 func checkCatalog(t *testing.T, p *daemonProc, b e2eBackend) {
@@ -439,7 +439,7 @@ shutdown_timeout: %s
 `, b.driver, b.dsn, schema, b.mode, map[bool]int{true: 1, false: 2}[b.mode == "cdc"], s.config, e2eShutdownTimeout)), 0o600))
 
 	// A CDC relay's first start backfills: rows committed between the log head it opened and
-	// its backfill scan may be sent twice (the documented start-up window, README "Change data
+	// its backfill scan may be sent twice (the documented start-up window, docs/cdc.md "Change data
 	// capture"). Start the first CDC daemon before the producer and let it finish its backfill,
 	// so that every duplicate counted below would come from a graceful restart.
 	var first *daemonProc

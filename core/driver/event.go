@@ -32,7 +32,7 @@ type Event struct {
 	SchemaID string
 	// PartitionKey orders events: events of one key are published in write order, the order in
 	// which their rows got sequence numbers (not commit order), so writers of one key must be
-	// serialised (README, Guarantees). Empty means
+	// serialised (docs/guarantees.md). Empty means
 	// AggregateType + "/" + AggregateID.
 	PartitionKey string
 	// Destination is the logical destination a Router maps to a sink address; [A-Za-z0-9._-].

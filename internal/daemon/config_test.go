@@ -209,7 +209,7 @@ func TestLoadPrecedence(t *testing.T) {
 	require.EqualError(t, err, `relay.workers: not an integer: "many" (from $OUTBOXKIT_RELAY_WORKERS)`)
 
 	// A bad value stays an error where a good flag or environment value of the same key would
-	// win (README: "wherever they come from").
+	// win (docs/daemon.md: "wherever they come from").
 	delete(env, "OUTBOXKIT_RELAY_WORKERS")
 	env["OUTBOXKIT_RELAY_LEASE_TTL"] = "1m"
 	_, err = Load(writeConfig(t, strings.NewReplacer("batch_size: 200", "batch_size: lots", "lease_ttl: 10s", "lease_ttl: soon").Replace(goodConfig)), func(k string) string { return env[k] }, fs)
@@ -218,7 +218,7 @@ func TestLoadPrecedence(t *testing.T) {
 		err.(*ConfigError).Problems)
 }
 
-// README's "Run the relay" table documents every configuration key: its first cells, with
+// docs/daemon.md's table documents every configuration key: its first cells, with
 // "`a.b.c`, `.d`" meaning a.b.c and a.b.d, name exactly the keys of Config.
 func TestREADMEListsEveryKey(t *testing.T) {
 	t.Parallel()
@@ -248,10 +248,10 @@ func TestREADMEListsEveryKey(t *testing.T) {
 		want[l.path] = true
 	}
 	for k := range want {
-		require.True(t, documented[k], "README's relay configuration table does not document %s", k)
+		require.True(t, documented[k], "docs/daemon.md's configuration table does not document %s", k)
 	}
 	for k := range documented {
-		require.True(t, want[k], "README documents %s, which is not a configuration key", k)
+		require.True(t, want[k], "docs/daemon.md documents %s, which is not a configuration key", k)
 	}
 }
 
