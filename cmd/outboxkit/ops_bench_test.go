@@ -15,7 +15,7 @@ import (
 // payloads, built with one INSERT ... SELECT and analysed. It reports the median of the
 // iterations (ms/status). The figure and the command are in BENCHMARKS.md:
 //
-//	OUTBOXKIT_BENCH_STATUS_ROWS=1000000 go test ./cmd/outboxkit -run '^$' -bench Status -benchtime 9x
+//	OUTBOXKIT_BENCH_STATUS_ROWS=5000000 go test ./cmd/outboxkit -run '^$' -bench Status -benchtime 5x -timeout 60m
 func BenchmarkStatus(b *testing.B) {
 	rows, pending := 10_000, 0
 	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_STATUS_ROWS")); err == nil && n > 0 {
