@@ -40,7 +40,7 @@ import (
 // It reports the median tx/s of each and the medians of the per-round ratios write/bare,
 // bare/domain, write/domain, write/unchecked and twostep/unchecked. Durable server:
 //
-//	OUTBOXKIT_MARIADB_DURABLE=1 source scripts/lib/mariadb.sh && mariadb_start
+//	source scripts/lib/mariadb.sh && OUTBOXKIT_MARIADB_DURABLE=1 mariadb_start
 //	go test ./adapters/mysql -run '^$' -bench ProducerCost -benchtime 1x
 func BenchmarkProducerCost(b *testing.B) {
 	benchConfig(b)

@@ -4,7 +4,7 @@ package postgres
 // CI). For figures that claim durability, start the server with PG_DURABLE=1 (fsync and
 // synchronous_commit on):
 //
-//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	source scripts/lib/postgres.sh && PG_DURABLE=1 pg_start
 //	go test ./adapters/postgres -run '^$' -bench 'Drain|Produce' -count 3 -timeout 60m
 //
 // BenchmarkDrain seeds OUTBOXKIT_BENCH_EVENTS (default 200,000) committed events of ~1 KiB over

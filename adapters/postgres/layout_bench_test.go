@@ -48,7 +48,7 @@ import (
 // fetch through the adapter's fetch function (the relay's plan), narrow through the same kind
 // of function on the pending table, and every settle names the fetch's lanes.
 //
-//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	source scripts/lib/postgres.sh && PG_DURABLE=1 pg_start
 //	go test ./adapters/postgres -run '^$' -bench LayoutPrototype -benchtime 1x -v -timeout 60m
 func BenchmarkLayoutPrototype(b *testing.B) {
 	testDSN(b)

@@ -33,7 +33,7 @@ import (
 // It reports the median tx/s of each and the medians of the per-round ratios write/bare,
 // bare/domain, write/domain and write/unchecked. Durable server:
 //
-//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	source scripts/lib/postgres.sh && PG_DURABLE=1 pg_start
 //	go test ./adapters/postgres -run '^$' -bench ProducerCost -benchtime 1x
 func BenchmarkProducerCost(b *testing.B) {
 	testDSN(b)

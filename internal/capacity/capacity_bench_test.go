@@ -77,7 +77,7 @@ import (
 // Medians over the rounds are reported; every round is logged (-test.v). Run with a durable
 // server:
 //
-//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	source scripts/lib/postgres.sh && PG_DURABLE=1 pg_start
 //	go test -c -o /tmp/cap.test ./internal/capacity && /tmp/cap.test -test.run '^$' -test.bench Capacity -test.benchtime 1x -test.timeout 3h -test.v
 //
 // OUTBOXKIT_CAPACITY_UPSTREAM, when set (e.g. to the SQS emulator's endpoint), makes the

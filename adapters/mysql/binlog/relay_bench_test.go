@@ -2,7 +2,7 @@ package binlog_test
 
 // CDC relay benchmarks against a real server (skipped without OUTBOXKIT_MYSQL_DSN):
 //
-//	OUTBOXKIT_MARIADB_DURABLE=1 source scripts/lib/mariadb.sh && mariadb_start
+//	source scripts/lib/mariadb.sh && OUTBOXKIT_MARIADB_DURABLE=1 mariadb_start
 //	go test -c -o /tmp/myb/cdc.test ./adapters/mysql/binlog && cd adapters/mysql/binlog
 //	/tmp/myb/cdc.test -test.run '^$' -test.bench 'CDCDrain' -test.benchtime 1x -test.v
 //	OUTBOXKIT_BENCH_SECONDS=30 /tmp/myb/cdc.test -test.run '^$' -test.bench 'CDCLatency' -test.benchtime 1x -test.v

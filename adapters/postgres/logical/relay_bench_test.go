@@ -2,7 +2,7 @@ package logical
 
 // CDC relay benchmarks against a real server (skipped without OUTBOXKIT_POSTGRES_DSN):
 //
-//	PG_DURABLE=1 source scripts/lib/postgres.sh && pg_start
+//	source scripts/lib/postgres.sh && PG_DURABLE=1 pg_start
 //	go test -c -o /tmp/pgb/cdc.test ./adapters/postgres/logical && cd adapters/postgres/logical
 //	/tmp/pgb/cdc.test -test.run '^$' -test.bench 'CDCDrain' -test.benchtime 1x -test.v
 //	OUTBOXKIT_BENCH_SECONDS=30 /tmp/pgb/cdc.test -test.run '^$' -test.bench 'CDCLatency' -test.benchtime 1x -test.v
