@@ -22,12 +22,12 @@ import (
 // filled later, to the token itself).
 type Idents map[string]string
 
-var token = regexp.MustCompile(`\{\{([A-Za-z0-9_]+)\}\}`)
+var identToken = regexp.MustCompile(`\{\{([A-Za-z0-9_]+)\}\}`)
 
 // Expand returns stmt with every {{key}} replaced by id[key]. A key id does not know is an error.
 func (id Idents) Expand(stmt string) (string, error) {
 	var unknown []string
-	out := token.ReplaceAllStringFunc(stmt, func(t string) string {
+	out := identToken.ReplaceAllStringFunc(stmt, func(t string) string {
 		v, ok := id[t[2:len(t)-2]]
 		if !ok {
 			unknown = append(unknown, t)
@@ -41,47 +41,6 @@ func (id Idents) Expand(stmt string) (string, error) {
 	return out, nil
 }
 
-// Parse splits src into its named statements.
-func Parse(src string) (map[string]string, error) {
-	stmts := map[string]string{}
-	var name string
-	var body strings.Builder
-	flush := func() error {
-		text := strings.TrimSpace(body.String())
-		if name == "" {
-			if text != "" {
-				return errors.New("sqlfile: text before the first -- name: line")
-			}
-			return nil
-		}
-		if text == "" {
-			return fmt.Errorf("sqlfile: statement %s is empty", name)
-		}
-		if _, dup := stmts[name]; dup {
-			return fmt.Errorf("sqlfile: statement %s is defined twice", name)
-		}
-		stmts[name] = text
-		return nil
-	}
-	for line := range strings.Lines(src) {
-		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "-- name:"); ok {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			name = strings.TrimSpace(n)
-			body.Reset()
-			continue
-		}
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			body.WriteString(line)
-		}
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	return stmts, nil
-}
-
 // Statements are the statements of one file, expanded with the adapter's identifiers. Get
 // records what it could not find, and Err reports it together with the statements of the file
 // that no Get asked for, so that a renamed or misspelt statement fails the constructor.
@@ -91,19 +50,25 @@ type Statements struct {
 	errs  []error
 }
 
-// Load parses the file path of fsys and expands every statement with idents.
+// Load parses the file path of fsys, rewrites every statement's parameters for the file's
+// dialect (File.Rewrite) and expands its identifiers with idents.
 func Load(fsys fs.FS, path string, idents Idents) (*Statements, error) {
 	src, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlfile: %w", err)
 	}
-	stmts, err := Parse(string(src))
+	f, err := Parse(string(src))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for name, text := range stmts {
-		if stmts[name], err = idents.Expand(text); err != nil {
-			return nil, fmt.Errorf("%s: statement %s: %w", path, name, err)
+	stmts := make(map[string]string, len(f.Statements))
+	for _, st := range f.Statements {
+		text, _, err := f.Rewrite(st.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if stmts[st.Name], err = idents.Expand(text); err != nil {
+			return nil, fmt.Errorf("%s: statement %s: %w", path, st.Name, err)
 		}
 	}
 	return &Statements{stmts: stmts, used: map[string]bool{}}, nil
