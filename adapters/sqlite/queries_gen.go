@@ -21,7 +21,7 @@ type statements struct {
 	scriptRecordVersionInbox  string
 	scriptSetLanes            string
 	scriptSeedLanes           string
-	dropEarlierIndexes        string
+	dropEarlierIdx            string
 	aggVersionIdx             string
 	writeLock                 string
 	publisherGet              string
@@ -49,9 +49,9 @@ type statements struct {
 	prune                     string
 	stats                     string
 	blocked                   string
-	pendingDestinations       string
-	publishedRecent           string
-	lanes                     string
+	pendingDest               string
+	pubRecent                 string
+	lanesList                 string
 	parkedKeys                string
 	unpark                    string
 	horizon                   string
@@ -99,7 +99,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		scriptRecordVersionInbox:  st.Get("ScriptRecordVersionInbox"),
 		scriptSetLanes:            st.Get("ScriptSetLanes"),
 		scriptSeedLanes:           st.Get("ScriptSeedLanes"),
-		dropEarlierIndexes:        st.Get("DropEarlierIndexes"),
+		dropEarlierIdx:            st.Get("DropEarlierIdx"),
 		aggVersionIdx:             st.Get("AggVersionIdx"),
 		writeLock:                 st.Get("WriteLock"),
 		publisherGet:              st.Get("PublisherGet"),
@@ -127,9 +127,9 @@ func loadStatements(st *sqlfile.Statements) statements {
 		prune:                     st.Get("Prune"),
 		stats:                     st.Get("Stats"),
 		blocked:                   st.Get("Blocked"),
-		pendingDestinations:       st.Get("PendingDestinations"),
-		publishedRecent:           st.Get("PublishedRecent"),
-		lanes:                     st.Get("Lanes"),
+		pendingDest:               st.Get("PendingDest"),
+		pubRecent:                 st.Get("PubRecent"),
+		lanesList:                 st.Get("LanesList"),
 		parkedKeys:                st.Get("ParkedKeys"),
 		unpark:                    st.Get("Unpark"),
 		horizon:                   st.Get("Horizon"),
@@ -161,4 +161,454 @@ func loadStatements(st *sqlfile.Statements) statements {
 		resizeRows:                st.Get("ResizeRows"),
 		resizeMove:                st.Get("ResizeMove"),
 	}
+}
+
+// recordVersionOutboxParams are the parameters of RecordVersionOutbox (and RecordVersionInbox).
+type recordVersionOutboxParams struct {
+	Version   int
+	Name      string
+	AppliedAt int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of RecordVersionOutbox.
+func (p recordVersionOutboxParams) args() []any {
+	return []any{p.Version, p.Name, p.AppliedAt}
+}
+
+// setLanesParams are the parameters of SetLanes (and SeedLanes).
+type setLanesParams struct {
+	Lanes int // the lane count
+}
+
+// args are p's arguments in the positional order of SetLanes.
+func (p setLanesParams) args() []any {
+	return []any{p.Lanes}
+}
+
+// publisherBumpParams are the parameters of PublisherBump.
+type publisherBumpParams struct {
+	Kind   string
+	Holder string
+	Since  int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of PublisherBump.
+func (p publisherBumpParams) args() []any {
+	return []any{p.Kind, p.Holder, p.Since}
+}
+
+// heartbeatUpsertParams are the parameters of HeartbeatUpsert.
+type heartbeatUpsertParams struct {
+	Owner     string
+	ExpiresAt int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of HeartbeatUpsert.
+func (p heartbeatUpsertParams) args() []any {
+	return []any{p.Owner, p.ExpiresAt}
+}
+
+// heartbeatDeleteParams are the parameters of HeartbeatDelete.
+type heartbeatDeleteParams struct {
+	Owner string
+}
+
+// args are p's arguments in the positional order of HeartbeatDelete.
+func (p heartbeatDeleteParams) args() []any {
+	return []any{p.Owner}
+}
+
+// heartbeatExpiredParams are the parameters of HeartbeatExpired (and HeartbeatCount, ClaimOwned).
+type heartbeatExpiredParams struct {
+	Now int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of HeartbeatExpired.
+func (p heartbeatExpiredParams) args() []any {
+	return []any{p.Now}
+}
+
+// claimParams are the parameters of Claim.
+type claimParams struct {
+	Owner      string
+	LeaseUntil int64 // unix microseconds
+	Now        int64 // unix microseconds
+	Max        int   // lanes claimed at most
+}
+
+// args are p's arguments in the positional order of Claim.
+func (p claimParams) args() []any {
+	return []any{p.Owner, p.LeaseUntil, p.Now, p.Max}
+}
+
+// renewParams are the parameters of Renew.
+type renewParams struct {
+	LeaseUntil int64 // unix microseconds
+	Lane       int
+	Owner      string
+	Generation int64
+	Now        int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of Renew.
+func (p renewParams) args() []any {
+	return []any{p.LeaseUntil, p.Lane, p.Owner, p.Generation, p.Now}
+}
+
+// releaseLaneParams are the parameters of ReleaseLane.
+type releaseLaneParams struct {
+	Lane       int
+	Owner      string
+	Generation int64
+}
+
+// args are p's arguments in the positional order of ReleaseLane.
+func (p releaseLaneParams) args() []any {
+	return []any{p.Lane, p.Owner, p.Generation}
+}
+
+// fetchParams are the parameters of Fetch.
+type fetchParams struct {
+	Lanes string // JSON array
+	Now   int64  // unix microseconds
+	Limit int
+}
+
+// args are p's arguments in the positional order of Fetch.
+func (p fetchParams) args() []any {
+	return []any{p.Lanes, p.Now, p.Limit}
+}
+
+// leaseStateParams are the parameters of LeaseState.
+type leaseStateParams struct {
+	Lanes string // JSON array
+}
+
+// args are p's arguments in the positional order of LeaseState.
+func (p leaseStateParams) args() []any {
+	return []any{p.Lanes}
+}
+
+// publishParams are the parameters of Publish.
+type publishParams struct {
+	Now   int64  // unix microseconds
+	Seqs  string // JSON array
+	Lanes string // JSON array of the held lanes
+}
+
+// args are p's arguments in the positional order of Publish.
+func (p publishParams) args() []any {
+	return []any{p.Now, p.Seqs, p.Lanes}
+}
+
+// publishDequeueParams are the parameters of PublishDequeue (and DeletePublished).
+type publishDequeueParams struct {
+	Seqs  string // JSON array
+	Lanes string // JSON array of the held lanes
+}
+
+// args are p's arguments in the positional order of PublishDequeue.
+func (p publishDequeueParams) args() []any {
+	return []any{p.Seqs, p.Lanes}
+}
+
+// failParams are the parameters of Fail.
+type failParams struct {
+	Now      int64  // unix microseconds
+	Failures string // JSON array of {"s":seq,"d":delay_us,"p":0|1,"e":error}
+	Lanes    string // JSON array of the held lanes
+}
+
+// args are p's arguments in the positional order of Fail.
+func (p failParams) args() []any {
+	return []any{p.Now, p.Failures, p.Lanes}
+}
+
+// pruneParams are the parameters of Prune.
+type pruneParams struct {
+	Before int64 // published before, unix microseconds
+	Below  int64 // seq bound, exclusive
+	Limit  int
+}
+
+// args are p's arguments in the positional order of Prune.
+func (p pruneParams) args() []any {
+	return []any{p.Before, p.Below, p.Limit}
+}
+
+// statsParams are the parameters of Stats.
+type statsParams struct {
+	Limit int // publications counted at most
+}
+
+// args are p's arguments in the positional order of Stats.
+func (p statsParams) args() []any {
+	return []any{p.Limit}
+}
+
+// pendingDestParams are the parameters of PendingDest.
+type pendingDestParams struct {
+	Limit int // pending records read
+}
+
+// args are p's arguments in the positional order of PendingDest.
+func (p pendingDestParams) args() []any {
+	return []any{p.Limit}
+}
+
+// pubRecentParams are the parameters of PubRecent.
+type pubRecentParams struct {
+	After int64 // unix microseconds
+	Limit int   // publications read
+}
+
+// args are p's arguments in the positional order of PubRecent.
+func (p pubRecentParams) args() []any {
+	return []any{p.After, p.Limit}
+}
+
+// unparkParams are the parameters of Unpark.
+type unparkParams struct {
+	PartitionKey string
+}
+
+// args are p's arguments in the positional order of Unpark.
+func (p unparkParams) args() []any {
+	return []any{p.PartitionKey}
+}
+
+// horizonParams are the parameters of Horizon.
+type horizonParams struct {
+	Consumer string
+}
+
+// args are p's arguments in the positional order of Horizon.
+func (p horizonParams) args() []any {
+	return []any{p.Consumer}
+}
+
+// insertInboxParams are the parameters of InsertInbox.
+type insertInboxParams struct {
+	Consumer       string
+	EventID        string
+	Digest         []byte
+	SourcePosition string
+	Outcome        int
+	OccurredAt     any   // nullMicros
+	ProcessedAt    int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of InsertInbox.
+func (p insertInboxParams) args() []any {
+	return []any{p.Consumer, p.EventID, p.Digest, p.SourcePosition, p.Outcome, p.OccurredAt, p.ProcessedAt}
+}
+
+// selectInboxParams are the parameters of SelectInbox.
+type selectInboxParams struct {
+	Consumer string
+	EventID  string
+}
+
+// args are p's arguments in the positional order of SelectInbox.
+func (p selectInboxParams) args() []any {
+	return []any{p.Consumer, p.EventID}
+}
+
+// lockVersionParams are the parameters of LockVersion.
+type lockVersionParams struct {
+	Consumer string
+	Entity   string
+}
+
+// args are p's arguments in the positional order of LockVersion.
+func (p lockVersionParams) args() []any {
+	return []any{p.Consumer, p.Entity}
+}
+
+// setVersionParams are the parameters of SetVersion.
+type setVersionParams struct {
+	lockVersionParams
+	Version int64
+}
+
+// args are p's arguments in the positional order of SetVersion.
+func (p setVersionParams) args() []any {
+	return []any{p.Consumer, p.Entity, p.Version}
+}
+
+// raiseHorizonParams are the parameters of RaiseHorizon.
+type raiseHorizonParams struct {
+	Consumer string
+	Before   int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of RaiseHorizon.
+func (p raiseHorizonParams) args() []any {
+	return []any{p.Consumer, p.Before}
+}
+
+// pruneInboxParams are the parameters of PruneInbox.
+type pruneInboxParams struct {
+	Consumer string
+	Horizon  int64 // as RaiseHorizon returned
+	Limit    int
+}
+
+// args are p's arguments in the positional order of PruneInbox.
+func (p pruneInboxParams) args() []any {
+	return []any{p.Consumer, p.Horizon, p.Limit}
+}
+
+// listAllParams are the parameters of ListAll (and ListPending, ListParked, ListPublished).
+type listAllParams struct {
+	After int64 // seq
+	Limit int
+}
+
+// args are p's arguments in the positional order of ListAll.
+func (p listAllParams) args() []any {
+	return []any{p.After, p.Limit}
+}
+
+// replayByIDsParams are the parameters of ReplayByIDs.
+type replayByIDsParams struct {
+	IDs string // JSON array
+}
+
+// args are p's arguments in the positional order of ReplayByIDs.
+func (p replayByIDsParams) args() []any {
+	return []any{p.IDs}
+}
+
+// replayByKeyParams are the parameters of ReplayByKey.
+type replayByKeyParams struct {
+	PartitionKey string
+	Since        int64 // created at or after, unix microseconds
+	Limit        int
+}
+
+// args are p's arguments in the positional order of ReplayByKey.
+func (p replayByKeyParams) args() []any {
+	return []any{p.PartitionKey, p.Since, p.Limit}
+}
+
+// keyUnpublishedParams are the parameters of KeyUnpublished.
+type keyUnpublishedParams struct {
+	PartitionKey string
+}
+
+// args are p's arguments in the positional order of KeyUnpublished.
+func (p keyUnpublishedParams) args() []any {
+	return []any{p.PartitionKey}
+}
+
+// replayParams are the parameters of Replay (and ReplayForget).
+type replayParams struct {
+	Seqs string // JSON array
+}
+
+// args are p's arguments in the positional order of Replay.
+func (p replayParams) args() []any {
+	return []any{p.Seqs}
+}
+
+// auditInsertParams are the parameters of AuditInsert.
+type auditInsertParams struct {
+	At        int64 // unix microseconds
+	Actor     string
+	Command   string
+	Arguments string // JSON text
+	Rows      int64  // rows affected
+}
+
+// args are p's arguments in the positional order of AuditInsert.
+func (p auditInsertParams) args() []any {
+	return []any{p.At, p.Actor, p.Command, p.Arguments, p.Rows}
+}
+
+// auditSetRowsParams are the parameters of AuditSetRows.
+type auditSetRowsParams struct {
+	ID   int64
+	Rows int64
+}
+
+// args are p's arguments in the positional order of AuditSetRows.
+func (p auditSetRowsParams) args() []any {
+	return []any{p.ID, p.Rows}
+}
+
+// auditListParams are the parameters of AuditList.
+type auditListParams struct {
+	Since int64 // unix microseconds
+	Limit int
+}
+
+// args are p's arguments in the positional order of AuditList.
+func (p auditListParams) args() []any {
+	return []any{p.Since, p.Limit}
+}
+
+// resetLanesParams are the parameters of ResetLanes.
+type resetLanesParams struct {
+	Now   int64  // unix microseconds
+	All   bool   // every lane
+	Lanes string // JSON array, unless all
+	Owner string // '': any
+}
+
+// args are p's arguments in the positional order of ResetLanes.
+func (p resetLanesParams) args() []any {
+	return []any{p.Now, p.All, p.Lanes, p.Owner}
+}
+
+// lanesUpdateParams are the parameters of LanesUpdate.
+type lanesUpdateParams struct {
+	Lanes int // the new lane count
+}
+
+// args are p's arguments in the positional order of LanesUpdate.
+func (p lanesUpdateParams) args() []any {
+	return []any{p.Lanes}
+}
+
+// resizeLeasesParams are the parameters of ResizeLeases.
+type resizeLeasesParams struct {
+	Now int64 // unix microseconds
+}
+
+// args are p's arguments in the positional order of ResizeLeases.
+func (p resizeLeasesParams) args() []any {
+	return []any{p.Now}
+}
+
+// resizeDropLanesParams are the parameters of ResizeDropLanes (and ResizeAddLanes).
+type resizeDropLanesParams struct {
+	Lanes int // the new lane count
+}
+
+// args are p's arguments in the positional order of ResizeDropLanes.
+func (p resizeDropLanesParams) args() []any {
+	return []any{p.Lanes}
+}
+
+// resizeRowsParams are the parameters of ResizeRows.
+type resizeRowsParams struct {
+	After int64 // seq
+	Limit int
+}
+
+// args are p's arguments in the positional order of ResizeRows.
+func (p resizeRowsParams) args() []any {
+	return []any{p.After, p.Limit}
+}
+
+// resizeMoveParams are the parameters of ResizeMove.
+type resizeMoveParams struct {
+	Seq  int64
+	Lane int
+}
+
+// args are p's arguments in the positional order of ResizeMove.
+func (p resizeMoveParams) args() []any {
+	return []any{p.Seq, p.Lane}
 }

@@ -12,8 +12,9 @@ import (
 // without one has no named parameters, and its statements are used as written.
 type Dialect string
 
-// The dialects: PostgreSQL numbers its parameters ($n, a repeated name reuses its number);
-// MySQL and SQLite mark each occurrence with ? (a repeated name is repeated in the arguments).
+// The dialects: PostgreSQL ($n) and SQLite (?n) number their parameters in declaration order (a
+// repeated name reuses its number); MySQL marks each occurrence with ? (a repeated name is
+// repeated in the arguments).
 const (
 	Postgres Dialect = "postgres"
 	MySQL    Dialect = "mysql"
@@ -21,6 +22,17 @@ const (
 )
 
 func (d Dialect) valid() bool { return d == Postgres || d == MySQL || d == SQLite }
+
+// numbered reports whether the dialect numbers its parameters, and their prefix.
+func (d Dialect) numbered() (string, bool) {
+	switch d {
+	case Postgres:
+		return "$", true
+	case SQLite:
+		return "?", true
+	}
+	return "", false
+}
 
 // Param is one named parameter of a statement, declared by a line
 // "-- param: name GoType description" of its block. Name is written :name in the statement.
@@ -76,7 +88,7 @@ func (f *File) Statement(name string) (Statement, bool) {
 }
 
 // Params are all the parameters of the statement name: those of its Like statement (and so on),
-// then its own, in the order a PostgreSQL statement numbers them.
+// then its own, in the order a PostgreSQL or SQLite statement numbers them.
 func (f *File) Params(name string) []Param {
 	st, _ := f.Statement(name)
 	if st.Like == "" {
@@ -153,7 +165,7 @@ func Parse(src string) (*File, error) {
 }
 
 // check verifies every statement's parameters: a Like statement that exists and comes earlier,
-// names declared once and used, uses declared, and for the ? dialects, a statement that takes its
+// names declared once and used, uses declared, and for MySQL, a statement that takes its
 // Like statement's parameters alone marks them in the same order (so that one args method serves
 // both).
 func (f *File) check() error {
@@ -169,7 +181,7 @@ func (f *File) check() error {
 		if _, _, err := f.Rewrite(st.Name); err != nil {
 			return err
 		}
-		if st.Like != "" && len(st.Own) == 0 && f.Dialect != Postgres {
+		if _, numbered := f.Dialect.numbered(); st.Like != "" && len(st.Own) == 0 && !numbered {
 			_, mine, _ := f.Rewrite(st.Name)
 			_, theirs, _ := f.Rewrite(st.Like)
 			if !slices.Equal(mine, theirs) {
@@ -182,8 +194,9 @@ func (f *File) check() error {
 }
 
 // Rewrite returns the text of statement name with its parameters in the file's dialect, and the
-// names of the arguments in positional order: for PostgreSQL the parameters in declaration order
-// (:name is $n, n its place in Params), for MySQL and SQLite one per occurrence (:name is ?). A
+// names of the arguments in positional order: for PostgreSQL and SQLite the parameters in
+// declaration order (:name is $n or ?n, n its place in Params), for MySQL one per occurrence
+// (:name is ?). A
 // name not declared, a parameter never used, and a positional mark of the dialect ($1, ?) written
 // in the statement are errors. Strings, quoted identifiers and comments are left as they are.
 func (f *File) Rewrite(name string) (string, []string, error) {
@@ -222,8 +235,8 @@ func (f *File) Rewrite(name string) (string, []string, error) {
 			return
 		}
 		used[i] = true
-		if f.Dialect == Postgres {
-			fmt.Fprintf(&out, "$%d", i+1)
+		if prefix, ok := f.Dialect.numbered(); ok {
+			fmt.Fprintf(&out, "%s%d", prefix, i+1)
 			return
 		}
 		out.WriteByte('?')
@@ -235,7 +248,7 @@ func (f *File) Rewrite(name string) (string, []string, error) {
 			errs = append(errs, fmt.Errorf("parameter :%s is never used", p.Name))
 		}
 	}
-	if f.Dialect == Postgres {
+	if _, ok := f.Dialect.numbered(); ok {
 		for _, p := range params {
 			order = append(order, p.Name)
 		}
@@ -264,7 +277,8 @@ func isNameByte(c byte) bool  { return isNameStart(c) || '0' <= c && c <= '9' }
 // scan calls fn for each parameter mark of text outside strings, quoted identifiers and
 // comments: a named parameter :name (a colon not after another one, followed by a letter or _,
 // so that a cast ::int is none), and the dialect's positional marks ($n for PostgreSQL, ? for
-// MySQL and SQLite). MySQL strings take backslash escapes; PostgreSQL's take dollar quotes.
+// MySQL, ? and ?n for SQLite). MySQL strings take backslash escapes; PostgreSQL's take dollar
+// quotes.
 func scan(text string, d Dialect, fn func(start, end int, tok string)) {
 	for i := 0; i < len(text); {
 		c := text[i]
@@ -310,8 +324,12 @@ func scan(text string, d Dialect, fn func(start, end int, tok string)) {
 				i = j
 			}
 		case c == '?' && d != Postgres:
-			fn(i, i+1, "?")
-			i++
+			j := i + 1
+			for d == SQLite && j < len(text) && text[j] >= '0' && text[j] <= '9' {
+				j++
+			}
+			fn(i, j, text[i:j])
+			i = j
 		default:
 			i++
 		}

@@ -1,12 +1,24 @@
 // Package sqlfile loads an adapter's SQL statements from an embedded .sql file: the one way the
-// adapters keep and name their statements and substitute identifiers (River keeps its queries
-// the same way, in .sql files with named statements).
+// adapters keep and name their statements, their parameters and their identifiers (River keeps
+// its queries the same way, in .sql files with named statements; the parameters follow sqlc).
 //
 // A statement begins at a line "-- name: Name" and runs until the next such line. Whole comment
 // lines document the file and are left out of the statements (so that a "?" or "$1" in a
-// comment never reaches a driver). Identifiers are written {{key}}
-// and replaced by Idents[key], an identifier that the adapter validated and quoted once, at
-// construction. Nothing else in the text is ever replaced.
+// comment never reaches a driver). Identifiers are written {{key}} and replaced by Idents[key],
+// an identifier that the adapter validated and quoted once, at construction.
+//
+// Parameters are written :name (outside strings, quoted identifiers and comments; a cast ::int
+// is none) and declared by the block's comment lines "-- param: name GoType description", or
+// taken from an earlier statement by "-- params: Other" (then its own lines add to them). The
+// file's "-- dialect: postgres|mysql|sqlite" line says how Load rewrites them: $n or ?n in
+// declaration order, or ? per occurrence (MySQL). A positional mark written in a statement, an
+// undeclared name and an unused declaration are errors. Nothing else in the text is replaced.
+//
+// To add a statement to an adapter: write its block in queries.sql with named parameters, run
+// go generate in the adapter (cmd/sqlgen writes queries_gen.go: a field of the statements
+// struct, and a params struct whose args method lists the arguments in positional order, see
+// Generate), and call it: q.exec(ctx, s.q.newThing, newThingParams{Lane: 3}.args()...).
+// TestGenerated fails while a queries_gen.go is stale.
 package sqlfile
 
 import (
