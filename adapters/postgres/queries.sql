@@ -791,6 +791,7 @@ WHERE lane = ANY(ARRAY(
 -- Insert.
 -- params: Insert
 -- param: lane_count string the lane count the lanes were computed with
+-- param: database
 WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
@@ -928,6 +929,7 @@ INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane,
 -- InsertChecked of a single record, with scalar parameters as InsertOne.
 -- params: InsertOne
 -- param: lane_count string the lane count the lanes were computed with
+-- param: database
 WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)

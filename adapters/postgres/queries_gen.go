@@ -691,7 +691,7 @@ type insertCheckedParams struct {
 
 // args are p's arguments in the positional order of InsertChecked.
 func (p insertCheckedParams) args() []any {
-	return []any{p.IDs, p.AggregateTypes, p.AggregateIDs, p.AggregateVersions, p.Types, p.SchemaIDs, p.PartitionKeys, p.Destinations, p.Payloads, p.Headers, p.Tenants, p.CausationIDs, p.CorrelationIDs, p.Lanes, p.Database, p.LaneCount}
+	return []any{p.IDs, p.AggregateTypes, p.AggregateIDs, p.AggregateVersions, p.Types, p.SchemaIDs, p.PartitionKeys, p.Destinations, p.Payloads, p.Headers, p.Tenants, p.CausationIDs, p.CorrelationIDs, p.Lanes, p.LaneCount, p.Database}
 }
 
 // laneCountSetParams are the parameters of LaneCountSet.
@@ -768,5 +768,5 @@ type insertOneCheckedParams struct {
 
 // args are p's arguments in the positional order of InsertOneChecked.
 func (p insertOneCheckedParams) args() []any {
-	return []any{p.ID, p.AggregateType, p.AggregateID, p.AggregateVersion, p.Type, p.SchemaID, p.PartitionKey, p.Destination, p.Payload, p.Headers, p.Tenant, p.CausationID, p.CorrelationID, p.Lane, p.Database, p.LaneCount}
+	return []any{p.ID, p.AggregateType, p.AggregateID, p.AggregateVersion, p.Type, p.SchemaID, p.PartitionKey, p.Destination, p.Payload, p.Headers, p.Tenant, p.CausationID, p.CorrelationID, p.Lane, p.LaneCount, p.Database}
 }

@@ -93,6 +93,9 @@ func Generate(src []byte, pkg, file string) ([]byte, error) {
 			fmt.Fprintf(&b, "\t%s\n", paramsType(f, st.Like))
 		}
 		for _, p := range st.Own {
+			if p.Type == "" {
+				continue // placed, declared by the embedded struct
+			}
 			fmt.Fprintf(&b, "\t%s %s", p.Field(), p.Type)
 			if p.Doc != "" {
 				fmt.Fprintf(&b, " // %s", p.Doc)

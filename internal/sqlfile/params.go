@@ -35,7 +35,9 @@ func (d Dialect) numbered() (string, bool) {
 }
 
 // Param is one named parameter of a statement, declared by a line
-// "-- param: name GoType description" of its block. Name is written :name in the statement.
+// "-- param: name GoType description" of its block. Name is written :name in the statement. In a
+// block with a "-- params:" line, "-- param: name" alone places a parameter it takes from the
+// other statement there, in the order of the parameters (Type is then empty).
 type Param struct {
 	Name, Type, Doc string
 }
@@ -94,7 +96,20 @@ func (f *File) Params(name string) []Param {
 	if st.Like == "" {
 		return st.Own
 	}
-	return append(slices.Clone(f.Params(st.Like)), st.Own...)
+	base := f.Params(st.Like)
+	var out []Param
+	for _, p := range base {
+		if !slices.ContainsFunc(st.Own, func(o Param) bool { return o.Name == p.Name && o.Type == "" }) {
+			out = append(out, p)
+		}
+	}
+	for _, o := range st.Own {
+		if i := slices.IndexFunc(base, func(p Param) bool { return p.Name == o.Name }); o.Type == "" && i >= 0 {
+			o = base[i]
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // Parse parses src: its dialect line and its "-- name:" blocks, with their "-- param:" and
@@ -141,6 +156,10 @@ func Parse(src string) (*File, error) {
 		}
 		if p, ok := strings.CutPrefix(trimmed, "-- param:"); ok && cur != nil {
 			fields := strings.Fields(p)
+			if len(fields) == 1 && cur.Like != "" && isName(fields[0]) {
+				cur.Own = append(cur.Own, Param{Name: fields[0]}) // placed: see Param
+				continue
+			}
 			if len(fields) < 2 || !isName(fields[0]) {
 				return nil, fmt.Errorf("sqlfile: statement %s: %q: want -- param: name GoType description", cur.Name, trimmed)
 			}
@@ -176,6 +195,11 @@ func (f *File) check() error {
 		if st.Like != "" {
 			if i, ok := f.byName[st.Like]; !ok || i >= f.byName[st.Name] {
 				return fmt.Errorf("sqlfile: statement %s: -- params: %s names no earlier statement", st.Name, st.Like)
+			}
+			for _, o := range st.Own {
+				if o.Type == "" && !slices.ContainsFunc(f.Params(st.Like), func(p Param) bool { return p.Name == o.Name }) {
+					return fmt.Errorf("sqlfile: statement %s: -- param: %s places a parameter %s does not take", st.Name, o.Name, st.Like)
+				}
 			}
 		}
 		if _, _, err := f.Rewrite(st.Name); err != nil {

@@ -85,6 +85,18 @@ WHERE lane = ANY($1::int[]) AND tags @> '{a}' AND at < coalesce($2::timestamptz,
 	require.Equal(t, "SELECT $3, $2, $1", text)
 	require.Equal(t, []string{"lanes", "now", "extra"}, order)
 	require.Equal(t, "Lanes", f.Params("B")[0].Field())
+
+	// "-- param: now" alone places A's :now after B's own :extra.
+	f, err = Parse("-- dialect: postgres\n-- name: A\n-- param: lanes []int32\n-- param: now any\nSELECT :lanes, :now\n" +
+		"-- name: B\n-- params: A\n-- param: extra bool\n-- param: now\nSELECT :now, :extra, :lanes")
+	require.NoError(t, err)
+	text, order, err = f.Rewrite("B")
+	require.NoError(t, err)
+	require.Equal(t, "SELECT $3, $2, $1", text)
+	require.Equal(t, []string{"lanes", "extra", "now"}, order)
+	require.Equal(t, "any", f.Params("B")[2].Type)
+	_, err = Parse("-- dialect: postgres\n-- name: A\n-- param: a int\nSELECT :a\n-- name: B\n-- params: A\n-- param: b\nSELECT :a")
+	require.ErrorContains(t, err, "places a parameter A does not take")
 }
 
 func TestRewriteQuestion(t *testing.T) {
