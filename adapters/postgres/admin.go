@@ -21,11 +21,11 @@ func (s *Store[TTx]) PruneOutbox(ctx context.Context, p driver.PruneParams) (int
 	}
 	var n int64
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
-		if _, err := q.exec(ctx, s.q.pruneLock, s.n.lockKey); err != nil {
+		if _, err := q.exec(ctx, s.q.pruneLock, pruneLockParams{Class: s.n.lockKey}.args()...); err != nil {
 			return err
 		}
 		var err error
-		n, err = q.exec(ctx, s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
+		n, err = q.exec(ctx, s.q.pruneOutbox, pruneOutboxParams{Before: occurredIn(p.PublishedBefore), Below: below, Limit: p.BatchSize()}.args()...)
 		return err
 	})
 	if err != nil {
@@ -39,7 +39,7 @@ func (s *Store[TTx]) List(ctx context.Context, p driver.ListParams) ([]driver.Re
 	if p.State < driver.StateAll || p.State > driver.StatePublished {
 		return nil, fmt.Errorf("postgres: list: unknown state %d", p.State)
 	}
-	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], p.AfterSeq, p.PageSize()))
+	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], listAllParams{After: p.AfterSeq, Limit: p.PageSize()}.args()...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list: %w", classify(err))
 	}
@@ -63,7 +63,7 @@ func (s *Store[TTx]) Stats(ctx context.Context) (driver.Stats, error) {
 	var unpublished, rows, bytes int64
 	var pendingEst int64
 	var oldest pgtype.Timestamptz
-	if err := queryRow(ctx, s.db, s.q.stats, []any{statsExactUnpublished}, &unpublished, &st.Parked, &rows, &bytes, &pendingEst, &oldest); err != nil {
+	if err := queryRow(ctx, s.db, s.q.stats, statsParams{Limit: statsExactUnpublished}.args(), &unpublished, &st.Parked, &rows, &bytes, &pendingEst, &oldest); err != nil {
 		return driver.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
 	}
 	if unpublished >= statsExactUnpublished {
@@ -72,7 +72,7 @@ func (s *Store[TTx]) Stats(ctx context.Context) (driver.Stats, error) {
 	st.Pending = max(unpublished-st.Parked, 0)
 	st.Published = max(rows-unpublished, 0)
 	if bytes <= statsExactBytes {
-		if err := queryRow(ctx, s.db, s.q.statsExact, nil, &st.Published); err != nil {
+		if err := queryRow(ctx, s.db, s.q.statsPublished, nil, &st.Published); err != nil {
 			return driver.Stats{}, fmt.Errorf("postgres: stats: %w", classify(err))
 		}
 	}
@@ -85,7 +85,7 @@ func (s *Store[TTx]) Stats(ctx context.Context) (driver.Stats, error) {
 // parked one (a lower bound beyond them). It reads the pending table and its failed index.
 func (s *Store[TTx]) Blocked(ctx context.Context) (int64, error) {
 	var n int64
-	if err := queryRow(ctx, s.db, s.q.blocked, []any{statsExactUnpublished}, &n); err != nil {
+	if err := queryRow(ctx, s.db, s.q.blocked, blockedParams{Limit: statsExactUnpublished}.args(), &n); err != nil {
 		return 0, fmt.Errorf("postgres: blocked: %w", classify(err))
 	}
 	return n, nil
@@ -94,7 +94,7 @@ func (s *Store[TTx]) Blocked(ctx context.Context) (int64, error) {
 // Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
 // no Owner (its Until is the last lease's expiry). TakenOver is never set.
 func (s *Store[TTx]) Lanes(ctx context.Context) ([]driver.Lease, error) {
-	rows, err := s.db.query(ctx, s.q.lanesList)
+	rows, err := s.db.query(ctx, s.q.lanes)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: lanes: %w", classify(err))
 	}
@@ -139,7 +139,7 @@ func (s *Store[TTx]) ParkedKeys(ctx context.Context) ([]string, error) {
 // Unpark clears ParkedAt, NextAttemptAt and Attempts of the key's unpublished records that have
 // any of them set, and returns how many changed.
 func (s *Store[TTx]) Unpark(ctx context.Context, partitionKey string) (int, error) {
-	n, err := s.db.exec(ctx, s.q.unpark, partitionKey)
+	n, err := s.db.exec(ctx, s.q.unpark, unparkParams{PartitionKey: partitionKey}.args()...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: unpark: %w", classify(err))
 	}
@@ -150,7 +150,7 @@ func (s *Store[TTx]) Unpark(ctx context.Context, partitionKey string) (int, erro
 // destination has among the first limit pending records in seq order (the pending index, as
 // Blocked): the whole backlog when it is smaller. Operators only (outboxkit status).
 func (s *Store[TTx]) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
-	rows, err := s.db.query(ctx, s.q.pendingDest, limit)
+	rows, err := s.db.query(ctx, s.q.pendingDest, pendingDestParams{Limit: limit}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: pending destinations: %w", classify(err))
 	}
@@ -177,7 +177,7 @@ func (s *Store[TTx]) PendingDestinations(ctx context.Context, limit int) (map[st
 // migrated by this version). Records published by a relay that deletes on publish are not
 // logged, hence not counted. Operators only (outboxkit status).
 func (s *Store[TTx]) PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error) {
-	if err := queryRow(ctx, s.db, s.q.indexExists, []any{s.n.schema + "." + s.n.settledAtIdx}, &ok); err != nil || !ok {
+	if err := queryRow(ctx, s.db, s.q.indexExists, indexExistsParams{Index: s.n.schema + "." + s.n.settledAtIdx}.args(), &ok); err != nil || !ok {
 		if err != nil {
 			err = fmt.Errorf("postgres: publish rate: %w", classify(err))
 		}
@@ -185,7 +185,7 @@ func (s *Store[TTx]) PublishRate(ctx context.Context, window time.Duration, limi
 	}
 	var n int64
 	var oldest, now pgtype.Timestamptz
-	if err := queryRow(ctx, s.db, s.q.pubRecent, []any{window.Seconds(), limit}, &n, &oldest, &now); err != nil {
+	if err := queryRow(ctx, s.db, s.q.publishedRecent, publishedRecentParams{Window: window.Seconds(), Limit: limit}.args(), &n, &oldest, &now); err != nil {
 		return 0, false, fmt.Errorf("postgres: publish rate: %w", classify(err))
 	}
 	return recentRate(n, limit, window, tsOut(now).Sub(tsOut(oldest))), true, nil

@@ -19,7 +19,7 @@ import (
 // Inbox.Process calls it after InsertRecord (see driver.InboxStore).
 func (s *Store[TTx]) Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error) {
 	var h pgtype.Timestamptz
-	err := queryRow(ctx, s.txq(tx), s.q.horizonGet, []any{consumer}, &h)
+	err := queryRow(ctx, s.txq(tx), s.q.horizonGet, horizonGetParams{Consumer: consumer}.args(), &h)
 	if errors.Is(err, errNoRows) {
 		return time.Time{}, nil
 	}
@@ -75,10 +75,10 @@ func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity st
 // their Horizon read comes after that insert (see driver.InboxStore).
 func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	var h time.Time
-	if err := queryRow(ctx, s.db, s.q.raiseHorizon, []any{consumer, occurredIn(before)}, &h); err != nil {
+	if err := queryRow(ctx, s.db, s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: occurredIn(before)}.args(), &h); err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: raise horizon: %w", classify(err))
 	}
-	n, err := s.db.exec(ctx, s.q.pruneInbox, consumer, h, driver.PruneLimit(limit))
+	n, err := s.db.exec(ctx, s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: h, Limit: driver.PruneLimit(limit)}.args()...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: %w", classify(err))
 	}
@@ -91,7 +91,7 @@ func (s *Store[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string, 
 	q := s.txq(tx)
 	out, n, err := s.lockVersions(ctx, q, consumer, entities)
 	if err == nil && n < len(entities) {
-		if _, err = q.exec(ctx, s.q.versionEnsureMany, consumer, entities); err == nil {
+		if _, err = q.exec(ctx, s.q.versionEnsureMany, versionLockManyParams{Consumer: consumer, Entities: entities}.args()...); err == nil {
 			out, _, err = s.lockVersions(ctx, q, consumer, entities)
 		}
 	}
@@ -104,7 +104,7 @@ func (s *Store[TTx]) LockVersions(ctx context.Context, tx TTx, consumer string, 
 // lockVersions locks the existing rows of entities; it returns the versions set and how many
 // rows it locked.
 func (s *Store[TTx]) lockVersions(ctx context.Context, q querier, consumer string, entities []string) (map[string]int64, int, error) {
-	r, err := q.query(ctx, s.q.versionLockMany, consumer, entities)
+	r, err := q.query(ctx, s.q.versionLockMany, versionLockManyParams{Consumer: consumer, Entities: entities}.args()...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -189,7 +189,9 @@ func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.In
 }
 
 func (s *Store[TTx]) insertMany(ctx context.Context, q querier, consumer string, ids []string, digests [][]byte, positions []string, outcomes []int16, occurred []time.Time) (map[string]bool, error) {
-	r, err := q.query(ctx, s.q.inboxInsertMany, consumer, ids, digests, positions, outcomes, occurred)
+	r, err := q.query(ctx, s.q.inboxInsertMany, inboxInsertManyParams{
+		Consumer: consumer, EventIDs: ids, Digests: digests, Positions: positions, Outcomes: outcomes, Occurred: occurred,
+	}.args()...)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +209,7 @@ func (s *Store[TTx]) insertMany(ctx context.Context, q querier, consumer string,
 
 // readRecords reads the records of consumer among ids, by event ID (absent ones omitted).
 func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
-	r, err := q.query(ctx, s.q.inboxGetMany, consumer, ids)
+	r, err := q.query(ctx, s.q.inboxGetMany, inboxGetManyParams{Consumer: consumer, EventIDs: ids}.args()...)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +243,7 @@ func (s *Store[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string, v
 	for i, e := range entities {
 		vs[i] = versions[e]
 	}
-	if _, err := s.txq(tx).exec(ctx, s.q.versionSetMany, consumer, entities, vs); err != nil {
+	if _, err := s.txq(tx).exec(ctx, s.q.versionSetMany, versionSetManyParams{Consumer: consumer, Entities: entities, Versions: vs}.args()...); err != nil {
 		return fmt.Errorf("postgres: set versions: %w", classify(err))
 	}
 	return nil

@@ -37,7 +37,7 @@ var migration0004 string
 // nothing. The schema must exist.
 func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
-		if _, err := q.exec(ctx, s.q.migrateLock, s.n.migrateKey); err != nil {
+		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
 			return err
 		}
 		if _, err := q.exec(ctx, s.q.metaTable); err != nil {
@@ -46,10 +46,10 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		// The lane count first: a mismatch must change nothing.
 		var recorded string
 		lanes := s.o.Lanes
-		err := queryRow(ctx, q, s.q.metaGet, []any{"lanes"}, &recorded)
+		err := queryRow(ctx, q, s.q.metaGet, metaGetParams{Name: "lanes"}.args(), &recorded)
 		switch {
 		case errors.Is(err, errNoRows):
-			if _, err := q.exec(ctx, s.q.metaPut, "lanes", strconv.Itoa(s.o.Lanes)); err != nil {
+			if _, err := q.exec(ctx, s.q.metaPut, metaPutParams{Name: "lanes", Value: strconv.Itoa(s.o.Lanes)}.args()...); err != nil {
 				return err
 			}
 		case err != nil:
@@ -69,11 +69,11 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		if s.o.Partitioning != nil {
 			want = "interval=" + s.o.Partitioning.Interval.String()
 		}
-		err = queryRow(ctx, q, s.q.metaGet, []any{"partitioning"}, &recorded)
+		err = queryRow(ctx, q, s.q.metaGet, metaGetParams{Name: "partitioning"}.args(), &recorded)
 		switch {
 		case errors.Is(err, errNoRows):
 			var done string
-			err := queryRow(ctx, q, s.q.metaGet, []any{"migration:0001_outbox"}, &done)
+			err := queryRow(ctx, q, s.q.metaGet, metaGetParams{Name: "migration:0001_outbox"}.args(), &done)
 			switch {
 			case err == nil: // migrated before this option existed: a plain table
 				if want != "none" {
@@ -83,7 +83,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 			case !errors.Is(err, errNoRows):
 				return err
 			}
-			if _, err := q.exec(ctx, s.q.metaPut, "partitioning", want); err != nil {
+			if _, err := q.exec(ctx, s.q.metaPut, metaPutParams{Name: "partitioning", Value: want}.args()...); err != nil {
 				return err
 			}
 		case err != nil:
@@ -95,7 +95,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		created := false // the outbox is new: created by this migration
 		for _, m := range s.q.migrations {
 			var done string
-			err := queryRow(ctx, q, s.q.metaGet, []any{m.name}, &done)
+			err := queryRow(ctx, q, s.q.metaGet, metaGetParams{Name: m.name}.args(), &done)
 			if err == nil {
 				continue
 			}
@@ -105,7 +105,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 			if _, err := q.exec(ctx, m.sql); err != nil { // no arguments: simple protocol, many statements
 				return fmt.Errorf("%s: %w", m.name, err)
 			}
-			if _, err := q.exec(ctx, s.q.metaPut, m.name, "applied"); err != nil {
+			if _, err := q.exec(ctx, s.q.metaPut, metaPutParams{Name: m.name, Value: "applied"}.args()...); err != nil {
 				return err
 			}
 			created = created || m.name == "migration:0001_outbox"
@@ -115,7 +115,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		if _, err := q.exec(ctx, s.q.lanesFill, lanes); err != nil {
+		if _, err := q.exec(ctx, s.q.lanesFill, lanesFillParams{Lanes: lanes}.args()...); err != nil {
 			return err
 		}
 		var n int64
@@ -128,11 +128,11 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 		if s.o.UniqueAggregateVersion {
 			var exists bool
 			idx := s.n.schema + "." + s.n.aggverIdx
-			if err := queryRow(ctx, q, s.q.indexExists, []any{idx}, &exists); err != nil {
+			if err := queryRow(ctx, q, s.q.indexExists, indexExistsParams{Index: idx}.args(), &exists); err != nil {
 				return err
 			}
 			if !exists {
-				if _, err := q.exec(ctx, s.q.aggverIdx); err != nil {
+				if _, err := q.exec(ctx, s.q.aggverIndex); err != nil {
 					return err
 				}
 			}
@@ -196,13 +196,13 @@ func MigrationSQL(opts *Options) (string, error) {
 		}
 	}
 	add(q.dropLegacy) // a new outbox
-	lanes, err := sqlfile.Idents{"value": strconv.Itoa(o.Lanes)}.Expand(q.scriptLanes)
+	lanes, err := sqlfile.Idents{"value": strconv.Itoa(o.Lanes)}.Expand(q.scriptLanesFill)
 	if err != nil {
 		return "", err
 	}
 	add(lanes)
 	if o.UniqueAggregateVersion {
-		add(q.aggverIdx)
+		add(q.aggverIndex)
 	}
 	return b.String(), nil
 }

@@ -35,7 +35,7 @@ func (s *Store[TTx]) InOperatorTx(ctx context.Context, fn func(ctx context.Conte
 
 // ListAudit implements driver.OperatorStore.
 func (s *Store[TTx]) ListAudit(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
-	r, err := s.db.query(ctx, s.q.auditList, tsIn(p.Since), p.Limit)
+	r, err := s.db.query(ctx, s.q.auditList, auditListParams{Since: tsIn(p.Since), Limit: p.Limit}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: audit log: %w", classify(err))
 	}
@@ -74,7 +74,7 @@ func stepErr(step string, err error) error {
 // replay puts back: see PruneLock), then the outbox's ROW EXCLUSIVE lock (a writer's, which a
 // resize waits for), and reads the lane count.
 func (t opTx[TTx]) BeginReplay(ctx context.Context) (int, error) {
-	if _, err := t.q.exec(ctx, t.s.q.replayLock, t.s.n.lockKey); err != nil {
+	if _, err := t.q.exec(ctx, t.s.q.replayLock, pruneLockParams{Class: t.s.n.lockKey}.args()...); err != nil {
 		return 0, stepErr("replay lock", err)
 	}
 	if _, err := t.q.exec(ctx, t.s.q.replayLockOutbox); err != nil {
@@ -118,9 +118,9 @@ func (t opTx[TTx]) ReplayTargets(ctx context.Context, p driver.ReplayParams, lim
 	var r rows
 	var err error
 	if len(p.IDs) > 0 {
-		r, err = t.q.query(ctx, t.s.q.replayByIDs, p.IDs)
+		r, err = t.q.query(ctx, t.s.q.replayByIDs, replayByIDsParams{IDs: p.IDs}.args()...)
 	} else {
-		r, err = t.q.query(ctx, t.s.q.replayByKey, p.PartitionKey, occurredIn(p.Since), limit)
+		r, err = t.q.query(ctx, t.s.q.replayByKey, replayByKeyParams{PartitionKey: p.PartitionKey, Since: occurredIn(p.Since), Limit: limit}.args()...)
 	}
 	if err != nil {
 		return nil, stepErr("replay targets", err)
@@ -140,7 +140,7 @@ func (t opTx[TTx]) ReplayTargets(ctx context.Context, p driver.ReplayParams, lim
 // KeyUnpublished implements driver.OperatorTx.
 func (t opTx[TTx]) KeyUnpublished(ctx context.Context, key string) (bool, error) {
 	var pending bool
-	err := queryRow(ctx, t.q, t.s.q.keyUnpublished, []any{key}, &pending)
+	err := queryRow(ctx, t.q, t.s.q.keyUnpublished, keyUnpublishedParams{PartitionKey: key}.args(), &pending)
 	return pending, stepErr("replay", err)
 }
 
@@ -151,13 +151,13 @@ func (t opTx[TTx]) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int
 	for i, r := range rows {
 		seqs[i], to[i] = r.Seq, int32(r.Lane)
 	}
-	n, err := t.q.exec(ctx, t.s.q.replay, seqs, to)
+	n, err := t.q.exec(ctx, t.s.q.replay, replayParams{Seqs: seqs, Lanes: to}.args()...)
 	return n, stepErr("replay", err)
 }
 
 // Unpark implements driver.OperatorTx.
 func (t opTx[TTx]) Unpark(ctx context.Context, key string) (int64, error) {
-	n, err := t.q.exec(ctx, t.s.q.unpark, key)
+	n, err := t.q.exec(ctx, t.s.q.unpark, unparkParams{PartitionKey: key}.args()...)
 	return n, stepErr("unpark", err)
 }
 
@@ -167,10 +167,10 @@ func (t opTx[TTx]) PruneOutbox(ctx context.Context, p driver.PruneParams) (int64
 	if below <= 0 {
 		below = math.MaxInt64
 	}
-	if _, err := t.q.exec(ctx, t.s.q.pruneLock, t.s.n.lockKey); err != nil {
+	if _, err := t.q.exec(ctx, t.s.q.pruneLock, pruneLockParams{Class: t.s.n.lockKey}.args()...); err != nil {
 		return 0, stepErr("prune outbox", err)
 	}
-	n, err := t.q.exec(ctx, t.s.q.pruneOutbox, occurredIn(p.PublishedBefore), below, p.BatchSize())
+	n, err := t.q.exec(ctx, t.s.q.pruneOutbox, pruneOutboxParams{Before: occurredIn(p.PublishedBefore), Below: below, Limit: p.BatchSize()}.args()...)
 	return n, stepErr("prune outbox", err)
 }
 
@@ -183,7 +183,7 @@ func (t opTx[TTx]) ResetLanes(ctx context.Context, p driver.ResetLanesParams) (i
 	for i, l := range p.Lanes {
 		sel[i] = int32(l)
 	}
-	n, err := t.q.exec(ctx, t.s.q.resetLanes, sel, p.Owner)
+	n, err := t.q.exec(ctx, t.s.q.resetLanes, resetLanesParams{Lanes: sel, Owner: p.Owner}.args()...)
 	return n, stepErr("reset lanes", err)
 }
 
@@ -199,15 +199,15 @@ func (t opTx[TTx]) ResizeLanes(ctx context.Context, from, to int) (int64, error)
 	if err := queryRow(ctx, t.q, t.s.q.resizeLeases, nil, &held); err != nil {
 		return 0, stepErr("resize lanes", err)
 	}
-	if _, err := t.q.exec(ctx, t.s.q.resizeDropLanes, to); err != nil {
+	if _, err := t.q.exec(ctx, t.s.q.resizeDropLanes, resizeDropLanesParams{Lanes: to}.args()...); err != nil {
 		return 0, stepErr("resize lanes", err)
 	}
-	if _, err := t.q.exec(ctx, t.s.q.lanesFill, to); err != nil {
+	if _, err := t.q.exec(ctx, t.s.q.lanesFill, lanesFillParams{Lanes: to}.args()...); err != nil {
 		return 0, stepErr("resize lanes", err)
 	}
 	var moved int64
 	for after := int64(0); ; {
-		r, err := t.q.query(ctx, t.s.q.resizeRows, after, resizeBatch)
+		r, err := t.q.query(ctx, t.s.q.resizeRows, resizeRowsParams{After: after, Limit: resizeBatch}.args()...)
 		if err != nil {
 			return 0, stepErr("resize lanes", err)
 		}
@@ -232,7 +232,7 @@ func (t opTx[TTx]) ResizeLanes(ctx context.Context, from, to int) (int64, error)
 			return 0, stepErr("resize lanes", err)
 		}
 		if len(seqs) > 0 {
-			n, err := t.q.exec(ctx, t.s.q.resizeMove, seqs, lanes)
+			n, err := t.q.exec(ctx, t.s.q.resizeMove, resizeMoveParams{Seqs: seqs, Lanes: lanes}.args()...)
 			if err != nil {
 				return 0, stepErr("resize lanes", err)
 			}
@@ -242,7 +242,7 @@ func (t opTx[TTx]) ResizeLanes(ctx context.Context, from, to int) (int64, error)
 			break
 		}
 	}
-	if _, err := t.q.exec(ctx, t.s.q.laneCountSet, strconv.Itoa(to)); err != nil {
+	if _, err := t.q.exec(ctx, t.s.q.laneCountSet, laneCountSetParams{Value: strconv.Itoa(to)}.args()...); err != nil {
 		return 0, stepErr("resize lanes", err)
 	}
 	return moved, nil
@@ -251,13 +251,13 @@ func (t opTx[TTx]) ResizeLanes(ctx context.Context, from, to int) (int64, error)
 // RaiseHorizon implements driver.OperatorTx.
 func (t opTx[TTx]) RaiseHorizon(ctx context.Context, consumer string, before time.Time) (time.Time, error) {
 	var h time.Time
-	err := queryRow(ctx, t.q, t.s.q.raiseHorizon, []any{consumer, occurredIn(before)}, &h)
+	err := queryRow(ctx, t.q, t.s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: occurredIn(before)}.args(), &h)
 	return h, stepErr("raise horizon", err)
 }
 
 // PruneInbox implements driver.OperatorTx.
 func (t opTx[TTx]) PruneInbox(ctx context.Context, consumer string, horizon time.Time, limit int) (int64, error) {
-	n, err := t.q.exec(ctx, t.s.q.pruneInbox, consumer, horizon, limit)
+	n, err := t.q.exec(ctx, t.s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: horizon, Limit: limit}.args()...)
 	return n, stepErr("prune inbox", err)
 }
 
@@ -269,7 +269,7 @@ func (t opTx[TTx]) WriteAudit(ctx context.Context, a driver.AuditEntry) (int64, 
 
 // SetAuditRows implements driver.OperatorTx.
 func (t opTx[TTx]) SetAuditRows(ctx context.Context, id, rows int64) error {
-	_, err := t.q.exec(ctx, t.s.q.auditSetRows, id, rows)
+	_, err := t.q.exec(ctx, t.s.q.auditSetRows, auditSetRowsParams{ID: id, Rows: rows}.args()...)
 	return stepErr("write audit", err)
 }
 
@@ -280,7 +280,7 @@ func (s *Store[TTx]) insertAudit(ctx context.Context, q querier, a driver.AuditE
 		args = "{}"
 	}
 	var id int64
-	err := queryRow(ctx, q, s.q.auditInsert, []any{a.Actor, a.Command, args, a.Rows}, &id)
+	err := queryRow(ctx, q, s.q.auditInsert, auditInsertParams{Actor: a.Actor, Command: a.Command, Arguments: args, Rows: a.Rows}.args(), &id)
 	return id, err
 }
 

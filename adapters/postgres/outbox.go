@@ -45,52 +45,55 @@ func (s *Store[TTx]) insert(ctx context.Context, tx TTx, lanes int, records []dr
 	if len(records) == 0 {
 		return nil
 	}
-	stmt, checked := s.q.insert, s.q.insertChecked
+	// The Store's database, once LaneCount has run (core.NewOutbox runs it before any Write);
+	// nil (NULL) checks nothing. Learning it here, outside tx, could wait forever on a pool of one.
+	database := s.database.Load()
+	var stmt string
 	var args []any
 	if len(records) == 1 && s.q.insertOne != "" {
 		// One record: the same statement with scalar parameters (cheaper than one-element arrays).
-		stmt, checked = s.q.insertOne, s.q.insertOneChecked
 		r := &records[0]
 		h, err := headersJSON(r.Headers)
 		if err != nil {
 			return err
 		}
-		args = []any{r.ID, r.AggregateType, r.AggregateID, r.AggregateVersion, r.Type, r.SchemaID, r.PartitionKey,
-			r.Destination, payloadCol(r.Payload), h, r.Tenant, r.CausationID, r.CorrelationID, int32(r.Lane)}
+		one := insertOneParams{
+			ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, AggregateVersion: r.AggregateVersion,
+			Type: r.Type, SchemaID: r.SchemaID, PartitionKey: r.PartitionKey, Destination: r.Destination,
+			Payload: payloadCol(r.Payload), Headers: h, Tenant: r.Tenant, CausationID: r.CausationID,
+			CorrelationID: r.CorrelationID, Lane: int32(r.Lane), Database: database,
+		}
+		stmt, args = s.q.insertOne, one.args()
+		if lanes > 0 {
+			stmt, args = s.q.insertOneChecked, insertOneCheckedParams{insertOneParams: one, LaneCount: strconv.Itoa(lanes)}.args()
+		}
 	} else {
 		n := len(records)
-		var (
-			ids, aggTypes, aggIDs, types, schemaIDs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			keys, dests, headers, tenants           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			causations, correlations                = make([]string, n), make([]string, n)
-			versions                                = make([]int64, n)
-			payloads                                = make([][]byte, n)
-			laneCol                                 = make([]int32, n)
-		)
+		many := insertParams{
+			IDs: make([]string, n), AggregateTypes: make([]string, n), AggregateIDs: make([]string, n),
+			AggregateVersions: make([]int64, n), Types: make([]string, n), SchemaIDs: make([]string, n),
+			PartitionKeys: make([]string, n), Destinations: make([]string, n), Payloads: make([][]byte, n),
+			Headers: make([]string, n), Tenants: make([]string, n), CausationIDs: make([]string, n),
+			CorrelationIDs: make([]string, n), Lanes: make([]int32, n), Database: database,
+		}
 		for i := range records {
 			r := &records[i]
-			ids[i], aggTypes[i], aggIDs[i], types[i], schemaIDs[i] = r.ID, r.AggregateType, r.AggregateID, r.Type, r.SchemaID
-			keys[i], dests[i], tenants[i] = r.PartitionKey, r.Destination, r.Tenant
-			causations[i], correlations[i] = r.CausationID, r.CorrelationID
-			versions[i], laneCol[i] = r.AggregateVersion, int32(r.Lane)
-			payloads[i] = payloadCol(r.Payload)
+			many.IDs[i], many.AggregateTypes[i], many.AggregateIDs[i] = r.ID, r.AggregateType, r.AggregateID
+			many.AggregateVersions[i], many.Types[i], many.SchemaIDs[i] = r.AggregateVersion, r.Type, r.SchemaID
+			many.PartitionKeys[i], many.Destinations[i], many.Payloads[i] = r.PartitionKey, r.Destination, payloadCol(r.Payload)
+			many.Tenants[i], many.CausationIDs[i], many.CorrelationIDs[i] = r.Tenant, r.CausationID, r.CorrelationID
+			many.Lanes[i] = int32(r.Lane)
 			h, err := headersJSON(r.Headers)
 			if err != nil {
 				return err
 			}
-			headers[i] = h
+			many.Headers[i] = h
 		}
-		args = []any{ids, aggTypes, aggIDs, versions, types, schemaIDs, keys,
-			dests, payloads, headers, tenants, causations, correlations, laneCol}
+		stmt, args = s.q.insert, many.args()
+		if lanes > 0 {
+			stmt, args = s.q.insertChecked, insertCheckedParams{insertParams: many, LaneCount: strconv.Itoa(lanes)}.args()
+		}
 	}
-	if lanes > 0 {
-		stmt = checked
-		args = append(args, strconv.Itoa(lanes))
-	}
-	// The Store's database, once LaneCount has run (core.NewOutbox runs it before any Write);
-	// nil (NULL) checks nothing. Learning it here, outside tx, could wait forever on a pool of one.
-	database := s.database.Load()
-	args = append(args, database)
 	q := s.txq(tx)
 	got, err := q.exec(ctx, stmt, args...)
 	if err != nil {

@@ -58,7 +58,7 @@ func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
 		return nil
 	}
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
-		if _, err := q.exec(ctx, s.q.migrateLock, s.n.migrateKey); err != nil {
+		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
 			return err
 		}
 		return s.ensurePartitions(ctx, q)
@@ -100,7 +100,7 @@ func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier) error {
 }
 
 func (s *Store[TTx]) listPartitions(ctx context.Context, q querier) ([]partition, error) {
-	r, err := q.query(ctx, s.q.partitions, s.n.outbox)
+	r, err := q.query(ctx, s.q.partitions, partitionsParams{Outbox: s.n.outbox}.args()...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,20 +156,20 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p driver.PruneParams) (
 			break // partitions are sorted by lower bound: the rest are not sealed either
 		}
 		id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
-		check, err := id.Expand(s.q.partCheck)
+		check, err := id.Expand(s.q.partitionCheck)
 		if err != nil {
 			return total, err
 		}
-		count, err := id.Expand(s.q.partCount)
+		count, err := id.Expand(s.q.partitionCount)
 		if err != nil {
 			return total, err
 		}
-		drop, err := id.Expand(s.q.partDrop)
+		drop, err := id.Expand(s.q.partitionDrop)
 		if err != nil {
 			return total, err
 		}
 		var ok bool
-		if err := queryRow(ctx, s.db, check, []any{cut, below}, &ok); err != nil {
+		if err := queryRow(ctx, s.db, check, partitionCheckParams{Before: cut, Below: below}.args(), &ok); err != nil {
 			return total, fmt.Errorf("postgres: drop partitions: check %s: %w", part.name, err)
 		}
 		if !ok {
@@ -182,20 +182,20 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p driver.PruneParams) (
 		dropped := false
 		err = s.withTx(ctx, func(ctx context.Context, q querier) error {
 			dropped = false
-			if _, err := q.exec(ctx, s.q.partLockTimeout); err != nil {
+			if _, err := q.exec(ctx, s.q.partitionLockTimeout); err != nil {
 				return err
 			}
-			if _, err := q.exec(ctx, s.q.partLockAll); err != nil {
+			if _, err := q.exec(ctx, s.q.partitionLockOutbox); err != nil {
 				return err
 			}
 			var ok bool
-			if err := queryRow(ctx, q, check, []any{cut, below}, &ok); err != nil || !ok {
+			if err := queryRow(ctx, q, check, partitionCheckParams{Before: cut, Below: below}.args(), &ok); err != nil || !ok {
 				return err
 			}
 			if _, err := q.exec(ctx, drop); err != nil {
 				return err
 			}
-			if _, err := q.exec(ctx, s.q.partIDs, part.lo, part.hi); err != nil {
+			if _, err := q.exec(ctx, s.q.partitionIDs, partitionIDsParams{From: part.lo, To: part.hi}.args()...); err != nil {
 				return err
 			}
 			dropped = true

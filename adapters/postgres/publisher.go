@@ -31,7 +31,7 @@ func (s *Store[TTx]) AcquireGeneration(ctx context.Context, p driver.AcquirePara
 			pub = cur
 			return nil
 		}
-		pub, err = scanPublisher(ctx, q, s.q.publisherBump, p.Kind, p.Holder, tsIn(p.Now))
+		pub, err = scanPublisher(ctx, q, s.q.publisherBump, publisherBumpParams{Kind: p.Kind, Holder: p.Holder, Now: tsIn(p.Now)}.args()...)
 		return err
 	})
 	if err != nil {
@@ -84,7 +84,7 @@ func (s *Store[TTx]) LoadCheckpoint(ctx context.Context) (driver.Checkpoint, boo
 // core.ErrFenced. It implements driver.CheckpointStore.
 func (s *Store[TTx]) SaveCheckpoint(ctx context.Context, c driver.Checkpoint) error {
 	var current, written int64
-	err := queryRow(ctx, s.db, s.q.checkpointPut, []any{c.Source, c.Position, c.Generation}, &current, &written)
+	err := queryRow(ctx, s.db, s.q.checkpointPut, checkpointPutParams{Source: c.Source, Position: c.Position, Generation: c.Generation}.args(), &current, &written)
 	if errors.Is(err, errNoRows) {
 		return fmt.Errorf("postgres: save checkpoint: %w: the publisher row is missing (outbox not migrated?)", core.ErrSchemaMismatch)
 	}

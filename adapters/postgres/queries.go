@@ -38,66 +38,15 @@ func pendingCols(settled string) string {
 	CASE WHEN p.seq IS NOT NULL THEN p.parked_at WHEN ` + published + ` THEN o.parked_at END`
 }
 
+//go:generate go run ../../internal/sqlfile/cmd/sqlgen -pkg postgres
+
+// queries are the statements of queries.sql (statements, queries_gen.go: one field per
+// statement, its parameters in a struct of queries_gen.go) and the migrations.
 type queries struct {
-	migrateLock, indexExists    string
-	metaTable, metaGet, metaPut string
-	lanesFill, laneCount        string
-	scriptMetaPut, scriptLanes  string // MigrationSQL; {{key}}, {{value}}
-
-	insert, insertChecked string
-	// insertOne, insertOneChecked: the same for a single record, with scalar parameters; empty
-	// (a partitioned outbox): insert and insertChecked serve every call.
-	insertOne, insertOneChecked string
-	currentDatabase             string
-	// Lane count changes (migration 0007)
-	resizeLock, laneCountChecked, laneCountLocked, laneCountShared, laneCountSet string
-	resizeLeases, resizeDropLanes, resizeRows, resizeMove                        string
-
-	heartbeat, heartbeatLeave                  string
-	claimSkipLocked                            string
-	claimAdvisory                              string
-	renew, release                             string
-	publisherGet, publisherLock, publisherBump string
-	checkpointGet, checkpointPut               string
-	fetch                                      string
-	settleMark, settleDelete                   string // $10: Options.AsyncSettle
-
-	horizonGet, raiseHorizon string
-	pruneInbox               string
-	// driver.InboxBatchStore
-	inboxInsertMany, inboxGetMany                      string
-	versionLockMany, versionEnsureMany, versionSetMany string
-
-	pruneOutbox string
-	list        [4]string // by driver.RecordState
-	stats       string
-	statsExact  string
-	blocked     string
-	pendingDest string
-	pubRecent   string
-	lanesList   string
-	unpark      string
-	parkedKeys  string
-
-	replayByIDs, replayByKey, keyUnpublished, replay string
-	pruneLock, replayLock, replayLockOutbox          string // migration 0008
-	auditInsert, auditList                           string
-	auditSetRows                                     string // core.Operator.PruneInbox
-	resetLanes                                       string
-
-	notify, listen string
-
-	checkpointDelete string // outboxkit cdc release
-
-	partitions, partCheck, partIDs string // partitioned outbox; partCheck has {{partition}}
-	createPartition                string // {{partition}}, {{from}}, {{to}}
-	partCount, partDrop            string // {{partition}}
-	partLockTimeout, partLockAll   string
-	now                            string
+	statements
+	list [4]string // by driver.RecordState; listAllParams
 
 	migrations []migration
-	aggverIdx  string
-	dropLegacy string // a new outbox: the indexes of the layout before 0008
 }
 
 type migration struct {
@@ -161,101 +110,11 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	q := &queries{
-		migrateLock:   st.Get("MigrateLock"),
-		indexExists:   st.Get("IndexExists"),
-		metaTable:     st.Get("MetaTable"),
-		metaGet:       st.Get("MetaGet"),
-		metaPut:       st.Get("MetaPut"),
-		lanesFill:     st.Get("LanesFill"),
-		laneCount:     st.Get("LaneCount"),
-		scriptMetaPut: st.Get("ScriptMetaPut"),
-		scriptLanes:   st.Get("ScriptLanesFill"),
-		aggverIdx:     st.Get("AggverIndex"),
-		dropLegacy:    st.Get("DropLegacyIndexes"),
-
-		insert:           st.Get("Insert"),
-		insertChecked:    st.Get("InsertChecked"),
-		insertOne:        st.Get("InsertOne"),
-		insertOneChecked: st.Get("InsertOneChecked"),
-		currentDatabase:  st.Get("CurrentDatabase"),
-
-		resizeLock:       st.Get("ResizeLock"),
-		laneCountChecked: st.Get("LaneCountChecked"),
-		laneCountLocked:  st.Get("LaneCountLocked"),
-		laneCountShared:  st.Get("LaneCountShared"),
-		laneCountSet:     st.Get("LaneCountSet"),
-		resizeLeases:     st.Get("ResizeLeases"),
-		resizeDropLanes:  st.Get("ResizeDropLanes"),
-		resizeRows:       st.Get("ResizeRows"),
-		resizeMove:       st.Get("ResizeMove"),
-
-		heartbeat:       st.Get("Heartbeat"),
-		heartbeatLeave:  st.Get("HeartbeatLeave"),
-		claimSkipLocked: st.Get("ClaimSkipLocked"),
-		claimAdvisory:   st.Get("ClaimAdvisory"),
-		renew:           st.Get("Renew"),
-		release:         st.Get("Release"),
-		publisherGet:    st.Get("PublisherGet"),
-		publisherLock:   st.Get("PublisherLock"),
-		publisherBump:   st.Get("PublisherBump"),
-		checkpointGet:   st.Get("CheckpointGet"),
-		checkpointPut:   st.Get("CheckpointPut"),
-		fetch:           st.Get("Fetch"),
-		settleMark:      st.Get("SettleMark"),
-		settleDelete:    st.Get("SettleDelete"),
-
-		horizonGet:   st.Get("HorizonGet"),
-		raiseHorizon: st.Get("RaiseHorizon"),
-		pruneInbox:   st.Get("PruneInbox"),
-
-		inboxInsertMany:   st.Get("InboxInsertMany"),
-		inboxGetMany:      st.Get("InboxGetMany"),
-		versionLockMany:   st.Get("VersionLockMany"),
-		versionEnsureMany: st.Get("VersionEnsureMany"),
-		versionSetMany:    st.Get("VersionSetMany"),
-
-		pruneOutbox: st.Get("PruneOutbox"),
-		list:        [4]string{st.Get("ListAll"), st.Get("ListPending"), st.Get("ListParked"), st.Get("ListPublished")},
-		stats:       st.Get("Stats"),
-		statsExact:  st.Get("StatsPublished"),
-		blocked:     st.Get("Blocked"),
-		pendingDest: st.Get("PendingDestinations"),
-		pubRecent:   st.Get("PublishedRecent"),
-		lanesList:   st.Get("Lanes"),
-		unpark:      st.Get("Unpark"),
-		parkedKeys:  st.Get("ParkedKeys"),
-
-		replayByIDs:      st.Get("ReplayByIDs"),
-		replayByKey:      st.Get("ReplayByKey"),
-		keyUnpublished:   st.Get("KeyUnpublished"),
-		replay:           st.Get("Replay"),
-		pruneLock:        st.Get("PruneLock"),
-		replayLock:       st.Get("ReplayLock"),
-		replayLockOutbox: st.Get("ReplayLockOutbox"),
-		auditInsert:      st.Get("AuditInsert"),
-		auditList:        st.Get("AuditList"),
-		auditSetRows:     st.Get("AuditSetRows"),
-		resetLanes:       st.Get("ResetLanes"),
-
-		notify: st.Get("Notify"),
-		listen: st.Get("Listen"),
-
-		checkpointDelete: st.Get("CheckpointDelete"),
-
-		partitions:      st.Get("Partitions"),
-		partCheck:       st.Get("PartitionCheck"),
-		partIDs:         st.Get("PartitionIDs"),
-		createPartition: st.Get("CreatePartition"),
-		partCount:       st.Get("PartitionCount"),
-		partDrop:        st.Get("PartitionDrop"),
-		partLockTimeout: st.Get("PartitionLockTimeout"),
-		partLockAll:     st.Get("PartitionLockOutbox"),
-		now:             st.Get("Now"),
-	}
-	insertPartitioned, insertPartitionedChecked := st.Get("InsertPartitioned"), st.Get("InsertPartitionedChecked")
+	q := &queries{statements: loadStatements(st)}
+	q.list = [4]string{q.listAll, q.listPending, q.listParked, q.listPublished}
 	if partitioned {
-		q.insert, q.insertChecked = insertPartitioned, insertPartitionedChecked
+		// insertOne, insertOneChecked empty: insert and insertChecked serve every call.
+		q.insert, q.insertChecked = q.insertPartitioned, q.insertPartitionedChecked
 		q.insertOne, q.insertOneChecked = "", ""
 	}
 	if err := st.Err(); err != nil {

@@ -1,53 +1,67 @@
 -- The PostgreSQL adapter's statements, loaded by queries.go (internal/sqlfile). {{name}} is an
 -- identifier the adapter validated and quoted at construction (names in options.go); nothing
--- else is substituted. The pgx and database/sql paths run the same text.
+-- else is substituted. The pgx and database/sql paths run the same text. Parameters are written
+-- :name and declared by the block's "-- param: name GoType description" lines (or taken from
+-- another statement by "-- params: Other"); go generate writes their Go structs to
+-- queries_gen.go, and the loader numbers them $1, $2, ... in declaration order.
 --
--- Time: coalesce($n::timestamptz, now()) is the caller's injected time, else the database clock
+-- Time: coalesce(:now::timestamptz, now()) is the caller's injected time, else the database clock
 -- (River's pattern). Durations travel as microseconds (bigint).
+--
+-- dialect: postgres
 
 -- name: MigrateLock
-SELECT pg_advisory_xact_lock($1)
+-- param: key int64 the advisory lock of Migrate
+SELECT pg_advisory_xact_lock(:key)
 
 -- name: IndexExists
-SELECT to_regclass($1) IS NOT NULL
+-- param: index string schema-qualified index name
+SELECT to_regclass(:index) IS NOT NULL
 
 -- name: MetaTable
 CREATE TABLE IF NOT EXISTS {{meta}} (name text PRIMARY KEY, value text NOT NULL)
 
 -- name: MetaGet
-SELECT value FROM {{meta}} WHERE name = $1
+-- param: name string
+SELECT value FROM {{meta}} WHERE name = :name
 
 -- name: MetaPut
-INSERT INTO {{meta}} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
+-- param: name string
+-- param: value string
+INSERT INTO {{meta}} (name, value) VALUES (:name, :value) ON CONFLICT (name) DO NOTHING
 
--- name: PendingDestinations
--- Pending (unpublished, not parked) records per destination among the first $1 of them in seq
+-- name: PendingDest
+-- Pending (unpublished, not parked) records per destination among the first :limit of them in seq
 -- order (the pending table, as Blocked), each joined to its outbox row by a primary key lookup
 -- (LATERAL ... OFFSET 0 keeps the planner from hashing the whole outbox). Operators only
 -- (outboxkit status).
+-- param: limit int pending records read
 WITH w AS MATERIALIZED (
-	SELECT p.seq, p.created_at FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT $1
+	SELECT p.seq, p.created_at FROM {{pending}} AS p WHERE p.parked_at IS NULL ORDER BY p.seq LIMIT :limit
 )
 SELECT o.destination, count(*) FROM w
 CROSS JOIN LATERAL (SELECT o.destination FROM {{outbox}} AS o WHERE o.seq = w.seq AND o.created_at = w.created_at OFFSET 0) AS o
 GROUP BY o.destination
 
 -- name: PublishedRecent
--- The records published in the last $1 seconds, from the settle log (migration 0008; its index
--- on at): the records listed by the most recent entries, entries read until they list $2 records
+-- The records published in the last :window seconds, from the settle log (migration 0008; its index
+-- on at): the records listed by the most recent entries, entries read until they list :limit records
 -- (the last one whole), their oldest entry's time and the database's clock. Operators only
 -- (outboxkit status).
+-- param: window float64 seconds
+-- param: limit int records read from the log
 WITH w AS MATERIALIZED (
 	SELECT s.at, cardinality(s.seqs) AS n,
 		sum(cardinality(s.seqs)) OVER (ORDER BY s.at DESC ROWS UNBOUNDED PRECEDING) AS total
 	FROM {{settled}} AS s
-	WHERE s.at > now() - make_interval(secs => $1)
-	ORDER BY s.at DESC LIMIT $2
+	WHERE s.at > now() - make_interval(secs => :window)
+	ORDER BY s.at DESC LIMIT :limit
 )
-SELECT coalesce(sum(w.n), 0)::bigint, min(w.at), now() FROM w WHERE w.total - w.n < $2
+SELECT coalesce(sum(w.n), 0)::bigint, min(w.at), now() FROM w WHERE w.total - w.n < :limit
 
 -- name: LanesFill
-INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, $1::int - 1) AS g
+-- param: lanes int the lane count
+INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, :lanes::int - 1) AS g
 	ON CONFLICT (lane) DO NOTHING
 
 -- name: ScriptMetaPut
@@ -63,7 +77,7 @@ INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, {{value}} - 1) AS 
 -- name: LaneCount
 SELECT count(*) FROM {{lanes}}
 
--- name: DropLegacyIndexes
+-- name: DropLegacy
 -- A new outbox (migrations 0001 and 0008 applied by the same Migrate): the outbox's partial
 -- indexes on published_at IS NULL serve only relays of versions before the pending layout, which
 -- never ran on it. Left in place, the pending one would get an entry for every row (published_at
@@ -78,21 +92,36 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{aggver_idx}}
 
 -- name: Insert
 -- One statement for any number of records: arrays unnested in order, so seq follows the
--- order of the call. $15 is the Store's database (NULL until LaneCount learns it: no check):
+-- order of the call. :database is the Store's database (NULL until LaneCount learns it: no check):
 -- in a transaction on another database nothing is inserted (core.ErrInvalidTx). The pending rows
 -- (migration 0008) are written by the same statement, from the outbox insert's RETURNING; the
 -- transaction-local outboxkit.pending_layout, set before the first row is inserted (a one-time
 -- filter), keeps the migration's trigger for writers of earlier versions from firing.
+-- param: ids []string
+-- param: aggregate_types []string
+-- param: aggregate_ids []string
+-- param: aggregate_versions []int64
+-- param: types []string
+-- param: schema_ids []string
+-- param: partition_keys []string
+-- param: destinations []string
+-- param: payloads [][]byte
+-- param: headers []string JSON objects
+-- param: tenants []string
+-- param: causation_ids []string
+-- param: correlation_ids []string
+-- param: lanes []int32
+-- param: database *string the Store's database; nil: no check
 WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
 	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+FROM unnest(:ids::text[], :aggregate_types::text[], :aggregate_ids::text[], :aggregate_versions::bigint[], :types::text[], :schema_ids::text[], :partition_keys::text[],
+	:destinations::text[], :payloads::bytea[], :headers::text[], :tenants::text[], :causation_ids::text[], :correlation_ids::text[], :lanes::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
-WHERE current_database() = coalesce($15::text, current_database())
+WHERE current_database() = coalesce(:database::text, current_database())
   AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
 RETURNING seq, lane, partition_key, created_at)
@@ -100,145 +129,165 @@ INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane,
 
 -- name: InsertPartitioned
 -- Insert on a partitioned outbox: the IDs first, in the same statement, so that a duplicate
--- violates the side table's key. $15 as in Insert.
-WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) WHERE current_database() = coalesce($15::text, current_database())),
+-- violates the side table's key.
+-- params: Insert
+WITH ids AS (INSERT INTO {{ids}} (id) SELECT unnest(:ids::text[]) WHERE current_database() = coalesce(:database::text, current_database())),
 o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
 	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+FROM unnest(:ids::text[], :aggregate_types::text[], :aggregate_ids::text[], :aggregate_versions::bigint[], :types::text[], :schema_ids::text[], :partition_keys::text[],
+	:destinations::text[], :payloads::bytea[], :headers::text[], :tenants::text[], :causation_ids::text[], :correlation_ids::text[], :lanes::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
-WHERE current_database() = coalesce($15::text, current_database())
+WHERE current_database() = coalesce(:database::text, current_database())
   AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
 RETURNING seq, lane, partition_key, created_at)
 INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: Heartbeat
--- $1 owner, $2 now, $3 ttl (µs). Expired registrations older than an hour are removed on the
+-- Expired registrations older than an hour are removed on the
 -- way, skipping rows another heartbeat holds.
+-- param: owner string
+-- param: now any the caller's time (tsIn), NULL: the database clock
+-- param: ttl int64 microseconds
 WITH up AS (
 	INSERT INTO {{workers}} (owner, expires_at)
-	VALUES ($1, coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond')
+	VALUES (:owner, coalesce(:now::timestamptz, now()) + :ttl::bigint * interval '1 microsecond')
 	ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
 	RETURNING owner
 ), gc AS (
 	DELETE FROM {{workers}} WHERE owner = ANY(ARRAY(
 		SELECT owner FROM {{workers}}
-		WHERE owner <> $1 AND expires_at < coalesce($2::timestamptz, now()) - interval '1 hour'
+		WHERE owner <> :owner AND expires_at < coalesce(:now::timestamptz, now()) - interval '1 hour'
 		FOR UPDATE SKIP LOCKED))
 )
 SELECT (SELECT count(*) FROM up) + count(*) FROM {{workers}}
-WHERE owner <> $1 AND expires_at > coalesce($2::timestamptz, now())
+WHERE owner <> :owner AND expires_at > coalesce(:now::timestamptz, now())
 
 -- name: HeartbeatLeave
-WITH del AS (DELETE FROM {{workers}} WHERE owner = $1)
-SELECT count(*) FROM {{workers}} WHERE owner <> $1 AND expires_at > coalesce($2::timestamptz, now())
+-- param: owner string
+-- param: now any the caller's time (tsIn), NULL: the database clock
+WITH del AS (DELETE FROM {{workers}} WHERE owner = :owner)
+SELECT count(*) FROM {{workers}} WHERE owner <> :owner AND expires_at > coalesce(:now::timestamptz, now())
 
 -- name: ClaimSkipLocked
 -- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
 -- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
--- statement that waited reads the new generation), changes lanes only when $5 is the current
+-- statement that waited reads the new generation), changes lanes only when :generation is the current
 -- generation, and otherwise returns one row whose last column is true (fenced).
 -- A lane is claimable when it is free, its lease expired, or the sign of life its lease was
--- taken with is gone (core.Liveness: no session holds the advisory lock ($6 class, live_pid) any
--- more). $1 owner, $2 now, $3 ttl (µs), $4 max, $5 publisher generation, $6 liveness class, $7
--- the claimer's live_pid (NULL without a sign of life). Rows: lane, owner, generation,
+-- taken with is gone (core.Liveness: no session holds the advisory lock (:live_class, live_pid) any
+-- more). Rows: lane, owner, generation,
 -- lease_until, taken_over (the lane had an owner: read from the statement's snapshot, before
 -- the update; core.Lease.TakenOver, informational), fenced. ARRAY(...) keeps the LIMIT
 -- however stale the statistics are (IN (SELECT ... LIMIT n) may lock every candidate); the outer
 -- WHERE repeats the predicate for the row as updated.
+-- param: owner string
+-- param: now any the caller's time (tsIn), NULL: the database clock
+-- param: ttl int64 microseconds
+-- param: max int lanes claimed at most
+-- param: generation int64 the publisher generation
+-- param: live_class int32 the advisory lock class of liveness
+-- param: live_pid *int32 the claimer's sign of life (core.Liveness); nil: none
 WITH pub AS MATERIALIZED (
 	SELECT generation FROM {{publisher}} FOR SHARE
 ), up AS (
 	UPDATE {{lanes}}
-	SET owner = $1, generation = generation + 1, live_pid = $7::int,
-		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
+	SET owner = :owner, generation = generation + 1, live_pid = :live_pid::int,
+		lease_until = coalesce(:now::timestamptz, now()) + :ttl::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT lane FROM {{lanes}}
-		WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+		WHERE (owner = '' OR lease_until <= coalesce(:now::timestamptz, now())
 			OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
 				WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
-				  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
-		  AND (SELECT generation FROM pub) = $5::bigint
-		ORDER BY lane LIMIT $4
+				  AND k.classid = :live_class::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
+		  AND (SELECT generation FROM pub) = :generation::bigint
+		ORDER BY lane LIMIT :max
 		FOR UPDATE SKIP LOCKED))
-	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+	  AND (owner = '' OR lease_until <= coalesce(:now::timestamptz, now())
 		OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
 			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
-			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
-	  AND (SELECT generation FROM pub) = $5::bigint
+			  AND k.classid = :live_class::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
+	  AND (SELECT generation FROM pub) = :generation::bigint
 	RETURNING lane, owner, generation, lease_until,
 		(SELECT o.owner <> '' FROM {{lanes}} AS o WHERE o.lane = {{lanes}}.lane) AS taken_over
 )
 SELECT lane, owner, generation, lease_until, taken_over, false FROM up
 UNION ALL
-SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> $5::bigint
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> :generation::bigint
 
 -- name: ClaimAdvisory
 -- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
 -- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
--- statement that waited reads the new generation), changes lanes only when $5 is the current
+-- statement that waited reads the new generation), changes lanes only when :generation is the current
 -- generation, and otherwise returns one row whose last column is true (fenced).
--- As ClaimSkipLocked; $8 is the advisory lock class of this outbox's claims. The candidates are read in
--- lane order and the lock function is evaluated lazily until $4 lanes are locked (OFFSET 0 keeps
+-- As ClaimSkipLocked. The candidates are read in
+-- lane order and the lock function is evaluated lazily until :max lanes are locked (OFFSET 0 keeps
 -- the volatile filter out of the sorted subquery). Locks end with the statement's transaction.
+-- params: ClaimSkipLocked
+-- param: claim_class int32 the advisory lock class of this outbox's claims
 WITH pub AS MATERIALIZED (
 	SELECT generation FROM {{publisher}} FOR SHARE
 ), up AS (
 	UPDATE {{lanes}}
-	SET owner = $1, generation = generation + 1, live_pid = $7::int,
-		lease_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
+	SET owner = :owner, generation = generation + 1, live_pid = :live_pid::int,
+		lease_until = coalesce(:now::timestamptz, now()) + :ttl::bigint * interval '1 microsecond'
 	WHERE lane = ANY(ARRAY(
 		SELECT c.lane FROM (
 			SELECT lane FROM {{lanes}}
-			WHERE (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+			WHERE (owner = '' OR lease_until <= coalesce(:now::timestamptz, now())
 			OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
 				WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
-				  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
-			  AND (SELECT generation FROM pub) = $5::bigint
+				  AND k.classid = :live_class::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
+			  AND (SELECT generation FROM pub) = :generation::bigint
 			ORDER BY lane OFFSET 0) AS c
-		WHERE pg_try_advisory_xact_lock($8::int, c.lane)
-		LIMIT $4))
-	  AND (owner = '' OR lease_until <= coalesce($2::timestamptz, now())
+		WHERE pg_try_advisory_xact_lock(:claim_class::int, c.lane)
+		LIMIT :max))
+	  AND (owner = '' OR lease_until <= coalesce(:now::timestamptz, now())
 		OR (live_pid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks AS k
 			WHERE k.locktype = 'advisory' AND k.granted AND k.pid = live_pid
-			  AND k.classid = $6::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
-	  AND (SELECT generation FROM pub) = $5::bigint
+			  AND k.classid = :live_class::int::oid AND k.objid = live_pid::oid AND k.objsubid = 2)))
+	  AND (SELECT generation FROM pub) = :generation::bigint
 	RETURNING lane, owner, generation, lease_until,
 		(SELECT o.owner <> '' FROM {{lanes}} AS o WHERE o.lane = {{lanes}}.lane) AS taken_over
 )
 SELECT lane, owner, generation, lease_until, taken_over, false FROM up
 UNION ALL
-SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> $5::bigint
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> :generation::bigint
 
 -- name: Renew
 -- Publisher fencing of claims and renewals: the statement first locks the publisher row FOR
 -- SHARE (so AcquireGeneration, which updates it, waits for the statement's transaction, and a
--- statement that waited reads the new generation), changes lanes only when $5 is the current
+-- statement that waited reads the new generation), changes lanes only when :generation is the current
 -- generation, and otherwise returns one row whose last column is true (fenced).
--- $1 lanes, $2 owners, $3 generations, $4 now, $6 ttl (µs), $5 publisher generation. The lane
+-- The lane
 -- rows are locked in lane order first (the ARRAY init plan), as Settle does, so the two cannot
 -- deadlock; a fenced renewal locks none.
+-- param: lanes []int32
+-- param: owners []string
+-- param: generations []int64
+-- param: now any the caller's time (tsIn), NULL: the database clock
+-- param: generation int64 the publisher generation
+-- param: ttl int64 microseconds
 WITH pub AS MATERIALIZED (
 	SELECT generation FROM {{publisher}} FOR SHARE
 ), up AS (
 	UPDATE {{lanes}} AS l
-	SET lease_until = coalesce($4::timestamptz, now()) + $6::bigint * interval '1 microsecond'
-	FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+	SET lease_until = coalesce(:now::timestamptz, now()) + :ttl::bigint * interval '1 microsecond'
+	FROM unnest(:lanes::int[], :owners::text[], :generations::bigint[]) AS w(lane, owner, generation)
 	WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
-	  AND l.lease_until > coalesce($4::timestamptz, now())
-	  AND (SELECT generation FROM pub) = $5::bigint
-	  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[])
-		AND (SELECT generation FROM pub) = $5::bigint ORDER BY lane FOR UPDATE))
+	  AND l.lease_until > coalesce(:now::timestamptz, now())
+	  AND (SELECT generation FROM pub) = :generation::bigint
+	  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY(:lanes::int[])
+		AND (SELECT generation FROM pub) = :generation::bigint ORDER BY lane FOR UPDATE))
 	RETURNING l.lane, l.owner, l.generation, l.lease_until
 )
 SELECT lane, owner, generation, lease_until, false, false FROM up
 UNION ALL
-SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> $5::bigint
+SELECT 0, '', 0, '1970-01-01 00:00:00+00'::timestamptz, false, true FROM pub WHERE generation <> :generation::bigint
 
 -- name: PublisherGet
 SELECT generation, kind, holder, since FROM {{publisher}}
@@ -248,9 +297,11 @@ SELECT generation, kind, holder, since FROM {{publisher}}
 SELECT generation, kind, holder, since FROM {{publisher}} FOR UPDATE
 
 -- name: PublisherBump
--- $1 kind, $2 holder, $3 now.
+-- param: kind string
+-- param: holder string
+-- param: now any the caller's time (tsIn), NULL: the database clock
 UPDATE {{publisher}}
-SET generation = generation + 1, kind = $1, holder = $2, since = coalesce($3::timestamptz, now())
+SET generation = generation + 1, kind = :kind, holder = :holder, since = coalesce(:now::timestamptz, now())
 RETURNING generation, kind, holder, since
 
 -- name: CheckpointGet
@@ -261,14 +312,17 @@ SELECT source, position, generation, updated_at FROM {{checkpoint}}
 DELETE FROM {{checkpoint}}
 
 -- name: CheckpointPut
--- $1 source, $2 position, $3 generation. One statement: lock the publisher row FOR SHARE
--- (AcquireGeneration waits, and a waiting save reads the new generation), upsert only when $3 is
+-- One statement: lock the publisher row FOR SHARE
+-- (AcquireGeneration waits, and a waiting save reads the new generation), upsert only when :generation is
 -- the current generation, and return the current generation.
+-- param: source string
+-- param: position string
+-- param: generation int64 the publisher generation
 WITH pub AS MATERIALIZED (
 	SELECT generation FROM {{publisher}} FOR SHARE
 ), up AS (
 	INSERT INTO {{checkpoint}} AS c (singleton, source, position, generation)
-	SELECT true, $1, $2, $3::bigint FROM pub WHERE generation = $3::bigint
+	SELECT true, :source, :position, :generation::bigint FROM pub WHERE generation = :generation::bigint
 	ON CONFLICT (singleton) DO UPDATE SET source = EXCLUDED.source, position = EXCLUDED.position,
 		generation = EXCLUDED.generation, updated_at = now()
 	RETURNING 1
@@ -276,52 +330,67 @@ WITH pub AS MATERIALIZED (
 SELECT generation, (SELECT count(*) FROM up) FROM pub
 
 -- name: Release
+-- param: lanes []int32
+-- param: owners []string
+-- param: generations []int64
 UPDATE {{lanes}} AS l SET owner = '', live_pid = NULL
-FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+FROM unnest(:lanes::int[], :owners::text[], :generations::bigint[]) AS w(lane, owner, generation)
 WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
-  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE))
+  AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY(:lanes::int[]) ORDER BY lane FOR UPDATE))
 
 -- name: Fetch
--- $1 lanes, $2 now, $3 limit. The fetch function (migration 0008) walks the pending table in seq
+-- The fetch function (migration 0008) walks the pending table in seq
 -- order and joins the outbox; a record is skipped when an earlier pending record of its key is
 -- parked or not yet due (the pending table's failed index).
-SELECT {{cols}} FROM {{pending_fetch_fn}}($1::int[], $2::timestamptz, $3::int) ORDER BY seq
+-- param: lanes []int32
+-- param: now any the caller's time (tsIn), NULL: the database clock
+-- param: limit int
+SELECT {{cols}} FROM {{pending_fetch_fn}}(:lanes::int[], :now::timestamptz, :limit::int) ORDER BY seq
 
 -- name: SettleMark
 -- Settle is one statement, so one round trip and its own transaction: lock the leased lane rows
 -- (in lane order), list the leases that are not held, and change outbox rows only when that list
--- is empty. $1 lanes, $2 owners, $3 generations, $4 now, $5 published seqs, $6..$9 failures
--- (seq, error, delay µs, park), $10 Options.AsyncSettle: a transaction-local set_config,
+-- is empty. :async (Options.AsyncSettle): a transaction-local set_config,
 -- evaluated with the leases (always at least one row), makes the commit not wait for its WAL
 -- flush. It returns the lost lanes.
 -- Published rows lose their pending row, and one settle log entry lists them (at = now).
+-- param: lanes []int32
+-- param: owners []string
+-- param: generations []int64
+-- param: now any the caller's time (tsIn), NULL: the database clock
+-- param: published []int64 seqs
+-- param: failed []int64 seqs
+-- param: errors []string of the failed
+-- param: delays []int64 of the failed, microseconds
+-- param: park []bool of the failed
+-- param: async bool Options.AsyncSettle
 WITH want AS (
-	SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+	SELECT w.* FROM unnest(:lanes::int[], :owners::text[], :generations::bigint[]) AS w(lane, owner, generation)
 	CROSS JOIN (SELECT set_config('synchronous_commit',
-		CASE WHEN $10::bool THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS async
+		CASE WHEN :async::bool THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS async
 ), locked AS (
 	SELECT lane, owner, generation, lease_until FROM {{lanes}}
-	WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE
+	WHERE lane = ANY(:lanes::int[]) ORDER BY lane FOR UPDATE
 ), lost AS (
 	SELECT w.lane FROM want AS w LEFT JOIN locked AS k ON k.lane = w.lane
 	WHERE k.lane IS NULL OR k.owner <> w.owner OR k.generation <> w.generation
-	   OR k.lease_until <= coalesce($4::timestamptz, now())
+	   OR k.lease_until <= coalesce(:now::timestamptz, now())
 ), pub AS (
 	DELETE FROM {{pending}}
-	WHERE seq = ANY($5::bigint[]) AND lane = ANY($1::int[])
+	WHERE seq = ANY(:published::bigint[]) AND lane = ANY(:lanes::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
 	RETURNING seq
 ), log AS (
 	INSERT INTO {{settled}} (at, min_seq, max_seq, seqs)
-	SELECT coalesce($4::timestamptz, now()), min(seq), max(seq), array_agg(seq) FROM pub
+	SELECT coalesce(:now::timestamptz, now()), min(seq), max(seq), array_agg(seq) FROM pub
 	HAVING count(*) > 0
 ), fail AS (
 	UPDATE {{pending}} AS o
 	SET attempts = o.attempts + 1, last_error = f.err,
-		next_attempt_at = coalesce($4::timestamptz, now()) + f.delay * interval '1 microsecond',
-		parked_at = CASE WHEN f.park THEN coalesce($4::timestamptz, now()) ELSE o.parked_at END
-	FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bool[]) AS f(seq, err, delay, park)
-	WHERE o.seq = f.seq AND o.lane = ANY($1::int[])
+		next_attempt_at = coalesce(:now::timestamptz, now()) + f.delay * interval '1 microsecond',
+		parked_at = CASE WHEN f.park THEN coalesce(:now::timestamptz, now()) ELSE o.parked_at END
+	FROM unnest(:failed::bigint[], :errors::text[], :delays::bigint[], :park::bool[]) AS f(seq, err, delay, park)
+	WHERE o.seq = f.seq AND o.lane = ANY(:lanes::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
 	RETURNING 1
 )
@@ -329,20 +398,21 @@ SELECT lane FROM lost ORDER BY lane
 
 -- name: SettleDelete
 -- As SettleMark, but published rows are deleted (their pending and outbox rows; no log entry).
+-- params: SettleMark
 WITH want AS (
-	SELECT w.* FROM unnest($1::int[], $2::text[], $3::bigint[]) AS w(lane, owner, generation)
+	SELECT w.* FROM unnest(:lanes::int[], :owners::text[], :generations::bigint[]) AS w(lane, owner, generation)
 	CROSS JOIN (SELECT set_config('synchronous_commit',
-		CASE WHEN $10::bool THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS async
+		CASE WHEN :async::bool THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS async
 ), locked AS (
 	SELECT lane, owner, generation, lease_until FROM {{lanes}}
-	WHERE lane = ANY($1::int[]) ORDER BY lane FOR UPDATE
+	WHERE lane = ANY(:lanes::int[]) ORDER BY lane FOR UPDATE
 ), lost AS (
 	SELECT w.lane FROM want AS w LEFT JOIN locked AS k ON k.lane = w.lane
 	WHERE k.lane IS NULL OR k.owner <> w.owner OR k.generation <> w.generation
-	   OR k.lease_until <= coalesce($4::timestamptz, now())
+	   OR k.lease_until <= coalesce(:now::timestamptz, now())
 ), pub AS (
 	DELETE FROM {{pending}}
-	WHERE seq = ANY($5::bigint[]) AND lane = ANY($1::int[])
+	WHERE seq = ANY(:published::bigint[]) AND lane = ANY(:lanes::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
 	RETURNING seq
 ), del AS (
@@ -352,10 +422,10 @@ WITH want AS (
 ), fail AS (
 	UPDATE {{pending}} AS o
 	SET attempts = o.attempts + 1, last_error = f.err,
-		next_attempt_at = coalesce($4::timestamptz, now()) + f.delay * interval '1 microsecond',
-		parked_at = CASE WHEN f.park THEN coalesce($4::timestamptz, now()) ELSE o.parked_at END
-	FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bool[]) AS f(seq, err, delay, park)
-	WHERE o.seq = f.seq AND o.lane = ANY($1::int[])
+		next_attempt_at = coalesce(:now::timestamptz, now()) + f.delay * interval '1 microsecond',
+		parked_at = CASE WHEN f.park THEN coalesce(:now::timestamptz, now()) ELSE o.parked_at END
+	FROM unnest(:failed::bigint[], :errors::text[], :delays::bigint[], :park::bool[]) AS f(seq, err, delay, park)
+	WHERE o.seq = f.seq AND o.lane = ANY(:lanes::int[])
 	  AND NOT EXISTS (SELECT 1 FROM lost)
 	RETURNING 1
 )
@@ -363,58 +433,80 @@ SELECT lane FROM lost ORDER BY lane
 
 -- name: HorizonGet
 -- No lock: Inbox.Process reads it after the record's insert, in a new statement (read committed).
-SELECT horizon FROM {{horizons}} WHERE consumer = $1
+-- param: consumer string
+SELECT horizon FROM {{horizons}} WHERE consumer = :consumer
 
 -- name: InboxInsertMany
--- core.InboxBatchStore: InboxInsert for many records of consumer $1 (distinct event IDs), in
+-- core.InboxBatchStore: InboxInsert for many records of consumer :consumer (distinct event IDs), in
 -- event ID order (one lock order for every batch); returns the event IDs inserted.
+-- param: consumer string
+-- param: event_ids []string
+-- param: digests [][]byte
+-- param: positions []string
+-- param: outcomes []int16
+-- param: occurred []time.Time occurredIn
 INSERT INTO {{inbox}} (consumer, event_id, digest, source_position, outcome, occurred_at)
-SELECT $1, event_id, digest, source_position, outcome, occurred_at
-FROM unnest($2::text[], $3::bytea[], $4::text[], $5::smallint[], $6::timestamptz[])
+SELECT :consumer, event_id, digest, source_position, outcome, occurred_at
+FROM unnest(:event_ids::text[], :digests::bytea[], :positions::text[], :outcomes::smallint[], :occurred::timestamptz[])
 	AS r(event_id, digest, source_position, outcome, occurred_at)
 ORDER BY event_id
 ON CONFLICT (consumer, event_id) DO NOTHING
 RETURNING event_id
 
 -- name: InboxGetMany
+-- param: consumer string
+-- param: event_ids []string
 SELECT event_id, digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
-WHERE consumer = $1 AND event_id = ANY($2::text[])
+WHERE consumer = :consumer AND event_id = ANY(:event_ids::text[])
 
 -- name: VersionLockMany
--- The rows of the entities $2, locked in entity order.
-SELECT entity, version FROM {{versions}} WHERE consumer = $1 AND entity = ANY($2::text[])
+-- The rows of the entities, locked in entity order.
+-- param: consumer string
+-- param: entities []string
+SELECT entity, version FROM {{versions}} WHERE consumer = :consumer AND entity = ANY(:entities::text[])
 ORDER BY entity FOR UPDATE
 
 -- name: VersionEnsureMany
-INSERT INTO {{versions}} (consumer, entity) SELECT $1, e FROM unnest($2::text[]) AS r(e) ORDER BY e
+-- params: VersionLockMany
+INSERT INTO {{versions}} (consumer, entity) SELECT :consumer, e FROM unnest(:entities::text[]) AS r(e) ORDER BY e
 ON CONFLICT (consumer, entity) DO NOTHING
 
 -- name: VersionSetMany
+-- param: consumer string
+-- param: entities []string
+-- param: versions []int64
 INSERT INTO {{versions}} (consumer, entity, version)
-SELECT $1, e, v FROM unnest($2::text[], $3::bigint[]) AS r(e, v) ORDER BY e
+SELECT :consumer, e, v FROM unnest(:entities::text[], :versions::bigint[]) AS r(e, v) ORDER BY e
 ON CONFLICT (consumer, entity) DO UPDATE SET version = EXCLUDED.version
 
 -- name: RaiseHorizon
 -- Its own transaction, committed before PruneInbox deletes anything below the horizon.
-INSERT INTO {{horizons}} AS h (consumer, horizon) VALUES ($1, $2)
+-- param: consumer string
+-- param: before time.Time occurredIn
+INSERT INTO {{horizons}} AS h (consumer, horizon) VALUES (:consumer, :before)
 ON CONFLICT (consumer) DO UPDATE SET horizon = greatest(h.horizon, EXCLUDED.horizon)
 RETURNING horizon
 
 -- name: PruneInbox
--- $2 is the horizon RaiseHorizon returned; delete up to $3 records older than it.
-DELETE FROM {{inbox}} WHERE consumer = $1 AND event_id = ANY(ARRAY(
+-- Deletes up to :limit records older than :horizon.
+-- param: consumer string
+-- param: horizon time.Time as RaiseHorizon returned
+-- param: limit int
+DELETE FROM {{inbox}} WHERE consumer = :consumer AND event_id = ANY(ARRAY(
 	SELECT event_id FROM {{inbox}}
-	WHERE consumer = $1 AND occurred_at < $2::timestamptz
-	ORDER BY occurred_at LIMIT $3))
+	WHERE consumer = :consumer AND occurred_at < :horizon::timestamptz
+	ORDER BY occurred_at LIMIT :limit))
 
 -- name: PruneLock
 -- PruneOutbox's first statement, in its transaction: a shared advisory lock that Replay takes
 -- exclusively (ReplayLock), so that the deletion's snapshot, taken after it, sees every replay
 -- that committed (a replayed row gets a pending row, which the outbox row does not show).
-SELECT pg_advisory_xact_lock_shared($1::int, -1)
+-- param: class int32 the advisory lock class of this outbox
+SELECT pg_advisory_xact_lock_shared(:class::int, -1)
 
 -- name: ReplayLock
-SELECT pg_advisory_xact_lock($1::int, -1)
+-- params: PruneLock
+SELECT pg_advisory_xact_lock(:class::int, -1)
 
 -- name: ReplayLockOutbox
 -- Replay, before it reads the lane count: the outbox's ROW EXCLUSIVE lock (a writer's), which a
@@ -423,15 +515,18 @@ SELECT pg_advisory_xact_lock($1::int, -1)
 LOCK TABLE {{outbox}} IN ROW EXCLUSIVE MODE
 
 -- name: PruneOutbox
--- $1 published before, $2 seq bound (exclusive), $3 limit. Nothing at or above the lowest
+-- Nothing at or above the lowest
 -- pending seq is deleted (every row below it is published); a row published after migration
 -- 0008 (published_at NULL) only below the lowest min_seq of the settle log entries at or after
--- $1 (none of them lists it), one published before it when its published_at is before $1 and
+-- :before (none of them lists it), one published before it when its published_at is before :before and
 -- below that bound as well (a replay may have published it again). The pending table and the
 -- log are read in one snapshot, the statement's. Settle log entries below every outbox row go.
+-- param: before time.Time published before (occurredIn)
+-- param: below int64 seq bound, exclusive
+-- param: limit int
 WITH b AS MATERIALIZED (
 	SELECT (SELECT min(seq) FROM {{pending}}) AS pending_min,
-		(SELECT min(min_seq) FROM {{settled}} WHERE at >= $1::timestamptz) AS settled_min,
+		(SELECT min(min_seq) FROM {{settled}} WHERE at >= :before::timestamptz) AS settled_min,
 		set_config('outboxkit.pending_layout', 'on', true) AS layout
 ), m AS MATERIALIZED (
 	-- No outbox row: every entry lists only deleted rows (an entry lists committed rows).
@@ -441,44 +536,50 @@ WITH b AS MATERIALIZED (
 )
 DELETE FROM {{outbox}} WHERE seq = ANY(ARRAY(
 	SELECT o.seq FROM {{outbox}} AS o, b
-	WHERE o.seq < $2::bigint AND o.seq < coalesce(b.pending_min, $2::bigint)
-	  AND o.seq < coalesce(b.settled_min, $2::bigint)
-	  AND (o.published_at IS NULL OR o.published_at < $1::timestamptz)
-	ORDER BY o.seq LIMIT $3))
+	WHERE o.seq < :below::bigint AND o.seq < coalesce(b.pending_min, :below::bigint)
+	  AND o.seq < coalesce(b.settled_min, :below::bigint)
+	  AND (o.published_at IS NULL OR o.published_at < :before::timestamptz)
+	ORDER BY o.seq LIMIT :limit))
 
 -- name: ListAll
--- $1 after seq, $2 limit. A record is unpublished while it has a pending row (migration 0008).
+-- A record is unpublished while it has a pending row (migration 0008).
 -- Every join is a primary key lookup per row (LATERAL ... OFFSET 0: never a hash of a table).
+-- param: after int64 seq
+-- param: limit int
 SELECT {{pcols}} FROM {{outbox}} AS o
 LEFT JOIN LATERAL (SELECT * FROM {{pending}} AS q WHERE q.seq = o.seq OFFSET 0) AS p ON true
-WHERE o.seq > $1 ORDER BY o.seq LIMIT $2
+WHERE o.seq > :after ORDER BY o.seq LIMIT :limit
 
 -- name: ListPending
-SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > $1 AND parked_at IS NULL ORDER BY seq LIMIT $2) AS p
+-- params: ListAll
+SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > :after AND parked_at IS NULL ORDER BY seq LIMIT :limit) AS p
 CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq AND r.created_at = p.created_at OFFSET 0) AS o
 ORDER BY p.seq
 
 -- name: ListParked
-SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > $1 AND parked_at IS NOT NULL ORDER BY seq LIMIT $2) AS p
+-- params: ListAll
+SELECT {{pcols}} FROM (SELECT * FROM {{pending}} WHERE seq > :after AND parked_at IS NOT NULL ORDER BY seq LIMIT :limit) AS p
 CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = p.seq AND r.created_at = p.created_at OFFSET 0) AS o
 ORDER BY p.seq
 
 -- name: ListPublished
+-- params: ListAll
 SELECT {{pcols}} FROM {{outbox}} AS o LEFT JOIN {{pending}} AS p ON false
-WHERE o.seq > $1 AND NOT EXISTS (SELECT 1 FROM {{pending}} AS q WHERE q.seq = o.seq)
-ORDER BY o.seq LIMIT $2
+WHERE o.seq > :after AND NOT EXISTS (SELECT 1 FROM {{pending}} AS q WHERE q.seq = o.seq)
+ORDER BY o.seq LIMIT :limit
 
 -- name: Stats
 -- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
--- rows, and at most $1 rows of the pending table (migration 0008). The unpublished rows are
--- counted on the pending table up to $1 (Go's cap; beyond it Go takes the planner's estimate of
+-- rows, and at most :limit rows of the pending table (migration 0008). The unpublished rows are
+-- counted on the pending table up to :limit (Go's cap; beyond it Go takes the planner's estimate of
 -- the pending table's rows), the parked ones on its failed index; the outbox's rows are
 -- estimated as the planner does (reltuples per page at the last ANALYZE or vacuum, times the
 -- pages the table has now; 0 before any), summed over the table and its partitions, with their
 -- size in bytes (Go counts the published rows exactly, with StatsPublished, when the table is
 -- small); the oldest pending record is the first pending row in seq order that is not parked.
+-- param: limit int pending rows counted at most
 WITH unpub AS (
-	SELECT count(*) AS n FROM (SELECT 1 FROM {{pending}} LIMIT $1) AS u
+	SELECT count(*) AS n FROM (SELECT 1 FROM {{pending}} LIMIT :limit) AS u
 ), parked AS (
 	SELECT count(*) AS n FROM {{pending}}
 	WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
@@ -510,9 +611,10 @@ SELECT count(*) FROM {{outbox}} AS o WHERE NOT EXISTS (SELECT 1 FROM {{pending}}
 
 -- name: Blocked
 -- Pending records held back by an earlier parked record of their partition key, among the
--- first $1 unpublished records from the first parked one on (the pending index; a lower bound
+-- first :limit unpublished records from the first parked one on (the pending index; a lower bound
 -- beyond them). The parked keys come from the failed index. Operators only (outboxkit status),
 -- and run only when something is parked.
+-- param: limit int unpublished records read at most
 WITH p AS MATERIALIZED (
 	SELECT partition_key, min(seq) AS seq FROM {{pending}}
 	WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL
@@ -520,7 +622,7 @@ WITH p AS MATERIALIZED (
 ), w AS MATERIALIZED (
 	SELECT o.seq, o.partition_key FROM {{pending}} AS o
 	WHERE o.parked_at IS NULL AND o.seq > (SELECT min(seq) FROM p)
-	ORDER BY o.seq LIMIT $1
+	ORDER BY o.seq LIMIT :limit
 )
 SELECT count(*) FROM w JOIN p ON w.partition_key = p.partition_key AND w.seq > p.seq
 
@@ -534,8 +636,9 @@ WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NO
 -- name: Unpark
 -- Rows with something to clear always have parked_at or next_attempt_at set (a failure sets
 -- next_attempt_at), so the pending table's failed index finds them.
+-- param: partition_key string
 UPDATE {{pending}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-WHERE partition_key = $1 AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
+WHERE partition_key = :partition_key AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
 
 -- name: Notify
 -- Sent without arguments: one simple-protocol round trip, its own small transaction that does
@@ -546,25 +649,30 @@ BEGIN; SET LOCAL synchronous_commit = off; NOTIFY {{channel}}; COMMIT
 LISTEN {{channel}}
 
 -- name: Partitions
--- Partitioned outbox. $1 the outbox (regclass text).
+-- Partitioned outbox.
+-- param: outbox string the outbox (regclass text)
 SELECT c.relname::text FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-WHERE i.inhparent = $1::regclass ORDER BY c.relname
+WHERE i.inhparent = :outbox::regclass ORDER BY c.relname
 
 -- name: PartitionCheck
--- Whether {{partition}} holds only rows PruneOutbox would delete: every seq below $2, below the
+-- Whether {{partition}} holds only rows PruneOutbox would delete: every seq below :below, below the
 -- lowest pending seq (so none unpublished) and below the lowest min_seq of the settle log entries
--- at or after $1, none published (before migration 0008) at or after $1. Index lookups only
+-- at or after :before, none published (before migration 0008) at or after :before. Index lookups only
 -- (pending and settle log indexes, published_at index, primary key), so that it is cheap under
 -- the table lock.
-SELECT NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NOT NULL AND published_at >= $1::timestamptz)
-   AND coalesce((SELECT max(seq) FROM {{partition}}), 0) < $2::bigint
+-- param: before time.Time published before
+-- param: below int64 seq bound, exclusive
+SELECT NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NOT NULL AND published_at >= :before::timestamptz)
+   AND coalesce((SELECT max(seq) FROM {{partition}}), 0) < :below::bigint
    AND coalesce((SELECT max(seq) FROM {{partition}}), 0)
-       < coalesce((SELECT min(seq) FROM {{pending}}), $2::bigint)
+       < coalesce((SELECT min(seq) FROM {{pending}}), :below::bigint)
    AND coalesce((SELECT max(seq) FROM {{partition}}), 0)
-       < coalesce((SELECT min(min_seq) FROM {{settled}} WHERE at >= $1::timestamptz), $2::bigint)
+       < coalesce((SELECT min(min_seq) FROM {{settled}} WHERE at >= :before::timestamptz), :below::bigint)
 
 -- name: PartitionIDs
-DELETE FROM {{ids}} WHERE created_at >= $1::timestamptz AND created_at < $2::timestamptz
+-- param: from time.Time
+-- param: to time.Time
+DELETE FROM {{ids}} WHERE created_at >= :from::timestamptz AND created_at < :to::timestamptz
 
 -- name: CreatePartition
 -- The partition of the outbox for [{{from}}, {{to}}): DDL takes no parameters, so the bounds are
@@ -588,96 +696,114 @@ LOCK TABLE {{outbox}} IN ACCESS EXCLUSIVE MODE
 DROP TABLE {{partition}}
 
 -- name: ReplayByIDs
--- Replay's selection by ID ($1), locked so that a concurrent cleanup cannot delete it meanwhile;
+-- Replay's selection by ID, locked so that a concurrent cleanup cannot delete it meanwhile;
 -- published when it has no pending row.
+-- param: ids []string
 SELECT o.seq, o.id, o.partition_key, NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
-FROM {{outbox}} AS o WHERE o.id = ANY($1::text[]) ORDER BY o.seq FOR UPDATE OF o
+FROM {{outbox}} AS o WHERE o.id = ANY(:ids::text[]) ORDER BY o.seq FOR UPDATE OF o
 
 -- name: ReplayByKey
--- Replay's selection by key ($1), created at or after $2, at most $3 rows, locked.
+-- Replay's selection by key, created at or after :since, at most :limit rows, locked.
+-- param: partition_key string
+-- param: since time.Time occurredIn
+-- param: limit int
 SELECT o.seq, o.id, o.partition_key, true FROM {{outbox}} AS o
-WHERE o.partition_key = $1 AND o.created_at >= $2::timestamptz
+WHERE o.partition_key = :partition_key AND o.created_at >= :since::timestamptz
   AND NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
-ORDER BY o.seq LIMIT $3 FOR UPDATE OF o
+ORDER BY o.seq LIMIT :limit FOR UPDATE OF o
 
 -- name: KeyUnpublished
--- Whether key $1 has an unpublished row (a pending row; walks the pending table).
-SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = $1)
+-- Whether the key has an unpublished row (a pending row; walks the pending table).
+-- param: partition_key string
+SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = :partition_key)
 
 -- name: Replay
--- Puts the published rows $1 back to pending, as never attempted: a pending row each, in lane
--- $2 (their key's lane under the current lane count). Their earlier publication is forgotten, so
+-- Puts the published rows :seqs back to pending, as never attempted: a pending row each, in
+-- :lanes. Their earlier publication is forgotten, so
 -- that List reads the next one: each seq leaves the settle log entry that lists it (every seq is
 -- in at most one entry, the one of its latest publication; the entry keeps its min_seq and
 -- max_seq, which only makes cleanup's bound more careful), and a row published before migration
 -- 0008 loses its published_at and status columns (grants.sql lets the operator role update them).
+-- param: seqs []int64
+-- param: lanes []int32 their key's lane under the current lane count
 WITH unlog AS (
-	UPDATE {{settled}} AS s SET seqs = ARRAY(SELECT x FROM unnest(s.seqs) AS x WHERE x <> ALL($1::bigint[]))
+	UPDATE {{settled}} AS s SET seqs = ARRAY(SELECT x FROM unnest(s.seqs) AS x WHERE x <> ALL(:seqs::bigint[]))
 	WHERE s.ctid = ANY(ARRAY(
-		SELECT e.ctid FROM unnest($1::bigint[]) AS r(seq)
+		SELECT e.ctid FROM unnest(:seqs::bigint[]) AS r(seq)
 		CROSS JOIN LATERAL (SELECT l.ctid FROM {{settled}} AS l
 			WHERE l.min_seq <= r.seq AND l.max_seq >= r.seq AND r.seq = ANY(l.seqs)
 			ORDER BY l.min_seq DESC LIMIT 1) AS e))
 ), unmark AS (
 	UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = '', parked_at = NULL
-	WHERE seq = ANY($1::bigint[]) AND published_at IS NOT NULL
+	WHERE seq = ANY(:seqs::bigint[]) AND published_at IS NOT NULL
 )
 INSERT INTO {{pending}} (seq, lane, partition_key, created_at)
 SELECT o.seq, r.lane, o.partition_key, o.created_at
-FROM unnest($1::bigint[], $2::int[]) AS r(seq, lane) JOIN {{outbox}} AS o ON o.seq = r.seq
+FROM unnest(:seqs::bigint[], :lanes::int[]) AS r(seq, lane) JOIN {{outbox}} AS o ON o.seq = r.seq
 ON CONFLICT (seq) DO NOTHING
 
 -- name: AuditInsert
--- $1 actor, $2 command, $3 arguments (JSON text), $4 rows affected (-1: an inbox prune's row
--- until its last deletion sets it, AuditSetRows); returns the row's id.
-INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES ($1, $2, $3, $4)
+-- Returns the row's id.
+-- param: actor string
+-- param: command string
+-- param: arguments string JSON text
+-- param: rows int64 rows affected; -1: an inbox prune's row until AuditSetRows
+INSERT INTO {{audit}} (actor, command, arguments, rows_affected) VALUES (:actor, :command, :arguments, :rows)
 RETURNING id
 
 -- name: AuditList
--- $1 since (NULL: all), $2 limit: the latest rows, newest first.
+-- The latest rows, newest first.
+-- param: since any tsIn; NULL: all
+-- param: limit int
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
-WHERE $1::timestamptz IS NULL OR at >= $1::timestamptz
-ORDER BY id DESC LIMIT $2
+WHERE :since::timestamptz IS NULL OR at >= :since::timestamptz
+ORDER BY id DESC LIMIT :limit
 
 -- name: AuditSetRows
--- $1 id, $2 rows: fills in the rows of a row AuditInsert wrote with -1, once.
-UPDATE {{audit}} SET rows_affected = $2 WHERE id = $1 AND rows_affected = -1
+-- Fills in the rows of a row AuditInsert wrote with -1, once.
+-- param: id int64
+-- param: rows int64
+UPDATE {{audit}} SET rows_affected = :rows WHERE id = :id AND rows_affected = -1
 
 -- name: ResetLanes
--- outboxkit lanes reset: end the leases of the selected lanes that have an owner. $1 lanes
--- (empty: any), $2 owner ('': any). The rows are locked in lane order first (the ARRAY init
+-- outboxkit lanes reset: end the leases of the selected lanes that have an owner. The rows are locked in lane order first (the ARRAY init
 -- plan), as Settle and Renew do, so that none of them deadlocks with it; the outer WHERE
 -- repeats the predicate for a row that changed while the lock was awaited. The lease expires
 -- at the transaction's start (a settle or renewal of the old lease is refused: owner,
 -- generation and expiry all differ), live_pid (the sign of life) is cleared, and the new
 -- generation fences the old owner's marks; any claimer takes the lane as a free one.
+-- param: lanes []int32 empty: any
+-- param: owner string '': any
 UPDATE {{lanes}}
 SET owner = '', live_pid = NULL, lease_until = now(), generation = generation + 1
 WHERE lane = ANY(ARRAY(
 	SELECT lane FROM {{lanes}}
-	WHERE owner <> '' AND (cardinality($1::int[]) = 0 OR lane = ANY($1::int[]))
-	  AND ($2::text = '' OR owner = $2::text)
+	WHERE owner <> '' AND (cardinality(:lanes::int[]) = 0 OR lane = ANY(:lanes::int[]))
+	  AND (:owner::text = '' OR owner = :owner::text)
 	ORDER BY lane FOR UPDATE))
-  AND owner <> '' AND ($2::text = '' OR owner = $2::text)
+  AND owner <> '' AND (:owner::text = '' OR owner = :owner::text)
 
 -- name: InsertChecked
--- Insert (InsertLanes) checked against the lane count the lanes were computed with: $15 is that
--- count; nothing is inserted when the recorded count differs. The count is read once per
+-- Insert (InsertLanes) checked against the lane count the lanes were computed with:
+-- :lane_count; nothing is inserted when the recorded count differs. The count is read once per
 -- statement, after the statement's table lock: under READ COMMITTED in the statement's snapshot
--- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE. $16 as Insert's
--- $15. The pending rows as in Insert.
+-- (taken after that lock), otherwise by the migration 0007 function, FOR SHARE. The pending rows as in
+-- Insert.
+-- params: Insert
+-- param: lane_count string the lane count the lanes were computed with
+-- param: database
 WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
 	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+FROM unnest(:ids::text[], :aggregate_types::text[], :aggregate_ids::text[], :aggregate_versions::bigint[], :types::text[], :schema_ids::text[], :partition_keys::text[],
+	:destinations::text[], :payloads::bytea[], :headers::text[], :tenants::text[], :causation_ids::text[], :correlation_ids::text[], :lanes::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
-	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
-  AND current_database() = coalesce($16::text, current_database())
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = :lane_count::text
+  AND current_database() = coalesce(:database::text, current_database())
   AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 ORDER BY ord
 RETURNING seq, lane, partition_key, created_at)
@@ -685,17 +811,18 @@ INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane,
 
 -- name: InsertPartitionedChecked
 -- InsertPartitioned checked as InsertChecked; the IDs go to the side table only when the count
--- and the database ($16) match.
-WITH ok AS MATERIALIZED (SELECT current_database() = coalesce($16::text, current_database()) AND (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
-	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text AS ok),
-ids AS (INSERT INTO {{ids}} (id) SELECT unnest($1::text[]) FROM ok WHERE ok.ok),
+-- and the database match.
+-- params: InsertChecked
+WITH ok AS MATERIALIZED (SELECT current_database() = coalesce(:database::text, current_database()) AND (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = :lane_count::text AS ok),
+ids AS (INSERT INTO {{ids}} (id) SELECT unnest(:ids::text[]) FROM ok WHERE ok.ok),
 o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
 SELECT id, aggregate_type, aggregate_id, aggregate_version, type, schema_id, partition_key,
 	destination, payload, headers::jsonb, tenant, causation_id, correlation_id, lane
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-	$8::text[], $9::bytea[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int[])
+FROM unnest(:ids::text[], :aggregate_types::text[], :aggregate_ids::text[], :aggregate_versions::bigint[], :types::text[], :schema_ids::text[], :partition_keys::text[],
+	:destinations::text[], :payloads::bytea[], :headers::text[], :tenants::text[], :causation_ids::text[], :correlation_ids::text[], :lanes::int[])
 	WITH ORDINALITY AS r(id, aggregate_type, aggregate_id, aggregate_version, type, schema_id,
 		partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane, ord)
 WHERE (SELECT ok FROM ok) AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
@@ -705,7 +832,7 @@ INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane,
 
 -- name: LaneCountChecked
 -- The recorded lane count, whether migration 0007 (checked inserts, resizes) is applied, and
--- the database (the inserts' $15/$16).
+-- the database (the inserts' :lane_count and :database).
 SELECT m.value, EXISTS (SELECT 1 FROM {{meta}} WHERE name = 'migration:0007_lanes_resize'), current_database()
 FROM {{meta}} AS m WHERE m.name = 'lanes'
 
@@ -732,7 +859,8 @@ SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
 SELECT {{lane_count_fn}}()
 
 -- name: LaneCountSet
-UPDATE {{meta}} SET value = $1 WHERE name = 'lanes'
+-- param: value string
+UPDATE {{meta}} SET value = :value WHERE name = 'lanes'
 
 -- name: ResizeLeases
 -- A resize ends every lease as ResetLanes does (owner and sign of life cleared, lease expired,
@@ -747,18 +875,23 @@ WITH l AS (
 SELECT count(*) FILTER (WHERE held) FROM l
 
 -- name: ResizeDropLanes
--- $1 the new lane count: the lanes at or above it go.
-DELETE FROM {{lanes}} WHERE lane >= $1
+-- The lanes at or above the new lane count go.
+-- param: lanes int the new lane count
+DELETE FROM {{lanes}} WHERE lane >= :lanes
 
 -- name: ResizeRows
--- The unpublished rows after seq $1, $2 at a time (the pending table), with their key and lane.
+-- The unpublished rows after seq :after, :limit at a time (the pending table), with their key and lane.
+-- param: after int64 seq
+-- param: limit int
 SELECT seq, partition_key, lane FROM {{pending}}
-WHERE seq > $1 ORDER BY seq LIMIT $2
+WHERE seq > :after ORDER BY seq LIMIT :limit
 
 -- name: ResizeMove
--- $1 seqs, $2 their new lanes: the rows whose lane changes.
+-- The rows whose lane changes.
+-- param: seqs []int64
+-- param: lanes []int32 their new lanes
 UPDATE {{pending}} AS o SET lane = m.lane
-FROM unnest($1::bigint[], $2::int[]) AS m(seq, lane)
+FROM unnest(:seqs::bigint[], :lanes::int[]) AS m(seq, lane)
 WHERE o.seq = m.seq AND o.lane <> m.lane
 
 
@@ -766,28 +899,45 @@ WHERE o.seq = m.seq AND o.lane <> m.lane
 -- Insert of a single record (most producer transactions): the same statement with scalar
 -- parameters instead of 14 one-element arrays, whose binary encoding and unnest cost a
 -- saturated server and client 14-23% of a one-event transaction (BENCHMARKS.md, "Producer
--- cost"). $1..$14 as Insert's arrays' elements, $15 as Insert's.
+-- cost"): the elements of Insert's arrays.
+-- param: id string
+-- param: aggregate_type string
+-- param: aggregate_id string
+-- param: aggregate_version int64
+-- param: type string
+-- param: schema_id string
+-- param: partition_key string
+-- param: destination string
+-- param: payload []byte
+-- param: headers string a JSON object
+-- param: tenant string
+-- param: causation_id string
+-- param: correlation_id string
+-- param: lane int32
+-- param: database *string the Store's database; nil: no check
 WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
-SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::bytea,
-	$10::text::jsonb, $11::text, $12::text, $13::text, $14::int
-WHERE current_database() = coalesce($15::text, current_database())
+SELECT :id::text, :aggregate_type::text, :aggregate_id::text, :aggregate_version::bigint, :type::text, :schema_id::text, :partition_key::text, :destination::text, :payload::bytea,
+	:headers::text::jsonb, :tenant::text, :causation_id::text, :correlation_id::text, :lane::int
+WHERE current_database() = coalesce(:database::text, current_database())
   AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 RETURNING seq, lane, partition_key, created_at)
 INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o
 
 -- name: InsertOneChecked
--- InsertChecked of a single record, with scalar parameters as InsertOne: $15 the lane count,
--- $16 the database, as InsertChecked's.
+-- InsertChecked of a single record, with scalar parameters as InsertOne.
+-- params: InsertOne
+-- param: lane_count string the lane count the lanes were computed with
+-- param: database
 WITH o AS (
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane)
-SELECT $1::text, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::bytea,
-	$10::text::jsonb, $11::text, $12::text, $13::text, $14::int
+SELECT :id::text, :aggregate_type::text, :aggregate_id::text, :aggregate_version::bigint, :type::text, :schema_id::text, :partition_key::text, :destination::text, :payload::bytea,
+	:headers::text::jsonb, :tenant::text, :causation_id::text, :correlation_id::text, :lane::int
 WHERE (SELECT CASE WHEN current_setting('transaction_isolation') = 'read committed'
-	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = $15::text
-  AND current_database() = coalesce($16::text, current_database())
+	THEN (SELECT value FROM {{meta}} WHERE name = 'lanes') ELSE {{lane_count_fn}}() END) = :lane_count::text
+  AND current_database() = coalesce(:database::text, current_database())
   AND (SELECT set_config('outboxkit.pending_layout', 'on', true)) IS NOT NULL
 RETURNING seq, lane, partition_key, created_at)
 INSERT INTO {{pending}} (seq, lane, partition_key, created_at) SELECT seq, lane, partition_key, created_at FROM o

@@ -23,9 +23,9 @@ func (s *Store[TTx]) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (i
 	var live int64
 	var err error
 	if p.TTL > 0 {
-		err = queryRow(ctx, s.db, s.q.heartbeat, []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds()}, &live)
+		err = queryRow(ctx, s.db, s.q.heartbeat, heartbeatParams{Owner: p.Owner, Now: tsIn(p.Now), TTL: p.TTL.Microseconds()}.args(), &live)
 	} else {
-		err = queryRow(ctx, s.db, s.q.heartbeatLeave, []any{p.Owner, tsIn(p.Now)}, &live)
+		err = queryRow(ctx, s.db, s.q.heartbeatLeave, heartbeatLeaveParams{Owner: p.Owner, Now: tsIn(p.Now)}.args(), &live)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("postgres: heartbeat: %w", classify(err))
@@ -49,11 +49,13 @@ func (s *Store[TTx]) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]dr
 		v := pid.(int32)
 		livePID = &v
 	}
-	args := []any{p.Owner, tsIn(p.Now), p.TTL.Microseconds(), p.Max, p.Generation, s.n.liveKey, livePID}
-	sql := s.q.claimSkipLocked
+	claim := claimSkipLockedParams{
+		Owner: p.Owner, Now: tsIn(p.Now), TTL: p.TTL.Microseconds(), Max: p.Max, Generation: p.Generation,
+		LiveClass: s.n.liveKey, LivePID: livePID,
+	}
+	sql, args := s.q.claimSkipLocked, claim.args()
 	if s.o.ClaimStrategy == ClaimAdvisoryLock {
-		sql = s.q.claimAdvisory
-		args = append(args, s.n.lockKey)
+		sql, args = s.q.claimAdvisory, claimAdvisoryParams{claimSkipLockedParams: claim, ClaimClass: s.n.lockKey}.args()
 	}
 	leases, err := s.leases(ctx, sql, args...)
 	if err != nil {
@@ -69,7 +71,9 @@ func (s *Store[TTx]) RenewLanes(ctx context.Context, p driver.RenewParams) ([]dr
 		return nil, nil
 	}
 	lanes, owners, gens := leaseArrays(p.Leases)
-	leases, err := s.leases(ctx, s.q.renew, lanes, owners, gens, tsIn(p.Now), p.Generation, p.TTL.Microseconds())
+	leases, err := s.leases(ctx, s.q.renew, renewParams{
+		Lanes: lanes, Owners: owners, Generations: gens, Now: tsIn(p.Now), Generation: p.Generation, TTL: p.TTL.Microseconds(),
+	}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: renew lanes: %w", classify(err))
 	}
@@ -82,7 +86,7 @@ func (s *Store[TTx]) ReleaseLanes(ctx context.Context, leases []driver.Lease) er
 		return nil
 	}
 	lanes, owners, gens := leaseArrays(leases)
-	if _, err := s.db.exec(ctx, s.q.release, lanes, owners, gens); err != nil {
+	if _, err := s.db.exec(ctx, s.q.release, releaseParams{Lanes: lanes, Owners: owners, Generations: gens}.args()...); err != nil {
 		return fmt.Errorf("postgres: release lanes: %w", classify(err))
 	}
 	return nil
@@ -138,7 +142,7 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.
 		return nil, nil
 	}
 	lanes, _, _ := leaseArrays(p.Leases)
-	recs, err := scanRecords(s.db.query(ctx, s.q.fetch, lanes, tsIn(p.Now), p.Limit))
+	recs, err := scanRecords(s.db.query(ctx, s.q.fetch, fetchParams{Lanes: lanes, Now: tsIn(p.Now), Limit: p.Limit}.args()...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: fetch: %w", classify(err))
 	}
@@ -165,7 +169,10 @@ func (s *Store[TTx]) Settle(ctx context.Context, p driver.SettleParams) error {
 	if p.Delete {
 		sql = s.q.settleDelete
 	}
-	r, err := s.db.query(ctx, sql, lanes, owners, gens, tsIn(p.Now), pub, fSeq, fErr, fDelay, fPark, s.o.AsyncSettle)
+	r, err := s.db.query(ctx, sql, settleMarkParams{
+		Lanes: lanes, Owners: owners, Generations: gens, Now: tsIn(p.Now), Published: pub,
+		Failed: fSeq, Errors: fErr, Delays: fDelay, Park: fPark, Async: s.o.AsyncSettle,
+	}.args()...)
 	if err != nil {
 		return fmt.Errorf("postgres: settle: %w", classify(err))
 	}

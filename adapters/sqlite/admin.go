@@ -42,7 +42,7 @@ func (s *Store) pruneIn(ctx context.Context, tx *sql.Tx, p driver.PruneParams) (
 	if p.BelowSeq > 0 {
 		below = min(below, p.BelowSeq)
 	}
-	res, err := s.exec(ctx, tx, s.q.prune, nowMicros(p.PublishedBefore), below, p.BatchSize())
+	res, err := s.exec(ctx, tx, s.q.prune, pruneParams{Before: nowMicros(p.PublishedBefore), Below: below, Limit: p.BatchSize()}.args()...)
 	if err != nil {
 		return 0, err
 	}
@@ -56,7 +56,7 @@ func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record,
 		return nil, &core.OptionError{Field: "State", Reason: fmt.Sprintf("unknown state %d", p.State)}
 	}
 	limit := p.PageSize()
-	rows, err := s.db.QueryContext(ctx, s.q.list[p.State], p.AfterSeq, limit)
+	rows, err := s.db.QueryContext(ctx, s.q.list[p.State], listAllParams{After: p.AfterSeq, Limit: limit}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list: %w", classify(err))
 	}
@@ -78,7 +78,7 @@ func (s *Store) Stats(ctx context.Context) (driver.Stats, error) {
 	var st driver.Stats
 	var unpublished, published, span int64
 	var oldest sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.stats, statsExactPublished).Scan(&unpublished, &st.Parked, &published, &span, &oldest); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.stats, statsParams{Limit: statsExactPublished}.args()...).Scan(&unpublished, &st.Parked, &published, &span, &oldest); err != nil {
 		return driver.Stats{}, fmt.Errorf("sqlite: stats: %w", classify(err))
 	}
 	st.Pending = unpublished - st.Parked
@@ -129,7 +129,7 @@ func (s *Store) Lanes(ctx context.Context) ([]driver.Lease, error) {
 // Unpark implements driver.Admin. It returns how many unpublished records of the key were
 // parked or waiting for a retry.
 func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
-	res, err := s.db.ExecContext(ctx, s.q.unpark, partitionKey)
+	res, err := s.db.ExecContext(ctx, s.q.unpark, unparkParams{PartitionKey: partitionKey}.args()...)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: unpark: %w", classify(err))
 	}
@@ -168,7 +168,7 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 // destination has among the first limit pending records in seq order (the queue): the
 // whole backlog when it is smaller. Operators only (outboxkit status).
 func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.pendingDest, limit)
+	rows, err := s.db.QueryContext(ctx, s.q.pendingDest, pendingDestParams{Limit: limit}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: pending destinations: %w", classify(err))
 	}
@@ -197,7 +197,7 @@ func (s *Store) PublishRate(ctx context.Context, window time.Duration, limit int
 	now := time.Now()
 	var n int64
 	var oldest sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.pubRecent, nowMicros(now.Add(-window)), limit).Scan(&n, &oldest); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.pubRecent, pubRecentParams{After: nowMicros(now.Add(-window)), Limit: limit}.args()...).Scan(&n, &oldest); err != nil {
 		return 0, false, fmt.Errorf("sqlite: publish rate: %w", classify(err))
 	}
 	if n >= int64(limit) {

@@ -45,7 +45,7 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 		return time.Time{}, fmt.Errorf("sqlite: horizon: %w", err)
 	}
 	var h int64
-	err := s.queryRow(ctx, tx, s.q.horizon, consumer).Scan(&h)
+	err := s.queryRow(ctx, tx, s.q.horizon, horizonParams{Consumer: consumer}.args()...).Scan(&h)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, nil
 	}
@@ -60,8 +60,10 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRe
 	if err := checkInboxTx(tx); err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
 	}
-	res, err := s.exec(ctx, tx, s.q.insertInbox, rec.Consumer, rec.EventID, rec.Digest[:],
-		rec.SourcePosition, int(rec.Outcome), nullMicros(rec.OccurredAt), nowMicros(time.Time{}))
+	res, err := s.exec(ctx, tx, s.q.insertInbox, insertInboxParams{
+		Consumer: rec.Consumer, EventID: rec.EventID, Digest: rec.Digest[:], SourcePosition: rec.SourcePosition,
+		Outcome: int(rec.Outcome), OccurredAt: nullMicros(rec.OccurredAt), ProcessedAt: nowMicros(time.Time{}),
+	}.args()...)
 	if err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
 	}
@@ -72,7 +74,7 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRe
 	if n == 1 {
 		return driver.InboxRecord{}, true, nil
 	}
-	ex, err := scanInbox(s.queryRow(ctx, tx, s.q.selectInbox, rec.Consumer, rec.EventID), rec.Consumer, rec.EventID)
+	ex, err := scanInbox(s.queryRow(ctx, tx, s.q.selectInbox, selectInboxParams{Consumer: rec.Consumer, EventID: rec.EventID}.args()...), rec.Consumer, rec.EventID)
 	if err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
 	}
@@ -104,7 +106,7 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 		return 0, false, fmt.Errorf("sqlite: lock version: %w", err)
 	}
 	var v int64
-	err := s.queryRow(ctx, tx, s.q.lockVersion, consumer, entity).Scan(&v)
+	err := s.queryRow(ctx, tx, s.q.lockVersion, lockVersionParams{Consumer: consumer, Entity: entity}.args()...).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -119,7 +121,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 	if err := checkInboxTx(tx); err != nil {
 		return fmt.Errorf("sqlite: set version: %w", err)
 	}
-	if _, err := s.exec(ctx, tx, s.q.setVersion, consumer, entity, version); err != nil {
+	if _, err := s.exec(ctx, tx, s.q.setVersion, setVersionParams{lockVersionParams: lockVersionParams{Consumer: consumer, Entity: entity}, Version: version}.args()...); err != nil {
 		return fmt.Errorf("sqlite: set version: %w", classify(err))
 	}
 	return nil
@@ -133,10 +135,10 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var h int64
-		if err := s.queryRow(ctx, tx, s.q.raiseHorizon, consumer, before.UnixMicro()).Scan(&h); err != nil {
+		if err := s.queryRow(ctx, tx, s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: before.UnixMicro()}.args()...).Scan(&h); err != nil {
 			return err
 		}
-		res, err := s.exec(ctx, tx, s.q.pruneInbox, consumer, h, limit)
+		res, err := s.exec(ctx, tx, s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: h, Limit: limit}.args()...)
 		if err != nil {
 			return err
 		}

@@ -157,7 +157,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 				if _, err := tx.ExecContext(ctx, text); err != nil {
 					return fmt.Errorf("%s: %w", m.name, err)
 				}
-				if _, err := tx.ExecContext(ctx, s.q.recordVersion[i], m.version, m.name, now); err != nil {
+				if _, err := tx.ExecContext(ctx, s.q.recordVersion[i], recordVersionOutboxParams{Version: m.version, Name: m.name, AppliedAt: now}.args()...); err != nil {
 					return err
 				}
 				applied = append(applied, m)
@@ -172,10 +172,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		var lanes int
 		switch err := tx.QueryRowContext(ctx, s.q.getLanes).Scan(&lanes); {
 		case errors.Is(err, sql.ErrNoRows):
-			if _, err := tx.ExecContext(ctx, s.q.setLanes, s.o.Lanes); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.setLanes, setLanesParams{Lanes: s.o.Lanes}.args()...); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, s.q.seedLanes, s.o.Lanes); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.seedLanes, setLanesParams{Lanes: s.o.Lanes}.args()...); err != nil {
 				return err
 			}
 		case err != nil:

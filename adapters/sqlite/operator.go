@@ -45,7 +45,7 @@ func (s *Store) ListAudit(ctx context.Context, p driver.AuditListParams) ([]driv
 	if !p.Since.IsZero() {
 		since = nowMicros(p.Since)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.auditList, since, p.Limit)
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, auditListParams{Since: since, Limit: p.Limit}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: audit log: %w", classify(err))
 	}
@@ -108,13 +108,13 @@ func (t opTx) ReplayTargets(ctx context.Context, p driver.ReplayParams, limit in
 	var err error
 	if len(p.IDs) > 0 {
 		list, _ := json.Marshal(p.IDs)
-		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByIDs, string(list))
+		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByIDs, replayByIDsParams{IDs: string(list)}.args()...)
 	} else {
 		since := int64(0)
 		if !p.Since.IsZero() {
 			since = nowMicros(p.Since)
 		}
-		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByKey, p.PartitionKey, since, limit)
+		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByKey, replayByKeyParams{PartitionKey: p.PartitionKey, Since: since, Limit: limit}.args()...)
 	}
 	if err != nil {
 		return nil, stepErr("replay targets", err)
@@ -134,7 +134,7 @@ func (t opTx) ReplayTargets(ctx context.Context, p driver.ReplayParams, limit in
 // KeyUnpublished implements driver.OperatorTx.
 func (t opTx) KeyUnpublished(ctx context.Context, key string) (bool, error) {
 	var pending bool
-	err := t.tx.QueryRowContext(ctx, t.s.q.keyUnpublished, key).Scan(&pending)
+	err := t.tx.QueryRowContext(ctx, t.s.q.keyUnpublished, keyUnpublishedParams{PartitionKey: key}.args()...).Scan(&pending)
 	return pending, stepErr("replay", err)
 }
 
@@ -148,7 +148,7 @@ func (t opTx) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int64, e
 		moves[i] = laneMove{seq: r.Seq, from: -1, to: r.Lane}
 	}
 	list, _ := json.Marshal(seqs)
-	res, err := t.tx.ExecContext(ctx, t.s.q.replay, string(list))
+	res, err := t.tx.ExecContext(ctx, t.s.q.replay, replayParams{Seqs: string(list)}.args()...)
 	if err != nil {
 		return 0, stepErr("replay", err)
 	}
@@ -156,7 +156,7 @@ func (t opTx) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int64, e
 	if err != nil {
 		return 0, stepErr("replay", err)
 	}
-	if _, err := t.tx.ExecContext(ctx, t.s.q.replayForget, string(list)); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.s.q.replayForget, replayParams{Seqs: string(list)}.args()...); err != nil {
 		return 0, stepErr("replay", err)
 	}
 	_, err = t.s.moveLanes(ctx, t.tx, moves)
@@ -165,7 +165,7 @@ func (t opTx) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int64, e
 
 // Unpark implements driver.OperatorTx.
 func (t opTx) Unpark(ctx context.Context, key string) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, t.s.q.unpark, key)
+	res, err := t.tx.ExecContext(ctx, t.s.q.unpark, unparkParams{PartitionKey: key}.args()...)
 	if err != nil {
 		return 0, stepErr("unpark", err)
 	}
@@ -182,7 +182,9 @@ func (t opTx) PruneOutbox(ctx context.Context, p driver.PruneParams) (int64, err
 // ResetLanes implements driver.OperatorTx: one statement (ResetLanes). SQLite keeps no sign of
 // life on a lane.
 func (t opTx) ResetLanes(ctx context.Context, p driver.ResetLanesParams) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, t.s.q.resetLanes, nowMicros(time.Time{}), len(p.Lanes) == 0, intList(p.Lanes), p.Owner)
+	res, err := t.tx.ExecContext(ctx, t.s.q.resetLanes, resetLanesParams{
+		Now: nowMicros(time.Time{}), All: len(p.Lanes) == 0, Lanes: intList(p.Lanes), Owner: p.Owner,
+	}.args()...)
 	if err != nil {
 		return 0, stepErr("reset lanes", err)
 	}
@@ -204,18 +206,18 @@ func (t opTx) ResizeLanes(ctx context.Context, from, to int) (int64, error) {
 
 func (t opTx) resize(ctx context.Context, to int) (int64, error) {
 	tx, q := t.tx, &t.s.q
-	if _, err := tx.ExecContext(ctx, q.resizeLeases, nowMicros(time.Time{})); err != nil {
+	if _, err := tx.ExecContext(ctx, q.resizeLeases, resizeLeasesParams{Now: nowMicros(time.Time{})}.args()...); err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, q.resizeDropLanes, to); err != nil {
+	if _, err := tx.ExecContext(ctx, q.resizeDropLanes, resizeDropLanesParams{Lanes: to}.args()...); err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, q.resizeAddLanes, to); err != nil {
+	if _, err := tx.ExecContext(ctx, q.resizeAddLanes, resizeDropLanesParams{Lanes: to}.args()...); err != nil {
 		return 0, err
 	}
 	var moved int64
 	for after := int64(0); ; {
-		r, err := tx.QueryContext(ctx, q.resizeRows, after, resizeBatch)
+		r, err := tx.QueryContext(ctx, q.resizeRows, resizeRowsParams{After: after, Limit: resizeBatch}.args()...)
 		if err != nil {
 			return 0, err
 		}
@@ -249,20 +251,20 @@ func (t opTx) resize(ctx context.Context, to int) (int64, error) {
 			break
 		}
 	}
-	_, err := tx.ExecContext(ctx, q.lanesUpdate, to)
+	_, err := tx.ExecContext(ctx, q.lanesUpdate, lanesUpdateParams{Lanes: to}.args()...)
 	return moved, err
 }
 
 // RaiseHorizon implements driver.OperatorTx.
 func (t opTx) RaiseHorizon(ctx context.Context, consumer string, before time.Time) (time.Time, error) {
 	var h int64
-	err := t.s.queryRow(ctx, t.tx, t.s.q.raiseHorizon, consumer, before.UnixMicro()).Scan(&h)
+	err := t.s.queryRow(ctx, t.tx, t.s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: before.UnixMicro()}.args()...).Scan(&h)
 	return time.UnixMicro(h).UTC(), stepErr("raise horizon", err)
 }
 
 // PruneInbox implements driver.OperatorTx.
 func (t opTx) PruneInbox(ctx context.Context, consumer string, horizon time.Time, limit int) (int64, error) {
-	res, err := t.s.exec(ctx, t.tx, t.s.q.pruneInbox, consumer, horizon.UnixMicro(), limit)
+	res, err := t.s.exec(ctx, t.tx, t.s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: horizon.UnixMicro(), Limit: limit}.args()...)
 	if err != nil {
 		return 0, stepErr("prune inbox", err)
 	}
@@ -276,7 +278,9 @@ func (t opTx) WriteAudit(ctx context.Context, a driver.AuditEntry) (int64, error
 	if args == "" {
 		args = "{}"
 	}
-	res, err := t.tx.ExecContext(ctx, t.s.q.auditInsert, nowMicros(a.At), a.Actor, a.Command, args, a.Rows)
+	res, err := t.tx.ExecContext(ctx, t.s.q.auditInsert, auditInsertParams{
+		At: nowMicros(a.At), Actor: a.Actor, Command: a.Command, Arguments: args, Rows: a.Rows,
+	}.args()...)
 	if err != nil {
 		return 0, stepErr("write audit", err)
 	}
@@ -286,7 +290,7 @@ func (t opTx) WriteAudit(ctx context.Context, a driver.AuditEntry) (int64, error
 
 // SetAuditRows implements driver.OperatorTx.
 func (t opTx) SetAuditRows(ctx context.Context, id, rows int64) error {
-	_, err := t.tx.ExecContext(ctx, t.s.q.auditSetRows, id, rows)
+	_, err := t.tx.ExecContext(ctx, t.s.q.auditSetRows, auditSetRowsParams{ID: id, Rows: rows}.args()...)
 	return stepErr("write audit", err)
 }
 
@@ -307,7 +311,7 @@ func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, moves []laneMove) (in
 		if m.from == m.to {
 			continue
 		}
-		res, err := tx.ExecContext(ctx, s.q.resizeMove, m.seq, m.to)
+		res, err := tx.ExecContext(ctx, s.q.resizeMove, resizeMoveParams{Seq: m.seq, Lane: m.to}.args()...)
 		if err != nil {
 			return 0, err
 		}

@@ -29,7 +29,7 @@ func (s *Store) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (
 			out = cur
 			return nil
 		}
-		out, err = readPublisher(s.queryRow(ctx, tx, s.q.publisherBump, p.Kind, p.Holder, nowMicros(p.Now)))
+		out, err = readPublisher(s.queryRow(ctx, tx, s.q.publisherBump, publisherBumpParams{Kind: p.Kind, Holder: p.Holder, Since: nowMicros(p.Now)}.args()...))
 		return err
 	})
 	if err != nil {

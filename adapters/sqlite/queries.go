@@ -26,76 +26,16 @@ const insertArity = 15
 // insertRowPlaceholder is the VALUES tuple of one inserted row.
 const insertRowPlaceholder = `(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 
+//go:generate go run ../../internal/sqlfile/cmd/sqlgen -pkg sqlite
+
+// queries are the statements of queries.sql (statements, queries_gen.go: one field per
+// statement, its parameters in a struct of queries_gen.go), some by index.
 type queries struct {
-	// schema
-	bootstrap      string
-	appliedVersion [2]string // by migration set
-	recordVersion  [2]string
-	getLanes       string
-	setLanes       string
-	seedLanes      string
-	aggVersionIdx  string
-	writeLock      string
-	dropEarlierIdx string // a new outbox, after migration 0007
-
-	// lane count changes (ResizeLanes, migration 0006)
-	lanesUpdate, resizeAllow, resizeDone, resizeLeases      string
-	resizeDropLanes, resizeAddLanes, resizeRows, resizeMove string
-
-	// publisher generation
-	publisherGet  string
-	publisherBump string
-
-	// outbox
-	insertPrefix     string
-	spSave           string
-	mainFile         string
-	spRelease        string
-	spRollback       string
-	heartbeatUpsert  string
-	heartbeatDelete  string
-	heartbeatExpired string
-	heartbeatCount   string
-	claim            string
-	claimOwned       string
-	renew            string
-	releaseLane      string
-	fetch            string
-	leaseState       string
-	publish          string
-	publishDequeue   string
-	deletePublished  string
-	fail             string
-
-	// cleanup and admin
-	minPending  string
-	prune       string
-	list        [4]string // by driver.RecordState
-	stats       string
-	blocked     string
-	pendingDest string
-	pubRecent   string
-	lanesList   string
-	// MigrationSQL; {{version}}, {{name}}
-	scriptRecordVersion [2]string
-	scriptSetLanes      string
-	scriptSeedLanes     string
-	unpark              string
-	parkedKeys          string
-
-	replayByIDs, replayByKey, keyUnpublished, replay string
-	replayForget                                     string
-	auditInsert, auditList, auditSetRows             string
-	resetLanes                                       string
-
-	// inbox
-	horizon      string
-	insertInbox  string
-	selectInbox  string
-	lockVersion  string
-	setVersion   string
-	raiseHorizon string
-	pruneInbox   string
+	statements
+	appliedVersion      [2]string // by migration set
+	recordVersion       [2]string // recordVersionOutboxParams
+	scriptRecordVersion [2]string // MigrationSQL; {{version}}, {{name}}
+	list                [4]string // by driver.RecordState; listAllParams
 
 	// cached are the queries kept prepared (stmtCache): those run in the adapter's own
 	// transactions or outside any. Insert runs in the caller's transaction, possibly of
@@ -152,75 +92,11 @@ func buildQueries(n names) (queries, error) {
 	if err != nil {
 		return queries{}, fmt.Errorf("sqlite: %w", err)
 	}
-	q := queries{
-		appliedVersion:      [2]string{st.Get("AppliedVersionOutbox"), st.Get("AppliedVersionInbox")},
-		recordVersion:       [2]string{st.Get("RecordVersionOutbox"), st.Get("RecordVersionInbox")},
-		list:                [4]string{st.Get("ListAll"), st.Get("ListPending"), st.Get("ListParked"), st.Get("ListPublished")},
-		bootstrap:           st.Get("Bootstrap"),
-		getLanes:            st.Get("GetLanes"),
-		setLanes:            st.Get("SetLanes"),
-		seedLanes:           st.Get("SeedLanes"),
-		aggVersionIdx:       st.Get("AggVersionIdx"),
-		dropEarlierIdx:      st.Get("DropEarlierIndexes"),
-		writeLock:           st.Get("WriteLock"),
-		publisherGet:        st.Get("PublisherGet"),
-		publisherBump:       st.Get("PublisherBump"),
-		insertPrefix:        st.Get("InsertPrefix"),
-		spSave:              st.Get("SpSave"),
-		mainFile:            st.Get("MainFile"),
-		spRelease:           st.Get("SpRelease"),
-		spRollback:          st.Get("SpRollback"),
-		heartbeatUpsert:     st.Get("HeartbeatUpsert"),
-		heartbeatDelete:     st.Get("HeartbeatDelete"),
-		heartbeatExpired:    st.Get("HeartbeatExpired"),
-		heartbeatCount:      st.Get("HeartbeatCount"),
-		claim:               st.Get("Claim"),
-		claimOwned:          st.Get("ClaimOwned"),
-		renew:               st.Get("Renew"),
-		releaseLane:         st.Get("ReleaseLane"),
-		fetch:               st.Get("Fetch"),
-		leaseState:          st.Get("LeaseState"),
-		publish:             st.Get("Publish"),
-		publishDequeue:      st.Get("PublishDequeue"),
-		deletePublished:     st.Get("DeletePublished"),
-		fail:                st.Get("Fail"),
-		minPending:          st.Get("MinPending"),
-		prune:               st.Get("Prune"),
-		stats:               st.Get("Stats"),
-		blocked:             st.Get("Blocked"),
-		pendingDest:         st.Get("PendingDestinations"),
-		pubRecent:           st.Get("PublishedRecent"),
-		lanesList:           st.Get("Lanes"),
-		scriptRecordVersion: [2]string{st.Get("ScriptRecordVersionOutbox"), st.Get("ScriptRecordVersionInbox")},
-		scriptSetLanes:      st.Get("ScriptSetLanes"),
-		scriptSeedLanes:     st.Get("ScriptSeedLanes"),
-		parkedKeys:          st.Get("ParkedKeys"),
-		unpark:              st.Get("Unpark"),
-		replayByIDs:         st.Get("ReplayByIDs"),
-		replayByKey:         st.Get("ReplayByKey"),
-		keyUnpublished:      st.Get("KeyUnpublished"),
-		replay:              st.Get("Replay"),
-		replayForget:        st.Get("ReplayForget"),
-		auditInsert:         st.Get("AuditInsert"),
-		auditList:           st.Get("AuditList"),
-		auditSetRows:        st.Get("AuditSetRows"),
-		resetLanes:          st.Get("ResetLanes"),
-		lanesUpdate:         st.Get("LanesUpdate"),
-		resizeAllow:         st.Get("ResizeAllow"),
-		resizeDone:          st.Get("ResizeDone"),
-		resizeLeases:        st.Get("ResizeLeases"),
-		resizeDropLanes:     st.Get("ResizeDropLanes"),
-		resizeAddLanes:      st.Get("ResizeAddLanes"),
-		resizeRows:          st.Get("ResizeRows"),
-		resizeMove:          st.Get("ResizeMove"),
-		horizon:             st.Get("Horizon"),
-		insertInbox:         st.Get("InsertInbox"),
-		selectInbox:         st.Get("SelectInbox"),
-		lockVersion:         st.Get("LockVersion"),
-		setVersion:          st.Get("SetVersion"),
-		raiseHorizon:        st.Get("RaiseHorizon"),
-		pruneInbox:          st.Get("PruneInbox"),
-	}
+	q := queries{statements: loadStatements(st)}
+	q.appliedVersion = [2]string{q.appliedVersionOutbox, q.appliedVersionInbox}
+	q.recordVersion = [2]string{q.recordVersionOutbox, q.recordVersionInbox}
+	q.scriptRecordVersion = [2]string{q.scriptRecordVersionOutbox, q.scriptRecordVersionInbox}
+	q.list = [4]string{q.listAll, q.listPending, q.listParked, q.listPublished}
 	if err := st.Err(); err != nil {
 		return queries{}, fmt.Errorf("sqlite: %w", err)
 	}

@@ -2,6 +2,11 @@
 -- identifier the adapter validated and quoted at construction (names in options.go); {{cols}} is
 -- the record column list. Lists (lanes, seqs, failures) are bound as one JSON array parameter
 -- and read with json_each, so every statement has a fixed text whatever the list length.
+-- Parameters are written :name and declared by the block's "-- param: name GoType description"
+-- lines (or taken from another statement by "-- params: Other"); go generate writes their Go
+-- structs to queries_gen.go, and the loader numbers them ?1, ?2, ... in declaration order.
+--
+-- dialect: sqlite
 
 -- name: Bootstrap
 CREATE TABLE IF NOT EXISTS {{migrations}} (
@@ -26,19 +31,25 @@ SELECT coalesce(max(version), 0) FROM {{migrations}}
 SELECT coalesce(max(version), 0) FROM {{inbox_migrations}}
 
 -- name: RecordVersionOutbox
-INSERT INTO {{migrations}} (version, name, applied_at) VALUES (?, ?, ?)
+-- param: version int
+-- param: name string
+-- param: applied_at int64 unix microseconds
+INSERT INTO {{migrations}} (version, name, applied_at) VALUES (:version, :name, :applied_at)
 
 -- name: RecordVersionInbox
-INSERT INTO {{inbox_migrations}} (version, name, applied_at) VALUES (?, ?, ?)
+-- params: RecordVersionOutbox
+INSERT INTO {{inbox_migrations}} (version, name, applied_at) VALUES (:version, :name, :applied_at)
 
 -- name: GetLanes
 SELECT value FROM {{meta}} WHERE name = 'lanes'
 
 -- name: SetLanes
-INSERT INTO {{meta}} (name, value) VALUES ('lanes', ?)
+-- param: lanes int the lane count
+INSERT INTO {{meta}} (name, value) VALUES ('lanes', :lanes)
 
 -- name: SeedLanes
-WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
+-- params: SetLanes
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :lanes)
 INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
 
 -- name: ScriptRecordVersionOutbox
@@ -58,7 +69,7 @@ INSERT INTO {{meta}} (name, value) VALUES ('lanes', {{version}})
 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {{version}})
 INSERT INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
 
--- name: DropEarlierIndexes
+-- name: DropEarlierIdx
 -- A new outbox (migrated from version 0 in one run) drops the earlier layout's partial indexes on
 -- the outbox's status columns, which only relays of an earlier version (they name them in
 -- INDEXED BY) read: since migration 0007 nothing sets published_at, so its pending index would
@@ -81,8 +92,10 @@ UPDATE {{meta}} SET value = value WHERE 0
 SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1
 
 -- name: PublisherBump
--- ?1 kind, ?2 holder, ?3 since
-UPDATE {{publisher}} SET generation = generation + 1, kind = ?1, holder = ?2, since = ?3
+-- param: kind string
+-- param: holder string
+-- param: since int64 unix microseconds
+UPDATE {{publisher}} SET generation = generation + 1, kind = :kind, holder = :holder, since = :since
 WHERE id = 1
 RETURNING generation, kind, holder, since
 
@@ -102,124 +115,152 @@ RELEASE outboxkit_insert
 ROLLBACK TO outboxkit_insert
 
 -- name: HeartbeatUpsert
-INSERT INTO {{workers}} (owner, expires_at) VALUES (?1, ?2)
+-- param: owner string
+-- param: expires_at int64 unix microseconds
+INSERT INTO {{workers}} (owner, expires_at) VALUES (:owner, :expires_at)
     ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at
 
 -- name: HeartbeatDelete
-DELETE FROM {{workers}} WHERE owner = ?
+-- param: owner string
+DELETE FROM {{workers}} WHERE owner = :owner
 
 -- name: HeartbeatExpired
-DELETE FROM {{workers}} WHERE expires_at <= ?
+-- param: now int64 unix microseconds
+DELETE FROM {{workers}} WHERE expires_at <= :now
 
 -- name: HeartbeatCount
-SELECT count(*) FROM {{workers}} WHERE expires_at > ?
+-- params: HeartbeatExpired
+SELECT count(*) FROM {{workers}} WHERE expires_at > :now
 
 -- name: ClaimOwned
--- ?1 now. The claimable lanes that still have an owner (its lease expired): ClaimLanes runs it
+-- The claimable lanes that still have an owner (its lease expired): ClaimLanes runs it
 -- in the same write transaction before Claim and marks their leases TakenOver.
-SELECT lane FROM {{lanes}} WHERE owner <> '' AND lease_until <= ?1
+-- params: HeartbeatExpired
+SELECT lane FROM {{lanes}} WHERE owner <> '' AND lease_until <= :now
 
 -- name: Claim
--- ?1 owner, ?2 lease_until, ?3 now, ?4 max
-UPDATE {{lanes}} SET owner = ?1, generation = generation + 1, lease_until = ?2
-WHERE lane IN (SELECT lane FROM {{lanes}} WHERE owner = '' OR lease_until <= ?3 ORDER BY lane LIMIT ?4)
+-- param: owner string
+-- param: lease_until int64 unix microseconds
+-- param: now int64 unix microseconds
+-- param: max int lanes claimed at most
+UPDATE {{lanes}} SET owner = :owner, generation = generation + 1, lease_until = :lease_until
+WHERE lane IN (SELECT lane FROM {{lanes}} WHERE owner = '' OR lease_until <= :now ORDER BY lane LIMIT :max)
 RETURNING lane, generation
 
 -- name: Renew
--- ?1 lease_until, ?2 lane, ?3 owner, ?4 generation, ?5 now
-UPDATE {{lanes}} SET lease_until = ?1
-WHERE lane = ?2 AND owner = ?3 AND generation = ?4 AND lease_until > ?5 AND owner <> ''
+-- param: lease_until int64 unix microseconds
+-- param: lane int
+-- param: owner string
+-- param: generation int64
+-- param: now int64 unix microseconds
+UPDATE {{lanes}} SET lease_until = :lease_until
+WHERE lane = :lane AND owner = :owner AND generation = :generation AND lease_until > :now AND owner <> ''
 
 -- name: ReleaseLane
--- ?1 lane, ?2 owner, ?3 generation
+-- param: lane int
+-- param: owner string
+-- param: generation int64
 UPDATE {{lanes}} SET owner = '', lease_until = 0
-WHERE lane = ?1 AND owner = ?2 AND generation = ?3 AND owner <> ''
+WHERE lane = :lane AND owner = :owner AND generation = :generation AND owner <> ''
 
 -- name: Fetch
--- ?1 lanes (JSON array), ?2 now, ?3 limit. The outer scan walks the queue (migration 0007) in
--- seq order (its rowid) and stops after ?3 deliverable rows, then reads each row's record by
+-- The outer scan walks the queue (migration 0007) in
+-- seq order (its rowid) and stops after :limit deliverable rows, then reads each row's record by
 -- the outbox's rowid (CROSS JOIN keeps the queue outer). The NOT EXISTS probe reads the queue's
 -- small failed index (empty when nothing failed). The status columns come from the queue row.
+-- param: lanes string JSON array
+-- param: now int64 unix microseconds
+-- param: limit int
 SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
     o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
     o.correlation_id, p.lane, o.created_at, NULL, p.attempts, p.next_attempt_at, p.last_error,
     p.parked_at
 FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
 WHERE o.seq = p.seq
-  AND p.lane IN (SELECT value FROM json_each(?1))
+  AND p.lane IN (SELECT value FROM json_each(:lanes))
   AND p.parked_at IS NULL
-  AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= ?2)
+  AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= :now)
   AND NOT EXISTS (
     SELECT 1 FROM {{queue}} AS b INDEXED BY {{queue_failed}}
     WHERE b.partition_key = p.partition_key AND b.seq < p.seq
       AND (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
-      AND (b.parked_at IS NOT NULL OR b.next_attempt_at > ?2))
+      AND (b.parked_at IS NOT NULL OR b.next_attempt_at > :now))
 ORDER BY p.seq
-LIMIT ?3
+LIMIT :limit
 
 -- name: LeaseState
--- ?1 lanes (JSON array)
+-- param: lanes string JSON array
 SELECT lane, owner, generation, lease_until FROM {{lanes}}
-WHERE lane IN (SELECT value FROM json_each(?1))
+WHERE lane IN (SELECT value FROM json_each(:lanes))
 
 -- name: Publish
--- ?1 now, ?2 seqs (JSON array), ?3 lanes (JSON array): the publication rows of the given queue
+-- The publication rows of the given queue
 -- rows in the held lanes; PublishDequeue then removes those queue rows, in the same fenced
 -- transaction.
+-- param: now int64 unix microseconds
+-- param: seqs string JSON array
+-- param: lanes string JSON array of the held lanes
 INSERT OR REPLACE INTO {{publications}} (seq, at)
-SELECT seq, ?1 FROM {{queue}}
-WHERE seq IN (SELECT value FROM json_each(?2))
-  AND lane IN (SELECT value FROM json_each(?3))
+SELECT seq, :now FROM {{queue}}
+WHERE seq IN (SELECT value FROM json_each(:seqs))
+  AND lane IN (SELECT value FROM json_each(:lanes))
 
 -- name: PublishDequeue
--- ?1 seqs (JSON array), ?2 lanes (JSON array)
+-- param: seqs string JSON array
+-- param: lanes string JSON array of the held lanes
 DELETE FROM {{queue}}
-WHERE seq IN (SELECT value FROM json_each(?1))
-  AND lane IN (SELECT value FROM json_each(?2))
+WHERE seq IN (SELECT value FROM json_each(:seqs))
+  AND lane IN (SELECT value FROM json_each(:lanes))
 
 -- name: DeletePublished
--- ?1 seqs (JSON array), ?2 lanes (JSON array): the outbox rows of the given queue rows in the
+-- The outbox rows of the given queue rows in the
 -- held lanes; the delete trigger (migration 0007) removes their queue rows.
+-- params: PublishDequeue
 DELETE FROM {{outbox}}
 WHERE seq IN (SELECT seq FROM {{queue}}
-              WHERE seq IN (SELECT value FROM json_each(?1))
-                AND lane IN (SELECT value FROM json_each(?2)))
+              WHERE seq IN (SELECT value FROM json_each(:seqs))
+                AND lane IN (SELECT value FROM json_each(:lanes)))
 
 -- name: Fail
--- ?1 now, ?2 failures (JSON array of {"s":seq,"d":delay_us,"p":0|1,"e":error}),
--- ?3 lanes (JSON array). Only the queue row changes.
+-- Only the queue row changes.
+-- param: now int64 unix microseconds
+-- param: failures string JSON array of {"s":seq,"d":delay_us,"p":0|1,"e":error}
+-- param: lanes string JSON array of the held lanes
 UPDATE {{queue}} SET
     attempts = attempts + 1,
     last_error = f.value ->> '$.e',
-    next_attempt_at = ?1 + (f.value ->> '$.d'),
-    parked_at = CASE WHEN f.value ->> '$.p' THEN ?1 ELSE parked_at END
-FROM json_each(?2) AS f
+    next_attempt_at = :now + (f.value ->> '$.d'),
+    parked_at = CASE WHEN f.value ->> '$.p' THEN :now ELSE parked_at END
+FROM json_each(:failures) AS f
 WHERE {{queue}}.seq = f.value ->> '$.s'
-  AND {{queue}}.lane IN (SELECT value FROM json_each(?3))
+  AND {{queue}}.lane IN (SELECT value FROM json_each(:lanes))
 
 -- name: MinPending
 SELECT min(seq) FROM {{queue}}
 
 -- name: Prune
--- ?1 published before, ?2 seq below (exclusive), ?3 limit. Rows published before ?1 (the
--- publications' time index) below ?2, which Go bounds by the lowest queued seq; the delete
--- trigger (migration 0007) removes their publication rows.
+-- Rows published before :before (the publications' time index) below :below, which Go bounds
+-- by the lowest queued seq; the delete trigger (migration 0007) removes their publication rows.
+-- param: before int64 published before, unix microseconds
+-- param: below int64 seq bound, exclusive
+-- param: limit int
 DELETE FROM {{outbox}} WHERE seq IN (
     SELECT seq FROM {{publications}} INDEXED BY {{publications_at}}
-    WHERE at < ?1 AND seq < ?2
-    LIMIT ?3)
+    WHERE at < :before AND seq < :below
+    LIMIT :limit)
 
 -- name: Stats
 -- Bounded cost: never a scan of all published rows. Unpublished rows are counted on the queue,
--- parked ones on its failed index; published rows are counted on the publications up to ? (Go's
+-- parked ones on its failed index; published rows are counted on the publications up to :limit (Go's
 -- cap), and beyond it estimated from the seq range (AUTOINCREMENT: max - min + 1, less the rows
 -- deleted in between); the oldest pending record is the first queue row in seq order that is not
 -- parked.
+-- param: limit int publications counted at most
 SELECT
     (SELECT count(*) FROM {{queue}}),
     (SELECT count(*) FROM {{queue}}
         WHERE (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL) AND parked_at IS NOT NULL),
-    (SELECT count(*) FROM (SELECT 1 FROM {{publications}} LIMIT ?)),
+    (SELECT count(*) FROM (SELECT 1 FROM {{publications}} LIMIT :limit)),
     coalesce((SELECT max(seq) FROM {{outbox}}) - (SELECT min(seq) FROM {{outbox}}) + 1, 0),
     (SELECT o.created_at FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
         WHERE o.seq = p.seq AND p.parked_at IS NULL ORDER BY p.seq LIMIT 1)
@@ -236,71 +277,95 @@ WITH p AS (
 SELECT count(*) FROM p CROSS JOIN {{queue}} AS o
 WHERE o.seq > p.seq AND o.partition_key = p.partition_key AND o.parked_at IS NULL
 
--- name: PendingDestinations
--- Pending (unpublished, not parked) records per destination among the first ? of them in seq
+-- name: PendingDest
+-- Pending (unpublished, not parked) records per destination among the first :limit of them in seq
 -- order (the queue). Operators only (outboxkit status).
+-- param: limit int pending records read
 SELECT destination, count(*) FROM (
     SELECT o.destination FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
-    WHERE o.seq = p.seq AND p.parked_at IS NULL ORDER BY p.seq LIMIT ?
+    WHERE o.seq = p.seq AND p.parked_at IS NULL ORDER BY p.seq LIMIT :limit
 ) GROUP BY destination
 
--- name: PublishedRecent
--- The records published after ? (unix microseconds), at most ? of the most recent ones (the
+-- name: PubRecent
+-- The records published after :after, at most :limit of the most recent ones (the
 -- publications' time index): their count and the oldest publication time among them. Operators
 -- only (outboxkit status).
+-- param: after int64 unix microseconds
+-- param: limit int publications read
 SELECT count(*), min(at) FROM (
-    SELECT at FROM {{publications}} WHERE at > ?
-    ORDER BY at DESC LIMIT ?
+    SELECT at FROM {{publications}} WHERE at > :after
+    ORDER BY at DESC LIMIT :limit
 )
 
--- name: Lanes
+-- name: LanesList
 SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 
 -- name: ParkedKeys
 SELECT DISTINCT partition_key FROM {{queue}} WHERE parked_at IS NOT NULL
 
 -- name: Unpark
+-- param: partition_key string
 UPDATE {{queue}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-WHERE partition_key = ?
+WHERE partition_key = :partition_key
   AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
 
 -- name: Horizon
-SELECT horizon FROM {{inbox_horizons}} WHERE consumer = ?
+-- param: consumer string
+SELECT horizon FROM {{inbox_horizons}} WHERE consumer = :consumer
 
 -- name: InsertInbox
+-- param: consumer string
+-- param: event_id string
+-- param: digest []byte
+-- param: source_position string
+-- param: outcome int
+-- param: occurred_at any nullMicros
+-- param: processed_at int64 unix microseconds
 INSERT INTO {{inbox}}
     (consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+VALUES (:consumer, :event_id, :digest, :source_position, :outcome, :occurred_at, :processed_at)
 ON CONFLICT (consumer, event_id) DO NOTHING
 
 -- name: SelectInbox
+-- param: consumer string
+-- param: event_id string
 SELECT digest, source_position, outcome, occurred_at, processed_at
-FROM {{inbox}} WHERE consumer = ? AND event_id = ?
+FROM {{inbox}} WHERE consumer = :consumer AND event_id = :event_id
 
 -- name: LockVersion
-SELECT version FROM {{inbox_versions}} WHERE consumer = ? AND entity = ?
+-- param: consumer string
+-- param: entity string
+SELECT version FROM {{inbox_versions}} WHERE consumer = :consumer AND entity = :entity
 
 -- name: SetVersion
-INSERT INTO {{inbox_versions}} (consumer, entity, version) VALUES (?1, ?2, ?3)
+-- params: LockVersion
+-- param: version int64
+INSERT INTO {{inbox_versions}} (consumer, entity, version) VALUES (:consumer, :entity, :version)
 ON CONFLICT (consumer, entity) DO UPDATE SET version = excluded.version
 
 -- name: RaiseHorizon
--- ?1 consumer, ?2 before; returns the horizon in force
-INSERT INTO {{inbox_horizons}} (consumer, horizon) VALUES (?1, ?2)
+-- Returns the horizon in force.
+-- param: consumer string
+-- param: before int64 unix microseconds
+INSERT INTO {{inbox_horizons}} (consumer, horizon) VALUES (:consumer, :before)
 ON CONFLICT (consumer) DO UPDATE SET horizon = max(horizon, excluded.horizon)
 RETURNING horizon
 
 -- name: PruneInbox
--- ?1 consumer, ?2 horizon, ?3 limit
+-- param: consumer string
+-- param: horizon int64 as RaiseHorizon returned
+-- param: limit int
 DELETE FROM {{inbox}} WHERE rowid IN (
     SELECT rowid FROM {{inbox}}
-    WHERE consumer = ?1 AND (occurred_at IS NULL OR occurred_at < ?2)
-    LIMIT ?3)
+    WHERE consumer = :consumer AND (occurred_at IS NULL OR occurred_at < :horizon)
+    LIMIT :limit)
 
 -- name: ListAll
 -- A record is unpublished while it has a queue row (migration 0007), published with its
 -- publication row's time otherwise; the status columns of a published record are the ones an
 -- earlier version's relay left in the outbox row (as they were at migration 0007).
+-- param: after int64 seq
+-- param: limit int
 SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
     o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
     o.correlation_id, o.lane, o.created_at,
@@ -310,85 +375,106 @@ SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.typ
 FROM {{outbox}} AS o
 LEFT JOIN {{queue}} AS p ON p.seq = o.seq
 LEFT JOIN {{publications}} AS d ON d.seq = o.seq
-WHERE o.seq > ?1 ORDER BY o.seq LIMIT ?2
+WHERE o.seq > :after ORDER BY o.seq LIMIT :limit
 
 -- name: ListPending
+-- params: ListAll
 SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
     o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
     o.correlation_id, o.lane, o.created_at, NULL, p.attempts, p.next_attempt_at, p.last_error, p.parked_at
 FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
-WHERE o.seq = p.seq AND p.seq > ?1 AND p.parked_at IS NULL ORDER BY p.seq LIMIT ?2
+WHERE o.seq = p.seq AND p.seq > :after AND p.parked_at IS NULL ORDER BY p.seq LIMIT :limit
 
 -- name: ListParked
+-- params: ListAll
 SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
     o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
     o.correlation_id, o.lane, o.created_at, NULL, p.attempts, p.next_attempt_at, p.last_error, p.parked_at
 FROM {{queue}} AS p CROSS JOIN {{outbox}} AS o
-WHERE o.seq = p.seq AND p.seq > ?1 AND p.parked_at IS NOT NULL ORDER BY p.seq LIMIT ?2
+WHERE o.seq = p.seq AND p.seq > :after AND p.parked_at IS NOT NULL ORDER BY p.seq LIMIT :limit
 
 -- name: ListPublished
+-- params: ListAll
 SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
     o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id,
     o.correlation_id, o.lane, o.created_at, d.at, o.attempts, o.next_attempt_at, o.last_error, o.parked_at
 FROM {{outbox}} AS o
 LEFT JOIN {{publications}} AS d ON d.seq = o.seq
-WHERE o.seq > ?1 AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
-ORDER BY o.seq LIMIT ?2
+WHERE o.seq > :after AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
+ORDER BY o.seq LIMIT :limit
 
 -- name: ReplayByIDs
--- ?1 the IDs as a JSON array. Published when it has no queue row.
+-- Published when it has no queue row.
+-- param: ids string JSON array
 SELECT o.seq, o.id, o.partition_key, NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
 FROM {{outbox}} AS o
-WHERE o.id IN (SELECT value FROM json_each(?1)) ORDER BY o.seq
+WHERE o.id IN (SELECT value FROM json_each(:ids)) ORDER BY o.seq
 
 -- name: ReplayByKey
--- ?1 key, ?2 created at or after (unix µs), ?3 limit.
+-- param: partition_key string
+-- param: since int64 created at or after, unix microseconds
+-- param: limit int
 SELECT o.seq, o.id, o.partition_key, 1 FROM {{outbox}} AS o
-WHERE o.partition_key = ?1 AND o.created_at >= ?2
+WHERE o.partition_key = :partition_key AND o.created_at >= :since
   AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
-ORDER BY o.seq LIMIT ?3
+ORDER BY o.seq LIMIT :limit
 
 -- name: KeyUnpublished
-SELECT EXISTS (SELECT 1 FROM {{queue}} WHERE partition_key = ?1)
+-- param: partition_key string
+SELECT EXISTS (SELECT 1 FROM {{queue}} WHERE partition_key = :partition_key)
 
 -- name: Replay
--- ?1 the seqs as a JSON array: back to pending, as never attempted (a queue row each, in the
+-- Back to pending, as never attempted (a queue row each, in the
 -- outbox row's lane; replayLanes then moves it to its key's lane). ReplayForget then drops
 -- their publication rows, so that List reads the next publication.
+-- param: seqs string JSON array
 INSERT INTO {{queue}} (seq, lane, partition_key)
 SELECT o.seq, o.lane, o.partition_key FROM {{outbox}} AS o
-WHERE o.seq IN (SELECT value FROM json_each(?1))
+WHERE o.seq IN (SELECT value FROM json_each(:seqs))
   AND NOT EXISTS (SELECT 1 FROM {{queue}} AS p WHERE p.seq = o.seq)
 
 -- name: ReplayForget
-DELETE FROM {{publications}} WHERE seq IN (SELECT value FROM json_each(?1))
+-- params: Replay
+DELETE FROM {{publications}} WHERE seq IN (SELECT value FROM json_each(:seqs))
 
 -- name: AuditInsert
--- ?1 at (unix µs), ?2 actor, ?3 command, ?4 arguments, ?5 rows affected.
-INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES (?1, ?2, ?3, ?4, ?5)
+-- param: at int64 unix microseconds
+-- param: actor string
+-- param: command string
+-- param: arguments string JSON text
+-- param: rows int64 rows affected
+INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES (:at, :actor, :command, :arguments, :rows)
 
 -- name: AuditSetRows
--- ?1 id, ?2 rows: fills in the rows of an audit row written with -1, once (the audit guard
+-- Fills in the rows of an audit row written with -1, once (the audit guard
 -- allows that one update).
-UPDATE {{audit}} SET rows_affected = ?2 WHERE id = ?1 AND rows_affected = -1
+-- param: id int64
+-- param: rows int64
+UPDATE {{audit}} SET rows_affected = :rows WHERE id = :id AND rows_affected = -1
 
 -- name: AuditList
--- ?1 since (unix µs), ?2 limit: the latest rows, newest first.
+-- The latest rows, newest first.
+-- param: since int64 unix microseconds
+-- param: limit int
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
-WHERE at >= ?1 ORDER BY id DESC LIMIT ?2
+WHERE at >= :since ORDER BY id DESC LIMIT :limit
 
 -- name: ResetLanes
--- outboxkit lanes reset: end the leases of the selected lanes that have an owner. ?1 now
--- (unix µs), ?2 every lane (0|1), ?3 lanes (JSON array), ?4 owner ('': any). The lease
+-- outboxkit lanes reset: end the leases of the selected lanes that have an owner. The lease
 -- expires now (a settle or renewal of the old lease is refused: owner, generation and expiry
 -- all differ) and the new generation fences the old owner's marks; a claimer takes the lane as
 -- a free one.
-UPDATE {{lanes}} SET owner = '', lease_until = ?1, generation = generation + 1
-WHERE owner <> '' AND (?2 OR lane IN (SELECT value FROM json_each(?3))) AND (?4 = '' OR owner = ?4)
+-- param: now int64 unix microseconds
+-- param: all bool every lane
+-- param: lanes string JSON array, unless all
+-- param: owner string '': any
+UPDATE {{lanes}} SET owner = '', lease_until = :now, generation = generation + 1
+WHERE owner <> '' AND (:all OR lane IN (SELECT value FROM json_each(:lanes))) AND (:owner = '' OR owner = :owner)
 
 -- name: LanesUpdate
--- A resize records the new lane count ?1.
-UPDATE {{meta}} SET value = ?1 WHERE name = 'lanes'
+-- A resize records the new lane count.
+-- param: lanes int the new lane count
+UPDATE {{meta}} SET value = :lanes WHERE name = 'lanes'
 
 -- name: ResizeAllow
 -- The marker the immutability trigger (migration 0006) allows a lane change under, inserted
@@ -399,24 +485,31 @@ INSERT INTO {{meta}} (name, value) VALUES ('lanes_resize', 1)
 DELETE FROM {{meta}} WHERE name = 'lanes_resize'
 
 -- name: ResizeLeases
--- A resize ends every lease as ResetLanes does (?1 now, unix µs), free lanes too.
-UPDATE {{lanes}} SET owner = '', lease_until = ?1, generation = generation + 1
+-- A resize ends every lease as ResetLanes does, free lanes too.
+-- param: now int64 unix microseconds
+UPDATE {{lanes}} SET owner = '', lease_until = :now, generation = generation + 1
 
 -- name: ResizeDropLanes
-DELETE FROM {{lanes}} WHERE lane >= ?1
+-- param: lanes int the new lane count
+DELETE FROM {{lanes}} WHERE lane >= :lanes
 
 -- name: ResizeAddLanes
--- The lanes below ?1 that are missing.
-WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?1)
+-- The lanes below :lanes that are missing.
+-- params: ResizeDropLanes
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :lanes)
 INSERT OR IGNORE INTO {{lanes}} (lane, owner, generation, lease_until) SELECT i, '', 0, 0 FROM n
 
 -- name: ResizeRows
--- The unpublished rows after seq ?1, ?2 at a time (the queue), with key and lane.
+-- The unpublished rows after seq :after, :limit at a time (the queue), with key and lane.
+-- param: after int64 seq
+-- param: limit int
 SELECT seq, partition_key, lane FROM {{queue}}
-WHERE seq > ?1 ORDER BY seq LIMIT ?2
+WHERE seq > :after ORDER BY seq LIMIT :limit
 
 -- name: ResizeMove
--- One row ?1 to lane ?2 (in-process: a statement per row costs no round trip), unless it is
+-- One row :seq to :lane (in-process: a statement per row costs no round trip), unless it is
 -- there already (a replay passes no lane): the row is not rewritten. The lane trigger (migration
 -- 0007) moves its queue row.
-UPDATE {{outbox}} SET lane = ?2 WHERE seq = ?1 AND lane <> ?2
+-- param: seq int64
+-- param: lane int
+UPDATE {{outbox}} SET lane = :lane WHERE seq = :seq AND lane <> :lane

@@ -13,7 +13,7 @@ import (
 func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
 	out := make(map[string]driver.InboxRecord, len(ids))
 	for _, id := range ids {
-		rec, err := scanInbox(s.db.QueryRowContext(ctx, s.q.selectInbox, consumer, id), consumer, id)
+		rec, err := scanInbox(s.db.QueryRowContext(ctx, s.q.selectInbox, selectInboxParams{Consumer: consumer, EventID: id}.args()...), consumer, id)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}

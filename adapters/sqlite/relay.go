@@ -23,16 +23,16 @@ func (s *Store) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, e
 	var live int
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		if p.TTL > 0 {
-			if _, err := s.exec(ctx, tx, s.q.heartbeatUpsert, p.Owner, now+p.TTL.Microseconds()); err != nil {
+			if _, err := s.exec(ctx, tx, s.q.heartbeatUpsert, heartbeatUpsertParams{Owner: p.Owner, ExpiresAt: now + p.TTL.Microseconds()}.args()...); err != nil {
 				return err
 			}
-		} else if _, err := s.exec(ctx, tx, s.q.heartbeatDelete, p.Owner); err != nil {
+		} else if _, err := s.exec(ctx, tx, s.q.heartbeatDelete, heartbeatDeleteParams{Owner: p.Owner}.args()...); err != nil {
 			return err
 		}
-		if _, err := s.exec(ctx, tx, s.q.heartbeatExpired, now); err != nil {
+		if _, err := s.exec(ctx, tx, s.q.heartbeatExpired, heartbeatExpiredParams{Now: now}.args()...); err != nil {
 			return err
 		}
-		return s.queryRow(ctx, tx, s.q.heartbeatCount, now).Scan(&live)
+		return s.queryRow(ctx, tx, s.q.heartbeatCount, heartbeatExpiredParams{Now: now}.args()...).Scan(&live)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: heartbeat: %w", classify(err))
@@ -65,7 +65,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.
 		if err != nil {
 			return err
 		}
-		rows, err := s.query(ctx, tx, s.q.claim, p.Owner, until, now, p.Max)
+		rows, err := s.query(ctx, tx, s.q.claim, claimParams{Owner: p.Owner, LeaseUntil: until, Now: now, Max: p.Max}.args()...)
 		if err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.
 // claimOwned returns the claimable lanes at now that still have an owner (expired leases), read
 // in ClaimLanes' write transaction before its update.
 func (s *Store) claimOwned(ctx context.Context, tx *sql.Tx, now int64) (map[int]bool, error) {
-	rows, err := s.query(ctx, tx, s.q.claimOwned, now)
+	rows, err := s.query(ctx, tx, s.q.claimOwned, heartbeatExpiredParams{Now: now}.args()...)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func (s *Store) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.
 			return err
 		}
 		for _, l := range p.Leases {
-			res, err := s.exec(ctx, tx, s.q.renew, until, l.Lane, l.Owner, l.Generation, now)
+			res, err := s.exec(ctx, tx, s.q.renew, renewParams{LeaseUntil: until, Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, Now: now}.args()...)
 			if err != nil {
 				return err
 			}
@@ -150,7 +150,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		for _, l := range leases {
-			if _, err := s.exec(ctx, tx, s.q.releaseLane, l.Lane, l.Owner, l.Generation); err != nil {
+			if _, err := s.exec(ctx, tx, s.q.releaseLane, releaseLaneParams{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation}.args()...); err != nil {
 				return err
 			}
 		}
@@ -174,7 +174,7 @@ func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Recor
 	for i, l := range p.Leases {
 		lanes[i] = l.Lane
 	}
-	rows, err := s.dbQuery(ctx, s.q.fetch, intList(lanes), nowMicros(p.Now), p.Limit)
+	rows, err := s.dbQuery(ctx, s.q.fetch, fetchParams{Lanes: intList(lanes), Now: nowMicros(p.Now), Limit: p.Limit}.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: fetch: %w", classify(err))
 	}
@@ -211,9 +211,9 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 			seqs := int64List(p.Published)
 			var err error
 			if p.Delete {
-				_, err = s.exec(ctx, tx, s.q.deletePublished, seqs, laneList)
-			} else if _, err = s.exec(ctx, tx, s.q.publish, now, seqs, laneList); err == nil {
-				_, err = s.exec(ctx, tx, s.q.publishDequeue, seqs, laneList)
+				_, err = s.exec(ctx, tx, s.q.deletePublished, publishDequeueParams{Seqs: seqs, Lanes: laneList}.args()...)
+			} else if _, err = s.exec(ctx, tx, s.q.publish, publishParams{Now: now, Seqs: seqs, Lanes: laneList}.args()...); err == nil {
+				_, err = s.exec(ctx, tx, s.q.publishDequeue, publishDequeueParams{Seqs: seqs, Lanes: laneList}.args()...)
 			}
 			if err != nil {
 				return err
@@ -224,7 +224,7 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 			if err != nil {
 				return err
 			}
-			if _, err := s.exec(ctx, tx, s.q.fail, now, list, laneList); err != nil {
+			if _, err := s.exec(ctx, tx, s.q.fail, failParams{Now: now, Failures: list, Lanes: laneList}.args()...); err != nil {
 				return err
 			}
 		}
@@ -239,7 +239,7 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 // checkLeases returns a *driver.LanesLostError naming every lease not held at now.
 func (s *Store) checkLeases(ctx context.Context, tx *sql.Tx, leases []driver.Lease, laneList string, now int64) error {
 	cur := make(map[int]driver.Lease, len(leases))
-	rows, err := s.query(ctx, tx, s.q.leaseState, laneList)
+	rows, err := s.query(ctx, tx, s.q.leaseState, leaseStateParams{Lanes: laneList}.args()...)
 	if err != nil {
 		return err
 	}

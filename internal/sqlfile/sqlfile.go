@@ -1,12 +1,24 @@
 // Package sqlfile loads an adapter's SQL statements from an embedded .sql file: the one way the
-// adapters keep and name their statements and substitute identifiers (River keeps its queries
-// the same way, in .sql files with named statements).
+// adapters keep and name their statements, their parameters and their identifiers (River keeps
+// its queries the same way, in .sql files with named statements; the parameters follow sqlc).
 //
 // A statement begins at a line "-- name: Name" and runs until the next such line. Whole comment
 // lines document the file and are left out of the statements (so that a "?" or "$1" in a
-// comment never reaches a driver). Identifiers are written {{key}}
-// and replaced by Idents[key], an identifier that the adapter validated and quoted once, at
-// construction. Nothing else in the text is ever replaced.
+// comment never reaches a driver). Identifiers are written {{key}} and replaced by Idents[key],
+// an identifier that the adapter validated and quoted once, at construction.
+//
+// Parameters are written :name (outside strings, quoted identifiers and comments; a cast ::int
+// is none) and declared by the block's comment lines "-- param: name GoType description", or
+// taken from an earlier statement by "-- params: Other" (then its own lines add to them). The
+// file's "-- dialect: postgres|mysql|sqlite" line says how Load rewrites them: $n or ?n in
+// declaration order, or ? per occurrence (MySQL). A positional mark written in a statement, an
+// undeclared name and an unused declaration are errors. Nothing else in the text is replaced.
+//
+// To add a statement to an adapter: write its block in queries.sql with named parameters, run
+// go generate in the adapter (cmd/sqlgen writes queries_gen.go: a field of the statements
+// struct, and a params struct whose args method lists the arguments in positional order, see
+// Generate), and call it: q.exec(ctx, s.q.newThing, newThingParams{Lane: 3}.args()...).
+// TestGenerated fails while a queries_gen.go is stale.
 package sqlfile
 
 import (
@@ -22,12 +34,12 @@ import (
 // filled later, to the token itself).
 type Idents map[string]string
 
-var token = regexp.MustCompile(`\{\{([A-Za-z0-9_]+)\}\}`)
+var identToken = regexp.MustCompile(`\{\{([A-Za-z0-9_]+)\}\}`)
 
 // Expand returns stmt with every {{key}} replaced by id[key]. A key id does not know is an error.
 func (id Idents) Expand(stmt string) (string, error) {
 	var unknown []string
-	out := token.ReplaceAllStringFunc(stmt, func(t string) string {
+	out := identToken.ReplaceAllStringFunc(stmt, func(t string) string {
 		v, ok := id[t[2:len(t)-2]]
 		if !ok {
 			unknown = append(unknown, t)
@@ -41,47 +53,6 @@ func (id Idents) Expand(stmt string) (string, error) {
 	return out, nil
 }
 
-// Parse splits src into its named statements.
-func Parse(src string) (map[string]string, error) {
-	stmts := map[string]string{}
-	var name string
-	var body strings.Builder
-	flush := func() error {
-		text := strings.TrimSpace(body.String())
-		if name == "" {
-			if text != "" {
-				return errors.New("sqlfile: text before the first -- name: line")
-			}
-			return nil
-		}
-		if text == "" {
-			return fmt.Errorf("sqlfile: statement %s is empty", name)
-		}
-		if _, dup := stmts[name]; dup {
-			return fmt.Errorf("sqlfile: statement %s is defined twice", name)
-		}
-		stmts[name] = text
-		return nil
-	}
-	for line := range strings.Lines(src) {
-		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "-- name:"); ok {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			name = strings.TrimSpace(n)
-			body.Reset()
-			continue
-		}
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			body.WriteString(line)
-		}
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	return stmts, nil
-}
-
 // Statements are the statements of one file, expanded with the adapter's identifiers. Get
 // records what it could not find, and Err reports it together with the statements of the file
 // that no Get asked for, so that a renamed or misspelt statement fails the constructor.
@@ -91,19 +62,25 @@ type Statements struct {
 	errs  []error
 }
 
-// Load parses the file path of fsys and expands every statement with idents.
+// Load parses the file path of fsys, rewrites every statement's parameters for the file's
+// dialect (File.Rewrite) and expands its identifiers with idents.
 func Load(fsys fs.FS, path string, idents Idents) (*Statements, error) {
 	src, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlfile: %w", err)
 	}
-	stmts, err := Parse(string(src))
+	f, err := Parse(string(src))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for name, text := range stmts {
-		if stmts[name], err = idents.Expand(text); err != nil {
-			return nil, fmt.Errorf("%s: statement %s: %w", path, name, err)
+	stmts := make(map[string]string, len(f.Statements))
+	for _, st := range f.Statements {
+		text, _, err := f.Rewrite(st.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if stmts[st.Name], err = idents.Expand(text); err != nil {
+			return nil, fmt.Errorf("%s: statement %s: %w", path, st.Name, err)
 		}
 	}
 	return &Statements{stmts: stmts, used: map[string]bool{}}, nil

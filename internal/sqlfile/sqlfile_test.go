@@ -1,6 +1,8 @@
 package sqlfile
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/fstest"
 
@@ -40,12 +42,187 @@ SELECT * FROM {{part}}
 
 func TestParseRejects(t *testing.T) {
 	t.Parallel()
-	for _, src := range []string{
-		"SELECT 1\n-- name: A\nSELECT 2",
-		"-- name: A\nSELECT 1\n-- name: A\nSELECT 2",
-		"-- name: A\n-- only a comment\n",
+	for src, want := range map[string]string{
+		"SELECT 1\n-- name: A\nSELECT 2":                                                                   "text before the first",
+		"-- name: A\nSELECT 1\n-- name: A\nSELECT 2":                                                       "defined twice",
+		"-- name: A\n-- only a comment\n":                                                                  "is empty",
+		"-- name: A\n-- param: x int\nSELECT :x":                                                           "without a -- dialect: line",
+		"-- dialect: oracle\n-- name: A\nSELECT 1":                                                         "one dialect line",
+		"-- name: A\nSELECT 1\n-- dialect: postgres":                                                       "one dialect line",
+		"-- dialect: postgres\n-- name: A\n-- param: 1x int\nSELECT 1":                                     "want -- param: name GoType",
+		"-- dialect: postgres\n-- name: A\n-- params: B\nSELECT 1\n-- name: B\n-- param: x int\nSELECT :x": "names no earlier statement",
+		"-- dialect: postgres\n-- name: A\n-- param: x int\n-- params: B\nSELECT :x":                       "comes once, before any",
 	} {
 		_, err := Parse(src)
-		require.Error(t, err, src)
+		require.ErrorContains(t, err, want, src)
 	}
+}
+
+func TestRewritePostgres(t *testing.T) {
+	t.Parallel()
+	f, err := Parse(`-- dialect: postgres
+-- name: A
+-- param: lanes []int32 the lanes
+-- param: now any
+SELECT ':not', $$ :nor $1 $$, $q$ :neither $q$, "col:x" FROM t -- :comment
+WHERE lane = ANY(:lanes::int[]) AND tags @> '{a}' AND at < coalesce(:now::timestamptz, now())
+  AND x::int = 1 /* :block */ AND lane <> ALL(:lanes)
+
+-- name: B
+-- params: A
+-- param: extra bool
+SELECT :extra, :now, :lanes
+`)
+	require.NoError(t, err)
+	text, order, err := f.Rewrite("A")
+	require.NoError(t, err)
+	require.Equal(t, `SELECT ':not', $$ :nor $1 $$, $q$ :neither $q$, "col:x" FROM t -- :comment
+WHERE lane = ANY($1::int[]) AND tags @> '{a}' AND at < coalesce($2::timestamptz, now())
+  AND x::int = 1 /* :block */ AND lane <> ALL($1)`, text)
+	require.Equal(t, []string{"lanes", "now"}, order)
+	text, order, err = f.Rewrite("B")
+	require.NoError(t, err)
+	require.Equal(t, "SELECT $3, $2, $1", text)
+	require.Equal(t, []string{"lanes", "now", "extra"}, order)
+	require.Equal(t, "Lanes", f.Params("B")[0].Field())
+
+	// "-- param: now" alone places A's :now after B's own :extra.
+	f, err = Parse("-- dialect: postgres\n-- name: A\n-- param: lanes []int32\n-- param: now any\nSELECT :lanes, :now\n" +
+		"-- name: B\n-- params: A\n-- param: extra bool\n-- param: now\nSELECT :now, :extra, :lanes")
+	require.NoError(t, err)
+	text, order, err = f.Rewrite("B")
+	require.NoError(t, err)
+	require.Equal(t, "SELECT $3, $2, $1", text)
+	require.Equal(t, []string{"lanes", "extra", "now"}, order)
+	require.Equal(t, "any", f.Params("B")[2].Type)
+	_, err = Parse("-- dialect: postgres\n-- name: A\n-- param: a int\nSELECT :a\n-- name: B\n-- params: A\n-- param: b\nSELECT :a")
+	require.ErrorContains(t, err, "places a parameter A does not take")
+}
+
+func TestRewriteQuestion(t *testing.T) {
+	t.Parallel()
+	f, err := Parse(`-- dialect: mysql
+-- name: A
+-- param: owner string
+-- param: n int
+SET @v := 1; SELECT 'it\'s :no ?', ` + "`a:b`" + `, @@session.x FROM t WHERE owner = :owner AND n < :n OR owner <> :owner
+
+-- name: B
+-- params: A
+SELECT :owner, :n, :owner
+`)
+	require.NoError(t, err)
+	text, order, err := f.Rewrite("A")
+	require.NoError(t, err)
+	require.Equal(t, "SET @v := 1; SELECT 'it\\'s :no ?', `a:b`, @@session.x FROM t WHERE owner = ? AND n < ? OR owner <> ?", text)
+	require.Equal(t, []string{"owner", "n", "owner"}, order)
+
+	_, err = Parse("-- dialect: sqlite\n-- name: A\n-- param: a int\nSELECT :a, ?1")
+	require.ErrorContains(t, err, "positional parameter ?1")
+	f, err = Parse("-- dialect: sqlite\n-- name: A\n-- param: a int\n-- param: b int\nSELECT :b, :a, :b, '?'")
+	require.NoError(t, err)
+	text, order, err = f.Rewrite("A")
+	require.NoError(t, err)
+	require.Equal(t, "SELECT ?2, ?1, ?2, '?'", text)
+	require.Equal(t, []string{"a", "b"}, order)
+
+	_, err = Parse(`-- dialect: mysql
+-- name: A
+-- param: owner string
+-- param: n int
+SELECT :owner, :n
+-- name: B
+-- params: A
+SELECT :n, :owner
+`)
+	require.ErrorContains(t, err, "marks the parameters of A in another order")
+}
+
+func TestRewriteRejects(t *testing.T) {
+	t.Parallel()
+	for src, want := range map[string]string{
+		"-- dialect: postgres\n-- name: A\nSELECT :x":                                "parameter :x is not declared",
+		"-- dialect: postgres\n-- name: A\n-- param: x int\nSELECT 1":                "parameter :x is never used",
+		"-- dialect: postgres\n-- name: A\n-- param: x int\nSELECT :x, $2":           "positional parameter $2",
+		"-- dialect: sqlite\n-- name: A\n-- param: x int\nSELECT :x, ?":              "positional parameter ?",
+		"-- dialect: mysql\n-- name: A\n-- param: x int\n-- param: x int\nSELECT :x": "declares :x twice",
+	} {
+		_, err := Parse(src)
+		require.ErrorContains(t, err, want, src)
+	}
+}
+
+// TestLoadRewrites: Load gives the statements in the dialect's positional form.
+func TestLoadRewrites(t *testing.T) {
+	t.Parallel()
+	fsys := fstest.MapFS{"q.sql": {Data: []byte("-- dialect: postgres\n-- name: A\n-- param: k string\nSELECT v FROM {{t}} WHERE k = :k OR j = :k\n")}}
+	s, err := Load(fsys, "q.sql", Idents{"t": `"t"`})
+	require.NoError(t, err)
+	require.Equal(t, `SELECT v FROM "t" WHERE k = $1 OR j = $1`, s.Get("A"))
+	require.NoError(t, s.Err())
+}
+
+func TestGenerate(t *testing.T) {
+	t.Parallel()
+	src := []byte(`-- dialect: mysql
+-- name: Get
+-- param: owner string who
+-- param: at time.Time
+SELECT 1 FROM t WHERE owner = :owner AND at < :at AND owner <> ''
+-- name: GetAgain
+-- params: Get
+SELECT 2 FROM t WHERE owner = :owner AND at < :at
+-- name: GetMore
+-- params: Get
+-- param: n int
+SELECT 3 FROM t WHERE at < :at AND owner = :owner LIMIT :n
+-- name: Plain
+SELECT 4
+`)
+	code, err := Generate(src, "p", "q.sql")
+	require.NoError(t, err)
+	for _, want := range []string{
+		"package p\n",
+		"import (\n\t\"time\"\n\n\t\"github.com/outboxkit/outbox/internal/sqlfile\"\n)",
+		"\tgetAgain string\n",
+		"getMore:  st.Get(\"GetMore\"),",
+		"// getParams are the parameters of Get (and GetAgain).\ntype getParams struct {\n\tOwner string // who\n\tAt    time.Time\n}",
+		"func (p getParams) args() []any {\n\treturn []any{p.Owner, p.At}\n}",
+		"type getMoreParams struct {\n\tgetParams\n\tN int\n}",
+		"func (p getMoreParams) args() []any {\n\treturn []any{p.At, p.Owner, p.N}\n}",
+	} {
+		require.Contains(t, string(code), want)
+	}
+	require.NotContains(t, string(code), "plainParams")
+
+	_, err = Generate([]byte("-- dialect: mysql\n-- name: A\n-- param: x foo.Bar\nSELECT :x"), "p", "q.sql")
+	require.ErrorContains(t, err, "unknown package foo")
+	_, err = Generate([]byte("-- name: Select\nSELECT 1"), "p", "q.sql")
+	require.ErrorContains(t, err, "Go keyword select")
+}
+
+// TestGenerated fails when an adapter's queries_gen.go is not what go generate writes from its
+// queries.sql (one with named parameters: a dialect line): run go generate in the adapter.
+func TestGenerated(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../adapters/*/queries.sql")
+	require.NoError(t, err)
+	var checked []string
+	for _, sqlPath := range files {
+		dir := filepath.Dir(sqlPath)
+		src, err := os.ReadFile(sqlPath)
+		require.NoError(t, err)
+		f, err := Parse(string(src))
+		require.NoError(t, err, sqlPath)
+		if f.Dialect == "" {
+			continue
+		}
+		checked = append(checked, filepath.Base(dir))
+		want, err := Generate(src, filepath.Base(dir), "queries.sql")
+		require.NoError(t, err, sqlPath)
+		got, err := os.ReadFile(filepath.Join(dir, "queries_gen.go"))
+		require.NoError(t, err, "%s: run go generate", dir)
+		require.Equal(t, string(want), string(got), "%s/queries_gen.go is stale: run go generate", dir)
+	}
+	require.Subset(t, checked, []string{"postgres", "sqlite"})
 }
