@@ -125,7 +125,7 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 // legacyPendingIndex is the outbox's pending index of migration 0001, which Migrate drops on a
-// new outbox since migration 0008 (DropLegacyIndexes): benchmarks of the layout before it
+// new outbox since migration 0008 (DropLegacy): benchmarks of the layout before it
 // create it again.
 const legacyPendingIndex = `CREATE INDEX IF NOT EXISTS outbox_pending_idx ON outbox (seq) WHERE published_at IS NULL;
 	CREATE INDEX IF NOT EXISTS outbox_failed_idx ON outbox (partition_key, seq)
