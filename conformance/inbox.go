@@ -486,6 +486,9 @@ type messageByMessage[TTx any] struct{ driver.InboxStore[TTx] }
 // versions, a gap (GapReject refuses the whole batch), and an event first recorded without a
 // version and redelivered with one.
 func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
+	if e.offers(InboxBatchStore) {
+		capable[driver.InboxBatchStore[TTx]](e, InboxBatchStore)
+	}
 	stores := map[string]driver.InboxStore[TTx]{"adapter": driver.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}}
 	for _, name := range []string{"adapter", "message-by-message"} {
 		c := "cb-" + name

@@ -13,6 +13,12 @@ import (
 // The store reads inbox records for reconciliation (conformance chain/reconcile checks them).
 var _ reconcile.InboxReader = (*mysql.Store)(nil)
 
+// capabilities are the store's optional capabilities, which the conformance suite checks.
+const capabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore |
+	conformance.LaneResizer | conformance.LaneInserter | conformance.CheckpointStore |
+	conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
+	conformance.InboxReader
+
 func harness(strategy mysql.ClaimStrategy) conformance.Harness[*sql.Tx] {
 	return conformance.Harness[*sql.Tx]{
 		New: func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx] {
@@ -22,6 +28,7 @@ func harness(strategy mysql.ClaimStrategy) conformance.Harness[*sql.Tx] {
 		EffectCount: func(ctx context.Context, a conformance.Adapter[*sql.Tx], key string) (int, error) {
 			return effectCount(ctx, a.(*mysql.Store).DB(), key)
 		},
+		Capabilities: capabilities,
 	}
 }
 

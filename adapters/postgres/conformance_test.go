@@ -25,6 +25,13 @@ var (
 	_ driver.InboxBatchStore[*sql.Tx] = (*Store[*sql.Tx])(nil)
 )
 
+// capabilities are the optional capabilities of both stores, which the conformance suite checks.
+const capabilities = conformance.Notifier | conformance.Waker | conformance.Flusher |
+	conformance.OperatorStore | conformance.LaneResizer | conformance.LaneInserter |
+	conformance.InboxBatchStore | conformance.PartitionPruner | conformance.CheckpointStore |
+	conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
+	conformance.InboxReader
+
 const counterBump = `INSERT INTO counters AS c (key, n) VALUES ($1, 1)
 	ON CONFLICT (key) DO UPDATE SET n = c.n + 1`
 const counterGet = `SELECT coalesce((SELECT n FROM counters WHERE key = $1), 0)`
@@ -65,7 +72,8 @@ func TestConformance(t *testing.T) {
 					err := queryRow(ctx, a.(*Store[pgx.Tx]).db, counterGet, []any{key}, &n)
 					return n, err
 				},
-				Diagnose: func(ctx context.Context) string { return pgtest.ServerState(ctx, admin(t)) },
+				Diagnose:     func(ctx context.Context) string { return pgtest.ServerState(ctx, admin(t)) },
+				Capabilities: capabilities,
 			})
 		})
 	}
@@ -90,6 +98,7 @@ func TestConformance(t *testing.T) {
 				err := queryRow(ctx, a.(*Store[*sql.Tx]).db, counterGet, []any{key}, &n)
 				return n, err
 			},
+			Capabilities: capabilities,
 		})
 	})
 }

@@ -85,5 +85,8 @@ func TestConformance(t *testing.T) {
 			}
 			return n, err
 		},
+		Capabilities: conformance.Notifier | conformance.Waker | conformance.OperatorStore |
+			conformance.SingleWriter | conformance.LaneResizer | conformance.LaneInserter |
+			conformance.InboxReader,
 	})
 }
