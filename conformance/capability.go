@@ -39,7 +39,8 @@ const (
 	// CheckpointStore is driver.CheckpointStore (publisher/checkpoint-fenced; required by
 	// Harness.CDC).
 	CheckpointStore
-	// Liveness is driver.Liveness (liveness/takeover, with Harness.KillSession).
+	// Liveness is driver.Liveness (liveness/takeover, with Harness.Reopen and
+	// Harness.KillSession).
 	Liveness
 	// CheckpointReleaser is driver.CheckpointReleaser (operator/checkpoint-release).
 	CheckpointReleaser
@@ -209,6 +210,9 @@ func notOffered[TTx any](h Harness[TTx]) string {
 		set  bool
 	}{
 		{"Harness.CDC (the cdc area)", h.CDC != nil},
+		{"Harness.NewUnmigrated (the unmigrated area)", h.NewUnmigrated != nil},
+		{"Harness.NewForeign (badtx/foreign)", h.NewForeign != nil},
+		{"Harness.Reopen and KillSession (the liveness area)", h.Reopen != nil && h.KillSession != nil},
 	} {
 		if !hook.set {
 			out = append(out, hook.name)

@@ -88,6 +88,25 @@ type Harness[TTx any] struct {
 	Diagnose func(ctx context.Context) string
 	// Logger receives the logs of the relays the suite runs. Default: discarded.
 	Logger *slog.Logger
+	// NewUnmigrated, when set, runs the "unmigrated" area: it returns an adapter as New does
+	// but on a database (or schema) that was never migrated, so that every entry point fails
+	// with core.ErrSchemaMismatch. Release resources with t.Cleanup. Default nil: the area is
+	// not offered.
+	NewUnmigrated func(t *testing.T) Adapter[TTx]
+	// NewForeign, when set, runs the badtx/foreign case: it returns an adapter on another
+	// database (or store) migrated alike, whose transactions a (an adapter New returned in
+	// this subtest) must refuse with core.ErrInvalidTx. Leave it nil when a's database accepts
+	// them by design (a MySQL transaction spans the databases of a server and the adapter
+	// names its tables with its database). Default nil: the case is not offered.
+	NewForeign func(t *testing.T, a Adapter[TTx]) Adapter[TTx]
+	// Reopen, with KillSession and the Liveness capability, runs the "liveness" area: it
+	// returns a second adapter on the outbox of a, as a second relay process would open it.
+	// Default nil: the area is not offered.
+	Reopen func(t *testing.T, a Adapter[TTx]) Adapter[TTx]
+	// KillSession ends the database session that holds the sign of life (driver.Liveness) of
+	// the lease of lane in a's outbox, as the kernel does when the process holding it is
+	// killed. Default nil: the liveness area is not offered.
+	KillSession func(ctx context.Context, t *testing.T, a Adapter[TTx], lane int) error
 	// CDC, when set, also runs the "cdc" area: core.CDCRelay on the adapter's own change log
 	// (delivery in commit order, crash points, lost positions and Backfill, cutover between
 	// polling and CDC, shadow mode). The adapter must then implement driver.CheckpointStore and

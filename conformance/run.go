@@ -32,13 +32,23 @@ import (
 //     audit-writer (with driver.AuditWriter: CheckAudit leaves no row, WriteAudit writes one)
 //   - inbox: concurrent-once, digest-mismatch, handler-error, handler-panic, versions,
 //     gap-reject, retention, consumers, horizon-after-insert, batch, batch-outcomes (through the
-//     adapter's driver.InboxBatchStore when declared, and message by message), set
+//     adapter's driver.InboxBatchStore when declared, and message by message), set,
+//     prune-beside-delivery (without driver.SingleWriter: Inbox.Prune returns while a delivery's
+//     transaction is open)
 //   - publisher: join-and-bump, stale-claim-and-renew, concurrent-acquire, checkpoint-fenced
 //     (with driver.CheckpointStore, which Harness.CDC requires), polling-relay-fenced
 //   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its
 //     transaction: effect, inbox record and events commit together or not at all), outboxtest
 //     (package outboxtest's database helpers on the adapter), reconcile (package reconcile on
 //     the adapter; its inbox findings with reconcile.InboxReader)
+//   - badtx: nil-and-ended (a nil and an ended transaction refused with core.ErrInvalidTx by
+//     Outbox.Write and the inbox methods, nothing written), foreign (with Harness.NewForeign: the
+//     same for a transaction of another database)
+//   - unmigrated: schema-mismatch (with Harness.NewUnmigrated: every entry point of a database
+//     never migrated fails with core.ErrSchemaMismatch)
+//   - liveness: takeover (with driver.Liveness, Harness.Reopen and Harness.KillSession: a dead
+//     session's lanes are claimed before their leases expire, a live one's are not, the old
+//     holder is fenced)
 //   - cdc (only with Harness.CDC): commit-order, crash-points, lost-position-backfill, cutover,
 //     shadow, parked-key, retention
 //
@@ -70,6 +80,9 @@ func Run[TTx any](t *testing.T, h Harness[TTx]) {
 	runArea(t, h, "inbox", inboxCases[TTx]())
 	runArea(t, h, "publisher", publisherCases[TTx]())
 	runArea(t, h, "chain", chainCases[TTx]())
+	runArea(t, h, "badtx", badTxCases[TTx]())
+	runArea(t, h, "unmigrated", unmigratedCases[TTx]())
+	runArea(t, h, "liveness", livenessCases[TTx]())
 	if h.CDC != nil {
 		if h.CDC.Source == nil || h.CDC.LosePosition == nil {
 			t.Fatal("conformance: CDCHarness.Source and LosePosition are required")

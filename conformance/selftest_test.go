@@ -83,6 +83,13 @@ func harness(fault testhook.Fault) conformance.Harness[*memory.Tx] {
 		},
 		Effect:       func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
 		Capabilities: memoryCapabilities,
+		NewForeign: func(t *testing.T, _ conformance.Adapter[*memory.Tx]) conformance.Adapter[*memory.Tx] {
+			s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		CDC: &conformance.CDCHarness[*memory.Tx]{
 			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) driver.ChangeSource {
 				return a.(*memory.Store).ChangeSource()

@@ -21,7 +21,8 @@ const defaultTimeout = 2 * time.Minute
 // tcase is one case of an area: its subtest name, lane count and body.
 type tcase[TTx any] struct {
 	name  string
-	lanes int // 0 means 8
+	lanes int  // 0 means 8
+	bare  bool // no adapter: e.a and e.ob are nil (a case that builds its own)
 	run   func(e *env[TTx])
 }
 
@@ -56,6 +57,10 @@ func runAreaSerial[TTx any](t *testing.T, h Harness[TTx], area string, cases []t
 				lanes := c.lanes
 				if lanes == 0 {
 					lanes = 8
+				}
+				if c.bare {
+					c.run(&env[TTx]{t: t, ctx: ctx, h: h, lanes: lanes})
+					return
 				}
 				c.run(newEnv(t, ctx, h, lanes))
 			})

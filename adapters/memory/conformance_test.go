@@ -31,6 +31,11 @@ func TestConformance(t *testing.T) {
 			return a.(*memory.Store).Counter(key), nil
 		},
 		Capabilities: memoryCapabilities,
+		NewForeign: func(t *testing.T, _ conformance.Adapter[*memory.Tx]) conformance.Adapter[*memory.Tx] {
+			s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			return s
+		},
 		CDC: &conformance.CDCHarness[*memory.Tx]{
 			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) driver.ChangeSource {
 				return a.(*memory.Store).ChangeSource()
