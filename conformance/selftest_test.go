@@ -67,7 +67,7 @@ func TestSuite(t *testing.T) {
 }
 
 // memoryCapabilities are the optional capabilities of the memory store.
-const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore |
+const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
 	conformance.LogReleaser
 

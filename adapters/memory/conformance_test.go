@@ -13,7 +13,7 @@ import (
 
 // memoryCapabilities are the optional capabilities of the memory store, which the conformance
 // suite checks.
-const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore |
+const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
 	conformance.LogReleaser
 
