@@ -35,11 +35,10 @@ func (e *env[TTx]) waitCDC(c *cdcRun, what string) error {
 
 func (e *env[TTx]) cdcStore() driver.CDCStore {
 	e.t.Helper()
-	cs, ok := e.a.(driver.CDCStore)
-	if !ok {
-		e.fatalf("Harness.CDC is set but the adapter does not implement driver.CheckpointStore")
+	if !e.h.Capabilities.Has(CheckpointStore) {
+		e.fatalf("Harness.CDC is set but Harness.Capabilities does not declare conformance.CheckpointStore")
 	}
-	return cs
+	return capable[driver.CDCStore](e, CheckpointStore)
 }
 
 // newCDC builds a CDC relay on src (store defaults to the adapter).
@@ -556,7 +555,14 @@ func cdcCases[TTx any]() []tcase[TTx] {
 			if err := c.stop(); err != nil {
 				e.fatalf("Run: %v", err)
 			}
-			if _, ok := src.(driver.LogReleaser); !ok {
+			_, releases := src.(driver.LogReleaser)
+			switch declared := e.h.Capabilities.Has(LogReleaser); {
+			case releases && !declared:
+				e.fatalf("the change source %T implements driver.LogReleaser but Harness.Capabilities does not declare it: add conformance.LogReleaser", src)
+			case declared && !releases:
+				e.fatalf("Harness.Capabilities declares driver.LogReleaser but the change source %T does not implement it", src)
+			case !declared:
+				e.notOffered("driver.LogReleaser (Harness.Capabilities): ReleaseOverCap")
 				return
 			}
 			// ReleaseOverCap: the relay stops with the *RetentionError and releases the log

@@ -56,12 +56,11 @@ type Adapter[TTx any] interface {
 	driver.Admin
 }
 
-// Harness builds fresh fixtures for each subtest. Optional capabilities are found by type
-// assertion on the adapter and tested when present: driver.Notifier and driver.Waker (wake-ups),
-// driver.OperatorStore (the operator area), driver.LaneResizer (the lanes area's resize cases),
-// driver.CheckpointStore (publisher/checkpoint-fenced; required with CDC) and
-// reconcile.InboxReader (chain/reconcile's inbox findings). Run's doc says what each case does
-// without them.
+// Harness builds fresh fixtures for each subtest and declares what the adapter offers beyond
+// Adapter: its optional capabilities (Capabilities) and the optional hooks below. Run checks
+// each declared capability and fails an adapter whose declaration is not exactly what it
+// implements; a capability or hook left out is logged as not offered, and its cases pass with
+// nothing to check. Run's doc says what each case does without them.
 type Harness[TTx any] struct {
 	// New returns an adapter on a freshly migrated, empty outbox and inbox with the given lane
 	// count, isolated from every other subtest (subtests may run in parallel). Release resources
@@ -74,6 +73,12 @@ type Harness[TTx any] struct {
 	// EffectCount returns the committed value of the counter named key (0 when absent), as seen
 	// by the adapter that New returned last in this subtest. Required.
 	EffectCount func(ctx context.Context, a Adapter[TTx], key string) (int, error)
+	// Capabilities declares the optional capabilities the adapter implements, as a set
+	// (conformance.Waker | conformance.Notifier | ...). The "capabilities" subtest fails when
+	// the adapter implements one of them that is not declared (the suite would otherwise skip
+	// its checks silently) or when one is declared that the adapter does not implement; the
+	// cases of each declared capability then check it. Default none.
+	Capabilities Capability
 	// Timeout bounds each subtest (the watchdog). Default 2 minutes.
 	Timeout time.Duration
 	// Diagnose, when set, is called when a subtest's watchdog fires, with a context of 10
@@ -83,9 +88,29 @@ type Harness[TTx any] struct {
 	Diagnose func(ctx context.Context) string
 	// Logger receives the logs of the relays the suite runs. Default: discarded.
 	Logger *slog.Logger
+	// NewUnmigrated, when set, runs the "unmigrated" area: it returns an adapter as New does
+	// but on a database (or schema) that was never migrated, so that every entry point fails
+	// with core.ErrSchemaMismatch. Release resources with t.Cleanup. Default nil: the area is
+	// not offered.
+	NewUnmigrated func(t *testing.T) Adapter[TTx]
+	// NewForeign, when set, runs the badtx/foreign case: it returns an adapter on another
+	// database (or store) migrated alike, whose transactions a (an adapter New returned in
+	// this subtest) must refuse with core.ErrInvalidTx. Leave it nil when a's database accepts
+	// them by design (a MySQL transaction spans the databases of a server and the adapter
+	// names its tables with its database). Default nil: the case is not offered.
+	NewForeign func(t *testing.T, a Adapter[TTx]) Adapter[TTx]
+	// Reopen, with KillSession and the Liveness capability, runs the "liveness" area: it
+	// returns a second adapter on the outbox of a, as a second relay process would open it.
+	// Default nil: the area is not offered.
+	Reopen func(t *testing.T, a Adapter[TTx]) Adapter[TTx]
+	// KillSession ends the database session that holds the sign of life (driver.Liveness) of
+	// the lease of lane in a's outbox, as the kernel does when the process holding it is
+	// killed. Default nil: the liveness area is not offered.
+	KillSession func(ctx context.Context, t *testing.T, a Adapter[TTx], lane int) error
 	// CDC, when set, also runs the "cdc" area: core.CDCRelay on the adapter's own change log
 	// (delivery in commit order, crash points, lost positions and Backfill, cutover between
-	// polling and CDC, shadow mode). The adapter must then implement driver.CheckpointStore.
+	// polling and CDC, shadow mode). The adapter must then implement driver.CheckpointStore and
+	// declare it (Capabilities).
 	CDC *CDCHarness[TTx]
 }
 

@@ -273,13 +273,13 @@ func testDeliveryDelete[TTx any](e *env[TTx]) {
 // checked against the base behaviour instead (fstest.TestFS style): Notify is a no-op that
 // returns nil, and a relay still delivers by polling.
 func testDeliveryWakeup[TTx any](e *env[TTx]) {
-	_, waker := any(e.a).(driver.Waker)
-	_, notifier := any(e.a).(driver.Notifier)
-	if !waker || !notifier {
-		e.t.Log("the adapter does not implement driver.Waker and driver.Notifier (optional): checking delivery by polling instead")
+	if !e.h.Capabilities.Has(Waker | Notifier) {
+		e.t.Log("conformance: not offered: driver.Waker and driver.Notifier (Harness.Capabilities); checking delivery by polling instead")
 		testDeliveryPollOnly(e)
 		return
 	}
+	capable[driver.Waker](e, Waker)
+	capable[driver.Notifier](e, Notifier)
 	sink := NewSink()
 	o := relayOptions(e.name("sleepy"))
 	o.PollInterval = time.Hour
@@ -298,6 +298,14 @@ func testDeliveryWakeup[TTx any](e *env[TTx]) {
 			}
 			return sink.Acks(ev[0].ID) > 0
 		})
+	}
+	// Flusher: Outbox.Flush waits for the notifications accepted so far and returns nil.
+	if e.h.Capabilities.Has(Flusher) {
+		capable[driver.Flusher](e, Flusher)
+		e.must(e.ob.Notify(e.ctx), "Outbox.Notify")
+		e.must(e.ob.Flush(e.ctx), "Outbox.Flush")
+	} else {
+		e.notOffered("driver.Flusher (Harness.Capabilities): Outbox.Flush")
 	}
 }
 

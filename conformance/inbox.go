@@ -27,6 +27,104 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "batch", run: testInboxBatch[TTx]},
 		{name: "batch-outcomes", run: testInboxBatchOutcomes[TTx]},
 		{name: "set", run: testInboxSet[TTx]},
+		{name: "prune-beside-delivery", run: testInboxPruneBesideDelivery[TTx]},
+	}
+}
+
+// testInboxPruneBesideDelivery (adapters without driver.SingleWriter, whose inbox transactions
+// run side by side): Inbox.Prune never waits for a delivery in progress. The horizon check
+// takes no lock that a delivery's transaction keeps until it commits (when each delivery held
+// a shared lock on the horizon row, the prune that updates it waited for every delivery in
+// flight: 5–13.5 s on PostgreSQL under 16 busy consumers). It processes old messages, gives
+// the consumer a horizon row (a first prune, so that the held delivery reads one), then holds
+// one delivery's handler (its transaction open, its record inserted and its horizon read) while
+// the consumer prunes the old records: the prune must return while the handler still waits (a
+// prune that waits is reported when the watchdog fires). It then checks the held delivery was
+// applied, the old records deleted and the new horizon enforced. The adapter needs at least 2
+// connections.
+func testInboxPruneBesideDelivery[TTx any](e *env[TTx]) {
+	if e.h.Capabilities.Has(SingleWriter) {
+		e.notOffered("a single-writer database (driver.SingleWriter) runs one inbox transaction at a time")
+		return
+	}
+	const (
+		consumer = "busy"
+		old      = 20
+	)
+	in, err := core.NewInbox(driver.InboxStore[TTx](e.a), nil)
+	e.must(err, "NewInbox")
+	ctx := e.ctx
+	now := time.Now()
+	noop := func(context.Context, TTx, core.InboxMessage) error { return nil }
+	msg := func(id string, at time.Time) core.InboxMessage {
+		return core.InboxMessage{EventID: id, Payload: []byte("p"), OccurredAt: at}
+	}
+	for i := range old {
+		res, err := in.Process(ctx, consumer, msg(fmt.Sprintf("old-%d", i), now.Add(-2*time.Hour)), noop)
+		e.must(err, "Process")
+		if res.Outcome != core.Applied {
+			e.fatalf("old message %d: %v, want Applied", i, res.Outcome)
+		}
+	}
+	// A first prune gives the consumer its horizon row, which every delivery then reads.
+	if n, err := in.Prune(ctx, consumer, now.Add(-3*time.Hour), 0); err != nil || n != 0 {
+		e.fatalf("the first Prune = %d, %v; want 0: no record is older than the first horizon", n, err)
+	}
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock() // a failed check below must not leave the delivery waiting
+	type result struct {
+		res core.InboxResult
+		err error
+	}
+	held := make(chan result, 1)
+	go func() {
+		res, err := in.Process(ctx, consumer, msg("held", now), func(context.Context, TTx, core.InboxMessage) error {
+			close(entered)
+			<-release
+			return nil
+		})
+		held <- result{res, err}
+	}()
+	select {
+	case <-entered:
+	case r := <-held:
+		e.fatalf("the held delivery ended before its handler ran: %+v", r)
+	case <-ctx.Done():
+		e.fatalf("gave up waiting for the held delivery's handler")
+	}
+
+	type pruned struct {
+		n   int
+		err error
+	}
+	done := make(chan pruned, 1)
+	go func() {
+		n, err := in.Prune(ctx, consumer, now.Add(-time.Hour), 0)
+		done <- pruned{n, err}
+	}()
+	var p pruned
+	select {
+	case p = <-done:
+	case <-ctx.Done():
+		e.fatalf("Prune waits for the delivery in progress: the horizon check locks what the prune changes")
+	}
+	if p.err != nil || p.n != old {
+		e.fatalf("Prune beside the held delivery = %d, %v; want %d: every record older than the horizon", p.n, p.err, old)
+	}
+
+	unblock()
+	r := <-held
+	if r.err != nil || r.res.Outcome != core.Applied {
+		e.fatalf("the held delivery, newer than the horizon = %+v, %v; want Applied", r.res, r.err)
+	}
+	if res, err := in.Process(ctx, consumer, msg("new", time.Now()), noop); err != nil || res.Outcome != core.Applied {
+		e.fatalf("a new message after the prune = %+v, %v; want Applied", res, err)
+	}
+	if _, err := in.Process(ctx, consumer, msg("too-old", now.Add(-2*time.Hour)), noop); !errors.Is(err, core.ErrBeyondRetention) {
+		e.fatalf("a message older than the new horizon: %v, want core.ErrBeyondRetention", err)
 	}
 }
 
@@ -486,6 +584,9 @@ type messageByMessage[TTx any] struct{ driver.InboxStore[TTx] }
 // versions, a gap (GapReject refuses the whole batch), and an event first recorded without a
 // version and redelivered with one.
 func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
+	if e.offers(InboxBatchStore) {
+		capable[driver.InboxBatchStore[TTx]](e, InboxBatchStore)
+	}
 	stores := map[string]driver.InboxStore[TTx]{"adapter": driver.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}}
 	for _, name := range []string{"adapter", "message-by-message"} {
 		c := "cb-" + name

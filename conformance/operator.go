@@ -19,6 +19,66 @@ func operatorCases[TTx any]() []tcase[TTx] {
 		{name: "inbox-prune", run: testOperatorPruneInbox[TTx]},
 		{name: "wake", lanes: 4, run: testOperatorWake[TTx]},
 		{name: "status", lanes: 4, run: testOperatorStatus[TTx]},
+		{name: "checkpoint-release", run: testOperatorCheckpointRelease[TTx]},
+		{name: "audit-writer", run: testOperatorAuditWriter[TTx]},
+	}
+}
+
+// testOperatorCheckpointRelease (driver.CheckpointReleaser, with driver.CheckpointStore and
+// driver.OperatorStore): ReleaseCheckpoint reports false and writes its audit row (Rows 0)
+// when there is no checkpoint; with one, it deletes it, reports true and writes its row with
+// Rows 1.
+func testOperatorCheckpointRelease[TTx any](e *env[TTx]) {
+	if !e.offers(CheckpointReleaser) {
+		return
+	}
+	rel := capable[driver.CheckpointReleaser](e, CheckpointReleaser)
+	if !e.offers(CheckpointStore | OperatorStore) {
+		e.fatalf("Harness.Capabilities declares driver.CheckpointReleaser without driver.CheckpointStore and driver.OperatorStore")
+	}
+	cs := capable[driver.CheckpointStore](e, CheckpointStore)
+	op, _ := e.operator(nil)
+	audit := driver.AuditEntry{Actor: "conformance", Command: "cdc release", Arguments: "{}"}
+	if had, err := rel.ReleaseCheckpoint(e.ctx, audit); err != nil || had {
+		e.fatalf("ReleaseCheckpoint without a checkpoint = %v, %v; want false, nil", had, err)
+	}
+	g, err := e.a.AcquireGeneration(e.ctx, driver.AcquireParams{Kind: driver.KindCDC, Holder: "a"})
+	e.must(err, "AcquireGeneration")
+	e.must(cs.SaveCheckpoint(e.ctx, driver.Checkpoint{Source: "src", Position: "pos", Generation: g.Generation}), "SaveCheckpoint")
+	if had, err := rel.ReleaseCheckpoint(e.ctx, audit); err != nil || !had {
+		e.fatalf("ReleaseCheckpoint with a checkpoint = %v, %v; want true, nil", had, err)
+	}
+	if c, ok, err := cs.LoadCheckpoint(e.ctx); err != nil || ok {
+		e.fatalf("LoadCheckpoint after ReleaseCheckpoint = %+v, %v, %v; want none", c, ok, err)
+	}
+	log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
+	e.must(err, "AuditLog")
+	if len(log) != 2 || log[0].Command != "cdc release" || log[0].Actor != "conformance" || log[0].Rows != 0 ||
+		log[1].Command != "cdc release" || log[1].Rows != 1 {
+		e.fatalf("AuditLog after two releases: %+v; want two \"cdc release\" rows by conformance, Rows 0 then 1", log)
+	}
+}
+
+// testOperatorAuditWriter (driver.AuditWriter, with driver.OperatorStore): CheckAudit leaves no
+// row; WriteAudit writes its row with Rows as given, which AuditLog returns.
+func testOperatorAuditWriter[TTx any](e *env[TTx]) {
+	if !e.offers(AuditWriter) {
+		return
+	}
+	aw := capable[driver.AuditWriter](e, AuditWriter)
+	if !e.offers(OperatorStore) {
+		e.fatalf("Harness.Capabilities declares driver.AuditWriter without driver.OperatorStore")
+	}
+	op, _ := e.operator(nil)
+	e.must(aw.CheckAudit(e.ctx), "CheckAudit")
+	if log, err := op.AuditLog(e.ctx, driver.AuditListParams{}); err != nil || len(log) != 0 {
+		e.fatalf("AuditLog after CheckAudit: %+v, %v; want no row", log, err)
+	}
+	e.must(aw.WriteAudit(e.ctx, driver.AuditEntry{Actor: "conformance", Command: "backfill", Arguments: `{"n":3}`, Rows: 3}), "WriteAudit")
+	log, err := op.AuditLog(e.ctx, driver.AuditListParams{})
+	e.must(err, "AuditLog")
+	if len(log) != 1 || log[0].Command != "backfill" || log[0].Actor != "conformance" || log[0].Rows != 3 || log[0].ID == 0 {
+		e.fatalf("AuditLog after WriteAudit: %+v; want one \"backfill\" row by conformance with Rows 3", log)
 	}
 }
 
@@ -26,11 +86,10 @@ func operatorCases[TTx any]() []tcase[TTx] {
 // driver.OperatorStore.
 func (e *env[TTx]) operator(opts *core.OperatorOptions) (*core.Operator, bool) {
 	e.t.Helper()
-	st, ok := e.a.(driver.OperatorStore)
-	if !ok {
-		e.lacks("driver.OperatorStore")
+	if !e.offers(OperatorStore) {
 		return nil, false
 	}
+	st := capable[driver.OperatorStore](e, OperatorStore)
 	op, err := core.NewOperator(st, opts)
 	e.must(err, "NewOperator")
 	return op, true
@@ -337,10 +396,7 @@ func testOperatorWake[TTx any](e *env[TTx]) {
 	if !isOp {
 		return
 	}
-	_, waker := any(e.a).(driver.Waker)
-	_, notifier := any(e.a).(driver.Notifier)
-	if !waker || !notifier {
-		e.lacks("driver.Waker and driver.Notifier")
+	if !e.offers(Waker | Notifier) {
 		return
 	}
 	sink := NewSink()

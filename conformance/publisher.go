@@ -118,14 +118,10 @@ func publisherCases[TTx any]() []tcase[TTx] {
 			}
 		}},
 		{name: "checkpoint-fenced", run: func(e *env[TTx]) {
-			cs, ok := e.a.(driver.CheckpointStore)
-			if !ok {
-				if e.h.CDC != nil {
-					e.fatalf("Harness.CDC is set but the adapter does not implement driver.CheckpointStore")
-				}
-				e.lacks("driver.CheckpointStore") // no CDC support
+			if !e.offers(CheckpointStore) { // no CDC support
 				return
 			}
+			cs := capable[driver.CheckpointStore](e, CheckpointStore)
 			if _, ok, err := cs.LoadCheckpoint(e.ctx); err != nil || ok {
 				e.fatalf("LoadCheckpoint on a fresh outbox = ok %v, %v; want none", ok, err)
 			}

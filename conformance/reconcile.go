@@ -57,11 +57,9 @@ func testChainReconcile[TTx any](e *env[TTx]) {
 		}
 	}
 	o := reconcile.Options{Now: time.Now().Add(time.Hour)}
-	reader, withInbox := e.a.(reconcile.InboxReader)
+	withInbox := e.offers(InboxReader) // the inbox findings
 	if withInbox {
-		o.Inbox, o.Consumer = reader, "c"
-	} else {
-		e.lacks("reconcile.InboxReader (the inbox findings)")
+		o.Inbox, o.Consumer = capable[reconcile.InboxReader](e, InboxReader), "c"
 	}
 	rep, err := reconcile.Run(e.ctx, iter.Seq2[reconcile.Expected, error](expected), e.a, o)
 	e.must(err, "reconcile.Run")

@@ -67,11 +67,10 @@ func (s *heldSink) Send(ctx context.Context, msgs []core.Message) []error {
 // audit row with the rows it moved. A bad count is refused with an *core.OptionError and the
 // same count changes nothing.
 func testResizeUnderLoad[TTx any](e *env[TTx]) {
-	rs, ok := e.a.(driver.LaneResizer)
-	if !ok {
-		e.lacks("driver.LaneResizer")
+	if !e.offers(LaneResizer) {
 		return
 	}
+	rs := capable[driver.LaneResizer](e, LaneResizer)
 	for _, bad := range []int{0, -1, core.MaxLanes + 1} {
 		_, err := rs.ResizeLanes(e.ctx, bad, driver.AuditEntry{Actor: "t", Command: "lanes resize"})
 		var oe *core.OptionError
@@ -226,11 +225,10 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 // inserted with the old count and commits while a resize waits for it has its row moved; every
 // unpublished row ends in its key's lane under the new count.
 func testResizeStaleWriter[TTx any](e *env[TTx]) {
-	rs, ok := e.a.(driver.LaneResizer)
-	if !ok {
-		e.lacks("driver.LaneResizer")
+	if !e.offers(LaneResizer) {
 		return
 	}
+	rs := capable[driver.LaneResizer](e, LaneResizer)
 	key := keyForLane(8, 3, 0)
 	for driver.LaneOf(key, 32) == 3 {
 		key += "x"

@@ -30,6 +30,9 @@ func TestRunDocListsEveryCase(t *testing.T) {
 	add("publisher", publisherCases[struct{}]())
 	add("chain", chainCases[struct{}]())
 	add("cdc", cdcCases[struct{}]())
+	add("badtx", badTxCases[struct{}]())
+	add("unmigrated", unmigratedCases[struct{}]())
+	add("liveness", livenessCases[struct{}]())
 
 	f, err := parser.ParseFile(token.NewFileSet(), "run.go", nil, parser.ParseComments)
 	if err != nil {

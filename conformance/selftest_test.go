@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,16 +39,37 @@ var variants = map[string]testhook.Fault{
 	"position-ahead":      testhook.FaultPositionAhead,
 }
 
+// declarations are the variants whose adapter is healthy but whose harness declares its
+// capabilities wrongly (Harness.Capabilities): the "capabilities" subtest must fail them.
+var declarations = map[string]conformance.Capability{
+	// The store implements driver.OperatorStore, which the harness leaves out: the operator
+	// area would pass with nothing checked.
+	"undeclared-capability": memoryCapabilities &^ conformance.OperatorStore,
+	// The harness declares driver.PartitionPruner, which the store does not implement.
+	"declared-missing-capability": memoryCapabilities | conformance.PartitionPruner,
+}
+
 // TestSuite runs the suite against the healthy memory adapter, or, in a child process of
 // TestSuiteProvesItself, against the broken variant named by the environment.
 func TestSuite(t *testing.T) {
 	name := os.Getenv(variantEnv)
+	if caps, ok := declarations[name]; ok {
+		h := harness(testhook.NoFault)
+		h.Capabilities = caps
+		conformance.Run(t, h)
+		return
+	}
 	fault, ok := variants[name]
 	if !ok {
 		t.Fatalf("unknown variant %q", name)
 	}
 	conformance.Run(t, harness(fault))
 }
+
+// memoryCapabilities are the optional capabilities of the memory store.
+const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
+	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
+	conformance.LogReleaser
 
 func harness(fault testhook.Fault) conformance.Harness[*memory.Tx] {
 	h := conformance.Harness[*memory.Tx]{
@@ -59,7 +81,15 @@ func harness(fault testhook.Fault) conformance.Harness[*memory.Tx] {
 			testhook.BreakMemory(s, fault)
 			return s
 		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
+		Effect:       func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
+		Capabilities: memoryCapabilities,
+		NewForeign: func(t *testing.T, _ conformance.Adapter[*memory.Tx]) conformance.Adapter[*memory.Tx] {
+			s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		CDC: &conformance.CDCHarness[*memory.Tx]{
 			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) driver.ChangeSource {
 				return a.(*memory.Store).ChangeSource()
@@ -86,17 +116,20 @@ func TestSuiteProvesItself(t *testing.T) {
 	for _, c := range []struct {
 		variant string
 		fail    []string // subtests ("area/case") that must fail
+		say     string   // a line the output must hold, when not empty
 	}{
-		{"unfenced-settle", []string{"fencing/stale-settle", "fencing/expired", "fencing/race"}},
-		{"shared-lanes", []string{"lanes/exclusive"}},
-		{"no-inbox-key", []string{"inbox/concurrent-once"}},
-		{"prune-unpublished", []string{"cleanup/retention"}},
-		{"stale-horizon", []string{"inbox/horizon-after-insert"}},
-		{"racy-settle", []string{"fencing/race"}},
-		{"no-key-blocking", []string{"retry/fetch-blocking", "delivery/order"}},
-		{"unfenced-generation", []string{"publisher/stale-claim-and-renew", "publisher/checkpoint-fenced", "publisher/polling-relay-fenced", "cdc/cutover"}},
-		{"resume-at-head", []string{"cdc/lost-position-backfill"}},
-		{"position-ahead", []string{"cdc/crash-points"}},
+		{"unfenced-settle", []string{"fencing/stale-settle", "fencing/expired", "fencing/race"}, ""},
+		{"shared-lanes", []string{"lanes/exclusive"}, ""},
+		{"no-inbox-key", []string{"inbox/concurrent-once"}, ""},
+		{"prune-unpublished", []string{"cleanup/retention"}, ""},
+		{"stale-horizon", []string{"inbox/horizon-after-insert"}, ""},
+		{"racy-settle", []string{"fencing/race"}, ""},
+		{"no-key-blocking", []string{"retry/fetch-blocking", "delivery/order"}, ""},
+		{"unfenced-generation", []string{"publisher/stale-claim-and-renew", "publisher/checkpoint-fenced", "publisher/polling-relay-fenced", "cdc/cutover"}, ""},
+		{"resume-at-head", []string{"cdc/lost-position-backfill"}, ""},
+		{"position-ahead", []string{"cdc/crash-points"}, ""},
+		{"undeclared-capability", []string{"capabilities"}, "implements driver.OperatorStore but Harness.Capabilities does not declare it: add conformance.OperatorStore to Harness.Capabilities"},
+		{"declared-missing-capability", []string{"capabilities"}, "declares driver.PartitionPruner but *memory.Store does not implement it"},
 	} {
 		t.Run(c.variant, func(t *testing.T) {
 			t.Parallel()
@@ -115,7 +148,10 @@ func TestSuiteProvesItself(t *testing.T) {
 					t.Errorf("the suite failed the %s adapter, but not in subtest %s; output:\n%s", c.variant, sub, tail(out))
 				}
 			}
-			failed := regexp.MustCompile(`--- FAIL: TestSuite/\S+/\S+`).FindAll(out, -1)
+			if c.say != "" && !strings.Contains(string(out), c.say) {
+				t.Errorf("the output for %s does not say %q; output:\n%s", c.variant, c.say, tail(out))
+			}
+			failed := regexp.MustCompile(`--- FAIL: TestSuite/\S+`).FindAll(out, -1)
 			t.Logf("%s: failing subtests: %s", c.variant, failed)
 		})
 	}

@@ -21,7 +21,8 @@ const defaultTimeout = 2 * time.Minute
 // tcase is one case of an area: its subtest name, lane count and body.
 type tcase[TTx any] struct {
 	name  string
-	lanes int // 0 means 8
+	lanes int  // 0 means 8
+	bare  bool // no adapter: e.a and e.ob are nil (a case that builds its own)
 	run   func(e *env[TTx])
 }
 
@@ -56,6 +57,10 @@ func runAreaSerial[TTx any](t *testing.T, h Harness[TTx], area string, cases []t
 				lanes := c.lanes
 				if lanes == 0 {
 					lanes = 8
+				}
+				if c.bare {
+					c.run(&env[TTx]{t: t, ctx: ctx, h: h, lanes: lanes})
+					return
 				}
 				c.run(newEnv(t, ctx, h, lanes))
 			})
@@ -142,11 +147,34 @@ func (e *env[TTx]) fatalf(format string, args ...any) {
 	e.t.Fatalf(format, args...)
 }
 
-// lacks logs that the adapter does not implement the optional capability a case checks: the
-// case then passes with nothing to check (see Harness), and go test -v says so.
-func (e *env[TTx]) lacks(capability string) {
+// offers reports whether the harness declares every capability of c (Harness.Capabilities).
+// When it does not, it logs that the case is not offered: the case then passes with nothing to
+// check, and go test -v says so (Run's "capabilities" subtest has already failed an adapter
+// that implements a capability it does not declare).
+func (e *env[TTx]) offers(c Capability) bool {
 	e.t.Helper()
-	e.t.Logf("the adapter does not implement %s (optional): nothing to check", capability)
+	if e.h.Capabilities.Has(c) {
+		return true
+	}
+	e.notOffered(c.String() + " (Harness.Capabilities)")
+	return false
+}
+
+// notOffered logs that a case does not apply to the adapter under test, as RunSink does.
+func (e *env[TTx]) notOffered(what string) {
+	e.t.Helper()
+	e.t.Logf("conformance: not offered: %s; nothing to check", what)
+}
+
+// capable returns e.a as a C, which the harness declared (Harness.Capabilities) as c; an
+// adapter that does not implement it fails.
+func capable[C any, TTx any](e *env[TTx], c Capability) C {
+	e.t.Helper()
+	v, ok := any(e.a).(C)
+	if !ok {
+		e.fatalf("Harness.Capabilities declares %s but %T does not implement it", c, e.a)
+	}
+	return v
 }
 
 func (e *env[TTx]) must(err error, what string) {

@@ -73,7 +73,8 @@ func (s *Store) prune(p driver.PruneParams) []*driver.Record {
 }
 
 // List implements driver.Admin: records with Seq > p.AfterSeq in Seq order, at most p.Limit
-// (p.PageSize()).
+// (p.PageSize()). It starts at p.AfterSeq (a binary search), as a database's index does, so
+// that paging through a large outbox while a writer appends to it ends.
 func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: list: %w", err)
@@ -82,7 +83,8 @@ func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []driver.Record
-	for _, r := range s.rows {
+	from, _ := slices.BinarySearchFunc(s.rows, p.AfterSeq+1, func(r *driver.Record, seq int64) int { return cmpInt64(abs(r.Seq), seq) })
+	for _, r := range s.rows[from:] {
 		if len(out) >= limit {
 			break
 		}

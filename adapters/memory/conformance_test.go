@@ -11,6 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// memoryCapabilities are the optional capabilities of the memory store, which the conformance
+// suite checks.
+const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
+	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
+	conformance.LogReleaser
+
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*memory.Tx]{
 		New: func(t *testing.T, lanes int) conformance.Adapter[*memory.Tx] {
@@ -23,6 +29,12 @@ func TestConformance(t *testing.T) {
 		},
 		EffectCount: func(ctx context.Context, a conformance.Adapter[*memory.Tx], key string) (int, error) {
 			return a.(*memory.Store).Counter(key), nil
+		},
+		Capabilities: memoryCapabilities,
+		NewForeign: func(t *testing.T, _ conformance.Adapter[*memory.Tx]) conformance.Adapter[*memory.Tx] {
+			s, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			return s
 		},
 		CDC: &conformance.CDCHarness[*memory.Tx]{
 			Source: func(t *testing.T, a conformance.Adapter[*memory.Tx], name string) driver.ChangeSource {

@@ -9,7 +9,6 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/stretchr/testify/require"
 )
 
@@ -123,40 +122,4 @@ func TestForeignTx(t *testing.T) {
 		return b.Insert(ctx, tx, []driver.Record{{Event: core.Event{ID: "x", AggregateType: "a", AggregateID: "1", Type: "t", PartitionKey: "a/1"}}})
 	})
 	require.Error(t, err)
-}
-
-func TestInvalidTransactionsAreTyped(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	a, err := memory.New(nil)
-	require.NoError(t, err)
-	b, err := memory.New(nil)
-	require.NoError(t, err)
-	out, err := core.NewOutbox[*memory.Tx](ctx, a, nil)
-	require.NoError(t, err)
-	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
-	_, err = out.Write(ctx, nil, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-	require.NoError(t, b.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
-		_, err := out.Write(ctx, tx, ev)
-		require.ErrorIs(t, err, core.ErrInvalidTx, "a transaction of another store")
-		return nil
-	}))
-	var kept *memory.Tx
-	require.NoError(t, a.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error { kept = tx; return nil }))
-	_, err = out.Write(ctx, kept, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx, "an ended transaction")
-
-	// The inbox methods refuse the same transactions, and write nothing in the other store.
-	require.Empty(t, testkit.InboxTxCalls[*memory.Tx](ctx, a, nil), "nil")
-	require.Empty(t, testkit.InboxTxCalls[*memory.Tx](ctx, a, kept), "ended")
-	require.NoError(t, b.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
-		require.Empty(t, testkit.InboxTxCalls[*memory.Tx](ctx, a, tx), "of another store")
-		return nil
-	}))
-	require.NoError(t, b.InTx(ctx, func(ctx context.Context, tx *memory.Tx) error {
-		_, found, err := b.LockVersion(ctx, tx, "c", "entity")
-		require.False(t, found, "nothing written in b")
-		return err
-	}))
 }

@@ -13,16 +13,15 @@ import (
 
 // The operator commands (core.Operator) and the status reads on a Store: the steps of
 // driver.OperatorTx applied under the writer lock and s.mu, each with its undo, so that an
-// operator transaction is all or nothing, as a database's is. core.Operator.ResizeLanes
-// changes the lane count of a Store too (writers use InsertLanes); the Store is no
-// driver.LaneResizer itself, so the conformance suite's resize cases, which assume a backlog
-// that this store's relays drain too fast to leave, pass it by.
+// operator transaction is all or nothing, as a database's is. ResizeLanes (driver.LaneResizer)
+// runs core.Operator.ResizeLanes on the Store (writers use InsertLanes).
 
 // Interface checks.
 var (
 	_ driver.OperatorStore     = (*Store)(nil)
 	_ driver.SingleWriter      = (*Store)(nil)
 	_ driver.LaneInserter[*Tx] = (*Store)(nil)
+	_ driver.LaneResizer       = (*Store)(nil)
 )
 
 // InOperatorTx implements driver.OperatorStore: it waits for the writer lock (or ctx), runs fn
@@ -454,4 +453,13 @@ func (t *opTx) SetAuditRows(ctx context.Context, id, rows int64) error {
 		}
 	}
 	return nil
+}
+
+// ResizeLanes implements driver.LaneResizer through core.Operator (OperatorStore).
+func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEntry) (int, error) {
+	op, err := core.NewOperator(s, &core.OperatorOptions{Logger: s.log})
+	if err != nil {
+		return 0, err
+	}
+	return op.ResizeLanes(ctx, lanes, audit)
 }

@@ -207,18 +207,18 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 		}
 		return r
 	}
-	dirty := map[int]bool{}
-	deleted := false
+	dirty := map[int]int64{} // lane -> its highest settled seq
+	var deleted int64        // the highest deleted seq
 	for _, seq := range p.Published {
 		r := settle(seq)
 		if r == nil {
 			continue
 		}
-		dirty[r.Lane] = true
+		dirty[r.Lane] = max(dirty[r.Lane], r.Seq)
 		if p.Delete {
 			delete(s.ids, r.ID)
+			deleted = max(deleted, r.Seq)
 			r.Seq = -r.Seq // marks the row deleted until the slices are compacted
-			deleted = true
 		} else {
 			r.PublishedAt = now
 		}
@@ -235,15 +235,41 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 			r.ParkedAt = now
 		}
 	}
-	for lane := range dirty {
-		s.unpub[lane] = slices.DeleteFunc(s.unpub[lane], func(r *driver.Record) bool {
+	for lane, top := range dirty {
+		s.unpub[lane] = compact(s.unpub[lane], top, func(r *driver.Record) bool {
 			return r.Seq < 0 || !r.PublishedAt.IsZero()
 		})
 	}
-	if deleted {
-		s.rows = slices.DeleteFunc(s.rows, func(r *driver.Record) bool { return r.Seq < 0 })
+	if deleted > 0 {
+		s.rows = compact(s.rows, deleted, func(r *driver.Record) bool { return r.Seq < 0 })
 	}
 	return nil
+}
+
+// compact removes the rows that gone reports from rs (ascending |Seq|), where they all have
+// |Seq| <= top, in time proportional to the rows up to top when they are the first rows (a
+// relay settles the oldest rows of its lanes): the rows after top are not looked at, and are
+// not moved when every row up to top is gone. Settling a batch then costs the batch, not the
+// backlog behind it (which made a fast writer outrun the relay for good).
+func compact(rs []*driver.Record, top int64, gone func(*driver.Record) bool) []*driver.Record {
+	hi, found := slices.BinarySearchFunc(rs, top, func(r *driver.Record, seq int64) int { return cmpInt64(abs(r.Seq), seq) })
+	if found {
+		hi++
+	}
+	w := 0
+	for _, r := range rs[:hi] {
+		if !gone(r) {
+			rs[w] = r
+			w++
+		}
+	}
+	if w == 0 {
+		clear(rs[:hi])
+		return rs[hi:]
+	}
+	n := copy(rs[w:], rs[hi:])
+	clear(rs[w+n:])
+	return rs[:w+n]
 }
 
 // bySeq finds a live row by binary search (rows are in ascending Seq). Caller holds s.mu.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // Derived table names that collide, and unbounded counts, are refused by New before it touches the database (this
@@ -33,39 +32,6 @@ func TestNewRefusesCollidingDerivedNames(t *testing.T) {
 		require.ErrorAs(t, err, &oe, "%+v", o)
 		require.ErrorIs(t, err, core.ErrInvalidOptions)
 	}
-}
-
-// A nil or ended transaction and an unmigrated database fail with typed errors.
-func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db, _ := newDB(t)
-	s, err := mysql.New(ctx, db, nil)
-	require.NoError(t, err)
-	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	in, err := core.NewInbox[*sql.Tx](s, nil)
-	require.NoError(t, err)
-	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
-		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	require.Empty(t, testkit.UnmigratedCalls(ctx, s))
-
-	require.NoError(t, s.Migrate(ctx))
-	out, err := core.NewOutbox[*sql.Tx](ctx, s, nil)
-	require.NoError(t, err)
-	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
-	_, err = out.Write(ctx, nil, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback())
-	_, err = out.Write(ctx, tx, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-
-	// The inbox methods refuse the same transactions.
-	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](ctx, s, nil), "nil")
-	require.Empty(t, testkit.InboxTxCalls(ctx, s, tx), "ended")
 }
 
 // A transaction whose connection has another default database of the server (migrated alike)

@@ -16,7 +16,6 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestNewChecksConnection(t *testing.T) {
@@ -480,30 +479,6 @@ func TestGetLockStaleSettleKeepsCurrentLock(t *testing.T) {
 	require.False(t, used.Valid)
 }
 
-// Liveness with the default ClaimSkipLocked: the lanes of an owner holding a sign of life can
-// be claimed as soon as its session ends, long before their leases expire; while the session
-// lives (an owner alive but slow) they cannot; leases taken without a sign of life still wait
-// for expiry; the old holder is fenced.
-func TestLivenessTakeover(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	a := storeOn(t, db, &mysql.Options{Lanes: 4})
-	b, err := mysql.New(t.Context(), db, &mysql.Options{Lanes: 4, Logger: quietLogger()})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	testkit.LivenessTakeover(t, a, b, func(ctx context.Context, lane int) error {
-		var holder sql.NullInt64
-		if err := db.QueryRowContext(ctx, `SELECT lock_session FROM outbox_lanes WHERE lane = ?`, lane).Scan(&holder); err != nil {
-			return err
-		}
-		if !holder.Valid {
-			return fmt.Errorf("lane %d has no lock session", lane)
-		}
-		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", holder.Int64))
-		return err
-	})
-}
-
 // A worker whose GET_LOCK session died does not count as live: otherwise the survivor's fair
 // share (lanes / live workers) leaves the dead worker's lanes unclaimed until its heartbeat
 // expires, although their locks came free at once (the cause of GET_LOCK polling relays falling
@@ -534,13 +509,6 @@ func TestGetLockDeadWorkerNotLive(t *testing.T) {
 	got, err := s.ClaimLanes(ctx, driver.ClaimParams{Owner: "new", Max: 4, TTL: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, got, 4, "the survivor's share is every lane")
-}
-
-// Inbox.Prune returns while a delivery's transaction is open: the horizon check takes no lock
-// that a delivery in progress could hold the prune behind.
-func TestPruneBesideDelivery(t *testing.T) {
-	t.Parallel()
-	testkit.PruneBesideDelivery(t, driver.InboxStore[*sql.Tx](newStore(t, nil)))
 }
 
 // ResetLanes under ClaimGetLock, while the old owner's process lives: its session still holds

@@ -15,7 +15,6 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestOptionsValidation(t *testing.T) {
@@ -496,30 +495,4 @@ func fetchCount(ctx context.Context, t *testing.T, tx pgx.Tx, fetch string, lane
 	rows.Close()
 	require.NoError(t, rows.Err())
 	return n
-}
-
-// Liveness: the lanes of an owner holding a sign of life can be claimed as soon as its session
-// ends, long before their leases expire; while the session lives (an owner alive but slow) they
-// cannot; leases taken without a sign of life still wait for expiry; the old holder is fenced.
-func TestLivenessTakeover(t *testing.T) {
-	t.Parallel()
-	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 4})
-	other, err := New(d.pool, &Options{Schema: d.schema, Lanes: 4})
-	require.NoError(t, err)
-	testkit.LivenessTakeover(t, s, other, func(ctx context.Context, lane int) error {
-		var pid int32
-		if err := d.pool.QueryRow(ctx, `SELECT live_pid FROM outbox_lanes WHERE lane = $1`, lane).Scan(&pid); err != nil {
-			return err
-		}
-		_, err := admin(t).Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
-		return err
-	})
-}
-
-// Inbox.Prune returns while a delivery's transaction is open: the horizon check takes no lock
-// that a delivery in progress could hold the prune behind.
-func TestPruneBesideDelivery(t *testing.T) {
-	t.Parallel()
-	s, _ := migratedStore(t, dbOptions{}, nil)
-	testkit.PruneBesideDelivery(t, driver.InboxStore[pgx.Tx](s))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // Derived table names that collide are refused up front, not by every later Process.
@@ -32,43 +30,6 @@ func TestResolveRefusesCollidingDerivedNames(t *testing.T) {
 	}
 	_, _, err := (&Options{Table: "events", InboxTable: "inbox"}).resolve()
 	require.NoError(t, err)
-}
-
-// A nil or ended transaction and an unmigrated schema fail with typed errors.
-func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	d := newTestDB(t, dbOptions{})
-	s, err := New(d.pool, &Options{Schema: d.schema})
-	require.NoError(t, err)
-	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	in, err := core.NewInbox[pgx.Tx](s, nil)
-	require.NoError(t, err)
-	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
-		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	require.Empty(t, testkit.UnmigratedCalls(ctx, s))
-
-	require.NoError(t, s.Migrate(ctx))
-	out, err := core.NewOutbox[pgx.Tx](ctx, s, nil)
-	require.NoError(t, err)
-	ev := core.Event{AggregateType: "a", AggregateID: "1", Type: "t"}
-	_, err = out.Write(ctx, nil, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-	tx, err := d.pool.Begin(ctx)
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx))
-	_, err = out.Write(ctx, tx, ev)
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-
-	// The inbox methods refuse the same transactions (a nil one used to panic), through either
-	// driver.
-	require.Empty(t, testkit.InboxTxCalls[pgx.Tx](ctx, s, nil), "nil")
-	require.Empty(t, testkit.InboxTxCalls(ctx, s, tx), "ended")
-	sq, err := NewSQL(d.sqlDB(t), &Options{Schema: d.schema})
-	require.NoError(t, err)
-	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](ctx, sq, nil), "nil *sql.Tx")
 }
 
 // A transaction on another database of the server, whose outbox is migrated alike (same

@@ -85,5 +85,23 @@ func TestConformance(t *testing.T) {
 			}
 			return n, err
 		},
+		NewUnmigrated: func(t *testing.T) conformance.Adapter[*sql.Tx] {
+			db, err := sqlite.OpenDB(t.Context(), filepath.Join(t.TempDir(), "unmigrated.db"))
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			s, err := sqlite.New(db, &sqlite.Options{Logger: quiet})
+			if err != nil {
+				t.Fatalf("new: %v", err)
+			}
+			return s
+		},
+		NewForeign: func(t *testing.T, _ conformance.Adapter[*sql.Tx]) conformance.Adapter[*sql.Tx] {
+			return newTestStore(t, nil)
+		},
+		Capabilities: conformance.Notifier | conformance.Waker | conformance.OperatorStore |
+			conformance.SingleWriter | conformance.LaneResizer | conformance.LaneInserter |
+			conformance.InboxReader,
 	})
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // A Write whose context is cancelled at a random point must never end the caller's
@@ -85,44 +83,6 @@ func TestWriteCancelledAtRandomPointsKeepsCallersTx(t *testing.T) {
 	require.Less(t, cancelled, tries)
 }
 
-func TestWriteRefusesForeignAndNilTransactions(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	// Another database, migrated alike: Write must refuse its transaction instead of writing to
-	// a lane no relay of this Store leases.
-	other := newTestStore(t, nil)
-	tx, err := other.DB().BeginTx(b.ctx, nil)
-	require.NoError(t, err)
-	_, err = b.out.Write(b.ctx, tx, event("e1", "k"))
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-	require.NoError(t, tx.Rollback())
-	var n int
-	require.NoError(t, other.DB().QueryRow(`SELECT count(*) FROM outbox`).Scan(&n))
-	require.Equal(t, 0, n)
-
-	_, err = b.out.Write(b.ctx, nil, event("e2", "k"))
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-
-	tx, err = b.db.BeginTx(b.ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback())
-	_, err = b.out.Write(b.ctx, tx, event("e3", "k"))
-	require.ErrorIs(t, err, core.ErrInvalidTx)
-	require.Equal(t, 0, b.count(t))
-
-	// The inbox methods refuse the same transactions (the Store's statements are prepared by
-	// its first InTx), and write nothing in the other database.
-	require.Empty(t, testkit.InboxTxCalls[*sql.Tx](b.ctx, b.store, nil), "nil")
-	require.Empty(t, testkit.InboxTxCalls(b.ctx, b.store, tx), "ended")
-	require.NoError(t, b.store.InTx(b.ctx, func(context.Context, *sql.Tx) error { return nil }))
-	tx, err = other.DB().BeginTx(b.ctx, nil)
-	require.NoError(t, err)
-	require.Empty(t, testkit.InboxTxCalls(b.ctx, b.store, tx), "of another database")
-	require.NoError(t, tx.Commit())
-	require.NoError(t, other.DB().QueryRow(`SELECT count(*) FROM inbox`).Scan(&n))
-	require.Equal(t, 0, n, "nothing written in the other database")
-}
-
 func TestNewRefusesReservedTableNames(t *testing.T) {
 	t.Parallel()
 	db, err := sqlite.OpenDB(context.Background(), filepath.Join(t.TempDir(), "x.db"))
@@ -134,30 +94,6 @@ func TestNewRefusesReservedTableNames(t *testing.T) {
 		require.ErrorAs(t, err, &oe, "%+v", o)
 		require.ErrorIs(t, err, core.ErrInvalidOptions)
 	}
-}
-
-// An unmigrated database fails every entry point with core.ErrSchemaMismatch.
-func TestUnmigratedIsSchemaMismatch(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db, err := sqlite.OpenDB(ctx, filepath.Join(t.TempDir(), "x.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	s, err := sqlite.New(db, &sqlite.Options{Logger: quiet})
-	require.NoError(t, err)
-	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	in, err := core.NewInbox[*sql.Tx](s, nil)
-	require.NoError(t, err)
-	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
-		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	require.Empty(t, testkit.UnmigratedCalls(ctx, s)) // before the transaction below: it holds the one writer
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer tx.Rollback()
-	err = s.Insert(ctx, tx, []driver.Record{{Event: event("e", "k")}})
-	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 }
 
 // The probe that overflowed SQLite's microsecond times: a far-future OccurredAt is refused

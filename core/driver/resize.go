@@ -6,8 +6,7 @@ import (
 )
 
 // LaneResizer is the optional operator capability of changing the lane count of an existing
-// outbox (`outboxkit lanes resize`). PostgreSQL, MySQL/MariaDB and SQLite implement it; the
-// memory store resizes through core.Operator only.
+// outbox (`outboxkit lanes resize`). Every adapter of this module implements it.
 //
 // The lane count is part of the storage format: every row stores LaneOf(partition key, lanes),
 // and a relay publishes each lane's rows in seq order, so per-key order holds because all

@@ -30,6 +30,11 @@ func TestConformance(t *testing.T) {
 			return effectCount(ctx, a.(*mysql.Store).DB(), key)
 		},
 		CDC: cdcHarness(),
+		// The store's capabilities (binlog sources hold nothing to release: no LogReleaser).
+		Capabilities: conformance.Notifier | conformance.Waker | conformance.OperatorStore |
+			conformance.LaneResizer | conformance.LaneInserter | conformance.CheckpointStore |
+			conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
+			conformance.InboxReader,
 	})
 }
 

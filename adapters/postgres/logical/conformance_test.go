@@ -48,6 +48,12 @@ func TestConformance(t *testing.T) {
 			return n, err
 		},
 		Diagnose: func(ctx context.Context) string { return pgtest.ServerState(ctx, admin(t)) },
+		// The store's capabilities, and the slot release of the change source.
+		Capabilities: conformance.Notifier | conformance.Waker | conformance.Flusher |
+			conformance.OperatorStore | conformance.LaneResizer | conformance.LaneInserter |
+			conformance.InboxBatchStore | conformance.PartitionPruner | conformance.CheckpointStore |
+			conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
+			conformance.InboxReader | conformance.LogReleaser,
 	})
 }
 
