@@ -126,7 +126,7 @@ func cdcRelay(ctx context.Context, store *postgres.Store[pgx.Tx], sink core.Sink
 	// readme:end
 }
 
-// The README's "Writing an adapter" block: an adapter's own test file. newStore, incr and
+// docs/writing-an-adapter.md's block: an adapter's own test file. newStore, incr and
 // count stand for the adapter author's code.
 var (
 	newStore func(t *testing.T, lanes int) conformance.Adapter[*sql.Tx]
@@ -140,6 +140,9 @@ func TestConformance(t *testing.T) {
 		New:         newStore, // a freshly migrated, empty schema with this lane count
 		Effect:      incr,     // the domain effect: counter[key] += 1 in tx
 		EffectCount: count,    // reads counter[key]
+		// What the adapter offers beyond the required contracts: an undeclared one it
+		// implements, or a declared one it lacks, fails the run.
+		Capabilities: conformance.Notifier | conformance.OperatorStore,
 	})
 }
 
