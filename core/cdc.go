@@ -416,7 +416,7 @@ func (s *cdcSession) hold() error {
 	r, ctx := s.r, s.ctx
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
-		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: lane count: %w", err))
+		return r.quiet(ctx, storeError("outbox: cdc relay: lane count", err))
 	}
 	if lanes < 1 || lanes > MaxLanes {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)

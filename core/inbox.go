@@ -113,8 +113,10 @@ type Inbox[TTx any] struct {
 	inst  *inboxInstruments
 }
 
-// NewInbox returns an Inbox on store. opts may be nil.
-func NewInbox[TTx any](store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
+// NewInbox checks that store's inbox tables exist (driver.InboxStore.CheckInbox) and returns an
+// Inbox on store. opts may be nil. An unmigrated store returns a *NotMigratedError
+// (ErrSchemaMismatch) that names the remedy.
+func NewInbox[TTx any](ctx context.Context, store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
 	if store == nil {
 		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
 	}
@@ -127,6 +129,9 @@ func NewInbox[TTx any](store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox
 	}
 	if o.FirstVersion < 0 {
 		return nil, &OptionError{Field: "FirstVersion", Reason: "must not be negative"}
+	}
+	if err := store.CheckInbox(ctx); err != nil {
+		return nil, storeError("inbox: check schema", err)
 	}
 	inst, err := newInboxInstruments(o.MeterProvider)
 	if err != nil {

@@ -292,7 +292,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("outbox: relay: lane count: %w", err)
+		return storeError("outbox: relay: lane count", err)
 	}
 	if lanes < 1 || lanes > MaxLanes {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)

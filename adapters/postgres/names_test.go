@@ -43,7 +43,7 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	require.NoError(t, err)
 	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	in, err := core.NewInbox[pgx.Tx](s, nil)
+	in, err := core.NewInbox[pgx.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
 		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })

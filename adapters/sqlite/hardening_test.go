@@ -147,10 +147,9 @@ func TestUnmigratedIsSchemaMismatch(t *testing.T) {
 	require.NoError(t, err)
 	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	in, err := core.NewInbox[*sql.Tx](s, nil)
-	require.NoError(t, err)
-	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
-		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
+	_, err = core.NewInbox[*sql.Tx](ctx, s, nil)
+	require.ErrorIs(t, err, core.ErrSchemaMismatch)
+	err = s.InTx(ctx, func(context.Context, *sql.Tx) error { return nil })
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	require.Empty(t, testkit.UnmigratedCalls(ctx, s)) // before the transaction below: it holds the one writer
 	tx, err := db.BeginTx(ctx, nil)
@@ -165,7 +164,7 @@ func TestUnmigratedIsSchemaMismatch(t *testing.T) {
 func TestInboxFarFutureOccurredAtRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	in, err := core.NewInbox[*sql.Tx](t.Context(), b.store, nil)
 	require.NoError(t, err)
 	applied := 0
 	msg := core.InboxMessage{EventID: "e", OccurredAt: time.Date(294247, 1, 11, 0, 0, 0, 0, time.UTC)}
