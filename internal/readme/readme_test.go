@@ -83,7 +83,7 @@ func quickStart(ctx context.Context, sink core.Sink, received <-chan core.Messag
 	}()
 
 	// Consumer: apply each event once, in the consumer's own transaction.
-	inbox, err := core.NewInbox[*sql.Tx](store, nil)
+	inbox, err := core.NewInbox[*sql.Tx](ctx, store, nil)
 	if err != nil {
 		return err
 	}

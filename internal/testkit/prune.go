@@ -29,7 +29,7 @@ func PruneBesideDelivery[TTx any](t *testing.T, store driver.InboxStore[TTx]) {
 		consumer = "busy"
 		old      = 20
 	)
-	in, err := core.NewInbox(store, nil)
+	in, err := core.NewInbox(t.Context(), store, nil)
 	require.NoError(t, err)
 	ctx := t.Context()
 	now := time.Now()
