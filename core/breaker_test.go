@@ -28,8 +28,8 @@ type loggedRecord struct {
 }
 
 func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler             { return h }
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
 func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	rec := loggedRecord{level: r.Level, msg: r.Message, attrs: map[string]slog.Value{}}
 	r.Attrs(func(a slog.Attr) bool { rec.attrs[a.Key] = a.Value; return true })

@@ -374,7 +374,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // loop is one of the relay's InFlight delivery loops: it delivers the held lanes l with
 // l mod InFlight = k until ctx ends, the relay drains, or it is fenced (an error).
 func (r *Relay) loop(ctx context.Context, k int) error {
-	fails := 0 // sends in a row that failed entirely
+	fails := 0              // sends in a row that failed entirely
 	var pause time.Duration // the open breaker's pause; 0 while it is closed
 	var openedAt time.Time
 	defer func() {
