@@ -198,8 +198,9 @@ func NewCDCRelay(store driver.CDCStore, source driver.ChangeSource, sink Sink, r
 		return nil, &OptionError{Field: "source", Reason: "must not be nil"}
 	case sink == nil:
 		return nil, &OptionError{Field: "sink", Reason: "must not be nil"}
-	case router == nil:
-		return nil, &OptionError{Field: "router", Reason: "must not be nil"}
+	}
+	if err := checkRouter(router); err != nil {
+		return nil, err
 	}
 	var o CDCOptions
 	if opts != nil {

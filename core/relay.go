@@ -175,8 +175,8 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 	if sink == nil {
 		return nil, &OptionError{Field: "sink", Reason: "must not be nil"}
 	}
-	if router == nil {
-		return nil, &OptionError{Field: "router", Reason: "must not be nil"}
+	if err := checkRouter(router); err != nil {
+		return nil, err
 	}
 	var o RelayOptions
 	if opts != nil {
