@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,10 +42,7 @@ func TestTypedErrorsForNilTxAndUnmigrated(t *testing.T) {
 	require.NoError(t, err)
 	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
-	in, err := core.NewInbox[pgx.Tx](ctx, s, nil)
-	require.NoError(t, err)
-	_, err = in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
-		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
+	_, err = core.NewInbox[pgx.Tx](ctx, s, nil)
 	require.ErrorIs(t, err, core.ErrSchemaMismatch)
 	require.Empty(t, testkit.UnmigratedCalls(ctx, s))
 
