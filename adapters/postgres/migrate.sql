@@ -1,4 +1,4 @@
--- Statements of Migrate's partial forms and of the schema checks (migrate.go). Identifiers in
+-- Statements of the schema checks (migrate.go). Identifiers in
 -- double braces are substituted and quoted as in queries.sql.
 
 -- name: CheckInbox
