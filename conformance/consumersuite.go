@@ -195,7 +195,7 @@ func newConsumerEnv[TTx any](t *testing.T, ctx context.Context, h ConsumerHarnes
 		t.Fatal("conformance: ConsumerHarness.Inbox returned nil")
 	}
 	store := &consumerStore[TTx]{InboxStore: inner}
-	inbox, err := core.NewInbox[TTx](store, nil)
+	inbox, err := core.NewInbox[TTx](ctx, store, nil)
 	if err != nil {
 		t.Fatalf("conformance: NewInbox: %v", err)
 	}

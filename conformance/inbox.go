@@ -51,9 +51,9 @@ func testInboxPruneBesideDelivery[TTx any](e *env[TTx]) {
 		consumer = "busy"
 		old      = 20
 	)
-	in, err := core.NewInbox(driver.InboxStore[TTx](e.a), nil)
-	e.must(err, "NewInbox")
 	ctx := e.ctx
+	in, err := core.NewInbox(ctx, driver.InboxStore[TTx](e.a), nil)
+	e.must(err, "NewInbox")
 	now := time.Now()
 	noop := func(context.Context, TTx, core.InboxMessage) error { return nil }
 	msg := func(id string, at time.Time) core.InboxMessage {
@@ -137,7 +137,7 @@ type inboxFixture[TTx any] struct {
 
 func (e *env[TTx]) inbox(o *core.InboxOptions) *inboxFixture[TTx] {
 	e.t.Helper()
-	in, err := core.NewInbox(driver.InboxStore[TTx](e.a), o)
+	in, err := core.NewInbox(e.ctx, driver.InboxStore[TTx](e.a), o)
 	e.must(err, "NewInbox")
 	return &inboxFixture[TTx]{e: e, in: in}
 }
@@ -590,9 +590,9 @@ func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
 	stores := map[string]driver.InboxStore[TTx]{"adapter": driver.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}}
 	for _, name := range []string{"adapter", "message-by-message"} {
 		c := "cb-" + name
-		in, err := core.NewInbox(stores[name], nil)
+		in, err := core.NewInbox(e.ctx, stores[name], nil)
 		e.must(err, "NewInbox")
-		gapIn, err := core.NewInbox(stores[name], &core.InboxOptions{Gap: core.GapReject})
+		gapIn, err := core.NewInbox(e.ctx, stores[name], &core.InboxOptions{Gap: core.GapReject})
 		e.must(err, "NewInbox")
 		run := func(what string, in *core.Inbox[TTx], msgs []core.InboxMessage, want ...core.InboxResult) {
 			e.t.Helper()

@@ -198,8 +198,9 @@ func NewCDCRelay(store driver.CDCStore, source driver.ChangeSource, sink Sink, r
 		return nil, &OptionError{Field: "source", Reason: "must not be nil"}
 	case sink == nil:
 		return nil, &OptionError{Field: "sink", Reason: "must not be nil"}
-	case router == nil:
-		return nil, &OptionError{Field: "router", Reason: "must not be nil"}
+	}
+	if err := checkRouter(router); err != nil {
+		return nil, err
 	}
 	var o CDCOptions
 	if opts != nil {
@@ -416,7 +417,7 @@ func (s *cdcSession) hold() error {
 	r, ctx := s.r, s.ctx
 	lanes, err := r.store.LaneCount(ctx)
 	if err != nil {
-		return r.quiet(ctx, fmt.Errorf("outbox: cdc relay: lane count: %w", err))
+		return r.quiet(ctx, storeError("outbox: cdc relay: lane count", err))
 	}
 	if lanes < 1 || lanes > MaxLanes {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)

@@ -106,7 +106,7 @@ func ExampleNewRelay() {
 func ExampleInbox_Process() {
 	ctx := context.Background()
 	store, _ := memory.New(nil)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](ctx, store, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -95,6 +95,7 @@ var (
 	ErrRelayRunning       = driver.ErrRelayRunning
 	ErrBreakerOpen        = driver.ErrBreakerOpen
 	ErrSchemaMismatch     = driver.ErrSchemaMismatch
+	ErrNotMigrated        = driver.ErrNotMigrated
 	ErrLaneCountChanged   = driver.ErrLaneCountChanged
 	ErrResizeCDC          = driver.ErrResizeCDC
 	ErrReplayNotFound     = driver.ErrReplayNotFound
@@ -117,6 +118,8 @@ type (
 	PositionLostError = driver.PositionLostError
 	// RetentionError is ErrRetentionExceeded with the measurement.
 	RetentionError = driver.RetentionError
+	// NotMigratedError is ErrNotMigrated with what the database lacks and the remedy.
+	NotMigratedError = driver.NotMigratedError
 	// ReplayError is a replay refusal with the offending IDs or key.
 	ReplayError = driver.ReplayError
 )

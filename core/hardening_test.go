@@ -167,7 +167,7 @@ func setupInbox(t *testing.T, opts *core.InboxOptions) inboxBundle {
 	t.Helper()
 	store, err := memory.New(&memory.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	in, err := core.NewInbox[*memory.Tx](store, opts)
+	in, err := core.NewInbox[*memory.Tx](t.Context(), store, opts)
 	require.NoError(t, err)
 	return inboxBundle{store: store, inbox: in}
 }
@@ -257,7 +257,7 @@ func TestInboxPruneRefusesFutureHorizon(t *testing.T) {
 
 func TestInboxFirstVersion(t *testing.T) {
 	t.Parallel()
-	_, err := core.NewInbox[*memory.Tx](setupInbox(t, nil).store, &core.InboxOptions{FirstVersion: -1})
+	_, err := core.NewInbox[*memory.Tx](t.Context(), setupInbox(t, nil).store, &core.InboxOptions{FirstVersion: -1})
 	require.ErrorIs(t, err, core.ErrInvalidOptions)
 
 	b := setupInbox(t, &core.InboxOptions{Gap: core.GapReject, FirstVersion: 1})

@@ -35,6 +35,28 @@ type InboxMessage struct {
 	SourcePosition string
 }
 
+// InboxMessageOf is the one mapping of a delivered event to the InboxMessage that
+// Inbox.Process takes; the SQS and Kafka consumers use it. EventID and Payload are the event's,
+// Entity and Version its version gate (EventEntity), OccurredAt is createdAt, the outbox's
+// CreatedAt as the sink sent it (zero when unknown: see InboxMessage.OccurredAt), and
+// SourcePosition is position, where the broker holds the message (queue and message id,
+// topic/partition@offset, ...). A consumer with another version gate sets Entity and Version
+// afterwards.
+func InboxMessageOf(ev *Event, createdAt time.Time, position string) InboxMessage {
+	entity, version := EventEntity(ev)
+	return InboxMessage{EventID: ev.ID, Payload: ev.Payload, Entity: entity, Version: version,
+		OccurredAt: createdAt, SourcePosition: position}
+}
+
+// EventEntity is an event's inbox version gate: the entity AggregateType + "/" + AggregateID
+// at version AggregateVersion, and no gate ("", 0) for an event without an AggregateVersion.
+func EventEntity(ev *Event) (entity string, version int64) {
+	if ev.AggregateVersion <= 0 {
+		return "", 0
+	}
+	return ev.AggregateType + "/" + ev.AggregateID, ev.AggregateVersion
+}
+
 // GapPolicy says what to do when a version skips ahead of the next expected one.
 type GapPolicy int
 
@@ -113,8 +135,10 @@ type Inbox[TTx any] struct {
 	inst  *inboxInstruments
 }
 
-// NewInbox returns an Inbox on store. opts may be nil.
-func NewInbox[TTx any](store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
+// NewInbox checks that store's inbox tables exist (driver.InboxStore.CheckInbox) and returns an
+// Inbox on store. opts may be nil. An unmigrated store returns a *NotMigratedError
+// (ErrSchemaMismatch) that names the remedy.
+func NewInbox[TTx any](ctx context.Context, store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox[TTx], error) {
 	if store == nil {
 		return nil, &OptionError{Field: "store", Reason: "must not be nil"}
 	}
@@ -127,6 +151,9 @@ func NewInbox[TTx any](store driver.InboxStore[TTx], opts *InboxOptions) (*Inbox
 	}
 	if o.FirstVersion < 0 {
 		return nil, &OptionError{Field: "FirstVersion", Reason: "must not be negative"}
+	}
+	if err := store.CheckInbox(ctx); err != nil {
+		return nil, storeError("inbox: check schema", err)
 	}
 	inst, err := newInboxInstruments(o.MeterProvider)
 	if err != nil {

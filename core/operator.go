@@ -110,7 +110,7 @@ func fail(command string, err error) error {
 	if r, ok := errors.AsType[*refusal](err); ok {
 		return r.err
 	}
-	return fmt.Errorf("outbox: %s: %w", command, err)
+	return storeError("outbox: "+command, err)
 }
 
 // Replay puts the published events of p back to pending (as never attempted) in one

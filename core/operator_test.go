@@ -191,7 +191,7 @@ func TestOperatorPruneInboxTransactions(t *testing.T) {
 			t.Parallel()
 			s, op, _ := newOpStore(t, 1)
 			s.multiWriter = multi
-			in, err := core.NewInbox[*memory.Tx](s, nil)
+			in, err := core.NewInbox[*memory.Tx](ctx, s, nil)
 			require.NoError(t, err)
 			for i := range 5 {
 				_, err := in.Process(ctx, "c", core.InboxMessage{EventID: fmt.Sprint("e", i), Payload: []byte("p"), OccurredAt: old}, func(context.Context, *memory.Tx, core.InboxMessage) error { return nil })

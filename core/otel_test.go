@@ -147,7 +147,7 @@ func TestInboxMetrics(t *testing.T) {
 	store, err := memory.New(nil)
 	require.NoError(t, err)
 	reader := sdkmetric.NewManualReader()
-	in, err := core.NewInbox[*memory.Tx](store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	in, err := core.NewInbox[*memory.Tx](t.Context(), store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	require.NoError(t, err)
 	ctx := context.Background()
 	apply := func(ctx context.Context, tx *memory.Tx, _ core.InboxMessage) error { return tx.Incr("n") }
@@ -220,7 +220,7 @@ func TestInboxBatchMetrics(t *testing.T) {
 	store, err := memory.New(nil)
 	require.NoError(t, err)
 	reader := sdkmetric.NewManualReader()
-	in, err := core.NewInbox[*memory.Tx](store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	in, err := core.NewInbox[*memory.Tx](t.Context(), store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	require.NoError(t, err)
 	ctx := context.Background()
 	apply := func(ctx context.Context, tx *memory.Tx, _ int, _ core.InboxMessage) error { return tx.Incr("n") }

@@ -46,7 +46,7 @@ func NewOutbox[TTx any](ctx context.Context, store driver.OutboxStore[TTx], opts
 	}
 	lanes, err := store.LaneCount(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: lane count: %w", err)
+		return nil, storeError("outbox: lane count", err)
 	}
 	if lanes < 1 || lanes > MaxLanes {
 		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
@@ -152,3 +152,13 @@ func (o *Outbox[TTx]) Flush(ctx context.Context) error {
 // maxLaneRetries bounds Outbox.Write's retries after ErrLaneCountChanged (each one follows a
 // resize that committed meanwhile).
 const maxLaneRetries = 3
+
+// storeError prefixes err, a store's error, with op, unless it is a
+// *NotMigratedError: that one says once what is missing and what to do, and another prefix
+// would only repeat the adapter's.
+func storeError(op string, err error) error {
+	if _, ok := errors.AsType[*NotMigratedError](err); ok {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -58,8 +58,12 @@ type RelayOptions struct {
 	// BreakerThreshold is how many sends in a row must fail entirely (retryable errors) before
 	// the relay stops fetching for a while. Default DefaultBreakerThreshold (5).
 	BreakerThreshold int
-	// BreakerMaxDelay caps the pause of an open breaker; it starts at PollInterval and doubles.
-	// Default DefaultBreakerMaxDelay (30s).
+	// BreakerMaxDelay caps the pause of an open breaker: it starts at PollInterval and doubles
+	// after every pause that did not end with a send that succeeded (a cycle that fetched
+	// nothing counts: the failed events were waiting out their retry delay). Committed events
+	// do not wake an open breaker. The relay logs relay_breaker_open (WARN) once when the
+	// breaker opens and relay_breaker_closed (INFO) once when a send succeeds again; Health
+	// reports ErrBreakerOpen in between. Default DefaultBreakerMaxDelay (30s).
 	BreakerMaxDelay time.Duration
 	// DeleteOnPublish deletes rows once acknowledged instead of setting PublishedAt.
 	// Default false.
@@ -171,8 +175,8 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 	if sink == nil {
 		return nil, &OptionError{Field: "sink", Reason: "must not be nil"}
 	}
-	if router == nil {
-		return nil, &OptionError{Field: "router", Reason: "must not be nil"}
+	if err := checkRouter(router); err != nil {
+		return nil, err
 	}
 	var o RelayOptions
 	if opts != nil {
@@ -292,7 +296,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("outbox: relay: lane count: %w", err)
+		return storeError("outbox: relay: lane count", err)
 	}
 	if lanes < 1 || lanes > MaxLanes {
 		return fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
@@ -370,11 +374,12 @@ func (r *Relay) Run(ctx context.Context) error {
 // loop is one of the relay's InFlight delivery loops: it delivers the held lanes l with
 // l mod InFlight = k until ctx ends, the relay drains, or it is fenced (an error).
 func (r *Relay) loop(ctx context.Context, k int) error {
-	fails := 0 // sends in a row that failed entirely
-	open := false
+	fails := 0              // sends in a row that failed entirely
+	var pause time.Duration // the open breaker's pause; 0 while it is closed
+	var openedAt time.Time
 	defer func() {
-		if open {
-			r.openLoops.Add(-1)
+		if pause > 0 {
+			r.breakerClosed(openedAt, false)
 		}
 	}()
 	for ctx.Err() == nil && !r.gate.isDraining() {
@@ -398,17 +403,28 @@ func (r *Relay) loop(ctx context.Context, k int) error {
 		}
 		// Poll every PollInterval, the cycle included, not PollInterval after each cycle.
 		delay := max(r.o.PollInterval-time.Since(began), 0)
-		if nowOpen := fails >= r.o.BreakerThreshold; nowOpen != open {
-			open = nowOpen
-			if open {
-				r.openLoops.Add(1)
-			} else {
-				r.openLoops.Add(-1)
+		// The breaker: it opens after BreakerThreshold sends in a row failed entirely and
+		// closes at the first send that did not. While it is open, every pause that ends
+		// without such a send doubles the next one (up to BreakerMaxDelay), whether the cycle
+		// after it sent and failed or fetched nothing (the failed events wait out their retry
+		// delay): either way nothing showed that the sink recovered.
+		kick := r.kicks[k]
+		switch open := fails >= r.o.BreakerThreshold; {
+		case open && pause == 0:
+			pause, openedAt = r.o.PollInterval, time.Now()
+			if r.openLoops.Add(1) == 1 {
+				r.log.Warn("relay_breaker_open", "consecutive_failures", fails, "pause", pause)
 			}
+		case open:
+			pause = min(2*pause, r.o.BreakerMaxDelay)
+			r.log.Debug("relay_breaker_pause", "consecutive_failures", fails, "pause", pause)
+		case pause > 0:
+			pause = 0
+			r.breakerClosed(openedAt, true)
 		}
-		if open {
-			delay = r.breakerDelay(fails)
-			r.log.Warn("relay_breaker_open", "consecutive_failures", fails, "pause", delay)
+		if pause > 0 {
+			delay = pause
+			kick = nil // committed events do not cut the pause short
 		} else if err != nil {
 			delay = max(delay, time.Second)
 		}
@@ -416,7 +432,7 @@ func (r *Relay) loop(ctx context.Context, k int) error {
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-r.kicks[k]:
+		case <-kick:
 		case <-r.fenced:
 		case <-r.gate.draining:
 		}
@@ -521,14 +537,12 @@ func (r *Relay) storeFailed(ctx context.Context, event string, err error) {
 	}
 }
 
-// breakerDelay is the pause of a loop whose last fails sends all failed: PollInterval, doubled
-// for every failure past BreakerThreshold, at most BreakerMaxDelay.
-func (r *Relay) breakerDelay(fails int) time.Duration {
-	d := r.o.PollInterval
-	for i := r.o.BreakerThreshold; i < fails && d < r.o.BreakerMaxDelay; i++ {
-		d *= 2
+// breakerClosed counts a loop's breaker closed; the relay's breaker closes with the last open
+// loop's, and logs it once when a send succeeded (recovered), not when Run ends.
+func (r *Relay) breakerClosed(openedAt time.Time, recovered bool) {
+	if r.openLoops.Add(-1) == 0 && recovered {
+		r.log.Info("relay_breaker_closed", "open_for", time.Since(openedAt).Round(time.Millisecond))
 	}
-	return min(d, r.o.BreakerMaxDelay)
 }
 
 // maintainLoop renews and rebalances every RenewInterval until quit is closed or ctx ends.

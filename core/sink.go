@@ -82,7 +82,33 @@ func (r StaticRouter) Route(ev *Event) (string, error) {
 	if r.Default != "" {
 		return r.Default, nil
 	}
-	return "", fmt.Errorf("%w: destination %q type %q", ErrUnknownDestination, ev.Destination, ev.Type)
+	if ev.Destination != "" {
+		return "", fmt.Errorf("%w: event %s has Destination %q, which is not a key of StaticRouter.ByDestination, and there is no Default (an event with a Destination is routed by ByDestination alone, never by its Type %q): add ByDestination[%q]",
+			ErrUnknownDestination, ev.ID, ev.Destination, ev.Type, ev.Destination)
+	}
+	return "", fmt.Errorf("%w: event %s has no Destination and its Type %q is not a key of StaticRouter.ByType, and there is no Default: add ByType[%q], or give the event a Destination that ByDestination maps",
+		ErrUnknownDestination, ev.ID, ev.Type, ev.Type)
+}
+
+// checkRouter refuses a router that can route nothing: a nil one, and a StaticRouter with no
+// Default and empty maps (every event would be parked with ErrUnknownDestination).
+func checkRouter(router Router) error {
+	var sr *StaticRouter
+	switch r := router.(type) {
+	case nil:
+		return &OptionError{Field: "router", Reason: "must not be nil"}
+	case StaticRouter:
+		sr = &r
+	case *StaticRouter:
+		if r == nil {
+			return &OptionError{Field: "router", Reason: "must not be nil"}
+		}
+		sr = r
+	}
+	if sr != nil && sr.Default == "" && len(sr.ByDestination) == 0 && len(sr.ByType) == 0 {
+		return &OptionError{Field: "router", Reason: "the StaticRouter routes nothing: set Default, ByDestination or ByType"}
+	}
+	return nil
 }
 
 // CheckOutcomes verifies a sink's answer against the sink contract: one outcome per message

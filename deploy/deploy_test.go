@@ -398,7 +398,7 @@ func TestInboxMetricsAsDocumented(t *testing.T) {
 	require.NoError(t, err)
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	in, err := core.NewInbox[*memory.Tx](store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))})
+	in, err := core.NewInbox[*memory.Tx](t.Context(), store, &core.InboxOptions{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))})
 	require.NoError(t, err)
 	ctx := t.Context()
 	apply := func(ctx context.Context, tx *memory.Tx, _ core.InboxMessage) error { return tx.Incr("n") }

@@ -74,7 +74,7 @@ func TestPlantedMismatches(t *testing.T) {
 	u1 := ev("u1", "u", 0)
 	write(u1) // never published
 
-	in, err := core.NewInbox[*sql.Tx](store, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, store, nil)
 	require.NoError(t, err)
 	apply := func(e core.Event, payload string, entity string, v int64) {
 		_, err := in.Process(ctx, "c", core.InboxMessage{EventID: e.ID, Payload: []byte(payload), Entity: entity, Version: v},

@@ -109,3 +109,6 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	}
 	return n, nil
 }
+
+// CheckInbox implements driver.InboxStore: a memory store needs no migration, so it is nil.
+func (s *Store) CheckInbox(context.Context) error { return nil }

@@ -279,7 +279,7 @@ func BenchmarkInboxApply(b *testing.B) {
 				if _, err := s.DB().ExecContext(ctx, `CREATE TABLE bench_effects (id varchar(64) PRIMARY KEY)`); err != nil {
 					b.Fatal(err)
 				}
-				in, err := core.NewInbox[*sql.Tx](s, nil)
+				in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

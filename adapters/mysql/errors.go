@@ -63,7 +63,8 @@ func (m *mapped) Unwrap() []error { return []error{m.sentinel, m.err} }
 // ClassifyError is the adapter's one mapping of MySQL/MariaDB errors (every error of a Store
 // went through it; cmd/outboxkit applies it to its own statements' errors): a deadlock victim
 // (1213) wraps ErrDeadlock, a lock wait timeout (1205) ErrLockWaitTimeout, a missing table
-// (1146: not migrated) core.ErrSchemaMismatch, missing privileges (1044, 1142, 1143, 1227)
+// (1146: not migrated) a *core.NotMigratedError (core.ErrSchemaMismatch, with the remedy),
+// missing privileges (1044, 1142, 1143, 1227)
 // core.ErrPermissionDenied, an ended transaction core.ErrInvalidTx; the *mysql.MySQLError stays
 // reachable with errors.As. Other errors are returned as they are.
 func ClassifyError(err error) error {
@@ -71,7 +72,7 @@ func ClassifyError(err error) error {
 		return nil
 	}
 	var m *mapped
-	if errors.As(err, &m) {
+	if errors.As(err, &m) || errors.Is(err, core.ErrNotMigrated) {
 		return err
 	}
 	switch errNumber(err) {
@@ -80,7 +81,7 @@ func ClassifyError(err error) error {
 	case errLockWaitTimeout:
 		return &mapped{sentinel: ErrLockWaitTimeout, err: err}
 	case errNoSuchTable:
-		return &mapped{sentinel: core.ErrSchemaMismatch, err: err} // not migrated
+		return &core.NotMigratedError{Err: err}
 	case errDBAccessDenied, errTableAccessDenied, errColumnAccessDenied, errSpecificAccess:
 		return &mapped{sentinel: core.ErrPermissionDenied, err: err}
 	}
@@ -115,4 +116,9 @@ func nilTx(op string, tx *sql.Tx) error {
 		return fmt.Errorf("mysql: %s: %w: nil transaction", op, core.ErrInvalidTx)
 	}
 	return nil
+}
+
+// notMigrated is the *core.NotMigratedError for what the outbox lacks.
+func (s *Store) notMigrated(missing string) error {
+	return &core.NotMigratedError{Missing: missing + " for outbox " + s.names.outbox}
 }

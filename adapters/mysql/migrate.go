@@ -297,3 +297,29 @@ func splitSQL(src string) []string {
 	flush()
 	return out
 }
+
+//go:embed migrate.sql
+var migrateSQL embed.FS
+
+// migrateStatements returns the statements of migrate.sql with the store's identifiers.
+func (s *Store) migrateStatements() (*sqlfile.Statements, error) {
+	st, err := sqlfile.Load(migrateSQL, "migrate.sql", s.names.idents())
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	return st, nil
+}
+
+// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist, otherwise a
+// *core.NotMigratedError (run Migrate or MigrateInbox).
+func (s *Store) CheckInbox(ctx context.Context) error {
+	st, err := s.migrateStatements()
+	if err != nil {
+		return err
+	}
+	var n int64
+	if err := s.db.QueryRowContext(ctx, st.Get("CheckInbox")).Scan(&n); err != nil {
+		return wrap("check inbox", err)
+	}
+	return nil
+}

@@ -98,7 +98,7 @@ func TestTableNameLengthBounds(t *testing.T) {
 	require.NoError(t, err)
 	s := newStore(t, &longest)
 	ctx := context.Background()
-	in, err := core.NewInbox[*sql.Tx](s, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	res, err := in.Process(ctx, "c", core.InboxMessage{EventID: "e", OccurredAt: time.Now()},
 		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })

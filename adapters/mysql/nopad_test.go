@@ -24,7 +24,7 @@ func TestInboxConsumerTrailingSpace(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	ctx := t.Context()
-	in, err := core.NewInbox[*sql.Tx](s, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	msg := core.InboxMessage{EventID: "e1", OccurredAt: time.Now().Add(-time.Hour), Payload: []byte("p")}
 	for _, consumer := range []string{"c", "c ", "c  "} {
@@ -55,7 +55,7 @@ func TestInboxEntityTrailingSpace(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	ctx := t.Context()
-	in, err := core.NewInbox[*sql.Tx](s, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	nop := func(context.Context, *sql.Tx, core.InboxMessage) error { return nil }
 	res, err := in.Process(ctx, "c", core.InboxMessage{EventID: "e1", Entity: "x", Version: 5}, nop)
@@ -229,7 +229,7 @@ func TestMigrateBinaryTextOnExistingDatabase(t *testing.T) {
 	require.NoError(t, s.MigrateBefore(ctx, "migrations/009_binary_text.sql"))
 	require.Contains(t, textColumns(t, db), "inbox.consumer varchar utf8mb4", "the old schema")
 
-	in, err := core.NewInbox[*sql.Tx](s, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	nop := func(context.Context, *sql.Tx, core.InboxMessage) error { return nil }
 	msg := core.InboxMessage{EventID: "e1", Entity: "x", Version: 5}
@@ -290,7 +290,7 @@ func TestMigrationSQLBinaryText(t *testing.T) {
 	require.Equal(t, textAfterBinary, textColumns(t, db))
 	s := storeOn(t, db, &mysql.Options{Lanes: 2})
 	require.Equal(t, textAfterBinary, textColumns(t, db))
-	in, err := core.NewInbox[*sql.Tx](s, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 	for _, consumer := range []string{"c", "c "} {
 		res, err := in.Process(ctx, consumer, core.InboxMessage{EventID: "e1"}, func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })

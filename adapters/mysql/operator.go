@@ -123,7 +123,7 @@ func (t *opTx) BeginReplay(ctx context.Context) (int, error) {
 func (t *opTx) BeginResize(ctx context.Context) (int, error) {
 	var marker string
 	if err := t.tx.QueryRowContext(ctx, t.s.q.metaGet, resizeMarker).Scan(&marker); errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("mysql: resize lanes: %w: outbox %s lacks migration 008_lanes_resize (run Migrate)", core.ErrSchemaMismatch, t.s.names.outbox)
+		return 0, fmt.Errorf("mysql: resize lanes: %w", t.s.notMigrated("migration 008_lanes_resize"))
 	} else if err != nil {
 		return 0, wrap("resize lanes", err)
 	}

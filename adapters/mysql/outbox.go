@@ -198,7 +198,7 @@ func (s *Store) LaneCount(ctx context.Context) (int, error) {
 	var v string
 	if err := s.db.QueryRowContext(ctx, s.q.laneCount).Scan(&v); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("mysql: lane count: %w: outbox %s is not migrated", core.ErrSchemaMismatch, s.names.outbox)
+			return 0, fmt.Errorf("mysql: lane count: %w", s.notMigrated("no lane count recorded"))
 		}
 		return 0, wrap("lane count", err)
 	}
@@ -219,7 +219,7 @@ func (s *Store) readLanes(ctx context.Context, tx *sql.Tx, query string) (int, e
 	var v string
 	if err := tx.QueryRowContext(ctx, query).Scan(&v); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return 0, fmt.Errorf("%w: outbox %s is not migrated", core.ErrSchemaMismatch, s.names.outbox)
+			return 0, s.notMigrated("no lane count recorded")
 		}
 		return 0, err
 	}

@@ -53,7 +53,7 @@ func (s *Store) Generation(ctx context.Context) (driver.Publisher, error) {
 
 func (s *Store) publisherErr(op string, err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("mysql: %s: %w: outbox %s is not migrated (no publisher row)", op, core.ErrSchemaMismatch, s.names.outbox)
+		return fmt.Errorf("mysql: %s: %w", op, s.notMigrated("no publisher row"))
 	}
 	return wrap(op, err)
 }
@@ -83,7 +83,7 @@ func (s *Store) checkGeneration(ctx context.Context, tx *sql.Tx, generation int6
 	var cur int64
 	if err := tx.QueryRowContext(ctx, s.q.publisherLockS).Scan(&cur); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: outbox %s is not migrated (no publisher row)", core.ErrSchemaMismatch, s.names.outbox)
+			return s.notMigrated("no publisher row")
 		}
 		return err
 	}

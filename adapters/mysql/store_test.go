@@ -131,7 +131,7 @@ func TestTableNames(t *testing.T) {
 			_, err := ob.Write(ctx, tx, core.Event{AggregateType: "t", AggregateID: fmt.Sprint(i), Type: "x"})
 			return err
 		}))
-		in, err := core.NewInbox(driver.InboxStore[*sql.Tx](s), nil)
+		in, err := core.NewInbox(ctx, driver.InboxStore[*sql.Tx](s), nil)
 		require.NoError(t, err)
 		_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 0) // writes the horizons table
 		require.NoError(t, err)
@@ -351,7 +351,7 @@ func TestInboxConcurrentDeliveries(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil)
 	ctx := t.Context()
-	in, err := core.NewInbox(driver.InboxStore[*sql.Tx](s), nil)
+	in, err := core.NewInbox(ctx, driver.InboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	const deliveries, messages = 8, 40
 	handlerErr := errors.New("handler failed")

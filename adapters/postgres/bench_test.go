@@ -590,7 +590,7 @@ func BenchmarkInboxApply(b *testing.B) {
 				if _, err := d.pool.Exec(ctx, `CREATE TABLE bench_effects (id text PRIMARY KEY)`); err != nil {
 					b.Fatal(err)
 				}
-				in, err := core.NewInbox[pgx.Tx](s, nil)
+				in, err := core.NewInbox[pgx.Tx](ctx, s, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

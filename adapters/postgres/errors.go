@@ -19,7 +19,8 @@ var ErrSlotActive = errors.New("postgres: replication slot is active in another 
 // ClassifyError is the adapter's one mapping of PostgreSQL's errors (every error of a Store
 // went through it; cmd/outboxkit applies it to its own statements' errors): an undefined
 // table, function or schema (SQLSTATE 42P01, 42883, 3F000: the schema is not migrated; the
-// fetch is a function of migration 0001) wraps core.ErrSchemaMismatch, missing privileges
+// fetch is a function of migration 0001) is a *core.NotMigratedError (core.ErrSchemaMismatch,
+// with the remedy), missing privileges
 // (42501) wrap core.ErrPermissionDenied, an ended transaction wraps core.ErrInvalidTx; the
 // *pgconn.PgError stays reachable with errors.As. Other errors are returned as they are.
 func ClassifyError(err error) error {
@@ -29,7 +30,7 @@ func ClassifyError(err error) error {
 	if pg := pgError(err); pg != nil {
 		switch pg.Code {
 		case "42P01", "42883", "3F000": // undefined_table, undefined_function, invalid_schema_name
-			return fmt.Errorf("%w: not migrated (%w)", core.ErrSchemaMismatch, err)
+			return &core.NotMigratedError{Err: err}
 		case "42501": // insufficient_privilege
 			return fmt.Errorf("%w: %w", core.ErrPermissionDenied, err)
 		}

@@ -80,7 +80,7 @@ func TestGrants(t *testing.T) {
 		return err
 	}))
 	require.NoError(t, ob.Notify(ctx))
-	in, err := core.NewInbox(app, nil)
+	in, err := core.NewInbox(ctx, app, nil)
 	require.NoError(t, err)
 	res, err := in.Process(ctx, "c", core.InboxMessage{EventID: "e1", Entity: "a/1", Version: 1, OccurredAt: time.Now()},
 		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })

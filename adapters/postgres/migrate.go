@@ -2,7 +2,7 @@ package postgres
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -213,4 +213,30 @@ func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''")
 // withTx runs fn in a transaction of the store's pool or database.
 func (s *Store[TTx]) withTx(ctx context.Context, fn func(ctx context.Context, q querier) error) error {
 	return s.inTx(ctx, func(ctx context.Context, tx TTx) error { return fn(ctx, s.txq(tx)) })
+}
+
+//go:embed migrate.sql
+var migrateSQL embed.FS
+
+// migrateStatements returns the statements of migrate.sql with the store's identifiers.
+func (s *Store[TTx]) migrateStatements() (*sqlfile.Statements, error) {
+	st, err := sqlfile.Load(migrateSQL, "migrate.sql", s.n.idents())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return st, nil
+}
+
+// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist, otherwise a
+// *core.NotMigratedError (run Migrate or MigrateInbox).
+func (s *Store[TTx]) CheckInbox(ctx context.Context) error {
+	st, err := s.migrateStatements()
+	if err != nil {
+		return err
+	}
+	var n int64
+	if err := queryRow(ctx, s.db, st.Get("CheckInbox"), nil, &n); err != nil {
+		return fmt.Errorf("postgres: check inbox: %w", classify(err))
+	}
+	return nil
 }

@@ -93,12 +93,12 @@ func (t opTx[TTx]) BeginResize(ctx context.Context) (int, error) {
 	var checked bool
 	if err := queryRow(ctx, t.q, t.s.q.laneCountChecked, nil, &v, &checked, &database); err != nil {
 		if errors.Is(err, errNoRows) {
-			return 0, fmt.Errorf("postgres: resize lanes: %w: outbox not migrated", core.ErrSchemaMismatch)
+			return 0, fmt.Errorf("postgres: resize lanes: %w", &core.NotMigratedError{Missing: "no lane count recorded in " + t.s.n.meta})
 		}
 		return 0, stepErr("resize lanes", err)
 	}
 	if !checked {
-		return 0, fmt.Errorf("postgres: resize lanes: %w: outbox %s lacks migration 0007_lanes_resize (run Migrate)", core.ErrSchemaMismatch, t.s.n.outbox)
+		return 0, fmt.Errorf("postgres: resize lanes: %w", &core.NotMigratedError{Missing: "migration 0007_lanes_resize of outbox " + t.s.n.outbox})
 	}
 	if _, err := t.q.exec(ctx, t.s.q.resizeLock); err != nil {
 		return 0, stepErr("resize lock", err)

@@ -206,7 +206,7 @@ func (s *Store[TTx]) LaneCount(ctx context.Context) (int, error) {
 	var checked bool
 	if err := queryRow(ctx, s.db, s.q.laneCountChecked, nil, &v, &checked, &database); err != nil {
 		if errors.Is(err, errNoRows) {
-			return 0, fmt.Errorf("postgres: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
+			return 0, fmt.Errorf("postgres: lane count: %w", &core.NotMigratedError{Missing: "no lane count recorded in " + s.n.meta})
 		}
 		return 0, fmt.Errorf("postgres: lane count: %w", classify(err))
 	}

@@ -54,7 +54,7 @@ func scanPublisher(ctx context.Context, q querier, sql string, args ...any) (dri
 	var since pgtype.Timestamptz
 	err := queryRow(ctx, q, sql, args, &p.Generation, &p.Kind, &p.Holder, &since)
 	if errors.Is(err, errNoRows) {
-		return driver.Publisher{}, fmt.Errorf("%w: the publisher row is missing (outbox not migrated?)", core.ErrSchemaMismatch)
+		return driver.Publisher{}, &core.NotMigratedError{Missing: "the publisher row"}
 	}
 	if err != nil {
 		return driver.Publisher{}, err
@@ -86,7 +86,7 @@ func (s *Store[TTx]) SaveCheckpoint(ctx context.Context, c driver.Checkpoint) er
 	var current, written int64
 	err := queryRow(ctx, s.db, s.q.checkpointPut, checkpointPutParams{Source: c.Source, Position: c.Position, Generation: c.Generation}.args(), &current, &written)
 	if errors.Is(err, errNoRows) {
-		return fmt.Errorf("postgres: save checkpoint: %w: the publisher row is missing (outbox not migrated?)", core.ErrSchemaMismatch)
+		return fmt.Errorf("postgres: save checkpoint: %w", &core.NotMigratedError{Missing: "the publisher row"})
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: save checkpoint: %w", classify(err))

@@ -119,7 +119,7 @@ func BenchmarkInboxApply(b *testing.B) {
 
 func benchInboxApply(b *testing.B, full bool) {
 	s := newTestStoreSync(b, &sqlite.Options{Logger: quiet}, full)
-	in, err := core.NewInbox[*sql.Tx](s, nil)
+	in, err := core.NewInbox[*sql.Tx](b.Context(), s, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -40,7 +40,8 @@ func isReadOnly(err error) bool {
 
 // ClassifyError is the adapter's one mapping of SQLite's errors (every error of a Store went
 // through it; cmd/outboxkit applies it to its own statements' errors): a missing table (an
-// unmigrated database) wraps core.ErrSchemaMismatch, a read-only database
+// unmigrated database) is a *core.NotMigratedError (core.ErrSchemaMismatch, with the remedy),
+// a read-only database
 // core.ErrPermissionDenied, and a transaction that ended or belongs to another *sql.DB
 // (database/sql refuses the Store's prepared statements in it: see checkInboxTx)
 // core.ErrInvalidTx; the *sqlite.Error stays reachable with errors.As. Other errors are
@@ -50,7 +51,7 @@ func ClassifyError(err error) error {
 	case err == nil || errors.Is(err, core.ErrSchemaMismatch) || errors.Is(err, core.ErrInvalidTx) || errors.Is(err, core.ErrPermissionDenied):
 		return err
 	case isNoSuchTable(err):
-		return fmt.Errorf("%w: not migrated (%w)", core.ErrSchemaMismatch, err)
+		return &core.NotMigratedError{Err: err}
 	case isReadOnly(err):
 		return fmt.Errorf("%w: %w", core.ErrPermissionDenied, err)
 	case errors.Is(err, sql.ErrTxDone) || strings.Contains(err.Error(), errForeignStmt):

@@ -115,7 +115,7 @@ func Example_inbox() {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE totals (id TEXT PRIMARY KEY, n INTEGER)`); err != nil {
 		log.Fatal(err)
 	}
-	inbox, err := core.NewInbox[*sql.Tx](store, nil)
+	inbox, err := core.NewInbox[*sql.Tx](ctx, store, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

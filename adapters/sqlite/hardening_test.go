@@ -101,7 +101,7 @@ func TestNewRefusesReservedTableNames(t *testing.T) {
 func TestInboxFarFutureOccurredAtRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	in, err := core.NewInbox[*sql.Tx](t.Context(), b.store, nil)
 	require.NoError(t, err)
 	applied := 0
 	msg := core.InboxMessage{EventID: "e", OccurredAt: time.Date(294247, 1, 11, 0, 0, 0, 0, time.UTC)}

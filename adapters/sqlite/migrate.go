@@ -198,3 +198,29 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	return nil
 }
+
+//go:embed migrate.sql
+var migrateSQL embed.FS
+
+// migrateStatements returns the statements of migrate.sql with the store's identifiers.
+func (s *Store) migrateStatements() (*sqlfile.Statements, error) {
+	st, err := sqlfile.Load(migrateSQL, "migrate.sql", s.n.idents())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return st, nil
+}
+
+// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist, otherwise a
+// *core.NotMigratedError (run Migrate or MigrateInbox).
+func (s *Store) CheckInbox(ctx context.Context) error {
+	st, err := s.migrateStatements()
+	if err != nil {
+		return err
+	}
+	var n int64
+	if err := s.db.QueryRowContext(ctx, st.Get("CheckInbox")).Scan(&n); err != nil {
+		return fmt.Errorf("sqlite: check inbox: %w", classify(err))
+	}
+	return nil
+}

@@ -85,7 +85,7 @@ func (t opTx) lanes(ctx context.Context) (int, error) {
 	var n int
 	err := t.s.queryRow(ctx, t.tx, t.s.q.getLanes).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("sqlite: lane count: %w: outbox not migrated", core.ErrSchemaMismatch)
+		return 0, fmt.Errorf("sqlite: lane count: %w", &core.NotMigratedError{Missing: "no lane count recorded"})
 	}
 	return n, stepErr("lane count", err)
 }

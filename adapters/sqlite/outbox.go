@@ -18,8 +18,8 @@ import (
 func (s *Store) LaneCount(ctx context.Context) (int, error) {
 	var n int
 	err := s.db.QueryRowContext(ctx, s.q.getLanes).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return 0, fmt.Errorf("sqlite: lane count: %w: outbox not migrated (%v)", core.ErrSchemaMismatch, err)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("sqlite: lane count: %w", &core.NotMigratedError{Missing: "no lane count recorded"})
 	}
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: lane count: %w", classify(err))

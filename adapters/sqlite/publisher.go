@@ -114,7 +114,10 @@ func readPublisher(row interface{ Scan(...any) error }) (driver.Publisher, error
 // version of this adapter, not yet by this one) into core.ErrSchemaMismatch.
 func publisherError(err error) error {
 	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return fmt.Errorf("%w: publisher generation table missing, run Migrate (%v)", core.ErrSchemaMismatch, err)
+		if isNoSuchTable(err) {
+			return &core.NotMigratedError{Err: err}
+		}
+		return &core.NotMigratedError{Missing: "the publisher row"}
 	}
 	return err
 }

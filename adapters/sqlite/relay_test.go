@@ -212,7 +212,7 @@ func TestPruneOutboxWatermark(t *testing.T) {
 func TestInboxConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	in, err := core.NewInbox[*sql.Tx](t.Context(), b.store, nil)
 	require.NoError(t, err)
 	handler := func(ctx context.Context, tx *sql.Tx, msg core.InboxMessage) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects (key, n) VALUES (?, 1)
@@ -250,7 +250,7 @@ func TestInboxConcurrentDuplicates(t *testing.T) {
 func TestPruneInboxHorizon(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	in, err := core.NewInbox[*sql.Tx](t.Context(), b.store, nil)
 	require.NoError(t, err)
 	nop := func(context.Context, *sql.Tx, core.InboxMessage) error { return nil }
 	for i, at := range []time.Time{t0, t0.Add(time.Hour), t0.Add(2 * time.Hour), {}} {
@@ -373,7 +373,7 @@ func TestSingleConnectionPool(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
 
-	in, err := core.NewInbox[*sql.Tx](b.store, nil)
+	in, err := core.NewInbox[*sql.Tx](ctx, b.store, nil)
 	require.NoError(t, err)
 	for i := range 20 {
 		_, err := in.Process(b.ctx, "c", core.InboxMessage{EventID: fmt.Sprint("m", i)},

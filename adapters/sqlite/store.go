@@ -201,7 +201,7 @@ func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
 		_ = tx.Rollback()
 		s.unlockWrite()
 		if isNoSuchTable(err) {
-			return nil, fmt.Errorf("%w: not migrated (%v)", core.ErrSchemaMismatch, err)
+			return nil, &core.NotMigratedError{Err: err}
 		}
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func TestCustomTableNames(t *testing.T) {
 	second, err := sqlite.New(b.db, &sqlite.Options{Table: "Events_Out", InboxTable: "audit_inbox", Lanes: 3})
 	require.NoError(t, err)
 	require.NoError(t, second.Migrate(b.ctx))
-	in, err := core.NewInbox[*sql.Tx](second, nil)
+	in, err := core.NewInbox[*sql.Tx](t.Context(), second, nil)
 	require.NoError(t, err)
 	res, err := in.Process(b.ctx, "c", core.InboxMessage{EventID: "e1"}, func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
 	require.NoError(t, err)

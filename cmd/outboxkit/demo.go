@@ -171,7 +171,7 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (bool, 
 	if err != nil {
 		return false, err
 	}
-	inbox, err := core.NewInbox[*sql.Tx](cons, nil)
+	inbox, err := core.NewInbox[*sql.Tx](ctx, cons, nil)
 	if err != nil {
 		return false, err
 	}

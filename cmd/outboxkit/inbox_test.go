@@ -35,7 +35,7 @@ func processor(t *testing.T, store opendb.Store) func(consumer, id string, at ti
 }
 
 func processWith[TTx any](t *testing.T, s driver.InboxStore[TTx], h core.Handler[TTx]) func(consumer, id string, at time.Time) (core.Outcome, error) {
-	in, err := core.NewInbox(s, nil)
+	in, err := core.NewInbox(t.Context(), s, nil)
 	require.NoError(t, err)
 	return func(consumer, id string, at time.Time) (core.Outcome, error) {
 		res, err := in.Process(t.Context(), consumer, core.InboxMessage{EventID: id, Payload: []byte("p"), OccurredAt: at}, h)

@@ -104,6 +104,12 @@ var (
 	// example a lane count other than the one recorded at migration).
 	ErrSchemaMismatch = errors.New("outbox: schema mismatch")
 
+	// ErrNotMigrated means the database lacks tables, functions or rows that the adapter's
+	// migrations create: run the store's Migrate (or MigrateInbox/MigrateOutbox) once, or start
+	// the relay daemon with migrate: true, or run outboxkit migrate. It wraps ErrSchemaMismatch;
+	// adapters return it as a *NotMigratedError.
+	ErrNotMigrated = fmt.Errorf("%w: not migrated", ErrSchemaMismatch)
+
 	// ErrLaneCountChanged means the outbox's lane count is no longer the one a writer computed
 	// its records' lanes with: LaneResizer.ResizeLanes changed it since. The refused Insert
 	// wrote nothing (see LaneInserter). It wraps ErrSchemaMismatch.
@@ -114,6 +120,45 @@ var (
 	// start a relay again. Nothing was changed.
 	ErrResizeCDC = errors.New("outbox: lanes resize: the publisher is a CDC relay")
 )
+
+// MigrateRemedy is what a *NotMigratedError tells the reader to do.
+const MigrateRemedy = "run the store's Migrate once (the relay daemon: migrate: true in its config, or outboxkit migrate)"
+
+// NotMigratedError is the one error every adapter returns for a database its migrations have
+// not (or not completely) run on: a missing table, function, schema or recorded row. Its text
+// says what is missing once and names the remedy (MigrateRemedy); an adapter wraps it at most
+// with one prefix naming itself and the operation, and core returns it as it is.
+// errors.Is(err, ErrNotMigrated) and errors.Is(err, ErrSchemaMismatch) are true for it, and Err
+// (the database's error, if any) stays reachable with errors.As.
+type NotMigratedError struct {
+	// Missing says what the database lacks (e.g. "outbox lane count", "table inbox"); when
+	// empty, Err's text says it.
+	Missing string
+	// Err is the database's error, or nil.
+	Err error
+}
+
+func (e *NotMigratedError) Error() string {
+	what := e.Missing
+	switch {
+	case what != "" && e.Err != nil:
+		what += ": " + e.Err.Error()
+	case e.Err != nil:
+		what = e.Err.Error()
+	}
+	if what == "" {
+		return "database not migrated: " + MigrateRemedy
+	}
+	return "database not migrated (" + what + "): " + MigrateRemedy
+}
+
+// Unwrap makes errors.Is(err, ErrNotMigrated) true and keeps Err reachable.
+func (e *NotMigratedError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrNotMigrated}
+	}
+	return []error{ErrNotMigrated, e.Err}
+}
 
 // ValidationError says which field of which event (its index in the Write call) is invalid.
 // errors.Is(err, ErrInvalidEvent) is true for it.

@@ -175,10 +175,10 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 		return bad("AggregateVersion", "must not be negative")
 	}
 	if len(ev.Payload) > limits.MaxPayloadBytes {
-		return bad("Payload", "larger than the payload limit")
+		return bad("Payload", fmt.Sprintf("%d bytes, over the limit of %d (Limits.MaxPayloadBytes, at most %d)", len(ev.Payload), limits.MaxPayloadBytes, MaxLimitPayloadBytes))
 	}
 	if len(ev.Headers) > limits.MaxHeaders {
-		return bad("Headers", "more headers than the limit")
+		return bad("Headers", fmt.Sprintf("%d headers, over the limit of %d (Limits.MaxHeaders, at most %d)", len(ev.Headers), limits.MaxHeaders, MaxLimitHeaders))
 	}
 	size := 0
 	for k, v := range ev.Headers {
@@ -191,7 +191,7 @@ func Normalize(index int, ev Event, limits Limits) (Event, error) {
 		size += len(k) + len(v)
 	}
 	if size > limits.MaxHeaderBytes {
-		return bad("Headers", "larger than the header size limit")
+		return bad("Headers", fmt.Sprintf("%d bytes of keys and values, over the limit of %d (Limits.MaxHeaderBytes, at most %d)", size, limits.MaxHeaderBytes, MaxLimitHeaderBytes))
 	}
 	if ev.PartitionKey == "" {
 		ev.PartitionKey = ev.AggregateType + "/" + ev.AggregateID

@@ -241,6 +241,10 @@ type InboxStore[TTx any] interface {
 	// transactions that read the horizon, so a stream of them cannot starve a prune. It
 	// returns how many it deleted.
 	PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error)
+	// CheckInbox returns nil when the inbox's tables exist, and a *NotMigratedError naming
+	// what is missing when they do not. NewInbox calls it once, so that an unmigrated
+	// database is refused at construction instead of at the first message.
+	CheckInbox(ctx context.Context) error
 }
 
 // InboxBatchStore is an optional capability of an InboxStore: the steps of Inbox.ProcessBatch

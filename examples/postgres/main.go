@@ -117,7 +117,7 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 	go func() { relayDone <- relay.Run(ctx) }()
 
 	// Consumer: each delivery applied once, in a transaction of its own, through the inbox.
-	inbox, err := core.NewInbox[pgx.Tx](store, nil)
+	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
 	if err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func run(ctx context.Context, path string, out io.Writer) error {
 	go func() { relayDone <- relay.Run(ctx) }()
 
 	// 4. Consumer: applies each delivery once, in its own transaction, through the inbox.
-	inbox, err := core.NewInbox[*sql.Tx](store, nil)
+	inbox, err := core.NewInbox[*sql.Tx](ctx, store, nil)
 	if err != nil {
 		return err
 	}

@@ -243,7 +243,7 @@ func ProjectOrders(cfg Config) sqs.Handler[pgx.Tx] {
 
 // NewConsumer returns the consumer of cfg.QueueURL: each message goes through the PostgreSQL
 // inbox and handler (nil means ProjectOrders(cfg)) in one transaction.
-func NewConsumer(pool *pgxpool.Pool, client *awssqs.Client, cfg Config, handler sqs.Handler[pgx.Tx]) (*sqs.Consumer[pgx.Tx], error) {
+func NewConsumer(ctx context.Context, pool *pgxpool.Pool, client *awssqs.Client, cfg Config, handler sqs.Handler[pgx.Tx]) (*sqs.Consumer[pgx.Tx], error) {
 	if cfg.QueueURL == "" {
 		return nil, &core.OptionError{Field: "QueueURL", Reason: "required"}
 	}
@@ -251,7 +251,7 @@ func NewConsumer(pool *pgxpool.Pool, client *awssqs.Client, cfg Config, handler 
 	if err != nil {
 		return nil, err
 	}
-	inbox, err := core.NewInbox(store, nil)
+	inbox, err := core.NewInbox(ctx, store, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +263,7 @@ func NewConsumer(pool *pgxpool.Pool, client *awssqs.Client, cfg Config, handler 
 
 // RunConsumer consumes cfg.QueueURL into order_views until ctx is cancelled.
 func RunConsumer(ctx context.Context, pool *pgxpool.Pool, client *awssqs.Client, cfg Config) error {
-	c, err := NewConsumer(pool, client, cfg, nil)
+	c, err := NewConsumer(ctx, pool, client, cfg, nil)
 	if err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func throughRelayKill(t *testing.T, cdc bool) {
 		return project(ctx, tx, d)
 	}
 	deletes := &lostDeletes{base: http.DefaultTransport, every: 5, max: 4}
-	consumer, err := sqsdeploy.NewConsumer(consumerDB, sqsClient(ep, deletes), cfg, handler)
+	consumer, err := sqsdeploy.NewConsumer(t.Context(), consumerDB, sqsClient(ep, deletes), cfg, handler)
 	require.NoError(t, err)
 	stopConsumer := background(ctx, consumer.Run)
 	defer func() { _ = stopConsumer() }() // checked below; this covers early failures

@@ -261,9 +261,9 @@ func (c *Config) checkRelayOptions() []string {
 	sink := core.SinkFunc(func(context.Context, []core.Message) []error { return nil })
 	log, mp := slog.New(slog.DiscardHandler), noop.NewMeterProvider()
 	for range len(optionKeys) + 1 {
-		_, err := core.NewRelay(checkStore{}, sink, core.StaticRouter{}, relayOptions(cfg, log, mp))
+		_, err := core.NewRelay(checkStore{}, sink, core.StaticRouter{Default: "check"}, relayOptions(cfg, log, mp))
 		if err == nil {
-			_, err = core.NewCDCRelay(checkStore{}, checkSource{}, sink, core.StaticRouter{}, cdcOptions(cfg, log, mp))
+			_, err = core.NewCDCRelay(checkStore{}, checkSource{}, sink, core.StaticRouter{Default: "check"}, cdcOptions(cfg, log, mp))
 		}
 		if err == nil {
 			break

@@ -80,7 +80,7 @@ func quickStart(ctx context.Context) error {
 	}()
 
 	// Consumer: applies each delivery once, in its own transaction, through the inbox.
-	inbox, err := core.NewInbox[*sql.Tx](store, nil)
+	inbox, err := core.NewInbox[*sql.Tx](ctx, store, nil)
 	if err != nil {
 		return err
 	}

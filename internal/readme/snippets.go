@@ -96,7 +96,7 @@ func sqsDeployment(ctx context.Context, pool, viewsPool *pgxpool.Pool, snsClient
 	if err := inboxStore.Migrate(ctx); err != nil {
 		return err
 	}
-	inbox, err := core.NewInbox(inboxStore, nil)
+	inbox, err := core.NewInbox(ctx, inboxStore, nil)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func consumerChild(ctx context.Context, sp crashSpec) error {
 	if err != nil {
 		return err
 	}
-	inbox, err := core.NewInbox[*sql.Tx](s, nil)
+	inbox, err := core.NewInbox[*sql.Tx](ctx, s, nil)
 	if err != nil {
 		return err
 	}

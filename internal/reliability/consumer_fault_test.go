@@ -90,7 +90,7 @@ func TestConsumerFaults(t *testing.T) {
 	dbProxy := newProxy(t, u.Host)
 	store, err := postgres.New(pgPool(t, dsn, schema, dbProxy.Listen, 4), opts)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[pgx.Tx](store, nil)
+	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
 	require.NoError(t, err)
 	e, err := url.Parse(ep)
 	require.NoError(t, err)

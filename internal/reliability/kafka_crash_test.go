@@ -78,7 +78,7 @@ func kafkaConsumerChild(ctx context.Context, sp crashSpec) error {
 	default:
 		return fmt.Errorf("unknown kill point %q", sp.Point)
 	}
-	inbox, err := core.NewInbox(store, nil)
+	inbox, err := core.NewInbox(ctx, store, nil)
 	if err != nil {
 		return err
 	}

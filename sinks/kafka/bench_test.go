@@ -236,7 +236,7 @@ func benchRelayToKafka(b *testing.B, cl *kgo.Client, topic string, n int) {
 func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 	ctx := context.Background()
 	_, schema, _, store := pgSchema(b)
-	inbox, err := core.NewInbox[pgx.Tx](store, nil)
+	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
 	require.NoError(b, err)
 	n := 2 * benchEvents
 	sink, err := kafka.New(newClient(b), nil)

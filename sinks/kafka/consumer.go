@@ -81,9 +81,11 @@ type ConsumerOptions struct {
 	// written, the partition does not move past the record.
 	DeadLetterTopic func(topic string) string
 	// Entity maps an event to the inbox's version gate (core.InboxMessage Entity and
-	// Version; version 0 disables the gate). Default: AggregateType + "/" + AggregateID and
-	// AggregateVersion, no gate for an event without an AggregateVersion (the SQS consumer's
+	// Version; version 0 disables the gate). Default core.EventEntity: AggregateType + "/" +
+	// AggregateID and AggregateVersion, no gate for an event without an AggregateVersion (the SQS consumer's
 	// default too). NoVersionGate turns the gate off.
+	// Each delivery reaches Inbox.Process as core.InboxMessageOf(&d.Event, d.CreatedAt,
+	// "kafka:<topic>/<partition>@<offset>") with this gate.
 	Entity func(ev *core.Event) (entity string, version int64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -213,7 +215,7 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 		o.DeadLetterTopic = func(topic string) string { return topic + ".dlt" }
 	}
 	if o.Entity == nil {
-		o.Entity = consume.DefaultEntity
+		o.Entity = core.EventEntity
 	}
 	log := o.Logger
 	if log == nil {

@@ -89,7 +89,7 @@ type consumerEnv struct {
 func newConsumerEnv(t *testing.T) *consumerEnv {
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	return &consumerEnv{store: store, inbox: inbox, applied: &applied{store: store}}
 }

@@ -95,7 +95,7 @@ func e2eChild(raw string) error {
 		}
 		return relay.Run(ctx)
 	case "consumer":
-		inbox, err := core.NewInbox[pgx.Tx](store, nil)
+		inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
 		if err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func ExampleNewConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	inbox, err := core.NewInbox[pgx.Tx](store, nil)
+	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestNewConsumerRefusesNamesTheInboxRefuses(t *testing.T) {
 	t.Parallel()
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	for _, name := range []string{"a\nb", strings.Repeat("n", 300), "x\u0085"} {
 		_, err := NewConsumer("g", []string{"t"}, inbox, name, func(context.Context, *memory.Tx, *Delivery) error { return nil }, nil)

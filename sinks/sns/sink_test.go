@@ -207,7 +207,7 @@ func runConsumer(t *testing.T, e *env, url string, want uint64, opts *sqs.Consum
 	t.Helper()
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	var mu sync.Mutex
 	seen := map[string]core.Event{}

@@ -87,9 +87,11 @@ type ConsumerOptions struct {
 	// core.MaxLimitPayloadBytes (64 MiB), the largest payload an outbox accepts.
 	MaxClaimCheckBytes int64
 	// Entity maps an event to the inbox's version gate (core.InboxMessage Entity and
-	// Version; version 0 disables the gate). Default: AggregateType + "/" + AggregateID and
-	// AggregateVersion, no gate for an event without an AggregateVersion (the Kafka consumer's
+	// Version; version 0 disables the gate). Default core.EventEntity: AggregateType + "/" +
+	// AggregateID and AggregateVersion, no gate for an event without an AggregateVersion (the Kafka consumer's
 	// default too). NoVersionGate turns the gate off.
+	// Each delivery reaches Inbox.Process as core.InboxMessageOf(&d.Event, d.CreatedAt,
+	// "sqs:<queue>/<message id>") with this gate.
 	Entity func(ev *core.Event) (entity string, version int64)
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -225,7 +227,7 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 		return nil, &core.OptionError{Field: "MaxClaimCheckBytes", Reason: fmt.Sprintf("must be between 0 (default) and %d", core.MaxLimitPayloadBytes)}
 	}
 	if o.Entity == nil {
-		o.Entity = consume.DefaultEntity
+		o.Entity = core.EventEntity
 	}
 	log := o.Logger
 	if log == nil {

@@ -40,7 +40,7 @@ func startConsumer(t *testing.T, e *env, url string, opts *sqs.ConsumerOptions, 
 	t.Helper()
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	b := &consumerBundle{store: store}
 	if opts == nil {
@@ -246,7 +246,7 @@ func TestConsumerReleasesInFlightMessagesOnShutdown(t *testing.T) {
 
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	started := make(chan struct{})
 	c, err := sqs.NewConsumer(e.sqs, url, inbox, "c", func(ctx context.Context, tx *memory.Tx, d *sqs.Delivery) error {
@@ -298,7 +298,7 @@ func TestConsumerOptionsValidated(t *testing.T) {
 	client := awssqs.New(awssqs.Options{Region: testRegion})
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	h := func(context.Context, *memory.Tx, *sqs.Delivery) error { return nil }
 	for field, o := range map[string]*sqs.ConsumerOptions{

@@ -47,7 +47,7 @@ func testConsumer(t testing.TB, name string, opts *ConsumerOptions) (*Consumer[*
 	t.Helper()
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](context.Background(), store, nil)
 	require.NoError(t, err)
 	client := awssqs.New(awssqs.Options{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("k", "s", "")})
 	return NewConsumer(client, "https://queue.example/123/q", inbox, name,

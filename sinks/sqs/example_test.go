@@ -47,7 +47,7 @@ func ExampleNewConsumer() {
 		log.Fatal(err)
 	}
 	store, _ := memory.New(nil) // your database adapter
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](ctx, store, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

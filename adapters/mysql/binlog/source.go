@@ -220,7 +220,7 @@ func (c *ChangeSource) detect(ctx context.Context) (serverInfo, error) {
 		return serverInfo{}, c.store.Wrap("cdc: outbox columns", err)
 	}
 	if len(cols) == 0 {
-		return serverInfo{}, fmt.Errorf("mysql: cdc: %w: outbox %s is not migrated", core.ErrSchemaMismatch, c.store.Outbox)
+		return serverInfo{}, fmt.Errorf("mysql: cdc: %w", &core.NotMigratedError{Missing: "table " + c.store.Outbox})
 	}
 	info.columns = cols
 	c.info, c.detected = info, true

@@ -1,6 +1,6 @@
 // Package consume is what the SQS and Kafka consumers share: the Handler signature, the inbox
-// version gate of an event (DefaultEntity, NoVersionGate), the core.InboxMessage of a decoded
-// delivery, running deliveries through the inbox with the handler in its transaction (a panic
+// version gate option (NoVersionGate; the default is core.EventEntity), the core.InboxMessage
+// of a decoded delivery (core.InboxMessageOf), running deliveries through the inbox with the handler in its transaction (a panic
 // turned into the broker's error), and the one decision that follows each attempt (Decide):
 // acknowledge once the inbox transaction committed, leave the message for redelivery, send it
 // to the dead-letter path, or hand it back on shutdown.
@@ -30,29 +30,17 @@ type Handler[TTx, D any] func(ctx context.Context, tx TTx, d *D) error
 // version 0 disables the gate).
 type EntityFunc = func(ev *core.Event) (entity string, version int64)
 
-// DefaultEntity is the consumers' default version gate: AggregateType + "/" + AggregateID at
-// AggregateVersion, and no gate ("", 0) for an event without an AggregateVersion.
-func DefaultEntity(ev *core.Event) (string, int64) {
-	if ev.AggregateVersion <= 0 {
-		return "", 0
-	}
-	return ev.AggregateType + "/" + ev.AggregateID, ev.AggregateVersion
-}
-
 // NoVersionGate is an EntityFunc that turns the inbox's version gate off.
 func NoVersionGate(*core.Event) (string, int64) { return "", 0 }
 
-// Message is the inbox message of an event: its ID and payload, the version gate entity gives
-// it (DefaultEntity when entity is nil), OccurredAt the outbox CreatedAt (zero when the
-// producer did not send it) and position, where the broker holds the message
-// (InboxMessage.SourcePosition).
+// Message is the inbox message of a delivered event (core.InboxMessageOf) with the version
+// gate entity gives it (core.EventEntity when entity is nil).
 func Message(ev *core.Event, createdAt time.Time, entity EntityFunc, position string) core.InboxMessage {
-	if entity == nil {
-		entity = DefaultEntity
+	m := core.InboxMessageOf(ev, createdAt, position)
+	if entity != nil {
+		m.Entity, m.Version = entity(ev)
 	}
-	e, v := entity(ev)
-	return core.InboxMessage{EventID: ev.ID, Payload: ev.Payload, Entity: e, Version: v,
-		OccurredAt: createdAt, SourcePosition: position}
+	return m
 }
 
 // Action is what a consumer does with a message after an attempt at it.

@@ -75,7 +75,7 @@ func newInbox(t *testing.T) (*memory.Store, *core.Inbox[*memory.Tx]) {
 	t.Helper()
 	store, err := memory.New(nil)
 	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](store, nil)
+	inbox, err := core.NewInbox[*memory.Tx](t.Context(), store, nil)
 	require.NoError(t, err)
 	return store, inbox
 }
