@@ -113,8 +113,7 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(ctx) }()
+	running := core.Start(ctx, relay)
 
 	// Consumer: each delivery applied once, in a transaction of its own, through the inbox.
 	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
@@ -128,9 +127,8 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 		case <-ctx.Done():
 			return errors.Join(errors.New("no delivery"), ctx.Err())
 		}
-		res, err := inbox.Process(ctx, "order-totals", core.InboxMessage{
-			EventID: msg.ID, Payload: msg.Payload, OccurredAt: msg.CreatedAt,
-		}, func(ctx context.Context, tx pgx.Tx, m core.InboxMessage) error {
+		in := core.InboxMessageOf(&msg.Event, msg.CreatedAt, "")
+		res, err := inbox.Process(ctx, "order-totals", in, func(ctx context.Context, tx pgx.Tx, m core.InboxMessage) error {
 			var o placed
 			if err := json.Unmarshal(m.Payload, &o); err != nil {
 				return core.Permanent(err)
@@ -148,10 +146,7 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 	// Graceful stop: what is in flight is settled, lanes are released, nothing is sent twice.
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := relay.Shutdown(stopCtx); err != nil {
-		return err
-	}
-	if err := <-relayDone; err != nil {
+	if err := running.Stop(stopCtx); err != nil {
 		return err
 	}
 	st, err := store.Stats(ctx)

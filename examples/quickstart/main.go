@@ -112,8 +112,7 @@ func run(ctx context.Context, path string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(ctx) }()
+	running := core.Start(ctx, relay) // Run in its own goroutine; Stop below stops it gracefully
 
 	// 4. Consumer: applies each delivery once, in its own transaction, through the inbox.
 	inbox, err := core.NewInbox[*sql.Tx](ctx, store, nil)
@@ -136,9 +135,9 @@ func run(ctx context.Context, path string, out io.Writer) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for delivery %d: %w", i+1, ctx.Err())
 		}
-		in := core.InboxMessage{
-			EventID: msg.ID, Payload: msg.Payload, OccurredAt: msg.CreatedAt,
-		}
+		// The one mapping of a delivered event to what the inbox records (id, payload, time,
+		// and a version gate when the event has an AggregateVersion).
+		in := core.InboxMessageOf(&msg.Event, msg.CreatedAt, "")
 		res, err := inbox.Process(ctx, "ledger", in, apply)
 		if err != nil {
 			return err
@@ -156,10 +155,7 @@ func run(ctx context.Context, path string, out io.Writer) error {
 	// 5. Stop the relay gracefully: it settles what is in flight and releases its lanes.
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := relay.Shutdown(stopCtx); err != nil {
-		return err
-	}
-	if err := <-relayDone; err != nil {
+	if err := running.Stop(stopCtx); err != nil {
 		return err
 	}
 

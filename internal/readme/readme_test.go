@@ -70,13 +70,12 @@ func quickStart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(ctx) }()
-	defer func() { // graceful stop: settle what is in flight, release the lanes
-		if err := relay.Shutdown(context.WithoutCancel(ctx)); err != nil {
+	// Run in the background; at the end, stop gracefully: settle what is in flight, release the lanes.
+	running := core.Start(ctx, relay)
+	defer func() {
+		if err := running.Stop(context.WithoutCancel(ctx)); err != nil {
 			log.Print(err)
 		}
-		<-relayDone
 	}()
 
 	// Consumer: applies each delivery once, in its own transaction, through the inbox.
@@ -86,9 +85,8 @@ func quickStart(ctx context.Context) error {
 	}
 	msg := <-broker.Deliveries()
 	for range 2 { // a broker may deliver twice: the second time is a no-op
-		res, err := inbox.Process(ctx, "audit-log", core.InboxMessage{
-			EventID: msg.ID, Payload: msg.Payload, OccurredAt: msg.CreatedAt,
-		}, func(ctx context.Context, tx *sql.Tx, m core.InboxMessage) error {
+		in := core.InboxMessageOf(&msg.Event, msg.CreatedAt, "") // id, payload, version gate
+		res, err := inbox.Process(ctx, "audit-log", in, func(ctx context.Context, tx *sql.Tx, m core.InboxMessage) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO audit_log (event) VALUES (?)`, m.EventID)
 			return err
 		})
