@@ -82,7 +82,7 @@ func runBackfill(cmd *cobra.Command, cfg daemon.Config, configPath, actor, outpu
 	defer r.Close()
 	aw, ok := r.Store.(driver.AuditWriter)
 	if !ok {
-		return failErr(cmd, fmt.Errorf("%w (driver %s)", ErrNoCDC, cfg.Database.Driver))
+		return failErr(cmd, fmt.Errorf("%w (driver %s)", ErrNoCDC, cfg.Database.DriverName()))
 	}
 	if err := noLaneHeld(ctx, r.Store); err != nil {
 		return failErr(cmd, err)

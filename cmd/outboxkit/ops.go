@@ -23,12 +23,12 @@ import (
 )
 
 // The operator commands: status, parked, unpark, cleanup and migrate on an outbox of any SQL
-// adapter. Each takes --db (postgres://, mysql://, sqlite:PATH), --schema (postgres), --table and
-// --output; they never create or migrate anything except `migrate` itself.
+// adapter. Each takes --db (parsed by opendb.ParseDSN, with --driver), --schema (postgres),
+// --table and --output; they never create or migrate anything except `migrate` itself.
 
 // dbFlags are the flags every operator command shares.
 type dbFlags struct {
-	db, schema, table, output string
+	db, driver, schema, table, output string
 	slot                      string // cdc release only (--slot)
 	lanes                     int    // migrate only (--lanes)
 }
@@ -36,12 +36,21 @@ type dbFlags struct {
 func addDBFlags(cmd *cobra.Command) *dbFlags {
 	f := &dbFlags{}
 	fl := cmd.Flags()
-	fl.StringVar(&f.db, "db", "", "the outbox's database: postgres://..., mysql://user:pass@host:port/db or sqlite:PATH (required)")
+	fl.StringVar(&f.db, "db", "", dbFlagHelp)
+	fl.StringVar(&f.driver, "driver", "", driverFlagHelp)
 	fl.StringVar(&f.schema, "schema", "", "PostgreSQL schema of the outbox (default public)")
 	fl.StringVar(&f.table, "table", "", "outbox table (default outbox)")
 	fl.StringVar(&f.output, "output", "text", "output format: text or json")
 	return f
 }
+
+// The help of --db and --driver (every command that opens an outbox).
+const (
+	dbFlagHelp = "the outbox's database (required): a URL, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db " +
+		"or sqlite:PATH; or, with --driver, the driver's own DSN (postgres \"host=H dbname=D\", mysql \"user:pass@tcp(host:3306)/db?parseTime=true\", " +
+		"sqlite a file path)"
+	driverFlagHelp = "postgres, mysql or sqlite: names the driver of a --db that is not a URL (a URL names its own)"
+)
 
 // usageErr prints one line naming the bad flag or argument and ends with exit status 2. The
 // line starts with the command's whole path ("outboxkit inbox prune: "), so that a nested
@@ -71,7 +80,7 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	if f.db == "" {
 		return opendb.Config{}, usageErr(cmd, "--db is required")
 	}
-	driver, dsn, err := opendb.ParseURL(f.db)
+	driver, dsn, err := opendb.ParseDSN(f.driver, f.db)
 	if err != nil {
 		return opendb.Config{}, usageErr(cmd, "--db: %v", err)
 	}
@@ -91,8 +100,10 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	return cfg, nil
 }
 
-// ErrNotMigrated is reported when the database holds no migrated outbox.
-var ErrNotMigrated = errors.New("no migrated outbox (run outboxkit migrate)")
+// ErrNotMigrated is reported when the database holds no migrated outbox. Its remedy names the
+// same --db: the address was parsed by opendb.ParseDSN, so it is the database the operator
+// named, never a file created for a mistyped address.
+var ErrNotMigrated = errors.New("no migrated outbox (`outboxkit migrate` with the same --db creates the tables)")
 
 // open opens an existing, migrated outbox as it is: operators never migrate, and the lane count
 // is read from the database. A bad flag returns an exit-2 error, anything else exit 1; both are
@@ -115,7 +126,7 @@ func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 	if cfg.Driver == "sqlite" {
 		if _, err := os.Stat(cfg.DSN); err != nil { // sqlite.OpenDB would create it
 			if errors.Is(err, os.ErrNotExist) {
-				err = fmt.Errorf("%w: database file %s does not exist", ErrNotMigrated, cfg.DSN)
+				err = fmt.Errorf("%w: the SQLite file %s does not exist (check --db; `outboxkit migrate --db sqlite:%s` creates it)", ErrNotMigrated, cfg.DSN, cfg.DSN)
 			}
 			return nil, err
 		}

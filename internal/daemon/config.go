@@ -49,11 +49,20 @@ type Config struct {
 
 // Database selects the outbox.
 type Database struct {
-	Driver string `yaml:"driver" help:"postgres | mysql | sqlite"`
-	DSN    string `yaml:"dsn" help:"connection string (postgres, mysql: parseTime=true) or file path (sqlite)"`
+	Driver string `yaml:"driver" help:"postgres | mysql | sqlite: names the driver of a dsn that is not a URL (a URL names its own)"`
+	DSN    string `yaml:"dsn" help:"the database: a URL (postgres://, postgresql://, mysql://, sqlite:PATH, file:PATH) or, with database.driver, the driver's own DSN (postgres host=H dbname=D, mysql user:pass@tcp(host:3306)/db?parseTime=true, sqlite a file path)"`
 	Schema string `yaml:"schema" help:"postgres schema of the outbox (default public)"`
 	Table  string `yaml:"table" help:"outbox table (default outbox)"`
 	Lanes  int    `yaml:"lanes" help:"lane count recorded by --migrate on a new outbox"`
+}
+
+// DriverName is the database's driver: database.driver, else the one its dsn's URL names ("" when
+// neither names one).
+func (d Database) DriverName() string {
+	if name, _, err := opendb.ParseDSN(d.Driver, d.DSN); err == nil {
+		return name
+	}
+	return d.Driver
 }
 
 // CDC configures mode cdc.
@@ -546,16 +555,22 @@ func oneOf(path, got string, allowed ...string) []string {
 func (c *Config) validate() []string {
 	var p []string
 	add := func(path, format string, args ...any) { p = append(p, path+": "+fmt.Sprintf(format, args...)) }
-	p = append(p, oneOf("database.driver", c.Database.Driver, "postgres", "mysql", "sqlite")...)
-	if c.Database.DSN == "" {
-		add("database.dsn", "required")
+	if c.Database.Driver != "" {
+		p = append(p, oneOf("database.driver", c.Database.Driver, opendb.Drivers...)...)
 	}
-	if c.Database.Schema != "" && c.Database.Driver != "postgres" {
+	driverName, dsn, dsnErr := opendb.ParseDSN(c.Database.Driver, c.Database.DSN)
+	switch {
+	case c.Database.DSN == "":
+		add("database.dsn", "required")
+	case dsnErr != nil && (c.Database.Driver == "" || slices.Contains(opendb.Drivers, c.Database.Driver)):
+		add("database.dsn", "%s", strings.TrimPrefix(dsnErr.Error(), opendb.ErrBadDSN.Error()+": "))
+	}
+	if c.Database.Schema != "" && driverName != "" && driverName != "postgres" {
 		add("database.schema", "only for driver postgres")
 	}
-	if slices.Contains(opendb.Drivers, c.Database.Driver) {
+	if dsnErr == nil {
 		d := c.Database
-		for _, fe := range opendb.Check(opendb.Config{Driver: d.Driver, DSN: d.DSN, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes}) {
+		for _, fe := range opendb.Check(opendb.Config{Driver: driverName, DSN: dsn, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes}) {
 			if key, ok := map[string]string{"DSN": "database.dsn", "Schema": "database.schema", "Table": "database.table", "Lanes": "database.lanes"}[fe.Field]; ok {
 				if key != "database.dsn" || d.DSN != "" {
 					add(key, "%s", fe.Reason)
@@ -566,7 +581,7 @@ func (c *Config) validate() []string {
 		}
 	}
 	p = append(p, oneOf("mode", c.Mode, "polling", "cdc")...)
-	if c.Mode == "cdc" && c.Database.Driver == "sqlite" {
+	if c.Mode == "cdc" && driverName == "sqlite" {
 		add("mode", "cdc needs driver postgres or mysql")
 	}
 	if c.Relay.Workers < 1 {

@@ -562,3 +562,34 @@ func TestLoadDuplicateKeysAndDocuments(t *testing.T) {
 	_, err = Load(writeConfig(t, "---\n"+base+baseDB+"...\n"), noEnv, nil)
 	require.NoError(t, err, "one document, with its markers")
 }
+
+// database.dsn goes through opendb.ParseDSN, the operator commands' parser: a URL names its
+// driver (database.driver may be left out), a driver's own DSN needs database.driver, and a
+// bare word, host:port/db or a URL of another driver than the one named is refused at load.
+func TestLoadDatabaseAddress(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{
+		"database: {dsn: 'postgres://h/db', schema: app}",
+		"database: {dsn: 'mysql://u:p@h:3306/app'}",
+		"database: {dsn: 'sqlite:/nonexistent/x.db'}",
+		"database: {driver: sqlite, dsn: /nonexistent/x.db}",
+		"database: {driver: postgres, dsn: 'host=h dbname=d'}",
+	} {
+		require.Nil(t, loadProblems(t, ok, nil), ok)
+	}
+	for _, c := range []struct{ text, prefix string }{
+		{"database: {dsn: app}", `database.dsn: "app" names no driver (want a URL: postgres://`},
+		{"database: {dsn: '127.0.0.1:5432/app'}", `database.dsn: "127.0.0.1:5432/app" names no driver`},
+		{"database: {dsn: 'host=h dbname=d'}", `database.dsn: "host=h dbname=d" names no driver`},
+		{"database: {driver: postgres, dsn: '127.0.0.1:5432/app'}", `database.dsn: "127.0.0.1:5432/app" is not a postgres keyword/value DSN`},
+		{"database: {driver: mysql, dsn: 'postgres://h/db'}", `database.dsn: the URL is a postgres address but the driver named is mysql`},
+		{"database: {dsn: 'sqlite:x.db', schema: app}", `database.schema: only for driver postgres`},
+		{"database: {dsn: 'sqlite:x.db'}\nmode: cdc", `mode: cdc needs driver postgres or mysql`},
+	} {
+		p := loadProblems(t, c.text, nil)
+		require.Len(t, p, 1, c.text)
+		require.True(t, strings.HasPrefix(p[0], c.prefix), "%s: %s", c.text, p[0])
+	}
+	cfg := Database{DSN: "mysql://u@h/app"}
+	require.Equal(t, "mysql", cfg.DriverName())
+}

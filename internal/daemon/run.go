@@ -41,10 +41,15 @@ func NewLogger(cfg Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, o))
 }
 
-// open opens the configured database (internal/opendb, shared with the operator commands).
+// open opens the configured database (internal/opendb, shared with the operator commands: one
+// parser of database addresses, opendb.ParseDSN).
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*opendb.DB, error) {
 	d := cfg.Database
-	return opendb.Open(ctx, opendb.Config{Driver: d.Driver, DSN: d.DSN, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes,
+	driverName, dsn, err := opendb.ParseDSN(d.Driver, d.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	return opendb.Open(ctx, opendb.Config{Driver: driverName, DSN: dsn, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes,
 		Slot: cfg.CDC.Slot, ServerID: cfg.CDC.ServerID, Logger: log})
 }
 
@@ -403,7 +408,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.db.Close()
 	defer d.close() // after the relays' last send
 	defer d.m.shutdown()
-	d.log.Info("daemon_started", "http", d.ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
+	d.log.Info("daemon_started", "http", d.ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.DriverName(),
 		"workers", len(d.running()), "sink", d.cfg.Sink)
 
 	// The relays run on their own context: a graceful stop asks them to drain; hard is the
