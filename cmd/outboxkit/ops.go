@@ -29,8 +29,8 @@ import (
 // dbFlags are the flags every operator command shares.
 type dbFlags struct {
 	db, driver, schema, table, output string
-	slot                      string // cdc release only (--slot)
-	lanes                     int    // migrate only (--lanes)
+	slot                              string // cdc release only (--slot)
+	lanes                             int    // migrate only (--lanes)
 }
 
 func addDBFlags(cmd *cobra.Command) *dbFlags {
