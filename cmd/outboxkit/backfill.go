@@ -75,7 +75,7 @@ func runBackfill(cmd *cobra.Command, cfg daemon.Config, configPath, actor, outpu
 	if lc.Level == "debug" || lc.Level == "info" {
 		lc.Level = "warn"
 	}
-	r, err := daemon.OpenCDCRelay(ctx, cfg, daemon.NewLogger(lc, cmd.ErrOrStderr()))
+	r, err := daemon.OpenCDCRelay(ctx, cfg, daemon.NewLogger(lc, cmd.ErrOrStderr()), cmd.OutOrStdout())
 	if err != nil {
 		return failErr(cmd, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/sinks/awssink"
+	"github.com/outboxkit/outbox/sinks/stdout"
 )
 
 // Config is the relay daemon's configuration. Every leaf key can be set in the YAML file, by an
@@ -35,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -102,9 +103,15 @@ type AWS struct {
 
 // Sinks holds each sink's settings; Config.Sink selects one.
 type Sinks struct {
-	SQS   AWSSink `yaml:"sqs"`
-	SNS   AWSSink `yaml:"sns"`
-	Kafka Kafka   `yaml:"kafka"`
+	SQS    AWSSink `yaml:"sqs"`
+	SNS    AWSSink `yaml:"sns"`
+	Kafka  Kafka   `yaml:"kafka"`
+	Stdout Stdout  `yaml:"stdout"`
+}
+
+// Stdout tunes the stdout sink (package sinks/stdout).
+type Stdout struct {
+	Source string `yaml:"source" help:"the CloudEvents source attribute of every line"`
 }
 
 // AWSSink tunes the SQS or SNS sink.
@@ -405,6 +412,7 @@ var libraryDefaults = map[string]string{
 	"sinks.sns.concurrency":       strconv.Itoa(awssink.DefaultConcurrency),
 	"sinks.sqs.max_batch_entries": "10",
 	"sinks.sns.max_batch_entries": "10",
+	"sinks.stdout.source":         stdout.DefaultSource,
 }
 
 // defaultText is the default the help prints for path: the library's (libraryDefaults), else
@@ -607,7 +615,7 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "stdout")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
 	}

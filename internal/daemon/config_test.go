@@ -218,40 +218,69 @@ func TestLoadPrecedence(t *testing.T) {
 		err.(*ConfigError).Problems)
 }
 
-// README's "Run the relay" table documents every configuration key: its first cells, with
-// "`a.b.c`, `.d`" meaning a.b.c and a.b.d, name exactly the keys of Config.
-func TestREADMEListsEveryKey(t *testing.T) {
+// docs/daemon.md's reference table documents every configuration key, one row each, with its
+// type and, for a key whose default --help prints (the library's constants, Defaults), that
+// default; and it documents no key that does not exist.
+func TestDaemonDocsListEveryKey(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/daemon.md")
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(b), "\n## Run the relay\n")
-	require.True(t, ok, "README has no Run the relay section")
+	_, section, ok := strings.Cut(string(b), "\n## Reference\n")
+	require.True(t, ok, "docs/daemon.md has no Reference section")
 	section, _, _ = strings.Cut(section, "\n#")
-	documented := map[string]bool{}
+	type row struct{ typ, def string }
+	documented := map[string]row{}
 	for l := range strings.SplitSeq(section, "\n") {
 		if !strings.HasPrefix(l, "| `") {
 			continue
 		}
-		first, _, _ := strings.Cut(strings.TrimPrefix(l, "| "), " |")
-		prev := ""
-		for cell := range strings.SplitSeq(first, ", ") {
-			key := strings.Trim(cell, "`")
-			if strings.HasPrefix(key, ".") {
-				key = prev[:strings.LastIndex(prev, ".")] + key
-			}
-			documented[key] = true
-			prev = key
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		require.Len(t, cells, 4, "a row is key | type | default | meaning: %s", l)
+		key := strings.Trim(cells[0], "`")
+		_, dup := documented[key]
+		require.False(t, dup, "%s documented twice", key)
+		documented[key] = row{typ: cells[1], def: strings.Trim(cells[2], "`")}
+	}
+	typeName := func(t reflect.Type) string {
+		switch {
+		case t == durationType:
+			return "duration"
+		case t.Kind() == reflect.Slice:
+			return "list of strings"
+		case t.Kind() == reflect.Map:
+			return "map of strings"
+		case t.Kind() == reflect.Bool:
+			return "boolean"
+		case t.Kind() == reflect.Float64:
+			return "number"
+		case t.Kind() == reflect.String:
+			return "string"
 		}
+		return "integer"
 	}
-	want := map[string]bool{"routes.by_type": true, "routes.by_destination": true}
+	want := map[string]string{"routes.by_type": "map of strings", "routes.by_destination": "map of strings"}
 	for _, l := range leaves(reflect.TypeFor[Config](), "") {
-		want[l.path] = true
+		want[l.path] = typeName(l.typ)
 	}
-	for k := range want {
-		require.True(t, documented[k], "README's relay configuration table does not document %s", k)
+	for k, typ := range want {
+		r, ok := documented[k]
+		require.True(t, ok, "docs/daemon.md does not document %s", k)
+		require.Equal(t, typ, r.typ, "type of %s", k)
+		def := defaultText(k)
+		if def == "" {
+			continue
+		}
+		if typ == "duration" {
+			d, err := time.ParseDuration(r.def)
+			require.NoError(t, err, "default of %s: %q", k, r.def)
+			require.Equal(t, def, d.String(), "default of %s", k)
+			continue
+		}
+		require.Equal(t, def, r.def, "default of %s", k)
 	}
 	for k := range documented {
-		require.True(t, want[k], "README documents %s, which is not a configuration key", k)
+		_, ok := want[k]
+		require.True(t, ok, "docs/daemon.md documents %s, which is not a configuration key", k)
 	}
 }
 
@@ -298,7 +327,7 @@ func TestOpenCDCRelayRefusesPolling(t *testing.T) {
 	t.Parallel()
 	cfg, err := Load(writeConfig(t, goodConfig), noEnv, nil)
 	require.NoError(t, err)
-	r, err := OpenCDCRelay(t.Context(), cfg, NewLogger(cfg.Log, io.Discard))
+	r, err := OpenCDCRelay(t.Context(), cfg, NewLogger(cfg.Log, io.Discard), io.Discard)
 	require.ErrorIs(t, err, ErrNotCDC)
 	require.ErrorContains(t, err, "mode is polling")
 	require.Nil(t, r)
