@@ -309,7 +309,7 @@ func TestOpsCommands(t *testing.T) {
 
 			text := ok(t, with("status")...)
 			for _, want := range []string{"pending    1\n", "parked     1\n", "blocked    1 ", "published  1 ",
-				"publisher  generation " + itoa(pub.Generation) + ", kind polling, holder ops-test", "lanes      4, 4 with an owner", "w1"} {
+				"publisher  generation " + itoa(pub.Generation) + ", kind polling, holder w1, since ", "lanes      4: 4 held, 0 expired, 0 free\n", "  owner w1: 4 held\n"} {
 				require.Contains(t, text, want)
 			}
 			require.Equal(t, text[:strings.Index(text, "oldest")], func() string {
