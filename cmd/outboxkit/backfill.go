@@ -75,14 +75,14 @@ func runBackfill(cmd *cobra.Command, cfg daemon.Config, configPath, actor, outpu
 	if lc.Level == "debug" || lc.Level == "info" {
 		lc.Level = "warn"
 	}
-	r, err := daemon.OpenCDCRelay(ctx, cfg, daemon.NewLogger(lc, cmd.ErrOrStderr()))
+	r, err := daemon.OpenCDCRelay(ctx, cfg, daemon.NewLogger(lc, cmd.ErrOrStderr()), cmd.OutOrStdout())
 	if err != nil {
 		return failErr(cmd, err)
 	}
 	defer r.Close()
 	aw, ok := r.Store.(driver.AuditWriter)
 	if !ok {
-		return failErr(cmd, fmt.Errorf("%w (driver %s)", ErrNoCDC, cfg.Database.Driver))
+		return failErr(cmd, fmt.Errorf("%w (driver %s)", ErrNoCDC, cfg.Database.DriverName()))
 	}
 	if err := noLaneHeld(ctx, r.Store); err != nil {
 		return failErr(cmd, err)

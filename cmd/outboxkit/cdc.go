@@ -100,7 +100,7 @@ func cdcReleaseCommand() *cobra.Command {
 	actor = addActorFlag(cmd)
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if f.slot != "" {
-			if driver, _, err := opendb.ParseURL(f.db); err == nil && driver != "postgres" {
+			if driver, _, err := opendb.ParseDSN(f.driver, f.db); err == nil && driver != "postgres" {
 				return usageErr(cmd, "--slot: only for a postgres:// database")
 			}
 		}

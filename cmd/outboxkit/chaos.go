@@ -14,6 +14,27 @@ import (
 	"github.com/outboxkit/outbox/core/driver"
 )
 
+// chaosLeaseTTL is the workers' lease with --chaos: short, so that a replacement takes a
+// crashed worker's lanes over quickly. Without chaos the workers use the library's default
+// (core.DefaultLeaseTTL), long enough that a loaded machine loses no lease (no claim_lost).
+const chaosLeaseTTL = 2 * time.Second
+
+// leaseTTL is the workers' lease.
+func (c demoConfig) leaseTTL() time.Duration {
+	if c.chaos {
+		return chaosLeaseTTL
+	}
+	return core.DefaultLeaseTTL
+}
+
+// renewInterval is the workers' RenewInterval: 0 (the library's, LeaseTTL/3) without chaos.
+func (c demoConfig) renewInterval() time.Duration {
+	if c.chaos {
+		return chaosLeaseTTL / 5
+	}
+	return 0
+}
+
 type worker struct {
 	relay  *core.Relay
 	store  *conformance.CrashStore
@@ -46,8 +67,8 @@ func (s *supervisor) spawn(ctx context.Context) (*worker, error) {
 	store := conformance.NewCrashStore(s.store)
 	r, err := core.NewRelay(store, s.sink, s.router, &core.RelayOptions{
 		Owner:         fmt.Sprintf("worker-%d", s.started),
-		LeaseTTL:      2 * time.Second,
-		RenewInterval: 400 * time.Millisecond,
+		LeaseTTL:      s.cfg.leaseTTL(),
+		RenewInterval: s.cfg.renewInterval(),
 		PollInterval:  20 * time.Millisecond,
 		BatchSize:     s.cfg.batch,
 		Retry:         core.RetryPolicy{Initial: 5 * time.Millisecond, Max: 200 * time.Millisecond, Deadline: time.Hour},

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
@@ -39,10 +40,43 @@ type demoConfig struct {
 	wrapSink func(core.Sink) core.Sink
 }
 
-func parseDemo(args []string, stderr io.Writer) (demoConfig, error) {
+// demoCommand is `outboxkit demo`.
+func demoCommand() *cobra.Command {
 	var c demoConfig
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := &cobra.Command{
+		Use:   "demo [--chaos] [flags]",
+		Short: "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)",
+		Long: `Run producers, relay workers and a consumer on embedded SQLite outboxes (a temporary directory
+by default) with the in-process broker, then check that every committed event was delivered
+once to the consumer's inbox, in order per key, and no rolled-back event was.
+
+Every second it prints a progress line: written (events committed by the producers), pending
+(not yet published), published (marked published in the outbox), delivered (applied by the
+consumer's inbox), duplicates (deliveries the inbox absorbed as already applied), kills (relay
+workers killed by --chaos) and claim_lost (batches a worker could not mark published because it
+had lost its lane: sent again by the next owner, hence duplicates). Without --chaos the workers
+use the library's default lease (` + core.DefaultLeaseTTL.String() + `), so a loaded machine shows no claim_lost; with
+--chaos a 2s lease lets replacements take a killed worker's lanes quickly. The last line is the
+verdict: ok, or FAIL with what went wrong (exit status 1).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := c.check(); err != nil {
+				return usageErr(cmd, "%v", err)
+			}
+			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			ok, err := demo(cmd.Context(), c, stdout, stderr)
+			if err != nil {
+				fmt.Fprintln(stderr, "outboxkit demo:", err)
+				fmt.Fprintf(stdout, "verdict: FAIL error=%q\n", err.Error())
+				return &exitError{code: 1}
+			}
+			if !ok {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
 	fs.DurationVar(&c.duration, "duration", 6*time.Second, "how long producers write")
 	fs.IntVar(&c.producers, "producers", 4, "concurrent producer goroutines")
 	fs.IntVar(&c.workers, "workers", 3, "relay workers")
@@ -51,30 +85,32 @@ func parseDemo(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.IntVar(&c.batch, "batch", 200, "relay batch size")
 	fs.IntVar(&c.rate, "rate", 2000, "committed events per second, all producers together (0: as fast as possible)")
 	fs.IntVar(&c.maxEvents, "events", 0, "stop producing after this many committed events (0: no limit)")
-	fs.BoolVar(&c.chaos, "chaos", false, "kill and crash relay workers at random, make the broker reject, lose acks and duplicate")
+	fs.BoolVar(&c.chaos, "chaos", false, "kill and crash relay workers at random (2s leases), make the broker reject, lose acks and duplicate")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: random)")
 	fs.StringVar(&c.dir, "dir", "", "directory for the SQLite files (default: a temporary directory, removed afterwards)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "how long to wait for delivery after producers stop")
-	fs.BoolVar(&c.verbose, "v", false, "log relay warnings to stderr")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
+	fs.BoolVarP(&c.verbose, "verbose", "v", false, "log relay warnings to stderr")
+	return cmd
+}
+
+// check refuses a bad configuration and picks a random seed when none is given.
+func (c *demoConfig) check() error {
 	switch {
 	case c.duration <= 0:
-		return c, errors.New("--duration must be positive")
+		return errors.New("--duration must be positive")
 	case c.producers < 1 || c.workers < 1 || c.accounts < 1:
-		return c, errors.New("--producers, --workers and --accounts must be at least 1")
+		return errors.New("--producers, --workers and --accounts must be at least 1")
 	case c.lanes < 1 || c.lanes > core.MaxLanes:
-		return c, fmt.Errorf("--lanes must be between 1 and %d", core.MaxLanes)
+		return fmt.Errorf("--lanes must be between 1 and %d", core.MaxLanes)
 	case c.batch < 1:
-		return c, errors.New("--batch must be at least 1")
+		return errors.New("--batch must be at least 1")
 	case c.rate < 0 || c.maxEvents < 0:
-		return c, errors.New("--rate and --events must not be negative")
+		return errors.New("--rate and --events must not be negative")
 	}
 	if c.seed == 0 {
 		c.seed = rand.Uint64()
 	}
-	return c, nil
+	return nil
 }
 
 // credit is the demo's event payload.
@@ -103,27 +139,6 @@ func (l *ledger) counts() (written, applied, dups int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.committed), len(l.applied), l.dups
-}
-
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := parseDemo(args, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "outboxkit demo:", err)
-		return 2
-	}
-	ok, err := demo(ctx, cfg, stdout, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "outboxkit demo:", err)
-		fmt.Fprintf(stdout, "verdict: FAIL error=%q\n", err.Error())
-		return 1
-	}
-	if !ok {
-		return 1
-	}
-	return 0
 }
 
 func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (bool, error) {
@@ -185,8 +200,9 @@ func demo(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) (bool, 
 	}
 	router := core.StaticRouter{ByDestination: map[string]string{"ledger": "memory://ledger"}}
 	led := newLedger()
-	fmt.Fprintf(stdout, "demo: dir=%s producers=%d workers=%d accounts=%d lanes=%d chaos=%v seed=%d\n",
-		dir, cfg.producers, cfg.workers, cfg.accounts, cfg.lanes, cfg.chaos, cfg.seed)
+	fmt.Fprintf(stdout, "demo: dir=%s producers=%d workers=%d accounts=%d lanes=%d chaos=%v seed=%d lease=%s\n",
+		dir, cfg.producers, cfg.workers, cfg.accounts, cfg.lanes, cfg.chaos, cfg.seed, cfg.leaseTTL())
+	fmt.Fprintln(stdout, "legend: written=committed, pending=not yet published, published=marked in the outbox, delivered=applied by the inbox, duplicates=redeliveries it absorbed, kills=workers killed (--chaos), claim_lost=batches resent after a lost lease")
 
 	// Consumer.
 	consCtx, stopConsumer := context.WithCancel(ctx)

@@ -48,6 +48,28 @@ func TestDemoVerdictOK(t *testing.T) {
 	require.Equal(t, m[1], m[2], "every written event published")
 	require.Equal(t, m[1], m[3], "every written event delivered")
 	require.NotEqual(t, "0", m[1])
+	// Without --chaos the workers keep the library's default lease: none is lost, so nothing
+	// is resent; the output says what its figures mean.
+	require.Contains(t, out, " lease="+core.DefaultLeaseTTL.String()+"\n")
+	require.Contains(t, out, "\nlegend: written=committed, ")
+	require.Regexp(t, `phase=done .* kills=0 claim_lost=0\n`, out)
+	require.Equal(t, "0", m[4], "no duplicates without chaos")
+}
+
+// demo --help is cobra's, as every other command's; a bad flag is one line and exit 2.
+func TestDemoHelp(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"demo", "--help"}, &out, &errb))
+	help := out.String()
+	require.Contains(t, help, "Usage:\n  outboxkit demo [--chaos] [flags]")
+	require.Contains(t, help, "      --chaos ")
+	require.Contains(t, help, "-v, --verbose")
+	require.Contains(t, help, "claim_lost (batches a worker could not mark published")
+	require.NotContains(t, help, "Usage of demo")
+	errb.Reset()
+	require.Equal(t, 2, run(context.Background(), []string{"demo", "--lanes", "0"}, &out, &errb))
+	require.Equal(t, "outboxkit demo: --lanes must be between 1 and 4096\n", errb.String())
 }
 
 func TestDemoChaosVerdictOK(t *testing.T) {

@@ -67,7 +67,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		relayCommand(),
 		reconcileCommand(),
-		legacy("demo [flags]", "run producers, relays and a consumer on an embedded SQLite outbox and verify that nothing is lost or reordered (--chaos kills workers and breaks the broker)", runDemo),
+		demoCommand(),
 	)
 	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), replayCommand(), cleanupCommand(), cdcCommand(), backfillCommand(), auditCommand(), migrateCommand(), versionCommand())
 	root.AddCommand(lanesCommand(), inboxCommand())

@@ -23,25 +23,34 @@ import (
 )
 
 // The operator commands: status, parked, unpark, cleanup and migrate on an outbox of any SQL
-// adapter. Each takes --db (postgres://, mysql://, sqlite:PATH), --schema (postgres), --table and
-// --output; they never create or migrate anything except `migrate` itself.
+// adapter. Each takes --db (parsed by opendb.ParseDSN, with --driver), --schema (postgres),
+// --table and --output; they never create or migrate anything except `migrate` itself.
 
 // dbFlags are the flags every operator command shares.
 type dbFlags struct {
-	db, schema, table, output string
-	slot                      string // cdc release only (--slot)
-	lanes                     int    // migrate only (--lanes)
+	db, driver, schema, table, output string
+	slot                              string // cdc release only (--slot)
+	lanes                             int    // migrate only (--lanes)
 }
 
 func addDBFlags(cmd *cobra.Command) *dbFlags {
 	f := &dbFlags{}
 	fl := cmd.Flags()
-	fl.StringVar(&f.db, "db", "", "the outbox's database: postgres://..., mysql://user:pass@host:port/db or sqlite:PATH (required)")
+	fl.StringVar(&f.db, "db", "", dbFlagHelp)
+	fl.StringVar(&f.driver, "driver", "", driverFlagHelp)
 	fl.StringVar(&f.schema, "schema", "", "PostgreSQL schema of the outbox (default public)")
 	fl.StringVar(&f.table, "table", "", "outbox table (default outbox)")
 	fl.StringVar(&f.output, "output", "text", "output format: text or json")
 	return f
 }
+
+// The help of --db and --driver (every command that opens an outbox).
+const (
+	dbFlagHelp = "the outbox's database (required): a URL, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db " +
+		"or sqlite:PATH; or, with --driver, the driver's own DSN (postgres \"host=H dbname=D\", mysql \"user:pass@tcp(host:3306)/db?parseTime=true\", " +
+		"sqlite a file path)"
+	driverFlagHelp = "postgres, mysql or sqlite: names the driver of a --db that is not a URL (a URL names its own)"
+)
 
 // usageErr prints one line naming the bad flag or argument and ends with exit status 2. The
 // line starts with the command's whole path ("outboxkit inbox prune: "), so that a nested
@@ -71,7 +80,7 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	if f.db == "" {
 		return opendb.Config{}, usageErr(cmd, "--db is required")
 	}
-	driver, dsn, err := opendb.ParseURL(f.db)
+	driver, dsn, err := opendb.ParseDSN(f.driver, f.db)
 	if err != nil {
 		return opendb.Config{}, usageErr(cmd, "--db: %v", err)
 	}
@@ -91,8 +100,10 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	return cfg, nil
 }
 
-// ErrNotMigrated is reported when the database holds no migrated outbox.
-var ErrNotMigrated = errors.New("no migrated outbox (run outboxkit migrate)")
+// ErrNotMigrated is reported when the database holds no migrated outbox. Its remedy names the
+// same --db: the address was parsed by opendb.ParseDSN, so it is the database the operator
+// named, never a file created for a mistyped address.
+var ErrNotMigrated = errors.New("no migrated outbox (`outboxkit migrate` with the same --db creates the tables)")
 
 // open opens an existing, migrated outbox as it is: operators never migrate, and the lane count
 // is read from the database. A bad flag returns an exit-2 error, anything else exit 1; both are
@@ -115,7 +126,7 @@ func openExisting(ctx context.Context, cfg opendb.Config) (*opendb.DB, error) {
 	if cfg.Driver == "sqlite" {
 		if _, err := os.Stat(cfg.DSN); err != nil { // sqlite.OpenDB would create it
 			if errors.Is(err, os.ErrNotExist) {
-				err = fmt.Errorf("%w: database file %s does not exist", ErrNotMigrated, cfg.DSN)
+				err = fmt.Errorf("%w: the SQLite file %s does not exist (check --db; `outboxkit migrate --db sqlite:%s` creates it)", ErrNotMigrated, cfg.DSN, cfg.DSN)
 			}
 			return nil, err
 		}
@@ -209,15 +220,19 @@ type statusReport struct {
 	// Destinations counts the pending records per destination, among the oldest
 	// statusDestinations of them in seq order.
 	Destinations destinationsJSON `json:"pending_by_destination"`
-	// PublishRate (one-shot: SQLite's publications, the PostgreSQL and MySQL/MariaDB settle
-	// logs; absent on an outbox migrated by an older version) is the records published per
-	// second over the last minute, and
-	// PublishETA the time to publish the pending ones at that rate (absent unless it is > 0).
-	PublishRate *float64       `json:"publish_rate_per_second,omitempty"`
-	PublishETA  *float64       `json:"publish_eta_seconds,omitempty"`
-	Publisher   publisherJSON  `json:"publisher"`
-	Checkpoint  *checkpointOut `json:"cdc_checkpoint,omitempty"`
-	Lanes       []laneJSON     `json:"lanes"`
+	// PublishRate (every adapter: SQLite's publications, the PostgreSQL and MySQL/MariaDB
+	// settle logs; absent on an outbox migrated by an older version) is the records published
+	// per second over the last minute (PublishRateWindow, in seconds). PublishETA is the time
+	// to publish the pending ones at that rate, present only while the fleet publishes: some
+	// pending, and some published within the last statusRecentWindow (PublishedRecently).
+	PublishRate       *float64       `json:"publish_rate_per_second,omitempty"`
+	PublishRateWindow float64        `json:"publish_rate_window_seconds"`
+	PublishedRecently bool           `json:"published_recently"`
+	PublishETA        *float64       `json:"publish_eta_seconds,omitempty"`
+	Publisher         publisherJSON  `json:"publisher"`
+	Checkpoint        *checkpointOut `json:"cdc_checkpoint,omitempty"`
+	LaneSummary       laneSummary    `json:"lane_summary"`
+	Lanes             []laneJSON     `json:"lanes"`
 	// DrainRate and DrainETA (status --watch only, once it has looked twice): how fast pending
 	// fell over the last minute of the watch (net of new events; negative while it grows), and
 	// the time to empty at that rate (absent unless it falls).
@@ -226,10 +241,30 @@ type statusReport struct {
 }
 
 type publisherJSON struct {
-	Generation int64      `json:"generation"`
-	Kind       string     `json:"kind"`
+	Generation int64  `json:"generation"`
+	Kind       string `json:"kind"`
+	// Holder is the relay that took the generation (a polling fleet joins it: that relay may
+	// have exited since); LiveHolder is a relay holding a lane whose lease has not expired:
+	// Holder when it does, else the first such owner by name, "" when none does.
 	Holder     string     `json:"holder"`
+	LiveHolder string     `json:"live_holder"`
 	Since      *time.Time `json:"since,omitempty"`
+}
+
+// laneSummary counts the lanes: held (an owner whose lease has not expired), expired (an
+// owner whose lease ran out: a relay that stopped without releasing, or a stalled one) and
+// free (no owner), with the lanes of each owner (held or expired).
+type laneSummary struct {
+	Held    int          `json:"held"`
+	Expired int          `json:"expired"`
+	Free    int          `json:"free"`
+	Owners  []laneOwners `json:"owners"`
+}
+
+type laneOwners struct {
+	Owner   string `json:"owner"`
+	Held    int    `json:"held"`
+	Expired int    `json:"expired"`
 }
 
 // statusDestinations is how many of the oldest pending records status breaks down by
@@ -238,9 +273,12 @@ const statusDestinations = 10_000
 
 // statusRateWindow is the window of status's publish rate, and statusRateRecords the most
 // published records it reads for it (beyond, the rate of the most recent ones).
+// statusRecentWindow is how recently something must have been published for status to show an
+// ETA: a fleet that stopped publishing (a breaker open, every relay gone) has none.
 const (
-	statusRateWindow  = time.Minute
-	statusRateRecords = 10_000
+	statusRateWindow   = time.Minute
+	statusRateRecords  = 10_000
+	statusRecentWindow = 10 * time.Second
 )
 
 type destinationsJSON struct {
@@ -311,19 +349,48 @@ func timePtr(t time.Time) *time.Time {
 	return &u
 }
 
+// statusLong is status's --help: each field, and where it exists.
+const statusLong = `Show the outbox's status, from indexed reads and estimates only (safe to run often):
+
+  pending, parked   unpublished events (parked: retries exhausted or a permanent error); every adapter
+  blocked           pending events behind an earlier parked event of their key; every adapter (the SQL
+                    adapters look at a bounded number of pending events: a lower bound beyond them)
+  published         published rows still present; every adapter, an estimate on a large table
+  oldest            the oldest pending event and its age; every adapter
+  destinations      pending events per destination, over the oldest 10,000 of them; every adapter
+  rate              events published per second over the last minute: every adapter (SQLite's
+                    publications; the settle log of PostgreSQL, plain or partitioned, and MySQL/MariaDB);
+                    "unknown" on an outbox last migrated by an older version. Events deleted on publish
+                    (relay.delete_on_publish) and published rows already cleaned up are not counted
+  eta               pending / rate, shown only while the fleet publishes: something was published in
+                    the last 10s (none while nothing is published, e.g. a breaker open)
+  publisher         the publisher generation, its kind, and a live holder: the relay that took the
+                    generation, or another, holding a lane lease that has not expired ("none live"
+                    otherwise); every adapter
+  checkpoint        the CDC relay's checkpoint and its age: PostgreSQL and MySQL/MariaDB ("none" on
+                    SQLite, which has no CDC); retention: PostgreSQL the bytes its slot retains,
+                    MySQL/MariaDB the binary log bytes retained and the headroom before it is purged
+  lanes             held / expired / free counts and each owner's lanes; every adapter (--lanes: one
+                    row per lane)
+
+--watch adds the drain rate (how fast pending falls, net of new events) and its ETA.`
+
 func statusCommand() *cobra.Command {
 	var w watchFlags
-	cmd, _ := opCommand("status --db URL [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate of the last minute, the lanes, the publisher generation and the CDC checkpoint with its age and retained log (--watch: again every second, with the drain rate and ETA)",
+	var allLanes bool
+	cmd, _ := opCommand("status --db URL [--lanes] [--watch [--interval D]]", "show pending, parked and blocked events, the oldest pending age, the pending events per destination, the publish rate, the publisher, the CDC checkpoint and the lanes (--watch: again every second, with the drain rate and ETA)",
 		cobra.NoArgs, func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, _ []string) error {
 			if w.watch {
-				return watchStatus(cmd, f, db, op, w.interval)
+				return watchStatus(cmd, f, db, op, w.interval, allLanes)
 			}
 			r, now, err := collectStatus(cmd.Context(), db, op)
 			if err != nil {
 				return err
 			}
-			return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now) })
+			return emit(cmd, f, r, func(w io.Writer) { printStatus(w, r, now, allLanes) })
 		})
+	cmd.Long = statusLong
+	cmd.Flags().BoolVar(&allLanes, "lanes", false, "print one row per lane (owner, generation, lease expiry) after the summary")
 	cmd.Aliases = []string{"stats"}
 	cmd.Flags().BoolVar(&w.watch, "watch", false, "show the status again every --interval until interrupted: redrawn on a terminal, one line each time otherwise (one JSON object a line with --output json)")
 	cmd.Flags().DurationVar(&w.interval, "interval", time.Second, "with --watch: time between two looks (at least 10ms)")
@@ -350,16 +417,25 @@ func collectStatus(ctx context.Context, db *opendb.DB, op *core.Operator) (statu
 	}
 	pub := st.Publisher
 	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
+	r.Publisher.LiveHolder, r.LaneSummary = summarizeLanes(st.Lanes, pub, now)
 	if c := st.Checkpoint; c != nil {
 		r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC(),
 			AgeSeconds: max(now.Sub(c.UpdatedAt).Seconds(), 0)}
 		checkpointRetention(ctx, db, r.Checkpoint)
 	}
 	r.Destinations = destinationsOf(st.Destinations, st.DestinationsPartial)
+	r.PublishRateWindow = statusRateWindow.Seconds()
 	if st.PublishRateKnown {
 		rate := st.PublishRate
 		r.PublishRate = &rate
-		if rate > 0 && r.Pending > 0 {
+		if rate > 0 {
+			recent, _, err := db.Store.PublishRate(ctx, statusRecentWindow, 1)
+			if err != nil {
+				return statusReport{}, time.Time{}, err
+			}
+			r.PublishedRecently = recent > 0
+		}
+		if r.PublishedRecently && r.Pending > 0 {
 			eta := float64(r.Pending) / rate
 			r.PublishETA = &eta
 		}
@@ -368,6 +444,48 @@ func collectStatus(ctx context.Context, db *opendb.DB, op *core.Operator) (statu
 		r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
 	}
 	return r, now, nil
+}
+
+// summarizeLanes counts the lanes at now and finds a live holder: pub's Holder when that relay
+// holds an unexpired lease, else the first owner (by name) that does, "" when none does. (A
+// lease's Generation is its lane's fencing token, not the publisher generation: a relay of an
+// older publisher generation is fenced at its next renewal, its lease expires then.)
+func summarizeLanes(lanes []driver.Lease, pub driver.Publisher, now time.Time) (string, laneSummary) {
+	s := laneSummary{Owners: []laneOwners{}}
+	of := map[string]*laneOwners{}
+	live := map[string]bool{}
+	for _, l := range lanes {
+		if l.Owner == "" {
+			s.Free++
+			continue
+		}
+		o := of[l.Owner]
+		if o == nil {
+			o = &laneOwners{Owner: l.Owner}
+			of[l.Owner] = o
+		}
+		if l.Until.IsZero() || l.Until.After(now) {
+			s.Held++
+			o.Held++
+			live[l.Owner] = true
+		} else {
+			s.Expired++
+			o.Expired++
+		}
+	}
+	for _, o := range of {
+		s.Owners = append(s.Owners, *o)
+	}
+	sort.Slice(s.Owners, func(i, j int) bool { return s.Owners[i].Owner < s.Owners[j].Owner })
+	if live[pub.Holder] {
+		return pub.Holder, s
+	}
+	for _, o := range s.Owners {
+		if live[o.Owner] {
+			return o.Owner, s
+		}
+	}
+	return "", s
 }
 
 // destinationsOf sorts the counts, most pending first (then by name).
@@ -418,7 +536,7 @@ func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
 	c.RetentionError = strings.Join(strings.Fields(err.Error()), " ")
 }
 
-func printStatus(w io.Writer, r statusReport, now time.Time) {
+func printStatus(w io.Writer, r statusReport, now time.Time, allLanes bool) {
 	fmt.Fprintf(w, "pending    %d\n", r.Pending)
 	fmt.Fprintf(w, "parked     %d\n", r.Parked)
 	fmt.Fprintf(w, "blocked    %d (pending behind a parked key)\n", r.Blocked)
@@ -432,7 +550,9 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	case r.PublishRate == nil:
 		fmt.Fprintln(w, "rate       unknown (no log of publication times: an outbox migrated by an older version; status --watch measures the drain rate)")
 	case r.PublishETA != nil:
-		fmt.Fprintf(w, "rate       %.2f/s published over the last minute (eta %s at that rate)\n", *r.PublishRate, seconds(*r.PublishETA))
+		fmt.Fprintf(w, "rate       %.2f/s published over the last minute (eta %s at the last minute's rate)\n", *r.PublishRate, seconds(*r.PublishETA))
+	case r.Pending > 0 && *r.PublishRate > 0:
+		fmt.Fprintf(w, "rate       %.2f/s published over the last minute (no eta: nothing published in the last %s)\n", *r.PublishRate, statusRecentWindow)
 	default:
 		fmt.Fprintf(w, "rate       %.2f/s published over the last minute\n", *r.PublishRate)
 	}
@@ -456,8 +576,11 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 		kind = "none"
 	}
 	fmt.Fprintf(w, "publisher  generation %d, kind %s", p.Generation, kind)
-	if p.Holder != "" {
-		fmt.Fprintf(w, ", holder %s", p.Holder)
+	switch {
+	case p.LiveHolder != "":
+		fmt.Fprintf(w, ", holder %s", p.LiveHolder)
+	case p.Generation != 0:
+		fmt.Fprint(w, ", holder none live")
 	}
 	if p.Since != nil {
 		fmt.Fprintf(w, ", since %s", p.Since.Format(time.RFC3339))
@@ -477,21 +600,24 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 	} else {
 		fmt.Fprintln(w, "checkpoint none")
 	}
-	held := 0
-	for _, l := range r.Lanes {
-		if l.Owner != "" {
-			held++
+	ls := r.LaneSummary
+	fmt.Fprintf(w, "lanes      %d: %d held, %d expired, %d free\n", len(r.Lanes), ls.Held, ls.Expired, ls.Free)
+	for _, o := range ls.Owners {
+		fmt.Fprintf(w, "  owner %s: %d held", o.Owner, o.Held)
+		if o.Expired > 0 {
+			fmt.Fprintf(w, ", %d expired", o.Expired)
 		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "lanes      %d, %d with an owner\n", len(r.Lanes), held)
-	if held == 0 {
+	if !allLanes {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  LANE\tOWNER\tGENERATION\tLEASE_EXPIRY")
 	for _, l := range r.Lanes {
-		if l.Owner == "" {
-			continue
+		owner := l.Owner
+		if owner == "" {
+			owner = "-"
 		}
 		expiry := "none"
 		if l.LeaseUntil != nil {
@@ -500,7 +626,7 @@ func printStatus(w io.Writer, r statusReport, now time.Time) {
 				expiry += " (expired)"
 			}
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", l.Lane, l.Owner, l.Generation, expiry)
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", l.Lane, owner, l.Generation, expiry)
 	}
 	_ = tw.Flush()
 }

@@ -99,7 +99,7 @@ func opsMySQL(t testing.TB) opsDB {
 		user += ":" + cfg.Passwd
 	}
 	url := "mysql://" + user + "@" + cfg.Addr + "/" + name
-	_, mdsn, err := opendb.ParseURL(url)
+	_, mdsn, err := opendb.ParseDSN("", url)
 	require.NoError(t, err)
 	return opsDB{
 		driver: "mysql", flags: []string{"--db", url},
@@ -309,7 +309,7 @@ func TestOpsCommands(t *testing.T) {
 
 			text := ok(t, with("status")...)
 			for _, want := range []string{"pending    1\n", "parked     1\n", "blocked    1 ", "published  1 ",
-				"publisher  generation " + itoa(pub.Generation) + ", kind polling, holder ops-test", "lanes      4, 4 with an owner", "w1"} {
+				"publisher  generation " + itoa(pub.Generation) + ", kind polling, holder w1, since ", "lanes      4: 4 held, 0 expired, 0 free\n", "  owner w1: 4 held\n"} {
 				require.Contains(t, text, want)
 			}
 			require.Equal(t, text[:strings.Index(text, "oldest")], func() string {
@@ -413,7 +413,7 @@ func TestOpsUsage(t *testing.T) {
 		{"--slot", []string{"unpark", "--db", db, "--all", "--slot", "s"}}, // only cdc release
 		// A malformed postgres:// URL (pgx's parser), identifiers and a lane count the adapter
 		// refuses: bad usage, before anything connects or creates a file.
-		{"--db: bad database URL: cannot parse `postgres://u:xxxxx@127.0.0.1:notaport/db`: invalid port", []string{"status", "--db", "postgres://u:secret@127.0.0.1:notaport/db"}},
+		{"--db: bad database address: cannot parse `postgres://u:xxxxx@127.0.0.1:notaport/db`: invalid port", []string{"status", "--db", "postgres://u:secret@127.0.0.1:notaport/db"}},
 		{"sslmode is invalid", []string{"status", "--db", "postgres://127.0.0.1/db?sslmode=bogus"}},
 		{`--table: identifier "bad-name" must match`, []string{"status", "--db", db, "--table", "bad-name"}},
 		{"--table: must match", []string{"parked", "--db", "postgres://127.0.0.1/db", "--table", "x y"}},
@@ -439,6 +439,43 @@ func TestOpsUsage(t *testing.T) {
 	require.NotContains(t, help, "--retention")
 	require.Contains(t, help, "--output")
 	require.Contains(t, ok(t, "cleanup", "-h"), "--retention")
+}
+
+// --db is parsed by opendb.ParseDSN, as the daemon's database.dsn: a bare word, a bare path,
+// host:port/db and a key=value DSN without --driver are bad usage listing the accepted forms,
+// and no file is created; with --driver the driver's own DSN is taken.
+func TestOpsDatabaseAddress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bare := filepath.Join(dir, "app")
+	for _, c := range []struct{ want, db string }{
+		{`--db: bad database address: "` + bare + `" names no driver (want a URL: postgres://`, bare},
+		{`"127.0.0.1:5432/app" names no driver`, "127.0.0.1:5432/app"},
+		{`"host=127.0.0.1 dbname=app" names no driver`, "host=127.0.0.1 dbname=app"},
+	} {
+		for _, cmd := range []string{"status", "migrate", "parked"} {
+			errs := fails(t, 2, c.want, cmd, "--db", c.db)
+			require.Contains(t, errs, opendb.Forms, "the accepted forms are listed")
+		}
+	}
+	fails(t, 2, `"127.0.0.1:5432/app" is not a postgres keyword/value DSN`, "status", "--driver", "postgres", "--db", "127.0.0.1:5432/app")
+	fails(t, 2, "the URL is a sqlite address but the driver named is postgres", "status", "--driver", "postgres", "--db", "sqlite:"+bare)
+	fails(t, 2, `unknown driver "oracle"`, "status", "--driver", "oracle", "--db", bare)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no command created a file")
+
+	// The same file through each accepted SQLite form.
+	path := filepath.Join(dir, "outbox.db")
+	ok(t, "migrate", "--db", "sqlite:"+path)
+	for _, db := range [][]string{{"--db", "sqlite:" + path}, {"--db", "file://" + path}, {"--driver", "sqlite", "--db", path}} {
+		require.Contains(t, ok(t, append([]string{"status"}, db...)...), "pending    0\n", db)
+	}
+	// A missing SQLite file named explicitly: not migrated, and the remedy names the file.
+	errs := fails(t, 1, "no migrated outbox", "status", "--db", "sqlite:"+bare)
+	require.Contains(t, errs, "outboxkit migrate --db sqlite:"+bare)
+	_, err = os.Stat(bare)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 // The built binary: exit statuses of a real process, version, a wrong DSN.

@@ -30,7 +30,8 @@ func reconcileCommand() *cobra.Command {
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("db", "", "the database holding the outbox (and the domain tables, the inbox): postgres://..., mysql://user:pass@host:port/db or sqlite:PATH (a bare path is a SQLite file) (required)")
+	path := fs.String("db", "", "the database holding the outbox, the domain tables and the inbox; "+dbFlagHelp)
+	driverName := fs.String("driver", "", driverFlagHelp)
 	schema := fs.String("schema", "", "PostgreSQL schema of the outbox and the inbox (default public)")
 	table := fs.String("table", "", "outbox table (default outbox)")
 	query := fs.String("expected-sql", "", "query returning the expected events: id, aggregate_type, aggregate_id, version (required)")
@@ -69,7 +70,7 @@ func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		*f.dst = t
 	}
 	o.UnpublishedAfter = *after
-	driver, dsn, err := opendb.ParseURL(*path)
+	driver, dsn, err := opendb.ParseDSN(*driverName, *path)
 	if err != nil {
 		return usage("--db: %v", err)
 	}

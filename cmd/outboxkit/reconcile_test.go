@@ -48,7 +48,7 @@ func TestReconcileCommand(t *testing.T) {
 	query := `SELECT event_id, 'order', order_id, version FROM order_events ORDER BY version`
 	reconcileCmd := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := run(ctx, append([]string{"reconcile", "--db", path}, args...), &out, &errb)
+		code := run(ctx, append([]string{"reconcile", "--db", "sqlite:" + path}, args...), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 

@@ -14,8 +14,10 @@ func relayCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay --config FILE",
 		Short: "run the relays of one outbox from a configuration file",
-		Long: `Run polling or CDC relays for one outbox, publishing to SQS, SNS or Kafka, with /healthz, /readyz
-and /metrics (Prometheus) on http.listen. Every configuration key can be set in the file, by
+		Long: `Run polling or CDC relays for one outbox, publishing to SQS, SNS, Kafka or standard output (sink
+stdout: one CloudEvents JSON line per message; the logs always go to standard error), with
+/healthz, /readyz and /metrics (Prometheus) on http.listen. docs/daemon.md is the reference of
+every key. Every configuration key can be set in the file, by
 the environment variable OUTBOXKIT_<KEY> and by the flag below; a flag wins over the
 environment, which wins over the file. SIGTERM or SIGINT stops gracefully within
 --shutdown-timeout. A bad configuration (what the relay or the adapter would refuse at start
@@ -30,7 +32,7 @@ http.listen that cannot be bound exits 1 before the database is opened.`,
 			}
 			log := daemon.NewLogger(cfg.Log, cmd.ErrOrStderr())
 			ctx := cmd.Context()
-			d, err := daemon.New(ctx, cfg, log)
+			d, err := daemon.New(ctx, cfg, log, cmd.OutOrStdout())
 			if err != nil {
 				log.Error("daemon_start_failed", "error", err)
 				return &exitError{code: 1}

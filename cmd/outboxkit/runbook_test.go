@@ -285,13 +285,13 @@ func TestRunbookRelayOutage(t *testing.T) {
 			text := d.run(t, page, "status", 0, nil)
 			require.Contains(t, text, "pending    5\n")
 			require.Contains(t, text, "oldest     20") // a time, with its age
-			require.Contains(t, text, "lanes      4, 0 with an owner")
+			require.Contains(t, text, "lanes      4: 0 held, 0 expired, 4 free\n")
 
 			relay := startPageRelay(t, page, runbookRelay(t, d, "polling"))
 			require.Eventually(t, func() bool {
 				text = d.run(t, page, "status", 2, nil) // "how to check it worked"
 				return strings.Contains(text, "pending    0\n") && strings.Contains(text, "oldest     none\n") &&
-					!strings.Contains(text, "0 with an owner")
+					!strings.Contains(text, ": 0 held")
 			}, 20*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
 			require.Equal(t, 5, relay.stop(t))
 		})
@@ -387,9 +387,10 @@ func TestRunbookStuckClaims(t *testing.T) {
 
 			text := d.run(t, page, "status", 0, nil)
 			require.Contains(t, text, "pending    3\n")
-			require.Contains(t, text, "lanes      2, 2 with an owner")
-			require.Equal(t, 1, strings.Count(text, "crashed")-strings.Count(text, "holder crashed"), text)
-			require.Equal(t, 1, strings.Count(text, "stalled"), text)
+			require.Contains(t, text, "lanes      2: 1 held, 1 expired, 0 free\n")
+			require.Contains(t, text, "\n  owner crashed: 0 held, 1 expired\n  owner stalled: 1 held\n")
+			require.NotContains(t, text, "holder crashed", "the holder shown is live")
+			require.Regexp(t, `\n  \d+ +crashed +\d+ +\S+ \(expired\)\n`, text, "--lanes: one row per lane")
 			require.Equal(t, 1, strings.Count(text, "(expired)"), text)
 			var st statusReport
 			require.NoError(t, json.Unmarshal([]byte(d.run(t, page, "status", 1, nil)), &st))
@@ -409,9 +410,10 @@ func TestRunbookStuckClaims(t *testing.T) {
 			relay := startPageRelay(t, page, runbookRelay(t, d, "polling"))
 			require.Eventually(t, func() bool {
 				text = d.run(t, page, "status", 2, nil)
-				// The relay joins the polling generation (holder crashed) but owns the lanes.
-				return strings.Contains(text, "pending    0\n") && strings.Count(text, "crashed") == strings.Count(text, "holder crashed") &&
-					!strings.Contains(text, "stalled") && !strings.Contains(text, "(expired)") && strings.Contains(text, "2 with an owner")
+				// The relay joins the polling generation (taken by crashed) and owns the lanes: the
+				// live holder shown is the relay.
+				return strings.Contains(text, "pending    0\n") && !strings.Contains(text, "crashed") &&
+					!strings.Contains(text, "stalled") && !strings.Contains(text, "(expired)") && strings.Contains(text, "lanes      2: 2 held")
 			}, 20*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
 			require.NoError(t, json.Unmarshal([]byte(d.run(t, page, "status", 1, nil)), &st))
 			for _, l := range st.Lanes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -122,7 +123,7 @@ func TestStatusDetails(t *testing.T) {
 			require.InDelta(t, 1.0/60, *st.PublishRate, 1e-9)
 			require.NotNil(t, st.PublishETA)
 			require.InDelta(t, 4*60.0, *st.PublishETA, 1e-6)
-			require.Contains(t, text, "rate       0.02/s published over the last minute (eta 4m0s at that rate)\n")
+			require.Contains(t, text, "rate       0.02/s published over the last minute (eta 4m0s at the last minute's rate)\n")
 
 			pub, err := store.Generation(ctx)
 			require.NoError(t, err)
@@ -275,4 +276,88 @@ func TestStatusPublishRatePartitioned(t *testing.T) {
 	require.NotNil(t, st.PublishRate)
 	require.Greater(t, *st.PublishRate, float64(statusRateRecords)/10)
 	require.Nil(t, st.PublishETA, "nothing pending")
+}
+
+// status shows a live holder (a relay of the generation whose lease has not expired) or "none
+// live", an ETA only while something was published in the last 10s and labelled with its
+// window, and a lane summary (held, expired, free, per owner) with --lanes for every row.
+func TestStatusLiveHolderETAAndLanes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := opsSQLite(t)
+	ok(t, append([]string{"migrate", "--lanes", "4"}, d.flags...)...)
+	db, err := opendb.Open(ctx, d.cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	store := db.Store
+	status := func(args ...string) string { return ok(t, append(append([]string{"status"}, d.flags...), args...)...) }
+
+	text := status()
+	require.Contains(t, text, "publisher  generation 0, kind none\n", "no relay ever ran: no holder line")
+	require.Contains(t, text, "lanes      4: 0 held, 0 expired, 4 free\n")
+
+	// A relay that published and exited: its generation stays, its lease is released.
+	writeTo(t, store, "a", "b", "c", "d", "e")
+	pub, err := store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "status-test"})
+	require.NoError(t, err)
+	leases, err := store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w0", Max: 4, TTL: time.Minute})
+	require.NoError(t, err)
+	recs, err := store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 2})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	require.NoError(t, store.Settle(ctx, driver.SettleParams{Leases: leases, Published: []int64{recs[0].Seq, recs[1].Seq}}))
+	require.NoError(t, store.ReleaseLanes(ctx, leases))
+	text = status()
+	require.Contains(t, text, ", holder none live, since ", "status-test took the generation but holds no lane")
+	require.Contains(t, text, "rate       0.03/s published over the last minute (eta 1m30s at the last minute's rate)\n")
+	st := statusJSON(t, d.flags)
+	require.Equal(t, "status-test", st.Publisher.Holder)
+	require.Empty(t, st.Publisher.LiveHolder)
+	require.True(t, st.PublishedRecently)
+	require.Equal(t, 60.0, st.PublishRateWindow)
+
+	// The last publication 30s ago (the relays stopped publishing, a breaker open, ...): a
+	// rate over the minute, but no ETA.
+	d.exec(t, "UPDATE outbox_publications SET at = at - 30000000")
+	text = status()
+	require.Contains(t, text, "rate       0.03/s published over the last minute (no eta: nothing published in the last 10s)\n")
+	st = statusJSON(t, d.flags)
+	require.False(t, st.PublishedRecently)
+	require.Nil(t, st.PublishETA)
+
+	// Live relays of the generation: w1 holds two lanes, w2 one whose lease expired.
+	pub, err = store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "gone", Join: true})
+	require.NoError(t, err)
+	_, err = store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 2, TTL: time.Hour})
+	require.NoError(t, err)
+	_, err = store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w2", Max: 1, TTL: time.Millisecond})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(status(), "  owner w2: 0 held, 1 expired\n") }, 10*time.Second, 5*time.Millisecond)
+	text = status()
+	require.Contains(t, text, ", holder w1, since ")
+	require.Contains(t, text, "lanes      4: 2 held, 1 expired, 1 free\n  owner w1: 2 held\n  owner w2: 0 held, 1 expired\n")
+	require.NotContains(t, text, "LANE", "the lane table only with --lanes")
+	require.NotContains(t, text, "(expired)")
+	st = statusJSON(t, d.flags)
+	require.Equal(t, "w1", st.Publisher.LiveHolder)
+	require.Equal(t, laneSummary{Held: 2, Expired: 1, Free: 1, Owners: []laneOwners{{"w1", 2, 0}, {"w2", 0, 1}}}, st.LaneSummary)
+	require.Len(t, st.Lanes, 4, "JSON keeps every lane")
+
+	text = status("--lanes")
+	require.Contains(t, text, "  LANE  OWNER  GENERATION  LEASE_EXPIRY\n")
+	require.Equal(t, 1, strings.Count(text, "(expired)"))
+	require.Regexp(t, `\n  \d +- +\d+ +none\n`, text, "a free lane is a row too")
+	require.Equal(t, 4, len(regexp.MustCompile(`(?m)^  \d+ `).FindAllString(text, -1)), text)
+}
+
+// status --help says where each field exists: the publish rate on every adapter, PostgreSQL
+// plain or partitioned included; the checkpoint on PostgreSQL and MySQL/MariaDB only.
+func TestStatusHelp(t *testing.T) {
+	t.Parallel()
+	help := ok(t, "status", "--help")
+	for _, want := range []string{"every adapter (SQLite's\n                    publications; the settle log of PostgreSQL, plain or partitioned, and MySQL/MariaDB)",
+		"PostgreSQL and MySQL/MariaDB (\"none\" on\n                    SQLite", "shown only while the fleet publishes", "\"none live\"", "--lanes"} {
+		require.Contains(t, help, want)
+	}
+	require.NotContains(t, help, "only on SQLite")
 }

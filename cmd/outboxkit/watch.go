@@ -76,7 +76,7 @@ func isTerminal(w io.Writer) bool {
 
 // watchStatus shows the status every interval until the command's context ends (SIGINT,
 // SIGTERM), which ends it with exit status 0. A failed look ends it with that error.
-func watchStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, interval time.Duration) error {
+func watchStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, interval time.Duration, allLanes bool) error {
 	ctx := cmd.Context()
 	w := cmd.OutOrStdout()
 	term := isTerminal(w) && f.output == "text"
@@ -100,7 +100,7 @@ func watchStatus(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operato
 		case term:
 			fmt.Fprint(w, "\x1b[H\x1b[2J") // home, clear
 			fmt.Fprintf(w, "outboxkit status  %s  (every %s; Ctrl-C stops)\n\n", now.UTC().Format(time.RFC3339), interval)
-			printStatus(w, r, now)
+			printStatus(w, r, now, allLanes)
 			fmt.Fprintf(w, "drain      %s\n", drainText(r))
 			if d.most > 0 {
 				fmt.Fprintf(w, "progress   %s\n", progressBar(d.most, r.Pending, 40))

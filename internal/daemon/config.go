@@ -23,6 +23,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/sinks/awssink"
+	"github.com/outboxkit/outbox/sinks/stdout"
 )
 
 // Config is the relay daemon's configuration. Every leaf key can be set in the YAML file, by an
@@ -35,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -49,11 +50,20 @@ type Config struct {
 
 // Database selects the outbox.
 type Database struct {
-	Driver string `yaml:"driver" help:"postgres | mysql | sqlite"`
-	DSN    string `yaml:"dsn" help:"connection string (postgres, mysql: parseTime=true) or file path (sqlite)"`
+	Driver string `yaml:"driver" help:"postgres | mysql | sqlite: names the driver of a dsn that is not a URL (a URL names its own)"`
+	DSN    string `yaml:"dsn" help:"the database: a URL (postgres://, postgresql://, mysql://, sqlite:PATH, file:PATH) or, with database.driver, the driver's own DSN (postgres host=H dbname=D, mysql user:pass@tcp(host:3306)/db?parseTime=true, sqlite a file path)"`
 	Schema string `yaml:"schema" help:"postgres schema of the outbox (default public)"`
 	Table  string `yaml:"table" help:"outbox table (default outbox)"`
 	Lanes  int    `yaml:"lanes" help:"lane count recorded by --migrate on a new outbox"`
+}
+
+// DriverName is the database's driver: database.driver, else the one its dsn's URL names ("" when
+// neither names one).
+func (d Database) DriverName() string {
+	if name, _, err := opendb.ParseDSN(d.Driver, d.DSN); err == nil {
+		return name
+	}
+	return d.Driver
 }
 
 // CDC configures mode cdc.
@@ -93,9 +103,15 @@ type AWS struct {
 
 // Sinks holds each sink's settings; Config.Sink selects one.
 type Sinks struct {
-	SQS   AWSSink `yaml:"sqs"`
-	SNS   AWSSink `yaml:"sns"`
-	Kafka Kafka   `yaml:"kafka"`
+	SQS    AWSSink `yaml:"sqs"`
+	SNS    AWSSink `yaml:"sns"`
+	Kafka  Kafka   `yaml:"kafka"`
+	Stdout Stdout  `yaml:"stdout"`
+}
+
+// Stdout tunes the stdout sink (package sinks/stdout).
+type Stdout struct {
+	Source string `yaml:"source" help:"the CloudEvents source attribute of every line"`
 }
 
 // AWSSink tunes the SQS or SNS sink.
@@ -396,6 +412,7 @@ var libraryDefaults = map[string]string{
 	"sinks.sns.concurrency":       strconv.Itoa(awssink.DefaultConcurrency),
 	"sinks.sqs.max_batch_entries": "10",
 	"sinks.sns.max_batch_entries": "10",
+	"sinks.stdout.source":         stdout.DefaultSource,
 }
 
 // defaultText is the default the help prints for path: the library's (libraryDefaults), else
@@ -546,16 +563,22 @@ func oneOf(path, got string, allowed ...string) []string {
 func (c *Config) validate() []string {
 	var p []string
 	add := func(path, format string, args ...any) { p = append(p, path+": "+fmt.Sprintf(format, args...)) }
-	p = append(p, oneOf("database.driver", c.Database.Driver, "postgres", "mysql", "sqlite")...)
-	if c.Database.DSN == "" {
-		add("database.dsn", "required")
+	if c.Database.Driver != "" {
+		p = append(p, oneOf("database.driver", c.Database.Driver, opendb.Drivers...)...)
 	}
-	if c.Database.Schema != "" && c.Database.Driver != "postgres" {
+	driverName, dsn, dsnErr := opendb.ParseDSN(c.Database.Driver, c.Database.DSN)
+	switch {
+	case c.Database.DSN == "":
+		add("database.dsn", "required")
+	case dsnErr != nil && (c.Database.Driver == "" || slices.Contains(opendb.Drivers, c.Database.Driver)):
+		add("database.dsn", "%s", strings.TrimPrefix(dsnErr.Error(), opendb.ErrBadDSN.Error()+": "))
+	}
+	if c.Database.Schema != "" && driverName != "" && driverName != "postgres" {
 		add("database.schema", "only for driver postgres")
 	}
-	if slices.Contains(opendb.Drivers, c.Database.Driver) {
+	if dsnErr == nil {
 		d := c.Database
-		for _, fe := range opendb.Check(opendb.Config{Driver: d.Driver, DSN: d.DSN, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes}) {
+		for _, fe := range opendb.Check(opendb.Config{Driver: driverName, DSN: dsn, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes}) {
 			if key, ok := map[string]string{"DSN": "database.dsn", "Schema": "database.schema", "Table": "database.table", "Lanes": "database.lanes"}[fe.Field]; ok {
 				if key != "database.dsn" || d.DSN != "" {
 					add(key, "%s", fe.Reason)
@@ -566,7 +589,7 @@ func (c *Config) validate() []string {
 		}
 	}
 	p = append(p, oneOf("mode", c.Mode, "polling", "cdc")...)
-	if c.Mode == "cdc" && c.Database.Driver == "sqlite" {
+	if c.Mode == "cdc" && driverName == "sqlite" {
 		add("mode", "cdc needs driver postgres or mysql")
 	}
 	if c.Relay.Workers < 1 {
@@ -592,7 +615,7 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "stdout")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
 	}

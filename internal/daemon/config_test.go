@@ -218,40 +218,69 @@ func TestLoadPrecedence(t *testing.T) {
 		err.(*ConfigError).Problems)
 }
 
-// docs/daemon.md's table documents every configuration key: its first cells, with
-// "`a.b.c`, `.d`" meaning a.b.c and a.b.d, name exactly the keys of Config.
-func TestREADMEListsEveryKey(t *testing.T) {
+// docs/daemon.md's reference table documents every configuration key, one row each, with its
+// type and, for a key whose default --help prints (the library's constants, Defaults), that
+// default; and it documents no key that does not exist.
+func TestDaemonDocsListEveryKey(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("../../docs/daemon.md")
 	require.NoError(t, err)
-	section, ok := strings.CutPrefix(string(b), "# The relay daemon\n")
-	require.True(t, ok, "docs/daemon.md has no title")
+	_, section, ok := strings.Cut(string(b), "\n## Reference\n")
+	require.True(t, ok, "docs/daemon.md has no Reference section")
 	section, _, _ = strings.Cut(section, "\n#")
-	documented := map[string]bool{}
+	type row struct{ typ, def string }
+	documented := map[string]row{}
 	for l := range strings.SplitSeq(section, "\n") {
 		if !strings.HasPrefix(l, "| `") {
 			continue
 		}
-		first, _, _ := strings.Cut(strings.TrimPrefix(l, "| "), " |")
-		prev := ""
-		for cell := range strings.SplitSeq(first, ", ") {
-			key := strings.Trim(cell, "`")
-			if strings.HasPrefix(key, ".") {
-				key = prev[:strings.LastIndex(prev, ".")] + key
-			}
-			documented[key] = true
-			prev = key
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		require.Len(t, cells, 4, "a row is key | type | default | meaning: %s", l)
+		key := strings.Trim(cells[0], "`")
+		_, dup := documented[key]
+		require.False(t, dup, "%s documented twice", key)
+		documented[key] = row{typ: cells[1], def: strings.Trim(cells[2], "`")}
+	}
+	typeName := func(t reflect.Type) string {
+		switch {
+		case t == durationType:
+			return "duration"
+		case t.Kind() == reflect.Slice:
+			return "list of strings"
+		case t.Kind() == reflect.Map:
+			return "map of strings"
+		case t.Kind() == reflect.Bool:
+			return "boolean"
+		case t.Kind() == reflect.Float64:
+			return "number"
+		case t.Kind() == reflect.String:
+			return "string"
 		}
+		return "integer"
 	}
-	want := map[string]bool{"routes.by_type": true, "routes.by_destination": true}
+	want := map[string]string{"routes.by_type": "map of strings", "routes.by_destination": "map of strings"}
 	for _, l := range leaves(reflect.TypeFor[Config](), "") {
-		want[l.path] = true
+		want[l.path] = typeName(l.typ)
 	}
-	for k := range want {
-		require.True(t, documented[k], "docs/daemon.md's configuration table does not document %s", k)
+	for k, typ := range want {
+		r, ok := documented[k]
+		require.True(t, ok, "docs/daemon.md does not document %s", k)
+		require.Equal(t, typ, r.typ, "type of %s", k)
+		def := defaultText(k)
+		if def == "" {
+			continue
+		}
+		if typ == "duration" {
+			d, err := time.ParseDuration(r.def)
+			require.NoError(t, err, "default of %s: %q", k, r.def)
+			require.Equal(t, def, d.String(), "default of %s", k)
+			continue
+		}
+		require.Equal(t, def, r.def, "default of %s", k)
 	}
 	for k := range documented {
-		require.True(t, want[k], "docs/daemon.md documents %s, which is not a configuration key", k)
+		_, ok := want[k]
+		require.True(t, ok, "docs/daemon.md documents %s, which is not a configuration key", k)
 	}
 }
 
@@ -298,7 +327,7 @@ func TestOpenCDCRelayRefusesPolling(t *testing.T) {
 	t.Parallel()
 	cfg, err := Load(writeConfig(t, goodConfig), noEnv, nil)
 	require.NoError(t, err)
-	r, err := OpenCDCRelay(t.Context(), cfg, NewLogger(cfg.Log, io.Discard))
+	r, err := OpenCDCRelay(t.Context(), cfg, NewLogger(cfg.Log, io.Discard), io.Discard)
 	require.ErrorIs(t, err, ErrNotCDC)
 	require.ErrorContains(t, err, "mode is polling")
 	require.Nil(t, r)
@@ -561,4 +590,35 @@ func TestLoadDuplicateKeysAndDocuments(t *testing.T) {
 		loadProblems(t, "relay: {batch_size: 10}\n---\nrelay: {batch_size: 20}\n", nil))
 	_, err = Load(writeConfig(t, "---\n"+base+baseDB+"...\n"), noEnv, nil)
 	require.NoError(t, err, "one document, with its markers")
+}
+
+// database.dsn goes through opendb.ParseDSN, the operator commands' parser: a URL names its
+// driver (database.driver may be left out), a driver's own DSN needs database.driver, and a
+// bare word, host:port/db or a URL of another driver than the one named is refused at load.
+func TestLoadDatabaseAddress(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{
+		"database: {dsn: 'postgres://h/db', schema: app}",
+		"database: {dsn: 'mysql://u:p@h:3306/app'}",
+		"database: {dsn: 'sqlite:/nonexistent/x.db'}",
+		"database: {driver: sqlite, dsn: /nonexistent/x.db}",
+		"database: {driver: postgres, dsn: 'host=h dbname=d'}",
+	} {
+		require.Nil(t, loadProblems(t, ok, nil), ok)
+	}
+	for _, c := range []struct{ text, prefix string }{
+		{"database: {dsn: app}", `database.dsn: "app" names no driver (want a URL: postgres://`},
+		{"database: {dsn: '127.0.0.1:5432/app'}", `database.dsn: "127.0.0.1:5432/app" names no driver`},
+		{"database: {dsn: 'host=h dbname=d'}", `database.dsn: "host=h dbname=d" names no driver`},
+		{"database: {driver: postgres, dsn: '127.0.0.1:5432/app'}", `database.dsn: "127.0.0.1:5432/app" is not a postgres keyword/value DSN`},
+		{"database: {driver: mysql, dsn: 'postgres://h/db'}", `database.dsn: the URL is a postgres address but the driver named is mysql`},
+		{"database: {dsn: 'sqlite:x.db', schema: app}", `database.schema: only for driver postgres`},
+		{"database: {dsn: 'sqlite:x.db'}\nmode: cdc", `mode: cdc needs driver postgres or mysql`},
+	} {
+		p := loadProblems(t, c.text, nil)
+		require.Len(t, p, 1, c.text)
+		require.True(t, strings.HasPrefix(p[0], c.prefix), "%s: %s", c.text, p[0])
+	}
+	cfg := Database{DSN: "mysql://u@h/app"}
+	require.Equal(t, "mysql", cfg.DriverName())
 }

@@ -16,7 +16,7 @@ import (
 func TestHTTPServerHasEveryTimeout(t *testing.T) {
 	t.Parallel()
 	cfg, _ := sqliteConfig(t, "127.0.0.1:0")
-	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard))
+	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard), io.Discard)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.srv.Close(); d.db.Close() })
 	require.Equal(t, httpReadHeaderTimeout, d.srv.ReadHeaderTimeout)

@@ -93,7 +93,7 @@ func newMetrics(d *Daemon) (*metrics, error) {
 		table = "outbox"
 	}
 	attrs := metric.WithAttributes(
-		attribute.String("db.system.name", d.cfg.Database.Driver),
+		attribute.String("db.system.name", d.cfg.Database.DriverName()),
 		attribute.String("db.collection.name", table),
 		attribute.String("outboxkit.mode", d.cfg.Mode),
 	)

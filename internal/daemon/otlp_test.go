@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -37,7 +38,7 @@ func TestDaemonPushesOTLP(t *testing.T) { // not parallel: it sets the AWS envir
 	require.Empty(t, cfg.validate())
 
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := New(ctx, cfg, slog.New(slog.DiscardHandler))
+	d, err := New(ctx, cfg, slog.New(slog.DiscardHandler), io.Discard)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()

@@ -28,6 +28,7 @@ import (
 	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/sns"
 	"github.com/outboxkit/outbox/sinks/sqs"
+	"github.com/outboxkit/outbox/sinks/stdout"
 )
 
 // NewLogger returns the daemon's logger: JSON (or text) on w at the configured level.
@@ -41,18 +42,27 @@ func NewLogger(cfg Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, o))
 }
 
-// open opens the configured database (internal/opendb, shared with the operator commands).
+// open opens the configured database (internal/opendb, shared with the operator commands: one
+// parser of database addresses, opendb.ParseDSN).
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*opendb.DB, error) {
 	d := cfg.Database
-	return opendb.Open(ctx, opendb.Config{Driver: d.Driver, DSN: d.DSN, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes,
+	driverName, dsn, err := opendb.ParseDSN(d.Driver, d.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("database.dsn: %w", err)
+	}
+	return opendb.Open(ctx, opendb.Config{Driver: driverName, DSN: dsn, Schema: d.Schema, Table: d.Table, Lanes: d.Lanes,
 		Slot: cfg.CDC.Slot, ServerID: cfg.CDC.ServerID, Logger: log})
 }
 
-// newSink builds the configured sink; closeSink (never nil) is called after its last send.
-func newSink(ctx context.Context, cfg Config, log *slog.Logger) (_ core.Sink, closeSink func(), _ error) {
+// newSink builds the configured sink; closeSink (never nil) is called after its last send. out
+// is where sink stdout writes.
+func newSink(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (_ core.Sink, closeSink func(), _ error) {
 	noop := func() {}
-	if cfg.Sink == "kafka" {
+	switch cfg.Sink {
+	case "kafka":
 		return newKafkaSink(cfg.Sinks.Kafka, log)
+	case "stdout":
+		return stdout.New(out, &stdout.Options{Source: cfg.Sinks.Stdout.Source}), noop, nil
 	}
 	var opts []func(*awsconfig.LoadOptions) error
 	if cfg.AWS.Region != "" {
@@ -129,8 +139,9 @@ type Daemon struct {
 // name that does not resolve) fails before the database is touched, and serves /healthz at
 // once (/readyz answers 503 until the relays run, /metrics until they are built). Then it
 // opens the database (with cfg.Migrate, migrates the outbox) and the sink and builds the
-// relays; it starts no relay: Run does. On an error everything is closed again.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
+// relays; it starts no relay: Run does. On an error everything is closed again. out is the
+// process's standard output, where sink stdout writes its lines (the logs go to log).
+func New(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (*Daemon, error) {
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("http.listen: %w", err)
@@ -159,7 +170,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		}
 		log.Info("migrated")
 	}
-	sink, closeSink, err := newSink(ctx, cfg, log)
+	sink, closeSink, err := newSink(ctx, cfg, log, out)
 	if err != nil {
 		return nil, err
 	}
@@ -317,8 +328,9 @@ type CDCRelay struct {
 // OpenCDCRelay opens cfg's database and sink and builds its CDC relay as New does; it starts
 // nothing, migrates nothing (cfg.Migrate is ignored: a backfill recovers an existing outbox)
 // and serves no HTTP or metrics. A configuration whose mode is not cdc is refused, with nothing
-// opened, by an error wrapping ErrNotCDC. Close it after the relay's last call.
-func OpenCDCRelay(ctx context.Context, cfg Config, log *slog.Logger) (*CDCRelay, error) {
+// opened, by an error wrapping ErrNotCDC. Close it after the relay's last call. out is where
+// sink stdout writes.
+func OpenCDCRelay(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (*CDCRelay, error) {
 	if cfg.Mode != "cdc" {
 		return nil, fmt.Errorf("%w: mode is %s", ErrNotCDC, cfg.Mode)
 	}
@@ -326,7 +338,7 @@ func OpenCDCRelay(ctx context.Context, cfg Config, log *slog.Logger) (*CDCRelay,
 	if err != nil {
 		return nil, err
 	}
-	sink, closeSink, err := newSink(ctx, cfg, log)
+	sink, closeSink, err := newSink(ctx, cfg, log, out)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -398,12 +410,13 @@ func (d *Daemon) handler() http.Handler {
 // Run runs the relays (and the cleanup schedule), with the HTTP endpoints New serves, until ctx is
 // cancelled, then stops gracefully within cfg.ShutdownTimeout: the relays (polling or CDC)
 // finish and settle their sends in flight (a CDC relay checkpoints their position) and release
-// their lanes. It returns nil after a graceful stop.
+// their lanes. It returns nil after a graceful stop, else the error of the relay that stopped on
+// its own or of the hard stop; it does not log that error (its caller does, once).
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.db.Close()
 	defer d.close() // after the relays' last send
 	defer d.m.shutdown()
-	d.log.Info("daemon_started", "http", d.ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.Driver,
+	d.log.Info("daemon_started", "http", d.ln.Addr().String(), "mode", d.cfg.Mode, "driver", d.cfg.Database.DriverName(),
 		"workers", len(d.running()), "sink", d.cfg.Sink)
 
 	// The relays run on their own context: a graceful stop asks them to drain; hard is the
@@ -428,11 +441,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case runErr = <-errc: // a relay stopped on its own (fenced, position lost, ...)
-		d.log.Error("relay_stopped", "error", runErr)
+	case runErr = <-errc: // a relay stopped on its own (fenced, position lost, not migrated, ...): Run returns its error, which the caller logs once
 	}
 	stopCleanup()
-	d.log.Info("daemon_stopping", "timeout", d.cfg.ShutdownTimeout.D())
+	d.log.Info("daemon_stopping", "timeout", d.cfg.ShutdownTimeout.D(), "relay_stopped", runErr != nil)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownTimeout.D())
 	defer cancel()
 	var swg sync.WaitGroup

@@ -36,7 +36,7 @@ func TestNewListensBeforeOpeningTheDatabase(t *testing.T) {
 	require.NoError(t, err)
 	defer busy.Close()
 	cfg, db := sqliteConfig(t, busy.Addr().String())
-	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard))
+	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard), io.Discard)
 	require.ErrorContains(t, err, "http.listen: ")
 	require.Nil(t, d)
 	require.NoFileExists(t, db)
@@ -59,7 +59,7 @@ func TestReadyzFailsUntilTheRelaysRun(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, must(get(starting, "/metrics")))
 
 	cfg, db := sqliteConfig(t, "127.0.0.1:0")
-	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard))
+	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard), io.Discard)
 	require.NoError(t, err)
 	require.FileExists(t, db)
 	url := "http://" + d.ln.Addr().String()

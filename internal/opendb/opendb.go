@@ -30,15 +30,16 @@ import (
 // Drivers are the supported driver names.
 var Drivers = []string{"postgres", "mysql", "sqlite"}
 
-// ErrBadURL is wrapped by ParseURL's errors.
-var ErrBadURL = errors.New("bad database URL")
+// ErrBadDSN is wrapped by ParseDSN's errors.
+var ErrBadDSN = errors.New("bad database address")
 
 // Config selects the outbox to open.
 type Config struct {
 	// Driver is "postgres", "mysql" or "sqlite".
 	Driver string
 	// DSN is the connection string: a pgx connection string (postgres), a go-sql-driver/mysql
-	// DSN with parseTime=true (mysql) or a file path (sqlite).
+	// DSN with parseTime=true (mysql) or a file path (sqlite). ParseDSN makes Driver and DSN of
+	// an operator's address.
 	DSN string
 	// Schema is the PostgreSQL schema (default "public"); other drivers ignore it.
 	Schema string
@@ -228,50 +229,97 @@ func open(ctx context.Context, cfg Config) (*DB, error) {
 	return nil, fmt.Errorf("database.driver: %q unsupported", cfg.Driver)
 }
 
-// ParseURL turns an operator's database address into a driver name and DSN:
+// Forms lists the database addresses ParseDSN accepts, for usage messages.
+const Forms = `a URL: postgres://user:pass@host:5432/db (or postgresql://), mysql://user:pass@host:3306/db, sqlite:PATH or file:PATH; ` +
+	`or the driver's own DSN with the driver named (--driver, database.driver): postgres "host=H dbname=D ...", ` +
+	`mysql "user:pass@tcp(host:3306)/db?parseTime=true", sqlite a file path`
+
+// ParseDSN turns a database address into a driver name and the DSN Open takes for it: the one
+// parser of the operator commands' --db (with --driver) and the relay daemon's database.dsn
+// (with database.driver). It accepts
 //
 //	postgres://user:pass@host:port/db?sslmode=disable   (or postgresql://): passed to pgx as it is, once pgx parsed it
-//	mysql://user:pass@host:port/db?param=value          a go-sql-driver/mysql DSN with parseTime=true, loc=UTC
-//	sqlite:PATH                                          a SQLite file
+//	mysql://user:pass@host:port/db?param=value          made a go-sql-driver/mysql DSN with parseTime=true, loc=UTC
+//	sqlite:PATH, file:PATH                              a SQLite file (sqlite:///abs and file:///abs: /abs)
 //
-// Anything else with a "://" is an error wrapping ErrBadURL; text without one is a SQLite file
-// path.
-func ParseURL(s string) (driver, dsn string, err error) {
+// and, when driverName names the driver, that driver's own DSN: a pgx keyword/value string
+// (postgres, "host=h dbname=d"), a go-sql-driver/mysql DSN (mysql), a file path (sqlite). A
+// URL whose scheme names another driver than driverName is refused. Anything else (a bare word
+// such as "app", "host:port/db", an unknown scheme, an unknown driver) is an error wrapping
+// ErrBadDSN that lists the accepted forms: nothing is ever read as a SQLite file by default.
+func ParseDSN(driverName, s string) (driver, dsn string, err error) {
+	bad := func(format string, a ...any) (string, string, error) {
+		return "", "", fmt.Errorf("%w: %s (want %s)", ErrBadDSN, fmt.Sprintf(format, a...), Forms)
+	}
+	if driverName != "" && !slices.Contains(Drivers, driverName) {
+		return bad("unknown driver %q, not one of %s", driverName, strings.Join(Drivers, ", "))
+	}
+	scheme := ""
 	switch {
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		scheme = "postgres"
+	case strings.HasPrefix(s, "mysql://"):
+		scheme = "mysql"
+	case strings.HasPrefix(s, "sqlite:"), strings.HasPrefix(s, "file:"):
+		scheme = "sqlite"
+	case strings.Contains(s, "://"):
+		name, _, _ := strings.Cut(s, "://")
+		return bad("unknown scheme %q", name)
+	}
+	if scheme != "" && driverName != "" && scheme != driverName {
+		return bad("the URL is a %s address but the driver named is %s", scheme, driverName)
+	}
+	switch {
+	case s == "":
+		return bad("empty")
+	case scheme == "postgres":
 		// pgx's own parser (Open's pgxpool.New parses it again): a bad port, an unknown sslmode
 		// or a malformed URL is the operator's mistake, refused before anything connects.
 		if _, err := pgxpool.ParseConfig(s); err != nil {
-			return "", "", fmt.Errorf("%w: %s", ErrBadURL, oneLine(err))
+			return "", "", fmt.Errorf("%w: %s", ErrBadDSN, oneLine(err))
 		}
 		return "postgres", s, nil
-	case strings.HasPrefix(s, "mysql://"):
+	case scheme == "mysql":
 		dsn, err := mysqlDSN(s)
 		return "mysql", dsn, err
-	case strings.HasPrefix(s, "sqlite:"):
-		path := strings.TrimPrefix(strings.TrimPrefix(s, "sqlite:"), "//")
+	case scheme == "sqlite":
+		_, path, _ := strings.Cut(s, ":")
+		path = strings.TrimPrefix(path, "//")
 		if path == "" {
-			return "", "", fmt.Errorf("%w: sqlite: needs a file path", ErrBadURL)
+			return bad("%q names no file path", s)
+		}
+		if strings.ContainsAny(path, "?#") {
+			return bad("%q: a SQLite path takes no query (the adapter sets its pragmas)", s)
 		}
 		return "sqlite", path, nil
-	case strings.Contains(s, "://"):
-		scheme, _, _ := strings.Cut(s, "://")
-		return "", "", fmt.Errorf("%w: unknown scheme %q (want postgres://, mysql:// or sqlite:PATH)", ErrBadURL, scheme)
-	case s == "":
-		return "", "", fmt.Errorf("%w: empty", ErrBadURL)
 	}
-	return "sqlite", s, nil
+	switch driverName {
+	case "":
+		return bad("%q names no driver", s)
+	case "postgres":
+		if !strings.Contains(s, "=") {
+			return bad("%q is not a postgres keyword/value DSN", s)
+		}
+		if _, err := pgxpool.ParseConfig(s); err != nil {
+			return "", "", fmt.Errorf("%w: %s", ErrBadDSN, oneLine(err))
+		}
+	case "mysql":
+		if _, err := gomysql.ParseDSN(s); err != nil {
+			return "", "", fmt.Errorf("%w: %s", ErrBadDSN, oneLine(err))
+		}
+	}
+	return driverName, s, nil
 }
 
 // mysqlDSN converts mysql://user:pass@host:port/db?params to a go-sql-driver/mysql DSN.
 func mysqlDSN(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadURL, err)
+		return "", fmt.Errorf("%w: %v", ErrBadDSN, err)
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
-		return "", fmt.Errorf("%w: mysql:// needs a database name as its path", ErrBadURL)
+		return "", fmt.Errorf("%w: mysql:// needs a database name as its path", ErrBadDSN)
 	}
 	c := gomysql.NewConfig()
 	if u.User != nil {
@@ -287,7 +335,7 @@ func mysqlDSN(s string) (string, error) {
 	if q := u.Query(); len(q) > 0 {
 		parsed, err := gomysql.ParseDSN(c.FormatDSN() + "&" + q.Encode())
 		if err != nil {
-			return "", fmt.Errorf("%w: %v", ErrBadURL, err)
+			return "", fmt.Errorf("%w: %v", ErrBadDSN, err)
 		}
 		c = parsed
 	}

@@ -12,21 +12,31 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-func TestParseURL(t *testing.T) {
+// TestParseDSN: the accepted forms map to a driver and its DSN; a bare word, host:port/db, a
+// key=value DSN without its driver, an unknown scheme and a URL of another driver than the one
+// named are refused with ErrBadDSN and the list of accepted forms (never read as a SQLite file).
+func TestParseDSN(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct{ in, driver, dsn string }{
-		{"postgres://u:p@h:5432/db?sslmode=disable", "postgres", "postgres://u:p@h:5432/db?sslmode=disable"},
-		{"postgresql://h/db", "postgres", "postgresql://h/db"},
-		{"sqlite:/var/app.db", "sqlite", "/var/app.db"},
-		{"sqlite:app.db", "sqlite", "app.db"},
-		{"app.db", "sqlite", "app.db"},
+	for _, c := range []struct{ driverName, in, driver, dsn string }{
+		{"", "postgres://u:p@h:5432/db?sslmode=disable", "postgres", "postgres://u:p@h:5432/db?sslmode=disable"},
+		{"", "postgresql://h/db", "postgres", "postgresql://h/db"},
+		{"postgres", "postgres://h/db", "postgres", "postgres://h/db"},
+		{"postgres", "host=h dbname=d sslmode=disable", "postgres", "host=h dbname=d sslmode=disable"},
+		{"", "sqlite:/var/app.db", "sqlite", "/var/app.db"},
+		{"", "sqlite:app.db", "sqlite", "app.db"},
+		{"", "sqlite:///var/app.db", "sqlite", "/var/app.db"},
+		{"", "file:app.db", "sqlite", "app.db"},
+		{"", "file:///var/app.db", "sqlite", "/var/app.db"},
+		{"sqlite", "app.db", "sqlite", "app.db"},
+		{"sqlite", "sqlite:app.db", "sqlite", "app.db"},
+		{"mysql", "u:p@tcp(h:3306)/app?parseTime=true", "mysql", "u:p@tcp(h:3306)/app?parseTime=true"},
 	} {
-		driver, dsn, err := ParseURL(c.in)
+		driver, dsn, err := ParseDSN(c.driverName, c.in)
 		require.NoError(t, err, c.in)
 		require.Equal(t, [2]string{c.driver, c.dsn}, [2]string{driver, dsn}, c.in)
 	}
 
-	driver, dsn, err := ParseURL("mysql://u:p%40ss@db.example:3307/app?timeout=2s&tls=preferred")
+	driver, dsn, err := ParseDSN("", "mysql://u:p%40ss@db.example:3307/app?timeout=2s&tls=preferred")
 	require.NoError(t, err)
 	require.Equal(t, "mysql", driver)
 	cfg, err := gomysql.ParseDSN(dsn)
@@ -41,18 +51,27 @@ func TestParseURL(t *testing.T) {
 	require.Equal(t, "2s", cfg.Timeout.String())
 	require.Equal(t, "preferred", cfg.TLSConfig)
 
-	_, dsn, err = ParseURL("mysql://u@h/app")
+	_, dsn, err = ParseDSN("", "mysql://u@h/app")
 	require.NoError(t, err)
 	cfg, err = gomysql.ParseDSN(dsn)
 	require.NoError(t, err)
 	require.Equal(t, "h:3306", cfg.Addr)
 
-	for _, bad := range []string{"", "redis://h", "mysql://h", "mysql://h/a/b", "sqlite:",
-		"postgres://u:p@127.0.0.1:notaport/db", "postgresql://h:99999/db", "postgres://h/db?sslmode=bogus"} {
-		_, _, err := ParseURL(bad)
-		require.ErrorIs(t, err, ErrBadURL, bad)
+	for _, bad := range []struct{ driverName, in string }{
+		{"", ""}, {"", "app"}, {"", "app.db"}, {"", "./app.db"}, {"", "127.0.0.1:5432/app"}, {"", "host=h dbname=d"},
+		{"", "redis://h"}, {"", "mysql://h"}, {"", "mysql://h/a/b"}, {"", "sqlite:"}, {"", "file:x.db?mode=ro"},
+		{"", "postgres://u:p@127.0.0.1:notaport/db"}, {"", "postgresql://h:99999/db"}, {"", "postgres://h/db?sslmode=bogus"},
+		{"postgres", "127.0.0.1:5432/app"}, {"postgres", "app"}, {"mysql", "127.0.0.1:3306/app"}, {"mysql", "app"},
+		{"mysql", "postgres://h/db"}, {"sqlite", "postgres://h/db"}, {"postgres", "sqlite:x.db"}, {"oracle", "x"},
+		{"sqlite", ""},
+	} {
+		_, _, err := ParseDSN(bad.driverName, bad.in)
+		require.ErrorIs(t, err, ErrBadDSN, "%+v", bad)
 	}
-	_, _, err = ParseURL("postgres://u:s3cret@127.0.0.1:notaport/db")
+	_, _, err = ParseDSN("", "app")
+	require.ErrorContains(t, err, `"app" names no driver`)
+	require.ErrorContains(t, err, Forms, "the accepted forms are listed")
+	_, _, err = ParseDSN("", "postgres://u:s3cret@127.0.0.1:notaport/db")
 	require.NotContains(t, err.Error(), "s3cret", "pgx redacts the password")
 }
 
