@@ -8,12 +8,19 @@
 // through an inbox in its own transaction, and shows that a redelivery changes nothing. It
 // prints what happened and exits 0. The database is a file in a temporary directory, removed
 // at the end.
+//
+// With -produce-only it runs the producer alone and keeps the database, so that the relay
+// daemon can publish its events (README, "The relay as a process"):
+//
+//	go run ./examples/quickstart -produce-only -db app.db
+//	go run ./cmd/outboxkit relay --config examples/quickstart/relay.yaml
 package main
 
 import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,19 +36,29 @@ import (
 func main() {
 	// The library logs with slog; keep this walk-through's output to what it prints itself.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	dbPath := flag.String("db", "", "keep the SQLite database in this file (default: a temporary file, removed at the end)")
+	produceOnly := flag.Bool("produce-only", false, "write the events and stop: no relay, no consumer (run `outboxkit relay` next)")
+	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "outboxkit-quickstart-")
-	if err != nil {
+	if err := quickstart(ctx, *dbPath, *produceOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
-	err = run(ctx, filepath.Join(dir, "app.db"), os.Stdout)
-	os.RemoveAll(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "quickstart:", err)
-		os.Exit(1)
+}
+
+// quickstart runs the walk-through on the database at path, or on a temporary one that it
+// removes when path is empty.
+func quickstart(ctx context.Context, path string, produceOnly bool) error {
+	if path == "" {
+		dir, err := os.MkdirTemp("", "outboxkit-quickstart-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path = filepath.Join(dir, "app.db")
 	}
+	return run(ctx, path, produceOnly, os.Stdout)
 }
 
 // credit is the payload of an "account.credited" event.
@@ -50,7 +67,7 @@ type credit struct {
 	Amount  int    `json:"amount"`
 }
 
-func run(ctx context.Context, path string, out io.Writer) error {
+func run(ctx context.Context, path string, produceOnly bool, out io.Writer) error {
 	// 1. Open the database and create the outbox and inbox tables (idempotent).
 	db, err := sqlite.OpenDB(ctx, path)
 	if err != nil {
@@ -99,6 +116,11 @@ func run(ctx context.Context, path string, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "producer: credited %s with %d and wrote account.credited in the same transaction\n", c.account, c.amount)
+	}
+
+	if produceOnly {
+		fmt.Fprintf(out, "events left for the relay in %s\n", path)
+		return nil
 	}
 
 	// 3. Relay: publishes committed events to the broker, in order per account, and marks them

@@ -18,7 +18,7 @@ func TestQuickstart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	require.NoError(t, run(ctx, filepath.Join(t.TempDir(), "app.db"), &out))
+	require.NoError(t, run(ctx, filepath.Join(t.TempDir(), "app.db"), false, &out))
 	got := out.String()
 	t.Log("\n" + got)
 	require.Equal(t, 3, strings.Count(got, "in the same transaction"), got)
