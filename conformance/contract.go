@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -55,10 +56,30 @@ func testUnmigrated[TTx any](e *env[TTx]) {
 			bad = append(bad, fmt.Sprintf("%s: %v", name, err))
 		}
 	}
+	// What a newcomer sees first: the constructors' errors name the remedy once, as a
+	// *core.NotMigratedError, and repeat no prefix.
+	says := func(name string, err error) {
+		check(name, err)
+		var nm *core.NotMigratedError
+		if err == nil || !errors.As(err, &nm) || !errors.Is(err, core.ErrNotMigrated) {
+			bad = append(bad, fmt.Sprintf("%s: not a *core.NotMigratedError: %v", name, err))
+			return
+		}
+		msg := err.Error()
+		prefix, _, _ := strings.Cut(msg, ":")
+		for _, want := range []string{"Migrate", "migrate: true", "outboxkit migrate"} {
+			if !strings.Contains(msg, want) {
+				bad = append(bad, fmt.Sprintf("%s: the message does not name the remedy %q: %q", name, want, msg))
+			}
+		}
+		if strings.Count(msg, "not migrated") != 1 || strings.Count(msg, prefix+":") != 1 || strings.Contains(msg, "schema mismatch") {
+			bad = append(bad, fmt.Sprintf("%s: the message repeats itself: %q", name, msg))
+		}
+	}
 	_, err := core.NewOutbox(ctx, driver.OutboxStore[TTx](a), nil)
-	check("core.NewOutbox", err)
+	says("core.NewOutbox", err)
 	_, err = core.NewInbox(ctx, driver.InboxStore[TTx](a), nil)
-	check("core.NewInbox", err)
+	says("core.NewInbox", err)
 	check("CheckInbox", a.CheckInbox(ctx))
 
 	lease := driver.Lease{Lane: 0, Owner: "o", Generation: 1, Until: now.Add(time.Minute)}
