@@ -125,6 +125,9 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var werr atomic.Value
+	// gate pauses the writer while a resize's result is listed, never during the resize: an
+	// in-memory writer outruns the paging of a List that also returns its new rows.
+	var gate sync.RWMutex
 	wg.Go(func() {
 		for i := 8; ; i++ {
 			select {
@@ -134,11 +137,13 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 			}
 			evs := []core.Event{event(fmt.Sprintf("rk-%d", i%keys), i), event(fmt.Sprintf("rk-%d", (i+7)%keys), i)}
 			var stored []core.Event
+			gate.RLock()
 			err := e.a.InTx(e.ctx, func(ctx context.Context, tx TTx) error {
 				var err error
 				stored, err = e.ob.Write(ctx, tx, evs...)
 				return err
 			})
+			gate.RUnlock()
 			if err != nil {
 				if e.ctx.Err() == nil {
 					werr.Store(fmt.Errorf("writer: %w", err))
@@ -153,12 +158,24 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 		e.t.Helper()
 		held.hold() // batches in flight now settle after the resize
 		defer held.release()
+		// A backlog of every key: what the writer writes from now on stays unpublished until
+		// the resize is done, so some rows must move (a fast relay may have drained the rest).
+		mu.Lock()
+		n0 := len(all)
+		mu.Unlock()
+		e.waitFor("the writer to write a backlog of every key", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(all) >= n0+2*keys || werr.Load() != nil
+		})
 		moved, err := rs.ResizeLanes(e.ctx, to, driver.AuditEntry{Actor: "t", Command: "lanes resize", Arguments: fmt.Sprintf(`{"lanes":%d}`, to)})
 		e.must(err, fmt.Sprintf("ResizeLanes(%d)", to))
 		if n, err := e.a.LaneCount(e.ctx); err != nil || n != to {
 			e.fatalf("LaneCount after ResizeLanes(%d): %d, %v", to, n, err)
 		}
 		// Committed before the resize: moved; after it: written with the new count.
+		gate.Lock()
+		defer gate.Unlock()
 		for _, r := range e.list(driver.StatePending) {
 			if l := driver.LaneOf(r.PartitionKey, to); r.Lane != l {
 				e.fatalf("after ResizeLanes(%d), unpublished record %s (key %s, seq %d) is in lane %d, want %d", to, r.ID, r.PartitionKey, r.Seq, r.Lane, l)
