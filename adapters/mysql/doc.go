@@ -8,6 +8,11 @@
 // suite with both claim strategies. The Store also implements driver.Liveness with GET_LOCK, so
 // that a crashed CDC relay's successor takes its lanes over at once.
 //
+// [Store.Migrate] creates the outbox's and the inbox's tables; [Store.MigrateInbox] creates only
+// the inbox's, for a consumer-only service (no outbox table: core.NewInbox works, core.NewOutbox
+// is refused as not migrated). Both take one GET_LOCK and are idempotent; Migrate, before or
+// after MigrateInbox, keeps the inbox's rows.
+//
 // # Change data capture
 //
 // The change source of a CDC relay (core.CDCRelay) is in package

@@ -19,9 +19,16 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// binaryTextMigration makes the text the adapter compares byte-exact (VARBINARY, no PAD SPACE):
-// Migrate runs it only while one of the columns it converts still has a character set.
-const binaryTextMigration = "migrations/009_binary_text.sql"
+// The binary text migrations make the text the adapter compares byte-exact (VARBINARY, no PAD
+// SPACE), the outbox's and the inbox's: Migrate (and MigrateInbox, the inbox's) runs each only
+// while one of the columns it converts still has a character set.
+const (
+	binaryTextMigration      = "migrations/009_binary_text.sql"
+	binaryTextInboxMigration = "migrations/009_binary_text_inbox.sql"
+)
+
+// inboxMigrations are the files MigrateInbox runs, in order.
+var inboxMigrations = []string{"migrations/002_inbox.sql", binaryTextInboxMigration}
 
 // pendingMigration creates the pending layout and copies the unpublished records' status into
 // it, once: Migrate runs it only while the meta row pendingMarker (which the file writes in the
@@ -49,26 +56,7 @@ func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, "") }
 
 // migrate is Migrate with the migration files before until only ("": all of them), so that tests
 // can build a database as an earlier version of the adapter migrated it.
-func (s *Store) migrate(ctx context.Context, until string) (err error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return wrap("migrate", err)
-	}
-	defer conn.Close()
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, s.q.migrateLock, s.lockPrefix+"migrate").Scan(&got); err != nil {
-		return wrap("migrate: lock", err)
-	}
-	if got.Int64 != 1 {
-		return fmt.Errorf("mysql: migrate: another migration holds the lock")
-	}
-	defer func() {
-		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), s.q.migrateUnlock, s.lockPrefix+"migrate")
-		if err == nil && rerr != nil {
-			err = wrap("migrate: unlock", rerr)
-		}
-	}()
-
+func (s *Store) migrate(ctx context.Context, until string) error {
 	files, err := fs.Glob(migrationFS, "migrations/*.sql")
 	if err != nil {
 		return err
@@ -77,15 +65,67 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 	if until != "" {
 		files = slices.DeleteFunc(files, func(f string) bool { return f >= until })
 	}
+	return s.withMigrateLock(ctx, "migrate", func(conn *sql.Conn) error {
+		if err := s.apply(ctx, conn, "migrate", files); err != nil {
+			return err
+		}
+		return s.migrateOutbox(ctx, conn, len(files))
+	})
+}
+
+// MigrateInbox creates only the inbox's tables (processed messages, retention horizons, entity
+// versions) when missing, for a consumer-only service: no outbox, lanes, publisher, audit or
+// meta table. It takes Migrate's GET_LOCK, is idempotent and records nothing (its migrations
+// check the tables themselves). Migrate, run later or earlier on the same database, finds the
+// inbox current and keeps its rows. On an inbox-only database core.NewInbox works and
+// core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch). On an inbox
+// migrated by an earlier version it converts the inbox's compared text to binary, as Migrate
+// does (migration 009: ALTER privilege, a rebuild of each inbox table, once).
+func (s *Store) MigrateInbox(ctx context.Context) error {
+	return s.withMigrateLock(ctx, "migrate inbox", func(conn *sql.Conn) error {
+		return s.apply(ctx, conn, "migrate inbox", inboxMigrations)
+	})
+}
+
+// withMigrateLock runs fn on one connection holding Migrate's GET_LOCK; op names the operation
+// in errors.
+func (s *Store) withMigrateLock(ctx context.Context, op string, fn func(conn *sql.Conn) error) (err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return wrap(op, err)
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, s.q.migrateLock, s.lockPrefix+"migrate").Scan(&got); err != nil {
+		return wrap(op+": lock", err)
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("mysql: %s: another migration holds the lock", op)
+	}
+	defer func() {
+		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), s.q.migrateUnlock, s.lockPrefix+"migrate")
+		if err == nil && rerr != nil {
+			err = wrap(op+": unlock", rerr)
+		}
+	}()
+	return fn(conn)
+}
+
+// apply runs the migration files in order on conn, each that is still to run: every file is
+// idempotent or guarded here.
+func (s *Store) apply(ctx context.Context, conn *sql.Conn, op string, files []string) error {
 	id := s.names.idents()
+	n := s.names
 	for _, f := range files {
-		if f == binaryTextMigration {
+		if f == binaryTextMigration || f == binaryTextInboxMigration {
 			// Only while a column it converts is still text: each ALTER rebuilds its table.
+			tables := []any{n.outbox, n.lanes, n.workers, n.audit}
+			if f == binaryTextInboxMigration {
+				tables = []any{n.inbox, n.horizons, n.versions, n.versions}
+			}
 			var pending int
-			n := s.names
-			if err := conn.QueryRowContext(ctx, s.q.textColumnsPending, n.outbox, n.lanes, n.workers,
-				n.inbox, n.horizons, n.versions, n.audit).Scan(&pending); err != nil {
-				return wrap("migrate: "+f, err)
+			if err := conn.QueryRowContext(ctx, s.q.textColumnsPending, tables...).Scan(&pending); err != nil {
+				return wrap(op+": "+f, err)
 			}
 			if pending == 0 {
 				continue
@@ -95,7 +135,7 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 			// Only when the trigger lacks the exemption: the file drops and recreates it.
 			current, err := s.resizeMigrated(ctx, conn)
 			if err != nil {
-				return wrap("migrate: "+f, err)
+				return wrap(op+": "+f, err)
 			}
 			if current {
 				continue
@@ -107,7 +147,7 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 			case err == nil:
 				continue
 			case !errors.Is(err, sql.ErrNoRows):
-				return wrap("migrate: "+f, err)
+				return wrap(op+": "+f, err)
 			}
 		}
 		b, err := migrationFS.ReadFile(f)
@@ -116,16 +156,22 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 		}
 		text, err := id.Expand(string(b))
 		if err != nil {
-			return fmt.Errorf("mysql: migrate: %s: %w", f, err)
+			return fmt.Errorf("mysql: %s: %s: %w", op, f, err)
 		}
 		for _, stmt := range splitSQL(text) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
 				// 010 runs its copy in a transaction: none may outlive the failed file.
 				_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-				return wrap("migrate: "+f, err)
+				return wrap(op+": "+f, err)
 			}
 		}
 	}
+	return nil
+}
+
+// migrateOutbox is the end of Migrate, after its files: the unique aggregate version index, the
+// lane count, lane rows, publisher row and the meta rows (files is how many files ran).
+func (s *Store) migrateOutbox(ctx context.Context, conn *sql.Conn, files int) error {
 	if s.o.UniqueAggregateVersion {
 		var n int
 		if err := conn.QueryRowContext(ctx, s.q.aggVersionIdxCount, s.names.outbox).Scan(&n); err != nil {
@@ -173,7 +219,7 @@ func (s *Store) migrate(ctx context.Context, until string) (err error) {
 		if _, err := tx.ExecContext(ctx, s.q.metaPut, "lanes", strconv.Itoa(lanes)); err != nil {
 			return wrap("migrate: lanes", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.metaPut, "schema_version", strconv.Itoa(len(files))); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, "schema_version", strconv.Itoa(files)); err != nil {
 			return wrap("migrate: schema version", err)
 		}
 		if _, err := tx.ExecContext(ctx, s.q.metaPut, resizeMarker, "1"); err != nil {

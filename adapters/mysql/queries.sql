@@ -390,12 +390,13 @@ UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, gen
 	ORDER BY lane
 
 -- name: TextColumnsPending
--- Whether migration 009 (binary text) is still to run: the columns it converts that still have a
--- character set, in the outbox, lanes, workers, inbox, horizons, versions and audit tables (the
--- bare names, in this order). No other column of these tables has one of these names.
+-- Whether a file of migration 009 (binary text) is still to run: the columns it converts that
+-- still have a character set, in the file's tables (the bare names: outbox, lanes, workers and
+-- audit for 009_binary_text.sql; inbox, horizons and versions, one repeated, for
+-- 009_binary_text_inbox.sql). No other column of these tables has one of these names.
 SELECT COUNT(*) FROM information_schema.COLUMNS
 	WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME IS NOT NULL
-	  AND TABLE_NAME IN (?, ?, ?, ?, ?, ?, ?)
+	  AND TABLE_NAME IN (?, ?, ?, ?)
 	  AND COLUMN_NAME IN ('aggregate_id', 'partition_key', 'headers', 'tenant', 'causation_id',
 		'correlation_id', 'owner', 'consumer', 'entity', 'actor', 'command', 'arguments')
 

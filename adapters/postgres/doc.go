@@ -7,9 +7,11 @@
 // driver.Pruner, driver.Admin, driver.Notifier (with driver.Flusher: [Store.Flush] sends the last
 // notifications before the pool closes) and driver.Waker. [Store.Migrate] creates or checks the
 // schema (embedded, idempotent migrations; the lane count is recorded and a different one is
-// refused with core.ErrSchemaMismatch). [Store.HoldLiveness] (driver.Liveness) ties an owner's
-// leases to a session-level advisory lock, so that a crashed CDC relay's successor takes its
-// lanes over as soon as the server has ended its session.
+// refused with core.ErrSchemaMismatch); [Store.MigrateInbox] creates only the inbox's tables,
+// for a consumer-only service (Migrate, before or after it, keeps the inbox's rows).
+// [Store.HoldLiveness] (driver.Liveness) ties an owner's leases to a session-level advisory
+// lock, so that a crashed CDC relay's successor takes its lanes over as soon as the server has
+// ended its session.
 //
 // # Change data capture
 //

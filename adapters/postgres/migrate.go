@@ -149,6 +149,38 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// inboxMigration is the name prefix (the inbox table follows) of the migration that creates the
+// inbox's tables.
+const inboxMigration = "migration:0002_inbox:"
+
+// MigrateInbox creates only the inbox's tables (processed messages, retention horizons, entity
+// versions) and their index, for a consumer-only service: no outbox, lanes, publisher, audit or
+// meta table. Like Migrate it runs in one transaction under Migrate's advisory lock and is
+// idempotent (every statement is CREATE ... IF NOT EXISTS), so it records nothing: the meta
+// table that records migrations is the outbox's. Migrate, run later or earlier on the same
+// schema, creates the inbox in the same way and records it; the inbox's rows stay. On an
+// inbox-only schema core.NewInbox works and core.NewOutbox fails with a *core.NotMigratedError
+// (core.ErrSchemaMismatch).
+func (s *Store[TTx]) MigrateInbox(ctx context.Context) error {
+	var sql string
+	for _, m := range s.q.migrations {
+		if strings.HasPrefix(m.name, inboxMigration) {
+			sql = m.sql
+		}
+	}
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
+			return err
+		}
+		_, err := q.exec(ctx, sql) // no arguments: simple protocol, many statements
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate inbox: %w", classify(err))
+	}
+	return nil
+}
+
 // MigrationSQL returns, as one plain SQL script, what Migrate does to an empty schema with opts
 // (opts.Schema must exist): the embedded migrations with the identifiers of opts, and the rows
 // Migrate records (lane count, applied migrations, lane rows), so that Migrate with the same

@@ -127,7 +127,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 	}
 	files = append(files,
 		file{"migration:0001_outbox", "0001_outbox.sql"},
-		file{"migration:0002_inbox:" + n.rawInbox, "0002_inbox.sql"},
+		file{inboxMigration + n.rawInbox, "0002_inbox.sql"},
 		file{"migration:0003_publisher", "0003_publisher.sql"},
 		file{"migration:0004_liveness", "0004_liveness.sql"},
 		file{"migration:0005_audit", "0005_audit.sql"},

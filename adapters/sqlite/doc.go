@@ -9,6 +9,11 @@
 //	out, err := core.NewOutbox[*sql.Tx](ctx, store, nil)
 //	// in a producer transaction: out.Write(ctx, tx, events...); tx.Commit(); out.Notify(ctx)
 //
+// A consumer-only service calls [Store.MigrateInbox] instead of Migrate: it creates only the
+// inbox's versioned tables (and <InboxTable>_migrations), no outbox table; core.NewInbox works
+// on it and core.NewOutbox is refused as not migrated. Migrate, before or after it, keeps the
+// inbox's rows.
+//
 // # Guarantees
 //
 //   - Insert is all or nothing: a batch larger than one statement's parameter limit is split
@@ -21,7 +26,10 @@
 //     the caller's *sql.DB was opened without _txlock=immediate. SQLite admits one writer at a
 //     time, so claims are exclusive, Settle checks all its leases and marks its records with no
 //     concurrent takeover in between, and concurrent deliveries of one inbox message run one
-//     after the other (the later one sees the record and reports Duplicate). Within one
+//     after the other (the later one sees the record and reports Duplicate). The lock is the
+//     database's whichever table the no-op write names: the outbox's meta table, or for the
+//     inbox's transactions <InboxTable>_migrations (so an inbox-only database keeps the rule;
+//     a store whose inbox is not migrated falls back to the meta table). Within one
 //     process a Store queues its own write transactions in Go before asking SQLite, so they
 //     do not spin in SQLite's sleep-and-retry busy handler; across processes busy_timeout
 //     decides.

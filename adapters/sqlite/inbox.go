@@ -17,7 +17,7 @@ import (
 // tx, not the *sql.DB, and must not call the Store's other write methods (InTx, Settle,
 // ClaimLanes, ...): they wait for the write lock this transaction holds.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	tx, err := s.beginWrite(ctx)
+	tx, err := s.beginWrite(ctx, s.q.inboxWriteLock)
 	if err != nil {
 		return fmt.Errorf("sqlite: begin: %w", classify(err))
 	}
@@ -133,7 +133,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	limit = driver.PruneLimit(limit)
 	var n int64
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.inboxWriteTx(ctx, func(tx *sql.Tx) error {
 		var h int64
 		if err := s.queryRow(ctx, tx, s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: before.UnixMicro()}.args()...).Scan(&h); err != nil {
 			return err

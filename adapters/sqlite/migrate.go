@@ -131,37 +131,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.bootstrap); err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", classify(err))
 	}
-	id := s.n.idents()
 	var applied []migration
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		applied = applied[:0]
 		now := nowMicros(time.Time{})
 		fresh := false
 		for i, migs := range sets {
-			var version int
-			if err := tx.QueryRowContext(ctx, s.q.appliedVersion[i]).Scan(&version); err != nil {
+			done, version, err := s.applySet(ctx, tx, i, migs, now)
+			if err != nil {
 				return err
 			}
-			if i == 0 && version == 0 {
-				fresh = true
-			}
-			if version > len(migs) {
-				return fmt.Errorf("%w: %s schema version %d is newer than this adapter's %d",
-					core.ErrSchemaMismatch, path.Base(migrationSets[i]), version, len(migs))
-			}
-			for _, m := range migs[version:] {
-				text, err := id.Expand(m.sql)
-				if err != nil {
-					return fmt.Errorf("%s: %w", m.name, err)
-				}
-				if _, err := tx.ExecContext(ctx, text); err != nil {
-					return fmt.Errorf("%s: %w", m.name, err)
-				}
-				if _, err := tx.ExecContext(ctx, s.q.recordVersion[i], recordVersionOutboxParams{Version: m.version, Name: m.name, AppliedAt: now}.args()...); err != nil {
-					return err
-				}
-				applied = append(applied, m)
-			}
+			fresh = fresh || i == 0 && version == 0
+			applied = append(applied, done...)
 		}
 		if fresh {
 			// No relay of an earlier version ever ran on this outbox.
@@ -192,6 +173,70 @@ func (s *Store) Migrate(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate: %w", classify(err))
+	}
+	for _, m := range applied {
+		s.log.Info("sqlite_migration_applied", "version", m.version, "name", m.name)
+	}
+	return nil
+}
+
+// applySet runs in tx the migrations of set i (migrationSets) that its bookkeeping table does
+// not record yet, and records them. It returns them and the version found before.
+func (s *Store) applySet(ctx context.Context, tx *sql.Tx, i int, migs []migration, now int64) ([]migration, int, error) {
+	var version int
+	if err := tx.QueryRowContext(ctx, s.q.appliedVersion[i]).Scan(&version); err != nil {
+		return nil, 0, err
+	}
+	if version > len(migs) {
+		return nil, 0, fmt.Errorf("%w: %s schema version %d is newer than this adapter's %d",
+			core.ErrSchemaMismatch, path.Base(migrationSets[i]), version, len(migs))
+	}
+	id := s.n.idents()
+	for _, m := range migs[version:] {
+		text, err := id.Expand(m.sql)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, text); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q.recordVersion[i], recordVersionOutboxParams{Version: m.version, Name: m.name, AppliedAt: now}.args()...); err != nil {
+			return nil, 0, err
+		}
+	}
+	return migs[version:], version, nil
+}
+
+// MigrateInbox creates or upgrades only the inbox's tables (processed messages, retention
+// horizons, entity versions) and their bookkeeping table <InboxTable>_migrations, in one
+// transaction, for a consumer-only service: no outbox, lanes, publisher, audit or meta table.
+// It is idempotent and safe to run from several processes at once, like Migrate, which run
+// later or earlier on the same database finds the inbox's versions recorded and keeps its rows.
+// The inbox's transactions take SQLite's write lock on <InboxTable>_migrations, so they
+// serialise as on a fully migrated database. On an inbox-only database core.NewInbox works and
+// core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch).
+func (s *Store) MigrateInbox(ctx context.Context) error {
+	const inbox = 1 // migrationSets
+	migs, err := loadMigrations(migrationSets[inbox])
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate inbox: %w", err)
+	}
+	st, err := s.migrateStatements()
+	if err != nil {
+		return err
+	}
+	// Idempotent, so that the write lock below has a table to take it on.
+	if _, err := s.db.ExecContext(ctx, st.Get("BootstrapInbox")); err != nil {
+		return fmt.Errorf("sqlite: migrate inbox: %w", classify(err))
+	}
+	var applied []migration
+	err = s.inboxWriteTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		applied, _, err = s.applySet(ctx, tx, inbox, migs, nowMicros(time.Time{}))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate inbox: %w", classify(err))
 	}
 	for _, m := range applied {
 		s.log.Info("sqlite_migration_applied", "version", m.version, "name", m.name)

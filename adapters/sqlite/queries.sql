@@ -88,6 +88,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS {{outbox_aggregate_version}}
 -- takes SQLite's write lock at once, as BEGIN IMMEDIATE does, whatever _txlock says.
 UPDATE {{meta}} SET value = value WHERE 0
 
+-- name: InboxWriteLock
+-- WriteLock on a table of the inbox's (the lock is the database's either way), for the inbox's
+-- transactions: an inbox-only database (MigrateInbox) has no meta table.
+UPDATE {{inbox_migrations}} SET version = version WHERE 0
+
 -- name: PublisherGet
 SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1
 

@@ -24,6 +24,7 @@ type statements struct {
 	dropEarlierIdx            string
 	aggVersionIdx             string
 	writeLock                 string
+	inboxWriteLock            string
 	publisherGet              string
 	publisherBump             string
 	insertPrefix              string
@@ -102,6 +103,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		dropEarlierIdx:            st.Get("DropEarlierIdx"),
 		aggVersionIdx:             st.Get("AggVersionIdx"),
 		writeLock:                 st.Get("WriteLock"),
+		inboxWriteLock:            st.Get("InboxWriteLock"),
 		publisherGet:              st.Get("PublisherGet"),
 		publisherBump:             st.Get("PublisherBump"),
 		insertPrefix:              st.Get("InsertPrefix"),

@@ -161,7 +161,18 @@ func DSN(path string) string {
 // of failing with SQLITE_BUSY on a lock upgrade. It commits when fn returns nil and rolls back
 // otherwise, also when fn panics.
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.beginWrite(ctx)
+	return s.lockedTx(ctx, s.q.writeLock, fn)
+}
+
+// inboxWriteTx is writeTx for the inbox's transactions, which take the write lock on a table of
+// the inbox's (beginWrite).
+func (s *Store) inboxWriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.lockedTx(ctx, s.q.inboxWriteLock, fn)
+}
+
+// lockedTx is writeTx with lock, the statement that takes the write lock (beginWrite).
+func (s *Store) lockedTx(ctx context.Context, lock string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.beginWrite(ctx, lock)
 	if err != nil {
 		return err
 	}
@@ -183,9 +194,12 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 }
 
 // beginWrite waits for this Store's write slot, begins a transaction and takes SQLite's write
-// lock with a no-op write. On success the caller ends the transaction and then calls
-// unlockWrite.
-func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
+// lock with lock, a no-op write: WriteLock (on the outbox's meta table) or, for the inbox's
+// transactions, InboxWriteLock (on the inbox's migrations table, so that an inbox-only database
+// works; on a store whose inbox is not migrated, as a producer's may be, it falls back to
+// WriteLock). The lock taken is the same, the database's, whichever table the statement names.
+// On success the caller ends the transaction and then calls unlockWrite.
+func (s *Store) beginWrite(ctx context.Context, lock string) (*sql.Tx, error) {
 	s.prepare(ctx)
 	select {
 	case s.wlock <- struct{}{}:
@@ -197,7 +211,11 @@ func (s *Store) beginWrite(ctx context.Context) (*sql.Tx, error) {
 		s.unlockWrite()
 		return nil, err
 	}
-	if _, err := s.exec(ctx, tx, s.q.writeLock); err != nil {
+	_, err = s.exec(ctx, tx, lock)
+	if err != nil && lock == s.q.inboxWriteLock && isNoSuchTable(err) {
+		_, err = s.exec(ctx, tx, s.q.writeLock)
+	}
+	if err != nil {
 		_ = tx.Rollback()
 		s.unlockWrite()
 		if isNoSuchTable(err) {

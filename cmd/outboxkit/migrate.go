@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -18,6 +20,7 @@ import (
 // `migrate sql` (print them as a plain SQL script).
 func migrateCommand() *cobra.Command {
 	var f *dbFlags
+	var inboxOnly bool
 	cmd := &cobra.Command{
 		Use:   "migrate --db URL [--lanes N]",
 		Short: "create or upgrade the outbox tables (idempotent); `migrate sql` prints them as plain SQL instead",
@@ -35,6 +38,19 @@ func migrateCommand() *cobra.Command {
 			db, err := opendb.Open(ctx, cfg)
 			if err != nil {
 				return failErr(cmd, err)
+			}
+			if inboxOnly {
+				defer db.Close()
+				m, ok := db.Store.(interface{ MigrateInbox(context.Context) error })
+				if !ok {
+					return failErr(cmd, errors.New("--inbox-only: this adapter has no MigrateInbox"))
+				}
+				if err := m.MigrateInbox(ctx); err != nil {
+					return failErr(cmd, err)
+				}
+				return emit(cmd, f, map[string]any{"migrated": true, "inbox_only": true}, func(w io.Writer) {
+					fmt.Fprintln(w, "migrated inbox")
+				})
 			}
 			if n, err := db.Store.LaneCount(ctx); err == nil && lanes == 0 {
 				// An existing outbox keeps its lane count.
@@ -59,6 +75,7 @@ func migrateCommand() *cobra.Command {
 	}
 	f = addDBFlags(cmd)
 	cmd.Flags().IntVar(&f.lanes, "lanes", 0, "lane count recorded on a new outbox (default the library's, 64); an existing outbox keeps its own and another value is an error")
+	cmd.Flags().BoolVar(&inboxOnly, "inbox-only", false, "create only the inbox's tables, for a consumer-only service (the store's MigrateInbox); a later migrate without it adds the outbox")
 	cmd.AddCommand(migrateSQLCommand())
 	return cmd
 }
