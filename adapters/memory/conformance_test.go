@@ -15,7 +15,7 @@ import (
 // suite checks.
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
-	conformance.LogReleaser
+	conformance.LogReleaser | conformance.InboxBatchStore
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*memory.Tx]{
