@@ -8,14 +8,17 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/reconcile"
 	"github.com/stretchr/testify/require"
 )
+
+var _ reconcile.InboxReader = (*memory.Store)(nil)
 
 // memoryCapabilities are the optional capabilities of the memory store, which the conformance
 // suite checks.
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
-	conformance.LogReleaser | conformance.InboxBatchStore
+	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*memory.Tx]{

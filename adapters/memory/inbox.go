@@ -170,3 +170,20 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 	}
 	return n, nil
 }
+
+// InboxRecords implements reconcile.InboxReader: the committed records of consumer among ids,
+// by event ID (absent IDs omitted).
+func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: inbox records: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]driver.InboxRecord, len(ids))
+	for _, id := range ids {
+		if r, ok := s.inbox[inboxKey{consumer, id}]; ok {
+			out[id] = r
+		}
+	}
+	return out, nil
+}
