@@ -18,7 +18,8 @@ var _ reconcile.InboxReader = (*memory.Store)(nil)
 // suite checks.
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
-	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader
+	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader |
+	conformance.CheckpointReleaser
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*memory.Tx]{

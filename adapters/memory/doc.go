@@ -2,7 +2,8 @@
 // of package core that the conformance suite checks (driver.OutboxStore, driver.RelayStore,
 // driver.InboxStore, driver.Pruner, driver.Admin) plus driver.InboxBatchStore, driver.Notifier and driver.Waker, the
 // operator commands' steps and status reads (driver.OperatorStore, driver.StatusReader: run
-// them with core.Operator), driver.LaneInserter and reconcile.InboxReader, with the transaction type *Tx. It needs no
+// them with core.Operator), driver.CheckpointReleaser, driver.LaneInserter and
+// reconcile.InboxReader, with the transaction type *Tx. It needs no
 // infrastructure: use it in tests, examples and demos, and as the model a database adapter is
 // compared against.
 //

@@ -18,16 +18,22 @@ import (
 
 // Interface checks.
 var (
-	_ driver.OperatorStore     = (*Store)(nil)
-	_ driver.SingleWriter      = (*Store)(nil)
-	_ driver.LaneInserter[*Tx] = (*Store)(nil)
-	_ driver.LaneResizer       = (*Store)(nil)
+	_ driver.OperatorStore      = (*Store)(nil)
+	_ driver.SingleWriter       = (*Store)(nil)
+	_ driver.LaneInserter[*Tx]  = (*Store)(nil)
+	_ driver.LaneResizer        = (*Store)(nil)
+	_ driver.CheckpointReleaser = (*Store)(nil)
 )
 
 // InOperatorTx implements driver.OperatorStore: it waits for the writer lock (or ctx), runs fn
 // with the state locked, and keeps fn's changes when fn returns nil, else (or when fn panics)
 // undoes them. fn must call nothing of the Store but tx's steps.
 func (s *Store) InOperatorTx(ctx context.Context, fn func(ctx context.Context, tx driver.OperatorTx) error) error {
+	return s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error { return fn(ctx, tx) })
+}
+
+// operatorTx is InOperatorTx with the Store's own steps.
+func (s *Store) operatorTx(ctx context.Context, fn func(ctx context.Context, tx *opTx) error) error {
 	if err := s.lockWriter(ctx); err != nil {
 		return fmt.Errorf("memory: begin: %w", err)
 	}
@@ -462,4 +468,28 @@ func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEn
 		return 0, err
 	}
 	return op.ResizeLanes(ctx, lanes, audit)
+}
+
+// ReleaseCheckpoint implements driver.CheckpointReleaser: in one operator transaction, the CDC
+// checkpoint deleted and audit written with Rows 1 when there was one, else 0.
+func (s *Store) ReleaseCheckpoint(ctx context.Context, audit driver.AuditEntry) (bool, error) {
+	var had bool
+	err := s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error {
+		if err := tx.check(ctx, "release checkpoint"); err != nil {
+			return err
+		}
+		c := s.checkpoint
+		had, audit.Rows = c != nil, 0
+		if had {
+			audit.Rows = 1
+		}
+		s.checkpoint = nil
+		tx.undo = append(tx.undo, func() { s.checkpoint = c })
+		_, err := tx.WriteAudit(ctx, audit)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return had, nil
 }
