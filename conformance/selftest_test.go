@@ -70,7 +70,7 @@ func TestSuite(t *testing.T) {
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
 	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader |
-	conformance.CheckpointReleaser
+	conformance.CheckpointReleaser | conformance.AuditWriter
 
 func harness(fault testhook.Fault) conformance.Harness[*memory.Tx] {
 	h := conformance.Harness[*memory.Tx]{

@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -23,6 +24,7 @@ var (
 	_ driver.LaneInserter[*Tx]  = (*Store)(nil)
 	_ driver.LaneResizer        = (*Store)(nil)
 	_ driver.CheckpointReleaser = (*Store)(nil)
+	_ driver.AuditWriter        = (*Store)(nil)
 )
 
 // InOperatorTx implements driver.OperatorStore: it waits for the writer lock (or ctx), runs fn
@@ -492,4 +494,27 @@ func (s *Store) ReleaseCheckpoint(ctx context.Context, audit driver.AuditEntry) 
 		return false, err
 	}
 	return had, nil
+}
+
+// WriteAudit implements driver.AuditWriter: audit written in an operator transaction of its own.
+func (s *Store) WriteAudit(ctx context.Context, audit driver.AuditEntry) error {
+	return s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error {
+		_, err := tx.WriteAudit(ctx, audit)
+		return err
+	})
+}
+
+// CheckAudit implements driver.AuditWriter: a row written in an operator transaction that is
+// undone (its ID is used up). The memory store refuses only a done ctx.
+func (s *Store) CheckAudit(ctx context.Context) error {
+	err := s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error {
+		if _, err := tx.WriteAudit(ctx, driver.AuditEntry{Actor: "check", Command: "check"}); err != nil {
+			return err
+		}
+		return driver.ErrAuditChecked
+	})
+	if err != nil && !errors.Is(err, driver.ErrAuditChecked) {
+		return err
+	}
+	return nil
 }
