@@ -69,7 +69,8 @@ func TestSuite(t *testing.T) {
 // memoryCapabilities are the optional capabilities of the memory store.
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
-	conformance.LogReleaser
+	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader |
+	conformance.CheckpointReleaser | conformance.AuditWriter
 
 func harness(fault testhook.Fault) conformance.Harness[*memory.Tx] {
 	h := conformance.Harness[*memory.Tx]{

@@ -8,14 +8,18 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/reconcile"
 	"github.com/stretchr/testify/require"
 )
+
+var _ reconcile.InboxReader = (*memory.Store)(nil)
 
 // memoryCapabilities are the optional capabilities of the memory store, which the conformance
 // suite checks.
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
-	conformance.LogReleaser
+	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader |
+	conformance.CheckpointReleaser | conformance.AuditWriter
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*memory.Tx]{

@@ -1,10 +1,12 @@
 // Package memory is the in-memory reference adapter of outboxkit. It implements every contract
 // of package core that the conformance suite checks (driver.OutboxStore, driver.RelayStore,
-// driver.InboxStore, driver.Pruner, driver.Admin) plus driver.Notifier and driver.Waker, the
-// operator commands' steps and status reads (driver.OperatorStore, driver.StatusReader: run
-// them with core.Operator) and driver.LaneInserter, with the transaction type *Tx. It needs no
-// infrastructure: use it in tests, examples and demos, and as the model a database adapter is
-// compared against.
+// driver.InboxStore, driver.Pruner, driver.Admin) plus driver.InboxBatchStore,
+// driver.Notifier and driver.Waker, the operator commands' steps and status reads
+// (driver.OperatorStore, driver.StatusReader: run them with core.Operator),
+// driver.LaneInserter, driver.LaneResizer, driver.CDCStore, driver.CheckpointStore,
+// driver.CheckpointReleaser, driver.AuditWriter and reconcile.InboxReader, with the
+// transaction type *Tx. It needs no infrastructure: use it in tests, examples and demos, and as
+// the model a database adapter is compared against.
 //
 // # Guarantees
 //
@@ -23,6 +25,11 @@
 //     another transaction.
 //   - An operator transaction (InOperatorTx, which core.Operator runs) holds the writer lock
 //     and the state for its whole length and undoes its steps unless it commits.
+//     ReleaseCheckpoint (the checkpoint deleted with its audit row), WriteAudit and CheckAudit
+//     (whose row is always undone; only a done ctx refuses it) each run as one.
+//   - The inbox batch methods (LockVersions, InsertRecords, SetVersions) are the single-record
+//     methods applied to each entity or record in order, kept in the *Tx like them.
+//     InboxRecords reads committed records only.
 //   - Times are UTC with microsecond precision, like the SQL adapters. Every call with a Now
 //     field uses it when non-zero, else time.Now(). Insert stamps CreatedAt with time.Now().
 //   - Every method returns ctx.Err() (wrapped) when ctx is already done, and changes nothing.

@@ -9,6 +9,9 @@ import (
 	"github.com/outboxkit/outbox/internal/testhook"
 )
 
+// Interface checks.
+var _ driver.InboxBatchStore[*Tx] = (*Store)(nil)
+
 // Horizon implements driver.InboxStore. PruneInbox waits for the writer lock that tx holds.
 func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time, error) {
 	if err := tx.check(ctx, s); err != nil {
@@ -27,16 +30,22 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec driver.InboxRecord
 	if err := tx.check(ctx, s); err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("memory: insert record: %w", err)
 	}
+	ex, inserted := s.insertRecord(tx, rec)
+	return ex, inserted, nil
+}
+
+// insertRecord is InsertRecord in the checked tx.
+func (s *Store) insertRecord(tx *Tx, rec driver.InboxRecord) (driver.InboxRecord, bool) {
 	k := inboxKey{rec.Consumer, rec.EventID}
 	if s.fault != testhook.FaultNoInboxKey {
 		if ex, ok := tx.inbox[k]; ok {
-			return ex, false, nil
+			return ex, false
 		}
 		s.mu.Lock()
 		ex, ok := s.inbox[k]
 		s.mu.Unlock()
 		if ok {
-			return ex, false, nil
+			return ex, false
 		}
 	}
 	rec.ProcessedAt = clock(time.Time{})
@@ -47,7 +56,7 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec driver.InboxRecord
 		tx.inbox = map[inboxKey]driver.InboxRecord{}
 	}
 	tx.inbox[k] = rec
-	return driver.InboxRecord{}, true, nil
+	return driver.InboxRecord{}, true
 }
 
 // LockVersion implements driver.InboxStore.
@@ -55,14 +64,22 @@ func (s *Store) LockVersion(ctx context.Context, tx *Tx, consumer, entity string
 	if err := tx.check(ctx, s); err != nil {
 		return 0, false, fmt.Errorf("memory: lock version: %w", err)
 	}
-	k := inboxKey{consumer, entity}
-	if v, ok := tx.versions[k]; ok {
-		return v, true, nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.versions[k]
+	v, ok := s.version(tx, consumer, entity)
 	return v, ok, nil
+}
+
+// version returns the version of (consumer, entity) as tx sees it: tx's own, else the committed
+// one. Caller holds s.mu. The writer lock that tx holds keeps every version as it is until tx
+// ends.
+func (s *Store) version(tx *Tx, consumer, entity string) (int64, bool) {
+	k := inboxKey{consumer, entity}
+	if v, ok := tx.versions[k]; ok {
+		return v, true
+	}
+	v, ok := s.versions[k]
+	return v, ok
 }
 
 // SetVersion implements driver.InboxStore.
@@ -70,10 +87,54 @@ func (s *Store) SetVersion(ctx context.Context, tx *Tx, consumer, entity string,
 	if err := tx.check(ctx, s); err != nil {
 		return fmt.Errorf("memory: set version: %w", err)
 	}
+	tx.setVersion(consumer, entity, version)
+	return nil
+}
+
+func (tx *Tx) setVersion(consumer, entity string, version int64) {
 	if tx.versions == nil {
 		tx.versions = map[inboxKey]int64{}
 	}
 	tx.versions[inboxKey{consumer, entity}] = version
+}
+
+// LockVersions implements driver.InboxBatchStore: LockVersion for each entity (the writer lock
+// that tx holds already keeps every version).
+func (s *Store) LockVersions(ctx context.Context, tx *Tx, consumer string, entities []string) (map[string]int64, error) {
+	if err := tx.check(ctx, s); err != nil {
+		return nil, fmt.Errorf("memory: lock versions: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(entities))
+	for _, e := range entities {
+		if v, ok := s.version(tx, consumer, e); ok {
+			out[e] = v
+		}
+	}
+	return out, nil
+}
+
+// InsertRecords implements driver.InboxBatchStore: InsertRecord for each record, in order.
+func (s *Store) InsertRecords(ctx context.Context, tx *Tx, recs []driver.InboxRecord) ([]driver.InboxRecord, []bool, error) {
+	if err := tx.check(ctx, s); err != nil {
+		return nil, nil, fmt.Errorf("memory: insert records: %w", err)
+	}
+	existing, inserted := make([]driver.InboxRecord, len(recs)), make([]bool, len(recs))
+	for i, rec := range recs {
+		existing[i], inserted[i] = s.insertRecord(tx, rec)
+	}
+	return existing, inserted, nil
+}
+
+// SetVersions implements driver.InboxBatchStore.
+func (s *Store) SetVersions(ctx context.Context, tx *Tx, consumer string, versions map[string]int64) error {
+	if err := tx.check(ctx, s); err != nil {
+		return fmt.Errorf("memory: set versions: %w", err)
+	}
+	for e, v := range versions {
+		tx.setVersion(consumer, e, v)
+	}
 	return nil
 }
 
@@ -112,3 +173,19 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 
 // CheckInbox implements driver.InboxStore: a memory store needs no migration, so it is nil.
 func (s *Store) CheckInbox(context.Context) error { return nil }
+// InboxRecords implements reconcile.InboxReader: the committed records of consumer among ids,
+// by event ID (absent IDs omitted).
+func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: inbox records: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]driver.InboxRecord, len(ids))
+	for _, id := range ids {
+		if r, ok := s.inbox[inboxKey{consumer, id}]; ok {
+			out[id] = r
+		}
+	}
+	return out, nil
+}

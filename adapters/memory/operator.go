@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -18,16 +19,23 @@ import (
 
 // Interface checks.
 var (
-	_ driver.OperatorStore     = (*Store)(nil)
-	_ driver.SingleWriter      = (*Store)(nil)
-	_ driver.LaneInserter[*Tx] = (*Store)(nil)
-	_ driver.LaneResizer       = (*Store)(nil)
+	_ driver.OperatorStore      = (*Store)(nil)
+	_ driver.SingleWriter       = (*Store)(nil)
+	_ driver.LaneInserter[*Tx]  = (*Store)(nil)
+	_ driver.LaneResizer        = (*Store)(nil)
+	_ driver.CheckpointReleaser = (*Store)(nil)
+	_ driver.AuditWriter        = (*Store)(nil)
 )
 
 // InOperatorTx implements driver.OperatorStore: it waits for the writer lock (or ctx), runs fn
 // with the state locked, and keeps fn's changes when fn returns nil, else (or when fn panics)
 // undoes them. fn must call nothing of the Store but tx's steps.
 func (s *Store) InOperatorTx(ctx context.Context, fn func(ctx context.Context, tx driver.OperatorTx) error) error {
+	return s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error { return fn(ctx, tx) })
+}
+
+// operatorTx is InOperatorTx with the Store's own steps.
+func (s *Store) operatorTx(ctx context.Context, fn func(ctx context.Context, tx *opTx) error) error {
 	if err := s.lockWriter(ctx); err != nil {
 		return fmt.Errorf("memory: begin: %w", err)
 	}
@@ -462,4 +470,51 @@ func (s *Store) ResizeLanes(ctx context.Context, lanes int, audit driver.AuditEn
 		return 0, err
 	}
 	return op.ResizeLanes(ctx, lanes, audit)
+}
+
+// ReleaseCheckpoint implements driver.CheckpointReleaser: in one operator transaction, the CDC
+// checkpoint deleted and audit written with Rows 1 when there was one, else 0.
+func (s *Store) ReleaseCheckpoint(ctx context.Context, audit driver.AuditEntry) (bool, error) {
+	var had bool
+	err := s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error {
+		if err := tx.check(ctx, "release checkpoint"); err != nil {
+			return err
+		}
+		c := s.checkpoint
+		had, audit.Rows = c != nil, 0
+		if had {
+			audit.Rows = 1
+		}
+		s.checkpoint = nil
+		tx.undo = append(tx.undo, func() { s.checkpoint = c })
+		_, err := tx.WriteAudit(ctx, audit)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return had, nil
+}
+
+// WriteAudit implements driver.AuditWriter: audit written in an operator transaction of its own.
+func (s *Store) WriteAudit(ctx context.Context, audit driver.AuditEntry) error {
+	return s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error {
+		_, err := tx.WriteAudit(ctx, audit)
+		return err
+	})
+}
+
+// CheckAudit implements driver.AuditWriter: a row written in an operator transaction that is
+// undone (its ID is used up). The memory store refuses only a done ctx.
+func (s *Store) CheckAudit(ctx context.Context) error {
+	err := s.operatorTx(ctx, func(ctx context.Context, tx *opTx) error {
+		if _, err := tx.WriteAudit(ctx, driver.AuditEntry{Actor: "check", Command: "check"}); err != nil {
+			return err
+		}
+		return driver.ErrAuditChecked
+	})
+	if err != nil && !errors.Is(err, driver.ErrAuditChecked) {
+		return err
+	}
+	return nil
 }
