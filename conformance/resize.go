@@ -151,6 +151,7 @@ func testResizeUnderLoad[TTx any](e *env[TTx]) {
 				return
 			}
 			record(stored)
+			time.Sleep(time.Millisecond) // steady, not flooding: what is written must also be delivered
 		}
 	})
 

@@ -173,6 +173,7 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 
 // CheckInbox implements driver.InboxStore: a memory store needs no migration, so it is nil.
 func (s *Store) CheckInbox(context.Context) error { return nil }
+
 // InboxRecords implements reconcile.InboxReader: the committed records of consumer among ids,
 // by event ID (absent IDs omitted).
 func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
