@@ -331,7 +331,7 @@ type SingleWriter interface {
 	SingleWriter() bool
 }
 
-// CheckpointReleaser is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audited removal of the
+// CheckpointReleaser is the CDC adapters' (PostgreSQL, MySQL/MariaDB, memory) audited removal of the
 // CDC checkpoint: `outboxkit cdc release`.
 type CheckpointReleaser interface {
 	// ReleaseCheckpoint deletes the CDC checkpoint and writes audit (Rows set to 1 when there
@@ -342,7 +342,7 @@ type CheckpointReleaser interface {
 	ReleaseCheckpoint(ctx context.Context, audit AuditEntry) (bool, error)
 }
 
-// AuditWriter is the CDC adapters' (PostgreSQL, MySQL/MariaDB) audit row written on its own,
+// AuditWriter is the CDC adapters' (PostgreSQL, MySQL/MariaDB, memory) audit row written on its own,
 // for an operator change that cannot share a transaction with its row: `outboxkit backfill`
 // publishes over the network, then writes its row with the number of events published.
 type AuditWriter interface {
