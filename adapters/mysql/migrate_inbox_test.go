@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestMigrateInboxOnly(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	checkNotMigrated(t, err, "mysql: lane count: database not migrated (")
+	testkit.RequireNotMigrated(t, err, "mysql: lane count: database not migrated (")
 
 	// The full migration later creates the outbox and keeps the inbox's rows.
 	require.NoError(t, s.Migrate(ctx))

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestMigrateInboxOnly(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
-	checkNotMigrated(t, err, "postgres: lane count: database not migrated (")
+	testkit.RequireNotMigrated(t, err, "postgres: lane count: database not migrated (")
 
 	// The full migration later: it records the inbox, creates the outbox, keeps the inbox's rows.
 	require.NoError(t, s.Migrate(ctx))

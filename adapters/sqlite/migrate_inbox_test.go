@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,7 +85,7 @@ func TestMigrateInboxOnly(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	checkNotMigrated(t, err, "sqlite: lane count: database not migrated (")
+	testkit.RequireNotMigrated(t, err, "sqlite: lane count: database not migrated (")
 
 	// The full migration later finds the inbox's versions recorded and keeps its rows.
 	require.NoError(t, s.Migrate(ctx))
