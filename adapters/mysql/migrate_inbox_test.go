@@ -3,15 +3,13 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
-	"github.com/outboxkit/outbox/internal/testkit"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // objects lists the database's tables, triggers and routines.
@@ -33,15 +31,6 @@ func objects(t *testing.T, db *sql.DB) []string {
 	return out
 }
 
-// processOnce records one message of consumer "c" and returns its outcome.
-func processOnce(t *testing.T, in *core.Inbox[*sql.Tx], id string, version int64) core.Outcome {
-	t.Helper()
-	res, err := in.Process(context.Background(), "c", core.InboxMessage{EventID: id, Payload: []byte(id), Entity: "a/1", Version: version, OccurredAt: time.Now()},
-		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
-	require.NoError(t, err)
-	return res.Outcome
-}
-
 // tableTextColumns counts the columns of table that still have a character set among those
 // migration 009 converts.
 func tableTextColumns(t *testing.T, db *sql.DB, table string) int {
@@ -59,37 +48,19 @@ func TestMigrateInboxOnly(t *testing.T) {
 	db, _ := newDB(t)
 	s, err := mysql.New(ctx, db, &mysql.Options{Logger: quietLogger()})
 	require.NoError(t, err)
-	require.NoError(t, s.MigrateInbox(ctx))
-	require.NoError(t, s.MigrateInbox(ctx)) // idempotent
-
-	got := objects(t, db)
-	for _, name := range got {
-		require.False(t, strings.HasPrefix(name, "outbox"), "MigrateInbox created %s (all: %v)", name, got)
-	}
-	require.ElementsMatch(t, []string{"inbox", "inbox_horizons", "inbox_versions"}, got)
-	for _, table := range []string{"inbox", "inbox_horizons", "inbox_versions"} {
-		require.Zero(t, tableTextColumns(t, db, table), table) // compared as bytes, as after Migrate
-	}
-
-	in, err := core.NewInbox(ctx, s, nil)
-	require.NoError(t, err)
-	require.Equal(t, core.Applied, processOnce(t, in, "e1", 1))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
-	_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 10)
-	require.NoError(t, err)
-
-	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	testkit.RequireNotMigrated(t, err, "mysql: lane count: database not migrated (")
-
-	// The full migration later creates the outbox and keeps the inbox's rows.
-	require.NoError(t, s.Migrate(ctx))
-	require.NoError(t, s.MigrateInbox(ctx))
-	require.NoError(t, s.Migrate(ctx))
-	require.Zero(t, tableTextColumns(t, db, "outbox"))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
-	require.Equal(t, core.Stale, processOnce(t, in, "e0", 1)) // the entity version survived too
-	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	require.NoError(t, err)
+	inbox := []string{"inbox", "inbox_horizons", "inbox_versions"}
+	testkit.RequireInboxOnlyMigration[*sql.Tx](t, s, testkit.InboxOnlyCase{
+		Objects: func() []string { return objects(t, db) },
+		Want:    inbox,
+		Prefix:  "mysql: lane count: database not migrated (",
+		InboxOnly: func() {
+			require.ElementsMatch(t, inbox, objects(t, db))
+			for _, table := range inbox {
+				require.Zero(t, tableTextColumns(t, db, table), table) // compared as bytes, as after Migrate
+			}
+		},
+		Full: func() { require.Zero(t, tableTextColumns(t, db, "outbox")) },
+	})
 }
 
 func TestMigrateInboxAfterMigrate(t *testing.T) {
@@ -98,9 +69,9 @@ func TestMigrateInboxAfterMigrate(t *testing.T) {
 	s := newStore(t, nil)
 	in, err := core.NewInbox(ctx, s, nil)
 	require.NoError(t, err)
-	require.Equal(t, core.Applied, processOnce(t, in, "e1", 1))
+	require.Equal(t, core.Applied, testkit.ProcessOnce(t, in, "e1", 1))
 	require.NoError(t, s.MigrateInbox(ctx))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
+	require.Equal(t, core.Duplicate, testkit.ProcessOnce(t, in, "e1", 1))
 	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 }

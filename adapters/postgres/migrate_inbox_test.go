@@ -2,15 +2,13 @@ package postgres
 
 import (
 	"context"
-	"github.com/outboxkit/outbox/internal/testkit"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // relations lists the schema's relations (tables, indexes, sequences, views) and functions.
@@ -26,51 +24,22 @@ func relations(t *testing.T, d *testDB) []string {
 	return names
 }
 
-// processOnce records one message of consumer "c" and returns its outcome.
-func processOnce(t *testing.T, in *core.Inbox[pgx.Tx], id string, version int64) core.Outcome {
-	t.Helper()
-	res, err := in.Process(context.Background(), "c", core.InboxMessage{EventID: id, Payload: []byte(id), Entity: "a/1", Version: version, OccurredAt: time.Now()},
-		func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
-	require.NoError(t, err)
-	return res.Outcome
-}
-
 func TestMigrateInboxOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := newTestDB(t, dbOptions{})
 	s, err := New(d.pool, &Options{Schema: d.schema})
 	require.NoError(t, err)
-	require.NoError(t, s.MigrateInbox(ctx))
-	require.NoError(t, s.MigrateInbox(ctx)) // idempotent
-
-	got := relations(t, d)
-	for _, name := range got {
-		require.False(t, strings.HasPrefix(name, "outbox"), "MigrateInbox created %s (all: %v)", name, got)
-	}
-	require.Subset(t, got, []string{"inbox", "inbox_horizons", "inbox_versions"})
-
-	in, err := core.NewInbox(ctx, s, nil)
-	require.NoError(t, err)
-	require.Equal(t, core.Applied, processOnce(t, in, "e1", 1))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
-	_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 10)
-	require.NoError(t, err)
-
-	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
-	testkit.RequireNotMigrated(t, err, "postgres: lane count: database not migrated (")
-
-	// The full migration later: it records the inbox, creates the outbox, keeps the inbox's rows.
-	require.NoError(t, s.Migrate(ctx))
-	require.NoError(t, s.MigrateInbox(ctx))
-	require.NoError(t, s.Migrate(ctx))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
-	require.Equal(t, core.Stale, processOnce(t, in, "e0", 1)) // the entity version survived too
-	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
-	require.NoError(t, err)
-	var recorded int
-	require.NoError(t, d.pool.QueryRow(ctx, "SELECT count(*) FROM outbox_meta WHERE name = 'migration:0002_inbox:inbox'").Scan(&recorded))
-	require.Equal(t, 1, recorded)
+	testkit.RequireInboxOnlyMigration[pgx.Tx](t, s, testkit.InboxOnlyCase{
+		Objects: func() []string { return relations(t, d) },
+		Want:    []string{"inbox", "inbox_horizons", "inbox_versions"},
+		Prefix:  "postgres: lane count: database not migrated (",
+		Full: func() { // Migrate recorded the inbox's migration
+			var recorded int
+			require.NoError(t, d.pool.QueryRow(ctx, "SELECT count(*) FROM outbox_meta WHERE name = 'migration:0002_inbox:inbox'").Scan(&recorded))
+			require.Equal(t, 1, recorded)
+		},
+	})
 }
 
 func TestMigrateInboxAfterMigrate(t *testing.T) {
@@ -79,9 +48,9 @@ func TestMigrateInboxAfterMigrate(t *testing.T) {
 	s, _ := migratedStore(t, dbOptions{}, nil)
 	in, err := core.NewInbox(ctx, s, nil)
 	require.NoError(t, err)
-	require.Equal(t, core.Applied, processOnce(t, in, "e1", 1))
+	require.Equal(t, core.Applied, testkit.ProcessOnce(t, in, "e1", 1))
 	require.NoError(t, s.MigrateInbox(ctx))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
+	require.Equal(t, core.Duplicate, testkit.ProcessOnce(t, in, "e1", 1))
 	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
 	require.NoError(t, err)
 }

@@ -3,16 +3,14 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"github.com/outboxkit/outbox/internal/testkit"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/sqlite"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // schemaObjects lists the database's tables, indexes and triggers.
@@ -29,15 +27,6 @@ func schemaObjects(t *testing.T, db *sql.DB) []string {
 	}
 	require.NoError(t, rows.Err())
 	return out
-}
-
-// processOnce records one message of consumer "c" and returns its outcome.
-func processOnce(t *testing.T, in *core.Inbox[*sql.Tx], id string, version int64) core.Outcome {
-	t.Helper()
-	res, err := in.Process(context.Background(), "c", core.InboxMessage{EventID: id, Payload: []byte(id), Entity: "a/1", Version: version, OccurredAt: time.Now()},
-		func(context.Context, *sql.Tx, core.InboxMessage) error { return nil })
-	require.NoError(t, err)
-	return res.Outcome
 }
 
 // plainDB opens path without _txlock=immediate: only the adapter's lock statement takes the
@@ -62,40 +51,17 @@ func inTxLocked(t *testing.T, s *sqlite.Store, path string) {
 
 func TestMigrateInboxOnly(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "inbox.db")
 	db := plainDB(t, path)
 	s, err := sqlite.New(db, nil)
 	require.NoError(t, err)
-	require.NoError(t, s.MigrateInbox(ctx))
-	require.NoError(t, s.MigrateInbox(ctx)) // idempotent
-
-	got := schemaObjects(t, db)
-	for _, name := range got {
-		require.False(t, strings.HasPrefix(name, "outbox"), "MigrateInbox created %s (all: %v)", name, got)
-	}
-	require.Subset(t, got, []string{"inbox", "inbox_horizons", "inbox_versions", "inbox_migrations"})
-
-	in, err := core.NewInbox(ctx, s, nil)
-	require.NoError(t, err)
-	inTxLocked(t, s, path) // the single-writer rule holds without the outbox's meta table
-	require.Equal(t, core.Applied, processOnce(t, in, "e1", 1))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
-	_, err = in.Prune(ctx, "c", time.Now().Add(-time.Hour), 10)
-	require.NoError(t, err)
-
-	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	testkit.RequireNotMigrated(t, err, "sqlite: lane count: database not migrated (")
-
-	// The full migration later finds the inbox's versions recorded and keeps its rows.
-	require.NoError(t, s.Migrate(ctx))
-	require.NoError(t, s.MigrateInbox(ctx))
-	require.NoError(t, s.Migrate(ctx))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
-	require.Equal(t, core.Stale, processOnce(t, in, "e0", 1)) // the entity version survived too
-	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
-	require.NoError(t, err)
-	inTxLocked(t, s, path)
+	testkit.RequireInboxOnlyMigration[*sql.Tx](t, s, testkit.InboxOnlyCase{
+		Objects:   func() []string { return schemaObjects(t, db) },
+		Want:      []string{"inbox", "inbox_horizons", "inbox_versions", "inbox_migrations"},
+		Prefix:    "sqlite: lane count: database not migrated (",
+		InboxOnly: func() { inTxLocked(t, s, path) }, // the single-writer rule holds without the outbox's meta table
+		Full:      func() { inTxLocked(t, s, path) },
+	})
 }
 
 func TestMigrateInboxAfterMigrate(t *testing.T) {
@@ -108,9 +74,9 @@ func TestMigrateInboxAfterMigrate(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx))
 	in, err := core.NewInbox(ctx, s, nil)
 	require.NoError(t, err)
-	require.Equal(t, core.Applied, processOnce(t, in, "e1", 1))
+	require.Equal(t, core.Applied, testkit.ProcessOnce(t, in, "e1", 1))
 	require.NoError(t, s.MigrateInbox(ctx))
-	require.Equal(t, core.Duplicate, processOnce(t, in, "e1", 1))
+	require.Equal(t, core.Duplicate, testkit.ProcessOnce(t, in, "e1", 1))
 	_, err = core.NewOutbox[*sql.Tx](ctx, s, nil)
 	require.NoError(t, err)
 
