@@ -23,3 +23,27 @@ s.close()'
 	echo "no free loopback port found" >&2
 	return 1
 }
+
+# OUTBOXKIT_APT_NEEDS lists "command:package" pairs: each lib appends the Debian packages it
+# needs, so that scripts/test installs every missing one in a single apt-get run before it
+# starts the servers in parallel (dpkg takes one install at a time).
+declare -ga OUTBOXKIT_APT_NEEDS 2>/dev/null || true
+
+# outboxkit_apt_install [command:package ...] installs, in one apt-get run, the package of each
+# pair whose command is not on PATH (nor in /usr/sbin). Without arguments it takes
+# OUTBOXKIT_APT_NEEDS.
+outboxkit_apt_install() {
+	local pair cmd pkg missing=()
+	[ $# -gt 0 ] || set -- "${OUTBOXKIT_APT_NEEDS[@]}"
+	for pair in "$@"; do
+		cmd="${pair%%:*}" pkg="${pair#*:}"
+		if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ]; then
+			[[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
+		fi
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
+	echo "apt-get install ${missing[*]}" >&2
+	apt-get update -qq >/dev/null || { echo "apt-get update failed" >&2; return 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+		{ echo "apt-get install ${missing[*]} failed" >&2; return 1; }
+}

@@ -11,16 +11,13 @@
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+OUTBOXKIT_APT_NEEDS+=(kcat:kcat)
+
 _kafka_dir=""
 _kafka_pid=""
 
 kafka_start() {
-	if ! command -v kcat >/dev/null 2>&1; then
-		echo "kafka: installing kcat" >&2
-		apt-get update -q >/dev/null || { echo "kafka: apt-get update failed" >&2; return 1; }
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null ||
-			{ echo "kafka: apt-get install kcat failed" >&2; return 1; }
-	fi
+	outboxkit_apt_install kcat:kcat || return 1
 	_kafka_dir=$(mktemp -d /tmp/outboxkit-kafka.XXXX) || return 1
 	local root
 	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

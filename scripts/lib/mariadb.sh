@@ -14,6 +14,8 @@
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+OUTBOXKIT_APT_NEEDS+=(mariadbd:mariadb-server)
+
 _mariadb_dir=""
 _mariadb_pid=""
 
@@ -27,12 +29,7 @@ _mariadb_fail() {
 }
 
 mariadb_start() {
-	if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
-		echo "mariadb: installing mariadb-server" >&2
-		apt-get update -q >/dev/null || { echo "mariadb: apt-get update failed" >&2; return 1; }
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/dev/null ||
-			{ echo "mariadb: apt-get install mariadb-server failed" >&2; return 1; }
-	fi
+	outboxkit_apt_install mariadbd:mariadb-server || return 1
 	local mariadbd=mariadbd
 	command -v mariadbd >/dev/null 2>&1 || mariadbd=/usr/sbin/mariadbd
 

@@ -16,14 +16,10 @@
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+OUTBOXKIT_APT_NEEDS+=(promtool:prometheus prometheus:prometheus)
+
 prometheus_start() {
-	if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-		echo "prometheus_start: apt-get install prometheus" >&2
-		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } >&2; then
-			echo "prometheus_start: could not install prometheus" >&2
-			return 1
-		fi
-	fi
+	outboxkit_apt_install promtool:prometheus prometheus:prometheus || return 1
 	export OUTBOXKIT_PROMTOOL
 	OUTBOXKIT_PROMTOOL="$(command -v promtool)"
 	local dir port

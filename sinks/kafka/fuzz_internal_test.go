@@ -12,6 +12,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/sinks/internal/ce"
 )
 
 // FuzzKafkaWriteAcceptedIsEncoded: whatever core accepts at Write (Normalize), the Kafka record
@@ -35,7 +36,7 @@ func FuzzKafkaWriteAcceptedIsEncoded(f *testing.F) {
 		got, created, err := decodeRecord(r)
 		require.NoError(t, err)
 		want := n
-		special := hk == eventHeaderContentType || hk == eventHeaderTraceparent || hk == eventHeaderTracestate
+		special := hk == ce.EventHeaderContentType || hk == ce.EventHeaderTraceparent || hk == ce.EventHeaderTracestate
 		if special && want.Headers != nil && want.Headers[hk] == "" {
 			delete(want.Headers, hk) // empty values of the headers with their own attribute are left out
 			if len(want.Headers) == 0 {

@@ -2,13 +2,12 @@ package kafka
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/sinks/internal/ce"
 )
 
 // Record header names: the CloudEvents Kafka protocol binding, binary content mode.
@@ -35,129 +34,30 @@ const (
 )
 
 // SpecVersion is the CloudEvents version the headers follow.
-const SpecVersion = "1.0"
+const SpecVersion = ce.SpecVersion
 
-// The event headers that travel as their own CloudEvents attribute.
-const (
-	eventHeaderContentType = "content-type"
-	eventHeaderTraceparent = "traceparent"
-	eventHeaderTracestate  = "tracestate"
-)
+// binding is the CloudEvents Kafka protocol binding, binary content mode (package
+// sinks/internal/ce holds the mapping every sink shares).
+var binding = ce.Binding{Prefix: "ce_", ContentType: HeaderContentType, HeaderPrefix: HeaderPrefix}
 
 func encodeHeaders(m *core.Message, source, contentType string) []kgo.RecordHeader {
-	ev := &m.Event
-	h := make([]kgo.RecordHeader, 0, 12+len(ev.Headers))
-	add := func(k, v string) {
-		if v != "" {
-			h = append(h, kgo.RecordHeader{Key: k, Value: []byte(v)})
-		}
-	}
-	add(HeaderSpecVersion, SpecVersion)
-	add(HeaderID, ev.ID)
-	add(HeaderSource, source)
-	add(HeaderType, ev.Type)
-	if !m.CreatedAt.IsZero() {
-		add(HeaderTime, m.CreatedAt.UTC().Format(time.RFC3339Nano))
-	}
-	add(HeaderSubject, ev.AggregateType+"/"+ev.AggregateID)
-	if ct := ev.Headers[eventHeaderContentType]; ct != "" {
-		contentType = ct
-	}
-	add(HeaderContentType, contentType)
-	add(HeaderAggregateType, ev.AggregateType)
-	add(HeaderAggregateID, ev.AggregateID)
-	if ev.AggregateVersion > 0 {
-		add(HeaderAggregateVersion, strconv.FormatInt(ev.AggregateVersion, 10))
-	}
-	add(HeaderPartitionKey, m.GroupID)
-	add(HeaderSchemaID, ev.SchemaID)
-	add(HeaderTenant, ev.Tenant)
-	add(HeaderCausationID, ev.CausationID)
-	add(HeaderCorrelationID, ev.CorrelationID)
-	add(HeaderTraceparent, ev.Headers[eventHeaderTraceparent])
-	add(HeaderTracestate, ev.Headers[eventHeaderTracestate])
-	for k, v := range ev.Headers {
-		switch k {
-		case eventHeaderContentType, eventHeaderTraceparent, eventHeaderTracestate:
-		default:
-			h = append(h, kgo.RecordHeader{Key: HeaderPrefix + k, Value: []byte(v)})
-		}
-	}
+	h := make([]kgo.RecordHeader, 0, 12+len(m.Headers))
+	binding.Encode(m, source, contentType, func(k, v string) {
+		h = append(h, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	})
 	return h
 }
 
 // decodeRecord rebuilds the event a record carries and its outbox CreatedAt (zero when the
 // record has no ce_time).
 func decodeRecord(r *kgo.Record) (core.Event, time.Time, error) {
-	var ev core.Event
-	var created time.Time
-	bad := func(format string, args ...any) (core.Event, time.Time, error) {
-		return core.Event{}, time.Time{}, fmt.Errorf("%w: %s/%d@%d: %s", ErrUndecodable, r.Topic, r.Partition, r.Offset, fmt.Sprintf(format, args...))
-	}
-	var spec string
+	d := binding.NewDecoder()
 	for _, h := range r.Headers {
-		v := string(h.Value)
-		switch h.Key {
-		case HeaderSpecVersion:
-			spec = v
-		case HeaderID:
-			ev.ID = v
-		case HeaderType:
-			ev.Type = v
-		case HeaderTime:
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				return bad("ce_time %q", v)
-			}
-			created = t.UTC()
-		case HeaderAggregateType:
-			ev.AggregateType = v
-		case HeaderAggregateID:
-			ev.AggregateID = v
-		case HeaderAggregateVersion:
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				return bad("ce_aggregateversion %q", v)
-			}
-			ev.AggregateVersion = n
-		case HeaderPartitionKey:
-			ev.PartitionKey = v
-		case HeaderSchemaID:
-			ev.SchemaID = v
-		case HeaderTenant:
-			ev.Tenant = v
-		case HeaderCausationID:
-			ev.CausationID = v
-		case HeaderCorrelationID:
-			ev.CorrelationID = v
-		case HeaderContentType:
-			setHeader(&ev, eventHeaderContentType, v)
-		case HeaderTraceparent:
-			setHeader(&ev, eventHeaderTraceparent, v)
-		case HeaderTracestate:
-			setHeader(&ev, eventHeaderTracestate, v)
-		default:
-			if k, ok := strings.CutPrefix(h.Key, HeaderPrefix); ok && k != "" {
-				setHeader(&ev, k, v)
-			}
-		}
+		d.Add(h.Key, string(h.Value))
 	}
-	switch {
-	case spec != SpecVersion:
-		return bad("ce_specversion %q, want %q", spec, SpecVersion)
-	case ev.ID == "" || ev.Type == "" || ev.AggregateType == "" || ev.AggregateID == "":
-		return bad("ce_id, ce_type, ce_aggregatetype and ce_aggregateid are required")
+	ev, created, err := d.Event(string(r.Key), r.Value)
+	if err != nil {
+		return core.Event{}, time.Time{}, fmt.Errorf("%w: %s/%d@%d: %w", ErrUndecodable, r.Topic, r.Partition, r.Offset, err)
 	}
-	if ev.PartitionKey == "" {
-		ev.PartitionKey = string(r.Key)
-	}
-	ev.Payload = r.Value
 	return ev, created, nil
-}
-
-func setHeader(ev *core.Event, k, v string) {
-	if ev.Headers == nil {
-		ev.Headers = map[string]string{}
-	}
-	ev.Headers[k] = v
 }
