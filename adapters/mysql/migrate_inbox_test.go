@@ -15,20 +15,10 @@ import (
 // objects lists the database's tables, triggers and routines.
 func objects(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`
+	return testkit.Strings(t, db, `
 		SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()
 		UNION ALL SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE()
 		UNION ALL SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		require.NoError(t, rows.Scan(&n))
-		out = append(out, n)
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // tableTextColumns counts the columns of table that still have a character set among those

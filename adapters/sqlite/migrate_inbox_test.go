@@ -16,17 +16,7 @@ import (
 // schemaObjects lists the database's tables, indexes and triggers.
 func schemaObjects(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var n string
-		require.NoError(t, rows.Scan(&n))
-		out = append(out, n)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return testkit.Strings(t, db, "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
 }
 
 // plainDB opens path without _txlock=immediate: only the adapter's lock statement takes the

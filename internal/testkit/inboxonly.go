@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,20 @@ func ProcessOnce[TTx any](t testing.TB, in *core.Inbox[TTx], id string, version 
 		func(context.Context, TTx, core.InboxMessage) error { return nil })
 	require.NoError(t, err)
 	return res.Outcome
+}
+
+// Strings returns the first column of every row that query returns on db.
+func Strings(t testing.TB, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(query, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		out = append(out, n)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }
