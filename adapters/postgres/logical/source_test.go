@@ -61,6 +61,12 @@ func (f *cdcFixture) source(t *testing.T, co *Options) *ChangeSource {
 	if o.StandbyTimeout == 0 {
 		o.StandbyTimeout = 200 * time.Millisecond
 	}
+	if o.StallTimeout == 0 {
+		// Well above a loaded server's keepalive answer and connection time: derived from the
+		// short StandbyTimeout it would be 600 ms, which also bounds opening a replication
+		// connection, and a test on a busy machine failed to connect within it.
+		o.StallTimeout = 10 * time.Second
+	}
 	src, err := NewChangeSource(f.s, &o)
 	require.NoError(t, err)
 	holdSlot(t, src)
