@@ -43,19 +43,6 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// legacy wraps a command that parses its own flags (package flag) and returns its exit status.
-func legacy(use, short string, fn func(ctx context.Context, args []string, stdout, stderr io.Writer) int) *cobra.Command {
-	return &cobra.Command{
-		Use: use, Short: short, DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if code := fn(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
-				return &exitError{code: code}
-			}
-			return nil
-		},
-	}
-}
-
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "outboxkit",

@@ -34,13 +34,19 @@ type dbFlags struct {
 }
 
 func addDBFlags(cmd *cobra.Command) *dbFlags {
-	f := &dbFlags{}
+	f := addOpenFlags(cmd)
+	cmd.Flags().StringVar(&f.output, "output", "text", "output format: text or json")
+	return f
+}
+
+// addOpenFlags adds the flags that say which outbox to open: --db, --driver, --schema, --table.
+func addOpenFlags(cmd *cobra.Command) *dbFlags {
+	f := &dbFlags{output: "text"}
 	fl := cmd.Flags()
 	fl.StringVar(&f.db, "db", "", dbFlagHelp)
 	fl.StringVar(&f.driver, "driver", "", driverFlagHelp)
 	fl.StringVar(&f.schema, "schema", "", "PostgreSQL schema of the outbox (default public)")
 	fl.StringVar(&f.table, "table", "", "outbox table (default outbox)")
-	fl.StringVar(&f.output, "output", "text", "output format: text or json")
 	return f
 }
 
