@@ -119,6 +119,7 @@ func MigrationSQL(opts *Options) (string, error) {
 // core.ErrSchemaMismatch and changes nothing (Lanes left at 0 accepts the recorded count, which
 // ResizeLanes may have changed).
 func (s *Store) Migrate(ctx context.Context) error {
+	defer s.stmts.retryAt.Store(0) // the next transaction prepares the statements of what it created
 	var sets [len(migrationSets)][]migration
 	for i, dir := range migrationSets {
 		var err error
@@ -216,6 +217,7 @@ func (s *Store) applySet(ctx context.Context, tx *sql.Tx, i int, migs []migratio
 // serialise as on a fully migrated database. On an inbox-only database core.NewInbox works and
 // core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch).
 func (s *Store) MigrateInbox(ctx context.Context) error {
+	defer s.stmts.retryAt.Store(0) // the next transaction prepares the statements of what it created
 	const inbox = 1 // migrationSets
 	migs, err := loadMigrations(migrationSets[inbox])
 	if err != nil {
