@@ -218,7 +218,7 @@ func (s *Store) applySet(ctx context.Context, tx *sql.Tx, i int, migs []migratio
 // core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch).
 func (s *Store) MigrateInbox(ctx context.Context) error {
 	defer s.stmts.retryAt.Store(0) // the next transaction prepares the statements of what it created
-	const inbox = 1 // migrationSets
+	const inbox = 1                // migrationSets
 	migs, err := loadMigrations(migrationSets[inbox])
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate inbox: %w", err)
