@@ -217,8 +217,8 @@ func (s *Store) applySet(ctx context.Context, tx *sql.Tx, i int, migs []migratio
 // serialise as on a fully migrated database. On an inbox-only database core.NewInbox works and
 // core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch).
 func (s *Store) MigrateInbox(ctx context.Context) error {
+	const inbox = 1 // migrationSets
 	defer s.stmts.retryAt.Store(0) // the next transaction prepares the statements of what it created
-	const inbox = 1                // migrationSets
 	migs, err := loadMigrations(migrationSets[inbox])
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate inbox: %w", err)
