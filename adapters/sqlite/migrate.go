@@ -119,7 +119,8 @@ func MigrationSQL(opts *Options) (string, error) {
 // core.ErrSchemaMismatch and changes nothing (Lanes left at 0 accepts the recorded count, which
 // ResizeLanes may have changed).
 func (s *Store) Migrate(ctx context.Context) error {
-	defer s.stmts.retryAt.Store(0) // the next transaction prepares the statements of what it created
+	// The next transaction prepares the statements of what the migration created.
+	defer s.stmts.retryAt.Store(0)
 	var sets [len(migrationSets)][]migration
 	for i, dir := range migrationSets {
 		var err error
@@ -217,8 +218,9 @@ func (s *Store) applySet(ctx context.Context, tx *sql.Tx, i int, migs []migratio
 // serialise as on a fully migrated database. On an inbox-only database core.NewInbox works and
 // core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch).
 func (s *Store) MigrateInbox(ctx context.Context) error {
+	// The next transaction prepares the statements of what the migration created.
+	defer s.stmts.retryAt.Store(0)
 	const inbox = 1 // migrationSets
-	defer s.stmts.retryAt.Store(0) // the next transaction prepares the statements of what it created
 	migs, err := loadMigrations(migrationSets[inbox])
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate inbox: %w", err)
