@@ -150,7 +150,7 @@ func TestOpsInboxPrune(t *testing.T) {
 				audit = `"` + d.cfg.Schema + `".outbox_audit`
 			}
 			d.exec(t, "DROP TABLE "+audit)
-			fails(t, 1, "prune inbox", prune("--consumer", "c1", "--retention", "1m")...)
+			fails(t, 1, "write audit: database not migrated", prune("--consumer", "c1", "--retention", "1m")...)
 			out, err = process("c1", "late", now.Add(-5*time.Minute))
 			require.NoError(t, err)
 			require.Equal(t, core.Applied, out, "the horizon did not move")

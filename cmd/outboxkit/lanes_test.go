@@ -107,7 +107,7 @@ func TestOpsLanesReset(t *testing.T) {
 				audit = `"` + d.cfg.Schema + `".outbox_audit`
 			}
 			d.exec(t, "DROP TABLE "+audit)
-			fails(t, 1, "reset lanes", with("lanes", "reset", "--all")...)
+			fails(t, 1, "write audit: database not migrated", with("lanes", "reset", "--all")...)
 			renewed, err := store.RenewLanes(ctx, driver.RenewParams{Generation: pub.Generation, Leases: held, TTL: time.Hour})
 			require.NoError(t, err)
 			require.Len(t, renewed, 1, "the lease is still held")

@@ -12,7 +12,7 @@ import (
 
 func TestMigrateInboxOnlyFlag(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "consumer.db")
-	require.Contains(t, ok(t, "migrate", "--inbox-only", "--db", path), "migrated inbox")
+	require.Contains(t, ok(t, "migrate", "--inbox-only", "--db", "sqlite:"+path), "migrated inbox")
 	db, err := sql.Open(sqlite.DriverName, path)
 	require.NoError(t, err)
 	defer db.Close()
@@ -21,7 +21,7 @@ func TestMigrateInboxOnlyFlag(t *testing.T) {
 	require.NoError(t, db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'inbox'").Scan(&inbox))
 	require.Zero(t, outbox)
 	require.Equal(t, 1, inbox)
-	require.Contains(t, ok(t, "migrate", "--db", path), "migrated lanes=")
+	require.Contains(t, ok(t, "migrate", "--db", "sqlite:"+path), "migrated lanes=")
 	require.NoError(t, db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'outbox'").Scan(&outbox))
 	require.Equal(t, 1, outbox)
 }
