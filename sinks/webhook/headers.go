@@ -136,3 +136,11 @@ func headerProblem(k, v string) string {
 	}
 	return ""
 }
+
+// CheckSecret reports whether secret is a Standard Webhooks secret as Options.Secrets takes
+// it: "whsec_" (optional) followed by the standard base64 of a non-empty key. The error does
+// not quote the secret.
+func CheckSecret(secret string) error {
+	_, err := parseSecrets("secret", []string{secret})
+	return err
+}
