@@ -157,9 +157,9 @@ func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rc.refuse(w, r, http.StatusRequestEntityTooLarge, "", fmt.Errorf("webhook: body over %d bytes", rc.o.MaxBodyBytes))
 			return
 		}
-		// The sender went away or the connection broke: nothing to answer.
-		rc.failed.Add(1)
-		rc.log.Warn("webhook_read_failed", "path", r.URL.Path, "error", err)
+		// The sender went away or the connection broke. Answer anyway (a handler that writes
+		// nothing answers 200): retryable, nothing was recorded.
+		rc.fail(w, r, http.StatusServiceUnavailable, r.Header.Get(HeaderWebhookID), fmt.Errorf("webhook: reading the body: %w", err))
 		return
 	}
 	id := r.Header.Get(HeaderWebhookID)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -107,7 +108,9 @@ func New(opts Options) (*Sink, error) {
 		return nil, &core.OptionError{Field: "Timeout", Reason: "must not be negative"}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = o.Concurrency
+	// The sink is shared by every relay of a process: keep as many idle connections per
+	// endpoint as the transport keeps in all, not Go's default 2.
+	tr.MaxIdleConnsPerHost = max(tr.MaxIdleConns, o.Concurrency)
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
@@ -172,10 +175,16 @@ func (s *Sink) prepare(m *core.Message) (http.Header, error) {
 	if len(m.Payload) > s.o.MaxBodyBytes {
 		return nil, core.Permanent(fmt.Errorf("webhook: event %s: %w: %d bytes, limit %d (Options.MaxBodyBytes)", m.ID, ErrMessageTooLarge, len(m.Payload), s.o.MaxBodyBytes))
 	}
+	folded := make(map[string]string, len(m.Headers))
 	for k, v := range m.Headers {
-		if p := headerProblem(k, v); p != "" {
+		p := headerProblem(k, v)
+		if other, ok := folded[strings.ToLower(k)]; ok && p == "" {
+			p = fmt.Sprintf("names %q and %q differ only in case", min(k, other), max(k, other))
+		}
+		if p != "" {
 			return nil, core.Permanent(fmt.Errorf("webhook: event %s: %w: %s", m.ID, ErrUnsendableHeader, p))
 		}
+		folded[strings.ToLower(k)] = k
 	}
 	h := http.Header{}
 	var bad string

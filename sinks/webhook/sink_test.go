@@ -151,12 +151,14 @@ func TestRefusedBeforeSending(t *testing.T) {
 	badType := msg(srv.URL, "bad-type", "e")
 	badType.Type = "a\r\nInjected: yes"
 	noURL := msg("orders", "no-url", "f")
+	folded := msg(srv.URL, "folded", "i")
+	folded.Headers = map[string]string{"X-Region": "eu", "x-region": "us"}
 	ftp := msg("ftp://example.invalid/x", "ftp", "g")
 	after := msg(srv.URL, "after-big", "a")
 	fine := msg(srv.URL, "fine", "h")
 	fine.Payload = []byte(strings.Repeat("x", 40))
-	out := sink.Send(context.Background(), []core.Message{big, badName, badValue, padded, badType, noURL, ftp, after, fine})
-	require.Len(t, out, 9)
+	out := sink.Send(context.Background(), []core.Message{big, badName, badValue, padded, badType, noURL, ftp, after, fine, folded})
+	require.Len(t, out, 10)
 	for i, want := range []error{webhook.ErrMessageTooLarge, webhook.ErrUnsendableHeader, webhook.ErrUnsendableHeader,
 		webhook.ErrUnsendableHeader, webhook.ErrUnsendableHeader, core.ErrUnknownDestination, core.ErrUnknownDestination} {
 		assert.ErrorIs(t, out[i], want, "message %d", i)
@@ -164,7 +166,9 @@ func TestRefusedBeforeSending(t *testing.T) {
 	}
 	assert.Error(t, out[7], "a later message of the oversize message's key was acknowledged")
 	assert.NoError(t, out[8])
-	assert.NoError(t, core.CheckOutcomes([]core.Message{big, badName, badValue, padded, badType, noURL, ftp, after, fine}, out))
+	assert.ErrorIs(t, out[9], webhook.ErrUnsendableHeader)
+	assert.True(t, core.IsPermanent(out[9]))
+	assert.NoError(t, core.CheckOutcomes([]core.Message{big, badName, badValue, padded, badType, noURL, ftp, after, fine, folded}, out))
 	n := 0
 	hits.Range(func(k, _ any) bool { n++; assert.Equal(t, "fine", k); return true })
 	assert.Equal(t, 1, n)
