@@ -278,3 +278,60 @@ func TestHandlerOptionErrors(t *testing.T) {
 		assert.Equal(t, c.field, oe.Field)
 	}
 }
+
+// TestReceiverSenderGivesUp: the sender's timeout ends the request while the handler's
+// transaction is open: the transaction rolls back (no effect), the sender sees a retryable
+// failure, and its resend applies the event once.
+func TestReceiverSenderGivesUp(t *testing.T) {
+	t.Parallel()
+	secret := newSecret(t)
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	inbox, err := core.NewInbox[*memory.Tx](context.Background(), store, nil)
+	require.NoError(t, err)
+	var block atomic.Bool
+	block.Store(true)
+	rolledBack := make(chan struct{}, 1)
+	rc, err := webhook.NewHandler(inbox, "receiver-test", func(ctx context.Context, tx *memory.Tx, d *webhook.Delivery) error {
+		if err := tx.Incr(d.Event.ID); err != nil {
+			return err
+		}
+		if block.Load() {
+			<-ctx.Done() // the sender hung up
+			rolledBack <- struct{}{}
+			return ctx.Err()
+		}
+		return nil
+	}, &webhook.HandlerOptions{Secrets: []string{secret}, Logger: quiet()})
+	require.NoError(t, err)
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	sink := newSink(t, webhook.Options{Secrets: []string{secret}, Timeout: 200 * time.Millisecond})
+	m := msg(srv.URL, "gives-up", "k")
+	err = sink.Send(context.Background(), []core.Message{m})[0]
+	require.Error(t, err)
+	assert.False(t, core.IsPermanent(err), "a timeout is retryable: %v", err)
+	select {
+	case <-rolledBack:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context was not cancelled when the sender hung up")
+	}
+	require.Eventually(t, func() bool { return rc.Stats().Failed == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 0, store.Counter(m.ID), "the effect of an unacknowledged request was committed")
+	block.Store(false)
+	require.NoError(t, sink.Send(context.Background(), []core.Message{m})[0])
+	assert.Equal(t, 1, store.Counter(m.ID))
+}
+
+// TestSinkRedactsQuery: a token in the destination's query does not reach the error.
+func TestSinkRedactsQuery(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // connection refused
+	sink := newSink(t, webhook.Options{Secrets: []string{newSecret(t)}})
+	err := sink.Send(context.Background(), []core.Message{msg(url+"/hook?token=s3cret", "redact", "k")})[0]
+	require.Error(t, err)
+	assert.False(t, core.IsPermanent(err))
+	assert.NotContains(t, err.Error(), "s3cret")
+}

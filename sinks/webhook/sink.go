@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -230,6 +231,10 @@ func (s *Sink) post(ctx context.Context, m *core.Message, h http.Header) error {
 		// A timeout, a refused or reset connection, a TLS failure, a cancelled Send:
 		// retryable (the endpoint may have applied it: the resend is a duplicate, which the
 		// receiver's inbox makes a no-op).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact(ue.URL) // a query may hold a token: keep it out of errors and logs
+		}
 		err = fmt.Errorf("webhook: event %s: %w", m.ID, err)
 		s.log.Warn("webhook_post_failed", "event_id", m.ID, "destination", redact(m.Destination), "error", err)
 		return err
