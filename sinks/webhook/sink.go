@@ -90,6 +90,11 @@ func New(opts Options) (*Sink, error) {
 	if o.Source == "" {
 		o.Source = DefaultSource
 	}
+	for name, v := range map[string]string{"Source": o.Source, "ContentType": o.ContentType} {
+		if !validHeaderValue(v) {
+			return nil, &core.OptionError{Field: name, Reason: "must be a valid HTTP header value (no control character, no leading or trailing whitespace)"}
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    *int
@@ -205,11 +210,8 @@ func (s *Sink) prepare(m *core.Message) (http.Header, error) {
 // endpoint parses an absolute http or https URL.
 func endpoint(dest string) (*url.URL, error) {
 	u, err := url.Parse(dest)
-	if err != nil {
-		return nil, err
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%q is not an absolute http or https URL", dest)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an absolute http or https URL", redact(dest))
 	}
 	return u, nil
 }

@@ -253,6 +253,8 @@ func TestOptionErrors(t *testing.T) {
 		{webhook.Options{Secrets: []string{good, "whsec_not base64!"}}, "Secrets[1]"},
 		{webhook.Options{Secrets: []string{"whsec_"}}, "Secrets[0]"},
 		{webhook.Options{Secrets: []string{good}, Concurrency: -1}, "Concurrency"},
+		{webhook.Options{Secrets: []string{good}, Source: "a\nb"}, "Source"},
+		{webhook.Options{Secrets: []string{good}, ContentType: " text/plain"}, "ContentType"},
 		{webhook.Options{Secrets: []string{good}, MaxBodyBytes: -1}, "MaxBodyBytes"},
 		{webhook.Options{Secrets: []string{good}, Timeout: -time.Second}, "Timeout"},
 		{webhook.Options{Secrets: []string{good}, CAFile: filepath.Join(t.TempDir(), "missing.pem")}, "CAFile"},
