@@ -88,7 +88,8 @@ type Receiver[TTx any] struct {
 // through inbox as consumer with handler in the inbox's transaction. It answers:
 //
 //   - 204 once the inbox transaction committed: the event was applied, or is a duplicate (a
-//     resend) or stale (the version gate); never before the commit.
+//     resend) or stale (the version gate); never before the commit. The answer's
+//     Outbox-Outcome header says which: "applied", "duplicate" or "stale".
 //   - 401 for a missing or wrong signature or a timestamp outside the tolerance; 400 for a
 //     request without the CloudEvents headers (or whose ce-id is not its webhook-id); 405 for
 //     another method than POST; 413 for a body over HandlerOptions.MaxBodyBytes. The Sink

@@ -186,10 +186,21 @@ func TestReceiverOutcomes(t *testing.T) {
 	assert.Equal(t, 0, e.store.Counter(m.ID))
 
 	e.fail.Store(false)
+	h, b := refSigned(t, secret, "outcome-header", time.Now(), ceHeaders("outcome-header"), []byte("{}"))
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL, bytes.NewReader(b))
+	require.NoError(t, err)
+	req.Header = h
+	for _, want := range []string{"applied", "duplicate"} {
+		resp, err := http.DefaultClient.Do(req.Clone(context.Background()))
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.Header.Get("Outbox-Outcome"))
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
 	require.NoError(t, sink.Send(context.Background(), []core.Message{m})[0])
 	require.NoError(t, sink.Send(context.Background(), []core.Message{m})[0])
 	assert.Equal(t, 1, e.store.Counter(m.ID))
-	assert.Equal(t, int64(2), e.calls.Load())
+	assert.Equal(t, int64(3), e.calls.Load())
 
 	conflict := m
 	conflict.Payload = []byte("another payload")
@@ -198,9 +209,9 @@ func TestReceiverOutcomes(t *testing.T) {
 	assert.Equal(t, http.StatusUnprocessableEntity, se.StatusCode)
 	assert.True(t, core.IsPermanent(err))
 	assert.Equal(t, 1, e.store.Counter(m.ID))
-	assert.Equal(t, int64(2), e.calls.Load(), "the handler ran for the conflicting payload")
+	assert.Equal(t, int64(3), e.calls.Load(), "the handler ran for the conflicting payload")
 	st := e.rc.Stats()
-	assert.Equal(t, webhook.ReceiverStats{Applied: 1, Duplicate: 1, Refused: 1, Failed: 1}, st)
+	assert.Equal(t, webhook.ReceiverStats{Applied: 2, Duplicate: 2, Refused: 1, Failed: 1}, st)
 }
 
 // TestSinkVerifiedByReference: what the Sink sends verifies with the reference library under
