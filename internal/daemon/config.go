@@ -36,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | webhook (signed HTTP POSTs to the URLs the routes name) | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -103,10 +103,11 @@ type AWS struct {
 
 // Sinks holds each sink's settings; Config.Sink selects one.
 type Sinks struct {
-	SQS    AWSSink `yaml:"sqs"`
-	SNS    AWSSink `yaml:"sns"`
-	Kafka  Kafka   `yaml:"kafka"`
-	Stdout Stdout  `yaml:"stdout"`
+	SQS     AWSSink `yaml:"sqs"`
+	SNS     AWSSink `yaml:"sns"`
+	Kafka   Kafka   `yaml:"kafka"`
+	Stdout  Stdout  `yaml:"stdout"`
+	Webhook Webhook `yaml:"webhook"`
 }
 
 // Stdout tunes the stdout sink (package sinks/stdout).
@@ -615,9 +616,12 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "stdout")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "webhook", "stdout")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
+	}
+	if c.Sink == "webhook" {
+		p = append(p, c.Sinks.Webhook.validate(c.Routes)...)
 	}
 	if c.Routes.Default == "" && len(c.Routes.ByType) == 0 && len(c.Routes.ByDestination) == 0 {
 		add("routes", "at least one route is required (routes.default, routes.by_type or routes.by_destination)")

@@ -1,0 +1,4 @@
+package webhook
+
+// DecodeRequest is decodeRequest, for the tests.
+var DecodeRequest = decodeRequest
