@@ -260,6 +260,13 @@ func metric(text, name string) float64 {
 	return total
 }
 
+// kill sends SIGKILL and waits for the process to end.
+func (p *daemonProc) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Kill())
+	<-p.done
+}
+
 // stop sends SIGTERM and returns how many events the daemon said it published; the daemon must
 // exit 0 within the shutdown timeout.
 func (p *daemonProc) stop(t *testing.T) int {
@@ -413,6 +420,17 @@ func sqsE2ESink(t *testing.T) e2eSink {
 // last daemon drains; /metrics must reach backlog 0 and count every event, and the sink must
 // hold every event exactly maxDups-or-fewer extra times.
 func runDaemonE2E(t *testing.T, b e2eBackend, s e2eSink, restarts, maxDups int) {
+	daemonE2E(t, b, s, restarts, maxDups, false)
+}
+
+// runDaemonKillE2E is runDaemonE2E with SIGKILL instead of SIGTERM: kills daemons die mid-traffic
+// without a word, and the last one delivers every written event (at least once: a killed
+// daemon's send in flight is sent again once its lease expires).
+func runDaemonKillE2E(t *testing.T, b e2eBackend, s e2eSink, kills int) {
+	daemonE2E(t, b, s, kills, -1, true)
+}
+
+func daemonE2E(t *testing.T, b e2eBackend, s e2eSink, restarts, maxDups int, kill bool) {
 	ctx := t.Context()
 	schema := ""
 	if b.schema != "" {
@@ -488,6 +506,10 @@ shutdown_timeout: %s
 		first = nil
 		require.Eventually(t, func() bool { return metric(p.scrape(), "outboxkit_relay_published_total") > 0 },
 			30*time.Second, 20*time.Millisecond, "the daemon publishes; stderr:\n%s", p.stderr)
+		if kill {
+			p.kill(t)
+			continue
+		}
 		published += p.stop(t)
 	}
 	close(restarted)
@@ -500,7 +522,7 @@ shutdown_timeout: %s
 	var text string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		text = p.scrape()
-		if metric(text, "outboxkit_outbox_pending") == 0 && published+int(metric(text, "outboxkit_relay_published_total")) == written {
+		if metric(text, "outboxkit_outbox_pending") == 0 && (kill || published+int(metric(text, "outboxkit_relay_published_total")) == written) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -536,6 +558,10 @@ shutdown_timeout: %s
 		dups += n - 1
 	}
 	require.Len(t, got, written, "every written event delivered")
+	if kill {
+		t.Logf("%s/%s: %d events, %d daemons killed, %d duplicates", b.driver, b.mode, written, restarts, dups)
+		return
+	}
 	t.Logf("%s/%s: %d events, %d graceful restarts, %d duplicates", b.driver, b.mode, written, restarts, dups)
 	require.LessOrEqual(t, dups, maxDups, "duplicates after graceful restarts")
 	if maxDups == 0 {

@@ -23,6 +23,12 @@ func TestDaemonWebhook(t *testing.T) {
 	runDaemonE2E(t, sqliteBackend(t), webhookE2ESink(t), 3, 0)
 }
 
+// Daemons killed with SIGKILL mid-traffic lose nothing: the last one delivers every event.
+func TestDaemonWebhookKill(t *testing.T) {
+	t.Parallel()
+	runDaemonKillE2E(t, sqliteBackend(t), webhookE2ESink(t), 2)
+}
+
 // webhookE2ESink is an endpoint that counts the verified requests by webhook-id (every
 // request, duplicates included) and answers 401 to a request it cannot verify, which the
 // daemon would park: an event lost from the count.
