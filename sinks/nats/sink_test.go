@@ -1,0 +1,84 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	natssink "github.com/outboxkit/outbox/sinks/nats"
+)
+
+// TestDuplicateWithinWindowStoredOnce: an event sent again within the stream's duplicate
+// window (a relay's resend after a lost PubAck) is acknowledged and stored once, whether it
+// comes in a later Send or twice in one.
+func TestDuplicateWithinWindowStoredOnce(t *testing.T) {
+	t.Parallel()
+	nc := connect(t)
+	js := newJS(t, nc)
+	subject := unique("d") + ".events"
+	stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}, Duplicates: time.Minute})
+	sink, err := natssink.New(nc, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, b := message(subject, "a", 0), message(subject, "a", 1)
+	for _, err := range sink.Send(ctx, []core.Message{a, b}) {
+		require.NoError(t, err)
+	}
+	for _, err := range sink.Send(ctx, []core.Message{a, b, a}) {
+		require.NoError(t, err, "a duplicate is acknowledged")
+	}
+	n, err := streamMsgs(ctx, stream)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "each event stored once")
+	raw, err := readStream(ctx, stream, 2)
+	require.NoError(t, err)
+	require.Equal(t, a.ID, raw[0].Header.Get(natssink.HeaderMsgID))
+	require.Equal(t, b.ID, raw[1].Header.Get(natssink.HeaderMsgID))
+}
+
+// TestInvalidSubjectPermanent: a destination that is no publish subject is refused before
+// sending, permanently, and holds back the later messages of its key only.
+func TestInvalidSubjectPermanent(t *testing.T) {
+	t.Parallel()
+	nc := connect(t)
+	js := newJS(t, nc)
+	subject := unique("v") + ".events"
+	stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}})
+	sink, err := natssink.New(nc, nil)
+	require.NoError(t, err)
+	for _, bad := range []string{"", "a b", "a.*", "a.>", "a..b", ".a", "a."} {
+		m1, m2, other := message(subject, "k", 0), message(subject, "k", 1), message(subject, "o", 0)
+		m1.Destination = bad
+		res := sink.Send(context.Background(), []core.Message{m1, m2, other})
+		require.ErrorIs(t, res[0], natssink.ErrInvalidSubject, "%q", bad)
+		require.ErrorIs(t, res[0], core.ErrUnknownDestination)
+		require.True(t, core.IsPermanent(res[0]))
+		require.ErrorIs(t, res[1], core.ErrNotAcknowledged)
+		require.NoError(t, res[2])
+	}
+	n, err := streamMsgs(context.Background(), stream)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the other key's message, once (deduplicated)")
+}
+
+// TestNewOptions: bad options are *core.OptionError naming the field.
+func TestNewOptions(t *testing.T) {
+	t.Parallel()
+	_, err := natssink.New(nil, nil)
+	var oe *core.OptionError
+	require.True(t, errors.As(err, &oe))
+	require.Equal(t, "nc", oe.Field)
+	nc := connect(t)
+	for field, o := range map[string]natssink.Options{
+		"Concurrency": {Concurrency: -1}, "MaxInFlight": {MaxInFlight: -1}, "AckTimeout": {AckTimeout: -time.Second},
+	} {
+		_, err := natssink.New(nc, &o)
+		require.True(t, errors.As(err, &oe), field)
+		require.Equal(t, field, oe.Field)
+	}
+}
