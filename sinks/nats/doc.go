@@ -72,7 +72,9 @@
 //
 // NATS header names are case-sensitive; the sink writes them exactly as above. The
 // Consumer rebuilds the event from the same headers (content-type becomes the event header
-// "content-type").
+// "content-type"). NATS header syntax has one loss: a value's leading spaces and tabs are
+// dropped by readers (nats.go among them), so an event header value (or ce-source) that
+// starts with whitespace reaches consumers without it.
 //
 // # Consumer
 //
