@@ -82,3 +82,52 @@ func TestNewOptions(t *testing.T) {
 		require.Equal(t, field, oe.Field)
 	}
 }
+
+// TestMaxPayloadBoundary: a message whose payload plus header block is exactly the server's
+// max_payload is published; one byte more is refused before sending (the sink's own check,
+// not the client's), permanently.
+func TestMaxPayloadBoundary(t *testing.T) {
+	t.Parallel()
+	nc := connect(t)
+	js := newJS(t, nc)
+	subject := unique("m") + ".events"
+	stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}})
+	sink, err := natssink.New(nc, nil)
+	require.NoError(t, err)
+	limit := int(nc.MaxPayload())
+	fit := message(subject, "a", 0)
+	fit.Payload = nil
+	fit.Payload = make([]byte, limit-natssink.EncodedSize(&fit))
+	require.Equal(t, limit, natssink.EncodedSize(&fit))
+	over := message(subject, "b", 0)
+	over.Payload = nil
+	over.Payload = make([]byte, limit-natssink.EncodedSize(&over)+1)
+	res := sink.Send(context.Background(), []core.Message{fit, over})
+	require.NoError(t, res[0], "exactly max_payload")
+	require.ErrorIs(t, res[1], natssink.ErrMessageTooLarge)
+	require.True(t, core.IsPermanent(res[1]))
+	require.Contains(t, res[1].Error(), "server max_payload", "refused before sending")
+	raw, err := readStream(context.Background(), stream, 1)
+	require.NoError(t, err)
+	require.Len(t, raw[0].Data, len(fit.Payload))
+}
+
+// TestAckTimeoutRetryable: a publish nobody answers within AckTimeout (a stream that does not
+// respond) is retryable, not permanent, and Send returns soon after AckTimeout.
+func TestAckTimeoutRetryable(t *testing.T) {
+	t.Parallel()
+	nc := connect(t)
+	subject := unique("t") + ".events"
+	f := newFakeStream(t, connect(t), subject, time.Hour, func(string) bool { return false })
+	sink, err := natssink.New(nc, &natssink.Options{AckTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	start := time.Now()
+	res := sink.Send(context.Background(), []core.Message{message(subject, "a", 0), message(subject, "a", 1)})
+	require.Error(t, res[0])
+	require.False(t, core.IsPermanent(res[0]), "%v", res[0])
+	require.ErrorIs(t, res[1], core.ErrNotAcknowledged, "not published behind the timed-out message")
+	require.Less(t, time.Since(start), 3*time.Second)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Len(t, f.order["order/a"], 1, "the second message of the key was never published")
+}
