@@ -215,3 +215,41 @@ func newConsumerErr(f *consumerFixture, h natssink.Handler[*memory.Tx], o natssi
 	_, err := natssink.NewConsumer(f.js, "S", "D", f.inbox, "c", h, &o)
 	return err
 }
+
+// TestConsumerKeepsSlowMessage: while a message's inbox transaction runs longer than AckWait,
+// the consumer tells the server it is in progress, so the message is not delivered again
+// meanwhile, not even to a second instance of the durable consumer that is pulling.
+func TestConsumerKeepsSlowMessage(t *testing.T) {
+	t.Parallel()
+	f := newConsumerFixture(t)
+	durable := unique("D")
+	var calls atomic.Int64
+	slow := func(ctx context.Context, tx *memory.Tx, d *natssink.Delivery) error {
+		calls.Add(1)
+		time.Sleep(2500 * time.Millisecond)
+		return tx.Incr(d.Event.ID)
+	}
+	o := func() *natssink.ConsumerOptions {
+		return &natssink.ConsumerOptions{AckWait: time.Second, FetchWait: 200 * time.Millisecond}
+	}
+	c1, _ := f.run(t, durable, slow, o())
+	c2, _ := f.run(t, durable, slow, o())
+	m := message(f.subject, "a", 0)
+	f.send(t, m)
+	require.Eventually(t, func() bool { return c1.Stats().Applied+c2.Stats().Applied == 1 }, 20*time.Second, 20*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // longer than AckWait: a redelivery would have come
+	require.Equal(t, int64(1), calls.Load(), "not delivered again while in progress")
+	require.Equal(t, uint64(1), c1.Stats().Received+c2.Stats().Received)
+	require.Equal(t, 1, f.store.Counter(m.ID))
+}
+
+// TestConsumerRunMissingStream: Run fails when the durable consumer cannot be created.
+func TestConsumerRunMissingStream(t *testing.T) {
+	t.Parallel()
+	f := newConsumerFixture(t)
+	c, err := natssink.NewConsumer(f.js, unique("NOSUCH"), "D", f.inbox, "billing",
+		func(ctx context.Context, tx *memory.Tx, d *natssink.Delivery) error { return nil }, nil)
+	require.NoError(t, err)
+	err = c.Run(t.Context())
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+}
