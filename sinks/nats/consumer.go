@@ -242,7 +242,6 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				// Shutdown: hand it back unprocessed (see release).
 				c.release(msg)
-				c.released.Add(1)
 				continue
 			}
 			c.handle(ctx, msg)

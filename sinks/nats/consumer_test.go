@@ -145,9 +145,9 @@ func TestConsumerDeadLetterUnreachable(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
-// TestConsumerShutdownReleases: a message whose attempt is cut short by shutdown is Nak'ed,
-// so the next run of the durable consumer gets it at once (long before AckWait) and applies
-// it once.
+// TestConsumerShutdownReleases: the message whose attempt is cut short by shutdown, and the
+// messages pulled behind it but not processed, are Nak'ed, so the next run of the durable
+// consumer gets them at once (long before AckWait) and applies each once.
 func TestConsumerShutdownReleases(t *testing.T) {
 	t.Parallel()
 	f := newConsumerFixture(t)
@@ -157,26 +157,31 @@ func TestConsumerShutdownReleases(t *testing.T) {
 		started <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
-	}, &natssink.ConsumerOptions{AckWait: time.Minute, FetchWait: 200 * time.Millisecond})
-	m := message(f.subject, "a", 0)
-	f.send(t, m)
+	}, &natssink.ConsumerOptions{AckWait: time.Minute, FetchWait: 2 * time.Second})
+	msgs := []core.Message{message(f.subject, "a", 0), message(f.subject, "b", 0), message(f.subject, "c", 0)}
+	f.send(t, msgs...)
 	<-started
+	// The other two reach this run's pull while the first is in hand.
+	require.Eventually(t, func() bool {
+		p, ap := ackPending(t, f.stream, durable)
+		return p == 0 && ap == 3
+	}, 10*time.Second, 10*time.Millisecond)
 	stop()
-	require.Equal(t, uint64(1), c.Stats().Released)
-	require.Zero(t, f.store.Counter(m.ID))
+	require.Equal(t, uint64(3), c.Stats().Released)
 
 	begin := time.Now()
 	var got atomic.Int64
 	c2, _ := f.run(t, durable, func(ctx context.Context, tx *memory.Tx, d *natssink.Delivery) error {
 		got.Add(1)
-		require.Equal(t, m.ID, d.Event.ID)
 		require.Equal(t, 2, d.Attempt)
 		return tx.Incr(d.Event.ID)
 	}, &natssink.ConsumerOptions{AckWait: time.Minute, FetchWait: 200 * time.Millisecond})
-	require.Eventually(t, func() bool { return c2.Stats().Applied == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return c2.Stats().Applied == 3 }, 10*time.Second, 20*time.Millisecond)
 	require.Less(t, time.Since(begin), 10*time.Second)
-	require.Equal(t, 1, f.store.Counter(m.ID))
-	require.Equal(t, int64(1), got.Load())
+	for _, m := range msgs {
+		require.Equal(t, 1, f.store.Counter(m.ID))
+	}
+	require.Equal(t, int64(3), got.Load())
 	require.Eventually(t, func() bool {
 		p, ap := ackPending(t, f.stream, durable)
 		return p == 0 && ap == 0
