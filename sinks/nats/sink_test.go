@@ -131,3 +131,21 @@ func TestAckTimeoutRetryable(t *testing.T) {
 	defer f.mu.Unlock()
 	require.Len(t, f.order["order/a"], 1, "the second message of the key was never published")
 }
+
+// TestStreamMaxMsgSizePermanent: a stream refusing a message as larger than its
+// max_msg_size is a permanent ErrMessageTooLarge; the other key goes through.
+func TestStreamMaxMsgSizePermanent(t *testing.T) {
+	t.Parallel()
+	nc := connect(t)
+	js := newJS(t, nc)
+	subject := unique("z") + ".events"
+	newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}, MaxMsgSize: 2048})
+	sink, err := natssink.New(nc, nil)
+	require.NoError(t, err)
+	big, small := message(subject, "a", 0), message(subject, "b", 0)
+	big.Payload = make([]byte, 4096)
+	res := sink.Send(context.Background(), []core.Message{big, small})
+	require.ErrorIs(t, res[0], natssink.ErrMessageTooLarge)
+	require.True(t, core.IsPermanent(res[0]), "%v", res[0])
+	require.NoError(t, res[1])
+}
