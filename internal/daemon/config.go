@@ -36,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | webhook (signed HTTP POSTs to the URLs the routes name) | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | nats | webhook (signed HTTP POSTs to the URLs the routes name) | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -106,6 +106,7 @@ type Sinks struct {
 	SQS     AWSSink `yaml:"sqs"`
 	SNS     AWSSink `yaml:"sns"`
 	Kafka   Kafka   `yaml:"kafka"`
+	NATS    NATS    `yaml:"nats"`
 	Stdout  Stdout  `yaml:"stdout"`
 	Webhook Webhook `yaml:"webhook"`
 }
@@ -616,9 +617,12 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "webhook", "stdout")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "nats", "webhook", "stdout")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
+	}
+	if c.Sink == "nats" {
+		p = append(p, c.Sinks.NATS.validate()...)
 	}
 	if c.Sink == "webhook" {
 		p = append(p, c.Sinks.Webhook.validate(c.Routes)...)

@@ -63,6 +63,8 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (
 		return newKafkaSink(cfg.Sinks.Kafka, log)
 	case "webhook":
 		return newWebhookSink(cfg.Sinks.Webhook, log)
+	case "nats":
+		return newNATSSink(cfg.Sinks.NATS, log)
 	case "stdout":
 		return stdout.New(out, &stdout.Options{Source: cfg.Sinks.Stdout.Source}), noop, nil
 	}
