@@ -20,6 +20,13 @@ func TestDaemonNATS(t *testing.T) {
 	runDaemonE2E(t, sqliteBackend(t), natsE2ESink(t), 3, 0)
 }
 
+// Daemons killed with SIGKILL mid-traffic lose nothing: the last one delivers every event (the
+// test stream's 100 ms duplicate window lets the resends through, so they are counted).
+func TestDaemonNATSKill(t *testing.T) {
+	t.Parallel()
+	runDaemonKillE2E(t, sqliteBackend(t), natsE2ESink(t), 2)
+}
+
 // natsE2ESink is a fresh stream of the test server covering one subject, the daemon's route.
 // Its duplicate window is 100ms, so that a resend by the relay (after more than that) is
 // stored again and counted, not hidden by the stream's deduplication.
