@@ -16,6 +16,7 @@ const (
 	// KafkaBrokers is a comma-separated list of broker addresses.
 	KafkaBrokers = "OUTBOXKIT_KAFKA_BROKERS" // source scripts/lib/kafka.sh && kafka_start
 	Promtool     = "OUTBOXKIT_PROMTOOL"      // source scripts/lib/prometheus.sh && prometheus_start
+	RedisAddr    = "OUTBOXKIT_REDIS_ADDR"    // host:port; source scripts/lib/redis.sh && redis_start
 	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
 	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
 	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
@@ -27,6 +28,7 @@ var howTo = map[string]string{
 	AWSEndpoint:   "source scripts/lib/awsemu.sh && awsemu_start",
 	KafkaBrokers:  "source scripts/lib/kafka.sh && kafka_start",
 	Promtool:      "source scripts/lib/prometheus.sh && prometheus_start",
+	RedisAddr:     "source scripts/lib/redis.sh && redis_start",
 	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 }
