@@ -144,6 +144,7 @@ func TestMaxDeliveriesDeadLetters(t *testing.T) {
 	run(t, c)
 	require.Eventually(t, func() bool { return len(a.list()) == 1 && pendingCount(t, cl, stream, group) == 0 }, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, good.ID, a.list()[0].Event.ID)
+	require.Equal(t, int64(2), a.list()[0].Deliveries, "read with the bad entry, then once from the pending list")
 	require.Equal(t, 1, store.Counter(good.ID))
 	require.Equal(t, 0, store.Counter(bad.ID))
 
