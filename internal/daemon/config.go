@@ -36,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | redis | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -106,6 +106,7 @@ type Sinks struct {
 	SQS    AWSSink `yaml:"sqs"`
 	SNS    AWSSink `yaml:"sns"`
 	Kafka  Kafka   `yaml:"kafka"`
+	Redis  Redis   `yaml:"redis"`
 	Stdout Stdout  `yaml:"stdout"`
 }
 
@@ -615,9 +616,12 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "stdout")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "redis", "stdout")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
+	}
+	if c.Sink == "redis" {
+		p = append(p, c.Sinks.Redis.validate()...)
 	}
 	if c.Routes.Default == "" && len(c.Routes.ByType) == 0 && len(c.Routes.ByDestination) == 0 {
 		add("routes", "at least one route is required (routes.default, routes.by_type or routes.by_destination)")
