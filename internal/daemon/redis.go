@@ -86,8 +86,9 @@ func (r *Redis) tlsConfig() (*tls.Config, string) {
 
 // clientOptions are the go-redis options of a valid r.
 func (r *Redis) clientOptions() (*goredis.Options, error) {
-	o := &goredis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB,
-		ClientName: "outboxkit-relay"}
+	// No ClientName: CLIENT SETNAME on connect would need an ACL permission beyond XADD on the
+	// routed streams (a user without it fails every connection with NOPERM).
+	o := &goredis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB}
 	if r.TLS.Enabled {
 		c, problem := r.tlsConfig()
 		if problem != "" {
