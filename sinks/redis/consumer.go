@@ -74,11 +74,13 @@ type ConsumerOptions struct {
 	// ClaimInterval is how often the consumer looks for entries to claim. Default MinIdle/2
 	// (at most 10s).
 	ClaimInterval time.Duration
-	// MaxDeliveries is how many times an entry is delivered (XPENDING's delivery count: reads
-	// by any consumer of the group, and claims) before it goes to the dead-letter stream
-	// instead of being tried again. An entry no attempt can get past goes there at once: one
-	// that is not an outbox entry (ErrUndecodable), or one the inbox refuses for good
-	// (core.ErrInvalidMessage, core.ErrDigestMismatch, core.ErrBeyondRetention). Default 5.
+	// MaxDeliveries: an entry whose attempt fails when it has been delivered this many times
+	// or more (XPENDING's delivery count: reads by any consumer of the group, and claims) goes
+	// to the dead-letter stream instead of being tried again. An entry no attempt can get past
+	// goes there at once: one that is not an outbox entry (ErrUndecodable), or one the inbox
+	// refuses for good (core.ErrInvalidMessage, core.ErrDigestMismatch,
+	// core.ErrBeyondRetention). An entry that kills its consumer process before the attempt
+	// ends is not dead-lettered by this rule (it is claimed again after MinIdle). Default 5.
 	MaxDeliveries int64
 	// DeadLetterStream names the dead-letter stream of a stream. Default: stream + ".dlq".
 	DeadLetterStream func(stream string) string
