@@ -36,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | nats | webhook (signed HTTP POSTs to the URLs the routes name) | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | nats | webhook (signed HTTP POSTs to the URLs the routes name) | redis | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -109,6 +109,7 @@ type Sinks struct {
 	NATS    NATS    `yaml:"nats"`
 	Stdout  Stdout  `yaml:"stdout"`
 	Webhook Webhook `yaml:"webhook"`
+	Redis   Redis   `yaml:"redis"`
 }
 
 // Stdout tunes the stdout sink (package sinks/stdout).
@@ -617,7 +618,7 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "nats", "webhook", "stdout")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "nats", "redis", "webhook", "stdout")...)
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
 	}
@@ -626,6 +627,9 @@ func (c *Config) validate() []string {
 	}
 	if c.Sink == "webhook" {
 		p = append(p, c.Sinks.Webhook.validate(c.Routes)...)
+	}
+	if c.Sink == "redis" {
+		p = append(p, c.Sinks.Redis.validate()...)
 	}
 	if c.Routes.Default == "" && len(c.Routes.ByType) == 0 && len(c.Routes.ByDestination) == 0 {
 		add("routes", "at least one route is required (routes.default, routes.by_type or routes.by_destination)")

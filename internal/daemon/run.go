@@ -65,6 +65,8 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (
 		return newWebhookSink(cfg.Sinks.Webhook, log)
 	case "nats":
 		return newNATSSink(cfg.Sinks.NATS, log)
+	case "redis":
+		return newRedisSink(cfg.Sinks.Redis, log)
 	case "stdout":
 		return stdout.New(out, &stdout.Options{Source: cfg.Sinks.Stdout.Source}), noop, nil
 	}

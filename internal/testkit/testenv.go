@@ -17,6 +17,7 @@ const (
 	KafkaBrokers = "OUTBOXKIT_KAFKA_BROKERS" // source scripts/lib/kafka.sh && kafka_start
 	Promtool     = "OUTBOXKIT_PROMTOOL"      // source scripts/lib/prometheus.sh && prometheus_start
 	NATSURL      = "OUTBOXKIT_NATS_URL"      // source scripts/lib/nats.sh && nats_start
+	RedisAddr    = "OUTBOXKIT_REDIS_ADDR"    // host:port; source scripts/lib/redis.sh && redis_start
 	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
 	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
 	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
@@ -29,6 +30,7 @@ var howTo = map[string]string{
 	KafkaBrokers:  "source scripts/lib/kafka.sh && kafka_start",
 	Promtool:      "source scripts/lib/prometheus.sh && prometheus_start",
 	NATSURL:       "source scripts/lib/nats.sh && nats_start",
+	RedisAddr:     "source scripts/lib/redis.sh && redis_start",
 	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 }

@@ -1,0 +1,4 @@
+package redis
+
+// DecodeEntry is decodeEntry, for the tests that read streams back.
+var DecodeEntry = decodeEntry
