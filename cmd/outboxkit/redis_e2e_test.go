@@ -19,6 +19,12 @@ func TestDaemonRedis(t *testing.T) {
 	runDaemonE2E(t, sqliteBackend(t), redisE2ESink(t), 3, 0)
 }
 
+// Daemons killed with SIGKILL mid-traffic lose nothing: the last one delivers every event.
+func TestDaemonRedisKill(t *testing.T) {
+	t.Parallel()
+	runDaemonKillE2E(t, sqliteBackend(t), redisE2ESink(t), 2)
+}
+
 // redisE2ESink is a fresh stream of the test server, written by a fresh ACL user and read back
 // with go-redis.
 func redisE2ESink(t *testing.T) e2eSink {
