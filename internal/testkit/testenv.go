@@ -19,6 +19,9 @@ const (
 	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
 	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
 	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
+	// RabbitMQURL and RabbitMQAPI (its management HTTP API, with credentials) address a node.
+	RabbitMQURL = "OUTBOXKIT_RABBITMQ_URL" // source scripts/lib/rabbitmq.sh && rabbitmq_start
+	RabbitMQAPI = "OUTBOXKIT_RABBITMQ_API"
 )
 
 var howTo = map[string]string{
@@ -29,6 +32,8 @@ var howTo = map[string]string{
 	Promtool:      "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
+	RabbitMQURL:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
+	RabbitMQAPI:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.
