@@ -3,9 +3,10 @@
 #
 #   rabbitmq_start   install Debian's rabbitmq-server and amqp-tools (amqp-get, amqp-consume: the
 #                    independent client the tests use) when missing, start a private node on
-#                    free loopback ports (its own epmd too), with the management plugin (the
-#                    tests read queue depths, unacknowledged messages included, from its HTTP
-#                    API), export OUTBOXKIT_RABBITMQ_URL and OUTBOXKIT_RABBITMQ_API
+#                    free loopback ports (its own epmd too), export OUTBOXKIT_RABBITMQ_URL and
+#                    OUTBOXKIT_RABBITMQ_CTL (a rabbitmqctl of this node: the consumer tests read
+#                    the exact count of a queue's ready and unacknowledged messages with it; the
+#                    management API's counts are statistics that lag and were seen stuck)
 #   rabbitmq_stop    stop the node and its epmd, remove the directory
 #
 # The node runs as root in the foreground with only environment variables (no packaged
@@ -14,7 +15,7 @@
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-OUTBOXKIT_APT_NEEDS+=(rabbitmq-server:rabbitmq-server amqp-get:amqp-tools curl:curl)
+OUTBOXKIT_APT_NEEDS+=(rabbitmq-server:rabbitmq-server amqp-get:amqp-tools)
 
 _rabbitmq_dir=""
 _rabbitmq_pid=""
@@ -31,20 +32,15 @@ _rabbitmq_fail() {
 }
 
 rabbitmq_start() {
-	outboxkit_apt_install rabbitmq-server:rabbitmq-server amqp-get:amqp-tools curl:curl || return 1
+	outboxkit_apt_install rabbitmq-server:rabbitmq-server amqp-get:amqp-tools || return 1
 	_rabbitmq_dir=$(mktemp -d /tmp/outboxkit-rabbitmq.XXXX) || return 1
 	mkdir -p "$_rabbitmq_dir/home" "$_rabbitmq_dir/mnesia" "$_rabbitmq_dir/log"
-	local port dist epmd api
+	local port dist epmd
 	port=$(outboxkit_free_port) || return 1
 	dist=$(outboxkit_free_port) || return 1
 	epmd=$(outboxkit_free_port) || return 1
-	api=$(outboxkit_free_port) || return 1
-	cat >"$_rabbitmq_dir/rabbitmq.conf" <<-CONF
-		management.tcp.ip = 127.0.0.1
-		management.tcp.port = $api
-		collect_statistics_interval = 100
-	CONF
-	echo '[rabbitmq_management].' >"$_rabbitmq_dir/plugins"
+	: >"$_rabbitmq_dir/rabbitmq.conf"
+	echo '[].' >"$_rabbitmq_dir/plugins"
 	# Our own epmd in the foreground, so that it is ours to stop (the node would otherwise
 	# leave an `epmd -daemon` behind).
 	epmd -port "$epmd" -address 127.0.0.1 >"$_rabbitmq_dir/epmd.log" 2>&1 &
@@ -65,10 +61,7 @@ rabbitmq_start() {
 			_rabbitmq_fail "the node exited during start-up"
 			return 1
 		fi
-		# The management API answers once the node has booted (the AMQP port opens a moment
-		# earlier).
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
-			curl -sf -u guest:guest "http://127.0.0.1:$api/api/overview" >/dev/null 2>&1; then
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			up=1
 			break
 		fi
@@ -78,9 +71,14 @@ rabbitmq_start() {
 		_rabbitmq_fail "the node did not answer within 60s"
 		return 1
 	fi
+	cat >"$_rabbitmq_dir/rabbitmqctl" <<-CTL
+		#!/bin/sh
+		HOME="$_rabbitmq_dir/home" ERL_EPMD_PORT="$epmd" exec /usr/lib/rabbitmq/bin/rabbitmqctl -n "rabbit$port@localhost" "\$@"
+	CTL
+	chmod +x "$_rabbitmq_dir/rabbitmqctl"
 	export OUTBOXKIT_RABBITMQ_URL="amqp://guest:guest@127.0.0.1:$port/"
-	export OUTBOXKIT_RABBITMQ_API="http://guest:guest@127.0.0.1:$api/api"
-	echo "rabbitmq: ready on 127.0.0.1:$port, management API on :$api ($_rabbitmq_dir)" >&2
+	export OUTBOXKIT_RABBITMQ_CTL="$_rabbitmq_dir/rabbitmqctl"
+	echo "rabbitmq: ready on 127.0.0.1:$port ($_rabbitmq_dir)" >&2
 }
 
 # _rabbitmq_kill PID: TERM, wait up to 30s, then KILL.
@@ -110,6 +108,6 @@ rabbitmq_stop() {
 		rm -rf "$_rabbitmq_dir" || true
 	fi
 	_rabbitmq_dir=""
-	unset OUTBOXKIT_RABBITMQ_URL OUTBOXKIT_RABBITMQ_API
+	unset OUTBOXKIT_RABBITMQ_URL OUTBOXKIT_RABBITMQ_CTL
 	return 0
 }

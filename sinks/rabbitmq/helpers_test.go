@@ -2,12 +2,9 @@ package rabbitmq_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
-	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -105,36 +102,33 @@ func getAll(t testing.TB, ch *amqp.Channel, queue string, n int) []amqp.Delivery
 	return out
 }
 
-// queueDepth returns the queue's messages, unacknowledged ones included, from the management
-// API (AMQP's queue.declare-ok counts only the ready ones).
-func queueDepth(ctx context.Context, queue string) (int, error) {
-	api := os.Getenv(testkit.RabbitMQAPI)
-	if api == "" {
-		return 0, fmt.Errorf("%s is not set", testkit.RabbitMQAPI)
+// pending returns the queue's messages, ready and unacknowledged, with the node's rabbitmqctl
+// (list_queues asks the queue itself; AMQP's queue.declare-ok counts only the ready
+// messages, and the management API's statistics lag). One call takes about 2s.
+func pending(ctx context.Context, t testing.TB, queue string) (int, error) {
+	ctl := testkit.Need(t, testkit.RabbitMQCtl)
+	out, err := exec.CommandContext(ctx, ctl, "list_queues", "-q", "--no-table-headers", "name", "messages").Output()
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmqctl list_queues: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/queues/%2F/"+url.PathEscape(queue)+"?disable_stats=true&enable_queue_totals=true", nil)
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, n, ok := strings.Cut(line, "\t"); ok && name == queue {
+			return strconv.Atoi(strings.TrimSpace(n))
+		}
+	}
+	return 0, fmt.Errorf("rabbitmqctl list_queues: no queue %s in %q", queue, out)
+}
+
+// ready returns the ready messages of queue (queue.declare-ok's count: exact for a queue
+// without consumers).
+func ready(t testing.TB, queue string) (int, error) {
+	ch, err := dial(t).Channel()
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET queue %s: %s: %s", queue, resp.Status, body)
-	}
-	var q struct {
-		Messages *int `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &q); err != nil {
-		return 0, err
-	}
-	if q.Messages == nil {
-		return 0, fmt.Errorf("queue %s: no message count yet: %s", queue, body)
-	}
-	return *q.Messages, nil
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	return q.Messages, err
 }
 
 // message builds a routed message of key k with sequence number i.
