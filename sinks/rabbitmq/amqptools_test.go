@@ -118,7 +118,7 @@ func TestMessageProperties(t *testing.T) {
 		rabbitmq.HeaderSubject: "order/a", rabbitmq.HeaderAggregateType: "order", rabbitmq.HeaderAggregateID: "a",
 		rabbitmq.HeaderAggregateVersion: "3", rabbitmq.HeaderPartitionKey: "order/a", rabbitmq.HeaderSchemaID: "order.v1",
 		rabbitmq.HeaderTenant: "acme", rabbitmq.HeaderCorrelationID: "corr-1",
-		rabbitmq.HeaderTraceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		rabbitmq.HeaderTraceparent:       "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 		rabbitmq.HeaderPrefix + "origin": "test",
 	}
 	require.Equal(t, want, d.Headers)

@@ -58,7 +58,7 @@ func TestConnectionLoss(t *testing.T) {
 	done := make(chan []error, 1)
 	go func() { done <- sink.Send(context.Background(), msgs) }()
 	time.Sleep(100 * time.Millisecond) // published; the confirms are held back
-	p.Stop() // the connection is cut
+	p.Stop()                           // the connection is cut
 	cut := time.Now()
 	var out []error
 	select {
