@@ -36,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | rabbitmq | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -103,10 +103,11 @@ type AWS struct {
 
 // Sinks holds each sink's settings; Config.Sink selects one.
 type Sinks struct {
-	SQS    AWSSink `yaml:"sqs"`
-	SNS    AWSSink `yaml:"sns"`
-	Kafka  Kafka   `yaml:"kafka"`
-	Stdout Stdout  `yaml:"stdout"`
+	SQS      AWSSink  `yaml:"sqs"`
+	SNS      AWSSink  `yaml:"sns"`
+	Kafka    Kafka    `yaml:"kafka"`
+	RabbitMQ RabbitMQ `yaml:"rabbitmq"`
+	Stdout   Stdout   `yaml:"stdout"`
 }
 
 // Stdout tunes the stdout sink (package sinks/stdout).
@@ -615,7 +616,10 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "stdout")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "rabbitmq", "stdout")...)
+	if c.Sink == "rabbitmq" {
+		p = append(p, c.Sinks.RabbitMQ.validate()...)
+	}
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
 	}

@@ -61,6 +61,8 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (
 	switch cfg.Sink {
 	case "kafka":
 		return newKafkaSink(cfg.Sinks.Kafka, log)
+	case "rabbitmq":
+		return newRabbitMQSink(cfg.Sinks.RabbitMQ, log)
 	case "stdout":
 		return stdout.New(out, &stdout.Options{Source: cfg.Sinks.Stdout.Source}), noop, nil
 	}

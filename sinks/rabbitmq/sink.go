@@ -125,7 +125,8 @@ func config(url string, c *amqp.Config) (amqp.Config, error) {
 		return amqp.Config{}, &core.OptionError{Field: "url", Reason: "required: amqp://user:password@host:5672/vhost"}
 	}
 	if _, err := amqp.ParseURI(url); err != nil {
-		return amqp.Config{}, &core.OptionError{Field: "url", Reason: err.Error()}
+		// Not err's text: it may quote the URL, password included.
+		return amqp.Config{}, &core.OptionError{Field: "url", Reason: "not an amqp:// or amqps:// URL (scheme, host, port from 1 to 65535, vhost)"}
 	}
 	var cfg amqp.Config
 	if c != nil {
