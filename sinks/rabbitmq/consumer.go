@@ -212,25 +212,34 @@ func (c *Consumer[TTx]) session(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			c.release(ch, tag, deliveries)
+			c.release(ch, tag, deliveries, nil)
 			return nil
 		case d, ok := <-deliveries:
 			if !ok {
 				return fmt.Errorf("%w: queue %q: the channel or connection closed", ErrChannelClosed, c.queue)
 			}
 			c.received.Add(1)
-			c.handle(ctx, &d)
+			if !c.handle(ctx, &d) {
+				// Shutdown: d is handed back after the cancel, so that the broker does not
+				// deliver it to this consumer again.
+				c.release(ch, tag, deliveries, &d)
+				return nil
+			}
 			if ctx.Err() != nil {
-				c.release(ch, tag, deliveries)
+				c.release(ch, tag, deliveries, nil)
 				return nil
 			}
 		}
 	}
 }
 
-// release cancels the consumer and hands back every delivery still buffered.
-func (c *Consumer[TTx]) release(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery) {
+// release cancels the consumer and hands back held (when not nil) and every delivery still
+// buffered.
+func (c *Consumer[TTx]) release(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, held *amqp.Delivery) {
 	_ = ch.Cancel(tag, false)
+	if held != nil && held.Nack(false, true) == nil {
+		c.released.Add(1)
+	}
 	timeout := time.After(5 * time.Second)
 	for {
 		select {
@@ -247,9 +256,10 @@ func (c *Consumer[TTx]) release(ch *amqp.Channel, tag string, deliveries <-chan 
 	}
 }
 
-// handle processes one delivery and settles it: ack, reject to the dead-letter exchange, or
-// hand it back on shutdown.
-func (c *Consumer[TTx]) handle(ctx context.Context, d *amqp.Delivery) {
+// handle processes one delivery and settles it: ack, or reject to the dead-letter exchange.
+// It returns false, leaving d unsettled, when the shutdown cut the attempt short (the caller
+// hands it back).
+func (c *Consumer[TTx]) handle(ctx context.Context, d *amqp.Delivery) bool {
 	ev, created, err := decodeDelivery(d)
 	act := consume.Retry
 	attempt := 0
@@ -295,17 +305,16 @@ func (c *Consumer[TTx]) handle(ctx context.Context, d *amqp.Delivery) {
 			c.log.Warn("rabbitmq_consumer_ack_failed", "queue", c.queue, "event_id", ev.ID, "error", aerr)
 		}
 	case consume.Release:
-		if d.Nack(false, true) == nil {
-			c.released.Add(1)
-		}
+		return false
 	default: // DeadLetter
 		c.log.Error("rabbitmq_consumer_dead_letter", "queue", c.queue, "message_id", d.MessageId, "attempts", attempt, "error", err)
 		if nerr := d.Nack(false, false); nerr != nil {
 			c.log.Warn("rabbitmq_consumer_nack_failed", "queue", c.queue, "message_id", d.MessageId, "error", nerr)
-			return
+			return true
 		}
 		c.deadLettered.Add(1)
 	}
+	return true
 }
 
 // DeclareQueue declares a durable queue with its dead-letter path, idempotently: a fanout
