@@ -337,7 +337,11 @@ func (s *Sink) publish(ctx context.Context, dest string, msgs []core.Message, pu
 		}
 	}
 	if pubErr != nil {
-		fail(len(dcs), fmt.Errorf("%w: %w", ErrChannelClosed, pubErr))
+		if ctx.Err() != nil {
+			fail(len(dcs), ctx.Err()) // not published: the call was cancelled
+		} else {
+			fail(len(dcs), fmt.Errorf("%w: %w", ErrChannelClosed, pubErr))
+		}
 	}
 	s.release(pc, clean)
 	return res
