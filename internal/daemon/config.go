@@ -36,7 +36,7 @@ type Config struct {
 	CDC             CDC      `yaml:"cdc"`
 	Relay           Relay    `yaml:"relay"`
 	AWS             AWS      `yaml:"aws"`
-	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | nats | webhook (signed HTTP POSTs to the URLs the routes name) | redis | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
+	Sink            string   `yaml:"sink" help:"the sink: sqs | sns | kafka | rabbitmq | nats | redis | webhook (signed HTTP POSTs to the URLs the routes name) | stdout (one CloudEvents JSON line per message on standard output; the logs stay on standard error)"`
 	Sinks           Sinks    `yaml:"sinks"`
 	Routes          Routes   `yaml:"routes"`
 	Cleanup         Cleanup  `yaml:"cleanup"`
@@ -103,13 +103,14 @@ type AWS struct {
 
 // Sinks holds each sink's settings; Config.Sink selects one.
 type Sinks struct {
-	SQS     AWSSink `yaml:"sqs"`
-	SNS     AWSSink `yaml:"sns"`
-	Kafka   Kafka   `yaml:"kafka"`
-	NATS    NATS    `yaml:"nats"`
-	Stdout  Stdout  `yaml:"stdout"`
-	Webhook Webhook `yaml:"webhook"`
-	Redis   Redis   `yaml:"redis"`
+	SQS      AWSSink  `yaml:"sqs"`
+	SNS      AWSSink  `yaml:"sns"`
+	Kafka    Kafka    `yaml:"kafka"`
+	NATS     NATS     `yaml:"nats"`
+	Stdout   Stdout   `yaml:"stdout"`
+	Webhook  Webhook  `yaml:"webhook"`
+	Redis    Redis    `yaml:"redis"`
+	RabbitMQ RabbitMQ `yaml:"rabbitmq"`
 }
 
 // Stdout tunes the stdout sink (package sinks/stdout).
@@ -618,7 +619,10 @@ func (c *Config) validate() []string {
 			add(path, "must be positive")
 		}
 	}
-	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "nats", "redis", "webhook", "stdout")...)
+	p = append(p, oneOf("sink", c.Sink, "sqs", "sns", "kafka", "rabbitmq", "nats", "redis", "webhook", "stdout")...)
+	if c.Sink == "rabbitmq" {
+		p = append(p, c.Sinks.RabbitMQ.validate()...)
+	}
 	if c.Sink == "kafka" {
 		p = append(p, c.Sinks.Kafka.validate()...)
 	}

@@ -67,6 +67,8 @@ func newSink(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (
 		return newNATSSink(cfg.Sinks.NATS, log)
 	case "redis":
 		return newRedisSink(cfg.Sinks.Redis, log)
+	case "rabbitmq":
+		return newRabbitMQSink(cfg.Sinks.RabbitMQ, log)
 	case "stdout":
 		return stdout.New(out, &stdout.Options{Source: cfg.Sinks.Stdout.Source}), noop, nil
 	}

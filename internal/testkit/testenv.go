@@ -21,6 +21,9 @@ const (
 	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
 	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
 	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
+	// RabbitMQURL addresses a node, RabbitMQCtl is a rabbitmqctl of it (rabbitmq_start).
+	RabbitMQURL = "OUTBOXKIT_RABBITMQ_URL"
+	RabbitMQCtl = "OUTBOXKIT_RABBITMQ_CTL"
 )
 
 var howTo = map[string]string{
@@ -33,6 +36,8 @@ var howTo = map[string]string{
 	RedisAddr:     "source scripts/lib/redis.sh && redis_start",
 	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
+	RabbitMQURL:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
+	RabbitMQCtl:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.

@@ -1,0 +1,4 @@
+package rabbitmq
+
+// DecodeDelivery exports decodeDelivery to the tests.
+var DecodeDelivery = decodeDelivery
