@@ -18,6 +18,12 @@ func TestDaemonRabbitMQ(t *testing.T) {
 	runDaemonE2E(t, sqliteBackend(t), rabbitmqE2ESink(t), 3, 0)
 }
 
+// Daemons killed with SIGKILL mid-traffic lose nothing: the last one delivers every event.
+func TestDaemonRabbitMQKill(t *testing.T) {
+	t.Parallel()
+	runDaemonKillE2E(t, sqliteBackend(t), rabbitmqE2ESink(t), 2)
+}
+
 // rabbitmqE2ESink is a fresh queue of the test node bound to amq.direct; the route is
 // "amq.direct/<routing key>". receive reads it back with amqp091 (basic.get), counting the
 // message-id of each message (the event ID, also its cloudEvents:id header).
