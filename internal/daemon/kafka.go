@@ -2,11 +2,9 @@ package daemon
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 
@@ -105,35 +103,7 @@ func (k *Kafka) validate() []string {
 // tlsConfig builds the TLS configuration, reading the files; problems name the bad keys.
 func (k *Kafka) tlsConfig() (*tls.Config, []string) {
 	t := k.TLS
-	var p []string
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		switch {
-		case err != nil:
-			p = append(p, fmt.Sprintf("sinks.kafka.tls.ca_file: %v", err))
-		default:
-			c.RootCAs = x509.NewCertPool()
-			if !c.RootCAs.AppendCertsFromPEM(pem) {
-				p = append(p, "sinks.kafka.tls.ca_file: no PEM certificate in "+t.CAFile)
-			}
-		}
-	}
-	switch {
-	case t.CertFile == "" && t.KeyFile == "":
-	case t.CertFile == "":
-		p = append(p, "sinks.kafka.tls.cert_file: required with tls.key_file")
-	case t.KeyFile == "":
-		p = append(p, "sinks.kafka.tls.key_file: required with tls.cert_file")
-	default:
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			p = append(p, fmt.Sprintf("sinks.kafka.tls.cert_file: %v", err))
-		} else {
-			c.Certificates = []tls.Certificate{cert}
-		}
-	}
-	return c, p
+	return tlsFiles("sinks.kafka.tls", t.CAFile, t.CertFile, t.KeyFile, t.ServerName)
 }
 
 // clientOptions are the franz-go options of a valid k.

@@ -2,10 +2,8 @@ package daemon
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -72,35 +70,7 @@ func (r *RabbitMQ) validate() []string {
 // tlsConfig builds the TLS configuration, reading the files; problems name the bad keys.
 func (r *RabbitMQ) tlsConfig() (*tls.Config, []string) {
 	t := r.TLS
-	var p []string
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		switch {
-		case err != nil:
-			p = append(p, fmt.Sprintf("sinks.rabbitmq.tls.ca_file: %v", err))
-		default:
-			c.RootCAs = x509.NewCertPool()
-			if !c.RootCAs.AppendCertsFromPEM(pem) {
-				p = append(p, "sinks.rabbitmq.tls.ca_file: no PEM certificate in "+t.CAFile)
-			}
-		}
-	}
-	switch {
-	case t.CertFile == "" && t.KeyFile == "":
-	case t.CertFile == "":
-		p = append(p, "sinks.rabbitmq.tls.cert_file: required with tls.key_file")
-	case t.KeyFile == "":
-		p = append(p, "sinks.rabbitmq.tls.key_file: required with tls.cert_file")
-	default:
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			p = append(p, fmt.Sprintf("sinks.rabbitmq.tls.cert_file: %v", err))
-		} else {
-			c.Certificates = []tls.Certificate{cert}
-		}
-	}
-	return c, p
+	return tlsFiles("sinks.rabbitmq.tls", t.CAFile, t.CertFile, t.KeyFile, t.ServerName)
 }
 
 // options are the sink options of a valid r.

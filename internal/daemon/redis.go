@@ -2,11 +2,9 @@ package daemon
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -62,26 +60,15 @@ func (r *Redis) validate() []string {
 		if r.TLS.CAFile != "" {
 			add("tls.ca_file", "needs sinks.redis.tls.enabled")
 		}
-	} else if _, problem := r.tlsConfig(); problem != "" {
-		p = append(p, problem)
+	} else if _, problems := r.tlsConfig(); len(problems) > 0 {
+		p = append(p, problems...)
 	}
 	return p
 }
 
-// tlsConfig builds the TLS configuration, reading the CA file; problem names the bad key.
-func (r *Redis) tlsConfig() (*tls.Config, string) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f := r.TLS.CAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Sprintf("sinks.redis.tls.ca_file: %v", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, "sinks.redis.tls.ca_file: no PEM certificate in " + f
-		}
-	}
-	return c, ""
+// tlsConfig builds the TLS configuration, reading the CA file; problems name the bad key.
+func (r *Redis) tlsConfig() (*tls.Config, []string) {
+	return tlsFiles("sinks.redis.tls", r.TLS.CAFile, "", "", "")
 }
 
 // clientOptions are the go-redis options of a valid r.
@@ -90,9 +77,9 @@ func (r *Redis) clientOptions() (*goredis.Options, error) {
 	// routed streams (a user without it fails every connection with NOPERM).
 	o := &goredis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB}
 	if r.TLS.Enabled {
-		c, problem := r.tlsConfig()
-		if problem != "" {
-			return nil, &ConfigError{Problems: []string{problem}}
+		c, problems := r.tlsConfig()
+		if len(problems) > 0 {
+			return nil, &ConfigError{Problems: problems}
 		}
 		o.TLSConfig = c
 	}

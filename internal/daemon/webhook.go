@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/outboxkit/outbox/sinks/webhook"
 )
@@ -50,15 +48,8 @@ func (w *Webhook) validate(routes Routes) []string {
 	if w.MaxBodyBytes < 0 {
 		add("sinks.webhook.max_body_bytes", "must not be negative")
 	}
-	if f := w.TLS.CAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		switch {
-		case err != nil:
-			add("sinks.webhook.tls.ca_file", "%v", err)
-		case !x509.NewCertPool().AppendCertsFromPEM(pem):
-			add("sinks.webhook.tls.ca_file", "no PEM certificate in %s", f)
-		}
-	}
+	_, problems := tlsFiles("sinks.webhook.tls", w.TLS.CAFile, "", "", "")
+	p = append(p, problems...)
 	check := func(path, u string) {
 		if u == "" {
 			return

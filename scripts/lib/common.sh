@@ -44,6 +44,6 @@ outboxkit_apt_install() {
 	[ ${#missing[@]} -gt 0 ] || return 0
 	echo "apt-get install ${missing[*]}" >&2
 	apt-get update -qq >/dev/null || { echo "apt-get update failed" >&2; return 1; }
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >/dev/null ||
 		{ echo "apt-get install ${missing[*]} failed" >&2; return 1; }
 }
