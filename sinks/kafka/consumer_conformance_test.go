@@ -13,7 +13,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
 
@@ -23,79 +23,69 @@ import (
 // offset passed it.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
-	conformance.RunConsumer(t, conformance.ConsumerHarness[*memory.Tx]{
-		Inbox: func(t *testing.T) driver.InboxStore[*memory.Tx] {
-			s, err := memory.New(nil)
-			require.NoError(t, err)
-			return s
-		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
-		EffectCount: func(ctx context.Context, s driver.InboxStore[*memory.Tx], key string) (int, error) {
-			return s.(*memory.Store).Counter(key), nil
-		},
-		Broker: func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
-			topic := newTopic(t, 2)
-			dlt := topic + ".dlt"
-			createTopic(t, dlt, 1)
-			group := topic + "-g"
-			cl := newClient(t)
-			sink, err := kafka.New(cl, nil)
-			require.NoError(t, err)
-			adm := kadm.NewClient(cl)
-			return conformance.ConsumerBroker[*memory.Tx]{
-				Destination: topic,
-				Sink:        sink,
-				PublishUndecodable: func(ctx context.Context) error {
-					return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("raw"), Value: []byte("not an outbox record")}).FirstErr()
-				},
-				Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
-					c, err := kafka.NewConsumer(group, []string{topic}, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *kafka.Delivery) error {
-						return h(ctx, tx, &d.Event)
-					}, &kafka.ConsumerOptions{
-						ClientOptions: []kgo.Opt{kgo.SeedBrokers(brokers(t)...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-							kgo.FetchMaxWait(200 * time.Millisecond)},
-						CommitInterval: 100 * time.Millisecond, RetryBackoff: 100 * time.Millisecond, MaxAttempts: 3,
-						Logger: slog.New(slog.DiscardHandler),
-					})
-					require.NoError(t, err)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- c.Run(ctx) }()
-					t.Cleanup(func() {
-						cancel()
-						require.NoError(t, <-done)
-					})
-				},
-				Pending: func(ctx context.Context) (int, error) {
-					ends, err := adm.ListEndOffsets(ctx, topic)
-					if err != nil {
-						return 0, err
+	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+		topic := newTopic(t, 2)
+		dlt := topic + ".dlt"
+		createTopic(t, dlt, 1)
+		group := topic + "-g"
+		cl := newClient(t)
+		sink, err := kafka.New(cl, nil)
+		require.NoError(t, err)
+		adm := kadm.NewClient(cl)
+		return conformance.ConsumerBroker[*memory.Tx]{
+			Destination: topic,
+			Sink:        sink,
+			PublishUndecodable: func(ctx context.Context) error {
+				return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("raw"), Value: []byte("not an outbox record")}).FirstErr()
+			},
+			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
+				c, err := kafka.NewConsumer(group, []string{topic}, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *kafka.Delivery) error {
+					return h(ctx, tx, &d.Event)
+				}, &kafka.ConsumerOptions{
+					ClientOptions: []kgo.Opt{kgo.SeedBrokers(brokers(t)...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+						kgo.FetchMaxWait(200 * time.Millisecond)},
+					CommitInterval: 100 * time.Millisecond, RetryBackoff: 100 * time.Millisecond, MaxAttempts: 3,
+					Logger: slog.New(slog.DiscardHandler),
+				})
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- c.Run(ctx) }()
+				t.Cleanup(func() {
+					cancel()
+					require.NoError(t, <-done)
+				})
+			},
+			Pending: func(ctx context.Context) (int, error) {
+				ends, err := adm.ListEndOffsets(ctx, topic)
+				if err != nil {
+					return 0, err
+				}
+				committed, err := adm.FetchOffsets(ctx, group)
+				if err != nil {
+					return 0, err
+				}
+				n := int64(0)
+				err = ends.Error()
+				ends.Each(func(o kadm.ListedOffset) {
+					at := int64(0) // nothing committed: the topic is new, its log starts at 0
+					if co, ok := committed.Lookup(topic, o.Partition); ok && co.Err == nil {
+						at = co.At
 					}
-					committed, err := adm.FetchOffsets(ctx, group)
-					if err != nil {
-						return 0, err
-					}
-					n := int64(0)
-					err = ends.Error()
-					ends.Each(func(o kadm.ListedOffset) {
-						at := int64(0) // nothing committed: the topic is new, its log starts at 0
-						if co, ok := committed.Lookup(topic, o.Partition); ok && co.Err == nil {
-							at = co.At
-						}
-						n += o.Offset - at
-					})
-					return int(n), err
-				},
-				DeadLetters: func(ctx context.Context) (int, error) {
-					ends, err := adm.ListEndOffsets(ctx, dlt)
-					if err != nil {
-						return 0, err
-					}
-					n := int64(0)
-					ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-					return int(n), ends.Error()
-				},
-			}
-		},
+					n += o.Offset - at
+				})
+				return int(n), err
+			},
+			DeadLetters: func(ctx context.Context) (int, error) {
+				ends, err := adm.ListEndOffsets(ctx, dlt)
+				if err != nil {
+					return 0, err
+				}
+				n := int64(0)
+				ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+				return int(n), ends.Error()
+			},
+		}
 	})
+	conformance.RunConsumer(t, h)
 }

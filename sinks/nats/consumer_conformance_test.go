@@ -13,7 +13,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 	natssink "github.com/outboxkit/outbox/sinks/nats"
 )
 
@@ -27,70 +27,60 @@ import (
 // every message of the stream is pending.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
-	conformance.RunConsumer(t, conformance.ConsumerHarness[*memory.Tx]{
-		Inbox: func(t *testing.T) driver.InboxStore[*memory.Tx] {
-			s, err := memory.New(nil)
-			require.NoError(t, err)
-			return s
-		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
-		EffectCount: func(ctx context.Context, s driver.InboxStore[*memory.Tx], key string) (int, error) {
-			return s.(*memory.Store).Counter(key), nil
-		},
-		Broker: func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
-			nc := connect(t)
-			js := newJS(t, nc)
-			subject := unique("c") + ".events"
-			// A duplicate window of 100ms, which every Send of the suite waits out first (see
-			// the sink below).
-			stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}, Duplicates: 100 * time.Millisecond})
-			dlq := newStream(t, js, jetstream.StreamConfig{Subjects: []string{"dlq." + subject}})
-			durable := unique("D")
-			sink, err := natssink.New(nc, nil)
-			require.NoError(t, err)
-			return conformance.ConsumerBroker[*memory.Tx]{
-				Destination: subject,
-				// The suite's resends of an event ID (redelivery-noop, poison-digest-conflict)
-				// must reach the consumer, as resends past the stream's duplicate window do:
-				// within it the stream drops them (TestDuplicateWithinWindowStoredOnce).
-				Sink: core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
-					time.Sleep(250 * time.Millisecond)
-					return sink.Send(ctx, msgs)
-				}),
-				PublishUndecodable: func(ctx context.Context) error {
-					_, err := js.Publish(ctx, subject, []byte("not an outbox message"))
-					return err
-				},
-				Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
-					c, err := natssink.NewConsumer(js, stream.CachedInfo().Config.Name, durable, inbox, consumer,
-						func(ctx context.Context, tx *memory.Tx, d *natssink.Delivery) error { return h(ctx, tx, &d.Event) },
-						&natssink.ConsumerOptions{RetryBackoff: 100 * time.Millisecond, MaxDeliver: 3, FetchWait: 200 * time.Millisecond,
-							Logger: slog.New(slog.DiscardHandler)})
-					require.NoError(t, err)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- c.Run(ctx) }()
-					t.Cleanup(func() {
-						cancel()
-						require.NoError(t, <-done)
-					})
-				},
-				Pending: func(ctx context.Context) (int, error) {
-					cons, err := stream.Consumer(ctx, durable)
-					if errors.Is(err, jetstream.ErrConsumerNotFound) {
-						return streamMsgs(ctx, stream)
-					}
-					if err != nil {
-						return 0, err
-					}
-					info, err := cons.Info(ctx)
-					if err != nil {
-						return 0, err
-					}
-					return int(info.NumPending) + info.NumAckPending, nil
-				},
-				DeadLetters: func(ctx context.Context) (int, error) { return streamMsgs(ctx, dlq) },
-			}
-		},
+	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+		nc := connect(t)
+		js := newJS(t, nc)
+		subject := unique("c") + ".events"
+		// A duplicate window of 100ms, which every Send of the suite waits out first (see
+		// the sink below).
+		stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}, Duplicates: 100 * time.Millisecond})
+		dlq := newStream(t, js, jetstream.StreamConfig{Subjects: []string{"dlq." + subject}})
+		durable := unique("D")
+		sink, err := natssink.New(nc, nil)
+		require.NoError(t, err)
+		return conformance.ConsumerBroker[*memory.Tx]{
+			Destination: subject,
+			// The suite's resends of an event ID (redelivery-noop, poison-digest-conflict)
+			// must reach the consumer, as resends past the stream's duplicate window do:
+			// within it the stream drops them (TestDuplicateWithinWindowStoredOnce).
+			Sink: core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
+				time.Sleep(250 * time.Millisecond)
+				return sink.Send(ctx, msgs)
+			}),
+			PublishUndecodable: func(ctx context.Context) error {
+				_, err := js.Publish(ctx, subject, []byte("not an outbox message"))
+				return err
+			},
+			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
+				c, err := natssink.NewConsumer(js, stream.CachedInfo().Config.Name, durable, inbox, consumer,
+					func(ctx context.Context, tx *memory.Tx, d *natssink.Delivery) error { return h(ctx, tx, &d.Event) },
+					&natssink.ConsumerOptions{RetryBackoff: 100 * time.Millisecond, MaxDeliver: 3, FetchWait: 200 * time.Millisecond,
+						Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- c.Run(ctx) }()
+				t.Cleanup(func() {
+					cancel()
+					require.NoError(t, <-done)
+				})
+			},
+			Pending: func(ctx context.Context) (int, error) {
+				cons, err := stream.Consumer(ctx, durable)
+				if errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return streamMsgs(ctx, stream)
+				}
+				if err != nil {
+					return 0, err
+				}
+				info, err := cons.Info(ctx)
+				if err != nil {
+					return 0, err
+				}
+				return int(info.NumPending) + info.NumAckPending, nil
+			},
+			DeadLetters: func(ctx context.Context) (int, error) { return streamMsgs(ctx, dlq) },
+		}
 	})
+	conformance.RunConsumer(t, h)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/rabbitmq"
 )
 
@@ -24,42 +24,32 @@ import (
 // which has no consumer.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
-	conformance.RunConsumer(t, conformance.ConsumerHarness[*memory.Tx]{
-		Inbox: func(t *testing.T) driver.InboxStore[*memory.Tx] {
-			s, err := memory.New(nil)
-			require.NoError(t, err)
-			return s
-		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
-		EffectCount: func(ctx context.Context, s driver.InboxStore[*memory.Tx], key string) (int, error) {
-			return s.(*memory.Store).Counter(key), nil
-		},
-		Broker: func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
-			q := newQueue(t, nil)
-			sink := newSink(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
-			ch := channel(t)
-			return conformance.ConsumerBroker[*memory.Tx]{
-				Destination: q,
-				Sink:        sink,
-				PublishUndecodable: func(ctx context.Context) error {
-					return ch.PublishWithContext(ctx, "", q, true, false, amqp.Publishing{Body: []byte("not an outbox message"), DeliveryMode: amqp.Persistent})
-				},
-				Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
-					c, err := rabbitmq.NewConsumer(brokerURL(t), q, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *rabbitmq.Delivery) error {
-						return h(ctx, tx, &d.Event)
-					}, &rabbitmq.ConsumerOptions{RetryDelay: 100 * time.Millisecond, MaxAttempts: 20, Logger: slog.New(slog.DiscardHandler)})
-					require.NoError(t, err)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- c.Run(ctx) }()
-					t.Cleanup(func() {
-						cancel()
-						require.NoError(t, <-done)
-					})
-				},
-				Pending:     func(ctx context.Context) (int, error) { return pending(ctx, t, q) },
-				DeadLetters: func(ctx context.Context) (int, error) { return ready(t, q+".dlq") },
-			}
-		},
+	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+		q := newQueue(t, nil)
+		sink := newSink(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+		ch := channel(t)
+		return conformance.ConsumerBroker[*memory.Tx]{
+			Destination: q,
+			Sink:        sink,
+			PublishUndecodable: func(ctx context.Context) error {
+				return ch.PublishWithContext(ctx, "", q, true, false, amqp.Publishing{Body: []byte("not an outbox message"), DeliveryMode: amqp.Persistent})
+			},
+			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
+				c, err := rabbitmq.NewConsumer(brokerURL(t), q, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *rabbitmq.Delivery) error {
+					return h(ctx, tx, &d.Event)
+				}, &rabbitmq.ConsumerOptions{RetryDelay: 100 * time.Millisecond, MaxAttempts: 20, Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- c.Run(ctx) }()
+				t.Cleanup(func() {
+					cancel()
+					require.NoError(t, <-done)
+				})
+			},
+			Pending:     func(ctx context.Context) (int, error) { return pending(ctx, t, q) },
+			DeadLetters: func(ctx context.Context) (int, error) { return ready(t, q+".dlq") },
+		}
 	})
+	conformance.RunConsumer(t, h)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 	redissink "github.com/outboxkit/outbox/sinks/redis"
 )
 
@@ -25,50 +25,40 @@ import (
 // the group has read past it.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
-	conformance.RunConsumer(t, conformance.ConsumerHarness[*memory.Tx]{
-		Inbox: func(t *testing.T) driver.InboxStore[*memory.Tx] {
-			s, err := memory.New(nil)
-			require.NoError(t, err)
-			return s
-		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
-		EffectCount: func(ctx context.Context, s driver.InboxStore[*memory.Tx], key string) (int, error) {
-			return s.(*memory.Store).Counter(key), nil
-		},
-		Broker: func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
-			cl := newClient(t)
-			stream := newStream(t)
-			group := "g"
-			sink, err := redissink.New(cl, &redissink.Options{Logger: slog.New(slog.DiscardHandler)})
-			require.NoError(t, err)
-			return conformance.ConsumerBroker[*memory.Tx]{
-				Destination: stream,
-				Sink:        sink,
-				PublishUndecodable: func(ctx context.Context) error {
-					return cl.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: []any{"body", "not an outbox entry"}}).Err()
-				},
-				Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
-					c, err := redissink.NewConsumer(cl, stream, group, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *redissink.Delivery) error {
-						return h(ctx, tx, &d.Event)
-					}, &redissink.ConsumerOptions{Name: "c1", Block: 100 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
-						MaxDeliveries: 3, Logger: slog.New(slog.DiscardHandler)})
-					require.NoError(t, err)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- c.Run(ctx) }()
-					t.Cleanup(func() {
-						cancel()
-						require.NoError(t, <-done)
-					})
-				},
-				Pending: func(ctx context.Context) (int, error) { return pending(ctx, cl, stream, group) },
-				DeadLetters: func(ctx context.Context) (int, error) {
-					n, err := cl.XLen(ctx, stream+".dlq").Result()
-					return int(n), err
-				},
-			}
-		},
+	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+		cl := newClient(t)
+		stream := newStream(t)
+		group := "g"
+		sink, err := redissink.New(cl, &redissink.Options{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		return conformance.ConsumerBroker[*memory.Tx]{
+			Destination: stream,
+			Sink:        sink,
+			PublishUndecodable: func(ctx context.Context) error {
+				return cl.XAdd(ctx, &goredis.XAddArgs{Stream: stream, Values: []any{"body", "not an outbox entry"}}).Err()
+			},
+			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
+				c, err := redissink.NewConsumer(cl, stream, group, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *redissink.Delivery) error {
+					return h(ctx, tx, &d.Event)
+				}, &redissink.ConsumerOptions{Name: "c1", Block: 100 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
+					MaxDeliveries: 3, Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- c.Run(ctx) }()
+				t.Cleanup(func() {
+					cancel()
+					require.NoError(t, <-done)
+				})
+			},
+			Pending: func(ctx context.Context) (int, error) { return pending(ctx, cl, stream, group) },
+			DeadLetters: func(ctx context.Context) (int, error) {
+				n, err := cl.XLen(ctx, stream+".dlq").Result()
+				return int(n), err
+			},
+		}
 	})
+	conformance.RunConsumer(t, h)
 }
 
 // pending counts the entries of stream that group has not acknowledged: its pending entries

@@ -16,7 +16,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
 
@@ -26,46 +26,36 @@ import (
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	conformance.RunConsumer(t, conformance.ConsumerHarness[*memory.Tx]{
-		Inbox: func(t *testing.T) driver.InboxStore[*memory.Tx] {
-			s, err := memory.New(nil)
-			require.NoError(t, err)
-			return s
-		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
-		EffectCount: func(ctx context.Context, s driver.InboxStore[*memory.Tx], key string) (int, error) {
-			return s.(*memory.Store).Counter(key), nil
-		},
-		Broker: func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
-			url, dlq := dlqPair(t, e, randName("conformance"), 3)
-			sink, err := sqs.New(e.sqs, nil)
-			require.NoError(t, err)
-			return conformance.ConsumerBroker[*memory.Tx]{
-				Destination: url,
-				Sink:        sink,
-				PublishUndecodable: func(ctx context.Context) error {
-					_, err := e.sqs.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("not an outbox message")})
-					return err
-				},
-				Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
-					c, err := sqs.NewConsumer(e.sqs, url, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *sqs.Delivery) error {
-						return h(ctx, tx, &d.Event)
-					}, &sqs.ConsumerOptions{WaitTime: time.Second, VisibilityTimeout: 2 * time.Second, ExtendEvery: 500 * time.Millisecond,
-						Logger: slog.New(slog.DiscardHandler)})
-					require.NoError(t, err)
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- c.Run(ctx) }()
-					t.Cleanup(func() {
-						cancel()
-						require.NoError(t, <-done)
-					})
-				},
-				Pending:     func(ctx context.Context) (int, error) { return queueSize(ctx, e, url) },
-				DeadLetters: func(ctx context.Context) (int, error) { return queueSize(ctx, e, dlq) },
-			}
-		},
+	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+		url, dlq := dlqPair(t, e, randName("conformance"), 3)
+		sink, err := sqs.New(e.sqs, nil)
+		require.NoError(t, err)
+		return conformance.ConsumerBroker[*memory.Tx]{
+			Destination: url,
+			Sink:        sink,
+			PublishUndecodable: func(ctx context.Context) error {
+				_, err := e.sqs.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("not an outbox message")})
+				return err
+			},
+			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
+				c, err := sqs.NewConsumer(e.sqs, url, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *sqs.Delivery) error {
+					return h(ctx, tx, &d.Event)
+				}, &sqs.ConsumerOptions{WaitTime: time.Second, VisibilityTimeout: 2 * time.Second, ExtendEvery: 500 * time.Millisecond,
+					Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- c.Run(ctx) }()
+				t.Cleanup(func() {
+					cancel()
+					require.NoError(t, <-done)
+				})
+			},
+			Pending:     func(ctx context.Context) (int, error) { return queueSize(ctx, e, url) },
+			DeadLetters: func(ctx context.Context) (int, error) { return queueSize(ctx, e, dlq) },
+		}
 	})
+	conformance.RunConsumer(t, h)
 }
 
 // queueSize returns the queue's visible plus in-flight messages.

@@ -17,7 +17,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/conformance"
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/webhook"
 )
 
@@ -32,58 +32,48 @@ import (
 // reference library but without the ce- headers.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
-	conformance.RunConsumer(t, conformance.ConsumerHarness[*memory.Tx]{
-		Inbox: func(t *testing.T) driver.InboxStore[*memory.Tx] {
-			s, err := memory.New(nil)
-			require.NoError(t, err)
-			return s
-		},
-		Effect: func(ctx context.Context, tx *memory.Tx, key string) error { return tx.Incr(key) },
-		EffectCount: func(ctx context.Context, s driver.InboxStore[*memory.Tx], key string) (int, error) {
-			return s.(*memory.Store).Counter(key), nil
-		},
-		Broker: func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
-			secret := newSecret(t)
-			var serving atomic.Pointer[http.Handler]
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h := serving.Load()
-				if h == nil {
-					http.Error(w, "consumer not running", http.StatusServiceUnavailable)
-					return
-				}
-				(*h).ServeHTTP(w, r)
-			}))
-			t.Cleanup(srv.Close)
-			sink := newSink(t, webhook.Options{Secrets: []string{secret}, Timeout: 30 * time.Second})
-			p := newPusher(t)
-			dest := srv.URL + "/events"
-			return conformance.ConsumerBroker[*memory.Tx]{
-				Destination: dest,
-				Sink:        p.sinkOf(sink),
-				PublishUndecodable: func(ctx context.Context) error {
-					wh, err := standardwebhooks.NewWebhook(secret)
-					if err != nil {
-						return err
-					}
-					p.add(func(ctx context.Context) error {
-						return postRaw(ctx, wh, dest, "raw-"+p.nextID(), []byte("not an outbox event"))
-					})
-					return nil
-				},
-				Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
-					rc, err := webhook.NewHandler(inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *webhook.Delivery) error {
-						return h(ctx, tx, &d.Event)
-					}, &webhook.HandlerOptions{Secrets: []string{secret}, Logger: quiet()})
-					require.NoError(t, err)
-					var hh http.Handler = rc
-					serving.Store(&hh)
-					t.Cleanup(func() { serving.Store(nil) })
-				},
-				Pending:     func(context.Context) (int, error) { return p.pending(), nil },
-				DeadLetters: func(context.Context) (int, error) { return p.parked(), nil },
+	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+		secret := newSecret(t)
+		var serving atomic.Pointer[http.Handler]
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := serving.Load()
+			if h == nil {
+				http.Error(w, "consumer not running", http.StatusServiceUnavailable)
+				return
 			}
-		},
+			(*h).ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		sink := newSink(t, webhook.Options{Secrets: []string{secret}, Timeout: 30 * time.Second})
+		p := newPusher(t)
+		dest := srv.URL + "/events"
+		return conformance.ConsumerBroker[*memory.Tx]{
+			Destination: dest,
+			Sink:        p.sinkOf(sink),
+			PublishUndecodable: func(ctx context.Context) error {
+				wh, err := standardwebhooks.NewWebhook(secret)
+				if err != nil {
+					return err
+				}
+				p.add(func(ctx context.Context) error {
+					return postRaw(ctx, wh, dest, "raw-"+p.nextID(), []byte("not an outbox event"))
+				})
+				return nil
+			},
+			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
+				rc, err := webhook.NewHandler(inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *webhook.Delivery) error {
+					return h(ctx, tx, &d.Event)
+				}, &webhook.HandlerOptions{Secrets: []string{secret}, Logger: quiet()})
+				require.NoError(t, err)
+				var hh http.Handler = rc
+				serving.Store(&hh)
+				t.Cleanup(func() { serving.Store(nil) })
+			},
+			Pending:     func(context.Context) (int, error) { return p.pending(), nil },
+			DeadLetters: func(context.Context) (int, error) { return p.parked(), nil },
+		}
 	})
+	conformance.RunConsumer(t, h)
 }
 
 // pusher is the outbox and delivery loop of a relay, in a test: it sends each outboxed
