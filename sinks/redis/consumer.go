@@ -60,6 +60,15 @@ type ConsumerOptions struct {
 	StartID string
 	// Count is the most entries one read returns (XREADGROUP / XAUTOCLAIM COUNT). Default 100.
 	Count int
+	// MaxBatch is the most entries of one read processed in one inbox transaction
+	// (core.Inbox.ProcessBatch), in stream order, and then acknowledged together with one
+	// XACK after that transaction committed. When a batch fails, its entries are tried again
+	// one at a time in the same delivery (each in its own transaction, with MaxDeliveries and
+	// the dead-letter rule): the entry that failed the batch (a *core.BatchError names it) is
+	// not tried again then, the batch was its attempt of this delivery. 1 gives every entry
+	// its own transaction. Default 100 (a read of Count entries is cut into batches of
+	// MaxBatch).
+	MaxBatch int
 	// Block is how long a read waits for new entries (XREADGROUP BLOCK); it also bounds how
 	// long Run takes to return once its context ends. Default 1s.
 	Block time.Duration
@@ -110,10 +119,12 @@ type ConsumerStats struct {
 // core.Inbox.
 //
 // Guarantees:
-//   - Entries are processed one after another in stream order, each in its own inbox
-//     transaction with the handler: a redelivered entry is a no-op (Duplicate).
-//   - An entry is acknowledged (XACK) only after its inbox transaction committed, or once it
-//     is in the dead-letter stream: at least once into the inbox, exactly once in effect.
+//   - Entries are processed in stream order, up to MaxBatch entries of one read in one inbox
+//     transaction with the handler (core.Inbox.ProcessBatch, all or nothing; a failed batch
+//     is tried again one entry at a time): a redelivered entry is a no-op (Duplicate).
+//   - An entry is acknowledged (XACK; one XACK for a batch) only after its inbox transaction
+//     committed, or once it is in the dead-letter stream: at least once into the inbox,
+//     exactly once in effect.
 //   - A failed attempt leaves the entry pending and stops the read in hand: after
 //     RetryBackoff the consumer reads its own pending entries again from the first ("0"), so
 //     the entry and those after it are tried again in order. After MaxDeliveries deliveries it
@@ -173,6 +184,12 @@ func NewConsumer[TTx any](client goredis.UniversalClient, stream, group string, 
 		o.Count = 100
 	case o.Count < 0:
 		return nil, &core.OptionError{Field: "Count", Reason: "must not be negative"}
+	}
+	switch {
+	case o.MaxBatch == 0:
+		o.MaxBatch = 100
+	case o.MaxBatch < 0:
+		return nil, &core.OptionError{Field: "MaxBatch", Reason: "must not be negative (0 means 100, 1 one entry per transaction)"}
 	}
 	switch {
 	case o.Block == 0:
@@ -403,19 +420,99 @@ func (c *Consumer[TTx]) process(ctx context.Context, entries []goredis.XMessage,
 		c.pause(ctx, err, "redis_xpending_failed")
 		return false
 	}
-	for i := range entries {
+	for len(entries) > 0 {
 		if ctx.Err() != nil {
 			return false
 		}
-		if !c.entry(ctx, &entries[i], counts[entries[i].ID]) {
+		n := min(len(entries), c.o.MaxBatch)
+		if !c.entries(ctx, entries[:n], counts) {
+			return false
+		}
+		entries = entries[n:]
+	}
+	return true
+}
+
+// entries handles batch (at most MaxBatch entries, in stream order) in one inbox transaction
+// when it holds several, then one at a time when that fails (entry), and reports whether the
+// consumer may go on after it.
+func (c *Consumer[TTx]) entries(ctx context.Context, batch []goredis.XMessage, counts map[string]int64) bool {
+	var prior []error // the failed batch attempt of an entry
+	if len(batch) > 1 {
+		err := c.batch(ctx, batch, counts)
+		switch consume.Decide(ctx, err) {
+		case consume.Ack:
+			return true
+		case consume.Release:
+			return false // shutdown: the entries stay pending
+		}
+		prior = make([]error, len(batch))
+		var be *core.BatchError
+		if errors.As(err, &be) && be.Index >= 0 && be.Index < len(batch) {
+			prior[be.Index] = be.Err // the batch was this entry's attempt of this delivery
+		}
+		// A trimmed or undecodable entry stops the batch before the inbox: the one-at-a-time
+		// pass acknowledges or dead-letters it, and the batch is no failed attempt.
+		if !errors.Is(err, errNotBatchable) {
+			c.failed.Add(1)
+			c.log.Warn("redis_batch_failed", "stream", c.stream, "group", c.group, "first_id", batch[0].ID,
+				"entries", len(batch), "error", err)
+		}
+	}
+	for i := range batch {
+		if ctx.Err() != nil {
+			return false
+		}
+		var p error
+		if prior != nil {
+			p = prior[i]
+		}
+		if !c.entry(ctx, &batch[i], counts[batch[i].ID], p) {
 			return false
 		}
 	}
 	return true
 }
 
-// entry handles one entry and reports whether the consumer may go on to the next.
-func (c *Consumer[TTx]) entry(ctx context.Context, e *goredis.XMessage, deliveries int64) bool {
+// errNotBatchable stops a batch that holds an entry gone from the stream or one that is not
+// an outbox entry.
+var errNotBatchable = errors.New("redis: trimmed or undecodable entry in the batch")
+
+// batch processes entries in one inbox transaction (core.Inbox.ProcessBatch) and, once it
+// committed, acknowledges them all with one XACK. A *core.BatchError names the entry that
+// failed it.
+func (c *Consumer[TTx]) batch(ctx context.Context, entries []goredis.XMessage, counts map[string]int64) error {
+	ds := make([]*Delivery, len(entries))
+	msgs := make([]core.InboxMessage, len(entries))
+	ids := make([]string, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if len(e.Values) == 0 {
+			return errNotBatchable
+		}
+		ev, created, err := decodeEntry(c.stream, e.ID, e.Values)
+		if err != nil {
+			return errNotBatchable
+		}
+		ds[i] = &Delivery{Event: ev, CreatedAt: created, Stream: c.stream, ID: e.ID, Deliveries: max(counts[e.ID], 1)}
+		msgs[i] = consume.Message(&ds[i].Event, created, c.o.Entity, "redis:"+c.stream+"@"+e.ID)
+		ids[i] = e.ID
+	}
+	res, err := c.proc.ProcessBatch(ctx, ds, msgs)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		c.outcomes.Add(r.Outcome)
+	}
+	c.ack(ctx, ids...)
+	return nil
+}
+
+// entry handles one entry and reports whether the consumer may go on to the next. prior, when
+// not nil, is the error of the failed batch that was this entry's attempt of this delivery:
+// it is not tried again now.
+func (c *Consumer[TTx]) entry(ctx context.Context, e *goredis.XMessage, deliveries int64, prior error) bool {
 	if len(e.Values) == 0 {
 		// Read from a pending list but gone from the stream (MAXLEN trimming, XDEL): nothing
 		// left to process.
@@ -432,18 +529,24 @@ func (c *Consumer[TTx]) entry(ctx context.Context, e *goredis.XMessage, deliveri
 		c.failed.Add(1)
 		return c.deadLetter(ctx, e, deliveries, err)
 	}
-	d := &Delivery{Event: ev, CreatedAt: created, Stream: c.stream, ID: e.ID, Deliveries: deliveries}
-	res, err := c.proc.Process(ctx, d, consume.Message(&d.Event, d.CreatedAt, c.o.Entity, "redis:"+c.stream+"@"+e.ID))
-	act := consume.Decide(ctx, err)
-	switch act {
-	case consume.Ack:
-		c.outcomes.Add(res.Outcome)
-		c.ack(ctx, e.ID)
-		return true
-	case consume.Release:
-		return false // shutdown: the entry stays pending
+	act, err := consume.Retry, prior
+	if prior == nil {
+		d := &Delivery{Event: ev, CreatedAt: created, Stream: c.stream, ID: e.ID, Deliveries: deliveries}
+		var res core.InboxResult
+		res, err = c.proc.Process(ctx, d, consume.Message(&d.Event, d.CreatedAt, c.o.Entity, "redis:"+c.stream+"@"+e.ID))
+		act = consume.Decide(ctx, err)
+		switch act {
+		case consume.Ack:
+			c.outcomes.Add(res.Outcome)
+			c.ack(ctx, e.ID)
+			return true
+		case consume.Release:
+			return false // shutdown: the entry stays pending
+		}
+		c.failed.Add(1)
+	} else if consume.IsPoison(prior) {
+		act = consume.DeadLetter
 	}
-	c.failed.Add(1)
 	c.log.Error("redis_entry_failed", "stream", c.stream, "id", e.ID, "event_id", ev.ID,
 		"deliveries", deliveries, "action", act.String(), "error", err)
 	if act == consume.DeadLetter {
@@ -455,16 +558,17 @@ func (c *Consumer[TTx]) entry(ctx context.Context, e *goredis.XMessage, deliveri
 	return false
 }
 
-// ack acknowledges id. The inbox transaction committed already: a failed XACK leaves the entry
-// pending, and its next delivery is a Duplicate that is acknowledged then.
-func (c *Consumer[TTx]) ack(ctx context.Context, id string) {
+// ack acknowledges ids with one XACK. Their inbox transaction committed already: a failed
+// XACK leaves the entries pending, and their next delivery is a Duplicate that is acknowledged
+// then.
+func (c *Consumer[TTx]) ack(ctx context.Context, ids ...string) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := c.client.XAck(actx, c.stream, c.group, id).Err(); err != nil {
-		c.log.Warn("redis_xack_failed", "stream", c.stream, "group", c.group, "id", id, "error", err)
+	if err := c.client.XAck(actx, c.stream, c.group, ids...).Err(); err != nil {
+		c.log.Warn("redis_xack_failed", "stream", c.stream, "group", c.group, "first_id", ids[0], "entries", len(ids), "error", err)
 		return
 	}
-	c.acked.Add(1)
+	c.acked.Add(uint64(len(ids)))
 }
 
 // deadLetter appends e to the dead-letter stream, then acknowledges it. When the XADD fails,

@@ -22,9 +22,21 @@ import (
 // TestConsumerConformance runs the consumer suite against the consumer on the test server: a
 // fresh stream and group per subtest, the sink of this package to publish, and the in-memory
 // inbox. A message is acknowledged once it left the group's pending entries list (XACK) and
-// the group has read past it.
+// the group has read past it. It runs with the default MaxBatch (the entries of a read in one
+// inbox transaction) and, as TestConsumerConformanceUnbatched, with MaxBatch 1.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
+	consumerConformance(t, 0)
+}
+
+// TestConsumerConformanceUnbatched is TestConsumerConformance with MaxBatch 1: one inbox
+// transaction per entry.
+func TestConsumerConformanceUnbatched(t *testing.T) {
+	t.Parallel()
+	consumerConformance(t, 1)
+}
+
+func consumerConformance(t *testing.T, maxBatch int) {
 	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
 		cl := newClient(t)
 		stream := newStream(t)
@@ -41,7 +53,7 @@ func TestConsumerConformance(t *testing.T) {
 				c, err := redissink.NewConsumer(cl, stream, group, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *redissink.Delivery) error {
 					return h(ctx, tx, &d.Event)
 				}, &redissink.ConsumerOptions{Name: "c1", Block: 100 * time.Millisecond, RetryBackoff: 100 * time.Millisecond,
-					MaxDeliveries: 3, Logger: slog.New(slog.DiscardHandler)})
+					MaxDeliveries: 3, MaxBatch: maxBatch, Logger: slog.New(slog.DiscardHandler)})
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)

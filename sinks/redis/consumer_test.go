@@ -231,7 +231,7 @@ func TestNewConsumerRefusesBadOptions(t *testing.T) {
 	_, inbox := newInbox(t)
 	var a applied
 	for field, o := range map[string]redissink.ConsumerOptions{
-		"Count": {Count: -1}, "Block": {Block: time.Microsecond}, "RetryBackoff": {RetryBackoff: -1},
+		"Count": {Count: -1}, "MaxBatch": {MaxBatch: -1}, "Block": {Block: time.Microsecond}, "RetryBackoff": {RetryBackoff: -1},
 		"MinIdle": {MinIdle: -1}, "ClaimInterval": {ClaimInterval: -1}, "MaxDeliveries": {MaxDeliveries: -1},
 	} {
 		_, err := redissink.NewConsumer(cl, "s", "g", inbox, "svc", a.handler, &o)

@@ -72,7 +72,12 @@
 // Consumer[TTx] reads one stream in a consumer group (XREADGROUP with BLOCK; the group is
 // created with XGROUP CREATE ... MKSTREAM when missing) under ConsumerOptions.Name and
 // processes each entry in stream order through core.Inbox with the Handler in the inbox's
-// transaction. It acknowledges (XACK) an entry only after the inbox transaction committed.
+// transaction. The entries of one read, up to ConsumerOptions.MaxBatch (default 100; 1 for one
+// entry per transaction), share one inbox transaction (core.Inbox.ProcessBatch) and are
+// acknowledged together with one XACK once it committed; a failed batch is tried again one
+// entry at a time in the same delivery, so a poison entry is dead-lettered alone and the
+// others are applied. It acknowledges (XACK) an entry only after the inbox transaction
+// committed.
 // A failed attempt leaves the entry pending: after RetryBackoff the consumer reads its own
 // pending entries again ("0") and tries it again, in order. Entries other consumers left
 // pending for MinIdle are claimed with XAUTOCLAIM. A poison entry (not an outbox entry, or

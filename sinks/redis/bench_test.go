@@ -1,0 +1,133 @@
+package redis_test
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
+	redissink "github.com/outboxkit/outbox/sinks/redis"
+)
+
+// pgSchema creates a migrated outbox/inbox schema with an effects table, dropped at the end.
+func pgSchema(t testing.TB) (schema string, store *postgres.Store[pgx.Tx]) {
+	t.Helper()
+	dsn := testkit.Need(t, testkit.PostgresDSN)
+	ctx := context.Background()
+	var rb [6]byte
+	_, _ = crand.Read(rb[:])
+	schema = "redis_" + hex.EncodeToString(rb[:])
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	store, err = postgres.New(pool, &postgres.Options{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+
+		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
+	require.NoError(t, err)
+	return schema, store
+}
+
+// BenchmarkConsumerToPostgresInbox publishes 10,000 entries (1 KiB, 64 keys, a new stream per
+// run) with the sink, then consumes them with a fresh consumer group and applies each through
+// the PostgreSQL inbox (per entry: horizon, version gate, inbox row, one INSERT of effect), and
+// reports entries/s from the consumer's start until the last one is applied: inbox_msgs/s
+// with the default options (the up to 100 entries of a read in one inbox transaction, one
+// XACK), unbatched_inbox_msgs/s with MaxBatch 1 (one transaction and one XACK per entry). The
+// two ways are interleaved.
+//
+//	go test -run '^$' -bench ConsumerToPostgresInbox -benchtime 2x -count 3 ./sinks/redis/
+func BenchmarkConsumerToPostgresInbox(b *testing.B) {
+	const n, keys, sendBatch = 10000, 64, 500
+	ctx := context.Background()
+	schema, store := pgSchema(b)
+	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
+	require.NoError(b, err)
+	cl := newClient(b)
+	sink, err := redissink.New(cl, &redissink.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	payload := make([]byte, 1024)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	handler := func(ctx context.Context, tx pgx.Tx, d *redissink.Delivery) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (id, key, version, pid) VALUES ($1, $2, $3, $4)",
+			d.Event.ID, d.Event.AggregateID, d.Event.AggregateVersion, os.Getpid())
+		return err
+	}
+	consumer := func(i, maxBatch int) time.Duration {
+		stream := newStream(b)
+		msgs := make([]core.Message, n)
+		for j := range msgs {
+			k := fmt.Sprint(j % keys)
+			ev := core.Event{ID: fmt.Sprintf("%s-%d", stream, j), AggregateType: "order", AggregateID: k,
+				AggregateVersion: int64(j/keys + 1), Type: "order.changed", Payload: payload}
+			msgs[j] = core.Message{Record: driver.Record{Event: ev, CreatedAt: time.Now()}, Destination: stream,
+				DedupID: ev.ID, GroupID: "order/" + k}
+		}
+		for j := 0; j < n; j += sendBatch {
+			for _, err := range sink.Send(ctx, msgs[j:j+sendBatch]) {
+				require.NoError(b, err)
+			}
+		}
+		b.Cleanup(func() { _ = cl.Del(context.Background(), stream).Err() })
+		c, err := redissink.NewConsumer(cl, stream, "g", inbox, fmt.Sprintf("bench-consumer-%d", i), handler,
+			&redissink.ConsumerOptions{Name: "c", MaxBatch: maxBatch, Block: 50 * time.Millisecond,
+				Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(b, err)
+		start := time.Now()
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(cctx) }()
+		for c.Stats().Applied < n {
+			if time.Since(start) > 3*time.Minute {
+				cancel()
+				b.Fatalf("MaxBatch %d: %+v after 3 minutes", maxBatch, c.Stats())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		d := time.Since(start)
+		cancel()
+		require.NoError(b, <-done)
+		st := c.Stats()
+		require.Zero(b, st.Failed)
+		require.Equal(b, uint64(n), st.Applied)
+		return d
+	}
+	var tBatched, tUnbatched time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			tBatched += consumer(2*i, 0)
+			tUnbatched += consumer(2*i+1, 1)
+		} else {
+			tUnbatched += consumer(2*i+1, 1)
+			tBatched += consumer(2*i, 0)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/tBatched.Seconds(), "inbox_msgs/s")
+	b.ReportMetric(float64(n*b.N)/tUnbatched.Seconds(), "unbatched_inbox_msgs/s")
+}
