@@ -2,8 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/sinks/kafka"
 )
@@ -41,16 +40,6 @@ type e2eSpec struct {
 	Brokers []string
 }
 
-func e2ePool(ctx context.Context, dsn, schema string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 8
-	return pgxpool.NewWithConfig(ctx, cfg)
-}
-
 // e2eChild runs a relay or a consumer process until it is killed.
 func e2eChild(raw string) error {
 	var s e2eSpec
@@ -59,7 +48,7 @@ func e2eChild(raw string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	pool, err := e2ePool(ctx, s.DSN, s.Schema)
+	pool, err := pgtest.Pool(ctx, s.DSN, s.Schema)
 	if err != nil {
 		return err
 	}
@@ -122,26 +111,8 @@ func e2eChild(raw string) error {
 // pgSchema creates a migrated outbox/inbox schema with an effects table, dropped at the end.
 func pgSchema(t testing.TB) (dsn, schema string, pool *pgxpool.Pool, store *postgres.Store[pgx.Tx]) {
 	t.Helper()
-	dsn = testkit.Need(t, testkit.PostgresDSN)
-	ctx := context.Background()
-	var rb [6]byte
-	_, _ = crand.Read(rb[:])
-	schema = "kafka_" + hex.EncodeToString(rb[:])
-	pool, err := e2ePool(ctx, dsn, schema)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	})
-	store, err = postgres.New(pool, &postgres.Options{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(ctx))
-	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+
-		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
-	require.NoError(t, err)
-	return dsn, schema, pool, store
+	s := pgtest.New(t, "kafka_")
+	return s.DSN, s.Name, s.Pool, s.Store
 }
 
 // TestEndToEndPostgresRelayKafkaInbox: a producer commits events in PostgreSQL; relay processes
