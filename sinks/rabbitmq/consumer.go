@@ -40,6 +40,7 @@ type Handler[TTx any] = consume.Handler[TTx, Delivery]
 const (
 	DefaultPrefetch    = 32
 	DefaultMaxBatch    = 100
+	DefaultBatchWait   = 2 * time.Millisecond
 	DefaultMaxAttempts = 5
 	DefaultRetryDelay  = 200 * time.Millisecond
 )
@@ -54,8 +55,8 @@ type ConsumerOptions struct {
 	Prefetch int
 	// MaxBatch is the most messages applied in one inbox transaction
 	// (core.Inbox.ProcessBatch), in queue order: the consumer takes the delivery it waits for
-	// and the ones already received behind it, up to MaxBatch (waiting up to BatchWait for
-	// more), and acknowledges them once that transaction committed. When the batch fails, its
+	// and those handed over within BatchWait after it, up to MaxBatch, and acknowledges them
+	// once that transaction committed. When the batch fails, its
 	// messages are tried again one at a time, each in its own transaction with MaxAttempts and
 	// the dead-letter rule (the batch counts as the first attempt of the message that failed
 	// it), so a poison message is rejected alone. 1 gives every message its own transaction.
@@ -63,10 +64,13 @@ type ConsumerOptions struct {
 	// DefaultMaxBatch (100), lowered to Prefetch when that is smaller (32 with the default
 	// Prefetch).
 	MaxBatch int
-	// BatchWait is how long the consumer waits for more deliveries to fill a batch once it
-	// holds one and finds nothing more received. Default 0: it never waits, and a batch is
-	// what arrived while the previous one was applied (under load that fills it by itself; an
-	// idle queue's message is applied at once).
+	// BatchWait is the longest the consumer waits, from the first delivery of a batch, for
+	// more deliveries to fill it up to MaxBatch; it stops at once when the batch is full.
+	// amqp091 hands deliveries over one at a time from a goroutine of its own, so a batch that
+	// took only what is handed over without waiting would mostly hold one message; this short
+	// wait lets the messages already received (or arriving right after the previous batch's
+	// acknowledgement) join the batch. It delays a message of an idle queue by at most
+	// BatchWait. Default DefaultBatchWait (2ms); with MaxBatch 1 there is no wait.
 	BatchWait time.Duration
 	// MaxAttempts is how many times a message is tried before it is rejected to the queue's
 	// dead-letter exchange (basic.nack, requeue=false). A message no attempt can get past is
@@ -178,8 +182,11 @@ func NewConsumer[TTx any](url, queue string, inbox *core.Inbox[TTx], consumer st
 	case o.MaxBatch < 0 || o.MaxBatch > o.Prefetch:
 		return nil, &core.OptionError{Field: "MaxBatch", Reason: fmt.Sprintf("must be between 1 and Prefetch (%d): the broker hands over no more unacknowledged messages (0 means the default, 100 or Prefetch when smaller)", o.Prefetch)}
 	}
-	if o.BatchWait < 0 {
-		return nil, &core.OptionError{Field: "BatchWait", Reason: "must not be negative (0 means the default: never wait)"}
+	switch {
+	case o.BatchWait == 0:
+		o.BatchWait = DefaultBatchWait
+	case o.BatchWait < 0:
+		return nil, &core.OptionError{Field: "BatchWait", Reason: "must not be negative (0 means the default, 2ms)"}
 	}
 	if o.Entity == nil {
 		o.Entity = core.EventEntity
@@ -274,10 +281,14 @@ func (c *Consumer[TTx]) session(ctx context.Context) error {
 	}
 }
 
-// fill appends to batch the deliveries already received, up to MaxBatch, waiting up to
-// BatchWait for more when there are none. It returns false once deliveries is closed.
+// fill appends to batch the deliveries received within BatchWait, up to MaxBatch. It returns
+// false once deliveries is closed.
 func (c *Consumer[TTx]) fill(ctx context.Context, batch *[]amqp.Delivery, deliveries <-chan amqp.Delivery) bool {
-	var wait <-chan time.Time
+	if len(*batch) >= c.o.MaxBatch {
+		return true
+	}
+	wait := time.NewTimer(c.o.BatchWait)
+	defer wait.Stop()
 	for len(*batch) < c.o.MaxBatch {
 		select {
 		case d, ok := <-deliveries:
@@ -285,24 +296,7 @@ func (c *Consumer[TTx]) fill(ctx context.Context, batch *[]amqp.Delivery, delive
 				return false
 			}
 			*batch = append(*batch, d)
-			continue
-		default:
-		}
-		if c.o.BatchWait <= 0 {
-			return true
-		}
-		if wait == nil {
-			t := time.NewTimer(c.o.BatchWait)
-			defer t.Stop()
-			wait = t.C
-		}
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return false
-			}
-			*batch = append(*batch, d)
-		case <-wait:
+		case <-wait.C:
 			return true
 		case <-ctx.Done():
 			return true
