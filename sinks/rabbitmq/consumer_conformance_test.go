@@ -22,8 +22,20 @@ import (
 // unacknowledged, from rabbitmqctl list_queues (AMQP counts only the ready ones, the
 // management API's statistics lag); DeadLetters the ready messages of the dead-letter queue,
 // which has no consumer.
+//
+// It runs with the default options (batches of the deliveries received, MaxBatch 32 with the
+// default Prefetch) and with MaxBatch 1 (one inbox transaction per message).
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
+	for name, maxBatch := range map[string]int{"default": 0, "MaxBatch1": 1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runConsumerConformance(t, maxBatch)
+		})
+	}
+}
+
+func runConsumerConformance(t *testing.T, maxBatch int) {
 	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
 		q := newQueue(t, nil)
 		sink := newSink(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -37,7 +49,7 @@ func TestConsumerConformance(t *testing.T) {
 			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
 				c, err := rabbitmq.NewConsumer(brokerURL(t), q, inbox, consumer, func(ctx context.Context, tx *memory.Tx, d *rabbitmq.Delivery) error {
 					return h(ctx, tx, &d.Event)
-				}, &rabbitmq.ConsumerOptions{RetryDelay: 100 * time.Millisecond, MaxAttempts: 20, Logger: slog.New(slog.DiscardHandler)})
+				}, &rabbitmq.ConsumerOptions{MaxBatch: maxBatch, RetryDelay: 100 * time.Millisecond, MaxAttempts: 20, Logger: slog.New(slog.DiscardHandler)})
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)

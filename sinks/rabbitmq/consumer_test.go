@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,4 +112,73 @@ func TestConsumerReleasesOnShutdown(t *testing.T) {
 		}
 		return true
 	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// A batch whose fourth message is poison (its event ID was recorded with another payload,
+// core.ErrDigestMismatch): the batch's transaction rolls back, its messages are tried one at a
+// time in queue order, the poison one is rejected to the dead-letter queue at once (its
+// handler never runs) and alone, and the five others are applied once each, in version order
+// (none Stale) and acknowledged.
+func TestConsumerBatchWithAPoisonMessage(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, nil)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	// BatchWait lets the six messages, published in one Send after the consumer started, make
+	// one batch.
+	c, store, _ := startConsumer(t, q, func(ctx context.Context, tx *memory.Tx, d *rabbitmq.Delivery) error {
+		mu.Lock()
+		calls[d.Event.ID]++
+		mu.Unlock()
+		return tx.Incr(d.Event.ID)
+	}, &rabbitmq.ConsumerOptions{Prefetch: 10, MaxBatch: 6, BatchWait: time.Second, RetryDelay: 20 * time.Millisecond})
+	var msgs []core.Message
+	for i := 0; i < 6; i++ {
+		msgs = append(msgs, message(q, "a", i))
+	}
+	poison := msgs[3]
+	inbox, err := core.NewInbox[*memory.Tx](context.Background(), store, nil)
+	require.NoError(t, err)
+	_, err = inbox.Process(context.Background(), "tests", core.InboxMessage{EventID: poison.ID, Payload: []byte("another payload")},
+		func(context.Context, *memory.Tx, core.InboxMessage) error { return nil })
+	require.NoError(t, err)
+
+	require.NoError(t, errors.Join(newSink(t, nil).Send(context.Background(), msgs)...))
+	require.Eventually(t, func() bool { return c.Stats().Applied == 5 && c.Stats().DeadLettered == 1 },
+		20*time.Second, 20*time.Millisecond)
+	dl := getAll(t, channel(t), q+".dlq", 1)[0]
+	require.Equal(t, poison.ID, dl.MessageId)
+	require.Equal(t, poison.Payload, dl.Body)
+	mu.Lock()
+	for i, m := range msgs {
+		switch {
+		case i < 3: // in the batch (rolled back), then alone
+			require.Equal(t, 2, calls[m.ID], "message %d", i)
+		case i == 3:
+			require.Zero(t, calls[m.ID], "the poison message's handler never runs")
+		default: // behind the poison message: the batch stopped before them
+			require.Equal(t, 1, calls[m.ID], "message %d", i)
+		}
+	}
+	mu.Unlock()
+	for i, m := range msgs {
+		want := 1
+		if i == 3 {
+			want = 0
+		}
+		require.Equal(t, want, store.Counter(m.ID), "message %d applied", i)
+	}
+	st := c.Stats()
+	require.Equal(t, uint64(6), st.Received)
+	require.Equal(t, uint64(5), st.Applied)
+	require.Zero(t, st.Stale, "applied in queue order")
+	require.Equal(t, uint64(1), st.DeadLettered)
+	require.Equal(t, uint64(1), st.Failed, "the batch")
+	require.Eventually(t, func() bool {
+		n, err := pending(context.Background(), t, q)
+		return err == nil && n == 0
+	}, 30*time.Second, 100*time.Millisecond, "all settled")
+	n, err := ready(t, q+".dlq")
+	require.NoError(t, err)
+	require.Zero(t, n, "only the poison message was dead-lettered")
 }

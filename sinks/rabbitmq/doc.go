@@ -84,10 +84,17 @@
 // # Consumer
 //
 // Consumer[TTx] consumes one queue (Run) with manual acknowledgements and a QoS prefetch
-// (ConsumerOptions.Prefetch), processing messages one at a time in queue order, each through
-// core.Inbox.Process with the Handler in the inbox's transaction. A message is acknowledged
-// only after its inbox transaction committed (or the inbox found it Duplicate or Stale). A
-// failed attempt is retried in place (RetryDelay apart, up to MaxAttempts) rather than
+// (ConsumerOptions.Prefetch), processing messages in queue order with the Handler in the
+// inbox's transaction: the delivery it waits for and those handed over within
+// ConsumerOptions.BatchWait (default 2ms) after it, up to ConsumerOptions.MaxBatch (default
+// 100, at most Prefetch: 32 with the default Prefetch), go through core.Inbox.ProcessBatch in
+// one transaction (one message alone through core.Inbox.Process; MaxBatch 1 gives every message
+// its own transaction). A message is acknowledged only after its inbox transaction committed
+// (or the inbox found it Duplicate or Stale); a batch with one basic.ack (multiple) on its last
+// delivery tag when nothing before it on the channel is unsettled, else one by one. A failed
+// batch is tried again one message at a time in order, the batch counting as the first attempt
+// of the message that failed it, so a poison message is rejected alone and the others are
+// applied. A failed attempt is retried in place (RetryDelay apart, up to MaxAttempts) rather than
 // requeued, since a requeued message would come back behind the messages already prefetched
 // and break the queue's order; then, and at once for a message no attempt can get past
 // (undecodable, digest conflict, invalid, beyond retention), it is rejected without requeue

@@ -56,6 +56,10 @@ func TestOptionErrors(t *testing.T) {
 	}{
 		{"queue", "", nil},
 		{"Prefetch", "q", &rabbitmq.ConsumerOptions{Prefetch: 65536}},
+		{"MaxBatch", "q", &rabbitmq.ConsumerOptions{MaxBatch: -1}},
+		{"MaxBatch", "q", &rabbitmq.ConsumerOptions{MaxBatch: 33}}, // above the default Prefetch, 32
+		{"MaxBatch", "q", &rabbitmq.ConsumerOptions{Prefetch: 10, MaxBatch: 11}},
+		{"BatchWait", "q", &rabbitmq.ConsumerOptions{BatchWait: -1}},
 		{"MaxAttempts", "q", &rabbitmq.ConsumerOptions{MaxAttempts: -1}},
 		{"RetryDelay", "q", &rabbitmq.ConsumerOptions{RetryDelay: -1}},
 		{"Config.Recovery", "q", &rabbitmq.ConsumerOptions{Config: &amqp.Config{Recovery: &amqp.Recovery{}}}},

@@ -1,0 +1,125 @@
+package rabbitmq_test
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/sinks/rabbitmq"
+)
+
+// pgSchema creates a migrated outbox/inbox schema with an effects table, dropped at the end
+// (sinks/kafka's, reduced to what the benchmark needs).
+func pgSchema(t testing.TB) (schema string, store *postgres.Store[pgx.Tx]) {
+	t.Helper()
+	dsn := testkit.Need(t, testkit.PostgresDSN)
+	ctx := context.Background()
+	var rb [6]byte
+	_, _ = crand.Read(rb[:])
+	schema = "rabbitmq_" + hex.EncodeToString(rb[:])
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	store, err = postgres.New(pool, &postgres.Options{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+
+		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
+	require.NoError(t, err)
+	return schema, store
+}
+
+const benchMessages, benchKeys, benchSend = 10000, 64, 500
+
+// BenchmarkConsumerToPostgresInbox publishes 10,000 messages (1 KiB, 64 keys) with the sink to a
+// new queue per way and iteration, then consumes them and applies each through the PostgreSQL
+// inbox (per message: horizon, version gate, inbox row, one INSERT of effect), and reports
+// messages/s from the consumer's start (dial included) until the last one is applied:
+// inbox_msgs/s with the default options (Prefetch 32, so up to 32 received deliveries per
+// inbox transaction), unbatched_inbox_msgs/s with MaxBatch 1 (one transaction per message).
+// The two ways are interleaved.
+//
+//	go test -run '^$' -bench ConsumerToPostgres -benchtime 2x -count 3 ./sinks/rabbitmq/
+func BenchmarkConsumerToPostgresInbox(b *testing.B) {
+	ctx := context.Background()
+	schema, store := pgSchema(b)
+	inbox, err := core.NewInbox[pgx.Tx](ctx, store, nil)
+	require.NoError(b, err)
+	quiet := slog.New(slog.DiscardHandler)
+	sink := newSink(b, &rabbitmq.Options{Logger: quiet})
+	payload := make([]byte, 1024)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	consumer := func(i, maxBatch int) time.Duration {
+		q := newQueue(b, nil)
+		msgs := make([]core.Message, benchMessages)
+		for j := range msgs {
+			k := fmt.Sprint(j % benchKeys)
+			ev := core.Event{ID: fmt.Sprintf("%d-%d-%d", i, time.Now().UnixNano(), j), AggregateType: "order", AggregateID: k,
+				AggregateVersion: int64(j/benchKeys + 1), Type: "order.changed", Payload: payload}
+			msgs[j] = core.Message{Record: driver.Record{Event: ev, CreatedAt: time.Now()}, Destination: q, DedupID: ev.ID, GroupID: "order/" + k}
+		}
+		for j := 0; j < len(msgs); j += benchSend {
+			for _, err := range sink.Send(ctx, msgs[j:min(j+benchSend, len(msgs))]) {
+				require.NoError(b, err)
+			}
+		}
+		c, err := rabbitmq.NewConsumer(brokerURL(b), q, inbox, fmt.Sprintf("bench-%d-%d", i, time.Now().UnixNano()),
+			func(ctx context.Context, tx pgx.Tx, d *rabbitmq.Delivery) error {
+				_, err := tx.Exec(ctx, "INSERT INTO "+effects+" (id, key, version, pid) VALUES ($1, $2, $3, $4)",
+					d.Event.ID, d.Event.AggregateID, d.Event.AggregateVersion, os.Getpid())
+				return err
+			}, &rabbitmq.ConsumerOptions{MaxBatch: maxBatch, Logger: quiet})
+		require.NoError(b, err)
+		start := time.Now()
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(cctx) }()
+		for c.Stats().Applied < benchMessages {
+			time.Sleep(time.Millisecond)
+		}
+		d := time.Since(start)
+		cancel()
+		require.NoError(b, <-done)
+		st := c.Stats()
+		require.Zero(b, st.Failed+st.DeadLettered+st.Stale+st.Duplicate, "%+v", st)
+		return d
+	}
+	var tBatched, tUnbatched time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			tBatched += consumer(2*i, 0)
+			tUnbatched += consumer(2*i+1, 1)
+		} else {
+			tUnbatched += consumer(2*i+1, 1)
+			tBatched += consumer(2*i, 0)
+		}
+	}
+	b.ReportMetric(float64(benchMessages*b.N)/tBatched.Seconds(), "inbox_msgs/s")
+	b.ReportMetric(float64(benchMessages*b.N)/tUnbatched.Seconds(), "unbatched_inbox_msgs/s")
+}
