@@ -97,6 +97,9 @@ func TestConsumerBatchOneTransaction(t *testing.T) {
 		return &natssink.ConsumerOptions{AckWait: 2 * time.Second, FetchWait: 3 * time.Second}
 	}
 	c1, _ := f.run(t, durable, h, o())
+	var unblock sync.Once
+	// Registered after f.run: runs first when the test fails, so Run can return.
+	t.Cleanup(func() { unblock.Do(func() { close(blockLast) }) })
 	g.publish(t, f, durable, msgs...)
 	require.Eventually(t, func() bool { n, _ := log.get(last); return n == 1 }, 10*time.Second, 5*time.Millisecond)
 
@@ -115,7 +118,7 @@ func TestConsumerBatchOneTransaction(t *testing.T) {
 	require.Equal(t, len(msgs), ap, "none acknowledged before the commit")
 	require.Zero(t, c2.Stats().Received)
 
-	close(blockLast)
+	unblock.Do(func() { close(blockLast) })
 	require.Eventually(t, func() bool { return c1.Stats().Applied == uint64(1+len(msgs)) }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		p, ap := ackPending(t, f.stream, durable)
