@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +43,8 @@ type ConsumerOptions struct {
 	// servers before 2.10). Default none: every subject of the stream.
 	FilterSubjects []string
 	// AckWait is the consumer's ack wait: a message neither acknowledged nor Nak'ed this long
-	// after its delivery is delivered again. While a message's inbox transaction runs, the
+	// after its delivery is delivered again. While a message's inbox transaction runs (for
+	// a batch, until each of its messages is acknowledged, Nak'ed or terminated), the
 	// consumer tells the server every AckWait/2 that it is in progress. Default 30s.
 	AckWait time.Duration
 	// MaxDeliver is how many deliveries of a message (the server's NumDelivered) fail before
@@ -56,7 +58,15 @@ type ConsumerOptions struct {
 	// RetryBackoff is the delay of the Nak after a failed attempt (NakWithDelay): the server
 	// delivers the message again after it. Default 1s.
 	RetryBackoff time.Duration
-	// MaxBatch is the most messages one pull (Fetch) asks for. Default 100.
+	// MaxBatch is the most messages one pull (Fetch) asks for, and the most processed in one
+	// inbox transaction (core.Inbox.ProcessBatch): the consumer takes the messages of the
+	// pull that have arrived, up to MaxBatch, and never waits for more. Each is acknowledged
+	// only after that transaction committed. When the batch fails, its messages are tried
+	// again one at a time, each in its own transaction with the Nak and dead-letter rules
+	// (the message that failed the batch as poison is dead-lettered at once; after any other
+	// failure the handler runs again for the message that failed it, and the failed batch
+	// does not count against MaxDeliver). 1 gives every message its own transaction (and
+	// pulls one at a time). Default 100.
 	MaxBatch int
 	// FetchWait is how long one pull waits for messages; it also bounds how long Run takes to
 	// return once its context ended, and delays the Nak of the messages handed back on
@@ -95,7 +105,7 @@ type ConsumerStats struct {
 	Applied      uint64 // inbox outcome Applied
 	Duplicate    uint64 // inbox outcome Duplicate
 	Stale        uint64 // inbox outcome Stale
-	Failed       uint64 // failed attempts (undecodable, inbox or handler error)
+	Failed       uint64 // failed attempts (undecodable, inbox or handler error; a failed batch counts once)
 	DeadLettered uint64 // messages published to the dead-letter subject and terminated
 	Released     uint64 // messages Nak'ed unprocessed on shutdown
 	AckFailed    uint64 // acknowledgements the server did not confirm (delivered again: a no-op)
@@ -106,8 +116,9 @@ type ConsumerStats struct {
 //
 // Guarantees:
 //   - Messages are processed one after another in the order the server delivers them, each
-//     with the handler in the inbox's transaction: a message delivered again is a no-op
-//     (Duplicate).
+//     with the handler in the inbox's transaction (core.Inbox.ProcessBatch over up to
+//     MaxBatch messages of a pull that have arrived, all or nothing; a failed batch is tried
+//     again one message at a time): a message delivered again is a no-op (Duplicate).
 //   - A message is acknowledged (a double ack: the server confirms it) only after its inbox
 //     transaction committed: at least once into the inbox, exactly once in effect.
 //   - A failed attempt Naks the message with RetryBackoff, so the server delivers it again
@@ -118,7 +129,7 @@ type ConsumerStats struct {
 //     the message is published to its dead-letter subject with the headers
 //     HeaderDeadLetter* and then terminated (Term); while that publish fails, it is Nak'ed and
 //     tried again on its next delivery.
-//   - On shutdown the message in hand finishes or is abandoned (its transaction rolls back),
+//   - On shutdown the messages in hand finish or are abandoned (their transaction rolls back),
 //     and every message delivered but not processed is Nak'ed with a delay of FetchWait (past
 //     the end of the last pull), so it is delivered again within about FetchWait to another
 //     instance of the durable consumer, or to the next run.
@@ -237,14 +248,32 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		for msg := range batch.Messages() {
-			c.received.Add(1)
+		msgs := batch.Messages()
+		for msg := range msgs {
+			// This message and what else of the pull has arrived, up to MaxBatch: one inbox
+			// transaction. Never wait for more.
+			chunk := []jetstream.Msg{msg}
+		more:
+			for len(chunk) < c.o.MaxBatch {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						break more
+					}
+					chunk = append(chunk, m)
+				default:
+					break more
+				}
+			}
+			c.received.Add(uint64(len(chunk)))
 			if ctx.Err() != nil {
-				// Shutdown: hand it back unprocessed (see release).
-				c.release(msg)
+				// Shutdown: hand them back unprocessed (see release).
+				for _, m := range chunk {
+					c.release(m)
+				}
 				continue
 			}
-			c.handle(ctx, msg)
+			c.process(ctx, chunk)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			c.log.Warn("nats_fetch_failed", "stream", c.stream, "durable", c.durable, "error", err)
@@ -253,41 +282,139 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	return nil
 }
 
-// handle makes one attempt at msg and acts on its outcome (consume.Decide).
-func (c *Consumer[TTx]) handle(ctx context.Context, msg jetstream.Msg) {
+// process applies msgs, pulled in this order: those that are not outbox messages are
+// dead-lettered at once; the others go through the inbox in one transaction when there are
+// several (core.Inbox.ProcessBatch) and are acknowledged once it committed. When that batch
+// fails, they are tried one at a time (attempt), except that the message that failed the
+// batch as poison is dead-lettered at once. Until every one of them is acknowledged, Nak'ed
+// or terminated, the server is told every AckWait/2 that they are in progress.
+func (c *Consumer[TTx]) process(ctx context.Context, msgs []jetstream.Msg) {
+	stop := c.keepAlive(msgs)
+	defer stop()
+	ms := make([]jetstream.Msg, 0, len(msgs))
+	ds := make([]*Delivery, 0, len(msgs))
+	for _, msg := range msgs {
+		d, err := c.delivery(msg)
+		if err != nil {
+			c.failed.Add(1) // not an outbox message: no attempt can get past it
+			c.deadLetter(ctx, msg, d, err)
+			continue
+		}
+		ms, ds = append(ms, msg), append(ds, d)
+	}
+	prior := make([]error, len(ds)) // the failed batch, when it was this message's poison
+	if len(ds) > 1 {
+		err := c.batch(ctx, ms, ds)
+		switch consume.Decide(ctx, err) {
+		case consume.Ack:
+			return
+		case consume.Release:
+			for _, m := range ms {
+				c.release(m) // interrupted by shutdown, not a failure of the messages
+			}
+			return
+		case consume.DeadLetter:
+			// No attempt can get past this message: dead-letter it without another.
+			var be *core.BatchError
+			if errors.As(err, &be) && be.Index >= 0 && be.Index < len(ds) {
+				prior[be.Index] = be.Err
+			}
+		}
+		c.failed.Add(1)
+		c.log.Warn("nats_batch_failed", "stream", ds[0].Stream, "first_stream_seq", ds[0].StreamSeq,
+			"messages", len(ds), "error", err)
+	}
+	for i := range ds {
+		if ctx.Err() != nil {
+			for _, m := range ms[i:] {
+				c.release(m)
+			}
+			return
+		}
+		c.attempt(ctx, ms[i], ds[i], prior[i])
+	}
+}
+
+// delivery decodes msg. On error, the Delivery has msg's coordinates (for its dead letter).
+func (c *Consumer[TTx]) delivery(msg jetstream.Msg) (*Delivery, error) {
 	d := &Delivery{Subject: msg.Subject(), Stream: c.stream, Attempt: 1}
 	if meta, err := msg.Metadata(); err == nil {
 		d.Stream, d.StreamSeq, d.Attempt = meta.Stream, meta.Sequence.Stream, int(meta.NumDelivered)
 	}
 	ev, created, err := decodeMsg(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
-		c.failed.Add(1) // not an outbox message: no attempt can get past it
-		c.deadLetter(ctx, msg, d, err)
-		return
+		return d, err
 	}
 	d.Event, d.CreatedAt = ev, created
-	stop := c.keepAlive(msg)
-	res, err := c.proc.Process(ctx, d, c.message(d))
-	stop()
-	act := consume.Decide(ctx, err)
-	switch act {
-	case consume.Ack:
-		c.outcomes.Add(res.Outcome)
-		// The inbox transaction committed: acknowledge even while shutting down.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := msg.DoubleAck(actx); err != nil {
-			// Delivered again after AckWait, and then a no-op in the inbox.
-			c.ackFailed.Add(1)
-			c.log.Warn("nats_ack_failed", "subject", d.Subject, "stream_seq", d.StreamSeq, "event_id", ev.ID, "error", err)
-		}
-		cancel()
-		return
-	case consume.Release:
-		c.release(msg) // interrupted by shutdown, not a failure of the message
-		return
+	return d, nil
+}
+
+// batch processes ds, the deliveries of ms, in one inbox transaction and, once it committed,
+// acknowledges ms. A *core.BatchError names the message that failed it.
+func (c *Consumer[TTx]) batch(ctx context.Context, ms []jetstream.Msg, ds []*Delivery) error {
+	msgs := make([]core.InboxMessage, len(ds))
+	for i, d := range ds {
+		msgs[i] = c.message(d)
 	}
-	c.failed.Add(1)
-	c.log.Error("nats_message_failed", "subject", d.Subject, "stream_seq", d.StreamSeq, "event_id", ev.ID,
+	res, err := c.proc.ProcessBatch(ctx, ds, msgs)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		c.outcomes.Add(r.Outcome)
+	}
+	// The inbox transaction committed: acknowledge, even while shutting down, several at a
+	// time (each ack waits for the server's confirmation).
+	sem := make(chan struct{}, maxConcurrentAcks)
+	var wg sync.WaitGroup
+	for i := range ms {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c.ack(ctx, ms[i], ds[i])
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// maxConcurrentAcks bounds the acknowledgements of a batch that wait for the server at once.
+const maxConcurrentAcks = 32
+
+// ack acknowledges msg, whose inbox transaction committed (a double ack: the server confirms
+// it), even while shutting down.
+func (c *Consumer[TTx]) ack(ctx context.Context, msg jetstream.Msg, d *Delivery) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := msg.DoubleAck(actx); err != nil {
+		// Delivered again after AckWait, and then a no-op in the inbox.
+		c.ackFailed.Add(1)
+		c.log.Warn("nats_ack_failed", "subject", d.Subject, "stream_seq", d.StreamSeq, "event_id", d.Event.ID, "error", err)
+	}
+}
+
+// attempt makes one attempt at msg, of delivery d, in its own inbox transaction and acts on
+// its outcome (consume.Decide). A non-nil prior is the failure of the batch this message
+// failed as poison: it is dead-lettered without another attempt.
+func (c *Consumer[TTx]) attempt(ctx context.Context, msg jetstream.Msg, d *Delivery, prior error) {
+	err := prior
+	if err == nil {
+		var res core.InboxResult
+		res, err = c.proc.Process(ctx, d, c.message(d))
+		switch consume.Decide(ctx, err) {
+		case consume.Ack:
+			c.outcomes.Add(res.Outcome)
+			c.ack(ctx, msg, d)
+			return
+		case consume.Release:
+			c.release(msg) // interrupted by shutdown, not a failure of the message
+			return
+		}
+		c.failed.Add(1)
+	}
+	act := consume.Decide(ctx, err)
+	c.log.Error("nats_message_failed", "subject", d.Subject, "stream_seq", d.StreamSeq, "event_id", d.Event.ID,
 		"attempt", d.Attempt, "action", act.String(), "error", err)
 	if act == consume.DeadLetter || d.Attempt >= c.o.MaxDeliver {
 		c.deadLetter(ctx, msg, d, err)
@@ -306,8 +433,9 @@ func (c *Consumer[TTx]) release(msg jetstream.Msg) {
 	c.released.Add(1)
 }
 
-// keepAlive tells the server every AckWait/2 that msg is in progress, until stop is called.
-func (c *Consumer[TTx]) keepAlive(msg jetstream.Msg) (stop func()) {
+// keepAlive tells the server every AckWait/2 that msgs are in progress, until stop is called
+// (nats.go sends nothing for a message already acknowledged, Nak'ed or terminated).
+func (c *Consumer[TTx]) keepAlive(msgs []jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
@@ -319,7 +447,9 @@ func (c *Consumer[TTx]) keepAlive(msg jetstream.Msg) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				_ = msg.InProgress()
+				for _, m := range msgs {
+					_ = m.InProgress()
+				}
 			}
 		}
 	}()

@@ -24,10 +24,23 @@ import (
 // sink of this package to publish, and the in-memory inbox. A message is pending while the
 // durable consumer has it undelivered (NumPending) or unacknowledged (NumAckPending: a Nak'ed
 // message stays there until it is acknowledged or terminated); before the consumer exists,
-// every message of the stream is pending.
+// every message of the stream is pending. The consumer has the default MaxBatch (the messages
+// of a pull that have arrived go through the inbox in one transaction).
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
-	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
+	conformance.RunConsumer(t, consumerHarness(0))
+}
+
+// TestConsumerConformanceMaxBatch1 runs the suite with MaxBatch 1: one message per pull and
+// per inbox transaction.
+func TestConsumerConformanceMaxBatch1(t *testing.T) {
+	t.Parallel()
+	conformance.RunConsumer(t, consumerHarness(1))
+}
+
+// consumerHarness is the harness of TestConsumerConformance, the consumer with maxBatch.
+func consumerHarness(maxBatch int) conformance.ConsumerHarness[*memory.Tx] {
+	return testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
 		nc := connect(t)
 		js := newJS(t, nc)
 		subject := unique("c") + ".events"
@@ -54,7 +67,7 @@ func TestConsumerConformance(t *testing.T) {
 			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
 				c, err := natssink.NewConsumer(js, stream.CachedInfo().Config.Name, durable, inbox, consumer,
 					func(ctx context.Context, tx *memory.Tx, d *natssink.Delivery) error { return h(ctx, tx, &d.Event) },
-					&natssink.ConsumerOptions{RetryBackoff: 100 * time.Millisecond, MaxDeliver: 3, FetchWait: 200 * time.Millisecond,
+					&natssink.ConsumerOptions{RetryBackoff: 100 * time.Millisecond, MaxDeliver: 3, FetchWait: 200 * time.Millisecond, MaxBatch: maxBatch,
 						Logger: slog.New(slog.DiscardHandler)})
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(context.Background())
@@ -82,5 +95,4 @@ func TestConsumerConformance(t *testing.T) {
 			DeadLetters: func(ctx context.Context) (int, error) { return streamMsgs(ctx, dlq) },
 		}
 	})
-	conformance.RunConsumer(t, h)
 }
