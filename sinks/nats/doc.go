@@ -87,4 +87,9 @@
 // (ConsumerOptions.DeadLetterSubject, default "dlq." + subject; a stream must cover it) and
 // terminates it. See Consumer for its guarantees, among them how per-key order holds across
 // a retry (through the inbox's version gate).
+//
+// The messages of one pull that have arrived (up to ConsumerOptions.MaxBatch, default 100) are
+// applied in one inbox transaction (core.Inbox.ProcessBatch) and each acknowledged after its
+// commit; a failed batch is tried again one message at a time, so a poison message reaches the
+// dead-letter subject alone. MaxBatch 1 applies one message per transaction.
 package nats

@@ -2,8 +2,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,13 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/sinks/rabbitmq"
 )
 
@@ -25,30 +22,8 @@ import (
 // (sinks/kafka's, reduced to what the benchmark needs).
 func pgSchema(t testing.TB) (schema string, store *postgres.Store[pgx.Tx]) {
 	t.Helper()
-	dsn := testkit.Need(t, testkit.PostgresDSN)
-	ctx := context.Background()
-	var rb [6]byte
-	_, _ = crand.Read(rb[:])
-	schema = "rabbitmq_" + hex.EncodeToString(rb[:])
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	})
-	store, err = postgres.New(pool, &postgres.Options{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(ctx))
-	_, err = pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "effects"}.Sanitize()+
-		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
-	require.NoError(t, err)
-	return schema, store
+	s := pgtest.New(t, "rabbitmq_")
+	return s.Name, s.Store
 }
 
 const benchMessages, benchKeys, benchSend = 10000, 64, 500
