@@ -8,6 +8,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,4 +61,46 @@ func New(t testing.TB, prefix string) Schema {
 		" (seq bigserial PRIMARY KEY, id text NOT NULL, key text NOT NULL, version bigint NOT NULL, pid int NOT NULL)")
 	require.NoError(t, err)
 	return Schema{DSN: dsn, Name: schema, Pool: pool, Store: store}
+}
+
+// TimeRun starts run in the background and returns how long it took until applied reports n
+// (failing the benchmark after 3 minutes); then it cancels run, which must return nil.
+func TimeRun(b *testing.B, n uint64, run func(ctx context.Context) error, applied func() uint64) time.Duration {
+	b.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	for applied() < n {
+		if time.Since(start) > 3*time.Minute {
+			cancel()
+			b.Fatalf("%d of %d applied after 3 minutes", applied(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d := time.Since(start)
+	cancel()
+	require.NoError(b, <-done)
+	return d
+}
+
+// ConsumerBench runs b.N rounds of a consumer benchmark, the batched way (consume with maxBatch
+// 0, the default) and the unbatched way (maxBatch 1) interleaved, their order alternating, each
+// consuming n messages in the time it returns (i numbers the runs). It reports inbox_msgs/s and
+// unbatched_inbox_msgs/s.
+func ConsumerBench(b *testing.B, n int, consume func(i, maxBatch int) time.Duration) {
+	var batched, unbatched time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			batched += consume(2*i, 0)
+			unbatched += consume(2*i+1, 1)
+		} else {
+			unbatched += consume(2*i+1, 1)
+			batched += consume(2*i, 0)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/batched.Seconds(), "inbox_msgs/s")
+	b.ReportMetric(float64(n*b.N)/unbatched.Seconds(), "unbatched_inbox_msgs/s")
 }

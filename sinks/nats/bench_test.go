@@ -65,36 +65,11 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 		c, err := natssink.NewConsumer(js, stream.CachedInfo().Config.Name, "bench", inbox, fmt.Sprintf("bench-consumer-%d", i), handler,
 			&natssink.ConsumerOptions{MaxBatch: maxBatch, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(b, err)
-		start := time.Now()
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(cctx) }()
-		for c.Stats().Applied < n {
-			if time.Since(start) > 3*time.Minute {
-				cancel()
-				b.Fatalf("MaxBatch %d: %+v after 3 minutes", maxBatch, c.Stats())
-			}
-			time.Sleep(time.Millisecond)
-		}
-		d := time.Since(start)
-		cancel()
-		require.NoError(b, <-done)
+		d := pgtest.TimeRun(b, uint64(n), c.Run, func() uint64 { return c.Stats().Applied })
 		st := c.Stats()
 		require.Zero(b, st.Failed)
 		require.Equal(b, uint64(n), st.Applied)
 		return d
 	}
-	var tBatched, tUnbatched time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			tBatched += consumer(2*i, 0)
-			tUnbatched += consumer(2*i+1, 1)
-		} else {
-			tUnbatched += consumer(2*i+1, 1)
-			tBatched += consumer(2*i, 0)
-		}
-	}
-	b.ReportMetric(float64(n*b.N)/tBatched.Seconds(), "inbox_msgs/s")
-	b.ReportMetric(float64(n*b.N)/tUnbatched.Seconds(), "unbatched_inbox_msgs/s")
+	pgtest.ConsumerBench(b, n, consumer)
 }

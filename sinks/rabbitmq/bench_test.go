@@ -70,31 +70,10 @@ func BenchmarkConsumerToPostgresInbox(b *testing.B) {
 				return err
 			}, &rabbitmq.ConsumerOptions{MaxBatch: maxBatch, Logger: quiet})
 		require.NoError(b, err)
-		start := time.Now()
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(cctx) }()
-		for c.Stats().Applied < benchMessages {
-			time.Sleep(time.Millisecond)
-		}
-		d := time.Since(start)
-		cancel()
-		require.NoError(b, <-done)
+		d := pgtest.TimeRun(b, uint64(benchMessages), c.Run, func() uint64 { return c.Stats().Applied })
 		st := c.Stats()
 		require.Zero(b, st.Failed+st.DeadLettered+st.Stale+st.Duplicate, "%+v", st)
 		return d
 	}
-	var tBatched, tUnbatched time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			tBatched += consumer(2*i, 0)
-			tUnbatched += consumer(2*i+1, 1)
-		} else {
-			tUnbatched += consumer(2*i+1, 1)
-			tBatched += consumer(2*i, 0)
-		}
-	}
-	b.ReportMetric(float64(benchMessages*b.N)/tBatched.Seconds(), "inbox_msgs/s")
-	b.ReportMetric(float64(benchMessages*b.N)/tUnbatched.Seconds(), "unbatched_inbox_msgs/s")
+	pgtest.ConsumerBench(b, benchMessages, consumer)
 }
