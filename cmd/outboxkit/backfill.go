@@ -57,6 +57,7 @@ has not moved, and the next backfill publishes what is left.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return &exitError{code: 2}
 			}
+			cmd.SetErr(daemon.Output(cfg, cmd.ErrOrStderr())) // never a configured secret
 			return runBackfill(cmd, cfg, configPath, *actor, output)
 		},
 	}

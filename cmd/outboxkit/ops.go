@@ -20,6 +20,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
+	"github.com/outboxkit/outbox/internal/secret"
 )
 
 // The operator commands: status, parked, unpark, cleanup and migrate on an outbox of any SQL
@@ -85,6 +86,11 @@ func (f *dbFlags) config(cmd *cobra.Command) (opendb.Config, error) {
 	}
 	if f.db == "" {
 		return opendb.Config{}, usageErr(cmd, "--db is required")
+	}
+	// Nothing the command writes from here on shows the password of --db (internal/secret).
+	if pw := opendb.Password(f.db); pw != "" {
+		cmd.SetOut(secret.NewWriter(cmd.OutOrStdout(), pw))
+		cmd.SetErr(secret.NewWriter(cmd.ErrOrStderr(), pw))
 	}
 	driver, dsn, err := opendb.ParseDSN(f.driver, f.db)
 	if err != nil {

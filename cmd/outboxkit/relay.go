@@ -30,7 +30,14 @@ http.listen that cannot be bound exits 1 before the database is opened.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return &exitError{code: 2}
 			}
+			// The logs and messages never show a configured secret (a database password,
+			// broker credentials, signing secrets).
+			cmd.SetErr(daemon.Output(cfg, cmd.ErrOrStderr()))
 			log := daemon.NewLogger(cfg.Log, cmd.ErrOrStderr())
+			if mode, exposed := daemon.ExposedConfig(configPath, cfg); exposed {
+				log.Warn("config_file_exposed", "path", configPath, "mode", mode.String(),
+					"remedy", "the file holds a secret and others may read it: chmod 600 it, or pass the secret by environment (docs/daemon.md)")
+			}
 			ctx := cmd.Context()
 			d, err := daemon.New(ctx, cfg, log, cmd.OutOrStdout())
 			if err != nil {

@@ -295,10 +295,10 @@ func ParseDSN(driverName, s string) (driver, dsn string, err error) {
 	}
 	switch driverName {
 	case "":
-		return bad("%q names no driver", s)
+		return bad("%q names no driver", Redact(s))
 	case "postgres":
 		if !strings.Contains(s, "=") {
-			return bad("%q is not a postgres keyword/value DSN", s)
+			return bad("%q is not a postgres keyword/value DSN", Redact(s))
 		}
 		if _, err := pgxpool.ParseConfig(s); err != nil {
 			return "", "", fmt.Errorf("%w: %s", ErrBadDSN, oneLine(err))
@@ -315,7 +315,11 @@ func ParseDSN(driverName, s string) (driver, dsn string, err error) {
 func mysqlDSN(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadDSN, err)
+		var ue *url.Error
+		if errors.As(err, &ue) { // its message holds the whole URL, password included
+			err = ue.Err
+		}
+		return "", fmt.Errorf("%w: %q: %v", ErrBadDSN, Redact(s), err)
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
