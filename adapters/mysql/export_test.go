@@ -106,3 +106,10 @@ func sameParams(a, b *sqlfile.File, name string) error {
 
 // PendingMigration is the file of migration 010 (the pending layout).
 const PendingMigration = pendingMigration
+
+// OwnedLanes runs ClaimOwned, a statement with a list parameter, for lanes: those of them that
+// have an owner.
+func (s *Store) OwnedLanes(ctx context.Context, lanes []int) ([]int, error) {
+	query, args := claimOwnedParams{Lanes: lanes}.query(s.q.claimOwned)
+	return queryInts(ctx, s.db, query, args...)
+}
