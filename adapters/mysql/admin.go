@@ -15,11 +15,11 @@ func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record,
 	switch p.State {
 	case driver.StateAll:
 	case driver.StatePending:
-		q += " AND p.seq IS NOT NULL AND p.parked_at IS NULL"
+		q += " " + s.q.listPending
 	case driver.StateParked:
-		q += " AND p.parked_at IS NOT NULL"
+		q += " " + s.q.listParked
 	case driver.StatePublished:
-		q += " AND p.seq IS NULL"
+		q += " " + s.q.listPublished
 	default:
 		return nil, fmt.Errorf("mysql: list: unknown state %d", p.State)
 	}

@@ -276,6 +276,16 @@ SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.typ
 	LEFT JOIN {{settled}} AS s ON s.seq = o.seq
 	WHERE o.seq > :after
 
+-- name: ListPending
+-- ListPrefix's condition for driver.StatePending (StateAll has none).
+AND p.seq IS NOT NULL AND p.parked_at IS NULL
+
+-- name: ListParked
+AND p.parked_at IS NOT NULL
+
+-- name: ListPublished
+AND p.seq IS NULL
+
 -- name: ListEnd
 -- param: limit int the page size
 ORDER BY o.seq LIMIT :limit

@@ -43,6 +43,9 @@ type statements struct {
 	minUnpublished             string
 	pruneOutbox                string
 	listPrefix                 string
+	listPending                string
+	listParked                 string
+	listPublished              string
 	listEnd                    string
 	stats                      string
 	pendingEstimate            string
@@ -146,6 +149,9 @@ func loadStatements(st *sqlfile.Statements) statements {
 		minUnpublished:             st.Get("MinUnpublished"),
 		pruneOutbox:                st.Get("PruneOutbox"),
 		listPrefix:                 st.Get("ListPrefix"),
+		listPending:                st.Get("ListPending"),
+		listParked:                 st.Get("ListParked"),
+		listPublished:              st.Get("ListPublished"),
 		listEnd:                    st.Get("ListEnd"),
 		stats:                      st.Get("Stats"),
 		pendingEstimate:            st.Get("PendingEstimate"),
