@@ -15,15 +15,17 @@ func (s *Store) List(ctx context.Context, p driver.ListParams) ([]driver.Record,
 	switch p.State {
 	case driver.StateAll:
 	case driver.StatePending:
-		q += " AND p.seq IS NOT NULL AND p.parked_at IS NULL"
+		q += " " + s.q.listPending
 	case driver.StateParked:
-		q += " AND p.parked_at IS NOT NULL"
+		q += " " + s.q.listParked
 	case driver.StatePublished:
-		q += " AND p.seq IS NULL"
+		q += " " + s.q.listPublished
 	default:
 		return nil, fmt.Errorf("mysql: list: unknown state %d", p.State)
 	}
-	rows, err := s.db.QueryContext(ctx, q+" ORDER BY o.seq LIMIT ?", p.AfterSeq, limit)
+	args := listPrefixParams{After: p.AfterSeq}.args()
+	args = append(args, listEndParams{Limit: limit}.args()...)
+	rows, err := s.db.QueryContext(ctx, q+" "+s.q.listEnd, args...)
 	if err != nil {
 		return nil, wrap("list", err)
 	}
@@ -50,7 +52,7 @@ func (s *Store) Stats(ctx context.Context) (driver.Stats, error) {
 	var st driver.Stats
 	var unpublished, rows int64
 	var oldest sql.NullTime
-	if err := s.db.QueryRowContext(ctx, s.q.stats, statsExactUnpublished, s.names.outbox).Scan(&unpublished, &st.Parked, &rows, &oldest); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.stats, statsParams{Limit: statsExactUnpublished, Table: s.names.outbox}.args()...).Scan(&unpublished, &st.Parked, &rows, &oldest); err != nil {
 		return driver.Stats{}, wrap("stats", err)
 	}
 	if unpublished >= statsExactUnpublished {
@@ -63,7 +65,7 @@ func (s *Store) Stats(ctx context.Context) (driver.Stats, error) {
 	st.Pending = max(unpublished-st.Parked, 0)
 	st.Published = max(rows-unpublished, 0)
 	if rows < statsExactRows {
-		if err := s.db.QueryRowContext(ctx, s.q.statsExact).Scan(&st.Published); err != nil {
+		if err := s.db.QueryRowContext(ctx, s.q.statsPublished).Scan(&st.Published); err != nil {
 			return driver.Stats{}, wrap("stats", err)
 		}
 	}
@@ -110,7 +112,7 @@ func (s *Store) pendingEstimate(ctx context.Context) (int64, error) {
 // parked one (a lower bound beyond them).
 func (s *Store) Blocked(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, s.q.blocked, statsExactUnpublished).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.blocked, blockedParams{Limit: statsExactUnpublished}.args()...).Scan(&n); err != nil {
 		return 0, wrap("blocked", err)
 	}
 	return n, nil
@@ -119,7 +121,7 @@ func (s *Store) Blocked(ctx context.Context) (int64, error) {
 // Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
 // no Owner. TakenOver is never set.
 func (s *Store) Lanes(ctx context.Context) ([]driver.Lease, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.lanesList)
+	rows, err := s.db.QueryContext(ctx, s.q.lanes)
 	if err != nil {
 		return nil, wrap("lanes", err)
 	}
@@ -146,7 +148,7 @@ func (s *Store) Unpark(ctx context.Context, partitionKey string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.exec(ctx, s.q.unpark, driver.LaneOf(partitionKey, lanes), partitionKey)
+	res, err := s.exec(ctx, s.q.unpark, unparkParams{Lane: driver.LaneOf(partitionKey, lanes), PartitionKey: partitionKey}.args()...)
 	if err != nil {
 		return 0, wrap("unpark", err)
 	}
@@ -195,14 +197,15 @@ func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p driver.PruneParams
 	var n int64
 	for n < limit {
 		want := limit - n
-		seqs, err := queryInt64s(ctx, tx, s.q.pruneSettledIDs, below, cut, want)
+		seqs, err := queryInt64s(ctx, tx, s.q.pruneSettledIDs, pruneSettledIDsParams{Below: below, Before: cut, Limit: want}.args()...)
 		if err != nil || len(seqs) == 0 {
 			if err != nil {
 				return 0, err
 			}
 			break
 		}
-		res, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.pruneSettled, 0, len(seqs)), append(appendInt64s(nil, seqs), cut)...)
+		query, args := pruneSettledParams{Seqs: seqs, Before: cut}.query(s.q.pruneSettled)
+		res, err := tx.ExecContext(ctx, s.markPrefix+query, args...)
 		if err != nil {
 			return 0, err
 		}
@@ -211,7 +214,8 @@ func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p driver.PruneParams
 			return 0, err
 		}
 		n += pairs / 2 // an outbox row and its settle log row each
-		res, err = tx.ExecContext(ctx, lists(s.q.pruneSettledOrphans, 0, len(seqs)), appendInt64s(nil, seqs)...)
+		query, args = pruneSettledOrphansParams{Seqs: seqs}.query(s.q.pruneSettledOrphans)
+		res, err = tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return 0, err
 		}
@@ -226,7 +230,7 @@ func (s *Store) pruneBatch(ctx context.Context, tx *sql.Tx, p driver.PruneParams
 	if n == limit {
 		return n, nil
 	}
-	res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, cut, below, limit-n)
+	res, err := tx.ExecContext(ctx, s.markPrefix+s.q.pruneOutbox, pruneOutboxParams{Before: cut, Below: below, Limit: limit - n}.args()...)
 	if err != nil {
 		return 0, err
 	}
@@ -266,7 +270,7 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 // destination has among the first limit pending records in seq order (ix_unpublished, as
 // Blocked): the whole backlog when it is smaller. Operators only (outboxkit status).
 func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.pendingDest, limit)
+	rows, err := s.db.QueryContext(ctx, s.q.pendingDestinations, pendingDestinationsParams{Limit: limit}.args()...)
 	if err != nil {
 		return nil, wrap("pending destinations", err)
 	}

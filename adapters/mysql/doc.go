@@ -61,8 +61,9 @@
 //     innodb_lock_wait_timeout (50 s by default; ErrLockWaitTimeout): a resize of a large
 //     backlog can make writers time out, and a writer transaction open longer makes the
 //     resize fail, changing nothing. Insert is unchecked and not held back by a resize.
-//   - Time is the database clock (UTC_TIMESTAMP(6)) unless a call injects Now; all times are
-//     DATETIME(6) in UTC, microsecond precision.
+//   - Time is the database clock (UTC_TIMESTAMP(6)) unless a call injects Now: every statement
+//     writes COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), :now NULL unless injected;
+//     all times are DATETIME(6) in UTC, microsecond precision.
 //   - ClaimLanes is exclusive: ClaimSkipLocked locks candidate lane rows with FOR UPDATE SKIP
 //     LOCKED; ClaimGetLock does the same and ties each lease to a GET_LOCK held by the owner's
 //     session, so that a dead session's lanes can be taken at once. Either way every lease is

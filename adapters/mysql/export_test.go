@@ -2,8 +2,10 @@ package mysql
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/outboxkit/outbox/internal/sqlfile"
 )
@@ -26,7 +28,7 @@ func (s *Store) MinimalMarks() bool { return s.markPrefix != "" }
 func (s *Store) StatsQueries() (stats, blocked string) { return s.q.stats, s.q.blocked }
 
 // PendingDestinationsQuery returns the statement of PendingDestinations, for tests (EXPLAIN).
-func (s *Store) PendingDestinationsQuery() string { return s.q.pendingDest }
+func (s *Store) PendingDestinationsQuery() string { return s.q.pendingDestinations }
 
 // MigrateBefore is Migrate with only the migration files named before file (e.g.
 // "migrations/009_binary_text.sql"): a database as an earlier version of the adapter left it.
@@ -34,32 +36,80 @@ func (s *Store) MigrateBefore(ctx context.Context, file string) error { return s
 
 // UseEarlierQueries makes s a Store of the version before the pending layout (migration 010):
 // its writer, relay and cleanup statements become those of testdata/v009/queries.sql (the
-// earlier queries.sql), which mark and fail outbox rows and fetch them from ix_unpublished. The
-// Go code around them is this version's; the statements it runs beyond the earlier ones are
-// replaced by ones with the same arguments that change nothing (a mark's SettleUnpend, the
-// settle log half of a cleanup). Migrate it with MigrateBefore(ctx, PendingMigration).
+// earlier statements), which mark and fail outbox rows and fetch them from ix_unpublished. The
+// Go code around them is this version's, and so are the params structs that give their
+// arguments: each earlier statement must mark the parameters of this version's statement of
+// the same name in the same order, with the same types (checked here). The statements this
+// version runs beyond the earlier ones are replaced by ones with the same arguments that change
+// nothing (a mark's SettleUnpend, the settle log half of a cleanup). Migrate it with
+// MigrateBefore(ctx, PendingMigration).
 func (s *Store) UseEarlierQueries() error {
-	st, err := sqlfile.Load(os.DirFS("testdata/v009"), "queries.sql", s.names.idents())
+	const dir, file = "testdata/v009", "queries.sql"
+	src, err := os.ReadFile(dir + "/" + file)
 	if err != nil {
 		return err
 	}
-	s.q.insertPrefix, s.q.insertRow = st.Get("InsertPrefix"), st.Get("InsertRow")
-	s.q.insertChecked, s.q.laneCountShared = st.Get("InsertChecked"), st.Get("LaneCountShared")
-	s.q.fetchBlocked, s.q.fetchPrefix, s.q.fetchNotExists = st.Get("FetchBlocked"), st.Get("FetchPrefix"), st.Get("FetchNotExists")
-	s.q.settlePublish, s.q.settleDelete, s.q.settleFail = st.Get("SettlePublish"), st.Get("SettleDelete"), st.Get("SettleFail")
-	s.q.minUnpublished, s.q.pruneOutbox = st.Get("MinUnpublished"), st.Get("PruneOutbox")
-	s.q.settleUnpend = "DO 0 IN ({{seq_list}}) AND 0 IN ({{lane_list}})"
-	s.q.unpendedOn = "DO 0" // the earlier delete settle is its DELETE alone
-	s.q.pruneSettledIDs = "SELECT 0 FROM DUAL WHERE FALSE AND ? AND ? LIMIT ?"
-	for _, q := range []string{s.q.insertPrefix, s.q.insertRow, s.q.insertChecked, s.q.laneCountShared,
-		s.q.fetchBlocked, s.q.fetchPrefix, s.q.fetchNotExists, s.q.settlePublish, s.q.settleDelete,
-		s.q.settleFail, s.q.minUnpublished, s.q.pruneOutbox} {
-		if q == "" {
-			return errors.New("testdata/v009/queries.sql lacks a statement")
-		}
+	earlier, err := sqlfile.Parse(string(src))
+	if err != nil {
+		return err
 	}
-	return nil // st.Err() would list the statements this function does not take
+	src, err = queriesFS.ReadFile("queries.sql")
+	if err != nil {
+		return err
+	}
+	current, err := sqlfile.Parse(string(src))
+	if err != nil {
+		return err
+	}
+	st, err := sqlfile.Load(os.DirFS(dir), file, s.names.idents())
+	if err != nil {
+		return err
+	}
+	for name, field := range map[string]*string{
+		"InsertPrefix": &s.q.insertPrefix, "InsertRow": &s.q.insertRow, "InsertChecked": &s.q.insertChecked,
+		"LaneCountShared": &s.q.laneCountShared, "FetchBlocked": &s.q.fetchBlocked, "FetchPrefix": &s.q.fetchPrefix,
+		"FetchNotExists": &s.q.fetchNotExists, "SettlePublish": &s.q.settlePublish, "SettleDelete": &s.q.settleDelete,
+		"SettleFail": &s.q.settleFail, "MinUnpublished": &s.q.minUnpublished, "PruneOutbox": &s.q.pruneOutbox,
+		"SettleUnpend": &s.q.settleUnpend, "UnpendedOn": &s.q.unpendedOn, "PruneSettledIDs": &s.q.pruneSettledIDs,
+	} {
+		if err := sameParams(earlier, current, name); err != nil {
+			return fmt.Errorf("%s/%s: %w", dir, file, err)
+		}
+		*field = st.Get(name)
+	}
+	return st.Err()
+}
+
+// sameParams reports an error unless statement name of a and of b take the same arguments: the
+// same names, in the same positional order, of the same types.
+func sameParams(a, b *sqlfile.File, name string) error {
+	_, ao, err := a.Rewrite(name)
+	if err != nil {
+		return err
+	}
+	_, bo, err := b.Rewrite(name)
+	if err != nil {
+		return err
+	}
+	types := func(f *sqlfile.File) map[string]string {
+		m := map[string]string{}
+		for _, p := range f.Params(name) {
+			m[p.Name] = p.Type
+		}
+		return m
+	}
+	if !slices.Equal(ao, bo) || !maps.Equal(types(a), types(b)) {
+		return fmt.Errorf("statement %s takes %v %v, this version's %v %v", name, ao, types(a), bo, types(b))
+	}
+	return nil
 }
 
 // PendingMigration is the file of migration 010 (the pending layout).
 const PendingMigration = pendingMigration
+
+// OwnedLanes runs ClaimOwned, a statement with a list parameter, for lanes: those of them that
+// have an owner.
+func (s *Store) OwnedLanes(ctx context.Context, lanes []int) ([]int, error) {
+	query, args := claimOwnedParams{Lanes: lanes}.query(s.q.claimOwned)
+	return queryInts(ctx, s.db, query, args...)
+}

@@ -176,7 +176,7 @@ func (s *Store) tryLock(ctx context.Context, lc *lockConn, lane int) (bool, erro
 		return true, nil
 	}
 	var got sql.NullInt64
-	if err := lc.conn.QueryRowContext(ctx, s.q.laneLockTry, s.lockName(lane)).Scan(&got); err != nil {
+	if err := lc.conn.QueryRowContext(ctx, s.q.laneLockTry, laneLockTryParams{Name: s.lockName(lane)}.args()...).Scan(&got); err != nil {
 		_ = lc.close()
 		return false, err
 	}
@@ -192,7 +192,7 @@ func (s *Store) unlock(ctx context.Context, lc *lockConn, lane int) {
 		return
 	}
 	delete(lc.held, lane)
-	if _, err := lc.conn.ExecContext(ctx, s.q.laneLockRelease, s.lockName(lane)); err != nil {
+	if _, err := lc.conn.ExecContext(ctx, s.q.laneLockRelease, laneLockReleaseParams{Name: s.lockName(lane)}.args()...); err != nil {
 		s.log.Warn("mysql_release_lock_failed", "lane", lane, "error", err)
 		_ = lc.close()
 	}
@@ -221,7 +221,7 @@ func (s *Store) claimGetLock(ctx context.Context, p driver.ClaimParams) ([]drive
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, s.q.claimGetLockCandidates, now, now, s.lockPrefix)
+		rows, err := tx.QueryContext(ctx, s.q.claimGetLockCandidates, claimGetLockCandidatesParams{Now: now, LockPrefix: s.lockPrefix}.args()...)
 		if err != nil {
 			return err
 		}
@@ -330,7 +330,7 @@ func (s *Store) syncLocks(ctx context.Context, asked, renewed []driver.Lease) {
 				continue
 			}
 			if ok {
-				if _, err := s.db.ExecContext(ctx, s.q.setLockSession, lc.id, l.Lane, owner, l.Generation); err != nil {
+				if _, err := s.db.ExecContext(ctx, s.q.setLockSession, setLockSessionParams{LockSession: lc.id, Lane: l.Lane, Owner: owner, Generation: l.Generation}.args()...); err != nil {
 					s.log.Warn("mysql_set_lock_session_failed", "lane", l.Lane, "error", err)
 				}
 			}
@@ -370,7 +370,7 @@ func (s *Store) releaseLostLocks(ctx context.Context, leases []driver.Lease) {
 			continue
 		}
 		var n int
-		err := s.db.QueryRowContext(ctx, s.q.lockedBy, l.Lane, l.Owner, lc.id).Scan(&n)
+		err := s.db.QueryRowContext(ctx, s.q.lockedBy, lockedByParams{Lane: l.Lane, Owner: l.Owner, LockSession: lc.id}.args()...).Scan(&n)
 		if err == nil && n == 0 {
 			s.unlock(context.WithoutCancel(ctx), lc, l.Lane)
 			lc.closeIfIdle()

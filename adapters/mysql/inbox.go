@@ -9,7 +9,6 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // InTx implements driver.Transactor: fn runs in one transaction (the *sql.DB's default
@@ -33,7 +32,7 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 		return time.Time{}, err
 	}
 	var h sql.NullTime
-	err := tx.QueryRowContext(ctx, s.q.horizonGet, consumer).Scan(&h)
+	err := tx.QueryRowContext(ctx, s.q.horizonGet, horizonGetParams{Consumer: consumer}.args()...).Scan(&h)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, nil
 	}
@@ -50,8 +49,8 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRe
 	if err := nilTx("insert record", tx); err != nil {
 		return driver.InboxRecord{}, false, err
 	}
-	res, err := tx.ExecContext(ctx, s.q.insertRecord, rec.Consumer, rec.EventID, rec.Digest[:], rec.SourcePosition,
-		int(rec.Outcome), timeArg(rec.OccurredAt))
+	res, err := tx.ExecContext(ctx, s.q.insertRecord, insertRecordParams{Consumer: rec.Consumer, EventID: rec.EventID,
+		Digest: rec.Digest[:], SourcePosition: rec.SourcePosition, Outcome: int(rec.Outcome), OccurredAt: timeArg(rec.OccurredAt)}.args()...)
 	if err != nil {
 		return driver.InboxRecord{}, false, wrap("insert record", err)
 	}
@@ -81,7 +80,7 @@ func (s *Store) readRecord(ctx context.Context, q interface {
 	var digest []byte
 	var outcome int
 	var occurred sql.NullTime
-	if err := q.QueryRowContext(ctx, s.q.readRecord, consumer, eventID).Scan(&digest, &ex.SourcePosition,
+	if err := q.QueryRowContext(ctx, s.q.readRecord, readRecordParams{Consumer: consumer, EventID: eventID}.args()...).Scan(&digest, &ex.SourcePosition,
 		&outcome, &occurred, &ex.ProcessedAt); err != nil {
 		return driver.InboxRecord{}, err
 	}
@@ -119,11 +118,11 @@ func (s *Store) LockVersion(ctx context.Context, tx *sql.Tx, consumer, entity st
 	if err := nilTx("lock version", tx); err != nil {
 		return 0, false, err
 	}
-	if _, err := tx.ExecContext(ctx, s.q.versionEnsure, consumer, entity); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.versionEnsure, versionEnsureParams{Consumer: consumer, Entity: entity}.args()...); err != nil {
 		return 0, false, wrap("lock version", err)
 	}
 	var v sql.NullInt64
-	if err := tx.QueryRowContext(ctx, s.q.versionRead, consumer, entity).Scan(&v); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.versionRead, versionReadParams{Consumer: consumer, Entity: entity}.args()...).Scan(&v); err != nil {
 		return 0, false, wrap("lock version", err)
 	}
 	return v.Int64, v.Valid, nil
@@ -134,7 +133,7 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 	if err := nilTx("set version", tx); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, s.q.versionSet, consumer, entity, version); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.versionSet, versionSetParams{Consumer: consumer, Entity: entity, Version: version}.args()...); err != nil {
 		return wrap("set version", err)
 	}
 	return nil
@@ -147,11 +146,11 @@ func (s *Store) SetVersion(ctx context.Context, tx *sql.Tx, consumer, entity str
 // progress (see driver.InboxStore for why that is safe), not even one whose handler is still
 // running.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if _, err := s.db.ExecContext(ctx, s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Horizon: timeArg(before)}.args()...); err != nil {
 		return 0, wrap("prune inbox: raise horizon", err)
 	}
 	var h sql.NullTime
-	if err := s.db.QueryRowContext(ctx, s.q.horizonGet, consumer).Scan(&h); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.horizonGet, horizonGetParams{Consumer: consumer}.args()...).Scan(&h); err != nil {
 		return 0, wrap("prune inbox: read horizon", err)
 	}
 	horizon := nullTime(h)
@@ -176,7 +175,7 @@ func (s *Store) pruneRecords(ctx context.Context, q interface {
 	querier
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }, consumer string, horizon time.Time, limit int) (int64, error) {
-	ids, err := queryStrings(ctx, q, s.q.pruneInboxIDs, consumer, timeArg(horizon), limit)
+	ids, err := queryStrings(ctx, q, s.q.pruneInboxIDs, pruneInboxIDsParams{Consumer: consumer, Horizon: timeArg(horizon), Limit: limit}.args()...)
 	if err != nil {
 		return 0, err
 	}
@@ -184,16 +183,8 @@ func (s *Store) pruneRecords(ctx context.Context, q interface {
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), pruneIDChunk)]
 		ids = ids[len(chunk):]
-		stmt, err := sqlfile.Idents{"id_list": placeholders(len(chunk))}.Expand(s.q.pruneInbox)
-		if err != nil {
-			return total, err
-		}
-		args := make([]any, 0, len(chunk)+2)
-		args = append(args, consumer)
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		res, err := q.ExecContext(ctx, stmt, append(args, timeArg(horizon))...)
+		query, args := pruneInboxParams{Consumer: consumer, EventIDs: chunk, Horizon: timeArg(horizon)}.query(s.q.pruneInbox)
+		res, err := q.ExecContext(ctx, query, args...)
 		if err != nil {
 			return total, err
 		}

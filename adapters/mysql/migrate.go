@@ -96,14 +96,14 @@ func (s *Store) withMigrateLock(ctx context.Context, op string, fn func(conn *sq
 	}
 	defer conn.Close()
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, s.q.migrateLock, s.lockPrefix+"migrate").Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, s.q.migrateLock, migrateLockParams{Name: s.lockPrefix + "migrate"}.args()...).Scan(&got); err != nil {
 		return wrap(op+": lock", err)
 	}
 	if got.Int64 != 1 {
 		return fmt.Errorf("mysql: %s: another migration holds the lock", op)
 	}
 	defer func() {
-		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), s.q.migrateUnlock, s.lockPrefix+"migrate")
+		_, rerr := conn.ExecContext(context.WithoutCancel(ctx), s.q.migrateUnlock, migrateUnlockParams{Name: s.lockPrefix + "migrate"}.args()...)
 		if err == nil && rerr != nil {
 			err = wrap(op+": unlock", rerr)
 		}
@@ -119,12 +119,13 @@ func (s *Store) apply(ctx context.Context, conn *sql.Conn, op string, files []st
 	for _, f := range files {
 		if f == binaryTextMigration || f == binaryTextInboxMigration {
 			// Only while a column it converts is still text: each ALTER rebuilds its table.
-			tables := []any{n.outbox, n.lanes, n.workers, n.audit}
+			tables := []string{n.outbox, n.lanes, n.workers, n.audit}
 			if f == binaryTextInboxMigration {
-				tables = []any{n.inbox, n.horizons, n.versions, n.versions}
+				tables = []string{n.inbox, n.horizons, n.versions}
 			}
 			var pending int
-			if err := conn.QueryRowContext(ctx, s.q.textColumnsPending, tables...).Scan(&pending); err != nil {
+			query, args := textColumnsPendingParams{Tables: tables}.query(s.q.textColumnsPending)
+			if err := conn.QueryRowContext(ctx, query, args...).Scan(&pending); err != nil {
 				return wrap(op+": "+f, err)
 			}
 			if pending == 0 {
@@ -143,7 +144,7 @@ func (s *Store) apply(ctx context.Context, conn *sql.Conn, op string, files []st
 		}
 		if f == pendingMigration {
 			var v string
-			switch err := conn.QueryRowContext(ctx, s.q.metaGet, pendingMarker).Scan(&v); {
+			switch err := conn.QueryRowContext(ctx, s.q.metaGet, metaGetParams{Name: pendingMarker}.args()...).Scan(&v); {
 			case err == nil:
 				continue
 			case !errors.Is(err, sql.ErrNoRows):
@@ -174,11 +175,11 @@ func (s *Store) apply(ctx context.Context, conn *sql.Conn, op string, files []st
 func (s *Store) migrateOutbox(ctx context.Context, conn *sql.Conn, files int) error {
 	if s.o.UniqueAggregateVersion {
 		var n int
-		if err := conn.QueryRowContext(ctx, s.q.aggVersionIdxCount, s.names.outbox).Scan(&n); err != nil {
+		if err := conn.QueryRowContext(ctx, s.q.aggregateVersionIndexCount, aggregateVersionIndexCountParams{Table: s.names.outbox}.args()...).Scan(&n); err != nil {
 			return wrap("migrate: unique aggregate version", err)
 		}
 		if n == 0 {
-			if _, err := conn.ExecContext(ctx, s.q.aggVersionIdx); err != nil {
+			if _, err := conn.ExecContext(ctx, s.q.aggregateVersionIndex); err != nil {
 				return wrap("migrate: unique aggregate version", err)
 			}
 		}
@@ -186,7 +187,7 @@ func (s *Store) migrateOutbox(ctx context.Context, conn *sql.Conn, files int) er
 	return s.inTx(ctx, nil, func(tx *sql.Tx) error {
 		lanes := s.o.Lanes
 		var recorded string
-		err := tx.QueryRowContext(ctx, s.q.metaGetForUpdate, "lanes").Scan(&recorded)
+		err := tx.QueryRowContext(ctx, s.q.metaGetForUpdate, metaGetForUpdateParams{Name: "lanes"}.args()...).Scan(&recorded)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
@@ -202,27 +203,20 @@ func (s *Store) migrateOutbox(ctx context.Context, conn *sql.Conn, files int) er
 			}
 			lanes = n // the recorded count (perhaps changed by ResizeLanes) when Options.Lanes is 0
 		}
-		for start := 0; start < lanes; start += 500 {
-			end := min(start+500, lanes)
-			args := make([]any, 0, end-start)
-			for l := start; l < end; l++ {
-				args = append(args, l)
-			}
-			if _, err := tx.ExecContext(ctx, s.q.laneInsert+strings.Repeat("(?),", len(args)-1)+"(?)", args...); err != nil {
-				return wrap("migrate: lanes", err)
-			}
+		if err := s.insertLanes(ctx, tx, 0, lanes); err != nil {
+			return wrap("migrate: lanes", err)
 		}
 		// A fresh outbox is at publisher generation 0 with no kind and no holder.
 		if _, err := tx.ExecContext(ctx, s.q.publisherInit); err != nil {
 			return wrap("migrate: publisher", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.metaPut, "lanes", strconv.Itoa(lanes)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, metaPutParams{Name: "lanes", Value: strconv.Itoa(lanes)}.args()...); err != nil {
 			return wrap("migrate: lanes", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.metaPut, "schema_version", strconv.Itoa(files)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, metaPutParams{Name: "schema_version", Value: strconv.Itoa(files)}.args()...); err != nil {
 			return wrap("migrate: schema version", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.metaPut, resizeMarker, "1"); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.metaPut, metaPutParams{Name: resizeMarker, Value: "1"}.args()...); err != nil {
 			return wrap("migrate: "+resizeMigration, err)
 		}
 		return nil
@@ -237,14 +231,14 @@ const resizeMarker = "migration:008_lanes_resize"
 // migrated before the row existed, or being migrated now) the trigger's body.
 func (s *Store) resizeMigrated(ctx context.Context, conn *sql.Conn) (bool, error) {
 	var v string
-	switch err := conn.QueryRowContext(ctx, s.q.metaGet, resizeMarker).Scan(&v); {
+	switch err := conn.QueryRowContext(ctx, s.q.metaGet, metaGetParams{Name: resizeMarker}.args()...).Scan(&v); {
 	case err == nil:
 		return true, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return false, err
 	}
 	var body string
-	if err := conn.QueryRowContext(ctx, s.q.triggerBody, s.names.outbox+"_imm").Scan(&body); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := conn.QueryRowContext(ctx, s.q.triggerBody, triggerBodyParams{Name: s.names.outbox + "_imm"}.args()...).Scan(&body); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, err
 	}
 	return strings.Contains(body, "lanes_resize"), nil
@@ -295,7 +289,7 @@ func MigrationSQL(opts *Options) (string, error) {
 		}
 	}
 	if o.UniqueAggregateVersion {
-		add(q.aggVersionIdx)
+		add(q.aggregateVersionIndex)
 	}
 	values := make([]string, o.Lanes)
 	for l := range values {
@@ -366,6 +360,28 @@ func (s *Store) CheckInbox(ctx context.Context) error {
 	var n int64
 	if err := s.db.QueryRowContext(ctx, st.Get("CheckInbox")).Scan(&n); err != nil {
 		return wrap("check inbox", err)
+	}
+	return nil
+}
+
+// insertLanes inserts the lane rows from..to-1 that are missing (LaneInsert with a LaneRow per
+// lane), 500 per statement.
+func (s *Store) insertLanes(ctx context.Context, tx *sql.Tx, from, to int) error {
+	for start := from; start < to; start += 500 {
+		end := min(start+500, to)
+		var b strings.Builder
+		b.WriteString(s.q.laneInsert)
+		args := make([]any, 0, end-start)
+		for l := start; l < end; l++ {
+			if l > start {
+				b.WriteByte(',')
+			}
+			b.WriteString(s.q.laneRow)
+			args = append(args, laneRowParams{Lane: l}.args()...)
+		}
+		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+			return err
+		}
 	}
 	return nil
 }

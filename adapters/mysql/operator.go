@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // The steps of the operator commands (driver.OperatorTx) that core.Operator runs in one
@@ -43,7 +41,7 @@ func (s *Store) InOperatorTx(ctx context.Context, fn func(ctx context.Context, t
 
 // ListAudit implements driver.OperatorStore.
 func (s *Store) ListAudit(ctx context.Context, p driver.AuditListParams) ([]driver.AuditEntry, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.auditList, sinceArg(p.Since), p.Limit)
+	rows, err := s.db.QueryContext(ctx, s.q.auditList, auditListParams{Since: sinceArg(p.Since), Limit: p.Limit}.args()...)
 	if err != nil {
 		return nil, wrap("audit log", err)
 	}
@@ -71,7 +69,7 @@ func (s *Store) ListAudit(ctx context.Context, p driver.AuditListParams) ([]driv
 // 010.
 func (s *Store) PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error) {
 	var v string
-	switch err := s.db.QueryRowContext(ctx, s.q.metaGet, pendingMarker).Scan(&v); {
+	switch err := s.db.QueryRowContext(ctx, s.q.metaGet, metaGetParams{Name: pendingMarker}.args()...).Scan(&v); {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
 	case err != nil:
@@ -80,7 +78,7 @@ func (s *Store) PublishRate(ctx context.Context, window time.Duration, limit int
 	var n int64
 	var oldest sql.NullTime
 	var now time.Time
-	if err := s.db.QueryRowContext(ctx, s.q.pubRecent, limit, micros(window)).Scan(&n, &oldest, &now); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.publishedRecent, publishedRecentParams{Limit: limit, Window: micros(window)}.args()...).Scan(&n, &oldest, &now); err != nil {
 		return 0, false, wrap("publish rate", err)
 	}
 	if n >= int64(limit) {
@@ -122,7 +120,7 @@ func (t *opTx) BeginReplay(ctx context.Context) (int, error) {
 // ones back.
 func (t *opTx) BeginResize(ctx context.Context) (int, error) {
 	var marker string
-	if err := t.tx.QueryRowContext(ctx, t.s.q.metaGet, resizeMarker).Scan(&marker); errors.Is(err, sql.ErrNoRows) {
+	if err := t.tx.QueryRowContext(ctx, t.s.q.metaGet, metaGetParams{Name: resizeMarker}.args()...).Scan(&marker); errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("mysql: resize lanes: %w", t.s.notMigrated("migration 008_lanes_resize"))
 	} else if err != nil {
 		return 0, wrap("resize lanes", err)
@@ -146,13 +144,10 @@ func (t *opTx) ReplayTargets(ctx context.Context, p driver.ReplayParams, limit i
 	var rows *sql.Rows
 	var err error
 	if len(p.IDs) > 0 {
-		args := make([]any, len(p.IDs))
-		for i, id := range p.IDs {
-			args[i] = id
-		}
-		rows, err = t.tx.QueryContext(ctx, lists(t.s.q.replayByIDs, 0, len(p.IDs)), args...)
+		query, args := replayByIDsParams{IDs: p.IDs}.query(t.s.q.replayByIDs)
+		rows, err = t.tx.QueryContext(ctx, query, args...)
 	} else {
-		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByKey, p.PartitionKey, sinceArg(p.Since), limit)
+		rows, err = t.tx.QueryContext(ctx, t.s.q.replayByKey, replayByKeyParams{PartitionKey: p.PartitionKey, Since: sinceArg(p.Since), Limit: limit}.args()...)
 	}
 	if err != nil {
 		return nil, wrap("replay targets", err)
@@ -172,7 +167,7 @@ func (t *opTx) ReplayTargets(ctx context.Context, p driver.ReplayParams, limit i
 // KeyUnpublished implements driver.OperatorTx.
 func (t *opTx) KeyUnpublished(ctx context.Context, key string) (bool, error) {
 	var pending bool
-	err := t.tx.QueryRowContext(ctx, t.s.q.keyUnpublished, key).Scan(&pending)
+	err := t.tx.QueryRowContext(ctx, t.s.q.keyUnpublished, keyUnpublishedParams{PartitionKey: key}.args()...).Scan(&pending)
 	return pending, wrap("replay", err)
 }
 
@@ -187,10 +182,13 @@ func (t *opTx) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int64, 
 	for i, r := range rows {
 		seqs[i], to[i] = r.Seq, r.Lane
 	}
-	args := appendInt64s(nil, seqs)
 	var n int64
-	for _, stmt := range []string{t.s.q.replay, t.s.q.replayPending} {
-		res, err := t.tx.ExecContext(ctx, lists(stmt, 0, len(seqs)), args...)
+	for _, stmt := range []func() (string, []any){
+		func() (string, []any) { return replayParams{Seqs: seqs}.query(t.s.q.replay) },
+		func() (string, []any) { return replayPendingParams{Seqs: seqs}.query(t.s.q.replayPending) },
+	} {
+		query, args := stmt()
+		res, err := t.tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return 0, wrap("replay", err)
 		}
@@ -200,7 +198,8 @@ func (t *opTx) Requeue(ctx context.Context, rows []driver.ReplayTarget) (int64, 
 		}
 		n += m
 	}
-	if _, err := t.tx.ExecContext(ctx, lists(t.s.q.replayUnsettle, 0, len(seqs)), args...); err != nil {
+	query, args := replayUnsettleParams{Seqs: seqs}.query(t.s.q.replayUnsettle)
+	if _, err := t.tx.ExecContext(ctx, query, args...); err != nil {
 		return 0, wrap("replay", err)
 	}
 	if _, err := t.tx.ExecContext(ctx, t.s.q.resizeAllow); err != nil {
@@ -223,7 +222,7 @@ func (t *opTx) Unpark(ctx context.Context, key string) (int64, error) {
 			return 0, err
 		}
 	}
-	res, err := t.tx.ExecContext(ctx, t.s.q.unpark, driver.LaneOf(key, t.lanes), key)
+	res, err := t.tx.ExecContext(ctx, t.s.q.unpark, unparkParams{Lane: driver.LaneOf(key, t.lanes), PartitionKey: key}.args()...)
 	if err != nil {
 		return 0, wrap("unpark", err)
 	}
@@ -246,8 +245,8 @@ func (t *opTx) PruneOutbox(ctx context.Context, p driver.PruneParams) (int64, er
 
 // ResetLanes implements driver.OperatorTx: one statement (ResetLanes).
 func (t *opTx) ResetLanes(ctx context.Context, p driver.ResetLanesParams) (int64, error) {
-	args := appendInts([]any{nil, len(p.Lanes) == 0}, p.Lanes)
-	res, err := t.tx.ExecContext(ctx, lists(t.s.q.resetLanes, len(p.Lanes), 0), append(args, p.Owner, p.Owner)...)
+	query, args := resetLanesParams{All: len(p.Lanes) == 0, Lanes: p.Lanes, Owner: p.Owner}.query(t.s.q.resetLanes)
+	res, err := t.tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, wrap("reset lanes", err)
 	}
@@ -271,28 +270,21 @@ func (t *opTx) ResizeLanes(ctx context.Context, from, to int) (int64, error) {
 
 func (t *opTx) resize(ctx context.Context, from, to int) (int64, error) {
 	tx, q := t.tx, &t.s.q
-	if _, err := tx.ExecContext(ctx, q.resizeLeases, nil); err != nil {
+	if _, err := tx.ExecContext(ctx, q.resizeLeases, resizeLeasesParams{}.args()...); err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, q.resizeDropLanes, to); err != nil {
+	if _, err := tx.ExecContext(ctx, q.resizeDropLanes, resizeDropLanesParams{Lanes: to}.args()...); err != nil {
 		return 0, err
 	}
-	for start := from; start < to; start += 500 {
-		end := min(start+500, to)
-		args := make([]any, 0, end-start)
-		for l := start; l < end; l++ {
-			args = append(args, l)
-		}
-		if _, err := tx.ExecContext(ctx, q.laneInsert+strings.Repeat("(?),", len(args)-1)+"(?)", args...); err != nil {
-			return 0, err
-		}
+	if err := t.s.insertLanes(ctx, tx, from, to); err != nil {
+		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, q.resizeAllow); err != nil {
 		return 0, err
 	}
 	var moved int64
 	for after := int64(0); ; {
-		rows, err := tx.QueryContext(ctx, q.resizeRows, after, resizeBatch)
+		rows, err := tx.QueryContext(ctx, q.resizeRows, resizeRowsParams{After: after, Limit: resizeBatch}.args()...)
 		if err != nil {
 			return 0, err
 		}
@@ -331,7 +323,7 @@ func (t *opTx) resize(ctx context.Context, from, to int) (int64, error) {
 	if _, err := tx.ExecContext(ctx, q.resizeDisallow); err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, q.laneCountSet, strconv.Itoa(to)); err != nil {
+	if _, err := tx.ExecContext(ctx, q.laneCountSet, laneCountSetParams{Value: strconv.Itoa(to)}.args()...); err != nil {
 		return 0, err
 	}
 	return moved, nil
@@ -339,11 +331,11 @@ func (t *opTx) resize(ctx context.Context, from, to int) (int64, error) {
 
 // RaiseHorizon implements driver.OperatorTx.
 func (t *opTx) RaiseHorizon(ctx context.Context, consumer string, before time.Time) (time.Time, error) {
-	if _, err := t.tx.ExecContext(ctx, t.s.q.raiseHorizon, consumer, timeArg(before)); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Horizon: timeArg(before)}.args()...); err != nil {
 		return time.Time{}, wrap("raise horizon", err)
 	}
 	var h sql.NullTime
-	if err := t.tx.QueryRowContext(ctx, t.s.q.horizonGet, consumer).Scan(&h); err != nil {
+	if err := t.tx.QueryRowContext(ctx, t.s.q.horizonGet, horizonGetParams{Consumer: consumer}.args()...).Scan(&h); err != nil {
 		return time.Time{}, wrap("raise horizon", err)
 	}
 	return nullTime(h), nil
@@ -363,7 +355,7 @@ func (t *opTx) WriteAudit(ctx context.Context, a driver.AuditEntry) (int64, erro
 
 // SetAuditRows implements driver.OperatorTx.
 func (t *opTx) SetAuditRows(ctx context.Context, id, rows int64) error {
-	_, err := t.tx.ExecContext(ctx, t.s.q.auditSetRows, rows, id)
+	_, err := t.tx.ExecContext(ctx, t.s.q.auditSetRows, auditSetRowsParams{Rows: rows, ID: id}.args()...)
 	return wrap("write audit", err)
 }
 
@@ -373,7 +365,7 @@ func (s *Store) insertAudit(ctx context.Context, tx *sql.Tx, a driver.AuditEntry
 	if args == "" {
 		args = "{}"
 	}
-	res, err := tx.ExecContext(ctx, s.q.auditInsert, timeArg(a.At), a.Actor, a.Command, args, a.Rows)
+	res, err := tx.ExecContext(ctx, s.q.auditInsert, auditInsertParams{Now: timeArg(a.At), Actor: a.Actor, Command: a.Command, Arguments: args, Rows: a.Rows}.args()...)
 	if err != nil {
 		return 0, err
 	}
@@ -386,16 +378,8 @@ func (s *Store) moveLanes(ctx context.Context, tx *sql.Tx, seqs []int64, to []in
 	if len(seqs) == 0 {
 		return 0, nil
 	}
-	stmt, err := sqlfile.Idents{"case_list": strings.Repeat("WHEN ? THEN ? ", len(seqs)), "seq_list": placeholders(len(seqs))}.Expand(s.q.resizeMove)
-	if err != nil {
-		return 0, err
-	}
-	args := make([]any, 0, 3*len(seqs))
-	for i, seq := range seqs {
-		args = append(args, seq, to[i])
-	}
-	args = appendInt64s(args, seqs)
-	res, err := tx.ExecContext(ctx, stmt, args...)
+	query, args := resizeMoveParams{Seqs: seqs, Lanes: to}.query(s.q.resizeMove)
+	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}

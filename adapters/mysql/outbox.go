@@ -92,13 +92,11 @@ func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records 
 		}
 		return s.Insert(ctx, tx, records)
 	}
-	args, err := recordArgs(make([]any, 0, 16), &records[0])
+	row, err := recordRow(&records[0])
 	if err != nil {
 		return err
 	}
-	lane := args[len(args)-1]
-	args = append(args[:len(args)-1], strconv.Itoa(lanes), lane)
-	if _, err := tx.ExecContext(ctx, s.q.insertChecked, args...); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.insertChecked, insertCheckedParams{insertRowParams: row, LaneCount: strconv.Itoa(lanes)}.args()...); err != nil {
 		if errNumber(err) == errBadNull && strings.Contains(err.Error(), "'lane'") { // the count is not lanes
 			return fmt.Errorf("mysql: insert: %w: lanes computed with %d lanes", core.ErrLaneCountChanged, lanes)
 		}
@@ -107,13 +105,13 @@ func (s *Store) InsertLanes(ctx context.Context, tx *sql.Tx, lanes int, records 
 	return nil
 }
 
-// recordArgs appends the 14 insert parameters of r to args.
-func recordArgs(args []any, r *driver.Record) ([]any, error) {
+// recordRow returns the insert parameters of r.
+func recordRow(r *driver.Record) (insertRowParams, error) {
 	headers := "{}"
 	if len(r.Headers) > 0 {
 		h, err := json.Marshal(r.Headers)
 		if err != nil {
-			return nil, fmt.Errorf("mysql: insert: headers: %w", err)
+			return insertRowParams{}, fmt.Errorf("mysql: insert: headers: %w", err)
 		}
 		headers = string(h)
 	}
@@ -121,8 +119,10 @@ func recordArgs(args []any, r *driver.Record) ([]any, error) {
 	if payload == nil {
 		payload = []byte{}
 	}
-	return append(args, r.ID, r.AggregateType, r.AggregateID, r.AggregateVersion, r.Type, r.SchemaID,
-		r.PartitionKey, r.Destination, payload, headers, r.Tenant, r.CausationID, r.CorrelationID, r.Lane), nil
+	return insertRowParams{ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		AggregateVersion: r.AggregateVersion, Type: r.Type, SchemaID: r.SchemaID, PartitionKey: r.PartitionKey,
+		Destination: r.Destination, Payload: payload, Headers: headers, Tenant: r.Tenant,
+		CausationID: r.CausationID, CorrelationID: r.CorrelationID, Lane: r.Lane}, nil
 }
 
 func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []driver.Record) error {
@@ -135,10 +135,11 @@ func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, recs []driver.Recor
 			b.WriteByte(',')
 		}
 		b.WriteString(s.q.insertRow)
-		var err error
-		if args, err = recordArgs(args, r); err != nil {
+		row, err := recordRow(r)
+		if err != nil {
 			return err
 		}
+		args = append(args, row.args()...)
 	}
 	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 		return fmt.Errorf("mysql: insert: %w", classify(duplicate(err)))

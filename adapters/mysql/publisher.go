@@ -30,7 +30,7 @@ func (s *Store) AcquireGeneration(ctx context.Context, p driver.AcquireParams) (
 			pub = cur
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, s.q.publisherBump, p.Kind, p.Holder, timeArg(p.Now)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.publisherBump, publisherBumpParams{Kind: p.Kind, Holder: p.Holder, Now: timeArg(p.Now)}.args()...); err != nil {
 			return err
 		}
 		pub, err = scanPublisher(tx.QueryRowContext(ctx, s.q.publisherRead))
@@ -114,7 +114,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, c driver.Checkpoint) error {
 		if err := s.checkGeneration(ctx, tx, c.Generation); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, s.q.checkpointPut, c.Source, c.Position, c.Generation)
+		_, err := tx.ExecContext(ctx, s.q.checkpointPut, checkpointPutParams{Source: c.Source, Position: c.Position, Generation: c.Generation}.args()...)
 		return err
 	})
 	return wrap("save checkpoint", err)

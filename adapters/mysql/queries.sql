@@ -1,20 +1,39 @@
 -- The MySQL/MariaDB adapter's statements, loaded by queries.go (internal/sqlfile). {{name}} is a
--- table the adapter validated and quoted at construction; {{now}} is the database clock unless
--- the caller injected a time (the parameter is then a "YYYY-MM-DD hh:mm:ss.ffffff" UTC string,
--- NULL otherwise); {{cols}} is the record column list. {{lane_list}} and {{seq_list}} are
--- filled per call with one placeholder per lane or seq.
+-- table the adapter validated and quoted at construction; {{cols}} is the record column list;
+-- nothing else is substituted. Parameters are written :name and declared by the block's
+-- "-- param: name GoType description" lines (or taken from another statement by
+-- "-- params: Other"); go generate writes their Go structs to queries_gen.go, and the loader
+-- writes one ? per occurrence (a repeated name repeats its argument). A parameter of a slice
+-- type (other than []byte) is a list, written IN (:lanes): one ? per element, expanded per call
+-- by the generated query method; an empty list is NULL (never true, in IN as in NOT IN).
+--
+-- Time: COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) is the caller's injected time (a
+-- "YYYY-MM-DD hh:mm:ss.ffffff" UTC string, timeArg), else the database clock, as in the
+-- PostgreSQL file; every time column is a DATETIME(6) in UTC. Either way the expression is a
+-- constant of the statement, which the optimizer folds (range scans stay). Durations travel as
+-- microseconds.
+--
+-- dialect: mysql
 
 -- name: MetaGet
-SELECT value FROM {{meta}} WHERE name = ?
+-- param: name string
+SELECT value FROM {{meta}} WHERE name = :name
 
 -- name: MetaPut
-INSERT INTO {{meta}} (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)
+-- param: name string
+-- param: value string
+INSERT INTO {{meta}} (name, value) VALUES (:name, :value) ON DUPLICATE KEY UPDATE value = VALUES(value)
 
 -- name: LaneCount
 SELECT value FROM {{meta}} WHERE name = 'lanes'
 
 -- name: LaneInsert
+-- Followed by LaneRow per lane, joined with commas.
 INSERT IGNORE INTO {{lanes}} (lane) VALUES
+
+-- name: LaneRow
+-- param: lane int
+(:lane)
 
 -- name: InsertPrefix
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
@@ -22,115 +41,189 @@ INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, typ
 	created_at) VALUES
 
 -- name: InsertRow
-(?,?,?,?,?,?,?,?,?,?,?,?,?,?,UTC_TIMESTAMP(6))
+-- One row of InsertPrefix's VALUES (a multi-row insert joins them with commas).
+-- param: id string
+-- param: aggregate_type string
+-- param: aggregate_id string
+-- param: aggregate_version int64
+-- param: type string
+-- param: schema_id string
+-- param: partition_key string
+-- param: destination string
+-- param: payload []byte
+-- param: headers string JSON object text
+-- param: tenant string
+-- param: causation_id string
+-- param: correlation_id string
+-- param: lane int
+(:id, :aggregate_type, :aggregate_id, :aggregate_version, :type, :schema_id, :partition_key, :destination,
+	:payload, :headers, :tenant, :causation_id, :correlation_id, :lane, UTC_TIMESTAMP(6))
 
 -- name: HeartbeatUpsert
+-- param: owner string
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: ttl int64 microseconds
 INSERT INTO {{workers}} (owner, expires_at)
-	VALUES (?, {{now}} + INTERVAL ? MICROSECOND)
+	VALUES (:owner, COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL :ttl MICROSECOND)
 	ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)
 
 -- name: HeartbeatDelete
-DELETE FROM {{workers}} WHERE owner = ?
+-- param: owner string
+DELETE FROM {{workers}} WHERE owner = :owner
 
 -- name: HeartbeatPurgeDead
 -- Workers whose GET_LOCK session is gone (a lane they lease is tied to a session that no
 -- longer holds its lock) are dead: their rows must not count towards the fair share until they
 -- expire, or the survivors leave the dead workers' lanes unclaimed. A live owner whose session
 -- alone broke registers again at its next heartbeat.
+-- param: owner string the caller, never purged
+-- param: lock_prefix string the GET_LOCK names' prefix (Store.lockPrefix); the lane follows
 DELETE w FROM {{workers}} AS w JOIN {{lanes}} AS l ON l.owner = w.owner
-	WHERE w.owner <> ? AND l.lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, l.lane)) <=> l.lock_session)
+	WHERE w.owner <> :owner AND l.lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(:lock_prefix, l.lane)) <=> l.lock_session)
 
 -- name: HeartbeatCount
-SELECT COUNT(*) FROM {{workers}} WHERE expires_at > {{now}}
+-- param: now any the caller's time (timeArg), NULL: the database clock
+SELECT COUNT(*) FROM {{workers}} WHERE expires_at > COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))
 
 -- name: ClaimSkipLocked
 -- Free or expired leases, and leases whose holder's session no longer holds the lane's
 -- GET_LOCK (ClaimGetLock, or an owner holding a sign of life: core.Liveness).
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: lock_prefix string the GET_LOCK names' prefix
+-- param: max int lanes claimed at most
 SELECT lane FROM {{lanes}}
-	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
-	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
-	ORDER BY lane LIMIT ? FOR UPDATE SKIP LOCKED
+	WHERE owner = '' OR lease_until IS NULL OR lease_until <= COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))
+	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(:lock_prefix, lane)) <=> lock_session))
+	ORDER BY lane LIMIT :max FOR UPDATE SKIP LOCKED
 
 -- name: ClaimGetLockCandidates
 -- Candidates of a GET_LOCK claim: free or expired leases, and leases whose holder's
 -- session no longer holds the lane's lock (its connection died). The last column says
 -- whether the lease itself is free or expired.
-SELECT lane, (owner = '' OR lease_until IS NULL OR lease_until <= {{now}}) AS expired
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: lock_prefix string the GET_LOCK names' prefix
+SELECT lane, (owner = '' OR lease_until IS NULL OR lease_until <= COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))) AS expired
 	FROM {{lanes}}
-	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
-	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
+	WHERE owner = '' OR lease_until IS NULL OR lease_until <= COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))
+	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(:lock_prefix, lane)) <=> lock_session))
 	ORDER BY lane FOR UPDATE SKIP LOCKED
 
 -- name: ClaimOwned
 -- Lanes of a claim (locked by its transaction) that still have an owner: their leases
 -- expired or their holder's session is gone (ReleaseLanes clears the owner). ClaimLanes
 -- marks their new leases TakenOver.
-SELECT lane FROM {{lanes}} WHERE lane IN ({{lane_list}}) AND owner <> ''
+-- param: lanes []int the claimed lanes
+SELECT lane FROM {{lanes}} WHERE lane IN (:lanes) AND owner <> ''
 
 -- name: ClaimUpdate
-UPDATE {{lanes}} SET owner = ?, generation = generation + 1,
-	lease_until = {{now}} + INTERVAL ? MICROSECOND, lock_session = ? WHERE lane IN ({{lane_list}})
+-- param: owner string
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: ttl int64 microseconds
+-- param: lock_session any CONNECTION_ID() of the owner's lock session, NULL without GET_LOCK
+-- param: lanes []int the claimed lanes
+UPDATE {{lanes}} SET owner = :owner, generation = generation + 1,
+	lease_until = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL :ttl MICROSECOND, lock_session = :lock_session
+	WHERE lane IN (:lanes)
 
 -- name: LockedBy
-SELECT COUNT(*) FROM {{lanes}} WHERE lane = ? AND owner = ? AND lock_session = ?
+-- param: lane int
+-- param: owner string
+-- param: lock_session int64 CONNECTION_ID() of the lock session
+SELECT COUNT(*) FROM {{lanes}} WHERE lane = :lane AND owner = :owner AND lock_session = :lock_session
 
 -- name: SetLockSession
-UPDATE {{lanes}} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?
+-- param: lock_session int64 CONNECTION_ID() of the lock session
+-- param: lane int
+-- param: owner string
+-- param: generation int64 the lease's
+UPDATE {{lanes}} SET lock_session = :lock_session WHERE lane = :lane AND owner = :owner AND generation = :generation
 
 -- name: PendingDestinations
--- Pending (not parked) records per destination among the first ? of them in seq order (the
+-- Pending (not parked) records per destination among the first :limit of them in seq order (the
 -- pending table's primary key, then one outbox lookup per row). Operators only (outboxkit
 -- status).
+-- param: limit int pending records read
 SELECT w.destination, COUNT(*) FROM (
 	SELECT r.destination FROM {{pending}} AS o STRAIGHT_JOIN {{outbox}} AS r ON r.seq = o.seq
 	WHERE o.parked_at IS NULL
-	ORDER BY o.seq LIMIT ?
+	ORDER BY o.seq LIMIT :limit
 ) AS w GROUP BY w.destination
 
 -- name: LanesRead
-SELECT lane, generation, lease_until FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane
+-- param: lanes []int
+SELECT lane, generation, lease_until FROM {{lanes}} WHERE lane IN (:lanes) ORDER BY lane
 
 -- name: LanesLock
-SELECT lane, owner, generation, lease_until, {{now}}
-	FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane FOR UPDATE
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: lanes []int
+SELECT lane, owner, generation, lease_until, COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))
+	FROM {{lanes}} WHERE lane IN (:lanes) ORDER BY lane FOR UPDATE
 
 -- name: RenewUpdate
-UPDATE {{lanes}} SET lease_until = {{now}} + INTERVAL ? MICROSECOND WHERE lane IN ({{lane_list}})
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: ttl int64 microseconds
+-- param: lanes []int the lanes still held
+UPDATE {{lanes}} SET lease_until = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL :ttl MICROSECOND WHERE lane IN (:lanes)
 
 -- name: Release
+-- param: lane int
+-- param: owner string
+-- param: generation int64 the lease's
 UPDATE {{lanes}} SET owner = '', lease_until = NULL, lock_session = NULL
-	WHERE lane = ? AND owner = ? AND generation = ?
+	WHERE lane = :lane AND owner = :owner AND generation = :generation
 
 -- name: FetchBlocked
 -- The keys held back in the leased lanes: the lowest seq of each key's pending rows that are
 -- parked or not yet due (the pending table's ix_failed, tiny).
+-- param: lanes []int the leased lanes
+-- param: now any the caller's time (timeArg), NULL: the database clock
 SELECT partition_key, MIN(seq) FROM {{pending}}
-	WHERE failed_lane IN ({{lane_list}}) AND (parked_at IS NOT NULL OR next_attempt_at > {{now}})
+	WHERE failed_lane IN (:lanes) AND (parked_at IS NOT NULL OR next_attempt_at > COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)))
 	GROUP BY partition_key
 
 -- name: FetchPrefix
 -- Pending rows in seq order (the pending table's primary key; the lane filter is checked on
 -- the narrow row), each joined to its outbox row by primary key (STRAIGHT_JOIN: pending is
 -- the outer side, whatever the statistics say). The status columns and the lane come from the
--- pending row; published_at is NULL. The caller appends lane and blocked-key conditions (on
--- o, the pending row), ORDER BY o.seq and LIMIT.
+-- pending row; published_at is NULL. The caller appends FetchLanes (unless every lane is
+-- leased), the blocked keys' conditions (FetchKey each, or FetchNotExists) and FetchEnd.
+-- param: now any the caller's time (timeArg), NULL: the database clock
 SELECT r.seq, r.id, r.aggregate_type, r.aggregate_id, r.aggregate_version, r.type, r.schema_id,
 	r.partition_key, r.destination, r.payload, r.headers, r.tenant, r.causation_id, r.correlation_id,
 	o.lane, r.created_at, NULL, o.attempts, o.next_attempt_at, o.last_error, o.parked_at
 	FROM {{pending}} AS o FORCE INDEX (PRIMARY) STRAIGHT_JOIN {{outbox}} AS r ON r.seq = o.seq
 	WHERE o.parked_at IS NULL
-	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= {{now}})
+	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)))
+
+-- name: FetchLanes
+-- Fetch's lane condition, unless every lane is leased.
+-- param: lanes []int the leased lanes
+AND o.lane IN (:lanes)
+
+-- name: FetchKey
+-- Fetch's condition per blocked key (up to maxInlineBlocked of them; FetchNotExists beyond).
+-- param: key string the partition key
+-- param: seq int64 its first blocking seq
+AND NOT (o.partition_key = :key AND o.seq >= :seq)
+
+-- name: FetchEnd
+-- param: limit int
+ORDER BY o.seq LIMIT :limit
 
 -- name: FetchNotExists
+-- param: now any the caller's time (timeArg), NULL: the database clock
 AND NOT EXISTS (SELECT 1 FROM {{pending}} b
 	WHERE b.failed_lane = o.lane AND b.partition_key = o.partition_key AND b.seq <= o.seq
-	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > {{now}}))
+	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))))
 
 -- name: SettlePublish
 -- A mark's first statement: the settle log rows of the records still pending in the leased
 -- lanes (their publication time). Settle runs SettleUnpend next with the same seqs and lanes.
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: seqs []int64 the published records
+-- param: lanes []int the leased lanes
 INSERT INTO {{settled}} (seq, at)
-	SELECT seq, {{now}} FROM {{pending}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}})
+	SELECT seq, COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) FROM {{pending}} WHERE seq IN (:seqs) AND lane IN (:lanes)
 	ON DUPLICATE KEY UPDATE at = VALUES(at)
 
 -- name: SettleDelete
@@ -139,13 +232,21 @@ INSERT INTO {{settled}} (seq, at)
 -- @outboxkit_unpended is set (UnpendedOff clears it right after). A row's outbox lane is its
 -- pending row's (lane changes update the outbox row, and the update trigger copies them);
 -- published_at IS NULL spares the rows published before the migration.
-DELETE FROM {{outbox}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
+-- param: seqs []int64 the published records
+-- param: lanes []int the leased lanes
+DELETE FROM {{outbox}} WHERE seq IN (:seqs) AND lane IN (:lanes) AND published_at IS NULL
 
 -- name: SettleFail
-UPDATE {{pending}} SET attempts = attempts + 1, last_error = ?,
-	next_attempt_at = {{now}} + INTERVAL ? MICROSECOND,
-	parked_at = IF(?, {{now}}, parked_at)
-	WHERE seq = ? AND lane IN ({{lane_list}})
+-- param: error string the last error
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: delay int64 microseconds until the next attempt
+-- param: park bool
+-- param: seq int64
+-- param: lanes []int the leased lanes
+UPDATE {{pending}} SET attempts = attempts + 1, last_error = :error,
+	next_attempt_at = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL :delay MICROSECOND,
+	parked_at = IF(:park, COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), parked_at)
+	WHERE seq = :seq AND lane IN (:lanes)
 
 -- name: MinUnpublished
 SELECT MIN(seq) FROM {{pending}}
@@ -154,14 +255,18 @@ SELECT MIN(seq) FROM {{pending}}
 -- Cleanup of records published before migration 010 (or by a relay of the earlier version):
 -- they carry published_at. The delete trigger takes their pending rows (none: a record with
 -- published_at has none, unless a replay put it back, which cleared published_at).
+-- param: before any the cut-off (timeArg)
+-- param: below int64 the exclusive seq bound
+-- param: limit int64
 DELETE FROM {{outbox}}
-	WHERE published_at IS NOT NULL AND published_at < CAST(? AS DATETIME(6)) AND seq < ?
-	ORDER BY seq LIMIT ?
+	WHERE published_at IS NOT NULL AND published_at < CAST(:before AS DATETIME(6)) AND seq < :below
+	ORDER BY seq LIMIT :limit
 
 -- name: ListPrefix
--- Records after seq ?, each with its pending row (status and lane) when it has one, else as
+-- Records after seq :after, each with its pending row (status and lane) when it has one, else as
 -- published: at its settle log time, or its published_at (published before migration 010). The
--- caller appends the state's condition, ORDER BY o.seq and LIMIT.
+-- caller appends the state's condition and ListEnd.
+-- param: after int64 the exclusive seq bound
 SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
 	o.partition_key, o.destination, o.payload, o.headers, o.tenant, o.causation_id, o.correlation_id,
 	COALESCE(p.lane, o.lane), o.created_at, IF(p.seq IS NULL, COALESCE(s.at, o.published_at), NULL),
@@ -169,20 +274,36 @@ SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.typ
 	IF(p.seq IS NULL, o.last_error, p.last_error), IF(p.seq IS NULL, o.parked_at, p.parked_at)
 	FROM {{outbox}} AS o LEFT JOIN {{pending}} AS p ON p.seq = o.seq
 	LEFT JOIN {{settled}} AS s ON s.seq = o.seq
-	WHERE o.seq > ?
+	WHERE o.seq > :after
+
+-- name: ListPending
+-- ListPrefix's condition for driver.StatePending (StateAll has none).
+AND p.seq IS NOT NULL AND p.parked_at IS NULL
+
+-- name: ListParked
+AND p.parked_at IS NOT NULL
+
+-- name: ListPublished
+AND p.seq IS NULL
+
+-- name: ListEnd
+-- param: limit int the page size
+ORDER BY o.seq LIMIT :limit
 
 -- name: Stats
--- Bounded cost (operators and the daemon's metrics call it often): at most the first ? (Go's
+-- Bounded cost (operators and the daemon's metrics call it often): at most the first :limit (Go's
 -- cap) rows of the pending table: beyond it Go takes the optimizer's estimate
 -- (PendingEstimate). Parked rows are counted on ix_failed; the outbox's row count is InnoDB's
--- estimate (information_schema.TABLES.TABLE_ROWS; the second ? is the bare table name), from
+-- estimate (information_schema.TABLES.TABLE_ROWS; :table is the bare table name), from
 -- which Go subtracts the pending rows (or, for a small table, counts the published rows with
 -- StatsPublished); the oldest pending record is the first unparked pending row in seq order.
+-- param: limit int pending rows counted at most
+-- param: table string the outbox table's bare name
 SELECT
-	(SELECT COUNT(*) FROM (SELECT 1 FROM {{pending}} LIMIT ?) AS u),
+	(SELECT COUNT(*) FROM (SELECT 1 FROM {{pending}} LIMIT :limit) AS u),
 	(SELECT COUNT(*) FROM {{pending}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL),
 	(SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table),
 	(SELECT created_at FROM {{pending}} WHERE parked_at IS NULL ORDER BY seq LIMIT 1)
 
 -- name: PendingEstimate
@@ -196,13 +317,14 @@ SELECT (SELECT COUNT(*) FROM {{outbox}}) - (SELECT COUNT(*) FROM {{pending}})
 
 -- name: Blocked
 -- Pending records held back by an earlier parked record of their partition key, among the
--- first ? pending records after the first parked one (the pending table's primary key; a
+-- first :limit pending records after the first parked one (the pending table's primary key; a
 -- lower bound beyond them). The parked keys come from ix_failed.
+-- param: limit int pending records read
 SELECT COUNT(*) FROM (
 	SELECT o.seq, o.lane, o.partition_key FROM {{pending}} AS o
 	WHERE o.parked_at IS NULL
 	  AND o.seq > (SELECT COALESCE(MIN(seq), 9223372036854775807) FROM {{pending}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL)
-	ORDER BY o.seq LIMIT ?
+	ORDER BY o.seq LIMIT :limit
 ) AS w JOIN (
 	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{pending}}
 	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
@@ -221,52 +343,77 @@ SELECT DISTINCT partition_key FROM {{pending}}
 	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
 
 -- name: Unpark
+-- param: lane int the key's lane
+-- param: partition_key string
 UPDATE {{pending}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-	WHERE failed_lane = ? AND partition_key = ?
+	WHERE failed_lane = :lane AND partition_key = :partition_key
 
 -- name: HorizonGet
 -- A consistent read without a lock: Inbox.Process reads it after the record's insert, as the
 -- first consistent read of its transaction, so its snapshot begins after that insert.
-SELECT horizon FROM {{horizons}} WHERE consumer = ?
+-- param: consumer string
+SELECT horizon FROM {{horizons}} WHERE consumer = :consumer
 
 -- name: RaiseHorizon
 -- Autocommit, before PruneInbox deletes anything below the horizon; never lowers it.
-INSERT INTO {{horizons}} (consumer, horizon) VALUES (?, CAST(? AS DATETIME(6)))
+-- param: consumer string
+-- param: horizon any the new horizon (timeArg)
+INSERT INTO {{horizons}} (consumer, horizon) VALUES (:consumer, CAST(:horizon AS DATETIME(6)))
 	ON DUPLICATE KEY UPDATE horizon = GREATEST(COALESCE(horizon, VALUES(horizon)), VALUES(horizon))
 
 -- name: PruneInboxIDs
--- A prune's first step, a consistent read without locks: the event IDs of up to ? records that
+-- A prune's first step, a consistent read without locks: the event IDs of up to :limit records that
 -- occurred before the horizon. A locking scan of ix_occurred (a DELETE with this WHERE) would
 -- lock the first record past the range, which may be a delivery's uncommitted insert, and
 -- wait for that delivery's handler to finish.
+-- param: consumer string
+-- param: horizon any (timeArg)
+-- param: limit int
 SELECT event_id FROM {{inbox}} FORCE INDEX (ix_occurred)
-	WHERE consumer = ? AND (occurred_at IS NULL OR occurred_at < CAST(? AS DATETIME(6))) LIMIT ?
+	WHERE consumer = :consumer AND (occurred_at IS NULL OR occurred_at < CAST(:horizon AS DATETIME(6))) LIMIT :limit
 
 -- name: PruneInbox
 -- The second step: those records by primary key (record locks only; without the hint the
 -- optimizer scans the table when the list covers most of it), the horizon checked again.
--- {{id_list}} is one placeholder per event ID.
-DELETE i FROM {{inbox}} AS i FORCE INDEX (PRIMARY) WHERE i.consumer = ? AND i.event_id IN ({{id_list}})
-	AND (i.occurred_at IS NULL OR i.occurred_at < CAST(? AS DATETIME(6)))
+-- param: consumer string
+-- param: event_ids []string the records read by PruneInboxIDs
+-- param: horizon any (timeArg)
+DELETE i FROM {{inbox}} AS i FORCE INDEX (PRIMARY) WHERE i.consumer = :consumer AND i.event_id IN (:event_ids)
+	AND (i.occurred_at IS NULL OR i.occurred_at < CAST(:horizon AS DATETIME(6)))
 
 -- name: InsertRecord
+-- param: consumer string
+-- param: event_id string
+-- param: digest []byte
+-- param: source_position string
+-- param: outcome int
+-- param: occurred_at any (timeArg), NULL when unknown
 INSERT IGNORE INTO {{inbox}}
 	(consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
-	VALUES (?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6))
+	VALUES (:consumer, :event_id, :digest, :source_position, :outcome, CAST(:occurred_at AS DATETIME(6)), UTC_TIMESTAMP(6))
 
 -- name: ReadRecord
+-- param: consumer string
+-- param: event_id string
 SELECT digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
-	WHERE consumer = ? AND event_id = ? LOCK IN SHARE MODE
+	WHERE consumer = :consumer AND event_id = :event_id LOCK IN SHARE MODE
 
 -- name: VersionEnsure
-INSERT INTO {{versions}} (consumer, entity, version) VALUES (?, ?, NULL)
+-- param: consumer string
+-- param: entity string
+INSERT INTO {{versions}} (consumer, entity, version) VALUES (:consumer, :entity, NULL)
 	ON DUPLICATE KEY UPDATE version = version
 
 -- name: VersionRead
-SELECT version FROM {{versions}} WHERE consumer = ? AND entity = ? FOR UPDATE
+-- param: consumer string
+-- param: entity string
+SELECT version FROM {{versions}} WHERE consumer = :consumer AND entity = :entity FOR UPDATE
 
 -- name: VersionSet
-INSERT INTO {{versions}} (consumer, entity, version) VALUES (?, ?, ?)
+-- param: consumer string
+-- param: entity string
+-- param: version int64
+INSERT INTO {{versions}} (consumer, entity, version) VALUES (:consumer, :entity, :version)
 	ON DUPLICATE KEY UPDATE version = VALUES(version)
 
 -- name: PublisherInit
@@ -284,8 +431,11 @@ SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1 FOR UPDAT
 SELECT generation FROM {{publisher}} WHERE id = 1 LOCK IN SHARE MODE
 
 -- name: PublisherBump
-UPDATE {{publisher}} SET generation = generation + 1, kind = ?, holder = ?,
-	since = {{now}} WHERE id = 1
+-- param: kind string
+-- param: holder string
+-- param: now any the caller's time (timeArg), NULL: the database clock
+UPDATE {{publisher}} SET generation = generation + 1, kind = :kind, holder = :holder,
+	since = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) WHERE id = 1
 
 -- name: CheckpointRead
 SELECT source, position, generation, updated_at FROM {{checkpoint}} WHERE id = 1
@@ -295,17 +445,22 @@ SELECT source, position, generation, updated_at FROM {{checkpoint}} WHERE id = 1
 DELETE FROM {{checkpoint}} WHERE id = 1
 
 -- name: CheckpointPut
+-- param: source string
+-- param: position string
+-- param: generation int64 the publisher generation
 INSERT INTO {{checkpoint}} (id, source, position, generation, updated_at)
-	VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6))
+	VALUES (1, :source, :position, :generation, UTC_TIMESTAMP(6))
 	ON DUPLICATE KEY UPDATE source = VALUES(source), position = VALUES(position),
 	generation = VALUES(generation), updated_at = VALUES(updated_at)
 
 -- name: MetaGetForUpdate
-SELECT value FROM {{meta}} WHERE name = ? FOR UPDATE
+-- param: name string
+SELECT value FROM {{meta}} WHERE name = :name FOR UPDATE
 
 -- name: AggregateVersionIndexCount
+-- param: table string the outbox table's bare name
 SELECT COUNT(*) FROM information_schema.STATISTICS
-	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'ux_aggregate_version'
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table AND INDEX_NAME = 'ux_aggregate_version'
 
 -- name: AggregateVersionIndex
 CREATE UNIQUE INDEX ux_aggregate_version
@@ -316,68 +471,88 @@ SELECT CONNECTION_ID()
 
 -- name: LaneLockTry
 -- GET_LOCK claims: take a lane's lock on the owner's dedicated session without waiting.
-SELECT GET_LOCK(?, 0)
+-- param: name string the lock
+SELECT GET_LOCK(:name, 0)
 
 -- name: LaneLockRelease
-DO RELEASE_LOCK(?)
+-- param: name string the lock
+DO RELEASE_LOCK(:name)
 
 -- name: MigrateLock
 -- Migrate runs alone: a named lock, waited for up to a minute.
-SELECT GET_LOCK(?, 60)
+-- param: name string the lock
+SELECT GET_LOCK(:name, 60)
 
 -- name: MigrateUnlock
-SELECT RELEASE_LOCK(?)
+-- param: name string the lock
+SELECT RELEASE_LOCK(:name)
 
 -- name: ReplayByIDs
--- Replay's selection by ID ({{seq_list}} holds one mark per ID), locked so that a concurrent
+-- Replay's selection by ID, locked so that a concurrent
 -- cleanup cannot delete it meanwhile; published when it has no pending row.
+-- param: ids []string event IDs
 SELECT o.seq, o.id, o.partition_key, p.seq IS NULL FROM {{outbox}} AS o
 	LEFT JOIN {{pending}} AS p ON p.seq = o.seq
-	WHERE o.id IN ({{seq_list}}) ORDER BY o.seq FOR UPDATE
+	WHERE o.id IN (:ids) ORDER BY o.seq FOR UPDATE
 
 -- name: ReplayByKey
--- Replay's selection by key, created at or after ?, at most ? published rows, locked.
+-- Replay's selection by key, created at or after :since, at most :limit published rows, locked.
+-- param: partition_key string
+-- param: since any (timeArg)
+-- param: limit int published rows at most
 SELECT o.seq, o.id, o.partition_key, 1 FROM {{outbox}} AS o
-	WHERE o.partition_key = ? AND o.created_at >= CAST(? AS DATETIME(6))
+	WHERE o.partition_key = :partition_key AND o.created_at >= CAST(:since AS DATETIME(6))
 	  AND NOT EXISTS (SELECT 1 FROM {{pending}} AS p WHERE p.seq = o.seq)
-	ORDER BY o.seq LIMIT ? FOR UPDATE
+	ORDER BY o.seq LIMIT :limit FOR UPDATE
 
 -- name: KeyUnpublished
 -- Whether the key has a pending row (walks the pending table).
-SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = ?)
+-- param: partition_key string
+SELECT EXISTS (SELECT 1 FROM {{pending}} WHERE partition_key = :partition_key)
 
 -- name: Replay
--- A replay's first statement: the records {{seq_list}} published before migration 010 (or by a
+-- A replay's first statement: the records :seqs published before migration 010 (or by a
 -- relay of the earlier version) lose their published_at and status, as never attempted; the
 -- update trigger gives them their pending rows and deletes their settle log rows.
+-- param: seqs []int64 the records
 UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = NULL,
 	parked_at = NULL
-	WHERE seq IN ({{seq_list}}) AND published_at IS NOT NULL
+	WHERE seq IN (:seqs) AND published_at IS NOT NULL
 
 -- name: AuditInsert
--- actor, command, arguments (JSON text), rows affected.
-INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES ({{now}}, ?, ?, ?, ?)
+-- param: now any the entry's time (timeArg), NULL: the database clock
+-- param: actor string
+-- param: command string
+-- param: arguments string JSON text
+-- param: rows int64 rows affected (-1: filled in later, AuditSetRows)
+INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected)
+	VALUES (COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), :actor, :command, :arguments, :rows)
 
 -- name: PublishedRecent
--- The publish rate of outboxkit status (driver.StatusReader.PublishRate): of the latest ? settle
--- log rows by seq (its primary key; the log has no index on at), those published in the last ?
+-- The publish rate of outboxkit status (driver.StatusReader.PublishRate): of the latest :limit settle
+-- log rows by seq (its primary key; the log has no index on at), those published in the last :window
 -- microseconds: their count, the oldest one's time and the database's clock.
+-- param: limit int settle log rows read
+-- param: window int64 microseconds
 SELECT COUNT(*), MIN(w.at), UTC_TIMESTAMP(6) FROM (
-	SELECT at FROM {{settled}} ORDER BY seq DESC LIMIT ?) AS w
-	WHERE w.at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+	SELECT at FROM {{settled}} ORDER BY seq DESC LIMIT :limit) AS w
+	WHERE w.at > UTC_TIMESTAMP(6) - INTERVAL :window MICROSECOND
 
 -- name: AuditList
--- since, limit: the latest rows, newest first.
+-- The latest rows, newest first.
+-- param: since any (sinceArg)
+-- param: limit int
 SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
-	WHERE at >= CAST(? AS DATETIME(6)) ORDER BY id DESC LIMIT ?
+	WHERE at >= CAST(:since AS DATETIME(6)) ORDER BY id DESC LIMIT :limit
 
 -- name: AuditSetRows
--- rows, id: core.Operator.PruneInbox fills in the rows of the audit row it wrote with -1, once.
-UPDATE {{audit}} SET rows_affected = ? WHERE id = ? AND rows_affected = -1
+-- core.Operator.PruneInbox fills in the rows of the audit row it wrote with -1, once.
+-- param: rows int64
+-- param: id int64 the audit row
+UPDATE {{audit}} SET rows_affected = :rows WHERE id = :id AND rows_affected = -1
 
 -- name: ResetLanes
--- outboxkit lanes reset: end the leases of the selected lanes that have an owner. Arguments:
--- now, whether every lane is selected, the lanes, the owner twice ('': any). One statement
+-- outboxkit lanes reset: end the leases of the selected lanes that have an owner. One statement
 -- that locks the rows in lane order, as Settle and Renew do. The lease expires now (a settle
 -- or renewal of the old lease is refused: owner, generation and expiry all differ),
 -- lock_session (the sign of life) is cleared, and the new generation fences the old owner's
@@ -385,39 +560,48 @@ UPDATE {{audit}} SET rows_affected = ? WHERE id = ? AND rows_affected = -1
 -- the old owner's session still holds the lane's GET_LOCK, without the lock (as a free lane
 -- whose lock is held), and it takes the lock at a renewal once the old owner has let it go
 -- (at its refused renewal or settle, or when its session ends).
-UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
-	WHERE owner <> '' AND (? OR lane IN ({{lane_list}})) AND (? = '' OR owner = ?)
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: all bool every lane (lanes is then empty)
+-- param: lanes []int the selected lanes
+-- param: owner string the lanes' owner, '': any
+UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), generation = generation + 1
+	WHERE owner <> '' AND (:all OR lane IN (:lanes)) AND (:owner = '' OR owner = :owner)
 	ORDER BY lane
 
 -- name: TextColumnsPending
 -- Whether a file of migration 009 (binary text) is still to run: the columns it converts that
 -- still have a character set, in the file's tables (the bare names: outbox, lanes, workers and
--- audit for 009_binary_text.sql; inbox, horizons and versions, one repeated, for
+-- audit for 009_binary_text.sql; inbox, horizons and versions for
 -- 009_binary_text_inbox.sql). No other column of these tables has one of these names.
+-- param: tables []string bare table names
 SELECT COUNT(*) FROM information_schema.COLUMNS
 	WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME IS NOT NULL
-	  AND TABLE_NAME IN (?, ?, ?, ?)
+	  AND TABLE_NAME IN (:tables)
 	  AND COLUMN_NAME IN ('aggregate_id', 'partition_key', 'headers', 'tenant', 'causation_id',
 		'correlation_id', 'owner', 'consumer', 'entity', 'actor', 'command', 'arguments')
 
 -- name: TriggerBody
 -- The immutability trigger's body (Migrate runs 008_lanes_resize when it lacks 'lanes_resize').
+-- param: name string the trigger
 SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS
-	WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?
+	WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = :name
 
 -- name: InsertChecked
 -- Insert of one record (InsertLanes) checked against the lane count its lane was computed with:
--- the lane is the subquery's, the record's lane (the second-last ?) when the recorded count is
--- the last ?, else NULL, which a single-row INSERT refuses (error 1048) in every sql_mode, so
--- nothing is inserted. The count is a locking read, so it is the latest committed one whatever
--- the isolation and snapshot, and its shared lock lasts until the transaction ends: a
--- ResizeLanes (which locks the row FOR UPDATE first) waits for the transaction, and the checked
--- inserts that come after it wait for the resize. An INSERT ... VALUES, not INSERT ... SELECT,
--- which cost the producer 10-15% more (BENCHMARKS.md).
+-- the lane is the subquery's, the record's :lane when the recorded count is :lane_count, else
+-- NULL, which a single-row INSERT refuses (error 1048) in every sql_mode, so nothing is
+-- inserted. The count is a locking read, so it is the latest committed one whatever the
+-- isolation and snapshot, and its shared lock lasts until the transaction ends: a ResizeLanes
+-- (which locks the row FOR UPDATE first) waits for the transaction, and the checked inserts
+-- that come after it wait for the resize. An INSERT ... VALUES, not INSERT ... SELECT, which
+-- cost the producer 10-15% more (BENCHMARKS.md).
+-- params: InsertRow
+-- param: lane_count string the lane count the record's lane was computed with
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane,
-	created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,
-	(SELECT IF(value = ?, ?, NULL) FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
+	created_at) VALUES (:id, :aggregate_type, :aggregate_id, :aggregate_version, :type, :schema_id,
+	:partition_key, :destination, :payload, :headers, :tenant, :causation_id, :correlation_id,
+	(SELECT IF(value = :lane_count, :lane, NULL) FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
 
 -- name: LaneCountShared
 -- The lane count read as a checked insert reads it (InsertLanes of several records, before the
@@ -430,7 +614,8 @@ SELECT value FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE
 SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
 
 -- name: LaneCountSet
-UPDATE {{meta}} SET value = ? WHERE name = 'lanes'
+-- param: value string the lane count
+UPDATE {{meta}} SET value = :value WHERE name = 'lanes'
 
 -- name: PublisherReadShared
 -- A resize's publisher check: a CDC relay's AcquireGeneration (FOR UPDATE) waits for it.
@@ -447,60 +632,76 @@ DELETE FROM {{meta}} WHERE name = 'lanes_resize'
 -- name: ResizeLeases
 -- A resize ends every lease as ResetLanes does (owner and sign of life cleared, lease expired
 -- now, generation incremented), every lane row locked in lane order, so that a relay's settle
--- or renewal of a batch fetched under the old lanes is refused. Argument: now.
-UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
+-- or renewal of a batch fetched under the old lanes is refused.
+-- param: now any the caller's time (timeArg), NULL: the database clock
+UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), generation = generation + 1
 	ORDER BY lane
 
 -- name: ResizeDropLanes
--- The lanes at or above the new count (?) go.
-DELETE FROM {{lanes}} WHERE lane >= ?
+-- The lanes at or above the new count (:lanes) go.
+-- param: lanes int the new lane count
+DELETE FROM {{lanes}} WHERE lane >= :lanes
 
 -- name: ResizeRows
--- The pending rows after seq ?, ? at a time, with their key and lane.
+-- The pending rows after seq :after, :limit at a time, with their key and lane.
+-- param: after int64 the exclusive seq bound
+-- param: limit int
 SELECT seq, partition_key, lane FROM {{pending}}
-	WHERE seq > ? ORDER BY seq LIMIT ?
+	WHERE seq > :after ORDER BY seq LIMIT :limit
 
 -- name: ResizeMove
--- {{case_list}} is "WHEN ? THEN ?" (seq, new lane) per row of {{seq_list}}: the pending
--- records whose lane changes. The outbox row's lane changes (under migration 008's exemption),
+-- The pending records :seqs get their new lanes, :lanes in the same order (FIELD finds a seq's
+-- place in :seqs, ELT the lane at that place). The outbox row's lane changes (under migration 008's exemption),
 -- and the update trigger (migration 010) copies it to the pending row.
-UPDATE {{outbox}} SET lane = CASE seq {{case_list}} END
-	WHERE seq IN ({{seq_list}}) AND published_at IS NULL
+-- param: seqs []int64 the records
+-- param: lanes []int their new lanes, in the order of seqs
+UPDATE {{outbox}} SET lane = CAST(ELT(FIELD(seq, :seqs), :lanes) AS SIGNED)
+	WHERE seq IN (:seqs) AND published_at IS NULL
 
 -- name: SettleUnpend
 -- A mark's second statement: the published records' pending rows go (no outbox row changes).
 -- A delete on publish's first.
-DELETE FROM {{pending}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}})
+-- param: seqs []int64 the published records
+-- param: lanes []int the leased lanes
+DELETE FROM {{pending}} WHERE seq IN (:seqs) AND lane IN (:lanes)
 
 -- name: PruneSettledIDs
--- Cleanup of records published since migration 010, a consistent read without locks: up to ?
--- settle log rows below the watermark (seq < ?) published before the cut-off, in seq order.
-SELECT seq FROM {{settled}} WHERE seq < ? AND at < CAST(? AS DATETIME(6)) ORDER BY seq LIMIT ?
+-- Cleanup of records published since migration 010, a consistent read without locks: up to :limit
+-- settle log rows below the watermark (seq < :below) published before the cut-off, in seq order.
+-- param: below int64 the exclusive seq bound (the watermark)
+-- param: before any the cut-off (timeArg)
+-- param: limit int64
+SELECT seq FROM {{settled}} WHERE seq < :below AND at < CAST(:before AS DATETIME(6)) ORDER BY seq LIMIT :limit
 
 -- name: PruneSettled
 -- Those records' outbox rows and settle log rows, the cut-off checked again on the locked log
 -- rows: a replay deletes a record's log row in its transaction, so a record replayed since the
 -- read is spared (it waits for the replay, then finds no log row). The delete trigger looks
 -- for pending rows (none). The affected-row count is two per record.
+-- param: seqs []int64 read by PruneSettledIDs
+-- param: before any the cut-off (timeArg)
 DELETE r, s FROM {{outbox}} AS r JOIN {{settled}} AS s ON s.seq = r.seq
-	WHERE s.seq IN ({{seq_list}}) AND s.at < CAST(? AS DATETIME(6))
+	WHERE s.seq IN (:seqs) AND s.at < CAST(:before AS DATETIME(6))
 
 -- name: PruneSettledOrphans
 -- Settle log rows of those records whose outbox row is already gone (a relay of the earlier
 -- version sent the record again and deleted it, or its cleanup did).
+-- param: seqs []int64 read by PruneSettledIDs
 DELETE s FROM {{settled}} AS s LEFT JOIN {{outbox}} AS r ON r.seq = s.seq
-	WHERE s.seq IN ({{seq_list}}) AND r.seq IS NULL
+	WHERE s.seq IN (:seqs) AND r.seq IS NULL
 
 -- name: ReplayPending
 -- Its second: a pending row, as never attempted, for each of the others (the records published
 -- since migration 010; IGNORE skips those the first statement gave one).
+-- param: seqs []int64 the records
 INSERT IGNORE INTO {{pending}} (seq, lane, partition_key, created_at)
-	SELECT seq, lane, partition_key, created_at FROM {{outbox}} WHERE seq IN ({{seq_list}})
+	SELECT seq, lane, partition_key, created_at FROM {{outbox}} WHERE seq IN (:seqs)
 
 -- name: ReplayUnsettle
 -- Its third: their settle log rows go (the records are pending again; cleanup finds no
 -- publication time for them).
-DELETE FROM {{settled}} WHERE seq IN ({{seq_list}})
+-- param: seqs []int64 the records
+DELETE FROM {{settled}} WHERE seq IN (:seqs)
 
 -- name: UnpendedOn
 -- Set around SettleDelete only: the delete trigger then leaves the pending rows, which the

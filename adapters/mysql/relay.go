@@ -16,20 +16,20 @@ import (
 func (s *Store) Heartbeat(ctx context.Context, p driver.HeartbeatParams) (int, error) {
 	now := timeArg(p.Now)
 	if p.TTL <= 0 {
-		if _, err := s.exec(ctx, s.q.heartbeatDelete, p.Owner); err != nil {
+		if _, err := s.exec(ctx, s.q.heartbeatDelete, heartbeatDeleteParams{Owner: p.Owner}.args()...); err != nil {
 			return 0, wrap("heartbeat", err)
 		}
 		s.dropLockConn(p.Owner)
 	} else {
-		if _, err := s.exec(ctx, s.q.heartbeatPurgeDead, p.Owner, s.lockPrefix); err != nil {
+		if _, err := s.exec(ctx, s.q.heartbeatPurgeDead, heartbeatPurgeDeadParams{Owner: p.Owner, LockPrefix: s.lockPrefix}.args()...); err != nil {
 			return 0, wrap("heartbeat", err)
 		}
-		if _, err := s.exec(ctx, s.q.heartbeatUpsert, p.Owner, now, micros(p.TTL)); err != nil {
+		if _, err := s.exec(ctx, s.q.heartbeatUpsert, heartbeatUpsertParams{Owner: p.Owner, Now: now, TTL: micros(p.TTL)}.args()...); err != nil {
 			return 0, wrap("heartbeat", err)
 		}
 	}
 	var live int
-	if err := s.db.QueryRowContext(ctx, s.q.heartbeatCount, now).Scan(&live); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.heartbeatCount, heartbeatCountParams{Now: now}.args()...).Scan(&live); err != nil {
 		return 0, wrap("heartbeat", err)
 	}
 	return live, nil
@@ -58,7 +58,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.
 		if err := s.checkGeneration(ctx, tx, p.Generation); err != nil {
 			return err
 		}
-		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, now, s.lockPrefix, p.Max)
+		lanes, err := queryInts(ctx, tx, s.q.claimSkipLocked, claimSkipLockedParams{Now: now, LockPrefix: s.lockPrefix, Max: p.Max}.args()...)
 		if err != nil || len(lanes) == 0 {
 			return err
 		}
@@ -73,13 +73,13 @@ func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.
 
 // takeLanes gives lanes (locked by tx) to p.Owner and returns the new leases.
 func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p driver.ClaimParams, lanes []int, lockSession any) ([]driver.Lease, error) {
-	owned, err := queryInts(ctx, tx, lists(s.q.claimOwned, len(lanes), 0), appendInts(nil, lanes)...)
+	query, args := claimOwnedParams{Lanes: lanes}.query(s.q.claimOwned)
+	owned, err := queryInts(ctx, tx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	args := []any{p.Owner, timeArg(p.Now), micros(p.TTL), lockSession}
-	args = appendInts(args, lanes)
-	if _, err := tx.ExecContext(ctx, lists(s.q.claimUpdate, len(lanes), 0), args...); err != nil {
+	query, args = claimUpdateParams{Owner: p.Owner, Now: timeArg(p.Now), TTL: micros(p.TTL), LockSession: lockSession, Lanes: lanes}.query(s.q.claimUpdate)
+	if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 		return nil, err
 	}
 	leases, err := s.readLeases(ctx, tx, p.Owner, lanes)
@@ -90,7 +90,8 @@ func (s *Store) takeLanes(ctx context.Context, tx *sql.Tx, p driver.ClaimParams,
 }
 
 func (s *Store) readLeases(ctx context.Context, tx *sql.Tx, owner string, lanes []int) ([]driver.Lease, error) {
-	rows, err := tx.QueryContext(ctx, lists(s.q.lanesRead, len(lanes), 0), appendInts(nil, lanes)...)
+	query, args := lanesReadParams{Lanes: lanes}.query(s.q.lanesRead)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +118,8 @@ func (s *Store) lockLanes(ctx context.Context, tx *sql.Tx, leases []driver.Lease
 	}
 	slices.Sort(lanes)
 	lanes = slices.Compact(lanes)
-	args := appendInts([]any{now}, lanes)
-	rows, err := tx.QueryContext(ctx, lists(s.q.lanesLock, len(lanes), 0), args...)
+	query, args := lanesLockParams{Now: now, Lanes: lanes}.query(s.q.lanesLock)
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,8 +172,8 @@ func (s *Store) RenewLanes(ctx context.Context, p driver.RenewParams) ([]driver.
 		for i, l := range held {
 			lanes[i] = l.Lane
 		}
-		args := appendInts([]any{now, micros(p.TTL)}, lanes)
-		if _, err := tx.ExecContext(ctx, lists(s.q.renewUpdate, len(lanes), 0), args...); err != nil {
+		query, args := renewUpdateParams{Now: now, TTL: micros(p.TTL), Lanes: lanes}.query(s.q.renewUpdate)
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 			return err
 		}
 		got, err := s.readLeases(ctx, tx, "", lanes)
@@ -210,7 +211,7 @@ func (s *Store) ReleaseLanes(ctx context.Context, leases []driver.Lease) error {
 	slices.SortFunc(sorted, func(a, b driver.Lease) int { return a.Lane - b.Lane })
 	err := s.inTx(ctx, readCommitted, func(tx *sql.Tx) error {
 		for _, l := range sorted {
-			if _, err := tx.ExecContext(ctx, s.q.release, l.Lane, l.Owner, l.Generation); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.release, releaseParams{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation}.args()...); err != nil {
 				return err
 			}
 		}
@@ -244,7 +245,8 @@ func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Recor
 	now := timeArg(p.Now)
 
 	var blocked []blockedKey
-	rows, err := s.db.QueryContext(ctx, lists(s.q.fetchBlocked, len(lanes), 0), append(appendInts(nil, lanes), now)...)
+	query, args := fetchBlockedParams{Lanes: lanes, Now: now}.query(s.q.fetchBlocked)
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, wrap("fetch", err)
 	}
@@ -262,7 +264,7 @@ func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Recor
 	}
 
 	total, _ := s.LaneCount(ctx)
-	query, args := s.fetchQuery(lanes, total, blocked, now, p.Limit)
+	query, args = s.fetchQuery(lanes, total, blocked, now, p.Limit)
 	rows, err = s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, wrap("fetch", err)
@@ -285,22 +287,23 @@ type blockedKey struct {
 func (s *Store) fetchQuery(lanes []int, total int, blocked []blockedKey, now any, limit int) (string, []any) {
 	var q strings.Builder
 	q.WriteString(s.q.fetchPrefix)
-	args := []any{now}
+	args := fetchPrefixParams{Now: now}.args()
 	if total == 0 || len(lanes) < total {
-		q.WriteString(" AND o.lane IN (" + placeholders(len(lanes)) + ")")
-		args = appendInts(args, lanes)
+		text, more := fetchLanesParams{Lanes: lanes}.query(s.q.fetchLanes)
+		q.WriteString(" " + text)
+		args = append(args, more...)
 	}
 	if len(blocked) > maxInlineBlocked {
 		q.WriteString(" " + s.q.fetchNotExists)
-		args = append(args, now)
+		args = append(args, fetchNotExistsParams{Now: now}.args()...)
 	} else {
 		for _, b := range blocked {
-			q.WriteString(" AND NOT (o.partition_key = ? AND o.seq >= ?)")
-			args = append(args, b.key, b.seq)
+			q.WriteString(" " + s.q.fetchKey)
+			args = append(args, fetchKeyParams{Key: b.key, Seq: b.seq}.args()...)
 		}
 	}
-	q.WriteString(" ORDER BY o.seq LIMIT ?")
-	args = append(args, limit)
+	q.WriteString(" " + s.q.fetchEnd)
+	args = append(args, fetchEndParams{Limit: limit}.args()...)
 	return q.String(), args
 }
 
@@ -332,29 +335,25 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 		lostErr = nil
 		for start := 0; start < len(p.Published); start += 1000 {
 			seqs := p.Published[start:min(start+1000, len(p.Published))]
-			// The seqs and lanes are the arguments of each statement; the log's also takes now.
-			fenced := appendInts(appendInt64s(nil, seqs), lanes)
 			if p.Delete {
-				if err := s.settleDeleteChunk(ctx, tx, len(lanes), len(seqs), fenced); err != nil {
+				if err := s.settleDeleteChunk(ctx, tx, seqs, lanes); err != nil {
 					return err
 				}
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, lists(s.q.settlePublish, len(lanes), len(seqs)), append([]any{now}, fenced...)...); err != nil {
+			query, args := settlePublishParams{Now: now, Seqs: seqs, Lanes: lanes}.query(s.q.settlePublish)
+			if _, err := tx.ExecContext(ctx, query, args...); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleUnpend, len(lanes), len(seqs)), fenced...); err != nil {
+			query, args = settleUnpendParams{Seqs: seqs, Lanes: lanes}.query(s.q.settleUnpend)
+			if _, err := tx.ExecContext(ctx, s.markPrefix+query, args...); err != nil {
 				return err
 			}
 		}
-		if len(p.Failed) > 0 {
-			query := s.markPrefix + lists(s.q.settleFail, len(lanes), 0)
-			for _, f := range p.Failed {
-				args := []any{f.Error, now, micros(f.Delay), f.Park, now, f.Seq}
-				args = appendInts(args, lanes)
-				if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-					return err
-				}
+		for _, f := range p.Failed {
+			query, args := settleFailParams{Error: f.Error, Now: now, Delay: micros(f.Delay), Park: f.Park, Seq: f.Seq, Lanes: lanes}.query(s.q.settleFail)
+			if _, err := tx.ExecContext(ctx, s.markPrefix+query, args...); err != nil {
+				return err
 			}
 		}
 		_, lost, err := s.lockLanes(ctx, tx, p.Leases, now)
@@ -383,8 +382,9 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 // settleDeleteChunk deletes the published records' pending rows with one statement, then their
 // outbox rows with @outboxkit_unpended set, so that the delete trigger skips its per-row pending
 // delete; the variable is cleared again whatever the DELETE did.
-func (s *Store) settleDeleteChunk(ctx context.Context, tx *sql.Tx, lanes, seqs int, fenced []any) (err error) {
-	if _, err := tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleUnpend, lanes, seqs), fenced...); err != nil {
+func (s *Store) settleDeleteChunk(ctx context.Context, tx *sql.Tx, seqs []int64, lanes []int) (err error) {
+	query, args := settleUnpendParams{Seqs: seqs, Lanes: lanes}.query(s.q.settleUnpend)
+	if _, err := tx.ExecContext(ctx, s.markPrefix+query, args...); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, s.q.unpendedOn); err != nil {
@@ -395,7 +395,8 @@ func (s *Store) settleDeleteChunk(ctx context.Context, tx *sql.Tx, lanes, seqs i
 			err = oerr
 		}
 	}()
-	_, err = tx.ExecContext(ctx, s.markPrefix+lists(s.q.settleDelete, lanes, seqs), fenced...)
+	query, args = settleDeleteParams{Seqs: seqs, Lanes: lanes}.query(s.q.settleDelete)
+	_, err = tx.ExecContext(ctx, s.markPrefix+query, args...)
 	return err
 }
 
@@ -453,18 +454,4 @@ func queryInt64s(ctx context.Context, q querier, query string, args ...any) ([]i
 		out = append(out, v)
 	}
 	return out, rows.Err()
-}
-
-func appendInts(args []any, v []int) []any {
-	for _, x := range v {
-		args = append(args, x)
-	}
-	return args
-}
-
-func appendInt64s(args []any, v []int64) []any {
-	for _, x := range v {
-		args = append(args, x)
-	}
-	return args
 }

@@ -26,8 +26,11 @@ var qualifier = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
 //   - for every statement that declares parameters, a struct xParams (x its field name) with
 //     one field per parameter (Param.Field, of the declared Go type), embedding the params
 //     struct of its "-- params:" statement, and an args method that returns the arguments in
-//     the positional order of the statement's rewritten text (File.Rewrite). A statement that
-//     only names another's parameters takes that statement's struct.
+//     the positional order of the statement's rewritten text (File.Rewrite), or, when the
+//     statement has a list parameter (MySQL, Param.List), a query method that takes the
+//     statement's loaded text and returns it with the lists expanded (ExpandLists) together
+//     with the arguments. A statement that only names another's parameters takes that
+//     statement's struct.
 //
 // cmd/sqlgen writes it next to the file (go generate); TestGenerated fails when it is stale.
 func Generate(src []byte, pkg, file string) ([]byte, error) {
@@ -104,6 +107,10 @@ func Generate(src []byte, pkg, file string) ([]byte, error) {
 		}
 		b.WriteString("}\n\n")
 		_, order, _ := f.Rewrite(st.Name)
+		if slices.ContainsFunc(f.Params(st.Name), func(p Param) bool { return p.List(f.Dialect) }) {
+			writeQuery(&b, f, st.Name, typ, order)
+			continue
+		}
 		args := make([]string, len(order))
 		for i, name := range order {
 			args[i] = "p." + Param{Name: name}.Field()
@@ -116,6 +123,44 @@ func Generate(src []byte, pkg, file string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: generated code: %w", file, err)
 	}
 	return out, nil
+}
+
+// writeQuery writes the query method of the params struct typ of statement name, which has a
+// list parameter (MySQL): the statement's text with each list expanded, and the arguments in
+// the positional order of that text.
+func writeQuery(b *bytes.Buffer, f *File, name, typ string, order []string) {
+	lists := map[string]bool{}
+	for _, p := range f.Params(name) {
+		lists[p.Name] = p.List(f.Dialect)
+	}
+	var scalars int
+	var lens, appends []string
+	var run []string // scalar arguments not yet appended
+	flush := func() {
+		if len(run) > 0 {
+			appends = append(appends, fmt.Sprintf("args = append(args, %s)", strings.Join(run, ", ")))
+			run = nil
+		}
+	}
+	for _, n := range order {
+		field := "p." + Param{Name: n}.Field()
+		if !lists[n] {
+			scalars++
+			run = append(run, field)
+			continue
+		}
+		flush()
+		lens = append(lens, "len("+field+")")
+		appends = append(appends, fmt.Sprintf("args = sqlfile.AppendList(args, %s)", field))
+	}
+	flush()
+	fmt.Fprintf(b, "// query returns the text of %s (stmt, as loaded) with its lists expanded, and p's arguments\n"+
+		"// in its positional order.\nfunc (p %s) query(stmt string) (string, []any) {\n", name, typ)
+	fmt.Fprintf(b, "\targs := make([]any, 0, %d+%s)\n", scalars, strings.Join(lens, "+"))
+	for _, a := range appends {
+		fmt.Fprintf(b, "\t%s\n", a)
+	}
+	fmt.Fprintf(b, "\treturn sqlfile.ExpandLists(stmt, %s), args\n}\n", strings.Join(lens, ", "))
 }
 
 // paramsType is the name of the params struct statement name takes.

@@ -42,6 +42,21 @@ type Param struct {
 	Name, Type, Doc string
 }
 
+// List reports whether p is a list parameter of a statement of dialect d: in MySQL, a slice
+// type other than []byte (a PostgreSQL or SQLite slice is one array or blob argument). A list
+// is written where a list of values goes, "lane IN (:lanes)": each occurrence is one mark in
+// the text Load gives, replaced per call by one ? per element, and the element values are
+// that many arguments (ExpandLists, AppendList; the generated query method calls both). An
+// empty list is NULL and no argument: "x IN (:list)" is then never true, and so is
+// "x NOT IN (:list)" (write NOT IN only with a list that cannot be empty).
+func (p Param) List(d Dialect) bool {
+	return d == MySQL && strings.HasPrefix(p.Type, "[]") && p.Type != "[]byte"
+}
+
+// listMark is what Rewrite writes for each occurrence of a list parameter (never valid SQL,
+// and no {{key}} of Idents).
+const listMark = "{{?}}"
+
 // Field is the Go name of the parameter's field in the statement's params struct: the
 // snake_case name in CamelCase (an "id" part is "ID").
 func (p Param) Field() string {
@@ -132,6 +147,9 @@ func Parse(src string) (*File, error) {
 		if _, dup := f.byName[cur.Name]; dup {
 			return fmt.Errorf("sqlfile: statement %s is defined twice", cur.Name)
 		}
+		if strings.Contains(text, listMark) {
+			return fmt.Errorf("sqlfile: statement %s contains %s, the mark of a list parameter", cur.Name, listMark)
+		}
 		cur.Text = text
 		f.byName[cur.Name] = len(f.Statements)
 		f.Statements = append(f.Statements, *cur)
@@ -220,9 +238,8 @@ func (f *File) check() error {
 // Rewrite returns the text of statement name with its parameters in the file's dialect, and the
 // names of the arguments in positional order: for PostgreSQL and SQLite the parameters in
 // declaration order (:name is $n or ?n, n its place in Params), for MySQL one per occurrence
-// (:name is ?). A
-// name not declared, a parameter never used, and a positional mark of the dialect ($1, ?) written
-// in the statement are errors. Strings, quoted identifiers and comments are left as they are.
+// (:name is ?, or a list's mark: Param.List). A name not declared, a parameter never used, and
+// a positional mark of the dialect ($1, ?) written in the statement are errors. Strings, quoted identifiers and comments are left as they are.
 func (f *File) Rewrite(name string) (string, []string, error) {
 	st, ok := f.Statement(name)
 	if !ok {
@@ -263,7 +280,11 @@ func (f *File) Rewrite(name string) (string, []string, error) {
 			fmt.Fprintf(&out, "%s%d", prefix, i+1)
 			return
 		}
-		out.WriteByte('?')
+		if params[i].List(f.Dialect) {
+			out.WriteString(listMark)
+		} else {
+			out.WriteByte('?')
+		}
 		order = append(order, params[i].Name)
 	})
 	out.WriteString(st.Text[last:])

@@ -11,13 +11,16 @@
 // is none) and declared by the block's comment lines "-- param: name GoType description", or
 // taken from an earlier statement by "-- params: Other" (then its own lines add to them). The
 // file's "-- dialect: postgres|mysql|sqlite" line says how Load rewrites them: $n or ?n in
-// declaration order, or ? per occurrence (MySQL). A positional mark written in a statement, an
-// undeclared name and an unused declaration are errors. Nothing else in the text is replaced.
+// declaration order, or ? per occurrence (MySQL). In MySQL a parameter of a slice type (not
+// []byte) is a list, "IN (:lanes)", expanded per call to one ? per element (Param.List). A
+// positional mark written in a statement, an undeclared name and an unused declaration are
+// errors. Nothing else in the text is replaced.
 //
 // To add a statement to an adapter: write its block in queries.sql with named parameters, run
 // go generate in the adapter (cmd/sqlgen writes queries_gen.go: a field of the statements
 // struct, and a params struct whose args method lists the arguments in positional order, see
-// Generate), and call it: q.exec(ctx, s.q.newThing, newThingParams{Lane: 3}.args()...).
+// Generate), and call it: q.exec(ctx, s.q.newThing, newThingParams{Lane: 3}.args()...), or for
+// a MySQL statement with a list, query, args := newThingParams{Lanes: lanes}.query(s.q.newThing).
 // TestGenerated fails while a queries_gen.go is stale.
 package sqlfile
 
@@ -84,6 +87,46 @@ func Load(fsys fs.FS, path string, idents Idents) (*Statements, error) {
 		}
 	}
 	return &Statements{stmts: stmts, used: map[string]bool{}}, nil
+}
+
+// ExpandLists returns stmt, a MySQL statement as Load gives it, with its list marks
+// (Param.List) replaced in order: the i-th by n[i] marks "?, ?, ...", or by NULL when n[i] is
+// 0. A statement's generated query method calls it with the lengths of its list parameters, in
+// the order of their occurrences.
+func ExpandLists(stmt string, n ...int) string {
+	size := len(stmt)
+	for _, k := range n {
+		size += 3 * k
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, k := range n {
+		i := strings.Index(stmt, listMark)
+		if i < 0 {
+			break // unreachable for a generated call: as many lengths as marks
+		}
+		b.WriteString(stmt[:i])
+		if k <= 0 {
+			b.WriteString("NULL")
+		} else {
+			b.WriteString("?")
+			for range k - 1 {
+				b.WriteString(", ?")
+			}
+		}
+		stmt = stmt[i+len(listMark):]
+	}
+	b.WriteString(stmt)
+	return b.String()
+}
+
+// AppendList appends the elements of list to args, one argument each (a list parameter's
+// arguments; see ExpandLists).
+func AppendList[T any](args []any, list []T) []any {
+	for _, v := range list {
+		args = append(args, v)
+	}
+	return args
 }
 
 // Get returns the statement name.

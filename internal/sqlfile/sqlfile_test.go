@@ -224,5 +224,85 @@ func TestGenerated(t *testing.T) {
 		require.NoError(t, err, "%s: run go generate", dir)
 		require.Equal(t, string(want), string(got), "%s/queries_gen.go is stale: run go generate", dir)
 	}
-	require.Subset(t, checked, []string{"postgres", "sqlite"})
+	require.Subset(t, checked, []string{"mysql", "postgres", "sqlite"})
+}
+
+// TestMySQLLists: a MySQL slice parameter (not []byte) is a list, one mark per occurrence in the
+// loaded text, expanded per call; a repeated name (list or not) repeats its arguments; an empty
+// list is NULL with no argument. In PostgreSQL a slice is one array argument.
+func TestMySQLLists(t *testing.T) {
+	t.Parallel()
+	src := `-- dialect: mysql
+-- name: Mark
+-- param: now any
+-- param: seqs []int64 the records
+-- param: lanes []int the leased lanes
+-- param: payload []byte not a list
+SELECT COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), :payload FROM t
+	WHERE seq IN (:seqs) AND lane IN (:lanes) AND ':seqs' <> '' AND FIELD(seq, :seqs) > 0 AND at < :now
+-- name: Unmark
+-- params: Mark
+SELECT COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), :payload FROM t
+	WHERE seq IN (:seqs) AND lane IN (:lanes) AND ':seqs' <> '' AND FIELD(seq, :seqs) > 0 AND at < :now
+`
+	f, err := Parse(src)
+	require.NoError(t, err)
+	text, order, err := f.Rewrite("Mark")
+	require.NoError(t, err)
+	require.Equal(t, "SELECT COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6)), ? FROM t\n"+
+		"\tWHERE seq IN ({{?}}) AND lane IN ({{?}}) AND ':seqs' <> '' AND FIELD(seq, {{?}}) > 0 AND at < ?", text)
+	require.Equal(t, []string{"now", "payload", "seqs", "lanes", "seqs", "now"}, order)
+	params := f.Params("Mark")
+	require.False(t, params[0].List(MySQL))
+	require.True(t, params[1].List(MySQL))
+	require.False(t, params[1].List(Postgres))
+	require.False(t, params[3].List(MySQL), "[]byte is one argument")
+
+	require.Equal(t, "WHERE seq IN (?, ?, ?) AND lane IN (?) AND x IN (NULL)",
+		ExpandLists("WHERE seq IN ({{?}}) AND lane IN ({{?}}) AND x IN ({{?}})", 3, 1, 0))
+	require.Equal(t, []any{"a", 1, 2}, AppendList(AppendList([]any{"a"}, []int{1, 2}), []string(nil)))
+
+	code, err := Generate([]byte(src), "p", "q.sql")
+	require.NoError(t, err)
+	require.Contains(t, string(code), `// markParams are the parameters of Mark (and Unmark).
+type markParams struct {
+	Now     any
+	Seqs    []int64 // the records
+	Lanes   []int   // the leased lanes
+	Payload []byte  // not a list
+}
+
+// query returns the text of Mark (stmt, as loaded) with its lists expanded, and p's arguments
+// in its positional order.
+func (p markParams) query(stmt string) (string, []any) {
+	args := make([]any, 0, 3+len(p.Seqs)+len(p.Lanes)+len(p.Seqs))
+	args = append(args, p.Now, p.Payload)
+	args = sqlfile.AppendList(args, p.Seqs)
+	args = sqlfile.AppendList(args, p.Lanes)
+	args = sqlfile.AppendList(args, p.Seqs)
+	args = append(args, p.Now)
+	return sqlfile.ExpandLists(stmt, len(p.Seqs), len(p.Lanes), len(p.Seqs)), args
+}
+`)
+	require.NotContains(t, string(code), "func (p markParams) args()")
+
+	// What the generated method does, run here by hand on the loaded text.
+	p := struct {
+		now     any
+		seqs    []int64
+		lanes   []int
+		payload []byte
+	}{"2026-01-02 03:04:05.000000", []int64{7, 8}, nil, []byte("x")}
+	args := []any{p.now, p.payload}
+	args = AppendList(args, p.seqs)
+	args = AppendList(args, p.lanes)
+	args = AppendList(args, p.seqs)
+	args = append(args, p.now)
+	require.Equal(t, "SELECT COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6)), ? FROM t\n"+
+		"\tWHERE seq IN (?, ?) AND lane IN (NULL) AND ':seqs' <> '' AND FIELD(seq, ?, ?) > 0 AND at < ?",
+		ExpandLists(text, len(p.seqs), len(p.lanes), len(p.seqs)))
+	require.Equal(t, []any{p.now, p.payload, int64(7), int64(8), int64(7), int64(8), p.now}, args)
+
+	_, err = Parse("-- dialect: mysql\n-- name: A\nSELECT '{{?}}'")
+	require.ErrorContains(t, err, "the mark of a list parameter")
 }

@@ -1,20 +1,13 @@
--- The MySQL/MariaDB adapter's statements, loaded by queries.go (internal/sqlfile). {{name}} is a
--- table the adapter validated and quoted at construction; {{now}} is the database clock unless
--- the caller injected a time (the parameter is then a "YYYY-MM-DD hh:mm:ss.ffffff" UTC string,
--- NULL otherwise); {{cols}} is the record column list. {{lane_list}} and {{seq_list}} are
--- filled per call with one placeholder per lane or seq.
-
--- name: MetaGet
-SELECT value FROM {{meta}} WHERE name = ?
-
--- name: MetaPut
-INSERT INTO {{meta}} (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)
-
--- name: LaneCount
-SELECT value FROM {{meta}} WHERE name = 'lanes'
-
--- name: LaneInsert
-INSERT IGNORE INTO {{lanes}} (lane) VALUES
+-- The statements of the MySQL/MariaDB adapter's version before the pending layout (migration
+-- 010) that Store.UseEarlierQueries (export_test.go) puts in place of this version's, so that
+-- the tests run a relay and writers of that version (the whole file of that version is in the
+-- history of queries.sql). Written with this version's named parameters: each statement marks
+-- the parameters of this version's statement of the same name in the same order (with the
+-- same types), which UseEarlierQueries checks, so that this version's params structs serve
+-- them. The statements at the end stand in for this version's statements that the earlier
+-- version did not run: they take the same arguments and change nothing.
+--
+-- dialect: mysql
 
 -- name: InsertPrefix
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
@@ -22,406 +15,117 @@ INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, typ
 	created_at) VALUES
 
 -- name: InsertRow
-(?,?,?,?,?,?,?,?,?,?,?,?,?,?,UTC_TIMESTAMP(6))
-
--- name: HeartbeatUpsert
-INSERT INTO {{workers}} (owner, expires_at)
-	VALUES (?, {{now}} + INTERVAL ? MICROSECOND)
-	ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)
-
--- name: HeartbeatDelete
-DELETE FROM {{workers}} WHERE owner = ?
-
--- name: HeartbeatPurgeDead
--- Workers whose GET_LOCK session is gone (a lane they lease is tied to a session that no
--- longer holds its lock) are dead: their rows must not count towards the fair share until they
--- expire, or the survivors leave the dead workers' lanes unclaimed. A live owner whose session
--- alone broke registers again at its next heartbeat.
-DELETE w FROM {{workers}} AS w JOIN {{lanes}} AS l ON l.owner = w.owner
-	WHERE w.owner <> ? AND l.lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, l.lane)) <=> l.lock_session)
-
--- name: HeartbeatCount
-SELECT COUNT(*) FROM {{workers}} WHERE expires_at > {{now}}
-
--- name: ClaimSkipLocked
--- Free or expired leases, and leases whose holder's session no longer holds the lane's
--- GET_LOCK (ClaimGetLock, or an owner holding a sign of life: core.Liveness).
-SELECT lane FROM {{lanes}}
-	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
-	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
-	ORDER BY lane LIMIT ? FOR UPDATE SKIP LOCKED
-
--- name: ClaimGetLockCandidates
--- Candidates of a GET_LOCK claim: free or expired leases, and leases whose holder's
--- session no longer holds the lane's lock (its connection died). The last column says
--- whether the lease itself is free or expired.
-SELECT lane, (owner = '' OR lease_until IS NULL OR lease_until <= {{now}}) AS expired
-	FROM {{lanes}}
-	WHERE owner = '' OR lease_until IS NULL OR lease_until <= {{now}}
-	   OR (lock_session IS NOT NULL AND NOT (IS_USED_LOCK(CONCAT(?, lane)) <=> lock_session))
-	ORDER BY lane FOR UPDATE SKIP LOCKED
-
--- name: ClaimOwned
--- Lanes of a claim (locked by its transaction) that still have an owner: their leases
--- expired or their holder's session is gone (ReleaseLanes clears the owner). ClaimLanes
--- marks their new leases TakenOver.
-SELECT lane FROM {{lanes}} WHERE lane IN ({{lane_list}}) AND owner <> ''
-
--- name: ClaimUpdate
-UPDATE {{lanes}} SET owner = ?, generation = generation + 1,
-	lease_until = {{now}} + INTERVAL ? MICROSECOND, lock_session = ? WHERE lane IN ({{lane_list}})
-
--- name: LockedBy
-SELECT COUNT(*) FROM {{lanes}} WHERE lane = ? AND owner = ? AND lock_session = ?
-
--- name: SetLockSession
-UPDATE {{lanes}} SET lock_session = ? WHERE lane = ? AND owner = ? AND generation = ?
-
--- name: PendingDestinations
--- Pending (unpublished, not parked) records per destination among the first ? of them in seq
--- order (ix_unpublished, as Blocked). Operators only (outboxkit status).
-SELECT w.destination, COUNT(*) FROM (
-	SELECT o.destination FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
-	ORDER BY o.seq LIMIT ?
-) AS w GROUP BY w.destination
-
--- name: LanesRead
-SELECT lane, generation, lease_until FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane
-
--- name: LanesLock
-SELECT lane, owner, generation, lease_until, {{now}}
-	FROM {{lanes}} WHERE lane IN ({{lane_list}}) ORDER BY lane FOR UPDATE
-
--- name: RenewUpdate
-UPDATE {{lanes}} SET lease_until = {{now}} + INTERVAL ? MICROSECOND WHERE lane IN ({{lane_list}})
-
--- name: Release
-UPDATE {{lanes}} SET owner = '', lease_until = NULL, lock_session = NULL
-	WHERE lane = ? AND owner = ? AND generation = ?
-
--- name: FetchBlocked
--- The keys held back in the leased lanes: the lowest seq of each key's unpublished
--- rows that are parked or not yet due (index ix_failed, tiny).
-SELECT partition_key, MIN(seq) FROM {{outbox}}
-	WHERE failed_lane IN ({{lane_list}}) AND (parked_at IS NOT NULL OR next_attempt_at > {{now}})
-	GROUP BY partition_key
-
--- name: FetchPrefix
--- Unpublished rows in seq order (index ix_unpublished; the lane filter is checked in
--- the index). The caller appends lane and blocked-key conditions, ORDER BY and LIMIT.
-SELECT {{cols}} FROM {{outbox}} o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
-	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= {{now}})
-
--- name: FetchNotExists
-AND NOT EXISTS (SELECT 1 FROM {{outbox}} b
-	WHERE b.failed_lane = o.lane AND b.partition_key = o.partition_key AND b.seq <= o.seq
-	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > {{now}}))
-
--- name: SettlePublish
-UPDATE {{outbox}} SET published_at = {{now}}
-	WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
-
--- name: SettleDelete
-DELETE FROM {{outbox}} WHERE seq IN ({{seq_list}}) AND lane IN ({{lane_list}}) AND published_at IS NULL
-
--- name: SettleFail
-UPDATE {{outbox}} SET attempts = attempts + 1, last_error = ?,
-	next_attempt_at = {{now}} + INTERVAL ? MICROSECOND,
-	parked_at = IF(?, {{now}}, parked_at)
-	WHERE seq = ? AND lane IN ({{lane_list}}) AND published_at IS NULL
-
--- name: MinUnpublished
-SELECT MIN(seq) FROM {{outbox}} WHERE unpublished = 1
-
--- name: PruneOutbox
-DELETE FROM {{outbox}}
-	WHERE published_at IS NOT NULL AND published_at < CAST(? AS DATETIME(6)) AND seq < ?
-	ORDER BY seq LIMIT ?
-
--- name: ListPrefix
-SELECT {{cols}} FROM {{outbox}} WHERE seq > ?
-
--- name: Stats
--- Bounded cost (operators and the daemon's metrics call it often): never a scan of published
--- rows, and at most the first ? (Go's cap) entries of ix_unpublished: beyond it Go takes the
--- optimizer's estimate (PendingEstimate). Parked rows are counted on ix_failed; the table's row
--- count is InnoDB's estimate (information_schema.TABLES.TABLE_ROWS; the second ? is the bare
--- table name), from which Go subtracts the unpublished rows (or, for a small table, counts the
--- published rows with StatsPublished); the oldest pending record is the first one in seq order
--- on ix_unpublished.
-SELECT
-	(SELECT COUNT(*) FROM (SELECT 1 FROM {{outbox}} WHERE unpublished = 1 LIMIT ?) AS u),
-	(SELECT COUNT(*) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL),
-	(SELECT COALESCE(MAX(TABLE_ROWS), 0) FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?),
-	(SELECT created_at FROM {{outbox}} WHERE unpublished = 1 AND parked_at IS NULL ORDER BY seq LIMIT 1)
-
--- name: PendingEstimate
--- The optimizer's estimate of the unpublished rows (index dives on ix_unpublished): the "rows"
--- column of this EXPLAIN.
-EXPLAIN SELECT 1 FROM {{outbox}} WHERE unpublished = 1
-
--- name: StatsPublished
--- The exact count of published rows (ix_unpublished's NULL prefix), for a small table only.
-SELECT COUNT(*) FROM {{outbox}} WHERE unpublished IS NULL
-
--- name: Blocked
--- Pending records held back by an earlier parked record of their partition key, among the
--- first ? unpublished records after the first parked one (ix_unpublished; a lower bound beyond
--- them). The parked keys come from ix_failed.
-SELECT COUNT(*) FROM (
-	SELECT o.seq, o.lane, o.partition_key FROM {{outbox}} AS o FORCE INDEX (ix_unpublished)
-	WHERE o.unpublished = 1 AND o.parked_at IS NULL
-	  AND o.seq > (SELECT COALESCE(MIN(seq), 9223372036854775807) FROM {{outbox}} WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL)
-	ORDER BY o.seq LIMIT ?
-) AS w JOIN (
-	SELECT failed_lane, partition_key, MIN(seq) AS seq FROM {{outbox}}
-	WHERE failed_lane IS NOT NULL AND parked_at IS NOT NULL
-	GROUP BY failed_lane, partition_key
-) AS p ON w.lane = p.failed_lane AND w.partition_key = p.partition_key AND w.seq > p.seq
-
--- name: Lanes
-SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
-
--- name: ScriptMetaPut
--- MigrationSQL: MetaPut with the literals {{key}} and {{value}} the adapter quotes.
-INSERT INTO {{meta}} (name, value) VALUES ({{key}}, {{value}}) ON DUPLICATE KEY UPDATE value = VALUES(value)
-
--- name: ParkedKeys
-SELECT DISTINCT partition_key FROM {{outbox}}
-	WHERE published_at IS NULL AND parked_at IS NOT NULL
-
--- name: Unpark
-UPDATE {{outbox}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
-	WHERE failed_lane = ? AND partition_key = ?
-
--- name: HorizonGet
--- A consistent read without a lock: Inbox.Process reads it after the record's insert, as the
--- first consistent read of its transaction, so its snapshot begins after that insert.
-SELECT horizon FROM {{horizons}} WHERE consumer = ?
-
--- name: RaiseHorizon
--- Autocommit, before PruneInbox deletes anything below the horizon; never lowers it.
-INSERT INTO {{horizons}} (consumer, horizon) VALUES (?, CAST(? AS DATETIME(6)))
-	ON DUPLICATE KEY UPDATE horizon = GREATEST(COALESCE(horizon, VALUES(horizon)), VALUES(horizon))
-
--- name: PruneInboxIDs
--- A prune's first step, a consistent read without locks: the event IDs of up to ? records that
--- occurred before the horizon. A locking scan of ix_occurred (a DELETE with this WHERE) would
--- lock the first record past the range, which may be a delivery's uncommitted insert, and
--- wait for that delivery's handler to finish.
-SELECT event_id FROM {{inbox}} FORCE INDEX (ix_occurred)
-	WHERE consumer = ? AND (occurred_at IS NULL OR occurred_at < CAST(? AS DATETIME(6))) LIMIT ?
-
--- name: PruneInbox
--- The second step: those records by primary key (record locks only; without the hint the
--- optimizer scans the table when the list covers most of it), the horizon checked again.
--- {{id_list}} is one placeholder per event ID.
-DELETE i FROM {{inbox}} AS i FORCE INDEX (PRIMARY) WHERE i.consumer = ? AND i.event_id IN ({{id_list}})
-	AND (i.occurred_at IS NULL OR i.occurred_at < CAST(? AS DATETIME(6)))
-
--- name: InsertRecord
-INSERT IGNORE INTO {{inbox}}
-	(consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
-	VALUES (?, ?, ?, ?, ?, CAST(? AS DATETIME(6)), UTC_TIMESTAMP(6))
-
--- name: ReadRecord
-SELECT digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
-	WHERE consumer = ? AND event_id = ? LOCK IN SHARE MODE
-
--- name: VersionEnsure
-INSERT INTO {{versions}} (consumer, entity, version) VALUES (?, ?, NULL)
-	ON DUPLICATE KEY UPDATE version = version
-
--- name: VersionRead
-SELECT version FROM {{versions}} WHERE consumer = ? AND entity = ? FOR UPDATE
-
--- name: VersionSet
-INSERT INTO {{versions}} (consumer, entity, version) VALUES (?, ?, ?)
-	ON DUPLICATE KEY UPDATE version = VALUES(version)
-
--- name: PublisherInit
-INSERT IGNORE INTO {{publisher}} (id) VALUES (1)
-
--- name: PublisherRead
-SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1
-
--- name: PublisherLockX
-SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1 FOR UPDATE
-
--- name: PublisherLockS
--- The fence of ClaimLanes, RenewLanes and SaveCheckpoint: a shared lock that
--- AcquireGeneration's exclusive one waits for (and the other way round).
-SELECT generation FROM {{publisher}} WHERE id = 1 LOCK IN SHARE MODE
-
--- name: PublisherBump
-UPDATE {{publisher}} SET generation = generation + 1, kind = ?, holder = ?,
-	since = {{now}} WHERE id = 1
-
--- name: CheckpointRead
-SELECT source, position, generation, updated_at FROM {{checkpoint}} WHERE id = 1
-
--- name: CheckpointDelete
--- outboxkit cdc release: the next CDC relay starts as on its first run (a backfill).
-DELETE FROM {{checkpoint}} WHERE id = 1
-
--- name: CheckpointPut
-INSERT INTO {{checkpoint}} (id, source, position, generation, updated_at)
-	VALUES (1, ?, ?, ?, UTC_TIMESTAMP(6))
-	ON DUPLICATE KEY UPDATE source = VALUES(source), position = VALUES(position),
-	generation = VALUES(generation), updated_at = VALUES(updated_at)
-
--- name: MetaGetForUpdate
-SELECT value FROM {{meta}} WHERE name = ? FOR UPDATE
-
--- name: AggregateVersionIndexCount
-SELECT COUNT(*) FROM information_schema.STATISTICS
-	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'ux_aggregate_version'
-
--- name: AggregateVersionIndex
-CREATE UNIQUE INDEX ux_aggregate_version
-	ON {{outbox}} (aggregate_type, aggregate_id, aggregate_version_key, type)
-
--- name: ConnectionID
-SELECT CONNECTION_ID()
-
--- name: LaneLockTry
--- GET_LOCK claims: take a lane's lock on the owner's dedicated session without waiting.
-SELECT GET_LOCK(?, 0)
-
--- name: LaneLockRelease
-DO RELEASE_LOCK(?)
-
--- name: MigrateLock
--- Migrate runs alone: a named lock, waited for up to a minute.
-SELECT GET_LOCK(?, 60)
-
--- name: MigrateUnlock
-SELECT RELEASE_LOCK(?)
-
--- name: ReplayByIDs
--- Replay's selection by ID ({{seq_list}} holds one mark per ID), locked so that a concurrent
--- cleanup cannot delete it meanwhile.
-SELECT seq, id, partition_key, published_at IS NOT NULL FROM {{outbox}}
-	WHERE id IN ({{seq_list}}) ORDER BY seq FOR UPDATE
-
--- name: ReplayByKey
--- Replay's selection by key, created at or after ?, at most ? rows, locked.
-SELECT seq, id, partition_key, 1 FROM {{outbox}}
-	WHERE partition_key = ? AND created_at >= CAST(? AS DATETIME(6)) AND published_at IS NOT NULL
-	ORDER BY seq LIMIT ? FOR UPDATE
-
--- name: KeyUnpublished
--- Whether the key has an unpublished row (walks ix_unpublished).
-SELECT EXISTS (SELECT 1 FROM {{outbox}} WHERE unpublished = 1 AND partition_key = ?)
-
--- name: Replay
--- Puts the published rows {{seq_list}} back to pending, as never attempted.
-UPDATE {{outbox}} SET published_at = NULL, attempts = 0, next_attempt_at = NULL, last_error = NULL,
-	parked_at = NULL
-	WHERE seq IN ({{seq_list}}) AND published_at IS NOT NULL
-
--- name: AuditInsert
--- actor, command, arguments (JSON text), rows affected.
-INSERT INTO {{audit}} (at, actor, command, arguments, rows_affected) VALUES ({{now}}, ?, ?, ?, ?)
-
--- name: AuditList
--- since, limit: the latest rows, newest first.
-SELECT id, at, actor, command, arguments, rows_affected FROM {{audit}}
-	WHERE at >= CAST(? AS DATETIME(6)) ORDER BY id DESC LIMIT ?
-
--- name: AuditSetRows
--- id, rows: PruneInboxAudited fills in the rows of the audit row it wrote with -1, once.
-UPDATE {{audit}} SET rows_affected = ? WHERE id = ? AND rows_affected = -1
-
--- name: ResetLanes
--- outboxkit lanes reset: end the leases of the selected lanes that have an owner. Arguments:
--- now, whether every lane is selected, the lanes, the owner twice ('': any). One statement
--- that locks the rows in lane order, as Settle and Renew do. The lease expires now (a settle
--- or renewal of the old lease is refused: owner, generation and expiry all differ),
--- lock_session (the sign of life) is cleared, and the new generation fences the old owner's
--- marks. A claimer takes the lane as a free one; under ClaimGetLock (or HoldLiveness), while
--- the old owner's session still holds the lane's GET_LOCK, without the lock (as a free lane
--- whose lock is held), and it takes the lock at a renewal once the old owner has let it go
--- (at its refused renewal or settle, or when its session ends).
-UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
-	WHERE owner <> '' AND (? OR lane IN ({{lane_list}})) AND (? = '' OR owner = ?)
-	ORDER BY lane
-
--- name: TextColumnsPending
--- Whether migration 009 (binary text) is still to run: the columns it converts that still have a
--- character set, in the outbox, lanes, workers, inbox, horizons, versions and audit tables (the
--- bare names, in this order). No other column of these tables has one of these names.
-SELECT COUNT(*) FROM information_schema.COLUMNS
-	WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME IS NOT NULL
-	  AND TABLE_NAME IN (?, ?, ?, ?, ?, ?, ?)
-	  AND COLUMN_NAME IN ('aggregate_id', 'partition_key', 'headers', 'tenant', 'causation_id',
-		'correlation_id', 'owner', 'consumer', 'entity', 'actor', 'command', 'arguments')
-
--- name: TriggerBody
--- The immutability trigger's body (Migrate runs 008_lanes_resize when it lacks 'lanes_resize').
-SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS
-	WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?
+-- param: id string
+-- param: aggregate_type string
+-- param: aggregate_id string
+-- param: aggregate_version int64
+-- param: type string
+-- param: schema_id string
+-- param: partition_key string
+-- param: destination string
+-- param: payload []byte
+-- param: headers string JSON object text
+-- param: tenant string
+-- param: causation_id string
+-- param: correlation_id string
+-- param: lane int
+(:id, :aggregate_type, :aggregate_id, :aggregate_version, :type, :schema_id, :partition_key, :destination,
+	:payload, :headers, :tenant, :causation_id, :correlation_id, :lane, UTC_TIMESTAMP(6))
 
 -- name: InsertChecked
 -- Insert of one record (InsertLanes) checked against the lane count its lane was computed with:
--- the lane is the subquery's, the record's lane (the second-last ?) when the recorded count is
--- the last ?, else NULL, which a single-row INSERT refuses (error 1048) in every sql_mode, so
--- nothing is inserted. The count is a locking read, so it is the latest committed one whatever
+-- the lane is the subquery's, the record's :lane when the recorded count is :lane_count, else
+-- NULL, which a single-row INSERT refuses (error 1048) in every sql_mode, so nothing is
+-- inserted. The count is a locking read, so it is the latest committed one whatever
 -- the isolation and snapshot, and its shared lock lasts until the transaction ends: a
 -- ResizeLanes (which locks the row FOR UPDATE first) waits for the transaction, and the checked
 -- inserts that come after it wait for the resize. An INSERT ... VALUES, not INSERT ... SELECT,
 -- which cost the producer 10-15% more (BENCHMARKS.md).
+-- params: InsertRow
+-- param: lane_count string
 INSERT INTO {{outbox}} (id, aggregate_type, aggregate_id, aggregate_version, type,
 	schema_id, partition_key, destination, payload, headers, tenant, causation_id, correlation_id, lane,
-	created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,
-	(SELECT IF(value = ?, ?, NULL) FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
+	created_at) VALUES (:id, :aggregate_type, :aggregate_id, :aggregate_version, :type, :schema_id,
+	:partition_key, :destination, :payload, :headers, :tenant, :causation_id, :correlation_id,
+	(SELECT IF(value = :lane_count, :lane, NULL) FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE), UTC_TIMESTAMP(6))
 
 -- name: LaneCountShared
 -- The lane count read as a checked insert reads it (InsertLanes of several records, before the
 -- plain multi-row insert; Replay, before it selects rows): locked until the transaction ends.
 SELECT value FROM {{meta}} WHERE name = 'lanes' LOCK IN SHARE MODE
 
--- name: LaneCountLocked
--- A resize's first step: the lane count's row FOR UPDATE waits for every transaction that
--- read it LOCK IN SHARE MODE (the writers that inserted, replays) and holds the next ones back.
-SELECT value FROM {{meta}} WHERE name = 'lanes' FOR UPDATE
+-- name: FetchBlocked
+-- The keys held back in the leased lanes: the lowest seq of each key's unpublished
+-- rows that are parked or not yet due (index ix_failed, tiny).
+-- param: lanes []int the leased lanes
+-- param: now any the caller's time (timeArg), NULL: the database clock
+SELECT partition_key, MIN(seq) FROM {{outbox}}
+	WHERE failed_lane IN (:lanes) AND (parked_at IS NOT NULL OR next_attempt_at > COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)))
+	GROUP BY partition_key
 
--- name: LaneCountSet
-UPDATE {{meta}} SET value = ? WHERE name = 'lanes'
+-- name: FetchPrefix
+-- Unpublished rows in seq order (index ix_unpublished; the lane filter is checked in
+-- the index). The caller appends this version's FetchLanes, FetchKey or FetchNotExists, and
+-- FetchEnd.
+-- param: now any the caller's time (timeArg), NULL: the database clock
+SELECT {{cols}} FROM {{outbox}} o FORCE INDEX (ix_unpublished)
+	WHERE o.unpublished = 1 AND o.parked_at IS NULL
+	  AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)))
 
--- name: PublisherReadShared
--- A resize's publisher check: a CDC relay's AcquireGeneration (FOR UPDATE) waits for it.
-SELECT generation, kind, holder, since FROM {{publisher}} WHERE id = 1 LOCK IN SHARE MODE
+-- name: FetchNotExists
+-- param: now any the caller's time (timeArg), NULL: the database clock
+AND NOT EXISTS (SELECT 1 FROM {{outbox}} b
+	WHERE b.failed_lane = o.lane AND b.partition_key = o.partition_key AND b.seq <= o.seq
+	  AND (b.parked_at IS NOT NULL OR b.next_attempt_at > COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))))
 
--- name: ResizeAllow
--- The row under which the immutability trigger (migration 008) allows a lane change; deleted
--- again by ResizeDisallow in the same transaction.
-INSERT INTO {{meta}} (name, value) VALUES ('lanes_resize', 'on')
+-- name: SettlePublish
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: seqs []int64
+-- param: lanes []int
+UPDATE {{outbox}} SET published_at = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6))
+	WHERE seq IN (:seqs) AND lane IN (:lanes) AND published_at IS NULL
 
--- name: ResizeDisallow
-DELETE FROM {{meta}} WHERE name = 'lanes_resize'
+-- name: SettleDelete
+-- param: seqs []int64
+-- param: lanes []int
+DELETE FROM {{outbox}} WHERE seq IN (:seqs) AND lane IN (:lanes) AND published_at IS NULL
 
--- name: ResizeLeases
--- A resize ends every lease as ResetLanes does (owner and sign of life cleared, lease expired
--- now, generation incremented), every lane row locked in lane order, so that a relay's settle
--- or renewal of a batch fetched under the old lanes is refused. Argument: now.
-UPDATE {{lanes}} SET owner = '', lock_session = NULL, lease_until = {{now}}, generation = generation + 1
-	ORDER BY lane
+-- name: SettleFail
+-- param: error string
+-- param: now any the caller's time (timeArg), NULL: the database clock
+-- param: delay int64
+-- param: park bool
+-- param: seq int64
+-- param: lanes []int
+UPDATE {{outbox}} SET attempts = attempts + 1, last_error = :error,
+	next_attempt_at = COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)) + INTERVAL :delay MICROSECOND,
+	parked_at = IF(:park, COALESCE(CAST(:now AS DATETIME(6)), UTC_TIMESTAMP(6)), parked_at)
+	WHERE seq = :seq AND lane IN (:lanes) AND published_at IS NULL
 
--- name: ResizeDropLanes
--- The lanes at or above the new count (?) go.
-DELETE FROM {{lanes}} WHERE lane >= ?
+-- name: MinUnpublished
+SELECT MIN(seq) FROM {{outbox}} WHERE unpublished = 1
 
--- name: ResizeRows
--- The unpublished rows after seq ?, ? at a time (ix_unpublished), with their key and lane.
-SELECT seq, partition_key, lane FROM {{outbox}} FORCE INDEX (ix_unpublished)
-	WHERE unpublished = 1 AND seq > ? ORDER BY seq LIMIT ?
+-- name: PruneOutbox
+-- param: before any
+-- param: below int64
+-- param: limit int64
+DELETE FROM {{outbox}}
+	WHERE published_at IS NOT NULL AND published_at < CAST(:before AS DATETIME(6)) AND seq < :below
+	ORDER BY seq LIMIT :limit
 
--- name: ResizeMove
--- {{case_list}} is "WHEN ? THEN ?" (seq, new lane) per row of {{seq_list}}: the unpublished
--- rows whose lane changes.
-UPDATE {{outbox}} SET lane = CASE seq {{case_list}} END
-	WHERE seq IN ({{seq_list}}) AND published_at IS NULL
+-- name: SettleUnpend
+-- A mark's second statement in this version; the earlier mark is SettlePublish alone.
+-- param: seqs []int64
+-- param: lanes []int
+DO 0 IN (:seqs) AND 0 IN (:lanes)
+
+-- name: UnpendedOn
+-- The earlier delete settle is its SettleDelete alone.
+DO 0
+
+-- name: PruneSettledIDs
+-- The earlier cleanup has no settle log: nothing to read.
+-- param: below int64
+-- param: before any
+-- param: limit int64
+SELECT 0 FROM DUAL WHERE FALSE AND :below AND :before LIMIT :limit
