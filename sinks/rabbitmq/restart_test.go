@@ -57,7 +57,7 @@ func startOwnNode(t *testing.T) *ownNode {
 	n.epmdCmd = exec.Command("epmd", "-port", fmt.Sprint(n.epmd), "-address", "127.0.0.1")
 	require.NoError(t, n.epmdCmd.Start())
 	t.Cleanup(func() {
-		n.stop(t, syscall.SIGKILL)
+		n.stop(t, syscall.SIGTERM) // the node before its epmd (else it starts an epmd -daemon)
 		_ = n.epmdCmd.Process.Kill()
 		_ = n.epmdCmd.Wait()
 	})
@@ -80,6 +80,9 @@ func (n *ownNode) start(t *testing.T) {
 		"RABBITMQ_LOG_BASE="+filepath.Join(n.dir, "log"), "RABBITMQ_PID_FILE="+filepath.Join(n.dir, "node.pid"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(n.dir, "plugins"), "RABBITMQ_CONFIG_FILE="+filepath.Join(n.dir, "rabbitmq"))
 	n.cmd.Stdout, n.cmd.Stderr = log, log
+	// Its own process group: the script runs the Erlang VM as a child, which a signal to the
+	// script alone would leave running.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, n.cmd.Start())
 	require.Eventually(t, func() bool {
 		c, err := amqp.Dial(n.url())
@@ -91,14 +94,28 @@ func (n *ownNode) start(t *testing.T) {
 	}, 60*time.Second, 250*time.Millisecond, "the node did not answer within 60 s")
 }
 
-// stop signals the node and waits for it to end.
+// stop signals the node's process group and waits for the node to end; after 30 s it kills
+// the group.
 func (n *ownNode) stop(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	if n.cmd == nil {
 		return
 	}
-	_ = n.cmd.Process.Signal(sig)
-	_ = n.cmd.Wait()
+	pgid := n.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, sig)
+	done := make(chan struct{})
+	go func() { _ = n.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-done
+	}
+	// The VM may outlive the script by a moment: wait until the group is empty.
+	for i := 0; i < 100 && syscall.Kill(-pgid, 0) == nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	n.cmd = nil
 }
 
