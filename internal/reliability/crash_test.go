@@ -74,6 +74,10 @@ type crashSpec struct {
 	// Member is the Kafka consumer's static group member ID (kgo.InstanceID); default
 	// "crash".
 	Member string
+	// Broker ("rabbitmq", "nats", "redis" or "webhook"), Addr and Dest make it a consumer
+	// process of that kind (brokerConsumerChild): of queue, stream or stream Dest on the
+	// server at Addr, or a webhook receiver listening on Addr.
+	Broker, Addr, Dest string
 }
 
 // The relay processes' options: short leases so that the next process takes over within
@@ -136,6 +140,8 @@ func crashChild(raw string) error {
 	}
 	ctx := context.Background()
 	switch {
+	case sp.Broker != "":
+		return brokerConsumerChild(ctx, sp)
 	case sp.Queue != "":
 		return consumerChild(ctx, sp)
 	case sp.Topic != "":
