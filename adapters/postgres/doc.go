@@ -95,5 +95,6 @@
 //
 // Identifiers (schema, table names, notification channel) are validated and quoted once, when
 // the Store is built. Statements work in every pgx query execution mode, including
-// QueryExecModeSimpleProtocol (for transaction-pooling proxies).
+// QueryExecModeExec and QueryExecModeSimpleProtocol (for transaction-pooling proxies: README,
+// "Behind a connection pooler"; Wakeups and HoldLiveness refuse them, see ErrPooledConnection).
 package postgres

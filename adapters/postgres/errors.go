@@ -52,3 +52,14 @@ func isNilTx(tx any) bool {
 	v := reflect.ValueOf(tx)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
+
+// ErrPooledConnection means a feature that needs a server session of its own (the sign of life
+// of HoldLiveness, the LISTEN connection of Wakeups, the replication connection of package
+// logical) was given a connection through a connection pooler such as PgBouncer, which runs a
+// client's statements on whichever server connection is free (pool_mode=transaction) and
+// answers for the server. Wakeups and HoldLiveness detect it (the BackendKeyData of the
+// connection names another process than pg_backend_pid()) and fail with an error wrapping
+// ErrPooledConnection; relays then log why and go on without the feature (polling, leases
+// alone). Connect those features directly to PostgreSQL, or set Options.PoolerKeepsSessions
+// for a pooler in session mode.
+var ErrPooledConnection = errors.New("postgres: the connection goes through a connection pooler")

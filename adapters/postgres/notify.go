@@ -66,7 +66,9 @@ func (s *Store[TTx]) notifyLoop() {
 // (merged while one is pending). It holds one dedicated connection, outside the pool, that
 // LISTENs; when that connection fails it reconnects with backoff and sends one wake-up (a
 // notification may have been missed). It returns an error only when the first connection
-// fails. The goroutine ends, and the connection closes, when ctx ends.
+// fails, wrapping ErrPooledConnection when it goes through a pooler (unless
+// Options.PoolerKeepsSessions): a relay then logs relay_wakeups_unavailable and polls. The
+// goroutine ends, and the connection closes, when ctx ends.
 func (s *Store[TTx]) Wakeups(ctx context.Context) (<-chan struct{}, error) {
 	ch := make(chan struct{}, 1)
 	ready := make(chan error, 1)
@@ -88,6 +90,11 @@ func (s *Store[TTx]) listenLoop(ctx context.Context, ch chan struct{}, ready cha
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.listen(ctx, func(l listener) error {
+			// Through a transaction pooler the LISTEN would hold on a server connection that
+			// others then use, and the notifications would never reach this one.
+			if _, err := s.sessionPID(ctx, l.conn()); err != nil {
+				return err
+			}
 			if err := l.exec(ctx, s.q.listen); err != nil {
 				return err
 			}

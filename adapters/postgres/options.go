@@ -76,6 +76,12 @@ type Options struct {
 	// NotifyChannel is the LISTEN/NOTIFY channel of Notify and Wakeups. Default
 	// Schema+"."+Table (cut to 63 bytes).
 	NotifyChannel string
+	// PoolerKeepsSessions says that the pool's connections go through a pooler that keeps one
+	// server session per client connection for the connection's life (PgBouncer
+	// pool_mode=session), so that Wakeups (LISTEN) and HoldLiveness (a session-level advisory
+	// lock) may run through it. Default false: they refuse a connection through a pooler with
+	// an error wrapping ErrPooledConnection (never set it for a pooler in transaction mode).
+	PoolerKeepsSessions bool
 	// Logger receives the store's logs (wake-up connection failures). Default slog.Default().
 	Logger *slog.Logger
 }

@@ -115,11 +115,14 @@ func pgError(err error) *pgconn.PgError {
 
 // listener is a dedicated connection that LISTENs.
 type listener interface {
+	conn() *pgconn.PgConn
 	exec(ctx context.Context, sql string) error
 	wait(ctx context.Context) error
 }
 
 type pgxListener struct{ c *pgx.Conn }
+
+func (l pgxListener) conn() *pgconn.PgConn { return l.c.PgConn() }
 
 func (l pgxListener) exec(ctx context.Context, sql string) error {
 	_, err := l.c.Exec(ctx, sql)

@@ -200,8 +200,9 @@ func (s *Store[TTx]) Settle(ctx context.Context, p driver.SettleParams) error {
 // liveness class keyed by the connection's server process id. ClaimLanes of owner then records
 // that process id with each lease it takes, and any claimer may take the lane once no session
 // holds the lock (the server releases it when the connection ends, e.g. when the process holding
-// it is killed). It does not work through a transaction-pooling proxy, which does not keep a
-// session per client connection.
+// it is killed). A transaction-pooling proxy does not keep a session per client connection:
+// through a pooler (see ErrPooledConnection) it fails with an error wrapping
+// ErrPooledConnection before it takes the lock, unless Options.PoolerKeepsSessions is set.
 func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (driver.Life, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("postgres: hold liveness: empty owner")
@@ -214,6 +215,11 @@ func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (driver.Lif
 	if err != nil {
 		return nil, fmt.Errorf("postgres: hold liveness: %w", err)
 	}
+	session, err := s.sessionPID(ctx, conn)
+	if err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("postgres: hold liveness: %w", err)
+	}
 	res, err := conn.Exec(ctx, fmt.Sprintf(`SELECT pg_backend_pid(), pg_try_advisory_lock(%d, pg_backend_pid())`, s.n.liveKey)).ReadAll()
 	var pid int64
 	if err == nil && (len(res) != 1 || len(res[0].Rows) != 1) {
@@ -222,7 +228,14 @@ func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (driver.Lif
 	if err == nil {
 		row := res[0].Rows[0]
 		pid, err = strconv.ParseInt(string(row[0]), 10, 32)
-		if err == nil && string(row[1]) != "t" {
+		switch {
+		case err != nil:
+		case uint32(pid) != session:
+			// The lock went to another server process: unlock it there (the statement may run
+			// anywhere again, so the lock may stay until that process ends; no lease names it).
+			_, _ = conn.Exec(ctx, fmt.Sprintf(`SELECT pg_advisory_unlock(%d, %d)`, s.n.liveKey, pid)).ReadAll()
+			err = movedError(session, uint32(pid))
+		case string(row[1]) != "t":
 			err = fmt.Errorf("the lock of server process %d is held", pid)
 		}
 	}
@@ -231,7 +244,7 @@ func (s *Store[TTx]) HoldLiveness(ctx context.Context, owner string) (driver.Lif
 		return nil, fmt.Errorf("postgres: hold liveness: %w", err)
 	}
 	s.live.Store(owner, int32(pid))
-	return &pgLife{forget: func() { s.live.CompareAndDelete(owner, int32(pid)) }, conn: conn}, nil
+	return &pgLife{forget: func() { s.live.CompareAndDelete(owner, int32(pid)) }, conn: conn, pid: uint32(pid)}, nil
 }
 
 // pgLife is a held sign of life: the connection holding the advisory lock.
@@ -239,17 +252,23 @@ type pgLife struct {
 	forget func()
 	mu     sync.Mutex
 	conn   *pgconn.PgConn
+	pid    uint32 // the server process holding the lock
 }
 
-// Check implements driver.Life: a round trip on the lock's connection.
+// Check implements driver.Life: a round trip on the lock's connection, which must still run in
+// the server process holding the lock (it would not through a transaction pooler).
 func (l *pgLife) Check(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == nil {
 		return errors.New("postgres: liveness released")
 	}
-	if _, err := l.conn.Exec(ctx, `SELECT 1`).ReadAll(); err != nil {
+	pid, err := backendPID(ctx, l.conn)
+	if err != nil {
 		return fmt.Errorf("postgres: liveness session: %w", err)
+	}
+	if pid != l.pid {
+		return fmt.Errorf("postgres: liveness session: %w", movedError(l.pid, pid))
 	}
 	return nil
 }

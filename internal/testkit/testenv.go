@@ -24,6 +24,8 @@ const (
 	// RabbitMQURL addresses a node, RabbitMQCtl is a rabbitmqctl of it (rabbitmq_start).
 	RabbitMQURL = "OUTBOXKIT_RABBITMQ_URL"
 	RabbitMQCtl = "OUTBOXKIT_RABBITMQ_CTL"
+	// PgBouncerTxDSN and PgBouncerSessionDSN go through PgBouncer (pool_mode transaction, session).
+	PgBouncerTxDSN, PgBouncerSessionDSN = "OUTBOXKIT_PGBOUNCER_TX_DSN", "OUTBOXKIT_PGBOUNCER_SESSION_DSN" // pgbouncer_start
 )
 
 var howTo = map[string]string{
@@ -38,6 +40,8 @@ var howTo = map[string]string{
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 	RabbitMQURL:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 	RabbitMQCtl:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
+
+	PgBouncerTxDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start", PgBouncerSessionDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.

@@ -247,9 +247,42 @@ func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
+		// PgBouncer refuses the startup parameters of a replication connection (FATAL
+		// "unsupported startup parameter: replication"); PostgreSQL never says that.
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && strings.HasPrefix(pe.Message, "unsupported startup parameter") {
+			return nil, fmt.Errorf("replication connection: %w, which refuses replication connections (%s): "+
+				"set logical.Options.ConnString to a connection string that reaches PostgreSQL directly", postgres.ErrPooledConnection, pe.Message)
+		}
 		return nil, fmt.Errorf("replication connection: %w", err)
 	}
+	// A proxy that accepted it would stream from another server process than conn.PID(), the
+	// process the source ends with pg_terminate_backend when it replaces a stream.
+	if pid, err := backendPID(ctx, conn); err != nil || pid != conn.PID() {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("replication connection: %w", err)
+		}
+		return nil, fmt.Errorf("replication connection: %w: the server's key names process %d but the statement ran in process %d: "+
+			"set logical.Options.ConnString to a connection string that reaches PostgreSQL directly", postgres.ErrPooledConnection, conn.PID(), pid)
+	}
 	return conn, nil
+}
+
+// backendPID returns pg_backend_pid() of the server process of the replication connection conn.
+func backendPID(ctx context.Context, conn *pgconn.PgConn) (uint32, error) {
+	res, err := conn.Exec(ctx, `SELECT pg_backend_pid()`).ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, errors.New("pg_backend_pid: unexpected result")
+	}
+	pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("pg_backend_pid: %w", err)
+	}
+	return uint32(pid), nil
 }
 
 // Start creates the publication when it does not exist, drops the slot when it exists (and is
