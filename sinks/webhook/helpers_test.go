@@ -50,12 +50,13 @@ type recorder struct {
 	*httptest.Server
 	wh *standardwebhooks.Webhook
 
-	mu       sync.Mutex
-	got      []conformance.ReceivedMessage
-	headers  []http.Header
-	bodies   [][]byte // of the batch requests
-	rejected int      // requests that failed verification
-	changed  chan struct{}
+	mu           sync.Mutex
+	got          []conformance.ReceivedMessage
+	headers      []http.Header
+	bodies       [][]byte      // of the batch requests
+	batchHeaders []http.Header // of the batch requests
+	rejected     int           // requests that failed verification
+	changed      chan struct{}
 }
 
 func newRecorder(t *testing.T, secret string) *recorder {
@@ -103,6 +104,7 @@ func (rec *recorder) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.headers = append(rec.headers, r.Header.Clone())
 		rec.bodies = append(rec.bodies, body)
+		rec.batchHeaders = append(rec.batchHeaders, r.Header.Clone())
 		rec.mu.Unlock()
 	} else {
 		ev, _, err := webhook.DecodeRequest(r.Header, body)
