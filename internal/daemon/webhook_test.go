@@ -52,6 +52,8 @@ sinks:
     timeout: -1s
     concurrency: -1
     max_body_bytes: -5
+    batch_size: -2
+    batch_max_bytes: -1
     tls: {ca_file: /nonexistent/ca.pem}
 routes:
   default: orders
@@ -63,6 +65,8 @@ routes:
 		`routes.by_destination.billing: must be an absolute http or https URL with a host, got "http://bad host/x" (sink webhook: routes name endpoint URLs)`,
 		`routes.by_type.order.placed: must be an absolute http or https URL with a host, got "ftp://h/x" (sink webhook: routes name endpoint URLs)`,
 		`routes.default: must be an absolute http or https URL with a host, got "orders" (sink webhook: routes name endpoint URLs)`,
+		`sinks.webhook.batch_max_bytes: must not be negative`,
+		`sinks.webhook.batch_size: must not be negative (0 or 1: one request per event)`,
 		`sinks.webhook.concurrency: must not be negative`,
 		`sinks.webhook.max_body_bytes: must not be negative`,
 		`sinks.webhook.secrets[1]: want whsec_ followed by the standard base64 of a non-empty key`,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,10 +33,33 @@ import (
 // reference library but without the ce- headers.
 func TestConsumerConformance(t *testing.T) {
 	t.Parallel()
+	runConsumerSuite(t, 0)
+}
+
+// TestConsumerConformanceBatch runs the consumer suite with the Sink in batch mode
+// (Options.BatchSize 4): the pusher sends up to 4 queued messages per Send, so the Handler
+// gets batch requests (one inbox transaction each), and a batch it refuses for good (a
+// poison event in it) is sent again one event per request by the Sink.
+func TestConsumerConformanceBatch(t *testing.T) {
+	t.Parallel()
+	runConsumerSuite(t, 4)
+}
+
+func runConsumerSuite(t *testing.T, batchSize int) {
+	var batches atomic.Int64
+	t.Cleanup(func() {
+		if batchSize > 1 && batches.Load() == 0 {
+			t.Errorf("batch mode: the Handler got no batch request")
+		}
+		t.Logf("%d batch requests", batches.Load())
+	})
 	h := testkit.MemoryConsumer(func(t *testing.T) conformance.ConsumerBroker[*memory.Tx] {
 		secret := newSecret(t)
 		var serving atomic.Pointer[http.Handler]
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Content-Type") == webhook.BatchContentType {
+				batches.Add(1)
+			}
 			h := serving.Load()
 			if h == nil {
 				http.Error(w, "consumer not running", http.StatusServiceUnavailable)
@@ -44,20 +68,20 @@ func TestConsumerConformance(t *testing.T) {
 			(*h).ServeHTTP(w, r)
 		}))
 		t.Cleanup(srv.Close)
-		sink := newSink(t, webhook.Options{Secrets: []string{secret}, Timeout: 30 * time.Second})
-		p := newPusher(t)
+		sink := newSink(t, webhook.Options{Secrets: []string{secret}, Timeout: 30 * time.Second, BatchSize: batchSize})
+		p := newPusher(t, sink, batchSize)
 		dest := srv.URL + "/events"
 		return conformance.ConsumerBroker[*memory.Tx]{
 			Destination: dest,
-			Sink:        p.sinkOf(sink),
+			Sink:        outboxSink{p},
 			PublishUndecodable: func(ctx context.Context) error {
 				wh, err := standardwebhooks.NewWebhook(secret)
 				if err != nil {
 					return err
 				}
-				p.add(func(ctx context.Context) error {
+				p.add(entry{raw: func(ctx context.Context) error {
 					return postRaw(ctx, wh, dest, "raw-"+p.nextID(), []byte("not an outbox event"))
-				})
+				}})
 				return nil
 			},
 			Start: func(t *testing.T, inbox *core.Inbox[*memory.Tx], consumer string, h conformance.ConsumerHandler[*memory.Tx]) {
@@ -79,16 +103,25 @@ func TestConsumerConformance(t *testing.T) {
 // pusher is the outbox and delivery loop of a relay, in a test: it sends each outboxed
 // message, in order, until it is acknowledged or refused for good.
 type pusher struct {
+	sink  *webhook.Sink
+	batch int // most messages per Send
+
 	mu    sync.Mutex
-	queue []func(ctx context.Context) error
+	queue []entry
 	dead  int
 	busy  int // being sent now: still pending
 	seq   atomic.Int64
 	wake  chan struct{}
 }
 
-func newPusher(t *testing.T) *pusher {
-	p := &pusher{wake: make(chan struct{}, 1)}
+// entry is an outboxed message, or a raw request (raw != nil).
+type entry struct {
+	m   core.Message
+	raw func(ctx context.Context) error
+}
+
+func newPusher(t *testing.T, sink *webhook.Sink, batch int) *pusher {
+	p := &pusher{sink: sink, batch: max(batch, 1), wake: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -104,9 +137,9 @@ func newPusher(t *testing.T) *pusher {
 
 func (p *pusher) nextID() string { return fmt.Sprint(p.seq.Add(1)) }
 
-func (p *pusher) add(send func(ctx context.Context) error) {
+func (p *pusher) add(e entry) {
 	p.mu.Lock()
-	p.queue = append(p.queue, send)
+	p.queue = append(p.queue, e)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -126,9 +159,9 @@ func (p *pusher) parked() int {
 	return p.dead
 }
 
-// loop sends the head of the outbox until it is done with it (acknowledged or parked); a
-// retryable failure waits 100ms and tries again. One message at a time, in order: what a
-// relay does for one partition key.
+// loop sends the head of the outbox (a raw request, or up to batch messages in one Send) until
+// it is done with each (acknowledged or parked); the retryable ones go back to the head and are
+// tried again 100ms later. In order: what a relay does for one partition key.
 func (p *pusher) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		p.mu.Lock()
@@ -139,23 +172,47 @@ func (p *pusher) loop(ctx context.Context) {
 				return
 			case <-p.wake:
 			}
+			if p.batch > 1 {
+				// Let the suite's publishes (one message per Send) gather into a batch.
+				time.Sleep(20 * time.Millisecond)
+			}
 			continue
 		}
-		send := p.queue[0]
-		p.queue = p.queue[1:]
-		p.busy = 1
-		p.mu.Unlock()
-		for {
-			err := send(ctx)
-			if err == nil || core.IsPermanent(err) {
-				p.mu.Lock()
-				p.busy = 0
-				if err != nil {
-					p.dead++
-				}
-				p.mu.Unlock()
-				break
+		n := 1
+		if p.queue[0].raw == nil {
+			for n < len(p.queue) && n < p.batch && p.queue[n].raw == nil {
+				n++
 			}
+		}
+		head := slices.Clone(p.queue[:n])
+		p.queue = p.queue[n:]
+		p.busy = n
+		p.mu.Unlock()
+		var out []error
+		if head[0].raw != nil {
+			out = []error{head[0].raw(ctx)}
+		} else {
+			msgs := make([]core.Message, n)
+			for i := range head {
+				msgs[i] = head[i].m
+			}
+			out = p.sink.Send(ctx, msgs)
+		}
+		var again []entry
+		p.mu.Lock()
+		for i, err := range out {
+			switch {
+			case err == nil:
+			case core.IsPermanent(err):
+				p.dead++
+			default:
+				again = append(again, head[i])
+			}
+		}
+		p.queue = append(again, p.queue...)
+		p.busy = 0
+		p.mu.Unlock()
+		if len(again) > 0 {
 			select {
 			case <-ctx.Done():
 				return
@@ -165,17 +222,13 @@ func (p *pusher) loop(ctx context.Context) {
 	}
 }
 
-// sinkOf is the suite's sink: it outboxes each message for s and acknowledges it at once.
-func (p *pusher) sinkOf(s *webhook.Sink) core.Sink { return outboxSink{p, s} }
-
-type outboxSink struct {
-	p *pusher
-	s *webhook.Sink
-}
+// outboxSink is the suite's sink: it outboxes each message for the pusher and acknowledges it
+// at once.
+type outboxSink struct{ p *pusher }
 
 func (o outboxSink) Send(ctx context.Context, msgs []core.Message) []error {
 	for _, m := range msgs {
-		o.p.add(func(ctx context.Context) error { return o.s.Send(ctx, []core.Message{m})[0] })
+		o.p.add(entry{m: m})
 	}
 	return make([]error, len(msgs))
 }

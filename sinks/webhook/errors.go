@@ -40,8 +40,11 @@ var (
 // themselves); 3xx (redirects are not followed) and every other 4xx are wrapped in
 // core.Permanent.
 type StatusError struct {
-	// EventID is the event of the request.
+	// EventID is the event of the request; of a batch request, its webhook-id (BatchID).
 	EventID string
+	// BatchSize is the number of events of a batch request (Options.BatchSize), whose every
+	// event has this outcome; 0 for a single-event request.
+	BatchSize int
 	// StatusCode is the HTTP status of the answer.
 	StatusCode int
 	// RetryAfter is the answer's Retry-After (delay-seconds or an HTTP date, as a delay from
@@ -53,7 +56,11 @@ type StatusError struct {
 
 func (e *StatusError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "webhook: event %s: endpoint answered %d", e.EventID, e.StatusCode)
+	if e.BatchSize > 0 {
+		fmt.Fprintf(&b, "webhook: batch %s (%d events): endpoint answered %d", e.EventID, e.BatchSize, e.StatusCode)
+	} else {
+		fmt.Fprintf(&b, "webhook: event %s: endpoint answered %d", e.EventID, e.StatusCode)
+	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " (Retry-After %v)", e.RetryAfter)
 	}

@@ -50,11 +50,13 @@ type recorder struct {
 	*httptest.Server
 	wh *standardwebhooks.Webhook
 
-	mu       sync.Mutex
-	got      []conformance.ReceivedMessage
-	headers  []http.Header
-	rejected int // requests that failed verification
-	changed  chan struct{}
+	mu           sync.Mutex
+	got          []conformance.ReceivedMessage
+	headers      []http.Header
+	bodies       [][]byte      // of the batch requests
+	batchHeaders []http.Header // of the batch requests
+	rejected     int           // requests that failed verification
+	changed      chan struct{}
 }
 
 func newRecorder(t *testing.T, secret string) *recorder {
@@ -88,16 +90,34 @@ func (rec *recorder) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "try later", http.StatusServiceUnavailable)
 		return
 	}
-	ev, _, err := webhook.DecodeRequest(r.Header, body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+	if r.Header.Get("Content-Type") == webhook.BatchContentType {
+		// A batch: each event's deduplication id is its id, the receiver's inbox key.
+		evs, err := webhook.DecodeBatch(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rec.mu.Lock()
+		for _, ev := range evs {
+			rec.got = append(rec.got, conformance.ReceivedMessage{EventID: ev.ID, Payload: ev.Payload, Headers: ev.Headers,
+				Key: ev.PartitionKey, DedupID: ev.ID})
+		}
+		rec.headers = append(rec.headers, r.Header.Clone())
+		rec.bodies = append(rec.bodies, body)
+		rec.batchHeaders = append(rec.batchHeaders, r.Header.Clone())
+		rec.mu.Unlock()
+	} else {
+		ev, _, err := webhook.DecodeRequest(r.Header, body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rec.mu.Lock()
+		rec.got = append(rec.got, conformance.ReceivedMessage{EventID: ev.ID, Payload: ev.Payload, Headers: ev.Headers,
+			Key: ev.PartitionKey, DedupID: r.Header.Get(webhook.HeaderWebhookID)})
+		rec.headers = append(rec.headers, r.Header.Clone())
+		rec.mu.Unlock()
 	}
-	rec.mu.Lock()
-	rec.got = append(rec.got, conformance.ReceivedMessage{EventID: ev.ID, Payload: ev.Payload, Headers: ev.Headers,
-		Key: ev.PartitionKey, DedupID: r.Header.Get(webhook.HeaderWebhookID)})
-	rec.headers = append(rec.headers, r.Header.Clone())
-	rec.mu.Unlock()
 	select {
 	case rec.changed <- struct{}{}:
 	default:
@@ -127,4 +147,10 @@ func (rec *recorder) rejectedCount() int {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	return rec.rejected
+}
+
+func (rec *recorder) batchCount() int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.bodies)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -169,6 +170,10 @@ func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.refuse(w, r, http.StatusUnauthorized, id, err)
 		return
 	}
+	if isBatch(r.Header) {
+		rc.serveBatch(w, r, id, ts, body)
+		return
+	}
 	ev, created, err := decodeRequest(r.Header, body)
 	if err == nil && ev.ID != id {
 		// The signature covers webhook-id, not the ce- headers: the event ID must be the
@@ -186,6 +191,43 @@ func (rc *Receiver[TTx]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case consume.Ack:
 		name := rc.outcomes.Add(res.Outcome)
 		w.Header().Set("Outbox-Outcome", name)
+		w.WriteHeader(http.StatusNoContent)
+	case consume.DeadLetter:
+		rc.refuse(w, r, http.StatusUnprocessableEntity, id, err)
+	case consume.Release:
+		rc.fail(w, r, http.StatusServiceUnavailable, id, err)
+	default:
+		rc.fail(w, r, http.StatusInternalServerError, id, err)
+	}
+}
+
+// serveBatch processes a verified batch request (Content-Type BatchContentType) in one inbox
+// transaction and answers for all its events.
+func (rc *Receiver[TTx]) serveBatch(w http.ResponseWriter, r *http.Request, id string, ts int64, body []byte) {
+	evs, err := decodeBatch(body)
+	if err != nil {
+		rc.refuse(w, r, http.StatusBadRequest, id, fmt.Errorf("%w: %w", ErrUndecodable, err))
+		return
+	}
+	if len(evs) == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	ds := make([]*Delivery, len(evs))
+	msgs := make([]core.InboxMessage, len(evs))
+	at := "webhook:" + r.URL.Path + "@" + strconv.FormatInt(ts, 10) + "#"
+	for i := range evs {
+		ds[i] = &Delivery{Event: evs[i].ev, CreatedAt: evs[i].created, Timestamp: time.Unix(ts, 0), Request: r}
+		msgs[i] = consume.Message(&ds[i].Event, evs[i].created, rc.o.Entity, at+strconv.Itoa(i))
+	}
+	res, err := rc.proc.ProcessBatch(r.Context(), ds, msgs)
+	switch consume.Decide(r.Context(), err) {
+	case consume.Ack:
+		names := make([]string, len(res))
+		for i := range res {
+			names[i] = rc.outcomes.Add(res[i].Outcome)
+		}
+		w.Header().Set("Outbox-Outcome", strings.Join(names, ", "))
 		w.WriteHeader(http.StatusNoContent)
 	case consume.DeadLetter:
 		rc.refuse(w, r, http.StatusUnprocessableEntity, id, err)

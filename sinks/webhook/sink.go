@@ -28,6 +28,9 @@ const (
 	DefaultConcurrency  = 8
 	DefaultTimeout      = 10 * time.Second
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultBatchMaxBytes is the default Options.BatchMaxBytes: the Handler's default
+	// HandlerOptions.MaxBodyBytes, so that a default receiver takes every batch.
+	DefaultBatchMaxBytes = DefaultMaxBodyBytes
 )
 
 // maxErrorBody is the most bytes of an answer's body kept in a StatusError; maxDrain the most
@@ -59,6 +62,19 @@ type Options struct {
 	// MaxBodyBytes is the largest payload sent: a larger one fails permanently with
 	// ErrMessageTooLarge. Default DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int
+	// BatchSize turns batch mode on when it is 2 or more: a request carries up to BatchSize
+	// events of one destination in the CloudEvents HTTP binding's batched content mode
+	// (Content-Type BatchContentType, the body a JSON array of events), signed over the whole
+	// body with webhook-id = BatchID of its event IDs. The endpoint's answer is the outcome of
+	// every event in the request. A batch that would hold one event (the last of a Send, or
+	// one larger than BatchMaxBytes) is sent as a single-event request, as without batch mode.
+	// The receiver must accept batches (the Handler does). Default 0 (and 1): off, one request
+	// per event.
+	BatchSize int
+	// BatchMaxBytes bounds the body of a batch request (the sum of its events' JSON): an event
+	// that would take a batch past it goes to another request. Only with BatchSize >= 2.
+	// Default DefaultBatchMaxBytes (1 MiB).
+	BatchMaxBytes int
 	// CAFile is a PEM file of the certificate authorities that sign the endpoints' certificates
 	// (https destinations). Default "": the system's.
 	CAFile string
@@ -99,7 +115,8 @@ func New(opts Options) (*Sink, error) {
 		name string
 		v    *int
 		def  int
-	}{{"Concurrency", &o.Concurrency, DefaultConcurrency}, {"MaxBodyBytes", &o.MaxBodyBytes, DefaultMaxBodyBytes}} {
+	}{{"Concurrency", &o.Concurrency, DefaultConcurrency}, {"MaxBodyBytes", &o.MaxBodyBytes, DefaultMaxBodyBytes},
+		{"BatchSize", &o.BatchSize, 1}, {"BatchMaxBytes", &o.BatchMaxBytes, DefaultBatchMaxBytes}} {
 		switch {
 		case *f.v == 0:
 			*f.v = f.def
@@ -145,32 +162,105 @@ func New(opts Options) (*Sink, error) {
 // Close closes the idle connections. The sink must not be used after.
 func (s *Sink) Close() { s.client.CloseIdleConnections() }
 
-// Send implements core.Sink: one POST per message, up to Options.Concurrency at once, never
-// two of one partition key at once; per key, a message is sent only after the previous one
-// was acknowledged (2xx). See the package documentation for the outcome of each answer.
+// Send implements core.Sink: one POST per message (or per batch, with Options.BatchSize), up
+// to Options.Concurrency at once, never two of one partition key at once; per key, a message
+// is sent only after the previous one was acknowledged (2xx). See the package documentation
+// for the outcome of each answer.
 func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	batch := s.o.BatchSize > 1
 	items := make([]batcher.Item, len(msgs))
 	reqs := make([]http.Header, len(msgs))
+	var (
+		buf  bytes.Buffer
+		ends []int // batch mode: the end of each message's JSON in buf
+	)
+	if batch {
+		ends = make([]int, len(msgs))
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		items[i] = batcher.Item{Group: m.GroupID, Dest: m.Destination, Size: len(m.Payload)}
 		h, err := s.prepare(m)
 		if err != nil {
 			items[i].Err = err
-			continue
 		}
 		reqs[i] = h
+		if batch {
+			if err == nil {
+				start := buf.Len()
+				encodeEvent(&buf, m, s.o.Source, s.o.ContentType)
+				items[i].Size = buf.Len() - start + 1 // and a comma
+			}
+			ends[i] = buf.Len()
+		}
 	}
-	return batcher.Run(ctx, items, batcher.Options{MaxEntries: 1, Concurrency: s.o.Concurrency}, func(ctx context.Context, dest string, idx []int) []error {
+	o := batcher.Options{MaxEntries: 1, Concurrency: s.o.Concurrency}
+	if batch {
+		o.MaxEntries, o.MaxBytes = s.o.BatchSize, s.o.BatchMaxBytes
+	}
+	return batcher.Run(ctx, items, o, func(ctx context.Context, dest string, idx []int) []error {
 		out := make([]error, len(idx))
+		if len(idx) > 1 {
+			err := s.postBatch(ctx, dest, msgs, idx, buf.Bytes(), ends)
+			if !core.IsPermanent(err) {
+				for k := range out {
+					out[k] = err
+				}
+				return out
+			}
+			// The endpoint refused the batch for good: send its events again one request
+			// each, so that only those it refuses on their own are parked.
+			s.log.Warn("webhook_batch_refused_sending_singly", "destination", redact(dest), "events", len(idx), "error", err)
+		}
+		failed := map[string]bool{}
 		for k, i := range idx {
-			out[k] = s.post(ctx, &msgs[i], reqs[i])
+			m := &msgs[i]
+			if failed[m.GroupID] {
+				out[k] = core.ErrNotAcknowledged // behind a failure of its key: sent again later
+				continue
+			}
+			out[k] = s.post(ctx, m.Destination, m.ID, 0, reqs[i].Clone(), m.Payload)
+			if out[k] != nil {
+				failed[m.GroupID] = true
+			}
 		}
 		return out
 	})
+}
+
+// postBatch sends the messages idx of msgs to dest in one batch request; the JSON of msgs[i] is
+// all[ends[i-1]:ends[i]].
+func (s *Sink) postBatch(ctx context.Context, dest string, msgs []core.Message, idx []int, all []byte, ends []int) error {
+	ids := make([]string, len(idx))
+	n := 1
+	for k, i := range idx {
+		ids[k] = msgs[i].ID
+		n += ends[i] - start(ends, i) + 1
+	}
+	body := make([]byte, 0, n)
+	body = append(body, '[')
+	for k, i := range idx {
+		if k > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, all[start(ends, i):ends[i]]...)
+	}
+	body = append(body, ']')
+	id := BatchID(ids)
+	h := http.Header{}
+	h.Set("Content-Type", BatchContentType)
+	h.Set(HeaderWebhookID, id)
+	return s.post(ctx, dest, id, len(idx), h, body)
+}
+
+func start(ends []int, i int) int {
+	if i == 0 {
+		return 0
+	}
+	return ends[i-1]
 }
 
 // prepare checks m and returns its headers but the signature's.
@@ -216,18 +306,23 @@ func endpoint(dest string) (*url.URL, error) {
 	return u, nil
 }
 
-// post sends one message and classifies the outcome.
-func (s *Sink) post(ctx context.Context, m *core.Message, h http.Header) error {
+// post sends one request, of webhook-id id with headers h and body, to dest, and classifies
+// the outcome; batch is the number of events of a batch request, 0 for a single event.
+func (s *Sink) post(ctx context.Context, dest, id string, batch int, h http.Header, body []byte) error {
+	what, idKey := "event "+id, "event_id"
+	if batch > 0 {
+		what, idKey = fmt.Sprintf("batch %s (%d events)", id, batch), "batch_id"
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Destination, bytes.NewReader(m.Payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dest, bytes.NewReader(body))
 	if err != nil {
-		return core.Permanent(fmt.Errorf("webhook: event %s: %w: %v", m.ID, core.ErrUnknownDestination, err))
+		return core.Permanent(fmt.Errorf("webhook: %s: %w: %v", what, core.ErrUnknownDestination, err))
 	}
-	req.Header = h.Clone()
+	req.Header = h
 	ts := s.now().Unix()
 	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderWebhookSignature, signatures(s.keys, m.ID, ts, m.Payload))
+	req.Header.Set(HeaderWebhookSignature, signatures(s.keys, id, ts, body))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// A timeout, a refused or reset connection, a TLS failure, a cancelled Send:
@@ -237,8 +332,8 @@ func (s *Sink) post(ctx context.Context, m *core.Message, h http.Header) error {
 		if errors.As(err, &ue) {
 			ue.URL = redact(ue.URL) // a query may hold a token: keep it out of errors and logs
 		}
-		err = fmt.Errorf("webhook: event %s: %w", m.ID, err)
-		s.log.Warn("webhook_post_failed", "event_id", m.ID, "destination", redact(m.Destination), "error", err)
+		err = fmt.Errorf("webhook: %s: %w", what, err)
+		s.log.Warn("webhook_post_failed", idKey, id, "destination", redact(dest), "error", err)
 		return err
 	}
 	defer resp.Body.Close()
@@ -247,8 +342,8 @@ func (s *Sink) post(ctx context.Context, m *core.Message, h http.Header) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	se := &StatusError{EventID: m.ID, StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), s.now()), Body: string(head)}
-	s.log.Warn("webhook_post_refused", "event_id", m.ID, "destination", redact(m.Destination), "status", resp.StatusCode,
+	se := &StatusError{EventID: id, BatchSize: batch, StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), s.now()), Body: string(head)}
+	s.log.Warn("webhook_post_refused", idKey, id, "destination", redact(dest), "status", resp.StatusCode,
 		"retry_after", se.RetryAfter, "permanent", !se.Retryable())
 	if se.Retryable() {
 		return se
