@@ -123,8 +123,12 @@ type ConsumerStats struct {
 //     transaction committed: at least once into the inbox, exactly once in effect.
 //   - A failed attempt Naks the message with RetryBackoff, so the server delivers it again
 //     after the messages behind it: per key, order holds across a retry only through the
-//     inbox's version gate (the default gate makes a later version of an aggregate wait,
-//     core.ErrVersionGap, until the earlier one applied).
+//     inbox's version gate with core.InboxOptions{Gap: core.GapReject} (a later version of an
+//     aggregate then waits, core.ErrVersionGap, until the earlier one applied). With the
+//     inbox's default, GapAllow, a later version applied first makes the earlier one Stale:
+//     its effect is skipped. The same holds when a consumer process dies: the messages it
+//     held come back only after AckWait, while the next process already receives later ones
+//     (internal/reliability's NATS kill points run with GapReject for this reason).
 //   - After MaxDeliver failed deliveries, or at once for a message no attempt can get past,
 //     the message is published to its dead-letter subject with the headers
 //     HeaderDeadLetter* and then terminated (Term); while that publish fails, it is Nak'ed and
