@@ -14,8 +14,9 @@ func relayCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay --config FILE",
 		Short: "run the relays of one outbox from a configuration file",
-		Long: `Run polling or CDC relays for one outbox, publishing to SQS, SNS, Kafka or standard output (sink
-stdout: one CloudEvents JSON line per message; the logs always go to standard error), with
+		Long: `Run polling or CDC relays for one outbox, publishing to SQS, SNS, Kafka, RabbitMQ, NATS JetStream,
+Redis streams, HTTP webhooks or standard output (sink stdout: one CloudEvents JSON line per
+message; the logs always go to standard error), with
 /healthz, /readyz and /metrics (Prometheus) on http.listen. docs/daemon.md is the reference of
 every key. Every configuration key can be set in the file, by
 the environment variable OUTBOXKIT_<KEY> and by the flag below; a flag wins over the
