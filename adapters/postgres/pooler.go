@@ -2,28 +2,12 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// backendPID returns pg_backend_pid() of the server process that ran the statement on conn.
-func backendPID(ctx context.Context, conn *pgconn.PgConn) (uint32, error) {
-	res, err := conn.Exec(ctx, `SELECT pg_backend_pid()`).ReadAll()
-	if err != nil {
-		return 0, err
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-		return 0, errors.New("pg_backend_pid: unexpected result")
-	}
-	pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("pg_backend_pid: %w", err)
-	}
-	return uint32(pid), nil
-}
+	"github.com/outboxkit/outbox/adapters/postgres/internal/backend"
+)
 
 // sessionPID returns the server process of conn's session, or an error wrapping
 // ErrPooledConnection when conn goes through a pooler (unless Options.PoolerKeepsSessions).
@@ -39,7 +23,7 @@ func backendPID(ctx context.Context, conn *pgconn.PgConn) (uint32, error) {
 // transaction-mode one: Options.PoolerKeepsSessions says so. Then the pid of the next
 // statement must still be the same (tripwire for a pooler that does not keep the session).
 func (s *Store[TTx]) sessionPID(ctx context.Context, conn *pgconn.PgConn) (uint32, error) {
-	pid, err := backendPID(ctx, conn)
+	pid, err := backend.PID(ctx, conn)
 	if err != nil {
 		return 0, err
 	}
@@ -52,7 +36,7 @@ func (s *Store[TTx]) sessionPID(ctx context.Context, conn *pgconn.PgConn) (uint3
 			"Options.PoolerKeepsSessions if the pooler keeps one server session per connection (PgBouncer pool_mode=session)",
 			ErrPooledConnection, conn.PID(), pid)
 	}
-	again, err := backendPID(ctx, conn)
+	again, err := backend.PID(ctx, conn)
 	if err != nil {
 		return 0, err
 	}

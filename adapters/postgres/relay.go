@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkit/outbox/adapters/postgres/internal/backend"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 )
@@ -263,7 +264,7 @@ func (l *pgLife) Check(ctx context.Context) error {
 	if l.conn == nil {
 		return errors.New("postgres: liveness released")
 	}
-	pid, err := backendPID(ctx, l.conn)
+	pid, err := backend.PID(ctx, l.conn)
 	if err != nil {
 		return fmt.Errorf("postgres: liveness session: %w", err)
 	}

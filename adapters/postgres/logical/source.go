@@ -17,7 +17,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/outboxkit/outbox/adapters/postgres/internal/backend"
 
 	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/postgres/internal/bridge"
@@ -258,7 +260,7 @@ func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 	}
 	// A proxy that accepted it would stream from another server process than conn.PID(), the
 	// process the source ends with pg_terminate_backend when it replaces a stream.
-	if pid, err := backendPID(ctx, conn); err != nil || pid != conn.PID() {
+	if pid, err := backend.PID(ctx, conn); err != nil || pid != conn.PID() {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("replication connection: %w", err)
@@ -267,22 +269,6 @@ func (c *ChangeSource) connect(ctx context.Context) (*pgconn.PgConn, error) {
 			"set logical.Options.ConnString to a connection string that reaches PostgreSQL directly", postgres.ErrPooledConnection, conn.PID(), pid)
 	}
 	return conn, nil
-}
-
-// backendPID returns pg_backend_pid() of the server process of the replication connection conn.
-func backendPID(ctx context.Context, conn *pgconn.PgConn) (uint32, error) {
-	res, err := conn.Exec(ctx, `SELECT pg_backend_pid()`).ReadAll()
-	if err != nil {
-		return 0, err
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-		return 0, errors.New("pg_backend_pid: unexpected result")
-	}
-	pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("pg_backend_pid: %w", err)
-	}
-	return uint32(pid), nil
 }
 
 // Start creates the publication when it does not exist, drops the slot when it exists (and is
