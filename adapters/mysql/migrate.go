@@ -274,19 +274,8 @@ func MigrationSQL(opts *Options) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- outboxkit MySQL/MariaDB migrations: outbox `%s`, inbox `%s`, %d lanes.\n\n", names.outbox, names.inbox, o.Lanes)
 	add := func(stmt string) { b.WriteString(strings.TrimSpace(stmt) + ";\n\n") }
-	id := names.idents()
-	for _, f := range files {
-		src, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		text, err := id.Expand(string(src))
-		if err != nil {
-			return "", fmt.Errorf("mysql: %s: %w", f, err)
-		}
-		for _, stmt := range splitSQL(text) {
-			add(stmt)
-		}
+	if err := writeScript(&b, names, files); err != nil {
+		return "", err
 	}
 	if o.UniqueAggregateVersion {
 		add(q.aggregateVersionIndex)
@@ -305,6 +294,46 @@ func MigrationSQL(opts *Options) (string, error) {
 		add(stmt)
 	}
 	return b.String(), nil
+}
+
+// InboxMigrationSQL returns, as one plain SQL script, what MigrateInbox does to an empty
+// database with opts: the inbox's tables (processed messages, retention horizons, entity
+// versions) with the names of opts; no outbox, lanes, publisher, audit or meta table. It is
+// MigrationSQL for a consumer-only service whose schema changes go through its own tool, and is
+// sent the same way. Its statements create only what is missing, so MigrateInbox or Migrate run
+// afterwards on the same database find the inbox current and keep its rows. Only opts' names
+// are read.
+func InboxMigrationSQL(opts *Options) (string, error) {
+	_, names, err := resolve(opts)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outboxkit MySQL/MariaDB inbox migration: inbox `%s`, no outbox tables.\n\n", names.inbox)
+	if err := writeScript(&b, names, inboxMigrations); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// writeScript writes the statements of the migration files, with the identifiers of names, to
+// b, each ended by ";" and a blank line (the scripts of MigrationSQL and InboxMigrationSQL).
+func writeScript(b *strings.Builder, names tableNames, files []string) error {
+	id := names.idents()
+	for _, f := range files {
+		src, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		text, err := id.Expand(string(src))
+		if err != nil {
+			return fmt.Errorf("mysql: %s: %w", f, err)
+		}
+		for _, stmt := range splitSQL(text) {
+			b.WriteString(strings.TrimSpace(stmt) + ";\n\n")
+		}
+	}
+	return nil
 }
 
 // sqlLiteral quotes s, made of letters, digits, ":" and "_" only, as a string literal.

@@ -239,6 +239,30 @@ func MigrationSQL(opts *Options) (string, error) {
 	return b.String(), nil
 }
 
+// InboxMigrationSQL returns, as one plain SQL script, what MigrateInbox does to an empty schema
+// with opts (opts.Schema must exist): the inbox's tables (processed messages, retention
+// horizons, entity versions) and their index, with the identifiers of opts; no outbox, lanes,
+// publisher, audit or meta table. It is MigrationSQL for a consumer-only service whose schema
+// changes go through its own tool. Every statement is CREATE ... IF NOT EXISTS, so MigrateInbox
+// or Migrate run afterwards on the same schema find the inbox current and keep its rows. Only
+// opts' identifiers are read.
+func InboxMigrationSQL(opts *Options) (string, error) {
+	_, n, err := opts.resolve()
+	if err != nil {
+		return "", err
+	}
+	q, err := buildQueries(n, false)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range q.migrations {
+		if strings.HasPrefix(m.name, inboxMigration) {
+			return fmt.Sprintf("-- outboxkit PostgreSQL inbox migration: inbox %s, no outbox tables.\n-- Run in one transaction.\n\n%s;\n", n.inbox, strings.TrimRight(strings.TrimSpace(m.sql), ";")), nil
+		}
+	}
+	return "", errors.New("postgres: no inbox migration embedded")
+}
+
 // sqlLiteral quotes s as a string literal (standard_conforming_strings, the default since 9.1).
 func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 

@@ -76,34 +76,15 @@ func MigrationSQL(opts *Options) (string, error) {
 		b.WriteString(strings.TrimRight(strings.TrimSpace(stmt), ";"))
 		b.WriteString(";\n\n")
 	}
-	lit := func(stmt string, version int, name string) error {
-		text, err := sqlfile.Idents{"version": strconv.Itoa(version), "name": "'" + strings.ReplaceAll(name, "'", "''") + "'"}.Expand(stmt)
-		if err == nil {
-			add(text)
-		}
-		return err
-	}
 	add(q.bootstrap)
-	id := n.idents()
-	for i, dir := range migrationSets {
-		migs, err := loadMigrations(dir)
-		if err != nil {
-			return "", fmt.Errorf("sqlite: %w", err)
-		}
-		for _, m := range migs {
-			text, err := id.Expand(m.sql)
-			if err != nil {
-				return "", fmt.Errorf("sqlite: %s: %w", m.name, err)
-			}
-			add(text)
-			if err := lit(q.scriptRecordVersion[i], m.version, m.name); err != nil {
-				return "", err
-			}
+	for i := range migrationSets {
+		if err := writeSet(add, n, &q, i); err != nil {
+			return "", err
 		}
 	}
 	add(q.dropEarlierIdx) // the script creates a new outbox
 	for _, stmt := range []string{q.scriptSetLanes, q.scriptSeedLanes} {
-		if err := lit(stmt, o.Lanes, ""); err != nil {
+		if err := addLiteral(add, stmt, o.Lanes, ""); err != nil {
 			return "", err
 		}
 	}
@@ -111,6 +92,67 @@ func MigrationSQL(opts *Options) (string, error) {
 		add(q.aggVersionIdx)
 	}
 	return b.String(), nil
+}
+
+// InboxMigrationSQL returns, as one plain SQL script, what MigrateInbox does to an empty
+// database with opts: the inbox's bookkeeping table <InboxTable>_migrations, the inbox's tables
+// (processed messages, retention horizons, entity versions) with the names of opts, and their
+// version rows; no outbox, lanes, publisher, audit or meta table. It is MigrationSQL for a
+// consumer-only service whose schema changes go through its own tool (run it in one
+// transaction). MigrateInbox or Migrate run afterwards on the same database find the inbox's
+// versions recorded and keep its rows. Only opts' names are read.
+func InboxMigrationSQL(opts *Options) (string, error) {
+	_, n, q, err := resolve(opts)
+	if err != nil {
+		return "", err
+	}
+	st, err := sqlfile.Load(migrateSQL, "migrate.sql", n.idents())
+	if err != nil {
+		return "", fmt.Errorf("sqlite: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outboxkit SQLite inbox migration: inbox %s, no outbox tables.\n-- Run in one transaction.\n\n", n.inbox)
+	add := func(stmt string) {
+		b.WriteString(strings.TrimRight(strings.TrimSpace(stmt), ";"))
+		b.WriteString(";\n\n")
+	}
+	add(st.Get("BootstrapInbox"))
+	const inbox = 1 // migrationSets
+	if err := writeSet(add, n, &q, inbox); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// writeSet adds the migrations of migrationSets[set], with the identifiers of n, each followed
+// by the statement that records its version (the scripts of MigrationSQL and
+// InboxMigrationSQL).
+func writeSet(add func(string), n names, q *queries, set int) error {
+	migs, err := loadMigrations(migrationSets[set])
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	id := n.idents()
+	for _, m := range migs {
+		text, err := id.Expand(m.sql)
+		if err != nil {
+			return fmt.Errorf("sqlite: %s: %w", m.name, err)
+		}
+		add(text)
+		if err := addLiteral(add, q.scriptRecordVersion[set], m.version, m.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addLiteral adds stmt with {{version}} and {{name}} replaced by the literals version and name.
+func addLiteral(add func(string), stmt string, version int, name string) error {
+	text, err := sqlfile.Idents{"version": strconv.Itoa(version), "name": "'" + strings.ReplaceAll(name, "'", "''") + "'"}.Expand(stmt)
+	if err == nil {
+		add(text)
+	}
+	return err
 }
 
 // Migrate creates or upgrades the adapter's tables, in one transaction. It is idempotent and

@@ -83,8 +83,9 @@ func migrateCommand() *cobra.Command {
 func migrateSQLCommand() *cobra.Command {
 	var dialect, schema, table string
 	var lanes int
+	var inboxOnly bool
 	cmd := &cobra.Command{
-		Use:   "sql --dialect postgres|mysql|sqlite [--schema S] [--table T] [--lanes N]",
+		Use:   "sql --dialect postgres|mysql|sqlite [--schema S] [--table T] [--lanes N] [--inbox-only]",
 		Short: "print the outbox's migrations as one plain SQL script (for goose, atlas, golang-migrate); `outboxkit migrate` then finds the outbox current",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -94,15 +95,21 @@ func migrateSQLCommand() *cobra.Command {
 			if schema != "" && dialect != "postgres" {
 				return usageErr(cmd, "--schema: only for --dialect postgres")
 			}
+			if inboxOnly && (lanes != 0 || table != "") {
+				return usageErr(cmd, "--inbox-only: creates no outbox, so --lanes and --table do not apply")
+			}
 			var script string
 			var err error
 			switch dialect {
 			case "postgres":
-				script, err = postgres.MigrationSQL(&postgres.Options{Schema: schema, Table: table, Lanes: lanes})
+				o := &postgres.Options{Schema: schema, Table: table, Lanes: lanes}
+				script, err = pick(inboxOnly, postgres.InboxMigrationSQL, postgres.MigrationSQL)(o)
 			case "mysql":
-				script, err = mysql.MigrationSQL(&mysql.Options{Table: table, Lanes: lanes})
+				o := &mysql.Options{Table: table, Lanes: lanes}
+				script, err = pick(inboxOnly, mysql.InboxMigrationSQL, mysql.MigrationSQL)(o)
 			case "sqlite":
-				script, err = sqlite.MigrationSQL(&sqlite.Options{Table: table, Lanes: lanes})
+				o := &sqlite.Options{Table: table, Lanes: lanes}
+				script, err = pick(inboxOnly, sqlite.InboxMigrationSQL, sqlite.MigrationSQL)(o)
 			default:
 				return usageErr(cmd, "--dialect: want postgres, mysql or sqlite, got %q", dialect)
 			}
@@ -117,7 +124,16 @@ func migrateSQLCommand() *cobra.Command {
 	cmd.Flags().StringVar(&schema, "schema", "", "PostgreSQL schema of the outbox, which must exist (default public)")
 	cmd.Flags().StringVar(&table, "table", "", "outbox table (default outbox)")
 	cmd.Flags().IntVar(&lanes, "lanes", 0, "lane count recorded (default the library's, 64)")
+	cmd.Flags().BoolVar(&inboxOnly, "inbox-only", false, "print only the inbox's tables, for a consumer-only service (what `migrate --inbox-only` does)")
 	return cmd
+}
+
+// pick returns inbox when inboxOnly is set, else full.
+func pick[O any](inboxOnly bool, inbox, full func(*O) (string, error)) func(*O) (string, error) {
+	if inboxOnly {
+		return inbox
+	}
+	return full
 }
 
 // versionCommand prints the module version the binary was built from.
