@@ -1312,6 +1312,7 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []driver.Record, at
 
 		var p driver.SettleParams // leases, mode and time are set by the settler
 		var retry []driver.Record
+		var hint time.Duration // the longest delay a failure of this round asked for (RetryAfter)
 		failedKey := map[string]bool{}
 		for i := range pending {
 			rec := &pending[i]
@@ -1325,11 +1326,12 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []driver.Record, at
 				}
 			default:
 				failedKey[rec.PartitionKey] = true
+				hint = max(hint, driver.RetryAfterOf(outcome[i]))
 				attempts[rec.Seq]++
 				n := rec.Attempts + attempts[rec.Seq]
 				park := IsPermanent(outcome[i]) || r.o.Retry.Exhausted(n)
 				p.Failed = append(p.Failed, driver.Failure{Seq: rec.Seq, Lane: rec.Lane, Error: driver.TruncateError(outcome[i].Error()),
-					Delay: r.o.Retry.Delay(n), Park: park})
+					Delay: r.o.Retry.delayAfter(n, driver.RetryAfterOf(outcome[i])), Park: park})
 				if park {
 					log.Warn("cdc_relay_event_parked", "event_id", rec.ID, "partition_key", rec.PartitionKey,
 						"attempts", n, "error", outcome[i])
@@ -1351,7 +1353,7 @@ func (r *CDCRelay) deliverBatch(ctx context.Context, pending []driver.Record, at
 			return nil
 		}
 		round++
-		delay := r.o.Retry.Delay(round)
+		delay := r.o.Retry.delayAfter(round, hint)
 		log.Warn("cdc_relay_send_failed", "retrying", len(pending), "pause", delay)
 		select {
 		case <-ctx.Done():

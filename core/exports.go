@@ -1,6 +1,10 @@
 package core
 
-import "github.com/outboxkit/outbox/core/driver"
+import (
+	"time"
+
+	"github.com/outboxkit/outbox/core/driver"
+)
 
 // The identifiers below are defined in package driver, which adapters and sinks implement
 // against, and are repeated here because applications use them too. Each is the same type or
@@ -127,6 +131,11 @@ type (
 // Permanent marks err as a delivery error that retrying cannot fix: the relay parks the event
 // at once. errors.Is(Permanent(err), ErrPermanent) and errors.Is(Permanent(err), err) hold.
 func Permanent(err error) error { return driver.Permanent(err) }
+
+// RetryAfter wraps err, a retryable delivery error, with the delay the broker asked for (an
+// HTTP Retry-After, a throttling hint): the relay waits at least d, up to RetryPolicy.Max,
+// before the next attempt of the event. errors.Is(RetryAfter(err, d), err) holds; d <= 0 returns err.
+func RetryAfter(err error, d time.Duration) error { return driver.RetryAfter(err, d) }
 
 // IsPermanent reports whether err is marked permanent (ErrPermanent in its chain).
 func IsPermanent(err error) bool { return driver.IsPermanent(err) }

@@ -833,7 +833,7 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 		}
 		f := &driver.Failure{
 			Seq: rec.Seq, Lane: rec.Lane, Error: driver.TruncateError(outcome[i].Error()),
-			Delay: r.o.Retry.Delay(attempts), Park: permanent || r.o.Retry.Exhausted(attempts),
+			Delay: r.o.Retry.delayAfter(attempts, driver.RetryAfterOf(outcome[i])), Park: permanent || r.o.Retry.Exhausted(attempts),
 		}
 		if f.Park {
 			r.log.Warn("relay_event_parked", "event_id", rec.ID, "partition_key", rec.PartitionKey,

@@ -23,7 +23,8 @@ type RetryPolicy struct {
 	// DefaultRetryJitter (0.2); negative means none.
 	Jitter float64
 	// Deadline is the retry budget of one event, measured from its first failure: once the sum of
-	// its scheduled delays reaches Deadline, the next failure parks it (and with it its partition
+	// its scheduled delays (the policy's own, not the longer ones a sink asked for with
+	// RetryAfter) reaches Deadline, the next failure parks it (and with it its partition
 	// key). Default DefaultRetryDeadline (24h). Must not be negative. Unpark starts a fresh budget.
 	Deadline time.Duration
 }
@@ -113,6 +114,16 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	if p.Jitter > 0 {
 		f := 1 + p.Jitter*(2*rand.Float64()-1)
 		d = saturate(float64(d) * f)
+	}
+	return d
+}
+
+// delayAfter is Delay(attempt), raised to hint, the delay a failure asked for (RetryAfter), but
+// never beyond Max.
+func (p RetryPolicy) delayAfter(attempt int, hint time.Duration) time.Duration {
+	d := p.Delay(attempt)
+	if h := min(hint, p.withDefaults().Max); h > d {
+		d = h
 	}
 	return d
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors. Adapters and sinks wrap them (fmt.Errorf("sqlite: settle: %w", ErrClaimLost));
@@ -246,6 +247,35 @@ type permanentError struct{ err error }
 
 func (e *permanentError) Error() string   { return e.err.Error() }
 func (e *permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
+// RetryAfter wraps err, a retryable delivery error, with the delay the broker asked for before
+// the next attempt (an HTTP answer's Retry-After, a broker's throttling hint). The relays then
+// wait at least d, but never longer than their RetryPolicy.Max, before they try the event again,
+// where their own backoff would be shorter. errors.Is(RetryAfter(err, d), err) holds, and so
+// does errors.As to err's own types. RetryAfter(nil, d) is nil; a d of 0 or less returns err.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil || d <= 0 {
+		return err
+	}
+	return &retryAfterError{err: err, after: d}
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfterOf returns the delay RetryAfter put in err's chain, or 0 when there is none.
+func RetryAfterOf(err error) time.Duration {
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return ra.after
+	}
+	return 0
+}
 
 // IsPermanent reports whether a delivery error must not be retried: it wraps ErrPermanent or
 // ErrUnknownDestination, or some error in its chain has a method Permanent() bool that returns

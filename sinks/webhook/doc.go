@@ -56,8 +56,9 @@
 //     per key a message is sent only after the previous one was acknowledged, and per key the
 //     acknowledged messages form a prefix (core.Sink, kept by package sinks/batcher).
 //   - 408, 409, 425, 429 and 5xx are retryable: the outcome is a *StatusError whose
-//     RetryAfter holds the answer's Retry-After. The relay retries with its own backoff
-//     (core.RetryPolicy); the sink never retries itself. Timeouts (Options.Timeout, default
+//     RetryAfter holds the answer's Retry-After, wrapped in core.RetryAfter when there is one.
+//     The relay retries after its own backoff (core.RetryPolicy), or after the Retry-After
+//     when that is longer, up to RetryPolicy.Max; the sink never retries itself. Timeouts (Options.Timeout, default
 //     10s, from sending to reading the answer), refused or reset connections, TLS failures
 //     and a cancelled Send are retryable too.
 //   - Every other 4xx, and every 3xx, is permanent (core.Permanent wrapping the

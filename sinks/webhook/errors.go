@@ -35,10 +35,10 @@ var (
 )
 
 // StatusError is the outcome of a request that the endpoint answered with a status other than
-// 2xx. 408, 409, 425, 429 and 5xx are retryable (the relay sends again with its own backoff;
-// RetryAfter is what the endpoint asked for, for the logs and for callers that schedule
-// themselves); 3xx (redirects are not followed) and every other 4xx are wrapped in
-// core.Permanent.
+// 2xx. 408, 409, 425, 429 and 5xx are retryable: the relay sends again after its own backoff
+// or, when the answer had a Retry-After, after at least that long (the outcome wraps the
+// *StatusError in core.RetryAfter; the relay's wait is capped by its RetryPolicy.Max). 3xx
+// (redirects are not followed) and every other 4xx are wrapped in core.Permanent.
 type StatusError struct {
 	// EventID is the event of the request; of a batch request, its webhook-id (BatchID).
 	EventID string

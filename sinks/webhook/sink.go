@@ -346,7 +346,7 @@ func (s *Sink) post(ctx context.Context, dest, id string, batch int, h http.Head
 	s.log.Warn("webhook_post_refused", idKey, id, "destination", redact(dest), "status", resp.StatusCode,
 		"retry_after", se.RetryAfter, "permanent", !se.Retryable())
 	if se.Retryable() {
-		return se
+		return core.RetryAfter(se, se.RetryAfter) // se itself when there was no Retry-After
 	}
 	return core.Permanent(se)
 }
