@@ -56,33 +56,37 @@ const counterGet = `SELECT coalesce((SELECT n FROM counters WHERE key = $1), 0)`
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testDSN(t)
+	tls := tlsOnlyDSN(t)
 	for _, c := range []struct {
 		name     string
 		mode     pgx.QueryExecMode
 		strategy ClaimStrategy
 		async    bool
 		part     *Partitioning
+		dsn      string // default testDSN
 	}{
-		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil},
-		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock, false, nil},
-		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked, false, nil},
-		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock, false, nil},
-		{"pgx/cache_statement/skip_locked/async_settle", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, true, nil},
-		{"pgx/cache_statement/skip_locked/partitioned", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, &Partitioning{}},
+		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil, ""},
+		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock, false, nil, ""},
+		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked, false, nil, ""},
+		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock, false, nil, ""},
+		{"pgx/cache_statement/skip_locked/async_settle", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, true, nil, ""},
+		{"pgx/cache_statement/skip_locked/partitioned", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, &Partitioning{}, ""},
+		// Every connection with TLS, the server's certificate and name verified (TestTLS).
+		{"pgx/cache_statement/skip_locked/tls_verify_full", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil, tls},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			// The "cdc" area runs in package logical's TestConformance.
 			conformance.Run(t, conformance.Harness[pgx.Tx]{
 				New: func(t *testing.T, lanes int) conformance.Adapter[pgx.Tx] {
-					s, d := migratedStore(t, dbOptions{mode: c.mode}, &Options{Lanes: lanes, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part})
+					s, d := migratedStore(t, dbOptions{mode: c.mode, dsn: c.dsn}, &Options{Lanes: lanes, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part})
 					_, err := d.pool.Exec(context.Background(), counterTable)
 					require.NoError(t, err)
 					pools.Store(s, d.pool)
 					return s
 				},
 				NewUnmigrated: func(t *testing.T) conformance.Adapter[pgx.Tx] {
-					d := newTestDB(t, dbOptions{mode: c.mode})
+					d := newTestDB(t, dbOptions{mode: c.mode, dsn: c.dsn})
 					s, err := New(d.pool, &Options{Schema: d.schema, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part})
 					require.NoError(t, err)
 					return s

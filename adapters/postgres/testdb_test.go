@@ -59,6 +59,7 @@ type testDB struct {
 }
 
 type dbOptions struct {
+	dsn      string            // default the test server's (testDSN)
 	mode     pgx.QueryExecMode // default QueryExecModeCacheStatement
 	maxConns int32             // default 8
 	role     string            // SET ROLE on every connection
@@ -86,7 +87,11 @@ func newTestDB(tb testing.TB, o dbOptions) *testDB {
 
 func newPool(tb testing.TB, schema string, o dbOptions) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(testDSN(tb))
+	dsn := o.dsn
+	if dsn == "" {
+		dsn = testDSN(tb)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(tb, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
 	if o.syncCommit {

@@ -26,6 +26,10 @@ const (
 	RabbitMQCtl = "OUTBOXKIT_RABBITMQ_CTL"
 	// PgBouncerTxDSN and PgBouncerSessionDSN go through PgBouncer (pool_mode transaction, session).
 	PgBouncerTxDSN, PgBouncerSessionDSN = "OUTBOXKIT_PGBOUNCER_TX_DSN", "OUTBOXKIT_PGBOUNCER_SESSION_DSN" // pgbouncer_start
+	// PostgresTLSCA and MySQLTLSCA are the CA files of the test servers' TLS certificates,
+	// issued for "localhost" only (pg_start, mariadb_start).
+	PostgresTLSCA = "OUTBOXKIT_PG_TLS_CA"
+	MySQLTLSCA    = "OUTBOXKIT_MYSQL_TLS_CA"
 )
 
 var howTo = map[string]string{
@@ -42,6 +46,8 @@ var howTo = map[string]string{
 	RabbitMQCtl:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 
 	PgBouncerTxDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start", PgBouncerSessionDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start",
+	PostgresTLSCA:  "source scripts/lib/postgres.sh && pg_start",
+	MySQLTLSCA:     "source scripts/lib/mariadb.sh && mariadb_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.

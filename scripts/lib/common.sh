@@ -47,3 +47,24 @@ outboxkit_apt_install() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >/dev/null ||
 		{ echo "apt-get install ${missing[*]} failed" >&2; return 1; }
 }
+
+# outboxkit_test_certs DIR OWNER makes, in DIR, a throwaway CA (ca.crt) and a server certificate
+# it signed (server.crt, key server.key owned by OWNER, mode 600) for the name "localhost" only:
+# a client that verifies the host name (sslmode=verify-full) must dial localhost, and dialling
+# 127.0.0.1 fails closed, which the TLS tests check. EC P-256 keys, valid 7 days.
+outboxkit_test_certs() {
+	local dir="$1" owner="$2"
+	mkdir -p "$dir" || return 1
+	local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+	openssl req -x509 "${ec[@]}" -days 7 -subj "/CN=outboxkit test CA" \
+		-keyout "$dir/ca.key" -out "$dir/ca.crt" >/dev/null 2>&1 &&
+		openssl req "${ec[@]}" -subj "/CN=localhost" -keyout "$dir/server.key" -out "$dir/server.csr" >/dev/null 2>&1 &&
+		printf 'subjectAltName=DNS:localhost\n' >"$dir/server.ext" &&
+		openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+			-days 7 -extfile "$dir/server.ext" -out "$dir/server.crt" >/dev/null 2>&1 ||
+		{ echo "outboxkit_test_certs: openssl failed in $dir" >&2; return 1; }
+	rm -f "$dir/ca.key" "$dir/server.csr" "$dir/server.ext" "$dir/ca.srl"
+	chmod 644 "$dir/ca.crt" "$dir/server.crt"
+	chmod 600 "$dir/server.key"
+	chown "$owner" "$dir/server.key" "$dir/server.crt"
+}

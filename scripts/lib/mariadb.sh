@@ -2,7 +2,8 @@
 # Throwaway MariaDB server for the MySQL adapter's tests. Sourced by scripts/test.
 #
 #   mariadb_start   install mariadb-server when missing, start a private server on a free
-#                   loopback port, export OUTBOXKIT_MYSQL_DSN
+#                   loopback port, export OUTBOXKIT_MYSQL_DSN and OUTBOXKIT_MYSQL_TLS_CA (the CA
+#                   of its TLS certificate, issued for "localhost" only)
 #   mariadb_stop    shut it down and remove its directory
 #
 # Environment (optional):
@@ -14,7 +15,7 @@
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-OUTBOXKIT_APT_NEEDS+=(mariadbd:mariadb-server)
+OUTBOXKIT_APT_NEEDS+=(mariadbd:mariadb-server openssl:openssl)
 
 _mariadb_dir=""
 _mariadb_pid=""
@@ -44,6 +45,11 @@ mariadb_start() {
 		return 1
 	fi
 
+	# TLS: a certificate for "localhost" signed by a throwaway CA (OUTBOXKIT_MYSQL_TLS_CA);
+	# clients that ask for no TLS are served as before.
+	outboxkit_test_certs "$_mariadb_dir/tls" mysql || { _mariadb_fail "no TLS certificates"; return 1; }
+	local tls=(--ssl-ca="$_mariadb_dir/tls/ca.crt" --ssl-cert="$_mariadb_dir/tls/server.crt" --ssl-key="$_mariadb_dir/tls/server.key")
+
 	local port
 	port=$(outboxkit_free_port) || return 1
 	local durability=(--innodb-flush-log-at-trx-commit=2 --sync-binlog=0)
@@ -55,7 +61,7 @@ mariadb_start() {
 		--pid-file="$_mariadb_dir/mysqld.pid" --log-error="$_mariadb_dir/error.log" \
 		--server-id=1 --log-bin="$_mariadb_dir/data/binlog" --binlog-format=ROW \
 		--binlog-row-image=FULL --binlog-row-metadata=FULL --skip-name-resolve \
-		--max-connections=500 "${durability[@]}" ${OUTBOXKIT_MARIADB_ARGS:-} >/dev/null 2>&1 &
+		--max-connections=500 "${tls[@]}" "${durability[@]}" ${OUTBOXKIT_MARIADB_ARGS:-} >/dev/null 2>&1 &
 	_mariadb_pid=$!
 
 	local i
@@ -86,6 +92,7 @@ mariadb_start() {
 		return 1
 	fi
 	export OUTBOXKIT_MYSQL_DSN="outboxkit@tcp(127.0.0.1:$port)/"
+	export OUTBOXKIT_MYSQL_TLS_CA="$_mariadb_dir/tls/ca.crt"
 	echo "mariadb: ready on 127.0.0.1:$port ($_mariadb_dir)" >&2
 }
 

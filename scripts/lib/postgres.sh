@@ -11,9 +11,17 @@
 # with logical decoding enabled. Durability is relaxed (fsync, synchronous_commit and
 # full_page_writes off) unless PG_DURABLE=1: use that for benchmarks that claim durability.
 # Environment: PG_BIN (default /usr/lib/postgresql/15/bin), PG_START_TIMEOUT (seconds, default 60).
+#
+# TLS: the server has ssl on with a certificate for "localhost" signed by a throwaway CA
+# (outboxkit_test_certs), exported as OUTBOXKIT_PG_TLS_CA; clients that ask for no TLS
+# (sslmode=disable, as OUTBOXKIT_POSTGRES_DSN does) are served as before. The role "tlsonly",
+# which the TLS tests create, is refused every connection without TLS (pg_hba hostnossl ...
+# reject), replication included: a test that connects as it proves its connections use TLS.
 
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+OUTBOXKIT_APT_NEEDS+=(openssl:openssl)
 
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 
@@ -73,6 +81,14 @@ pg_start() {
 		return 1
 	fi
 
+	outboxkit_test_certs "$dir/tls" postgres || { _pg_fail "no TLS certificates"; return 1; }
+	{
+		printf 'hostnossl all tlsonly 127.0.0.1/32 reject\nhostnossl replication tlsonly 127.0.0.1/32 reject\n'
+		cat "$dir/data/pg_hba.conf"
+	} >"$dir/pg_hba.new" && mv "$dir/pg_hba.new" "$dir/data/pg_hba.conf" && chown postgres: "$dir/data/pg_hba.conf" ||
+		{ _pg_fail "cannot write pg_hba.conf"; return 1; }
+	local tls="-c ssl=on -c ssl_cert_file=$dir/tls/server.crt -c ssl_key_file=$dir/tls/server.key"
+
 	# With synchronous_commit off, WAL reaches the walsenders (and so CDC relays) only when the
 	# WAL writer flushes it, every wal_writer_delay (200ms by default): shorten it for tests.
 	local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_writer_delay=10ms"
@@ -86,7 +102,7 @@ pg_start() {
 		if runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
 			-t "${PG_START_TIMEOUT:-60}" start -o "-c port=$port -c listen_addresses=127.0.0.1 \
 -c unix_socket_directories=$dir -c wal_level=logical -c max_replication_slots=40 \
--c max_wal_senders=40 -c max_connections=300 $durability" >>"$dir/pg_ctl.log" 2>&1; then
+-c max_wal_senders=40 -c max_connections=300 $tls $durability" >>"$dir/pg_ctl.log" 2>&1; then
 			break
 		fi
 		# The port may have been taken between the probe and the start: retry on another one.
@@ -102,6 +118,7 @@ pg_start() {
 		if "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres; then
 			export OUTBOXKIT_PG_PORT="$port"
 			export OUTBOXKIT_POSTGRES_DSN="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+			export OUTBOXKIT_PG_TLS_CA="$dir/tls/ca.crt"
 			echo "pg_start: PostgreSQL ready on 127.0.0.1:$port (dir $dir)" >&2
 			return 0
 		fi

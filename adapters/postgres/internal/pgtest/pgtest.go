@@ -71,6 +71,7 @@ type DB struct {
 
 // DBOptions configures NewDB's pool.
 type DBOptions struct {
+	DSN      string            // the pool's; default the test server's (DSN)
 	Mode     pgx.QueryExecMode // default QueryExecModeCacheStatement
 	MaxConns int32             // default 8
 	// SyncCommit runs the connections with synchronous_commit on: the test server runs with it
@@ -92,7 +93,11 @@ func NewDB(tb testing.TB, o DBOptions) *DB {
 			tb.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
-	cfg, err := pgxpool.ParseConfig(DSN(tb))
+	dsn := o.DSN
+	if dsn == "" {
+		dsn = DSN(tb)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(tb, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = Quote(schema)
 	if o.SyncCommit {
