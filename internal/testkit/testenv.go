@@ -46,8 +46,8 @@ var howTo = map[string]string{
 	RabbitMQCtl:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 
 	PgBouncerTxDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start", PgBouncerSessionDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start",
-	PostgresTLSCA:  "source scripts/lib/postgres.sh && pg_start",
-	MySQLTLSCA:     "source scripts/lib/mariadb.sh && mariadb_start",
+	PostgresTLSCA: "source scripts/lib/postgres.sh && pg_start",
+	MySQLTLSCA:    "source scripts/lib/mariadb.sh && mariadb_start",
 }
 
 // Need returns the value of the environment variable name, which addresses a test server.
