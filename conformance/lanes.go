@@ -229,7 +229,7 @@ func testLanesGeneration[TTx any](e *env[TTx]) {
 	}
 	l := step("a")
 	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{l}), "ReleaseLanes")
-	l = step("b")
+	step("b")
 	now = now.Add(2 * time.Minute) // expired
 	l = step("c")
 	e.must(e.a.ReleaseLanes(e.ctx, []driver.Lease{l}), "ReleaseLanes")

@@ -285,7 +285,7 @@ func TestDeadlock(t *testing.T) {
 	_, err := db.Exec("INSERT INTO effects (name, n) VALUES ('a', 0), ('b', 0)")
 	require.NoError(t, err)
 
-	cross := func(s *mysql.Store) (errA, errB error, runs int) {
+	cross := func(s *mysql.Store) (runs int, errA, errB error) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		barrier := make(chan struct{}, 2)
@@ -317,10 +317,10 @@ func TestDeadlock(t *testing.T) {
 		wg.Go(func() { errA = step("a", "b") })
 		wg.Go(func() { errB = step("b", "a") })
 		wg.Wait()
-		return errA, errB, runs
+		return runs, errA, errB
 	}
 
-	errA, errB, runs := cross(s)
+	runs, errA, errB := cross(s)
 	require.NoError(t, errA)
 	require.NoError(t, errB)
 	require.GreaterOrEqual(t, s.DeadlockRetries(), uint64(1))
@@ -332,7 +332,7 @@ func TestDeadlock(t *testing.T) {
 
 	noRetry, err := mysql.New(ctx, db, &mysql.Options{DeadlockRetries: -1, Logger: quietLogger()})
 	require.NoError(t, err)
-	errA, errB, _ = cross(noRetry)
+	_, errA, errB = cross(noRetry)
 	failed := errA
 	if failed == nil {
 		failed = errB

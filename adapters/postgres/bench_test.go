@@ -232,7 +232,7 @@ func BenchmarkProduce(b *testing.B) {
 			notify := variant == "domain+outbox+notify"
 			b.Run(fmt.Sprintf("clients=%d/%s", clients, variant), func(b *testing.B) {
 				b.ResetTimer()
-				elapsed := produce(b, d.pool, clients, notify, ob.Notify, func(ctx context.Context, tx pgx.Tx, i int64) error {
+				elapsed := produce(b, b.N, d.pool, clients, notify, ob.Notify, func(ctx context.Context, tx pgx.Tx, i int64) error {
 					if _, err := tx.Exec(ctx, `INSERT INTO orders (customer, amount) VALUES ($1, $2)`,
 						"customer-"+strconv.FormatInt(i%1000, 10), i); err != nil {
 						return err
@@ -250,9 +250,9 @@ func BenchmarkProduce(b *testing.B) {
 	}
 }
 
-// produce runs b.N transactions over clients goroutines and returns the wall time.
+// produce runs n transactions over clients goroutines and returns the wall time.
 // With notify, each transaction is followed by a Notify call (after the commit, as documented).
-func produce(b *testing.B, pool *pgxpool.Pool, clients int, notify bool, notifyFunc func(context.Context) error,
+func produce(b *testing.B, n int, pool *pgxpool.Pool, clients int, notify bool, notifyFunc func(context.Context) error,
 	fn func(context.Context, pgx.Tx, int64) error) time.Duration {
 	ctx := context.Background()
 	var next atomic.Int64
@@ -263,7 +263,7 @@ func produce(b *testing.B, pool *pgxpool.Pool, clients int, notify bool, notifyF
 		wg.Go(func() {
 			for {
 				i := next.Add(1)
-				if i > int64(b.N) {
+				if i > int64(n) {
 					return
 				}
 				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx, i) }); err != nil {

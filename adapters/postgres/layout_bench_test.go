@@ -156,10 +156,7 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 		payload := make([]byte, 1024)
 		_, _ = rand.Read(payload)
 		b.StartTimer()
-		saved := b.N // produce runs b.N transactions
-		b.N = txs
-		defer func() { b.N = saved }()
-		elapsed := produce(b, d.pool, clients, false, nil, func(ctx context.Context, tx pgx.Tx, i int64) error {
+		elapsed := produce(b, txs, d.pool, clients, false, nil, func(ctx context.Context, tx pgx.Tx, i int64) error {
 			var id [13]byte
 			_, _ = rand.Read(id[:])
 			agg := strconv.FormatInt(i, 10)

@@ -12,21 +12,6 @@ import (
 	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
-//go:embed migrations/0000_outbox_partitioned.sql
-var migration0000 string
-
-//go:embed migrations/0001_outbox.sql
-var migration0001 string
-
-//go:embed migrations/0002_inbox.sql
-var migration0002 string
-
-//go:embed migrations/0003_publisher.sql
-var migration0003 string
-
-//go:embed migrations/0004_liveness.sql
-var migration0004 string
-
 // Migrate creates the outbox, lanes, workers, publisher, CDC checkpoint and inbox tables, indexes and the immutability
 // trigger, in one transaction serialised by an advisory lock, and records the lane count and
 // whether the outbox is partitioned (Options.Partitioning; it then also creates the partitions

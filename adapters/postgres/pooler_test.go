@@ -91,14 +91,19 @@ func pooledStore(tb testing.TB, env string, mode pgx.QueryExecMode, opts Options
 // neither method (the two embedded fields' methods of one name cancel each other out), so
 // the conformance suite runs a store through a transaction pooler without the session
 // features it refuses there (TestPoolerSessionFeatures checks the refusals).
+//
+//lint:ignore U1000 never called: its methods exist only to cancel the Store's
 type noSession struct{}
 
-func (noSession) Wakeups()      {}
+//lint:ignore U1000 cancels Store.Wakeups in pooledAdapter
+func (noSession) Wakeups() {}
+
+//lint:ignore U1000 cancels Store.HoldLiveness in pooledAdapter
 func (noSession) HoldLiveness() {}
 
 type pooledAdapter[TTx any] struct {
 	*Store[TTx]
-	noSession
+	noSession //lint:ignore U1000 see noSession
 }
 
 // pooledCapabilities are the capabilities of a store through a transaction pooler.

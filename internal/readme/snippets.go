@@ -27,6 +27,8 @@ import (
 )
 
 // sqsDeployment is the README's "SQS-based deployment" block (examples/sqsdeploy in full).
+//
+//lint:ignore U1000 compiled for the docs' Go block, never called
 func sqsDeployment(ctx context.Context, pool, viewsPool *pgxpool.Pool, snsClient *awssns.Client,
 	sqsClient *awssqs.Client, topicARN, queueURL, orderID, status string, payload []byte,
 	handler sqs.Handler[pgx.Tx]) error {
@@ -109,6 +111,8 @@ func sqsDeployment(ctx context.Context, pool, viewsPool *pgxpool.Pool, snsClient
 }
 
 // cdcRelay is the README's "Change data capture (CDC)" block.
+//
+//lint:ignore U1000 compiled for the docs' Go block, never called
 func cdcRelay(ctx context.Context, store *postgres.Store[pgx.Tx], sink core.Sink, router core.Router) error {
 	// readme:begin docs/cdc.md
 	if err := store.Migrate(ctx); err != nil {

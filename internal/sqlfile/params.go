@@ -186,7 +186,7 @@ func Parse(src string) (*File, error) {
 		}
 		if like, ok := strings.CutPrefix(trimmed, "-- params:"); ok && cur != nil {
 			if cur.Like != "" || len(cur.Own) > 0 {
-				return nil, fmt.Errorf("sqlfile: statement %s: -- params: comes once, before any -- param:", cur.Name)
+				return nil, fmt.Errorf("sqlfile: statement %s: -- params: comes once, before any -- param: line", cur.Name)
 			}
 			cur.Like = strings.TrimSpace(like)
 			continue

@@ -136,7 +136,6 @@ type Consumer[TTx any] struct {
 
 	outcomes                                           consume.Outcomes
 	received, failed, deadLettered, released, sessions atomic.Uint64
-	attempts                                           map[string]int // by message-id, of the message in hand
 }
 
 // NewConsumer returns a consumer of queue on the broker at url, named consumer in the inbox,

@@ -28,11 +28,10 @@ import (
 )
 
 type env struct {
-	s3         *s3.Client
-	sqs        *awssqs.Client
-	sns        *awssns.Client
-	publishes  atomic.Int64
-	opsCounter func(*middleware.Stack) error
+	s3        *s3.Client
+	sqs       *awssqs.Client
+	sns       *awssns.Client
+	publishes atomic.Int64
 }
 
 func setup(t *testing.T) *env {
