@@ -87,9 +87,20 @@ type ConsumerOptions struct {
 	// Each delivery reaches Inbox.Process as core.InboxMessageOf(&d.Event, d.CreatedAt,
 	// "kafka:<topic>/<partition>@<offset>") with this gate.
 	Entity func(ev *core.Event) (entity string, version int64)
+	// MaxDecompressedBytes bounds what one fetched batch may decompress to (franz-go's
+	// kgo.MaxDecompressBatchBytes, whose own default is 1 GiB): a batch beyond it is a
+	// decompression bomb or a limit set too low, and Run stops with a *DecompressError
+	// (ErrDecompressedTooLarge) before anything of the batch is applied. Default
+	// DefaultMaxDecompressedBytes (64 MiB); at least the largest batch the producers write
+	// uncompressed (their max.message.bytes / kgo.ProducerBatchMaxBytes).
+	MaxDecompressedBytes int
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultMaxDecompressedBytes is ConsumerOptions.MaxDecompressedBytes's default: 64 MiB, 64
+// times the default largest batch of a producer (1 MB).
+const DefaultMaxDecompressedBytes = 64 << 20
 
 // NoVersionGate is a ConsumerOptions.Entity that turns the inbox's version gate off.
 func NoVersionGate(ev *core.Event) (string, int64) { return consume.NoVersionGate(ev) }
@@ -211,6 +222,12 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 	case o.RetryBackoff < 0:
 		return nil, &core.OptionError{Field: "RetryBackoff", Reason: "must not be negative"}
 	}
+	switch {
+	case o.MaxDecompressedBytes == 0:
+		o.MaxDecompressedBytes = DefaultMaxDecompressedBytes
+	case o.MaxDecompressedBytes < 0:
+		return nil, &core.OptionError{Field: "MaxDecompressedBytes", Reason: fmt.Sprintf("must not be negative (0: the default %d)", DefaultMaxDecompressedBytes)}
+	}
 	if o.DeadLetterTopic == nil {
 		o.DeadLetterTopic = func(topic string) string { return topic + ".dlt" }
 	}
@@ -263,6 +280,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		kgo.ConsumeTopics(c.topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		kgo.MaxDecompressBatchBytes(c.o.MaxDecompressedBytes),
 		kgo.OnPartitionsRevoked(func(_ context.Context, cl *kgo.Client, ps map[string][]int32) {
 			c.log.Info("kafka_partitions_revoked", "group", c.group, "partitions", ps)
 			r.release(cl, ps, true)
@@ -301,11 +319,27 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			cl.AllowRebalance()
 			return nil
 		}
+		var bomb *DecompressError
 		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			var tl *kgo.ErrDecompressTooLarge
+			switch {
+			case errors.As(err, &tl):
+				bomb = &DecompressError{Topic: tl.Topic, Partition: tl.Partition, Offset: tl.Offset,
+					NextOffset: tl.NextOffset, Max: c.o.MaxDecompressedBytes, err: err}
+			case !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
 				c.log.Warn("kafka_fetch_failed", "topic", topic, "partition", p, "error", err)
 			}
 		})
+		if bomb != nil {
+			// As at shutdown: the workers finish the record in hand and what is done is
+			// committed (never an offset at or past the batch, which no worker has); this
+			// poll's other records are not dispatched and are consumed again later.
+			c.log.Error("kafka_decompress_refused", "topic", bomb.Topic, "partition", bomb.Partition,
+				"offset", bomb.Offset, "next_offset", bomb.NextOffset, "max_decompressed_bytes", bomb.Max)
+			r.release(cl, nil, true)
+			cl.AllowRebalance()
+			return bomb
+		}
 		r.dispatch(cl, fs)
 		r.rewind(cl)
 		if time.Since(lastCommit) >= c.o.CommitInterval {

@@ -68,4 +68,10 @@
 // dead-letter topic (at once for a record the inbox refuses for good, after
 // ConsumerOptions.MaxAttempts otherwise), pausing partitions that fall behind,
 // Pause and Resume.
+//
+// Compressed batches are bounded: one that would decompress to more than
+// ConsumerOptions.MaxDecompressedBytes (default 64 MiB) stops Run with a *DecompressError
+// before anything of it is applied or committed past. The bound is on size, not on the
+// compression ratio: franz-go decompresses a batch with its own bounded readers, and a size
+// bound is what keeps a small bomb from reaching memory.
 package kafka
