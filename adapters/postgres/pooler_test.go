@@ -119,24 +119,42 @@ func TestPoolerConformance(t *testing.T) {
 	testDSN(t)
 	for _, c := range []struct {
 		name     string
+		env      string // the PgBouncer
 		mode     pgx.QueryExecMode
 		strategy ClaimStrategy
+		session  bool // pool_mode=session: Options.PoolerKeepsSessions, every capability
 	}{
-		{"pgx/exec/skip_locked", pgx.QueryExecModeExec, ClaimSkipLocked},
-		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock},
+		{"pgx/exec/skip_locked", testkit.PgBouncerTxDSN, pgx.QueryExecModeExec, ClaimSkipLocked, false},
+		{"pgx/simple_protocol/advisory_lock", testkit.PgBouncerTxDSN, pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock, false},
+		// Session mode keeps a client's server connection: pgx's statement cache, LISTEN and
+		// the sign of life all work once the store is told (PoolerKeepsSessions).
+		{"session/pgx/cache_statement/skip_locked", testkit.PgBouncerSessionDSN, pgx.QueryExecModeCacheStatement, ClaimSkipLocked, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			adapter := func(s *Store[pgx.Tx]) conformance.Adapter[pgx.Tx] {
+				if c.session {
+					return s
+				}
+				return &pooledAdapter[pgx.Tx]{Store: s}
+			}
+			caps := pooledCapabilities
+			if c.session {
+				caps = capabilities
+			}
 			conformance.Run(t, conformance.Harness[pgx.Tx]{
 				New: func(t *testing.T, lanes int) conformance.Adapter[pgx.Tx] {
-					s, _ := pooledStore(t, testkit.PgBouncerTxDSN, c.mode, Options{Lanes: lanes, ClaimStrategy: c.strategy})
-					return &pooledAdapter[pgx.Tx]{Store: s}
+					s, _ := pooledStore(t, c.env, c.mode, Options{Lanes: lanes, ClaimStrategy: c.strategy, PoolerKeepsSessions: c.session})
+					return adapter(s)
 				},
 				NewUnmigrated: func(t *testing.T) conformance.Adapter[pgx.Tx] {
 					schema := pooledSchema(t)
-					s, err := New(pooledPool(t, testkit.PgBouncerTxDSN, c.mode, 4, schema), &Options{Schema: schema, ClaimStrategy: c.strategy})
+					s, err := New(pooledPool(t, c.env, c.mode, 4, schema), &Options{Schema: schema, ClaimStrategy: c.strategy, PoolerKeepsSessions: c.session})
 					require.NoError(t, err)
-					return &pooledAdapter[pgx.Tx]{Store: s}
+					return adapter(s)
+				},
+				KillSession: func(ctx context.Context, t *testing.T, a conformance.Adapter[pgx.Tx], lane int) error {
+					return killLiveSession[pgx.Tx](ctx, t, a.(*Store[pgx.Tx]), lane) // session mode only: Liveness
 				},
 				Effect: func(ctx context.Context, tx pgx.Tx, key string) error {
 					schema, ok := connSchema.Load(tx.Conn())
@@ -147,12 +165,16 @@ func TestPoolerConformance(t *testing.T) {
 					return err
 				},
 				EffectCount: func(ctx context.Context, a conformance.Adapter[pgx.Tx], key string) (int, error) {
+					s, ok := a.(*Store[pgx.Tx])
+					if !ok {
+						s = a.(*pooledAdapter[pgx.Tx]).Store
+					}
 					var n int
-					err := queryRow(ctx, a.(*pooledAdapter[pgx.Tx]).db, counterGetIn(a.(*pooledAdapter[pgx.Tx]).o.Schema), []any{key}, &n)
+					err := queryRow(ctx, s.db, counterGetIn(s.o.Schema), []any{key}, &n)
 					return n, err
 				},
 				Diagnose:     func(ctx context.Context) string { return pgtest.ServerState(ctx, admin(t)) },
-				Capabilities: pooledCapabilities,
+				Capabilities: caps,
 			})
 		})
 	}

@@ -44,6 +44,7 @@ func databases() []struct {
 		{"sqlite", sqliteDB},
 		{"postgres/skip_locked", func(t *testing.T, l int) db { return postgresDB(t, l, postgres.ClaimSkipLocked) }},
 		{"postgres/advisory_lock", func(t *testing.T, l int) db { return postgresDB(t, l, postgres.ClaimAdvisoryLock) }},
+		{"postgres/pgbouncer_tx", pgbouncerDB},
 		{"mariadb/skip_locked", func(t *testing.T, l int) db { return mysqlDB(t, l, mysql.ClaimSkipLocked) }},
 		{"mariadb/get_lock", func(t *testing.T, l int) db { return mysqlDB(t, l, mysql.ClaimGetLock) }},
 	}

@@ -43,7 +43,7 @@ func TestMain(m *testing.M) { testkit.KillMain(m, crashChildEnv, crashChild) }
 
 // childDB names, for a relay process, the database of a test's outbox (stores_test.go).
 type childDB struct {
-	Kind     string // "sqlite", "postgres" or "mysql"
+	Kind     string // "sqlite", "postgres", "pgbouncer" (postgres through PgBouncer) or "mysql"
 	Name     string // the SQLite file, the PostgreSQL schema or the MariaDB database
 	Lanes    int
 	Strategy int // postgres.ClaimStrategy or mysql.ClaimStrategy
@@ -193,8 +193,11 @@ func openChild(ctx context.Context, c childDB) (driver.RelayStore, error) {
 			return nil, err
 		}
 		return sqlite.New(h, &sqlite.Options{Lanes: c.Lanes, Logger: quiet})
-	case "postgres":
+	case "postgres", "pgbouncer":
 		cfg, err := pgConfig(os.Getenv(testkit.PostgresDSN), c.Name, "")
+		if c.Kind == "pgbouncer" {
+			cfg, err = pooledConfig(os.Getenv(testkit.PgBouncerTxDSN))
+		}
 		if err != nil {
 			return nil, err
 		}

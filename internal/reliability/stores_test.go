@@ -121,6 +121,58 @@ func postgresDB(t *testing.T, lanes int, strategy postgres.ClaimStrategy) db {
 	}
 }
 
+// pgbouncerDB migrates an outbox in a fresh schema and reaches it, producer and relays alike,
+// through PgBouncer in pool_mode=transaction (OUTBOXKIT_PGBOUNCER_TX_DSN): pgx in exec mode
+// (PgBouncer 1.18 keeps no prepared statement), the schema named in the options (PgBouncer
+// refuses the search_path startup parameter). The store detects the pooler: no LISTEN, no
+// sign of life; the relays run on their leases alone.
+func pgbouncerDB(t *testing.T, lanes int) db {
+	dsn := testkit.Need(t, testkit.PgBouncerTxDSN)
+	direct := testkit.Need(t, testkit.PostgresDSN)
+	ctx := t.Context()
+	schema := randomName("okr_")
+	admin := pgPool(t, direct, "", "", 2)
+	_, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	opts := &postgres.Options{Schema: schema, Lanes: lanes, ClaimStrategy: postgres.ClaimSkipLocked, Logger: quiet}
+	open := func(maxConns int32) *postgres.Store[pgx.Tx] {
+		cfg, err := pooledConfig(dsn)
+		require.NoError(t, err)
+		cfg.MaxConns = maxConns
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		s, err := postgres.New(p, opts)
+		require.NoError(t, err)
+		return s
+	}
+	s := open(4)
+	require.NoError(t, s.Migrate(ctx))
+	return db{
+		write: writer[pgx.Tx](t, s),
+		child: childDB{Kind: "pgbouncer", Name: schema, Lanes: lanes, Strategy: int(postgres.ClaimSkipLocked)},
+		relayStore: func(t *testing.T, addr string) driver.RelayStore {
+			require.Empty(t, addr, "no proxy in front of PgBouncer")
+			return open(8)
+		},
+	}
+}
+
+// pooledConfig is the pool configuration of a store behind PgBouncer in transaction mode.
+func pooledConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	return cfg, nil
+}
+
 // pgPool opens a pool on dsn with search_path schema (unless empty), through addr (unless
 // empty).
 func pgPool(t *testing.T, dsn, schema, addr string, maxConns int32) *pgxpool.Pool {
