@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/outboxkit/outbox/internal/console"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -173,4 +174,36 @@ func selfSignedPair(t *testing.T, dir string) (string, string) {
 	require.NoError(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
 	require.NoError(t, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
 	return cert, key
+}
+
+// TestConsoleHashPassword: `console hash-password` prints a bcrypt hash of stdin's first line
+// that LoadAuth accepts and that matches the password; no password is bad usage.
+func TestConsoleHashPassword(t *testing.T) {
+	hash := func(in string, args ...string) (string, string, error) {
+		root := newRoot()
+		var out, errb strings.Builder
+		root.SetIn(strings.NewReader(in))
+		root.SetOut(&out)
+		root.SetErr(&errb)
+		root.SetArgs(append([]string{"console", "hash-password"}, args...))
+		err := root.ExecuteContext(t.Context())
+		return out.String(), errb.String(), err
+	}
+	out, _, err := hash("s3cret pass\nignored\n", "--cost", "10")
+	require.NoError(t, err)
+	h := strings.TrimSuffix(out, "\n")
+	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(h), []byte("s3cret pass")))
+	cost, err := bcrypt.Cost([]byte(h))
+	require.NoError(t, err)
+	require.Equal(t, 10, cost)
+	auth := filepath.Join(t.TempDir(), "auth.yaml")
+	require.NoError(t, os.WriteFile(auth, []byte("users:\n  - name: a\n    role: viewer\n    password_hash: '"+h+"'\n"), 0o600))
+	_, err = console.LoadAuth(auth)
+	require.NoError(t, err)
+	_, errs, err := hash("")
+	require.Error(t, err)
+	require.Contains(t, errs, "give the password on standard input")
+	_, errs, err = hash("x\n", "--cost", "4")
+	require.Error(t, err)
+	require.Contains(t, errs, "--cost: want 10 to 31, got 4")
 }
