@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -642,7 +643,7 @@ func (c *Console) previewReplay(ctx context.Context, q replayRequest) (replayDat
 		d.Refusal = oneLine(refusal.Error())
 		return d, nil
 	}
-	slices.SortFunc(targets, func(a, b driver.ReplayTarget) int { return int(a.Seq - b.Seq) })
+	slices.SortFunc(targets, func(a, b driver.ReplayTarget) int { return cmp.Compare(a.Seq, b.Seq) })
 	d.Count = len(targets)
 	for _, t := range targets[:min(len(targets), previewLimit)] {
 		row := previewRow{Seq: t.Seq, ID: t.ID, Key: t.PartitionKey}
