@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -601,4 +602,109 @@ func TestConsolePrometheusCharts(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `data-source="console"`)
 	require.Contains(t, body, "Prometheus could not be read: prometheus: max(outboxkit_outbox_pending): parse error")
+}
+
+// TestConsoleParkedPages: 120 parked keys are shown 50 a page, in order, with a next link
+// until the last page; "unpark all" counts all 120 and a search narrows the count.
+func TestConsoleParkedPages(t *testing.T) {
+	db := hSQLite(t)
+	ctx := t.Context()
+	var evs []core.Event
+	for i := range 120 {
+		dest := "orders"
+		if i%3 == 0 {
+			dest = "billing"
+		}
+		evs = append(evs, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i), Type: "order.created", PartitionKey: "k" + strconv.Itoa(1000+i), Destination: dest, Payload: []byte(`{}`)})
+	}
+	hWrite(t, db.Store, evs...)
+	pub, err := db.Store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w1"})
+	require.NoError(t, err)
+	leases, err := db.Store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	recs, err := db.Store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, recs, 120)
+	p := driver.SettleParams{Leases: leases}
+	for _, r := range recs {
+		p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "boom " + r.Destination, Park: true})
+	}
+	require.NoError(t, db.Store.Settle(ctx, p))
+
+	_, srv := hServe(t, db, &Options{Auth: hAuth(t)})
+	cl := hClient(t)
+	hLogin(t, cl, srv.URL, "alice", "alice-pw")
+	next := regexp.MustCompile(`href="/parked\?after=(\d+)" rel="next"`)
+	keys := regexp.MustCompile(`<td><code>(k\d+)</code></td>`)
+	var seen []string
+	path := "/parked"
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 3)
+		code, body := hGet(t, cl, srv.URL+path)
+		require.Equal(t, http.StatusOK, code)
+		got := keys.FindAllStringSubmatch(body, -1)
+		require.LessOrEqual(t, len(got), parkedPage)
+		for _, m := range got {
+			seen = append(seen, m[1])
+		}
+		m := next.FindStringSubmatch(body)
+		if m == nil {
+			require.Len(t, got, 20, "the last page")
+			break
+		}
+		require.Len(t, got, parkedPage)
+		path = "/parked?after=" + m[1]
+	}
+	require.Len(t, seen, 120)
+	for i, k := range seen {
+		require.Equal(t, "k"+strconv.Itoa(1000+i), k, "in order, each once")
+	}
+	csrf := hCSRF(t, cl, srv.URL+"/parked")
+	code, body := hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "all": {"1"}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<strong>120</strong> partition keys would be unparked (120 parked events)`)
+	hidden := regexp.MustCompile(`<input type="hidden" name="key" value="(k\d+)">`)
+	require.Len(t, hidden.FindAllStringSubmatch(body, -1), 120)
+	code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "all": {"1"}, "error": {"BOOM billing"}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<strong>40</strong> partition keys would be unparked (40 parked events)`)
+	var chosen []string
+	for _, m := range hidden.FindAllStringSubmatch(body, -1) {
+		chosen = append(chosen, m[1])
+	}
+	require.Len(t, chosen, 40)
+	code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "confirm": {"1"}, "all": {"1"}, "error": {"BOOM billing"}, "key": chosen})
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "Unparked 40 records of 40 keys")
+	st, err := db.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(80), st.Parked)
+	audit := hAudit(t, db)
+	require.Len(t, audit, 1)
+	require.Contains(t, audit[0].Arguments, `"all":true`)
+	require.Contains(t, audit[0].Arguments, `"filter":{"error":"BOOM billing"}`)
+}
+
+// TestConsoleRing: the ring keeps the last hour's samples at the interval (oldest dropped),
+// and the chart places them by time, the highest at the top.
+func TestConsoleRing(t *testing.T) {
+	r := newRing(time.Minute)
+	require.Equal(t, 61, r.cap)
+	now := time.Now()
+	for i := range 100 {
+		r.add(sample{at: now.Add(time.Duration(i-99) * time.Minute), pending: int64(i)})
+	}
+	all := r.since(time.Time{})
+	require.Len(t, all, 61)
+	require.Equal(t, int64(39), all[0].pending)
+	require.Len(t, r.since(now.Add(-30*time.Minute)), 31)
+	c := charts(r.since(now.Add(-chartWindow)), now)
+	require.Len(t, c, 2)
+	pts := strings.Fields(c[0].Points)
+	require.Len(t, pts, 61)
+	require.Equal(t, "0.0,72.3", pts[0], "an hour ago, 39 of 99: 118 - 116*39/99")
+	require.Equal(t, "600.0,2.0", pts[60], "now, the highest")
+	require.Equal(t, "99", c[0].Max)
+	require.Equal(t, "Backlog (pending events): no samples yet", charts(nil, now)[0].Summary)
+	require.Equal(t, 3600, newRing(time.Second).cap, "at most an hour of seconds")
 }
