@@ -115,7 +115,7 @@ func TestConsoleOperatorUnparks(t *testing.T) {
 			code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "key": {"a", "e"}})
 			require.Equal(t, http.StatusOK, code, body)
 			require.Contains(t, body, `data-page="unpark"`)
-			require.Contains(t, body, `<p id="unpark-count">Dry run: <strong>2</strong> partition keys would be unparked`)
+			require.Contains(t, body, `<p id="unpark-count">Dry run: <strong>2</strong> partition keys would be unparked (2 parked events)`)
 			require.Contains(t, body, `<input type="hidden" name="key" value="a"><input type="hidden" name="key" value="e">`)
 			require.Equal(t, []string{"a", "c", "e"}, hParkedKeys(t, db))
 			require.Empty(t, hAudit(t, db))
