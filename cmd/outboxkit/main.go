@@ -11,6 +11,7 @@
 //	outboxkit cdc release --db URL        drop the CDC relay's slot and checkpoint (it backfills next)
 //	outboxkit backfill --config FILE      publish every unpublished event and checkpoint the head (CDC)
 //	outboxkit audit   --db URL            list the audit rows of replay, unpark, cleanup, cdc release and backfill
+//	outboxkit console --db URL            the operator console in the browser (see docs/console.md)
 //	outboxkit migrate --db URL            create or upgrade the outbox tables
 //	outboxkit migrate sql --dialect D     print the migrations as plain SQL
 //	outboxkit version                     print the module version
