@@ -66,6 +66,21 @@ func BenchmarkRelayToKafka(b *testing.B) {
 //
 //	go test -run '^$' -bench RelayToKafkaLatency -benchtime 3x -count 3 ./sinks/kafka/
 func BenchmarkRelayToKafkaLatency(b *testing.B) {
+	c, delayed := latencyCluster(b)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(b, err)
+	b.Cleanup(cl.Close)
+	topic := fmt.Sprintf("latency-%d", time.Now().UnixNano())
+	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), benchPartitions, 1, nil, topic)
+	require.NoError(b, err)
+	benchRelayToKafka(b, cl, topic, 4*benchEvents)
+	require.Positive(b, delayed.Load(), "produce requests went through the delay")
+}
+
+// latencyCluster is a kfake cluster in this process (3 brokers, benchPartitions partitions per
+// new topic) that answers every produce request after a delay drawn from capacity.Model; the
+// counter counts the delayed requests.
+func latencyCluster(b *testing.B) (*kfake.Cluster, *atomic.Int64) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(benchPartitions))
 	require.NoError(b, err)
@@ -82,14 +97,7 @@ func BenchmarkRelayToKafkaLatency(b *testing.B) {
 		c.SleepControl(func() { time.Sleep(d) })
 		return nil, nil, false // then handled as usual
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	require.NoError(b, err)
-	b.Cleanup(cl.Close)
-	topic := fmt.Sprintf("latency-%d", time.Now().UnixNano())
-	_, err = kadm.NewClient(cl).CreateTopic(context.Background(), benchPartitions, 1, nil, topic)
-	require.NoError(b, err)
-	benchRelayToKafka(b, cl, topic, 4*benchEvents)
-	require.Positive(b, delayed.Load(), "produce requests went through the delay")
+	return c, &delayed
 }
 
 // benchRelayToKafka runs the ways of BenchmarkRelayToKafka with n events each per iteration
