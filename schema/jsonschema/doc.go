@@ -27,7 +27,9 @@
 //
 // A schema whose "$ref" reaches outside its own document is refused at registration: the
 // registry loads nothing from files or the network. "format" annotates only, unless
-// Options.AssertFormat.
+// Options.AssertFormat. A "pattern" is compiled with Go's regexp (RE2 syntax, matching in time
+// linear in the input), so a payload cannot make a check take exponential time; a pattern
+// that RE2 cannot express (lookaround, backreferences) is refused at registration.
 //
 // # Example
 //

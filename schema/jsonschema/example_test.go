@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"testing/fstest"
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
@@ -51,4 +52,23 @@ func Example() {
 	// true true true
 	// event 1 order.created v1 - jsonschema: payload does not match its schema (type "order.created", schema id "v1"): at "/amount": keyword minimum
 	// <nil>
+}
+
+// A directory of schemas laid out as <event type>/<schema id>.json (os.DirFS("schemas") in a
+// service; an in-memory file system here).
+func ExampleRegistry_AddFS() {
+	reg := jsonschema.New(nil)
+	err := reg.AddFS(fstest.MapFS{
+		"order.created/v1.json": {Data: []byte(`{"type": "object", "required": ["order"]}`)},
+		"order.created/v2.json": {Data: []byte(`{"type": "object", "required": ["order", "currency"]}`)},
+	})
+	fmt.Println(reg.Len(), err)
+	err = reg.Validate(context.Background(), "order.created", "v2", []byte(`{"order": "42"}`))
+	fmt.Println(err)
+	err = reg.Validate(context.Background(), "order.created", "v3", []byte(`{"order": "42"}`))
+	fmt.Println(errors.Is(err, jsonschema.ErrUnknownSchema))
+	// Output:
+	// 2 <nil>
+	// jsonschema: payload does not match its schema (type "order.created", schema id "v2"): at "/": keyword required
+	// true
 }

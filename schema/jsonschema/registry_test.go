@@ -120,6 +120,7 @@ func TestAddRefuses(t *testing.T) {
 		"not JSON":        {"t", "v2", `{"type":`, jsonschema.ErrInvalidSchema},
 		"bad keyword":     {"t", "v2", `{"type": 5}`, jsonschema.ErrInvalidSchema},
 		"bad pattern":     {"t", "v2", `{"pattern": "("}`, jsonschema.ErrInvalidSchema},
+		"lookahead":       {"t", "v2", `{"pattern": "^(?=a)"}`, jsonschema.ErrInvalidSchema},
 		"ref to a file":   {"t", "v2", `{"$ref": "file://` + filepath.ToSlash(other) + `"}`, jsonschema.ErrInvalidSchema},
 		"ref to a URL":    {"t", "v2", `{"$ref": "https://example.test/s.json"}`, jsonschema.ErrInvalidSchema},
 		"ref to a path":   {"t", "v2", `{"$ref": "v1.json"}`, jsonschema.ErrInvalidSchema},
