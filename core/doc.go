@@ -14,7 +14,9 @@
 //
 //   - Atomic append: Outbox.Write appends events inside the caller's own transaction (TTx is the
 //     caller's transaction type). They are published if and only if that transaction commits.
-//     An invalid event (a *ValidationError, errors.Is ErrInvalidEvent) writes nothing.
+//     An invalid event (a *ValidationError, errors.Is ErrInvalidEvent) writes nothing, and so
+//     does a payload that the opt-in schema check rejects (OutboxOptions.Schemas, a
+//     SchemaValidator such as package schema/jsonschema: a *SchemaError, ErrSchemaRejected).
 //   - At-least-once delivery: a record is marked published only after the sink acknowledged it,
 //     and no database transaction is held open while a sink call is in flight. A crash between
 //     send and mark produces a duplicate, never a loss. Messages carry the event ID as their
@@ -45,8 +47,9 @@
 // documented maxima (MaxBatchSize, MaxLimitPayloadBytes, MaxPruneLimit, ...), and retry delays
 // saturate instead of overflowing. Every documented failure is matched with errors.Is or
 // errors.As: *ValidationError (ErrInvalidEvent), *OptionError (ErrInvalidOptions),
-// *MessageError (ErrInvalidMessage), ErrInvalidHorizon, ErrInvalidTx (a nil, ended or foreign
-// transaction) and ErrSchemaMismatch (an unmigrated database).
+// *MessageError (ErrInvalidMessage), *SchemaError (ErrSchemaRejected: a payload its schema
+// rejects), ErrInvalidHorizon, ErrInvalidTx (a nil, ended or foreign transaction) and
+// ErrSchemaMismatch (an unmigrated database: the database schema, not a payload's).
 //
 // # Not guaranteed
 //

@@ -86,10 +86,11 @@ func TestLimitErrorsNameTheOption(t *testing.T) {
 func TestInboxMessageOf(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 1, 6, 0, 0, 123456000, time.UTC)
-	ev := core.Event{ID: "e1", AggregateType: "order", AggregateID: "42", AggregateVersion: 7, Payload: []byte("p")}
+	ev := core.Event{ID: "e1", AggregateType: "order", AggregateID: "42", AggregateVersion: 7, Payload: []byte("p"),
+		Type: "order.created", SchemaID: "v1"}
 	require.Equal(t, core.InboxMessage{EventID: "e1", Payload: []byte("p"), Entity: "order/42", Version: 7,
-		OccurredAt: at, SourcePosition: "q/1"}, core.InboxMessageOf(&ev, at, "q/1"))
+		OccurredAt: at, SourcePosition: "q/1", Type: "order.created", SchemaID: "v1"}, core.InboxMessageOf(&ev, at, "q/1"))
 	// Without an AggregateVersion there is no version gate, and so no entity.
-	ev.AggregateVersion = 0
-	require.Equal(t, core.InboxMessage{EventID: "e1", Payload: []byte("p")}, core.InboxMessageOf(&ev, time.Time{}, ""))
+	ev.AggregateVersion, ev.SchemaID = 0, ""
+	require.Equal(t, core.InboxMessage{EventID: "e1", Payload: []byte("p"), Type: "order.created"}, core.InboxMessageOf(&ev, time.Time{}, ""))
 }

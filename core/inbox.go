@@ -33,10 +33,14 @@ type InboxMessage struct {
 	// SourcePosition says where the message came from (queue and receipt, offset, ...). Recorded.
 	// Optional text (driver.CheckText) of at most 1024 bytes.
 	SourcePosition string
+	// Type and SchemaID are the event's, for InboxOptions.Schemas (InboxMessageOf sets them);
+	// the inbox neither checks nor records them otherwise.
+	Type, SchemaID string
 }
 
 // InboxMessageOf is the one mapping of a delivered event to the InboxMessage that
-// Inbox.Process takes; the SQS and Kafka consumers use it. EventID and Payload are the event's,
+// Inbox.Process takes; the SQS and Kafka consumers use it. EventID, Payload, Type and SchemaID
+// are the event's,
 // Entity and Version its version gate (EventEntity), OccurredAt is createdAt, the outbox's
 // CreatedAt as the sink sent it (zero when unknown: see InboxMessage.OccurredAt), and
 // SourcePosition is position, where the broker holds the message (queue and message id,
@@ -45,7 +49,7 @@ type InboxMessage struct {
 func InboxMessageOf(ev *Event, createdAt time.Time, position string) InboxMessage {
 	entity, version := EventEntity(ev)
 	return InboxMessage{EventID: ev.ID, Payload: ev.Payload, Entity: entity, Version: version,
-		OccurredAt: createdAt, SourcePosition: position}
+		OccurredAt: createdAt, SourcePosition: position, Type: ev.Type, SchemaID: ev.SchemaID}
 }
 
 // EventEntity is an event's inbox version gate: the entity AggregateType + "/" + AggregateID
@@ -89,6 +93,12 @@ type InboxOptions struct {
 	// ErrVersionGap until versions 1 and 2 were applied. Default 0: the first version seen is
 	// accepted whatever it is. Must not be negative; ignored under GapAllow.
 	FirstVersion int64
+	// Schemas, when set, checks every message's payload against the schema its Type and
+	// SchemaID name, before the transaction: a rejected message fails with a *SchemaError
+	// (ErrSchemaRejected, permanent: IsPermanent), nothing is recorded and the handler does
+	// not run. A message without a SchemaID is checked too; the validator decides. Default
+	// nil: payloads are not checked.
+	Schemas SchemaValidator
 }
 
 // check validates msg as Process takes it.
@@ -171,7 +181,8 @@ func NewInbox[TTx any](ctx context.Context, store driver.InboxStore[TTx], opts *
 // that panics is treated the same way: the transaction is rolled back (nothing is recorded) and
 // the panic propagates to Process's caller unchanged; recover it there to go on.
 // A message or consumer name that breaks a documented rule returns a *MessageError
-// (ErrInvalidMessage) before anything runs.
+// (ErrInvalidMessage) before anything runs, and a payload that InboxOptions.Schemas rejects a
+// *SchemaError (ErrSchemaRejected, permanent).
 // Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
 // (consumer, event id) makes the later ones wait and then see the record.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (_ InboxResult, err error) {
@@ -190,9 +201,12 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 		in.inst.processed(ctx, consumer, res[0], err)
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	err = in.run(ctx, consumer, []InboxMessage{msg}, handlers[TTx]{each: func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
-		return handler(ctx, tx, msg)
-	}}, res)
+	err = checkSchemas(ctx, in.o.Schemas, []InboxMessage{msg})
+	if err == nil {
+		err = in.run(ctx, consumer, []InboxMessage{msg}, handlers[TTx]{each: func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
+			return handler(ctx, tx, msg)
+		}}, res)
+	}
 	if be, ok := err.(*BatchError); ok {
 		err = be.Err // the error of the one message, as is
 	}
@@ -209,8 +223,9 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, i int, msg InboxMes
 // ProcessBatch processes msgs in order, each exactly as Process does (the version check, the
 // record, the retention check and, when Applied, handler), all in ONE transaction that commits
 // once: it is all or nothing. It returns one result per message. When a message fails (a
-// *MessageError before anything runs, ErrDigestMismatch, ErrBeyondRetention, ErrVersionGap, a
-// handler error or panic), the whole transaction rolls back, nothing of the batch is recorded,
+// *MessageError or *SchemaError before anything runs, ErrDigestMismatch, ErrBeyondRetention,
+// ErrVersionGap, a handler error or panic), the whole transaction rolls back, nothing of the
+// batch is recorded,
 // and the error is a *BatchError naming the message's index that wraps the error Process
 // would have returned (errors.Is and errors.As see through it). An error of the transaction
 // itself (begin, commit, a cancelled ctx) is returned as is, and so may be a database error
@@ -283,7 +298,9 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		}
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	err = in.run(ctx, consumer, msgs, handler, res)
+	if err = checkSchemas(ctx, in.o.Schemas, msgs); err == nil {
+		err = in.run(ctx, consumer, msgs, handler, res)
+	}
 	returned = true
 	if err != nil {
 		return nil, err

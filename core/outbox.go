@@ -20,15 +20,22 @@ type OutboxOptions struct {
 	// towards Limits.MaxHeaders. Default nil: the global propagator (otel.GetTextMapPropagator),
 	// which writes nothing until the application sets one.
 	Propagator propagation.TextMapPropagator
+	// Schemas, when set, checks every event's payload against the schema its Type and
+	// SchemaID name, before anything of the Write call is written: a rejected event makes
+	// Write return a *SchemaError (ErrSchemaRejected, ErrInvalidEvent) and write nothing. An
+	// event without a SchemaID is checked too; the validator decides whether it passes.
+	// Default nil: payloads are not checked.
+	Schemas SchemaValidator
 }
 
 // Outbox appends events inside the caller's own transaction. TTx is the caller's transaction
 // type (*sql.Tx, pgx.Tx, ...). It is safe for concurrent use.
 type Outbox[TTx any] struct {
-	store  driver.OutboxStore[TTx]
-	lanes  atomic.Int64 // the lane count lanes are computed with (see Write)
-	limits Limits
-	prop   propagation.TextMapPropagator
+	store   driver.OutboxStore[TTx]
+	lanes   atomic.Int64 // the lane count lanes are computed with (see Write)
+	limits  Limits
+	prop    propagation.TextMapPropagator
+	schemas SchemaValidator
 }
 
 // NewOutbox reads the lane count recorded at migration and returns an Outbox writing to store.
@@ -51,15 +58,15 @@ func NewOutbox[TTx any](ctx context.Context, store driver.OutboxStore[TTx], opts
 	if lanes < 1 || lanes > MaxLanes {
 		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
-	ob := &Outbox[TTx]{store: store, limits: o.Limits.WithDefaults(), prop: o.Propagator}
+	ob := &Outbox[TTx]{store: store, limits: o.Limits.WithDefaults(), prop: o.Propagator, schemas: o.Schemas}
 	ob.lanes.Store(int64(lanes))
 	return ob, nil
 }
 
 // Write validates every event, then appends them all in tx, in order. It returns the events as
 // stored (ID and PartitionKey filled in). An invalid event returns a *ValidationError and
-// writes nothing; a database error writes nothing of this call either. The events become
-// visible to relays when tx commits, and never if it rolls back. When ctx carries a span, its
+// writes nothing, and so does a payload that OutboxOptions.Schemas rejects (a *SchemaError);
+// a database error writes nothing of this call either. The events become visible to relays when tx commits, and never if it rolls back. When ctx carries a span, its
 // trace context is added to each event's Headers (OutboxOptions.Propagator), and every event
 // carries its transaction group (HeaderTxID, HeaderTxIndex, HeaderTxCount; see WithTxGroup); the
 // caller's maps are not modified.
@@ -87,6 +94,9 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 			return nil, &ValidationError{Index: i, Field: "ID", Reason: fmt.Sprintf("same ID as event %d of this call", j)}
 		}
 		seen[n.ID] = i
+		if err := checkSchema(ctx, o.schemas, true, i, n.ID, n.Type, n.SchemaID, n.Payload); err != nil {
+			return nil, err
+		}
 		out[i] = n
 	}
 	if err := stampTxGroup(ctx, out); err != nil {

@@ -54,7 +54,7 @@ const (
 	// database, core.ErrVersionGap). Leave the message for redelivery: nothing of it was
 	// recorded.
 	Retry
-	// DeadLetter: no attempt can succeed (Poison). Send it to the broker's dead-letter path
+	// DeadLetter: no attempt can succeed (IsPoison: Poison, a schema rejection, ...). Send it to the broker's dead-letter path
 	// (a dead-letter topic at once; on SQS, the queue's redrive policy once maxReceiveCount is
 	// reached), never acknowledge it as processed.
 	DeadLetter
@@ -97,12 +97,14 @@ func Decide(ctx context.Context, err error) Action {
 // IsPoison reports whether err means that no attempt at the message can succeed: the message
 // is not an outbox message (an error marked with Poison), the inbox refuses it
 // (core.ErrInvalidMessage), its event ID was recorded with another payload
-// (core.ErrDigestMismatch), or it is older than the consumer's retention horizon
-// (core.ErrBeyondRetention).
+// (core.ErrDigestMismatch), it is older than the consumer's retention horizon
+// (core.ErrBeyondRetention), or its payload is rejected by the inbox's schema check
+// (core.ErrSchemaRejected, core.InboxOptions.Schemas).
 func IsPoison(err error) bool {
 	var p *poison
 	return errors.As(err, &p) || errors.Is(err, core.ErrInvalidMessage) ||
-		errors.Is(err, core.ErrDigestMismatch) || errors.Is(err, core.ErrBeyondRetention)
+		errors.Is(err, core.ErrDigestMismatch) || errors.Is(err, core.ErrBeyondRetention) ||
+		errors.Is(err, core.ErrSchemaRejected)
 }
 
 // Poison marks err, the failure to decode a message, as one that no attempt can get past.

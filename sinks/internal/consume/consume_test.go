@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/schema/jsonschema"
 	"github.com/outboxkit/outbox/sinks/internal/consume"
 )
 
@@ -40,6 +41,9 @@ func TestDecide(t *testing.T) {
 		{live, &core.MessageError{Field: "EventID", Reason: "required"}, consume.DeadLetter},
 		{live, &core.BatchError{Index: 2, Err: fmt.Errorf("%w: e", core.ErrDigestMismatch)}, consume.DeadLetter},
 		{live, fmt.Errorf("%w: e", core.ErrBeyondRetention), consume.DeadLetter},
+		{live, &core.SchemaError{EventID: "e", Type: "t", SchemaID: "v1", Err: boom}, consume.DeadLetter},
+		{live, &core.BatchError{Index: 1, Err: &core.SchemaError{Index: 1, Err: boom}}, consume.DeadLetter},
+		{done, &core.SchemaError{Err: boom}, consume.Release},
 		{done, boom, consume.Release},
 		{done, consume.Poison(boom), consume.Release},
 		{done, context.Canceled, consume.Release},
@@ -164,4 +168,49 @@ func TestProcessBatchHandsEachMessageItsDelivery(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, seen)
 	require.Equal(t, core.Duplicate, res[2].Outcome)
 	require.Equal(t, 1, store.Counter("a"))
+}
+
+// A message whose payload the inbox's schema check rejects is dead-lettered at once, with
+// nothing recorded and the handler not run; it is never retried. A good one is unaffected.
+func TestProcessorDeadLettersASchemaRejection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	reg := jsonschema.New(nil)
+	require.NoError(t, reg.Add("order.created", "v1", []byte(`{"type": "object", "required": ["order"]}`)))
+	inbox, err := core.NewInbox[*memory.Tx](ctx, store, &core.InboxOptions{Schemas: reg})
+	require.NoError(t, err)
+	calls := 0
+	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
+		calls++
+		return tx.Incr(d.ev.ID)
+	}, errPanic)
+	require.NoError(t, err)
+	ev := func(id, payload string) *delivery {
+		return &delivery{ev: core.Event{ID: id, AggregateType: "order", AggregateID: "1", Type: "order.created", SchemaID: "v1", Payload: []byte(payload)}}
+	}
+	bad, good := ev("bad", `{}`), ev("good", `{"order": "1"}`)
+	_, err = p.Process(ctx, bad, consume.Message(&bad.ev, time.Time{}, nil, "q/1"))
+	require.ErrorIs(t, err, core.ErrSchemaRejected)
+	require.ErrorIs(t, err, jsonschema.ErrInvalidPayload)
+	require.Equal(t, consume.DeadLetter, consume.Decide(ctx, err))
+	require.Zero(t, calls)
+	recs, err := store.InboxRecords(ctx, "c", []string{"bad"})
+	require.NoError(t, err)
+	require.Empty(t, recs)
+
+	_, err = p.ProcessBatch(ctx, []*delivery{good, bad}, []core.InboxMessage{
+		consume.Message(&good.ev, time.Time{}, nil, "q/2"), consume.Message(&bad.ev, time.Time{}, nil, "q/3")})
+	var be *core.BatchError
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, 1, be.Index)
+	require.Equal(t, consume.DeadLetter, consume.Decide(ctx, err))
+	require.Zero(t, calls)
+
+	res, err := p.Process(ctx, good, consume.Message(&good.ev, time.Time{}, nil, "q/2"))
+	require.NoError(t, err)
+	require.Equal(t, core.Applied, res.Outcome)
+	require.Equal(t, consume.Ack, consume.Decide(ctx, err))
+	require.Equal(t, 1, store.Counter("good"))
 }
