@@ -17,10 +17,55 @@ func operatorCases[TTx any]() []tcase[TTx] {
 		{name: "replay", lanes: 1, run: testOperatorReplay[TTx]},
 		{name: "lanes-reset", lanes: 4, run: testOperatorResetLanes[TTx]},
 		{name: "inbox-prune", run: testOperatorPruneInbox[TTx]},
+		{name: "inbox-consumers", run: testOperatorInboxConsumers[TTx]},
 		{name: "wake", lanes: 4, run: testOperatorWake[TTx]},
 		{name: "status", lanes: 4, run: testOperatorStatus[TTx]},
 		{name: "checkpoint-release", run: testOperatorCheckpointRelease[TTx]},
 		{name: "audit-writer", run: testOperatorAuditWriter[TTx]},
+	}
+}
+
+// testOperatorInboxConsumers (driver.OperatorStore): StatusReader.InboxConsumers lists the
+// consumers that hold records or have a horizon, in name order, each with its horizon and its
+// record count up to the limit (More beyond it); an empty inbox lists none.
+func testOperatorInboxConsumers[TTx any](e *env[TTx]) {
+	if !e.offers(OperatorStore) {
+		return
+	}
+	st := capable[driver.OperatorStore](e, OperatorStore)
+	got, err := st.InboxConsumers(e.ctx, 2)
+	e.must(err, "InboxConsumers of an empty inbox")
+	if len(got) != 0 {
+		e.fatalf("InboxConsumers of an empty inbox: %+v; want none", got)
+	}
+	f := e.inbox(nil)
+	for i := range 3 {
+		f.expect("b", "b-consumer", msg(fmt.Sprintf("m%d", i), "p"), "eff", core.Applied, 0)
+	}
+	f.expect("a", "a-consumer", msg("m0", "p"), "eff", core.Applied, 0)
+	horizon := i0.Add(-time.Hour)
+	_, err = f.in.Prune(e.ctx, "c-pruned", horizon, 10) // a horizon and no record
+	e.must(err, "Inbox.Prune")
+	got, err = st.InboxConsumers(e.ctx, 2)
+	e.must(err, "InboxConsumers")
+	want := []driver.InboxConsumer{
+		{Consumer: "a-consumer", Records: 1},
+		{Consumer: "b-consumer", Records: 2, More: true},
+		{Consumer: "c-pruned", Horizon: horizon},
+	}
+	if len(got) != len(want) {
+		e.fatalf("InboxConsumers(limit 2) = %+v; want %+v", got, want)
+	}
+	for i := range want {
+		g := got[i]
+		if g.Consumer != want[i].Consumer || g.Records != want[i].Records || g.More != want[i].More || !g.Horizon.Equal(want[i].Horizon) {
+			e.fatalf("InboxConsumers(limit 2)[%d] = %+v; want %+v", i, g, want[i])
+		}
+	}
+	got, err = st.InboxConsumers(e.ctx, 3)
+	e.must(err, "InboxConsumers")
+	if len(got) != 3 || got[1].Records != 3 || got[1].More {
+		e.fatalf("InboxConsumers(limit 3) = %+v; want b-consumer's 3 records, not more", got)
 	}
 }
 

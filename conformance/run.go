@@ -25,7 +25,8 @@ import (
 //     refusals, the watermark behind a replayed event, audited Unpark and Cleanup, AuditLog),
 //     lanes-reset (ResetLanes: the old owner's Settle and RenewLanes refused, another worker
 //     claims the lanes at once, audit rows, bad selections refused), inbox-prune (PruneInbox:
-//     the horizon raised, the records deleted in batches, audit rows), wake (with driver.Waker
+//     the horizon raised, the records deleted in batches, audit rows), inbox-consumers
+//     (InboxConsumers: names in order, horizons, counts up to the limit), wake (with driver.Waker
 //     and driver.Notifier: Unpark and Replay wake a relay that polls once an hour), status
 //     (Status: counts, blocked, destinations, publish rate, publisher, lanes),
 //     checkpoint-release (with driver.CheckpointReleaser: the checkpoint deleted, audit rows),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -154,6 +155,42 @@ func (s *Store) PendingDestinations(ctx context.Context, limit int) (map[string]
 	out := map[string]int64{}
 	for _, r := range pending[:min(len(pending), max(limit, 0))] {
 		out[r.Destination]++
+	}
+	return out, nil
+}
+
+// InboxConsumers implements driver.StatusReader.
+func (s *Store) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxConsumer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: inbox consumers: %w", err)
+	}
+	s.mu.Lock()
+	byName := map[string]*driver.InboxConsumer{}
+	get := func(name string) *driver.InboxConsumer {
+		c, ok := byName[name]
+		if !ok {
+			c = &driver.InboxConsumer{Consumer: name}
+			byName[name] = c
+		}
+		return c
+	}
+	for k := range s.inbox {
+		get(k.a).Records++
+	}
+	for name, h := range s.horizons {
+		get(name).Horizon = h
+	}
+	s.mu.Unlock()
+	out := make([]driver.InboxConsumer, 0, len(byName))
+	for _, c := range byName {
+		if limit > 0 && c.Records > int64(limit) {
+			c.Records, c.More = int64(limit), true
+		}
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b driver.InboxConsumer) int { return strings.Compare(a.Consumer, b.Consumer) })
+	if len(out) > driver.MaxInboxConsumers {
+		out = out[:driver.MaxInboxConsumers]
 	}
 	return out, nil
 }

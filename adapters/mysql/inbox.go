@@ -42,6 +42,42 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 	return nullTime(h), nil
 }
 
+// InboxConsumers implements driver.StatusReader: the names and horizons in one read, then
+// each consumer's record count up to limit (MariaDB has no correlated derived table to count
+// them in the same statement).
+func (s *Store) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxConsumer, error) {
+	limit = max(limit, 1)
+	rows, err := s.db.QueryContext(ctx, s.q.inboxConsumerNames, inboxConsumerNamesParams{Consumers: driver.MaxInboxConsumers}.args()...)
+	if err != nil {
+		return nil, wrap("inbox consumers", err)
+	}
+	var out []driver.InboxConsumer
+	for rows.Next() {
+		var c driver.InboxConsumer
+		var h sql.NullTime
+		if err := rows.Scan(&c.Consumer, &h); err != nil {
+			rows.Close()
+			return nil, wrap("inbox consumers", err)
+		}
+		c.Horizon = nullTime(h)
+		out = append(out, c)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, wrap("inbox consumers", err)
+	}
+	for i := range out {
+		c := &out[i]
+		err := s.db.QueryRowContext(ctx, s.q.inboxConsumerCount, inboxConsumerCountParams{Consumer: c.Consumer, Limit: limit + 1}.args()...).Scan(&c.Records)
+		if err != nil {
+			return nil, wrap("inbox consumers", err)
+		}
+		if c.Records > int64(limit) {
+			c.Records, c.More = int64(limit), true
+		}
+	}
+	return out, nil
+}
+
 // InsertRecord implements driver.InboxStore with INSERT IGNORE: a concurrent transaction holding
 // the same (consumer, event_id) makes it wait; when the row exists it is read with a shared
 // lock (the latest committed version, whatever tx's snapshot).

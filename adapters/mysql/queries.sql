@@ -348,6 +348,25 @@ SELECT DISTINCT partition_key FROM {{pending}}
 UPDATE {{pending}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 	WHERE failed_lane = :lane AND partition_key = :partition_key
 
+-- name: InboxConsumerNames
+-- The inbox's consumers (with records or a horizon) and their horizons, in name order, at most
+-- :consumers of them: the record table's names by a loose scan of its primary key (GROUP BY
+-- on its first column), unioned with the horizons table.
+-- param: consumers int consumers returned at most
+SELECT n.consumer, h.horizon FROM (
+	SELECT consumer FROM (
+		SELECT consumer FROM {{inbox}} GROUP BY consumer
+		UNION SELECT consumer FROM {{horizons}}
+	) AS u ORDER BY consumer LIMIT :consumers
+) AS n LEFT JOIN {{horizons}} AS h ON h.consumer = n.consumer
+ORDER BY n.consumer
+
+-- name: InboxConsumerCount
+-- How many records the consumer holds, counted up to :limit (a range of the primary key).
+-- param: consumer string
+-- param: limit int records counted at most
+SELECT count(*) FROM (SELECT 1 FROM {{inbox}} WHERE consumer = :consumer LIMIT :limit) AS x
+
 -- name: HorizonGet
 -- A consistent read without a lock: Inbox.Process reads it after the record's insert, as the
 -- first consistent read of its transaction, so its snapshot begins after that insert.

@@ -55,6 +55,8 @@ type statements struct {
 	scriptMetaPut              string
 	parkedKeys                 string
 	unpark                     string
+	inboxConsumerNames         string
+	inboxConsumerCount         string
 	horizonGet                 string
 	raiseHorizon               string
 	pruneInboxIDs              string
@@ -161,6 +163,8 @@ func loadStatements(st *sqlfile.Statements) statements {
 		scriptMetaPut:              st.Get("ScriptMetaPut"),
 		parkedKeys:                 st.Get("ParkedKeys"),
 		unpark:                     st.Get("Unpark"),
+		inboxConsumerNames:         st.Get("InboxConsumerNames"),
+		inboxConsumerCount:         st.Get("InboxConsumerCount"),
 		horizonGet:                 st.Get("HorizonGet"),
 		raiseHorizon:               st.Get("RaiseHorizon"),
 		pruneInboxIDs:              st.Get("PruneInboxIDs"),
@@ -643,6 +647,27 @@ type unparkParams struct {
 // args are p's arguments in the positional order of Unpark.
 func (p unparkParams) args() []any {
 	return []any{p.Lane, p.PartitionKey}
+}
+
+// inboxConsumerNamesParams are the parameters of InboxConsumerNames.
+type inboxConsumerNamesParams struct {
+	Consumers int // consumers returned at most
+}
+
+// args are p's arguments in the positional order of InboxConsumerNames.
+func (p inboxConsumerNamesParams) args() []any {
+	return []any{p.Consumers}
+}
+
+// inboxConsumerCountParams are the parameters of InboxConsumerCount.
+type inboxConsumerCountParams struct {
+	Consumer string
+	Limit    int // records counted at most
+}
+
+// args are p's arguments in the positional order of InboxConsumerCount.
+func (p inboxConsumerCountParams) args() []any {
+	return []any{p.Consumer, p.Limit}
 }
 
 // horizonGetParams are the parameters of HorizonGet.

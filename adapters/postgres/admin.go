@@ -91,6 +91,33 @@ func (s *Store[TTx]) Blocked(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// InboxConsumers implements driver.StatusReader.
+func (s *Store[TTx]) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxConsumer, error) {
+	limit = max(limit, 1)
+	rows, err := s.db.query(ctx, s.q.inboxConsumers, inboxConsumersParams{Consumers: driver.MaxInboxConsumers, Limit: limit + 1}.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox consumers: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []driver.InboxConsumer
+	for rows.Next() {
+		var c driver.InboxConsumer
+		var h pgtype.Timestamptz
+		if err := rows.Scan(&c.Consumer, &h, &c.Records); err != nil {
+			return nil, fmt.Errorf("postgres: inbox consumers: %w", err)
+		}
+		c.Horizon = tsOut(h)
+		if c.Records > int64(limit) {
+			c.Records, c.More = int64(limit), true
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: inbox consumers: %w", classify(err))
+	}
+	return out, nil
+}
+
 // Lanes returns every lane's lease as the lanes table holds it, in lane order: a free lane has
 // no Owner (its Until is the last lease's expiry). TakenOver is never set.
 func (s *Store[TTx]) Lanes(ctx context.Context) ([]driver.Lease, error) {

@@ -626,6 +626,26 @@ WITH p AS MATERIALIZED (
 )
 SELECT count(*) FROM w JOIN p ON w.partition_key = p.partition_key AND w.seq > p.seq
 
+-- name: InboxConsumers
+-- The inbox's consumers (with records or a horizon), in name order, at most :consumers of them,
+-- each with its horizon and its record count read up to :limit records. The names come from a
+-- loose scan of the primary key (one index probe per consumer) and the horizons table.
+-- param: consumers int consumers returned at most
+-- param: limit int records counted at most per consumer
+WITH RECURSIVE c(consumer) AS (
+	(SELECT consumer FROM {{inbox}} ORDER BY consumer LIMIT 1)
+	UNION ALL
+	SELECT (SELECT i.consumer FROM {{inbox}} AS i WHERE i.consumer > c.consumer ORDER BY i.consumer LIMIT 1)
+	FROM c WHERE c.consumer IS NOT NULL
+), n AS (
+	SELECT consumer FROM (SELECT consumer FROM c WHERE consumer IS NOT NULL UNION SELECT consumer FROM {{horizons}}) AS u
+	ORDER BY consumer LIMIT :consumers
+)
+SELECT n.consumer, h.horizon,
+	(SELECT count(*) FROM (SELECT 1 FROM {{inbox}} AS i WHERE i.consumer = n.consumer LIMIT :limit) AS x)
+FROM n LEFT JOIN {{horizons}} AS h ON h.consumer = n.consumer
+ORDER BY n.consumer
+
 -- name: Lanes
 SELECT lane, owner, generation, lease_until FROM {{lanes}} ORDER BY lane
 

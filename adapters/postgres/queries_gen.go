@@ -60,6 +60,7 @@ type statements struct {
 	stats                    string
 	statsPublished           string
 	blocked                  string
+	inboxConsumers           string
 	lanes                    string
 	parkedKeys               string
 	unpark                   string
@@ -150,6 +151,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		stats:                    st.Get("Stats"),
 		statsPublished:           st.Get("StatsPublished"),
 		blocked:                  st.Get("Blocked"),
+		inboxConsumers:           st.Get("InboxConsumers"),
 		lanes:                    st.Get("Lanes"),
 		parkedKeys:               st.Get("ParkedKeys"),
 		unpark:                   st.Get("Unpark"),
@@ -550,6 +552,17 @@ type blockedParams struct {
 // args are p's arguments in the positional order of Blocked.
 func (p blockedParams) args() []any {
 	return []any{p.Limit}
+}
+
+// inboxConsumersParams are the parameters of InboxConsumers.
+type inboxConsumersParams struct {
+	Consumers int // consumers returned at most
+	Limit     int // records counted at most per consumer
+}
+
+// args are p's arguments in the positional order of InboxConsumers.
+func (p inboxConsumersParams) args() []any {
+	return []any{p.Consumers, p.Limit}
 }
 
 // unparkParams are the parameters of Unpark.

@@ -55,6 +55,43 @@ func (s *Store) Horizon(ctx context.Context, tx *sql.Tx, consumer string) (time.
 	return fromMicros(h), nil
 }
 
+// InboxConsumers implements driver.StatusReader: the names and horizons in one read, then
+// each consumer's record count up to limit.
+func (s *Store) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxConsumer, error) {
+	limit = max(limit, 1)
+	rows, err := s.db.QueryContext(ctx, s.q.inboxConsumerNames, inboxConsumerNamesParams{Consumers: driver.MaxInboxConsumers}.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: inbox consumers: %w", classify(err))
+	}
+	var out []driver.InboxConsumer
+	for rows.Next() {
+		var c driver.InboxConsumer
+		var h sql.NullInt64
+		if err := rows.Scan(&c.Consumer, &h); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite: inbox consumers: %w", classify(err))
+		}
+		if h.Valid {
+			c.Horizon = fromMicros(h.Int64)
+		}
+		out = append(out, c)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("sqlite: inbox consumers: %w", classify(err))
+	}
+	for i := range out {
+		c := &out[i]
+		err := s.db.QueryRowContext(ctx, s.q.inboxConsumerCount, inboxConsumerCountParams{Consumer: c.Consumer, Limit: limit + 1}.args()...).Scan(&c.Records)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: inbox consumers: %w", classify(err))
+		}
+		if c.Records > int64(limit) {
+			c.Records, c.More = int64(limit), true
+		}
+	}
+	return out, nil
+}
+
 // InsertRecord implements driver.InboxStore.
 func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
 	if err := checkInboxTx(tx); err != nil {

@@ -314,6 +314,22 @@ UPDATE {{queue}} SET parked_at = NULL, next_attempt_at = NULL, attempts = 0
 WHERE partition_key = :partition_key
   AND (parked_at IS NOT NULL OR next_attempt_at IS NOT NULL)
 
+-- name: InboxConsumerNames
+-- The inbox's consumers (with records or a horizon) and their horizons (NULL: none), in name
+-- order, at most :consumers of them (DISTINCT on the primary key's first column).
+-- param: consumers int consumers returned at most
+SELECT n.consumer, h.horizon FROM (
+	SELECT consumer FROM {{inbox}} UNION SELECT consumer FROM {{inbox_horizons}}
+	ORDER BY consumer LIMIT :consumers
+) AS n LEFT JOIN {{inbox_horizons}} AS h ON h.consumer = n.consumer
+ORDER BY n.consumer
+
+-- name: InboxConsumerCount
+-- How many records the consumer holds, counted up to :limit (a range of the primary key).
+-- param: consumer string
+-- param: limit int records counted at most
+SELECT count(*) FROM (SELECT 1 FROM {{inbox}} WHERE consumer = :consumer LIMIT :limit)
+
 -- name: Horizon
 -- param: consumer string
 SELECT horizon FROM {{inbox_horizons}} WHERE consumer = :consumer

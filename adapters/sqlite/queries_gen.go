@@ -55,6 +55,8 @@ type statements struct {
 	lanesList                 string
 	parkedKeys                string
 	unpark                    string
+	inboxConsumerNames        string
+	inboxConsumerCount        string
 	horizon                   string
 	insertInbox               string
 	selectInbox               string
@@ -134,6 +136,8 @@ func loadStatements(st *sqlfile.Statements) statements {
 		lanesList:                 st.Get("LanesList"),
 		parkedKeys:                st.Get("ParkedKeys"),
 		unpark:                    st.Get("Unpark"),
+		inboxConsumerNames:        st.Get("InboxConsumerNames"),
+		inboxConsumerCount:        st.Get("InboxConsumerCount"),
 		horizon:                   st.Get("Horizon"),
 		insertInbox:               st.Get("InsertInbox"),
 		selectInbox:               st.Get("SelectInbox"),
@@ -377,6 +381,27 @@ type unparkParams struct {
 // args are p's arguments in the positional order of Unpark.
 func (p unparkParams) args() []any {
 	return []any{p.PartitionKey}
+}
+
+// inboxConsumerNamesParams are the parameters of InboxConsumerNames.
+type inboxConsumerNamesParams struct {
+	Consumers int // consumers returned at most
+}
+
+// args are p's arguments in the positional order of InboxConsumerNames.
+func (p inboxConsumerNamesParams) args() []any {
+	return []any{p.Consumers}
+}
+
+// inboxConsumerCountParams are the parameters of InboxConsumerCount.
+type inboxConsumerCountParams struct {
+	Consumer string
+	Limit    int // records counted at most
+}
+
+// args are p's arguments in the positional order of InboxConsumerCount.
+func (p inboxConsumerCountParams) args() []any {
+	return []any{p.Consumer, p.Limit}
 }
 
 // horizonParams are the parameters of Horizon.

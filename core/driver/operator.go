@@ -242,7 +242,26 @@ type StatusReader interface {
 	// publication times: an outbox migrated by an older version). Records deleted on publish
 	// are not counted.
 	PublishRate(ctx context.Context, window time.Duration, limit int) (rate float64, ok bool, err error)
+	// InboxConsumers returns the consumers of the store's inbox (those that hold records or
+	// have a retention horizon) in name order, at most MaxInboxConsumers of them, each with its
+	// horizon and its record count read up to limit records (More set when it holds more): an
+	// indexed read whatever the inbox's size.
+	InboxConsumers(ctx context.Context, limit int) ([]InboxConsumer, error)
 }
+
+// InboxConsumer is one consumer of an inbox as StatusReader.InboxConsumers reads it.
+type InboxConsumer struct {
+	Consumer string
+	// Horizon is the consumer's retention horizon (Inbox.Prune); zero when never pruned.
+	Horizon time.Time
+	// Records is how many inbox records the consumer holds, counted up to the read's limit;
+	// More is set when it holds more than Records.
+	Records int64
+	More    bool
+}
+
+// MaxInboxConsumers bounds how many consumers StatusReader.InboxConsumers returns.
+const MaxInboxConsumers = 1000
 
 // OperatorStore is what core.Operator needs from an adapter: the status reads, the lane count,
 // the audit log and one read-write transaction in which core.Operator runs the steps of an

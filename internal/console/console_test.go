@@ -28,6 +28,7 @@ func TestConsolePages(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			db := b.open(t)
 			s := hSeed(t, db)
+			hInbox(t, db.Store, "billing-consumer", 3)
 			c, srv := hServe(t, db, &Options{SampleInterval: time.Second})
 			cl := hClient(t)
 			page := func(path, name string, want ...string) string {
@@ -46,7 +47,7 @@ func TestConsolePages(t *testing.T) {
 				`<dd id="stat-pending">3</dd>`, `<dd id="stat-parked">3</dd>`, `<dd id="stat-blocked">2</dd>`,
 				`<dd id="pub-generation">`+strconv.FormatInt(s.Generation, 10)+`</dd>`, `<dd id="pub-kind">polling</dd>`,
 				"<td>orders</td><td class=\"n\">1</td>", "<em>routed by type</em>", "4: 4 held, 0 expired, 0 free",
-				`<polyline class="chart-line" points="`, "Backlog (pending events)", "This store does not list its inbox consumers",
+				`<polyline class="chart-line" points="`, "Backlog (pending events)", `<td>billing-consumer</td><td>none</td><td class="n">3</td>`,
 				`data-fragment="/fragment/overview"`, `<script src="/static/console.js" defer></script>`)
 			require.NotContains(t, ov, "<style", "no inline style (CSP)")
 			require.NotContains(t, ov, " style=", "no inline style (CSP)")

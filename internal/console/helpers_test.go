@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -155,6 +156,37 @@ func hWrite(t testing.TB, store opendb.Store, evs ...core.Event) []string {
 	}
 	require.NoError(t, err)
 	return ids
+}
+
+// hInbox has consumer apply n distinct messages through the store's inbox.
+func hInbox(t testing.TB, store opendb.Store, consumer string, n int) {
+	t.Helper()
+	var err error
+	switch s := store.(type) {
+	case *postgres.Store[pgx.Tx]:
+		err = hInboxIn(t.Context(), s, consumer, n)
+	case *mysql.Store:
+		err = hInboxIn(t.Context(), s, consumer, n)
+	case *sqlite.Store:
+		err = hInboxIn(t.Context(), s, consumer, n)
+	default:
+		t.Fatalf("no inbox for %T", store)
+	}
+	require.NoError(t, err)
+}
+
+func hInboxIn[TTx any](ctx context.Context, st driver.InboxStore[TTx], consumer string, n int) error {
+	in, err := core.NewInbox(ctx, st, nil)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		msg := core.InboxMessage{EventID: fmt.Sprintf("%s-%d", consumer, i), Payload: []byte("{}")}
+		if _, err := in.Process(ctx, consumer, msg, func(context.Context, TTx, core.InboxMessage) error { return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func hWriteIn[TTx any](ctx context.Context, tr driver.Transactor[TTx], st driver.OutboxStore[TTx], evs []core.Event) ([]string, error) {

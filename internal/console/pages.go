@@ -202,25 +202,15 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // ---- Overview ----
 
-// InboxConsumer is one inbox consumer as the overview shows it.
-type InboxConsumer struct {
-	Name    string
-	Horizon time.Time // the retention horizon (zero: none)
-	Records int64     // the inbox records it holds
-}
-
-// ConsumerLister is the optional capability of a store that lists its inbox consumers; the
-// overview shows them when the outbox's store has it.
-type ConsumerLister interface {
-	InboxConsumers(ctx context.Context) ([]InboxConsumer, error)
-}
+// consumerRecords bounds the inbox records the overview counts per consumer (the same bound as
+// the status's counts of pending records).
+const consumerRecords = 10_000
 
 type overviewData struct {
 	R              opstatus.Report
 	Now            time.Time
 	Charts         []chart
-	ConsumersKnown bool
-	Consumers      []InboxConsumer
+	Consumers      []driver.InboxConsumer
 	ConsumersError string
 	Prometheus     string
 	RecentWindow   time.Duration
@@ -247,11 +237,8 @@ func (c *Console) overview(ctx context.Context, _ *http.Request, _ who) (string,
 	if d.Charts == nil {
 		d.Charts = charts(c.ring.since(now.Add(-chartWindow)), now)
 	}
-	if cl, ok := c.db.Store.(ConsumerLister); ok {
-		d.ConsumersKnown = true
-		if d.Consumers, err = cl.InboxConsumers(ctx); err != nil {
-			d.ConsumersError = oneLine(err.Error())
-		}
+	if d.Consumers, err = c.db.Store.InboxConsumers(ctx, consumerRecords); err != nil {
+		d.ConsumersError = oneLine(err.Error())
 	}
 	return "overview", d, nil
 }
