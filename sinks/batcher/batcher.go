@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/outboxkit/outbox/core"
@@ -54,51 +55,173 @@ type Batch struct {
 // Plan places the items. It returns the batches and the outcomes of the items that will not be
 // sent (Item.Err, or core.ErrNotAcknowledged behind an earlier Err of their group); the other
 // outcomes are nil.
+//
+// A batch to a destination that keeps order waits for the earlier batches of its groups. When
+// several requests may be in flight (Options.Concurrency above 1) and every group goes to one
+// destination that keeps order, Plan therefore places whole groups: a group's items are cut
+// into chunks of at most one request, chunk n of every group goes into the n-th wave of
+// batches (chunks packed first-fit within the wave), and the batches of one wave share no
+// group, so they are all sent at once; only a group larger than a request waits between its
+// chunks. Otherwise (one request at a time, Options.OnePerGroup, an Unordered destination or
+// a group sent to two destinations) each item goes into the first batch with room for it,
+// which fills the fewest batches.
 func Plan(items []Item, o Options) ([]Batch, []error) {
 	out := make([]error, len(items))
-	var batches []Batch
-	size := []int{}
-	last := map[string]int{} // group -> index of the batch holding its latest message
 	cut := map[string]bool{}
+	var send []int
+	dest := map[string]string{} // group -> its destination
+	waves := o.Concurrency > 1 && !o.OnePerGroup
 	for i, it := range items {
-		if cut[it.Group] {
+		switch {
+		case cut[it.Group]:
 			out[i] = core.ErrNotAcknowledged
 			continue
-		}
-		if it.Err != nil {
+		case it.Err != nil:
 			out[i] = it.Err
 			cut[it.Group] = true
 			continue
 		}
-		from := 0
-		if l, ok := last[it.Group]; ok {
-			from = l
-			if o.OnePerGroup {
-				from = l + 1
-			}
+		send = append(send, i)
+		if d, ok := dest[it.Group]; ok && d != it.Dest {
+			waves = false
 		}
-		j := -1
-		for k := from; k < len(batches); k++ {
-			b := &batches[k]
-			if b.Dest == it.Dest && (o.MaxEntries <= 0 || len(b.Items) < o.MaxEntries) &&
-				(o.MaxBytes <= 0 || size[k]+it.Size <= o.MaxBytes) {
-				j = k
-				break
-			}
+		dest[it.Group] = it.Dest
+		if o.Unordered != nil && o.Unordered(it.Dest) {
+			waves = false
 		}
-		if j < 0 {
-			batches = append(batches, Batch{Dest: it.Dest})
-			size = append(size, 0)
-			j = len(batches) - 1
-		}
-		if l, ok := last[it.Group]; ok && l != j && !contains(batches[j].deps, l) {
-			batches[j].deps = append(batches[j].deps, l)
-		}
-		batches[j].Items = append(batches[j].Items, i)
-		size[j] += it.Size
-		last[it.Group] = j
 	}
-	return batches, out
+	if waves {
+		return planWaves(items, send, o), out
+	}
+	p := planner{o: o, last: map[string]int{}}
+	for _, i := range send {
+		p.place(items, i)
+	}
+	return p.batches, out
+}
+
+// planWaves is Plan's placement by whole groups: chunk n of each group in wave n.
+func planWaves(items []Item, send []int, o Options) []Batch {
+	var groups []string
+	of := map[string][]int{}
+	for _, i := range send {
+		g := items[i].Group
+		if _, ok := of[g]; !ok {
+			groups = append(groups, g)
+		}
+		of[g] = append(of[g], i)
+	}
+	full := func(n, bytes int) bool {
+		return (o.MaxEntries > 0 && n > o.MaxEntries) || (o.MaxBytes > 0 && bytes > o.MaxBytes)
+	}
+	type chunk struct {
+		items []int
+		bytes int
+	}
+	var plans []*planner // one per wave
+	for _, g := range groups {
+		// Cut the group into chunks of at most one request (an item too large for a request
+		// alone is a chunk of its own, as Item.Size documents).
+		var chunks []chunk
+		var c chunk
+		for _, i := range of[g] {
+			if len(c.items) > 0 && full(len(c.items)+1, c.bytes+items[i].Size) {
+				chunks = append(chunks, c)
+				c = chunk{}
+			}
+			c.items = append(c.items, i)
+			c.bytes += items[i].Size
+		}
+		chunks = append(chunks, c)
+		for n, c := range chunks {
+			for len(plans) <= n {
+				plans = append(plans, &planner{o: o, last: map[string]int{}})
+			}
+			p := plans[n]
+			k := p.room(g, items[c.items[0]].Dest, len(c.items), c.bytes)
+			if k < 0 {
+				k = p.open(items[c.items[0]].Dest)
+			}
+			for _, i := range c.items {
+				p.add(items, k, i)
+			}
+		}
+	}
+	// The waves in order; a batch of wave n waits for the batches of wave n-1 that hold its
+	// groups' previous chunks.
+	var batches []Batch
+	where := map[string]int{} // group -> index in batches of its latest chunk
+	for _, p := range plans {
+		base := len(batches)
+		for k, b := range p.batches {
+			b.deps = nil
+			for _, i := range b.Items {
+				if l, ok := where[items[i].Group]; ok && !contains(b.deps, l) {
+					b.deps = append(b.deps, l)
+				}
+			}
+			slices.Sort(b.Items)
+			batches = append(batches, b)
+			for _, i := range b.Items {
+				where[items[i].Group] = base + k
+			}
+		}
+	}
+	return batches
+}
+
+// planner places items into batches first-fit.
+type planner struct {
+	o       Options
+	batches []Batch
+	size    []int          // bytes per batch
+	last    map[string]int // group -> index of the batch holding its latest item
+}
+
+// room returns the first batch, from the group's latest on (its order), to dest with room for
+// n more items of bytes bytes, or -1.
+func (p *planner) room(group, dest string, n, bytes int) int {
+	from := 0
+	if l, ok := p.last[group]; ok {
+		from = l
+		if p.o.OnePerGroup {
+			from = l + 1
+		}
+	}
+	for k := from; k < len(p.batches); k++ {
+		if p.batches[k].Dest == dest && (p.o.MaxEntries <= 0 || len(p.batches[k].Items)+n <= p.o.MaxEntries) &&
+			(p.o.MaxBytes <= 0 || p.size[k]+bytes <= p.o.MaxBytes) {
+			return k
+		}
+	}
+	return -1
+}
+
+// place puts item i into the first batch with room for it, or a new one.
+func (p *planner) place(items []Item, i int) {
+	k := p.room(items[i].Group, items[i].Dest, 1, items[i].Size)
+	if k < 0 {
+		k = p.open(items[i].Dest)
+	}
+	p.add(items, k, i)
+}
+
+// open starts a new batch to dest and returns its index.
+func (p *planner) open(dest string) int {
+	p.batches = append(p.batches, Batch{Dest: dest})
+	p.size = append(p.size, 0)
+	return len(p.batches) - 1
+}
+
+// add puts item i into batch k, which then waits for the batch of the group's previous item.
+func (p *planner) add(items []Item, k, i int) {
+	g := items[i].Group
+	if l, ok := p.last[g]; ok && l != k && !contains(p.batches[k].deps, l) {
+		p.batches[k].deps = append(p.batches[k].deps, l)
+	}
+	p.batches[k].Items = append(p.batches[k].Items, i)
+	p.size[k] += items[i].Size
+	p.last[g] = k
 }
 
 func contains(s []int, v int) bool {

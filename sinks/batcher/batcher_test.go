@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -62,11 +63,17 @@ func TestRunKeepsContractUnderRandomFailures(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, seed))
 		n := 1 + rnd.IntN(120)
 		groups := 1 + rnd.IntN(12)
+		sticky := rnd.IntN(2) == 0 // each group to one destination: Plan's waves (with Concurrency > 1)
 		items := make([]batcher.Item, n)
 		msgs := make([]core.Message, n)
 		for i := range items {
-			g := fmt.Sprint("g", rnd.IntN(groups))
-			items[i] = batcher.Item{Group: g, Dest: fmt.Sprint("q", rnd.IntN(3)), Size: 1 + rnd.IntN(300)}
+			gn := rnd.IntN(groups)
+			g := fmt.Sprint("g", gn)
+			dest := fmt.Sprint("q", rnd.IntN(3))
+			if sticky {
+				dest = fmt.Sprint("q", gn%3)
+			}
+			items[i] = batcher.Item{Group: g, Dest: dest, Size: 1 + rnd.IntN(300)}
 			if rnd.IntN(60) == 0 {
 				items[i].Err = core.Permanent(errors.New("bad"))
 			}
@@ -242,4 +249,57 @@ func TestRunUnorderedDestination(t *testing.T) {
 	for _, err := range out {
 		require.NoError(t, err)
 	}
+}
+
+// TestPlanKeepsGroupsTogether: 500 items of 64 interleaved groups in requests of at most 100
+// land whole-group in 6 batches that share no group, so Run sends them all at once; placing
+// each item in the first batch with room made every batch share groups with the one before,
+// and the requests went one after the other.
+func TestPlanKeepsGroupsTogether(t *testing.T) {
+	t.Parallel()
+	var items []batcher.Item
+	for i := range 500 {
+		items = append(items, batcher.Item{Group: fmt.Sprint("g", i%64), Dest: "q", Size: 1})
+	}
+	o := batcher.Options{MaxEntries: 100, Concurrency: 8}
+	bs, _ := batcher.Plan(items, o)
+	require.Len(t, bs, 6)
+	owner := map[string]int{}
+	for j, b := range bs {
+		require.LessOrEqual(t, len(b.Items), 100)
+		require.True(t, slices.IsSorted(b.Items))
+		for _, i := range b.Items {
+			g := items[i].Group
+			if k, ok := owner[g]; ok {
+				require.Equal(t, k, j, "group %s in two batches", g)
+			}
+			owner[g] = j
+		}
+	}
+	require.Len(t, owner, 64)
+
+	var mu sync.Mutex
+	inflight, most := 0, 0
+	all := make(chan struct{})
+	out := batcher.Run(context.Background(), items, o, func(_ context.Context, _ string, idx []int) []error {
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		if inflight == len(bs) {
+			close(all)
+		}
+		mu.Unlock()
+		select { // hold every request until all are in flight (or give up)
+		case <-all:
+		case <-time.After(5 * time.Second):
+		}
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return make([]error, len(idx))
+	})
+	for _, err := range out {
+		require.NoError(t, err)
+	}
+	require.Equal(t, len(bs), most, "the batches share no group: all in flight at once")
 }

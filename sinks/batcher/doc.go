@@ -9,11 +9,15 @@
 // that keeps it from being sent), then calls Run with a SendFunc that performs one broker
 // request and returns one outcome per entry of that request.
 //
-// Planning packs messages first-fit into batches of one destination (at most
-// Options.MaxEntries entries and Options.MaxBytes bytes each), never placing a message of a
-// group in an earlier batch than the group's previous message. With Options.OnePerGroup a
-// batch holds at most one message of each group (for brokers that handle the entries of one
-// request independently).
+// Planning places messages into batches of one destination (at most Options.MaxEntries
+// entries and Options.MaxBytes bytes each), never placing a message of a group in an earlier
+// batch than the group's previous message. With several requests in flight
+// (Options.Concurrency) to destinations that keep order, it keeps each group's messages
+// together (in chunks of one request, chunk n of every group in the n-th wave of batches), so
+// that the batches of a wave share no group and go out at once; otherwise it packs them
+// first-fit into the fewest batches (see Plan). With Options.OnePerGroup a batch holds at
+// most one message of each group (for brokers that handle the entries of one request
+// independently).
 //
 // Running starts every batch once the earlier batches that share a group with it have
 // finished, so two batches of one group are never in flight at once (except to the

@@ -31,8 +31,9 @@ import (
 // version gate, inbox row, one INSERT of effect). Sub-benchmarks by the producers' rate:
 // rate=1000 and rate=5000 (8 producers, one event per transaction), rate=max (8 producers,
 // 10 events per transaction, as fast as they go); each producer calls Outbox.Notify after its
-// commit, as examples/postgres does, so the relay is woken rather than polling. Each runs OUTBOXKIT_BENCH_SECONDS (default
-// 10) of production, then waits until every event is applied, and reports:
+// commit, as examples/postgres does, so the relay is woken rather than polling. Each runs
+// OUTBOXKIT_BENCH_SECONDS (default 10) of production, then waits until every event is
+// applied, and reports:
 //
 //   - events/s: events applied / time from the first commit to the last effect,
 //   - produced/s: the producers' achieved rate,
