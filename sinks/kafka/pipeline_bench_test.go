@@ -43,6 +43,8 @@ import (
 //     broker all run in this process; PostgreSQL's CPU is not counted), and max_rss_MB: the
 //     process's peak resident set.
 //
+// Run (needs PostgreSQL):
+//
 //	OUTBOXKIT_BENCH_SECONDS=10 go test -run '^$' -bench Pipeline -benchtime 1x -count 3 ./sinks/kafka/
 func BenchmarkPipeline(b *testing.B) {
 	for _, rate := range []int{1000, 5000, 0} {
