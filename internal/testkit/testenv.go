@@ -26,6 +26,8 @@ const (
 	RabbitMQCtl = "OUTBOXKIT_RABBITMQ_CTL"
 	// PgBouncerTxDSN and PgBouncerSessionDSN go through PgBouncer (pool_mode transaction, session).
 	PgBouncerTxDSN, PgBouncerSessionDSN = "OUTBOXKIT_PGBOUNCER_TX_DSN", "OUTBOXKIT_PGBOUNCER_SESSION_DSN" // pgbouncer_start
+	// Chromium is the path of a headless Chromium for the browser tests (chromium_start).
+	Chromium = "OUTBOXKIT_CHROMIUM"
 )
 
 var howTo = map[string]string{
@@ -40,6 +42,7 @@ var howTo = map[string]string{
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 	RabbitMQURL:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 	RabbitMQCtl:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
+	Chromium:      "source scripts/lib/chromium.sh && chromium_start",
 
 	PgBouncerTxDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start", PgBouncerSessionDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start",
 }
