@@ -184,7 +184,9 @@ func (b *Browser) NewPage() *Page {
 func (p *Page) listen(ev any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	add := func(kind, text, url string) { p.problems = append(p.problems, Problem{Kind: kind, Text: text, URL: url}) }
+	add := func(kind, text, url string) {
+		p.problems = append(p.problems, Problem{Kind: kind, Text: text, URL: url})
+	}
 	switch ev := ev.(type) {
 	case *runtime.EventConsoleAPICalled:
 		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
