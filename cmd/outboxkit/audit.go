@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
+	"github.com/outboxkit/outbox/internal/opstatus"
 )
 
 // The audited operator commands (replay, unpark, cleanup with a non-default retention, cdc
@@ -50,16 +51,9 @@ func osUser() string {
 	return "unknown"
 }
 
-// parseSince reads a --since value: an RFC 3339 time, or a duration meaning that long ago.
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (90m), got %q", s)
-}
+// parseSince reads a --since value: an RFC 3339 time, or a duration meaning that long ago
+// (opstatus.ParseSince, which the console reads its since with).
+func parseSince(s string, now time.Time) (time.Time, error) { return opstatus.ParseSince(s, now) }
 
 // replayJSON is the output of `outboxkit replay --output json`.
 type replayJSON struct {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,10 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/opendb"
+	"github.com/outboxkit/outbox/internal/opstatus"
 	"github.com/outboxkit/outbox/internal/secret"
 )
 
@@ -220,116 +219,26 @@ func opsCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobr
 	return cmd, f
 }
 
-// statusReport is the output of `outboxkit status`.
-type statusReport struct {
-	Pending   int64 `json:"pending"`
-	Parked    int64 `json:"parked"`
-	Blocked   int64 `json:"blocked"`   // pending records behind a parked record of their key
-	Published int64 `json:"published"` // an estimate on a large table (driver.Stats)
-	// OldestPendingAt and OldestPendingAge are absent when nothing is pending.
-	OldestPendingAt  *time.Time `json:"oldest_pending_at,omitempty"`
-	OldestPendingAge float64    `json:"oldest_pending_age_seconds,omitempty"`
-	// Destinations counts the pending records per destination, among the oldest
-	// statusDestinations of them in seq order.
-	Destinations destinationsJSON `json:"pending_by_destination"`
-	// PublishRate (every adapter: SQLite's publications, the PostgreSQL and MySQL/MariaDB
-	// settle logs; absent on an outbox migrated by an older version) is the records published
-	// per second over the last minute (PublishRateWindow, in seconds). PublishETA is the time
-	// to publish the pending ones at that rate, present only while the fleet publishes: some
-	// pending, and some published within the last statusRecentWindow (PublishedRecently).
-	PublishRate       *float64       `json:"publish_rate_per_second,omitempty"`
-	PublishRateWindow float64        `json:"publish_rate_window_seconds"`
-	PublishedRecently bool           `json:"published_recently"`
-	PublishETA        *float64       `json:"publish_eta_seconds,omitempty"`
-	Publisher         publisherJSON  `json:"publisher"`
-	Checkpoint        *checkpointOut `json:"cdc_checkpoint,omitempty"`
-	LaneSummary       laneSummary    `json:"lane_summary"`
-	Lanes             []laneJSON     `json:"lanes"`
-	// DrainRate and DrainETA (status --watch only, once it has looked twice): how fast pending
-	// fell over the last minute of the watch (net of new events; negative while it grows), and
-	// the time to empty at that rate (absent unless it falls).
-	DrainRate *float64 `json:"drain_rate_per_second,omitempty"`
-	DrainETA  *float64 `json:"drain_eta_seconds,omitempty"`
-}
-
-type publisherJSON struct {
-	Generation int64  `json:"generation"`
-	Kind       string `json:"kind"`
-	// Holder is the relay that took the generation (a polling fleet joins it: that relay may
-	// have exited since); LiveHolder is a relay holding a lane whose lease has not expired:
-	// Holder when it does, else the first such owner by name, "" when none does.
-	Holder     string     `json:"holder"`
-	LiveHolder string     `json:"live_holder"`
-	Since      *time.Time `json:"since,omitempty"`
-}
-
-// laneSummary counts the lanes: held (an owner whose lease has not expired), expired (an
-// owner whose lease ran out: a relay that stopped without releasing, or a stalled one) and
-// free (no owner), with the lanes of each owner (held or expired).
-type laneSummary struct {
-	Held    int          `json:"held"`
-	Expired int          `json:"expired"`
-	Free    int          `json:"free"`
-	Owners  []laneOwners `json:"owners"`
-}
-
-type laneOwners struct {
-	Owner   string `json:"owner"`
-	Held    int    `json:"held"`
-	Expired int    `json:"expired"`
-}
-
-// statusDestinations is how many of the oldest pending records status breaks down by
-// destination (the bound of the adapters' Stats).
-const statusDestinations = 10_000
-
-// statusRateWindow is the window of status's publish rate, and statusRateRecords the most
-// published records it reads for it (beyond, the rate of the most recent ones).
-// statusRecentWindow is how recently something must have been published for status to show an
-// ETA: a fleet that stopped publishing (a breaker open, every relay gone) has none.
-const (
-	statusRateWindow   = time.Minute
-	statusRateRecords  = 10_000
-	statusRecentWindow = 10 * time.Second
+// The status of `outboxkit status` is read and summarised by internal/opstatus (the operator
+// console draws the same reading).
+type (
+	statusReport     = opstatus.Report
+	publisherJSON    = opstatus.Publisher
+	laneSummary      = opstatus.LaneSummary
+	laneOwners       = opstatus.LaneOwners
+	destinationsJSON = opstatus.DestinationCounts
+	destinationJSON  = opstatus.DestinationCount
+	checkpointOut    = opstatus.Checkpoint
+	laneJSON         = opstatus.Lane
 )
 
-type destinationsJSON struct {
-	// Counted is how many pending records were counted: all of them, or the oldest
-	// statusDestinations when Partial.
-	Counted int64 `json:"counted"`
-	Partial bool  `json:"partial"`
-	// Counts has one entry per destination (the event's Destination, "" when the router
-	// decides), most pending first.
-	Counts []destinationJSON `json:"counts"`
-}
-
-type destinationJSON struct {
-	Destination string `json:"destination"`
-	Pending     int64  `json:"pending"`
-}
-
-type checkpointOut struct {
-	Source     string    `json:"source"`
-	Position   string    `json:"position"`
-	Generation int64     `json:"generation"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	AgeSeconds float64   `json:"age_seconds"` // now - updated_at
-	// Slot is the PostgreSQL replication slot the checkpoint's source names.
-	Slot string `json:"slot,omitempty"`
-	// RetainedBytes and HeadroomBytes are the change source's Retention of the checkpoint
-	// (core.Retention); HeadroomBytes is absent on PostgreSQL, whose slot pins the WAL. Both
-	// are absent when it could not be measured, with RetentionError saying why.
-	RetainedBytes  *int64 `json:"retained_bytes,omitempty"`
-	HeadroomBytes  *int64 `json:"headroom_bytes,omitempty"`
-	RetentionError string `json:"retention_error,omitempty"`
-}
-
-type laneJSON struct {
-	Lane       int        `json:"lane"`
-	Owner      string     `json:"owner"`
-	Generation int64      `json:"generation"`
-	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-}
+// The status's bounds (opstatus.Destinations, RateWindow, RateRecords, RecentWindow).
+const (
+	statusDestinations = opstatus.Destinations
+	statusRateWindow   = opstatus.RateWindow
+	statusRateRecords  = opstatus.RateRecords
+	statusRecentWindow = opstatus.RecentWindow
+)
 
 // opCommand is opsCommand of a command run by the outbox's core.Operator (newOperator).
 func opCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra.Command, f *dbFlags, db *opendb.DB, op *core.Operator, args []string) error) (*cobra.Command, *dbFlags) {
@@ -345,20 +254,7 @@ func opCommand(use, short string, args cobra.PositionalArgs, run func(cmd *cobra
 // newOperator is the core.Operator of the commands on db: the operator commands and the status
 // reads, with status's bounds.
 func newOperator(db *opendb.DB) (*core.Operator, error) {
-	return core.NewOperator(db.Store, &core.OperatorOptions{
-		Logger:             slog.New(slog.DiscardHandler),
-		StatusDestinations: statusDestinations,
-		StatusRateWindow:   statusRateWindow,
-		StatusRateRecords:  statusRateRecords,
-	})
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
+	return opstatus.NewOperator(db, nil)
 }
 
 // statusLong is status's --help: each field, and where it exists.
@@ -415,137 +311,9 @@ func statusCommand() *cobra.Command {
 	return cmd
 }
 
-// collectStatus reads the status of the outbox (indexed reads and estimates only: op.Status)
-// and measures the log retained for its CDC checkpoint.
+// collectStatus reads the status of the outbox (opstatus.Collect).
 func collectStatus(ctx context.Context, db *opendb.DB, op *core.Operator) (statusReport, time.Time, error) {
-	st, err := op.Status(ctx)
-	if err != nil {
-		return statusReport{}, time.Time{}, err
-	}
-	now := time.Now()
-	r := statusReport{Pending: st.Pending, Parked: st.Parked, Blocked: st.Blocked, Published: st.Published, OldestPendingAt: timePtr(st.OldestPendingAt), Lanes: []laneJSON{}}
-	if !st.OldestPendingAt.IsZero() {
-		r.OldestPendingAge = max(now.Sub(st.OldestPendingAt).Seconds(), 0)
-	}
-	pub := st.Publisher
-	r.Publisher = publisherJSON{Generation: pub.Generation, Kind: pub.Kind, Holder: pub.Holder, Since: timePtr(pub.Since)}
-	r.Publisher.LiveHolder, r.LaneSummary = summarizeLanes(st.Lanes, pub, now)
-	if c := st.Checkpoint; c != nil {
-		r.Checkpoint = &checkpointOut{Source: c.Source, Position: c.Position, Generation: c.Generation, UpdatedAt: c.UpdatedAt.UTC(),
-			AgeSeconds: max(now.Sub(c.UpdatedAt).Seconds(), 0)}
-		checkpointRetention(ctx, db, r.Checkpoint)
-	}
-	r.Destinations = destinationsOf(st.Destinations, st.DestinationsPartial)
-	r.PublishRateWindow = statusRateWindow.Seconds()
-	if st.PublishRateKnown {
-		rate := st.PublishRate
-		r.PublishRate = &rate
-		if rate > 0 {
-			recent, _, err := db.Store.PublishRate(ctx, statusRecentWindow, 1)
-			if err != nil {
-				return statusReport{}, time.Time{}, err
-			}
-			r.PublishedRecently = recent > 0
-		}
-		if r.PublishedRecently && r.Pending > 0 {
-			eta := float64(r.Pending) / rate
-			r.PublishETA = &eta
-		}
-	}
-	for _, l := range st.Lanes {
-		r.Lanes = append(r.Lanes, laneJSON{Lane: l.Lane, Owner: l.Owner, Generation: l.Generation, LeaseUntil: timePtr(l.Until)})
-	}
-	return r, now, nil
-}
-
-// summarizeLanes counts the lanes at now and finds a live holder: pub's Holder when that relay
-// holds an unexpired lease, else the first owner (by name) that does, "" when none does. (A
-// lease's Generation is its lane's fencing token, not the publisher generation: a relay of an
-// older publisher generation is fenced at its next renewal, its lease expires then.)
-func summarizeLanes(lanes []driver.Lease, pub driver.Publisher, now time.Time) (string, laneSummary) {
-	s := laneSummary{Owners: []laneOwners{}}
-	of := map[string]*laneOwners{}
-	live := map[string]bool{}
-	for _, l := range lanes {
-		if l.Owner == "" {
-			s.Free++
-			continue
-		}
-		o := of[l.Owner]
-		if o == nil {
-			o = &laneOwners{Owner: l.Owner}
-			of[l.Owner] = o
-		}
-		if l.Until.IsZero() || l.Until.After(now) {
-			s.Held++
-			o.Held++
-			live[l.Owner] = true
-		} else {
-			s.Expired++
-			o.Expired++
-		}
-	}
-	for _, o := range of {
-		s.Owners = append(s.Owners, *o)
-	}
-	sort.Slice(s.Owners, func(i, j int) bool { return s.Owners[i].Owner < s.Owners[j].Owner })
-	if live[pub.Holder] {
-		return pub.Holder, s
-	}
-	for _, o := range s.Owners {
-		if live[o.Owner] {
-			return o.Owner, s
-		}
-	}
-	return "", s
-}
-
-// destinationsOf sorts the counts, most pending first (then by name).
-func destinationsOf(counts map[string]int64, partial bool) destinationsJSON {
-	d := destinationsJSON{Counts: []destinationJSON{}}
-	for dest, n := range counts {
-		d.Counts = append(d.Counts, destinationJSON{Destination: dest, Pending: n})
-		d.Counted += n
-	}
-	sort.Slice(d.Counts, func(i, j int) bool {
-		a, b := d.Counts[i], d.Counts[j]
-		return a.Pending > b.Pending || (a.Pending == b.Pending && a.Destination < b.Destination)
-	})
-	d.Partial = partial
-	return d
-}
-
-// checkpointRetention measures the log the database retains for the checkpoint through the
-// change source's Retention (PostgreSQL: of the slot the checkpoint's source names); a failure
-// is recorded in RetentionError, not returned: status shows the rest.
-func checkpointRetention(ctx context.Context, db *opendb.DB, c *checkpointOut) {
-	if db.ChangeSource == nil {
-		return
-	}
-	var src driver.ChangeSource
-	var err error
-	if db.SlotSource != nil {
-		slot, ok := logical.IdentitySlot(c.Source)
-		if !ok {
-			c.RetentionError = "the checkpoint's source names no replication slot"
-			return
-		}
-		c.Slot = slot
-		src, err = db.SlotSource(slot)
-	} else {
-		src, err = db.ChangeSource()
-	}
-	if err == nil {
-		var ret core.Retention
-		if ret, err = src.Retention(ctx, c.Position); err == nil {
-			c.RetainedBytes = &ret.RetainedBytes
-			if ret.HeadroomBytes >= 0 {
-				c.HeadroomBytes = &ret.HeadroomBytes
-			}
-			return
-		}
-	}
-	c.RetentionError = strings.Join(strings.Fields(err.Error()), " ")
+	return opstatus.Collect(ctx, db, op)
 }
 
 func printStatus(w io.Writer, r statusReport, now time.Time, allLanes bool) {

@@ -112,7 +112,7 @@ func TestStatusDetails(t *testing.T) {
 			writeTo(t, store, "audit", "billing", "billing", "", "billing")
 			publishSome(t, store, 1) // the audit event
 			st = statusJSON(t, d.flags)
-			require.Equal(t, destinationsJSON{Counted: 4, Counts: []destinationJSON{{"billing", 3}, {"", 1}}}, st.Destinations)
+			require.Equal(t, destinationsJSON{Counted: 4, Counts: []destinationJSON{{Destination: "billing", Pending: 3}, {Destination: "", Pending: 1}}}, st.Destinations)
 			text := ok(t, append([]string{"status"}, d.flags...)...)
 			require.Contains(t, text, "destinations 2\n")
 			require.Regexp(t, `\n  "billing" +3\n  "" +1\n`, text)
@@ -204,7 +204,7 @@ func TestStatusDetails(t *testing.T) {
 			if b.name != "sqlite" {
 				billing = 4
 			}
-			require.Equal(t, []destinationJSON{{"", statusDestinations - billing}, {"billing", billing}}, st.Destinations.Counts)
+			require.Equal(t, []destinationJSON{{Destination: "", Pending: statusDestinations - billing}, {Destination: "billing", Pending: billing}}, st.Destinations.Counts)
 			require.Contains(t, ok(t, append([]string{"status"}, d.flags...)...), "destinations 2 (of the oldest 10,000 pending)\n")
 		})
 	}
@@ -266,7 +266,7 @@ func TestStatusPublishRatePartitioned(t *testing.T) {
 	require.InDelta(t, 2.0/60, *st.PublishRate, 1e-9)
 	require.NotNil(t, st.PublishETA)
 	require.InDelta(t, 30.0, *st.PublishETA, 1e-6)
-	require.Equal(t, []destinationJSON{{"b", 1}}, st.Destinations.Counts)
+	require.Equal(t, []destinationJSON{{Destination: "b", Pending: 1}}, st.Destinations.Counts)
 
 	// More published in the last minute than it reads: the rate of the 10,000 most recent over
 	// the time they took (here a few seconds), far above 10,002 a minute.
@@ -340,7 +340,7 @@ func TestStatusLiveHolderETAAndLanes(t *testing.T) {
 	require.NotContains(t, text, "(expired)")
 	st = statusJSON(t, d.flags)
 	require.Equal(t, "w1", st.Publisher.LiveHolder)
-	require.Equal(t, laneSummary{Held: 2, Expired: 1, Free: 1, Owners: []laneOwners{{"w1", 2, 0}, {"w2", 0, 1}}}, st.LaneSummary)
+	require.Equal(t, laneSummary{Held: 2, Expired: 1, Free: 1, Owners: []laneOwners{{Owner: "w1", Held: 2}, {Owner: "w2", Expired: 1}}}, st.LaneSummary)
 	require.Len(t, st.Lanes, 4, "JSON keeps every lane")
 
 	text = status("--lanes")
