@@ -7,7 +7,7 @@
 // require there were none, and saves full-page screenshots as test artefacts.
 //
 //	b := browsertest.Start(t, nil)
-//	p := b.NewPage()
+//	p := b.NewPage(t)
 //	p.Do(chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("main#page")))
 //	p.Screenshot("overview")
 //	p.RequireNoProblems()
@@ -158,6 +158,7 @@ func (p Problem) String() string {
 // session). Use it from the test's goroutine.
 type Page struct {
 	b   *Browser
+	t   testing.TB
 	ctx context.Context
 
 	mu       sync.Mutex
@@ -166,14 +167,15 @@ type Page struct {
 }
 
 // NewPage opens a tab in a new browser context (so a fresh session: no cookies of another page)
-// and records its problems from the start. The tab is closed when the test ends.
-func (b *Browser) NewPage() *Page {
-	b.t.Helper()
-	p := &Page{b: b, requests: map[network.RequestID]string{}}
+// and records its problems from the start. The page reports to t (the test or subtest using it,
+// which may be a subtest of the browser's) and its tab is closed when t ends.
+func (b *Browser) NewPage(t testing.TB) *Page {
+	t.Helper()
+	p := &Page{b: b, t: t, requests: map[network.RequestID]string{}}
 	ctx, cancel := chromedp.NewContext(b.ctx, chromedp.WithNewBrowserContext(), chromedp.WithListener(p.listen))
-	b.t.Cleanup(cancel)
+	t.Cleanup(cancel)
 	if err := b.bounded(func() error { return chromedp.Do(ctx) }, cancel); err != nil {
-		b.t.Fatalf("browsertest: opening a page: %v", err)
+		t.Fatalf("browsertest: opening a page: %v", err)
 	}
 	p.ctx = ctx
 	return p
@@ -264,9 +266,9 @@ func (p *Page) Context() context.Context { return p.ctx }
 
 // Do runs the actions in order within Options.Timeout; an error fails the test.
 func (p *Page) Do(actions ...chromedp.Action[chromedp.Void]) {
-	p.b.t.Helper()
+	p.t.Helper()
 	if _, err := Run(p, chromedp.Steps(actions...)); err != nil {
-		p.b.t.Fatalf("browsertest: %v; problems so far: %v", err, p.Problems())
+		p.t.Fatalf("browsertest: %v; problems so far: %v", err, p.Problems())
 	}
 }
 
@@ -297,50 +299,57 @@ func (p *Page) TakeProblems() []Problem {
 
 // RequireNoProblems fails the test, listing them, when anything went wrong in the page.
 func (p *Page) RequireNoProblems() {
-	p.b.t.Helper()
+	p.t.Helper()
 	if got := p.Problems(); len(got) > 0 {
 		lines := make([]string, len(got))
 		for i, pr := range got {
 			lines[i] = "  " + pr.String()
 		}
-		p.b.t.Fatalf("browsertest: %d problem(s) in the page:\n%s", len(got), strings.Join(lines, "\n"))
+		p.t.Fatalf("browsertest: %d problem(s) in the page:\n%s", len(got), strings.Join(lines, "\n"))
 	}
 }
 
 // Screenshot saves a full-page PNG screenshot of the page as name.png in the test's artefact
 // directory, logs its path and returns it.
 func (p *Page) Screenshot(name string) string {
-	p.b.t.Helper()
+	p.t.Helper()
 	png, err := Run(p, chromedp.FullScreenshot(100))
 	if err != nil {
-		p.b.t.Fatalf("browsertest: screenshot %s: %v", name, err)
+		p.t.Fatalf("browsertest: screenshot %s: %v", name, err)
 	}
-	path := filepath.Join(p.b.ArtefactDir(), safeName.ReplaceAllString(name, "_")+".png")
+	path := filepath.Join(p.b.artefactDir(p.t), safeName.ReplaceAllString(name, "_")+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
-		p.b.t.Fatalf("browsertest: screenshot %s: %v", name, err)
+		p.t.Fatalf("browsertest: screenshot %s: %v", name, err)
 	}
-	p.b.t.Logf("browsertest: screenshot %s saved to %s", name, path)
+	p.t.Logf("browsertest: screenshot %s saved to %s", name, path)
 	return path
 }
 
 var safeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // ArtefactDir is where the test's screenshots go: $OUTBOXKIT_ARTEFACTS/<test name> (kept), else
-// a temporary directory of the test (removed after it). It is created on first use.
+// a temporary directory of the test that started the browser (removed after it). It is created
+// on first use.
 func (b *Browser) ArtefactDir() string {
 	b.t.Helper()
+	return b.artefactDir(b.t)
+}
+
+// artefactDir is ArtefactDir, reporting a failure to t.
+func (b *Browser) artefactDir(t testing.TB) string {
+	t.Helper()
 	b.dirOnce.Do(func() {
 		root := os.Getenv(ArtefactsEnv)
 		if root == "" {
 			b.dir = b.t.TempDir()
-			b.t.Logf("browsertest: artefacts in %s (set $%s to keep them)", b.dir, ArtefactsEnv)
+			t.Logf("browsertest: artefacts in %s (set $%s to keep them)", b.dir, ArtefactsEnv)
 			return
 		}
 		b.dir = filepath.Join(root, safeName.ReplaceAllString(b.t.Name(), "_"))
 		if err := os.MkdirAll(b.dir, 0o755); err != nil {
-			b.t.Fatalf("browsertest: artefacts directory: %v", err)
+			t.Fatalf("browsertest: artefacts directory: %v", err)
 		}
-		b.t.Logf("browsertest: artefacts in %s", b.dir)
+		t.Logf("browsertest: artefacts in %s", b.dir)
 	})
 	return b.dir
 }

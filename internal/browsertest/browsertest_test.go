@@ -73,7 +73,7 @@ func TestBrowser(t *testing.T) {
 	srv := testServer(t)
 
 	t.Run("CleanPage", func(t *testing.T) {
-		p := b.NewPage()
+		p := b.NewPage(t)
 		p.Do(chromedp.Navigate(srv.URL+"/ok"), chromedp.WaitVisible(chromedp.CSS("main#page")))
 		got, err := browsertest.Run(p, chromedp.Text(chromedp.CSS("#out")))
 		require.NoError(t, err)
@@ -94,7 +94,7 @@ func TestBrowser(t *testing.T) {
 		{"/refused-fetch", "http", "403"},
 	} {
 		t.Run("Catches"+tc.path, func(t *testing.T) {
-			p := b.NewPage()
+			p := b.NewPage(t)
 			p.Do(chromedp.Navigate(srv.URL+tc.path), chromedp.WaitVisible(chromedp.CSS("main#page")))
 			if tc.path == "/refused-fetch" {
 				_, err := browsertest.Run(p, chromedp.Poll[bool](`document.title.startsWith("fetched")`))
@@ -118,7 +118,7 @@ func TestBrowser(t *testing.T) {
 	}
 
 	t.Run("SessionsAreSeparate", func(t *testing.T) {
-		alice, anonymous := b.NewPage(), b.NewPage()
+		alice, anonymous := b.NewPage(t), b.NewPage(t)
 		alice.Do(chromedp.Navigate(srv.URL + "/set-cookie"))
 		alice.Do(chromedp.Navigate(srv.URL + "/cookie"))
 		got, err := browsertest.Run(alice, chromedp.Text(chromedp.CSS("#cookie")))
@@ -131,7 +131,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("Screenshot", func(t *testing.T) {
-		p := b.NewPage()
+		p := b.NewPage(t)
 		p.Do(chromedp.Navigate(srv.URL+"/ok"), chromedp.WaitVisible(chromedp.CSS("main#page")))
 		path := p.Screenshot("ok page")
 		require.Equal(t, "ok_page.png", filepath.Base(path))
