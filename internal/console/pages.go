@@ -178,6 +178,10 @@ func (c *Console) action(f actionFunc) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		if err := r.ParseForm(); err != nil {
+			c.fail(w, r, http.StatusBadRequest, "Bad form: "+oneLine(err.Error()))
+			return
+		}
 		f(w, r, id)
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -63,13 +64,15 @@ func (c *Console) sampleOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, max(c.o.SampleInterval, 5*time.Second))
 	defer cancel()
 	st, err := c.db.Store.Stats(ctx)
-	if err != nil {
-		c.o.Logger.Warn("console_sample_failed", "error", err)
-		return
+	var rate float64
+	var known bool
+	if err == nil {
+		rate, known, err = c.db.Store.PublishRate(ctx, opstatus.RateWindow, opstatus.RateRecords)
 	}
-	rate, known, err := c.db.Store.PublishRate(ctx, opstatus.RateWindow, opstatus.RateRecords)
 	if err != nil {
-		c.o.Logger.Warn("console_sample_failed", "error", err)
+		if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+			c.o.Logger.Warn("console_sample_failed", "error", err)
+		}
 		return
 	}
 	c.ring.add(sample{at: time.Now(), pending: st.Pending, parked: st.Parked, rate: rate, rateKnow: known})
