@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/outboxkit/outbox/internal/browsertest"
 	"github.com/outboxkit/outbox/internal/console"
 )
 
@@ -174,4 +176,33 @@ func TestConsoleConfigKeyByKey(t *testing.T) {
 	for _, l := range leaves(reflect.TypeFor[Config](), "") {
 		require.False(t, strings.HasPrefix(l.path, "console.users") || strings.HasPrefix(l.path, "console.tokens"), l.path)
 	}
+}
+
+// The console under the daemon in a real browser: anonymous and read-only on loopback (no user
+// configured), every page renders under /console/ with no console error, CSP refusal or failed
+// request, and offers no action.
+func TestConsoleBrowserUnderDaemon(t *testing.T) {
+	b := browsertest.Start(t, nil)
+	cfg, _ := sqliteConfig(t, "127.0.0.1:0")
+	cfg.Console.Enabled = true
+	d, err := New(t.Context(), cfg, NewLogger(cfg.Log, io.Discard), io.Discard)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.srv.Close(); _ = d.console.Close(); d.db.Close() })
+	url := "http://" + d.ln.Addr().String() + "/console"
+	p := b.NewPage(t)
+	for _, page := range []string{"overview", "lanes", "parked", "replay", "audit"} {
+		path := "/" + page
+		if page == "overview" {
+			path = "/"
+		}
+		p.Do(chromedp.Navigate(url+path), chromedp.WaitVisible(chromedp.CSS(`main#page[data-page="`+page+`"]`)))
+		who, err := browsertest.Run(p, chromedp.Text(chromedp.CSS("header .who")))
+		require.NoError(t, err)
+		require.Contains(t, who, "read-only", page)
+		n, err := browsertest.Run(p, chromedp.Evaluate[int](`document.querySelectorAll('form[method="post"]').length`))
+		require.NoError(t, err)
+		require.Zero(t, n, "%s: no action offered to an anonymous reader", page)
+		p.Screenshot("daemon-" + page)
+	}
+	p.RequireNoProblems()
 }
