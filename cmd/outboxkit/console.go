@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/outboxkit/outbox/internal/console"
 	"github.com/outboxkit/outbox/internal/secret"
@@ -128,6 +132,7 @@ func consoleCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.AddCommand(hashPasswordCommand())
 	f = addOpenFlags(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the console on (HOST:PORT); beyond loopback only with --auth")
@@ -135,5 +140,43 @@ func consoleCommand() *cobra.Command {
 	fl.StringVar(&tlsCert, "tls-cert", "", "PEM certificate file: serve HTTPS (with --tls-key)")
 	fl.StringVar(&tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fl.DurationVar(&sample, "sample-interval", console.DefaultSampleInterval, "how often the overview's charts sample the backlog and the publish rate (at least 1s)")
+	return cmd
+}
+
+// hashPasswordCommand is `outboxkit console hash-password`: the bcrypt hash of a password read
+// from standard input, for the auth file's password_hash.
+func hashPasswordCommand() *cobra.Command {
+	var cost int
+	cmd := &cobra.Command{
+		Use:   "hash-password [--cost N] < PASSWORD_FILE",
+		Short: "print the bcrypt hash of the password on standard input's first line, for password_hash in the console's auth file",
+		Args:  cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cost < 10 || cost > bcrypt.MaxCost {
+				return usageErr(cmd, "--cost: want 10 to %d, got %d", bcrypt.MaxCost, cost)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			line, err := bufio.NewReader(io.LimitReader(cmd.InOrStdin(), 1024)).ReadString('\n')
+			if err != nil && !errors.Is(err, io.EOF) {
+				return failErr(cmd, err)
+			}
+			pw := strings.TrimRight(line, "\r\n")
+			switch {
+			case pw == "":
+				return usageErr(cmd, "give the password on standard input (printf '%%s\\n' PASSWORD | outboxkit console hash-password)")
+			case len(pw) > 72:
+				return usageErr(cmd, "the password is longer than 72 bytes, bcrypt's limit")
+			}
+			h, err := bcrypt.GenerateFromPassword([]byte(pw), cost)
+			if err != nil {
+				return failErr(cmd, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), string(h))
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&cost, "cost", 12, "bcrypt cost (10 to 31; each step doubles the work of a login)")
 	return cmd
 }

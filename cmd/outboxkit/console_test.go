@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/outboxkit/outbox/internal/console"
 	"github.com/outboxkit/outbox/internal/opendb"
 )
 
@@ -173,4 +174,80 @@ func selfSignedPair(t *testing.T, dir string) (string, string) {
 	require.NoError(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
 	require.NoError(t, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
 	return cert, key
+}
+
+// TestConsoleHashPassword: `console hash-password` prints a bcrypt hash of stdin's first line
+// that LoadAuth accepts and that matches the password; no password is bad usage.
+func TestConsoleHashPassword(t *testing.T) {
+	hash := func(in string, args ...string) (string, string, error) {
+		root := newRoot()
+		var out, errb strings.Builder
+		root.SetIn(strings.NewReader(in))
+		root.SetOut(&out)
+		root.SetErr(&errb)
+		root.SetArgs(append([]string{"console", "hash-password"}, args...))
+		err := root.ExecuteContext(t.Context())
+		return out.String(), errb.String(), err
+	}
+	out, _, err := hash("s3cret pass\nignored\n", "--cost", "10")
+	require.NoError(t, err)
+	h := strings.TrimSuffix(out, "\n")
+	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(h), []byte("s3cret pass")))
+	cost, err := bcrypt.Cost([]byte(h))
+	require.NoError(t, err)
+	require.Equal(t, 10, cost)
+	auth := filepath.Join(t.TempDir(), "auth.yaml")
+	require.NoError(t, os.WriteFile(auth, []byte("users:\n  - name: a\n    role: viewer\n    password_hash: '"+h+"'\n"), 0o600))
+	_, err = console.LoadAuth(auth)
+	require.NoError(t, err)
+	_, errs, err := hash("")
+	require.Error(t, err)
+	require.Contains(t, errs, "give the password on standard input")
+	_, errs, err = hash("x\n", "--cost", "4")
+	require.Error(t, err)
+	require.Contains(t, errs, "--cost: want 10 to 31, got 4")
+}
+
+// TestConsoleSecretsNeverShown: the password of --db and the tokens of the auth file are
+// masked in everything the console writes: a failed open, and a log line built from what a
+// client sent (a token typed into the login form's name).
+func TestConsoleSecretsNeverShown(t *testing.T) {
+	pass := "PLANTED-pg-" + randSuffix()
+	_, out, errs := cli(t, "console", "--db", "postgres://u:"+pass+"@127.0.0.1:1/db?connect_timeout=2", "--listen", "127.0.0.1:0")
+	require.NotContains(t, out+errs, pass)
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "outbox.db")
+	ok(t, "migrate", "--db", "sqlite:"+path)
+	token := "PLANTED-token-" + randSuffix()
+	t.Setenv("CONSOLE_CMD_TEST_TOKEN", token)
+	auth := filepath.Join(dir, "auth.yaml")
+	require.NoError(t, os.WriteFile(auth, []byte("tokens:\n  - name: ci\n    role: viewer\n    token_env: CONSOLE_CMD_TEST_TOKEN\n"), 0o600))
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"console", "--db", "sqlite:" + path, "--listen", "127.0.0.1:0", "--auth", auth}, &stdout, &stderr)
+	}()
+	u := consoleAddr(t, &stdout)
+	jar := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := jar.Get(u + "/login")
+	require.NoError(t, err)
+	res.Body.Close()
+	var csrf string
+	for _, c := range res.Cookies() {
+		csrf = c.Value
+	}
+	req, err := http.NewRequest(http.MethodPost, u+"/login", strings.NewReader("csrf="+csrf+"&name="+token+"&password=x"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: "outboxkit_console_login", Value: csrf})
+	res, err = jar.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+	cancel()
+	require.Equal(t, 0, <-done)
+	require.Contains(t, stderr.String(), "console_login_failed user=[REDACTED]")
+	require.NotContains(t, stdout.String()+stderr.String(), token)
 }

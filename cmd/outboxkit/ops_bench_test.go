@@ -4,15 +4,20 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // BenchmarkStatus times `outboxkit status --output json` (connect, Stats, Blocked, the
 // publisher generation, the CDC checkpoint and the lane table, through the cobra root) on a
 // large outbox of OUTBOXKIT_BENCH_STATUS_ROWS rows (default 10,000) of which
 // OUTBOXKIT_BENCH_STATUS_PENDING (default a fifth) are unpublished and one is parked, ~200-byte
-// payloads, built with one INSERT ... SELECT and analysed. It reports the median of the
+// payloads, built with one INSERT ... SELECT and analysed (testkit.BigOutboxSQL). It reports the median of the
 // iterations (ms/status). The figure and the command are in BENCHMARKS.md:
 //
 //	OUTBOXKIT_BENCH_STATUS_ROWS=5000000 go test ./cmd/outboxkit -run '^$' -bench Status -benchtime 5x -timeout 60m
@@ -25,31 +30,14 @@ func BenchmarkStatus(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("OUTBOXKIT_BENCH_STATUS_PENDING")); err == nil && n > 0 && n <= rows {
 		pending = n
 	}
-	fill := map[string]func(d opsDB) string{
-		"postgres": func(d opsDB) string {
-			t := `"` + d.cfg.Schema + `"."outbox"`
-			return `INSERT INTO ` + t + ` (id, aggregate_type, aggregate_id, type, partition_key, lane, payload, published_at, parked_at, attempts)
-				SELECT 'e' || g, 'order', (g % 10000)::text, 'order.created', 'order/' || (g % 10000), (g % 10000) % 64,
-					convert_to(repeat('x', 200), 'UTF8'), CASE WHEN g <= ` + strconv.Itoa(rows-pending) + ` THEN now() END,
-					CASE WHEN g = ` + strconv.Itoa(rows-pending+1) + ` THEN now() END, 0
-				FROM generate_series(1, ` + strconv.Itoa(rows) + `) AS g;
-				ANALYZE ` + t
-		},
-		"mysql": func(opsDB) string {
-			return `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane, created_at, published_at, parked_at)
-				SELECT CONCAT('e', seq), 'order', seq % 10000, 'order.created', CONCAT('order/', seq % 10000), REPEAT('x', 200), '{}',
-					(seq % 10000) % 64, UTC_TIMESTAMP(6), IF(seq <= ` + strconv.Itoa(rows-pending) + `, UTC_TIMESTAMP(6), NULL),
-					IF(seq = ` + strconv.Itoa(rows-pending+1) + `, UTC_TIMESTAMP(6), NULL)
-				FROM seq_1_to_` + strconv.Itoa(rows) + `;
-				ANALYZE TABLE outbox`
-		},
-	}
 	for _, backend := range opsBackends[:2] {
 		b.Run(backend.name, func(b *testing.B) {
 			d := backend.new(b)
 			ok(b, append([]string{"migrate"}, d.flags...)...)
 			start := time.Now()
-			d.exec(b, fill[backend.name](d))
+			fill, err := testkit.BigOutboxSQL(backend.name, d.cfg.Schema, "", rows, pending)
+			require.NoError(b, err)
+			d.exec(b, strings.Join(fill, ";\n"))
 			b.Logf("%s: %d rows (%d pending) built in %s", backend.name, rows, pending, time.Since(start).Round(time.Second))
 			args := append([]string{"status", "--output", "json"}, d.flags...)
 			ok(b, args...) // warm the caches once

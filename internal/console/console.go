@@ -41,8 +41,10 @@ type Options struct {
 	// SampleInterval is how often the backlog and the publish rate are sampled for the
 	// overview's charts (an in-process ring buffer of the last hour). Default 10s; at least 1s.
 	SampleInterval time.Duration
-	// PrometheusURL, when set, is a Prometheus server the overview links its charts to (the
-	// outbox_* metrics of the relay daemon); the console still draws its own samples.
+	// PrometheusURL, when set, is the Prometheus server the overview draws its charts from
+	// (query_range over the last hour of the relay daemon's outboxkit_outbox_pending and
+	// rate(outboxkit_relay_published_total[1m])); when it cannot be read, the console's own
+	// samples are drawn and the page says why.
 	PrometheusURL string
 	// Logger receives the console's logs (logins, actions, failures). Default slog.Default().
 	Logger *slog.Logger

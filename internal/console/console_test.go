@@ -568,3 +568,37 @@ func TestConsoleAuditShowsCLI(t *testing.T) {
 	_, body = hGet(t, hClient(t), srv.URL+"/audit?tool=console")
 	require.Contains(t, body, "No audit rows match.")
 }
+
+// TestConsolePrometheusCharts: with PrometheusURL the charts are drawn from its query_range
+// answers; when it fails, from the console's own samples, saying why.
+func TestConsolePrometheusCharts(t *testing.T) {
+	db := hSQLite(t)
+	hSeed(t, db)
+	var queries []string
+	var fail bool
+	prom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "/api/v1/query_range", r.URL.Path)
+		queries = append(queries, r.URL.Query().Get("query"))
+		if fail {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"status":"error","errorType":"bad_data","error":"parse error"}`))
+			return
+		}
+		end, _ := strconv.ParseInt(r.URL.Query().Get("end"), 10, 64)
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[` +
+			strconv.FormatInt(end-1800, 10) + `,"40"],[` + strconv.FormatInt(end, 10) + `.5,"1234"]]}]}}`))
+	}))
+	defer prom.Close()
+	_, srv := hServe(t, db, &Options{PrometheusURL: prom.URL})
+	code, body := hGet(t, hClient(t), srv.URL+"/")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, []string{promBacklogQuery, promRateQuery}, queries)
+	require.Contains(t, body, `data-source="prometheus"`)
+	require.Contains(t, body, "Backlog (pending events): latest 1234, highest 1234")
+	require.Regexp(t, `points="(29\d|300)\.\d,114\.2 (599|600)\.\d,2\.0"`, body, "40 half an hour ago, 1234 now")
+	fail = true
+	code, body = hGet(t, hClient(t), srv.URL+"/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `data-source="console"`)
+	require.Contains(t, body, "Prometheus could not be read: prometheus: max(outboxkit_outbox_pending): parse error")
+}

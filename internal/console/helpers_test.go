@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,7 +56,11 @@ func hSuffix() string {
 
 func hOpen(t testing.TB, cfg opendb.Config) *opendb.DB {
 	t.Helper()
-	cfg.Lanes = 4
+	if cfg.Lanes == 0 {
+		cfg.Lanes = 4
+	} else if cfg.Lanes < 0 {
+		cfg.Lanes = 0 // the adapter's default
+	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	db, err := opendb.Open(t.Context(), cfg)
 	require.NoError(t, err)
@@ -68,7 +73,37 @@ func hSQLite(t testing.TB) *opendb.DB {
 	return hOpen(t, opendb.Config{Driver: "sqlite", DSN: filepath.Join(t.TempDir(), "outbox.db")})
 }
 
-func hPostgres(t testing.TB) *opendb.DB {
+func hPostgres(t testing.TB) *opendb.DB { return hPostgresLanes(4)(t) }
+
+func hMySQL(t testing.TB) *opendb.DB { return hMySQLLanes(4)(t) }
+
+// hSchemas is the PostgreSQL schema of each outbox hPostgresLanes opened.
+var hSchemas sync.Map
+
+// hSchemaOf is the PostgreSQL schema of db ("" for the other databases).
+func hSchemaOf(db *opendb.DB) string {
+	s, _ := hSchemas.Load(db)
+	str, _ := s.(string)
+	return str
+}
+
+// hPostgresLanes opens outboxes of lanes lanes (0: the adapter's default).
+func hPostgresLanes(lanes int) func(t testing.TB) *opendb.DB {
+	return func(t testing.TB) *opendb.DB { return hPostgresOf(t, lanes) }
+}
+
+func hMySQLLanes(lanes int) func(t testing.TB) *opendb.DB {
+	return func(t testing.TB) *opendb.DB { return hMySQLOf(t, lanes) }
+}
+
+func hLanesCfg(lanes int) int {
+	if lanes == 0 {
+		return -1
+	}
+	return lanes
+}
+
+func hPostgresOf(t testing.TB, lanes int) *opendb.DB {
 	dsn := testkit.Need(t, testkit.PostgresDSN)
 	schema := "console_" + hSuffix()
 	admin, err := pgx.Connect(t.Context(), dsn)
@@ -79,10 +114,12 @@ func hPostgres(t testing.TB) *opendb.DB {
 		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 		_ = admin.Close(context.Background())
 	})
-	return hOpen(t, opendb.Config{Driver: "postgres", DSN: dsn, Schema: schema})
+	db := hOpen(t, opendb.Config{Driver: "postgres", DSN: dsn, Schema: schema, Lanes: hLanesCfg(lanes)})
+	hSchemas.Store(db, schema)
+	return db
 }
 
-func hMySQL(t testing.TB) *opendb.DB {
+func hMySQLOf(t testing.TB, lanes int) *opendb.DB {
 	dsn := testkit.Need(t, testkit.MySQLDSN)
 	cfg, err := gomysql.ParseDSN(dsn)
 	require.NoError(t, err)
@@ -97,7 +134,7 @@ func hMySQL(t testing.TB) *opendb.DB {
 	})
 	c := cfg.Clone()
 	c.DBName, c.ParseTime = name, true
-	return hOpen(t, opendb.Config{Driver: "mysql", DSN: c.FormatDSN()})
+	return hOpen(t, opendb.Config{Driver: "mysql", DSN: c.FormatDSN(), Lanes: hLanesCfg(lanes)})
 }
 
 // hWrite writes evs in one transaction of the adapter's own type through core.NewOutbox, and

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,7 +93,9 @@ type view struct {
 	Session bool // logged in with a session (the logout form)
 	CSRF    string
 	Refresh int // seconds between live refreshes of the page's fragment
-	Data    any
+	// SampleInterval is Options.SampleInterval (the overview's charts).
+	SampleInterval time.Duration
+	Data           any
 }
 
 // titles of the pages.
@@ -104,7 +107,7 @@ var titles = map[string]string{
 func (c *Console) view(name string, id who, data any, csrf string) view {
 	v := view{Base: c.base, Page: name, Title: titles[name], User: id.p.name, Role: string(id.p.role),
 		CanAct: id.ok && id.p.role == RoleOperator, Session: id.session != nil, CSRF: csrf, Data: data,
-		Refresh: int(min(max(c.o.SampleInterval/time.Second, 2), 10))}
+		Refresh: int(min(max(c.o.SampleInterval/time.Second, 2), 10)), SampleInterval: c.o.SampleInterval}
 	if id.session != nil {
 		v.CSRF = id.session.csrf
 	}
@@ -221,6 +224,10 @@ type overviewData struct {
 	ConsumersError string
 	Prometheus     string
 	RecentWindow   time.Duration
+	// ChartSource is "prometheus" when the charts came from Options.PrometheusURL, "console"
+	// when from the console's own samples (PrometheusError says why Prometheus was not used).
+	ChartSource     string
+	PrometheusError string
 }
 
 func (c *Console) overview(ctx context.Context, _ *http.Request, _ who) (string, any, error) {
@@ -228,8 +235,18 @@ func (c *Console) overview(ctx context.Context, _ *http.Request, _ who) (string,
 	if err != nil {
 		return "", nil, err
 	}
-	d := overviewData{R: rep, Now: now, Charts: charts(c.ring.since(now.Add(-chartWindow)), now), Prometheus: c.o.PrometheusURL,
-		RecentWindow: opstatus.RecentWindow}
+	d := overviewData{R: rep, Now: now, Prometheus: c.o.PrometheusURL, RecentWindow: opstatus.RecentWindow, ChartSource: "console"}
+	if c.o.PrometheusURL != "" {
+		if d.Charts, err = c.promCharts(ctx, now); err != nil {
+			c.o.Logger.Warn("console_prometheus_failed", "error", err)
+			d.PrometheusError = oneLine(err.Error())
+		} else {
+			d.ChartSource = "prometheus"
+		}
+	}
+	if d.Charts == nil {
+		d.Charts = charts(c.ring.since(now.Add(-chartWindow)), now)
+	}
 	if cl, ok := c.db.Store.(ConsumerLister); ok {
 		d.ConsumersKnown = true
 		if d.Consumers, err = cl.InboxConsumers(ctx); err != nil {
@@ -626,7 +643,7 @@ func (c *Console) previewReplay(ctx context.Context, q replayRequest) (replayDat
 		d.Refusal = oneLine(refusal.Error())
 		return d, nil
 	}
-	slices.SortFunc(targets, func(a, b driver.ReplayTarget) int { return int(a.Seq - b.Seq) })
+	slices.SortFunc(targets, func(a, b driver.ReplayTarget) int { return cmp.Compare(a.Seq, b.Seq) })
 	d.Count = len(targets)
 	for _, t := range targets[:min(len(targets), previewLimit)] {
 		row := previewRow{Seq: t.Seq, ID: t.ID, Key: t.PartitionKey}
