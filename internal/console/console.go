@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -298,9 +297,6 @@ func (c *Console) readable(w http.ResponseWriter, r *http.Request, fragment bool
 	http.Redirect(w, r, c.base+"/login?next="+url.QueryEscape(c.base+r.URL.RequestURI()), http.StatusSeeOther)
 	return id, false
 }
-
-// errPermission is an action's refusal.
-var errPermission = errors.New("refused")
 
 // authorizeAction checks a POST that changes something: an operator (401 anonymous, 403
 // viewer) and, for a session, its CSRF token (403). It writes the refusal.

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestConsolePages(t *testing.T) {
 			// The sampler has sampled once at least (it starts with a sample).
 			require.Eventually(t, func() bool { return len(c.ring.since(time.Time{})) > 0 }, 10*time.Second, 10*time.Millisecond)
 			ov := page("/", "overview",
-				`<dd id="stat-pending">3</dd>`, `<dd id="stat-parked">2</dd>`, `<dd id="stat-blocked">2</dd>`,
+				`<dd id="stat-pending">3</dd>`, `<dd id="stat-parked">3</dd>`, `<dd id="stat-blocked">2</dd>`,
 				`<dd id="pub-generation">`+strconv.FormatInt(s.Generation, 10)+`</dd>`, `<dd id="pub-kind">polling</dd>`,
 				"<td>orders</td><td class=\"n\">1</td>", "<em>routed by type</em>", "4: 4 held, 0 expired, 0 free",
 				`<polyline class="chart-line" points="`, "Backlog (pending events)", "This store does not list its inbox consumers",
@@ -53,7 +54,7 @@ func TestConsolePages(t *testing.T) {
 			require.NotContains(t, ov, "Log out", "anonymous: no session")
 			page("/lanes", "lanes", `4 lanes: 4 held, 0 expired, 0 free.`, `<tr class="lane-live" data-lane="0">`, `<td>w1</td>`, `<span class="state state-live">live</span>`)
 
-			parked := page("/parked", "parked", `<strong id="parked-count">2</strong>`, `<strong id="blocked-count">2</strong>`,
+			parked := page("/parked", "parked", `<strong id="parked-count">3</strong>`, `<strong id="blocked-count">2</strong>`,
 				"<code>a</code>", "<code>c</code>", "rejected schema", "timeout talking to billing", "<code>"+s.IDs["a"][0]+"</code>")
 			require.NotContains(t, parked, `name="key"`, "anonymous: no selection, no action")
 			require.NotContains(t, parked, "/parked/unpark")
@@ -73,7 +74,7 @@ func TestConsolePages(t *testing.T) {
 
 			page("/audit", "audit", `<p id="audit-none">No audit rows.</p>`)
 
-			for _, f := range []struct{ path, want string }{{"/fragment/overview", `<dd id="stat-parked">2</dd>`}, {"/fragment/lanes", `id="lane-grid"`}} {
+			for _, f := range []struct{ path, want string }{{"/fragment/overview", `<dd id="stat-parked">3</dd>`}, {"/fragment/lanes", `id="lane-grid"`}} {
 				code, body := hGet(t, cl, srv.URL+f.path)
 				require.Equal(t, http.StatusOK, code)
 				require.Contains(t, body, f.want)
@@ -110,13 +111,13 @@ func TestConsoleOperatorUnparks(t *testing.T) {
 			require.Contains(t, body, `<input type="checkbox" name="key" value="a" id="sel-0" aria-label="Select key a">`)
 			require.Contains(t, body, "alice (operator)")
 
-			// Dry run: the count, nothing changed.
-			code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "key": {"a"}})
+			// Dry run of the selection a and e: the count, nothing changed.
+			code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "key": {"a", "e"}})
 			require.Equal(t, http.StatusOK, code, body)
 			require.Contains(t, body, `data-page="unpark"`)
-			require.Contains(t, body, `<p id="unpark-count">Dry run: <strong>1</strong> partition key would be unparked`)
-			require.Contains(t, body, `<input type="hidden" name="key" value="a">`)
-			require.Equal(t, []string{"a", "c"}, hParkedKeys(t, db))
+			require.Contains(t, body, `<p id="unpark-count">Dry run: <strong>2</strong> partition keys would be unparked (2 parked events)`)
+			require.Contains(t, body, `<input type="hidden" name="key" value="a"><input type="hidden" name="key" value="e">`)
+			require.Equal(t, []string{"a", "c", "e"}, hParkedKeys(t, db))
 			require.Empty(t, hAudit(t, db))
 
 			// All matching "timeout": c only, counted.
@@ -126,27 +127,27 @@ func TestConsoleOperatorUnparks(t *testing.T) {
 			require.Contains(t, body, `<input type="hidden" name="key" value="c">`)
 			require.NotContains(t, body, `name="key" value="a"`)
 
-			// Confirmed: a is released (its parked event and the one blocked behind it).
-			code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "confirm": {"1"}, "key": {"a"}})
+			// Confirmed: a and e are released (their parked events, and the one blocked behind a's).
+			code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "confirm": {"1"}, "key": {"a", "e"}})
 			require.Equal(t, http.StatusOK, code, body)
-			require.Contains(t, body, `<p id="result" role="status">Unparked 1 records of 1 keys`)
+			require.Contains(t, body, `<p id="result" role="status">Unparked 2 records of 2 keys`)
 			require.Equal(t, []string{"c"}, hParkedKeys(t, db))
 			st, err := db.Store.Stats(t.Context())
 			require.NoError(t, err)
-			require.Equal(t, [2]int64{4, 1}, [2]int64{st.Pending, st.Parked})
+			require.Equal(t, [2]int64{5, 1}, [2]int64{st.Pending, st.Parked})
 
 			audit := hAudit(t, db)
 			require.Len(t, audit, 1)
 			require.Equal(t, "alice", audit[0].Actor)
 			require.Equal(t, "unpark", audit[0].Command)
-			require.Equal(t, int64(1), audit[0].Rows)
+			require.Equal(t, int64(2), audit[0].Rows)
 			var args map[string]any
 			require.NoError(t, json.Unmarshal([]byte(audit[0].Arguments), &args))
-			require.Equal(t, map[string]any{"tool": "console", "keys": []any{"a"}, "all": false}, args)
+			require.Equal(t, map[string]any{"tool": "console", "keys": []any{"a", "e"}, "all": false}, args)
 
 			code, body = hGet(t, cl, srv.URL+"/audit?tool=console")
 			require.Equal(t, http.StatusOK, code)
-			require.Contains(t, body, `<td class="actor">alice</td><td class="tool">console</td><td>unpark</td><td class="n">1</td>`)
+			require.Contains(t, body, `<td class="actor">alice</td><td class="tool">console</td><td>unpark</td><td class="n">2</td>`)
 			code, body = hGet(t, cl, srv.URL+"/audit?actor=nobody")
 			require.Equal(t, http.StatusOK, code)
 			require.Contains(t, body, `<p id="audit-none">No audit rows match.</p>`)
@@ -160,7 +161,7 @@ func TestConsoleOperatorUnparks(t *testing.T) {
 			require.Contains(t, body, "Put 1 published events back to pending")
 			st, err = db.Store.Stats(t.Context())
 			require.NoError(t, err)
-			require.Equal(t, int64(5), st.Pending)
+			require.Equal(t, int64(6), st.Pending)
 			audit = hAudit(t, db)
 			require.Len(t, audit, 2)
 			require.Equal(t, [3]string{"alice", "replay", `{"ids":["` + s.IDs["b"][0] + `"],"tool":"console"}`}, [3]string{audit[1].Actor, audit[1].Command, audit[1].Arguments})
@@ -198,14 +199,14 @@ func TestConsoleRefusals(t *testing.T) {
 			_, srv := hServe(t, db, &Options{Auth: hAuth(t)})
 			unchanged := func(what string) {
 				t.Helper()
-				require.Equal(t, []string{"a", "c"}, hParkedKeys(t, db), what)
+				require.Equal(t, []string{"a", "c", "e"}, hParkedKeys(t, db), what)
 				require.Empty(t, hAudit(t, db), what)
 				st, err := db.Store.Stats(t.Context())
 				require.NoError(t, err)
-				require.Equal(t, [3]int64{3, 2, 1}, [3]int64{st.Pending, st.Parked, st.Published}, what)
+				require.Equal(t, [3]int64{3, 3, 1}, [3]int64{st.Pending, st.Parked, st.Published}, what)
 			}
 			unpark := func(csrf string) url.Values {
-				return url.Values{"csrf": {csrf}, "confirm": {"1"}, "key": {"a", "c"}}
+				return url.Values{"csrf": {csrf}, "confirm": {"1"}, "key": {"a", "c", "e"}}
 			}
 			replay := func(csrf string) url.Values {
 				return url.Values{"csrf": {csrf}, "confirm": {"1"}, "ids": {s.IDs["b"][0]}}
@@ -441,8 +442,8 @@ func TestConsoleAnonymousOnlyOnLoopback(t *testing.T) {
 	}
 }
 
-// TestCheckListen: beyond loopback needs a user or a token.
-func TestCheckListen(t *testing.T) {
+// TestConsoleCheckListen: beyond loopback needs a user or a token.
+func TestConsoleCheckListen(t *testing.T) {
 	withUser := Auth{Users: []User{{Name: "a"}}}
 	withToken := Auth{Tokens: []Token{{Name: "t"}}}
 	for _, c := range []struct {
@@ -467,9 +468,9 @@ func TestCheckListen(t *testing.T) {
 	require.False(t, errors.Is(err, ErrOpenListen))
 }
 
-// TestLoadAuth: a valid file loads; unknown keys, a second document and every Validate
+// TestConsoleLoadAuth: a valid file loads; unknown keys, a second document and every Validate
 // problem are refused, one line per problem naming its key.
-func TestLoadAuth(t *testing.T) {
+func TestConsoleLoadAuth(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
 		p := filepath.Join(dir, name)
@@ -601,4 +602,109 @@ func TestConsolePrometheusCharts(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `data-source="console"`)
 	require.Contains(t, body, "Prometheus could not be read: prometheus: max(outboxkit_outbox_pending): parse error")
+}
+
+// TestConsoleParkedPages: 120 parked keys are shown 50 a page, in order, with a next link
+// until the last page; "unpark all" counts all 120 and a search narrows the count.
+func TestConsoleParkedPages(t *testing.T) {
+	db := hSQLite(t)
+	ctx := t.Context()
+	var evs []core.Event
+	for i := range 120 {
+		dest := "orders"
+		if i%3 == 0 {
+			dest = "billing"
+		}
+		evs = append(evs, core.Event{AggregateType: "order", AggregateID: strconv.Itoa(i), Type: "order.created", PartitionKey: "k" + strconv.Itoa(1000+i), Destination: dest, Payload: []byte(`{}`)})
+	}
+	hWrite(t, db.Store, evs...)
+	pub, err := db.Store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w1"})
+	require.NoError(t, err)
+	leases, err := db.Store.ClaimLanes(ctx, driver.ClaimParams{Generation: pub.Generation, Owner: "w1", Max: 4, TTL: time.Hour})
+	require.NoError(t, err)
+	recs, err := db.Store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, recs, 120)
+	p := driver.SettleParams{Leases: leases}
+	for _, r := range recs {
+		p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "boom " + r.Destination, Park: true})
+	}
+	require.NoError(t, db.Store.Settle(ctx, p))
+
+	_, srv := hServe(t, db, &Options{Auth: hAuth(t)})
+	cl := hClient(t)
+	hLogin(t, cl, srv.URL, "alice", "alice-pw")
+	next := regexp.MustCompile(`href="/parked\?after=(\d+)" rel="next"`)
+	keys := regexp.MustCompile(`<td><code>(k\d+)</code></td>`)
+	var seen []string
+	path := "/parked"
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 3)
+		code, body := hGet(t, cl, srv.URL+path)
+		require.Equal(t, http.StatusOK, code)
+		got := keys.FindAllStringSubmatch(body, -1)
+		require.LessOrEqual(t, len(got), parkedPage)
+		for _, m := range got {
+			seen = append(seen, m[1])
+		}
+		m := next.FindStringSubmatch(body)
+		if m == nil {
+			require.Len(t, got, 20, "the last page")
+			break
+		}
+		require.Len(t, got, parkedPage)
+		path = "/parked?after=" + m[1]
+	}
+	require.Len(t, seen, 120)
+	for i, k := range seen {
+		require.Equal(t, "k"+strconv.Itoa(1000+i), k, "in order, each once")
+	}
+	csrf := hCSRF(t, cl, srv.URL+"/parked")
+	code, body := hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "all": {"1"}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<strong>120</strong> partition keys would be unparked (120 parked events)`)
+	hidden := regexp.MustCompile(`<input type="hidden" name="key" value="(k\d+)">`)
+	require.Len(t, hidden.FindAllStringSubmatch(body, -1), 120)
+	code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "dry_run": {"1"}, "all": {"1"}, "error": {"BOOM billing"}})
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<strong>40</strong> partition keys would be unparked (40 parked events)`)
+	var chosen []string
+	for _, m := range hidden.FindAllStringSubmatch(body, -1) {
+		chosen = append(chosen, m[1])
+	}
+	require.Len(t, chosen, 40)
+	code, body = hPost(t, cl, srv.URL+"/parked/unpark", url.Values{"csrf": {csrf}, "confirm": {"1"}, "all": {"1"}, "error": {"BOOM billing"}, "key": chosen})
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "Unparked 40 records of 40 keys")
+	st, err := db.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(80), st.Parked)
+	audit := hAudit(t, db)
+	require.Len(t, audit, 1)
+	require.Contains(t, audit[0].Arguments, `"all":true`)
+	require.Contains(t, audit[0].Arguments, `"filter":{"error":"BOOM billing"}`)
+}
+
+// TestConsoleRing: the ring keeps the last hour's samples at the interval (oldest dropped),
+// and the chart places them by time, the highest at the top.
+func TestConsoleRing(t *testing.T) {
+	r := newRing(time.Minute)
+	require.Equal(t, 61, r.cap)
+	now := time.Now()
+	for i := range 100 {
+		r.add(sample{at: now.Add(time.Duration(i-99) * time.Minute), pending: int64(i)})
+	}
+	all := r.since(time.Time{})
+	require.Len(t, all, 61)
+	require.Equal(t, int64(39), all[0].pending)
+	require.Len(t, r.since(now.Add(-30*time.Minute)), 31)
+	c := charts(r.since(now.Add(-chartWindow)), now)
+	require.Len(t, c, 2)
+	pts := strings.Fields(c[0].Points)
+	require.Len(t, pts, 61)
+	require.Equal(t, "0.0,72.3", pts[0], "an hour ago, 39 of 99: 118 - 116*39/99")
+	require.Equal(t, "600.0,2.0", pts[60], "now, the highest")
+	require.Equal(t, "99", c[0].Max)
+	require.Equal(t, "Backlog (pending events): no samples yet", charts(nil, now)[0].Summary)
+	require.Equal(t, 3600, newRing(time.Second).cap, "at most an hour of seconds")
 }

@@ -175,8 +175,9 @@ func hWriteIn[TTx any](ctx context.Context, tr driver.Transactor[TTx], st driver
 }
 
 // hSeeded is what hSeed wrote: keys a and c each have a parked event (errors "rejected
-// schema" and "timeout talking to billing") and a pending one blocked behind it; key b's one
-// event is published; key d has one pending event. A relay w1 holds every lane.
+// schema" and "timeout talking to billing") and a pending one blocked behind it; key e's one
+// event is parked ("rejected schema v2"); key b's one event is published; key d has one pending
+// event. A relay w1 holds every lane. So: 3 pending, 3 parked, 2 blocked, 1 published.
 type hSeeded struct {
 	IDs        map[string][]string // per key, in write order
 	Generation int64
@@ -191,8 +192,8 @@ func hSeed(t testing.TB, db *opendb.DB) hSeeded {
 			Payload: []byte(`{"order":"` + key + `"}`), Headers: map[string]string{"trace": "t-" + key}}
 	}
 	ids := hWrite(t, store, ev("a", "order.created", "orders"), ev("a", "order.paid", "orders"), ev("b", "order.created", "billing"),
-		ev("c", "invoice.sent", "billing"), ev("c", "invoice.paid", "billing"), ev("d", "order.created", ""))
-	s := hSeeded{IDs: map[string][]string{"a": ids[0:2], "b": ids[2:3], "c": ids[3:5], "d": ids[5:6]}}
+		ev("c", "invoice.sent", "billing"), ev("c", "invoice.paid", "billing"), ev("d", "order.created", ""), ev("e", "order.created", "orders"))
+	s := hSeeded{IDs: map[string][]string{"a": ids[0:2], "b": ids[2:3], "c": ids[3:5], "d": ids[5:6], "e": ids[6:7]}}
 	pub, err := store.AcquireGeneration(ctx, driver.AcquireParams{Kind: driver.KindPolling, Holder: "w1"})
 	require.NoError(t, err)
 	s.Generation = pub.Generation
@@ -208,11 +209,13 @@ func hSeed(t testing.TB, db *opendb.DB) hSeeded {
 			p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected schema", Park: true})
 		case s.IDs["c"][0]:
 			p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "timeout talking to billing", Park: true})
+		case s.IDs["e"][0]:
+			p.Failed = append(p.Failed, driver.Failure{Seq: r.Seq, Lane: r.Lane, Error: "rejected schema v2", Park: true})
 		case s.IDs["b"][0]:
 			p.Published = append(p.Published, r.Seq)
 		}
 	}
-	require.Len(t, p.Failed, 2)
+	require.Len(t, p.Failed, 3)
 	require.Len(t, p.Published, 1)
 	require.NoError(t, store.Settle(ctx, p))
 	return s

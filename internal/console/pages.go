@@ -451,7 +451,10 @@ type unparkData struct {
 
 // unparkKeys is the keys a POST /parked/unpark names: the checked keys (key), or with all=1
 // every key with a parked record matching the filter. records counts their parked records seen.
-func (c *Console) unparkKeys(ctx context.Context, r *http.Request, f parkedFilter, all bool) (keys []string, records int, tooMany bool, err error) {
+//
+// countOnly (a dry run of checked keys) also counts their parked records among the first
+// parkedScan parked records.
+func (c *Console) unparkKeys(ctx context.Context, r *http.Request, f parkedFilter, all, countOnly bool) (keys []string, records int, tooMany bool, err error) {
 	seen := map[string]bool{}
 	add := func(k string) {
 		if !seen[k] {
@@ -465,7 +468,19 @@ func (c *Console) unparkKeys(ctx context.Context, r *http.Request, f parkedFilte
 				add(k)
 			}
 		}
-		return keys, 0, len(keys) > maxUnparkKeys, nil
+		if !countOnly || len(keys) > maxUnparkKeys {
+			return keys, 0, len(keys) > maxUnparkKeys, nil
+		}
+		recs, _, err := c.scanParked(ctx, parkedFilter{}, 0, 0, parkedScan)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		for _, rec := range recs {
+			if seen[rec.PartitionKey] {
+				records++
+			}
+		}
+		return keys, records, false, nil
 	}
 	recs, next, err := c.scanParked(ctx, f, 0, 0, parkedScanAll)
 	if err != nil {
@@ -481,12 +496,13 @@ func (c *Console) unpark(w http.ResponseWriter, r *http.Request, id who) {
 	ctx := r.Context()
 	f := filterOf(r.PostForm.Get)
 	all := r.PostForm.Get("all") == "1"
-	keys, records, tooMany, err := c.unparkKeys(ctx, r, f, all && r.PostForm.Get("confirm") != "1")
+	dry := r.PostForm.Get("confirm") != "1" || r.PostForm.Get("dry_run") == "1"
+	keys, records, tooMany, err := c.unparkKeys(ctx, r, f, all && dry, !all && dry)
 	if err != nil {
 		c.storeFailed(w, r, err)
 		return
 	}
-	if r.PostForm.Get("confirm") != "1" || r.PostForm.Get("dry_run") == "1" {
+	if dry {
 		d := unparkData{Filter: f, Query: f.query(), All: all, Keys: keys, Records: records, TooMany: tooMany, MaxKeys: maxUnparkKeys, Selected: !all}
 		d.Shown = keys[:min(len(keys), unparkPreviewKeys)]
 		c.render(w, r, http.StatusOK, "unpark", id, d, "")
