@@ -21,6 +21,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -141,7 +143,9 @@ type Problem struct {
 	// Kind is "console" (console.error or console.assert), "exception" (uncaught, or an
 	// unhandled promise rejection), "log" (a browser log error: a CSP violation, a resource that
 	// failed to load), "request" (a request that failed or was blocked) or "http" (an answer
-	// with status 400 or more).
+	// with status 400 or more). Not a problem: a 404 of /favicon.ico at the root of the origin,
+	// the icon the browser asks for by itself when the page declares none (RequireNoProblems
+	// logs it).
 	Kind string
 	Text string
 	URL  string
@@ -163,6 +167,7 @@ type Page struct {
 
 	mu       sync.Mutex
 	problems []Problem
+	probes   []Problem                    // the browser's own favicon probe that failed (not the page's)
 	requests map[network.RequestID]string // URL of each request, for LoadingFailed
 }
 
@@ -211,14 +216,25 @@ func (p *Page) listen(ev any) {
 		}
 		add("exception", text, d.URL)
 	case *log.EventEntryAdded:
-		if ev.Entry.Level == log.EntryLevelError {
-			add("log", string(ev.Entry.Source)+": "+ev.Entry.Text, ev.Entry.URL)
+		if ev.Entry.Level != log.EntryLevelError {
+			return
 		}
+		pr := Problem{Kind: "log", Text: string(ev.Entry.Source) + ": " + ev.Entry.Text, URL: ev.Entry.URL}
+		if ev.Entry.Source == log.EntrySourceNetwork && faviconProbe(pr.URL) {
+			p.probes = append(p.probes, pr)
+			return
+		}
+		p.problems = append(p.problems, pr)
 	case *network.EventRequestWillBeSent:
 		p.requests[ev.RequestID] = ev.Request.URL
 	case *network.EventResponseReceived:
 		if r := ev.Response; r != nil && r.Status >= 400 {
-			add("http", fmt.Sprintf("%d %s", r.Status, r.StatusText), r.URL)
+			pr := Problem{Kind: "http", Text: fmt.Sprintf("%d %s", r.Status, r.StatusText), URL: r.URL}
+			if r.Status == http.StatusNotFound && faviconProbe(r.URL) {
+				p.probes = append(p.probes, pr)
+				return
+			}
+			p.problems = append(p.problems, pr)
 		}
 	case *network.EventLoadingFailed:
 		// A request the page itself gave up (a navigation away while a refresh was in flight)
@@ -235,6 +251,15 @@ func (p *Page) listen(ev any) {
 		}
 		add("request", text, p.requests[ev.RequestID])
 	}
+}
+
+// faviconProbe reports whether u is /favicon.ico at the root of its origin: the icon Chromium
+// asks for by itself when a page declares none (<link rel="icon">). Its 404 is the browser's
+// guess gone wrong, not the page's request: it is not a problem, but RequireNoProblems logs it
+// (the page should declare its icon).
+func faviconProbe(u string) bool {
+	parsed, err := url.Parse(u)
+	return err == nil && parsed.Path == "/favicon.ico"
 }
 
 // remoteText is a short text of a JavaScript value: a string as it is, else its description.
@@ -287,6 +312,14 @@ func (p *Page) Problems() []Problem {
 	return slices.Clone(p.problems)
 }
 
+// Probes returns the browser's own /favicon.ico probes that failed (see Problem): not
+// problems of the page, kept apart.
+func (p *Page) Probes() []Problem {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.probes)
+}
+
 // TakeProblems returns what went wrong so far and forgets it: a test that caused a failure on
 // purpose (a refused request) checks it and starts afresh.
 func (p *Page) TakeProblems() []Problem {
@@ -297,9 +330,16 @@ func (p *Page) TakeProblems() []Problem {
 	return out
 }
 
-// RequireNoProblems fails the test, listing them, when anything went wrong in the page.
+// RequireNoProblems fails the test, listing them, when anything went wrong in the page. It logs
+// a failed favicon probe of the browser (see Problem), which is not one.
 func (p *Page) RequireNoProblems() {
 	p.t.Helper()
+	p.mu.Lock()
+	probes := slices.Clone(p.probes)
+	p.mu.Unlock()
+	if len(probes) > 0 {
+		p.t.Logf("browsertest: not counted: the browser's own /favicon.ico probe failed (%v): declare the icon in the pages (<link rel=\"icon\">)", probes[0])
+	}
 	if got := p.Problems(); len(got) > 0 {
 		lines := make([]string, len(got))
 		for i, pr := range got {

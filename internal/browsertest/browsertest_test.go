@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -17,7 +18,8 @@ import (
 )
 
 // The pages of the test server: a clean page under a strict CSP (its script is a file of the
-// same origin), and one page for each kind of problem the helper must report.
+// same origin), and one page for each kind of problem the helper must report. There is no
+// /favicon.ico: the browser's own probe for it is not the page's problem.
 func testServer(t *testing.T) *httptest.Server {
 	page := func(csp, body string) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) {
@@ -36,7 +38,6 @@ func testServer(t *testing.T) *httptest.Server {
 	}
 	const strict = "default-src 'self'"
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /ok", page(strict, `<p id="out">waiting</p><script src="/ok.js"></script>`))
 	mux.HandleFunc("GET /ok.js", script(`console.log("fine"); document.getElementById("out").textContent = "ran";`))
 	mux.HandleFunc("GET /throws", page(strict, `<script src="/throws.js"></script>`))
@@ -116,6 +117,20 @@ func TestBrowser(t *testing.T) {
 			require.Empty(t, p.Problems(), "TakeProblems forgets them")
 		})
 	}
+
+	// A page that declares no icon makes the browser ask for /favicon.ico, here a 404: kept
+	// apart, not a problem of the page. (The browser asks once per origin: a server of its own.)
+	t.Run("FaviconProbeIsNotAProblem", func(t *testing.T) {
+		own := testServer(t)
+		p := b.NewPage(t)
+		p.Do(chromedp.Navigate(own.URL+"/ok"), chromedp.WaitVisible(chromedp.CSS("main#page")))
+		require.Eventually(t, func() bool { return len(p.Probes()) > 0 }, 10*time.Second, 50*time.Millisecond, "the browser probes /favicon.ico")
+		for _, pr := range p.Probes() {
+			require.True(t, strings.HasSuffix(pr.URL, "/favicon.ico"), "%v", pr)
+		}
+		require.Empty(t, p.Problems())
+		p.RequireNoProblems()
+	})
 
 	t.Run("SessionsAreSeparate", func(t *testing.T) {
 		alice, anonymous := b.NewPage(t), b.NewPage(t)
