@@ -18,6 +18,7 @@ const (
 	Promtool     = "OUTBOXKIT_PROMTOOL"      // source scripts/lib/prometheus.sh && prometheus_start
 	NATSURL      = "OUTBOXKIT_NATS_URL"      // source scripts/lib/nats.sh && nats_start
 	RedisAddr    = "OUTBOXKIT_REDIS_ADDR"    // host:port; source scripts/lib/redis.sh && redis_start
+	Chromium     = "OUTBOXKIT_CHROMIUM"      // the browser's path; source scripts/lib/chromium.sh && chromium_start
 	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
 	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
 	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
@@ -26,8 +27,6 @@ const (
 	RabbitMQCtl = "OUTBOXKIT_RABBITMQ_CTL"
 	// PgBouncerTxDSN and PgBouncerSessionDSN go through PgBouncer (pool_mode transaction, session).
 	PgBouncerTxDSN, PgBouncerSessionDSN = "OUTBOXKIT_PGBOUNCER_TX_DSN", "OUTBOXKIT_PGBOUNCER_SESSION_DSN" // pgbouncer_start
-	// Chromium is the path of a headless Chromium for the browser tests (chromium_start).
-	Chromium = "OUTBOXKIT_CHROMIUM"
 )
 
 var howTo = map[string]string{
@@ -38,11 +37,11 @@ var howTo = map[string]string{
 	Promtool:      "source scripts/lib/prometheus.sh && prometheus_start",
 	NATSURL:       "source scripts/lib/nats.sh && nats_start",
 	RedisAddr:     "source scripts/lib/redis.sh && redis_start",
+	Chromium:      "source scripts/lib/chromium.sh && chromium_start",
 	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 	RabbitMQURL:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
 	RabbitMQCtl:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
-	Chromium:      "source scripts/lib/chromium.sh && chromium_start",
 
 	PgBouncerTxDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start", PgBouncerSessionDSN: "source scripts/lib/pgbouncer.sh && pgbouncer_start",
 }
