@@ -43,6 +43,7 @@ type Config struct {
 	HTTP            HTTP     `yaml:"http"`
 	Metrics         Metrics  `yaml:"metrics"`
 	OTLP            OTLP     `yaml:"otlp"`
+	Console         Console  `yaml:"console"`
 	Log             Log      `yaml:"log"`
 	Migrate         bool     `yaml:"migrate" help:"create or upgrade the outbox tables at start"`
 	ShutdownTimeout Duration `yaml:"shutdown_timeout" help:"how long a graceful stop may take before it becomes a hard stop"`
@@ -208,6 +209,7 @@ func leaves(t reflect.Type, prefix string) []leaf {
 		case f.Type.Kind() == reflect.Struct:
 			out = append(out, leaves(f.Type, path+".")...)
 		case f.Type.Kind() == reflect.Map:
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct: // a list of mappings: the file's only
 		default:
 			out = append(out, leaf{path: path, help: f.Tag.Get("help"), typ: f.Type})
 		}
@@ -351,6 +353,17 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) 
 			return
 		}
 		v.Set(reflect.ValueOf(m))
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		if n.Kind != yaml.SequenceNode {
+			if n.Tag != "!!null" {
+				bad("must be a list of mappings (line %d)", n.Line)
+			}
+			return
+		}
+		v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
+		for i, item := range n.Content {
+			decodeNode(item, v.Index(i), fmt.Sprintf("%s[%d]", path, i), problems)
+		}
 	case v.Kind() == reflect.Slice:
 		var s []string
 		if err := n.Decode(&s); err != nil {
@@ -656,6 +669,7 @@ func (c *Config) validate() []string {
 	if problem := listenProblem(c.HTTP.Listen); problem != "" {
 		add("http.listen", "%s", problem)
 	}
+	p = append(p, c.Console.validate(c.HTTP.Listen)...)
 	p = append(p, oneOf("log.format", c.Log.Format, "json", "text")...)
 	p = append(p, oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")...)
 	return p

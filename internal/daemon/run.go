@@ -24,6 +24,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/console"
 	"github.com/outboxkit/outbox/internal/opendb"
 	"github.com/outboxkit/outbox/sinks/awssink"
 	"github.com/outboxkit/outbox/sinks/sns"
@@ -138,6 +139,8 @@ type Daemon struct {
 	srv    *http.Server
 	ln     net.Listener
 	m      *metrics
+	// console is the operator console at /console/ (console.enabled), built with the rest.
+	console *console.Console
 	// built is set once New has built everything above: until then the HTTP server answers
 	// /healthz, and /readyz and /metrics with 503.
 	built atomic.Bool
@@ -150,6 +153,11 @@ type Daemon struct {
 // relays; it starts no relay: Run does. On an error everything is closed again. out is the
 // process's standard output, where sink stdout writes its lines (the logs go to log).
 func New(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (*Daemon, error) {
+	if cfg.Console.Enabled {
+		if err := console.CheckListen(cfg.HTTP.Listen, cfg.Console.auth()); err != nil {
+			return nil, fmt.Errorf("console.enabled: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("http.listen: %w", err)
@@ -161,6 +169,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (*Dae
 	defer func() {
 		if !ok {
 			d.close()
+			if d.console != nil {
+				_ = d.console.Close()
+			}
 			if d.db != nil {
 				d.db.Close()
 			}
@@ -183,6 +194,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, out io.Writer) (*Dae
 		return nil, err
 	}
 	d.close = closeSink
+	if d.console, err = newConsole(ctx, cfg, db, log); err != nil {
+		return nil, err
+	}
 	if d.m, err = newMetrics(d); err != nil {
 		return nil, err
 	}
@@ -412,6 +426,7 @@ func (d *Daemon) handler() http.Handler {
 		}
 		d.m.handler.ServeHTTP(w, r)
 	})
+	d.mountConsole(mux)
 	return mux
 }
 
@@ -478,6 +493,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	hctx, hcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer hcancel()
 	_ = d.srv.Shutdown(hctx)
+	if d.console != nil {
+		_ = d.console.Close()
+	}
 	d.log.Info("daemon_stopped", "published", d.published(), "graceful", graceful && runErr == nil)
 	if runErr != nil {
 		return runErr

@@ -30,6 +30,9 @@ func (c Config) Secrets() []string {
 	add(opendb.Password(c.Database.DSN))
 	s := c.Sinks
 	add(s.Kafka.SASL.Password, s.NATS.Token, s.Redis.Password, urlPassword(s.RabbitMQ.URL))
+	for _, tok := range c.Console.Tokens { // the console's bearer tokens written in the file
+		add(tok.Token)
+	}
 	for u := range strings.SplitSeq(s.NATS.URL, ",") {
 		add(urlPassword(strings.TrimSpace(u)))
 	}

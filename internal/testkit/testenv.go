@@ -18,6 +18,7 @@ const (
 	Promtool     = "OUTBOXKIT_PROMTOOL"      // source scripts/lib/prometheus.sh && prometheus_start
 	NATSURL      = "OUTBOXKIT_NATS_URL"      // source scripts/lib/nats.sh && nats_start
 	RedisAddr    = "OUTBOXKIT_REDIS_ADDR"    // host:port; source scripts/lib/redis.sh && redis_start
+	Chromium     = "OUTBOXKIT_CHROMIUM"      // the browser's path; source scripts/lib/chromium.sh && chromium_start
 	// PrometheusURL and PrometheusDir address a running Prometheus (prometheus_start).
 	PrometheusURL = "OUTBOXKIT_PROMETHEUS_URL"
 	PrometheusDir = "OUTBOXKIT_PROMETHEUS_DIR"
@@ -40,6 +41,7 @@ var howTo = map[string]string{
 	Promtool:      "source scripts/lib/prometheus.sh && prometheus_start",
 	NATSURL:       "source scripts/lib/nats.sh && nats_start",
 	RedisAddr:     "source scripts/lib/redis.sh && redis_start",
+	Chromium:      "source scripts/lib/chromium.sh && chromium_start",
 	PrometheusURL: "source scripts/lib/prometheus.sh && prometheus_start",
 	PrometheusDir: "source scripts/lib/prometheus.sh && prometheus_start",
 	RabbitMQURL:   "source scripts/lib/rabbitmq.sh && rabbitmq_start",
