@@ -226,36 +226,7 @@ func runPolling(t *testing.T, r *rig, name string, event func(t *testing.T)) {
 	tStopped := time.Now()
 
 	// An ambiguous COMMIT either committed or not: the table says which.
-	l.mu.Lock()
-	var amb []string
-	for id := range l.ambiguous {
-		amb = append(amb, id)
-	}
-	l.mu.Unlock()
-	found := map[string]bool{}
-	if len(amb) > 0 {
-		rows, err := admin.Query(ctx, "SELECT id FROM "+schema+".outbox WHERE id = ANY($1)", amb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, id := range ids {
-			found[id] = true
-		}
-	}
-	want := map[string][]string{}
-	all := map[string]bool{}
-	for key, ids := range l.byKey {
-		for _, id := range ids {
-			if !l.ambiguous[id] || found[id] {
-				want[key] = append(want[key], id)
-				all[id] = true
-			}
-		}
-	}
+	want, all, found, amb := resolve(t, admin, schema, l)
 	// Every event whose COMMIT returned nil must be in the table (0 lost to the database).
 	var committed []string
 	for id := range l.committed {
