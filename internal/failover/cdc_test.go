@@ -93,9 +93,18 @@ func runCDC(t *testing.T, r *rig, permanent bool) {
 	produce(ctx, newPool(t, r.dsn, schema, 4), ob, l, 2, &stop, &wg)
 	time.Sleep(4 * time.Second)
 	if permanent {
-		// Patroni advances the standby's copy of the slot every loop_wait (1 s) to the
-		// position the primary's slot confirmed.
-		logSlots(t, r, admin)
+		// The relay re-created the slot at its start: Patroni copies it to the standby again
+		// (restarting the standby's PostgreSQL) and then advances the copy every loop_wait
+		// (1 s) to the position the primary's slot confirmed. Switch over once the copy has
+		// reached the relay's current checkpoint.
+		cp := rel.Stats().Checkpoint
+		w0 := time.Now()
+		if !waitFor(90*time.Second, func() bool { return standbySlotAt(r, slot, cp) }) {
+			logSlots(t, r)
+			t.Fatalf("the standby's copy of slot %s did not reach %s within 90 s", slot, cp)
+		}
+		t.Logf("the standby's copy of slot %s reached the relay's checkpoint %s after %v", slot, cp, time.Since(w0).Round(time.Millisecond))
+		logSlots(t, r)
 	}
 	t0 := time.Now()
 	from, to := r.switchover(t)
@@ -194,7 +203,7 @@ func dropSlot(t *testing.T, r *rig, slot string) {
 }
 
 // logSlots logs the slots of both nodes (Patroni keeps the permanent one on the standby).
-func logSlots(t *testing.T, r *rig, admin *pgxpool.Pool) {
+func logSlots(t *testing.T, r *rig) {
 	t.Helper()
 	ms, err := r.members()
 	if err != nil {
@@ -213,7 +222,28 @@ func logSlots(t *testing.T, r *rig, admin *pgxpool.Pool) {
 		p.Close()
 		t.Logf("%s (%s): logical slots: %s %v", m.Name, m.Role, s, err)
 	}
-	_ = admin
+}
+
+// standbySlotAt reports whether the sync standby has slot, confirmed at pos or later.
+func standbySlotAt(r *rig, slot, pos string) bool {
+	ms, err := r.members()
+	if err != nil || pos == "" {
+		return false
+	}
+	for _, m := range ms {
+		if m.Role != "sync_standby" {
+			continue
+		}
+		p, err := pgxpool.New(context.Background(), "postgres://postgres@"+m.Host+":"+strconv.Itoa(m.Port)+"/postgres?sslmode=disable&connect_timeout=2")
+		if err != nil {
+			return false
+		}
+		defer p.Close()
+		var ok bool
+		err = p.QueryRow(context.Background(), "SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $2", pos, slot).Scan(&ok)
+		return err == nil && ok
+	}
+	return false
 }
 
 // resolve checks the ambiguous COMMITs against the table and returns, per key in write order,
