@@ -85,7 +85,12 @@ func runCDC(t *testing.T, r *rig, permanent bool) {
 	rctx, stopRelay := context.WithCancel(context.Background())
 	defer stopRelay()
 	runDone := make(chan error, 1)
-	go func() { runDone <- rel.Run(rctx) }()
+	var runEnded atomic.Int64 // when the first Run returned (UnixNano)
+	go func() {
+		err := rel.Run(rctx)
+		runEnded.Store(time.Now().UnixNano())
+		runDone <- err
+	}()
 
 	l := &ledger{byKey: map[string][]string{}, ambiguous: map[string]bool{}, committed: map[string]time.Time{}}
 	var stop atomic.Bool
@@ -135,7 +140,7 @@ func runCDC(t *testing.T, r *rig, permanent bool) {
 	t.Logf("%s: %d committed (COMMIT nil), %d ambiguous of which %d committed; relay stats %+v", name, len(l.committed), len(amb), len(found), rel.Stats())
 	if ran {
 		var lost *core.PositionLostError
-		t.Logf("%s: Run returned %v (%v after the switchover began)", name, runErr, time.Since(t0).Round(time.Millisecond))
+		t.Logf("%s: Run returned %v (%v after the switchover began)", name, runErr, time.Unix(0, runEnded.Load()).Sub(t0).Round(time.Millisecond))
 		if !errors.Is(runErr, core.ErrPositionLost) || !errors.As(runErr, &lost) {
 			t.Fatalf("%s: the relay stopped with %v, not a position-lost error", name, runErr)
 		}
