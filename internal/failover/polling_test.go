@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +46,35 @@ func TestCrashFailoverPolling(t *testing.T) {
 		old := r.crash(t)
 		r.waitLeader(t, old, time.Minute)
 		r.restart(t, old)
+	})
+}
+
+// TestPostmasterKillPolling SIGKILLs only the primary's postmaster, its Patroni alive: the
+// node still holds the leader key, and Patroni restarts PostgreSQL in place (crash recovery)
+// rather than failing over. The same checks hold; the test logs which node leads afterwards.
+func TestPostmasterKillPolling(t *testing.T) {
+	r := needRig(t)
+	runPolling(t, r, "postmaster-kill", func(t *testing.T) {
+		leader, _ := r.waitHealthy(t, time.Minute)
+		pid := r.pidFile(t, r.dir+"/"+leader+"/data/postmaster.pid")
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill postmaster %d: %v", pid, err)
+		}
+		t.Logf("SIGKILL to the postmaster (pid %d) of leader %s, its Patroni alive", pid, leader)
+		if !waitFor(2*time.Minute, func() bool {
+			ms, _ := r.members()
+			for _, m := range ms {
+				if m.Role == "leader" && m.State == "running" {
+					if _, err := os.Stat(r.dir + "/" + m.Name + "/data/postmaster.pid"); err == nil && (m.Name != leader || r.pidFile(t, r.dir+"/"+m.Name+"/data/postmaster.pid") != pid) {
+						t.Logf("leader after the kill: %s (before: %s)", m.Name, leader)
+						return true
+					}
+				}
+			}
+			return false
+		}) {
+			t.Fatal("no running leader 2 minutes after the postmaster was killed")
+		}
 	})
 }
 
