@@ -143,6 +143,13 @@ func (r *rig) switchover(t *testing.T) (from, to string) {
 func (r *rig) crash(t *testing.T) string {
 	t.Helper()
 	leader, _ := r.waitHealthy(t, time.Minute)
+	r.kill(t, leader)
+	return leader
+}
+
+// kill SIGKILLs the Patroni and then the postmaster of node leader.
+func (r *rig) kill(t *testing.T, leader string) {
+	t.Helper()
 	runuser := r.pidFile(t, r.dir+"/"+leader+".pid")
 	out, err := exec.Command("pgrep", "-P", strconv.Itoa(runuser)).Output()
 	if err != nil {
@@ -160,7 +167,19 @@ func (r *rig) crash(t *testing.T) string {
 		t.Fatalf("kill postmaster %d: %v", postmaster, err)
 	}
 	t.Logf("SIGKILL to the Patroni (pid %d) and the postmaster (pid %d) of leader %s", patroni, postmaster, leader)
-	return leader
+}
+
+// setConfig changes the cluster's dynamic configuration (patronictl edit-config -s k=v ...).
+func (r *rig) setConfig(t *testing.T, kv ...string) {
+	t.Helper()
+	args := []string{"-c", r.ctl, "edit-config", "--force"}
+	for _, s := range kv {
+		args = append(args, "-s", s)
+	}
+	out, err := exec.Command("patronictl", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("patronictl edit-config %v: %v: %s", kv, err, out)
+	}
 }
 
 // restart starts the Patroni of node name again (it rejoins as a replica, with pg_rewind).
