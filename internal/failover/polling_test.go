@@ -296,7 +296,7 @@ func runPolling(t *testing.T, r *rig, name string, event func(t *testing.T)) {
 	}
 	t.Logf("%s: %d events committed (COMMIT nil), %d ambiguous COMMITs of which %d committed, %d writes failed before COMMIT; %d of the committed in the table",
 		name, len(l.committed), len(amb), len(found), l.failed, inTable)
-	t.Logf("%s: new leader %v after the event began, cluster healthy again (leader + sync standby) after %v; write outage (longest gap between commits) %v from %v after the event began; publish outage (longest gap between first sends) %v from %v; first send %v after writes resumed; every event delivered %v after the producers stopped",
+	t.Logf("%s: a running leader (new, or restarted in place) %v after the event began, cluster healthy again (leader + sync standby) after %v; write outage (longest gap between commits) %v from %v after the event began; publish outage (longest gap between first sends) %v from %v; first send %v after writes resumed; every event delivered %v after the producers stopped",
 		name, tLeader.Sub(t0).Round(time.Millisecond), tHealthy.Sub(t0).Round(time.Millisecond),
 		commitGapEnd.Sub(commitGapStart).Round(time.Millisecond), commitGapStart.Sub(t0).Round(time.Millisecond),
 		sendGapEnd.Sub(sendGapStart).Round(time.Millisecond), sendGapStart.Sub(t0).Round(time.Millisecond),
