@@ -98,13 +98,15 @@ func Decide(ctx context.Context, err error) Action {
 // is not an outbox message (an error marked with Poison), the inbox refuses it
 // (core.ErrInvalidMessage), its event ID was recorded with another payload
 // (core.ErrDigestMismatch), it is older than the consumer's retention horizon
-// (core.ErrBeyondRetention), or its payload is rejected by the inbox's schema check
-// (core.ErrSchemaRejected, core.InboxOptions.Schemas).
+// (core.ErrBeyondRetention), its payload is rejected by the inbox's schema check
+// (core.ErrSchemaRejected, core.InboxOptions.Schemas), or it cannot be decrypted (a
+// destroyed key, a tampered or moved ciphertext: core.ErrUndecryptable,
+// core.InboxOptions.Decrypter).
 func IsPoison(err error) bool {
 	var p *poison
 	return errors.As(err, &p) || errors.Is(err, core.ErrInvalidMessage) ||
 		errors.Is(err, core.ErrDigestMismatch) || errors.Is(err, core.ErrBeyondRetention) ||
-		errors.Is(err, core.ErrSchemaRejected)
+		errors.Is(err, core.ErrSchemaRejected) || errors.Is(err, core.ErrUndecryptable)
 }
 
 // Poison marks err, the failure to decode a message, as one that no attempt can get past.
