@@ -336,4 +336,3 @@ func WriteKeyringFile(path string, f *KeyringFile) error {
 	}
 	return nil
 }
-
