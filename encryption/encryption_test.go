@@ -243,18 +243,19 @@ func TestAllowClear(t *testing.T) {
 
 func TestRotation(t *testing.T) {
 	t.Parallel()
-	path, _, c := newKeyring(t, "acme")
+	path, kr, c := newKeyring(t, "acme")
 	p := newPipeline(t, c)
 	old := p.write(t, ev("r1", "acme", "before"))
 	newID, err := encryption.RotateKey(path, "acme", time.Now())
 	require.NoError(t, err)
+	require.NoError(t, kr.Reload()) // or within a second
 	fresh := p.write(t, ev("r2", "acme", "after"))
 	e1, err := encryption.Parse(old[0].Payload)
 	require.NoError(t, err)
 	e2, err := encryption.Parse(fresh[0].Payload)
 	require.NoError(t, err)
 	require.NotEqual(t, e1.KeyID, e2.KeyID)
-	require.Equal(t, newID, e2.KeyID, "new writes use the new current key (the running Keyring read the file again)")
+	require.Equal(t, newID, e2.KeyID, "new writes use the new current key")
 	for _, e := range []core.Event{old[0], fresh[0]} {
 		seen, _, err := p.process(t, core.InboxMessageOf(&e, time.Time{}, ""))
 		require.NoError(t, err)
@@ -271,6 +272,7 @@ func TestKeySelectorShredsOneSubject(t *testing.T) {
 	require.NoError(t, err)
 	tenantKey, err := encryption.RotateKey(path, "acme", time.Now()) // ...and this one after it
 	require.NoError(t, err)
+	require.NoError(t, kr.Reload())
 	c, err := encryption.New(encryption.Options{Keys: kr, SelectKey: func(_ context.Context, e *core.Event) (string, error) {
 		if e.AggregateID == "alice" {
 			return subjectKey, nil
@@ -288,6 +290,7 @@ func TestKeySelectorShredsOneSubject(t *testing.T) {
 	ids, err := encryption.DestroyKeys(path, "acme", subjectKey, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, []string{subjectKey}, ids)
+	require.NoError(t, kr.Reload())
 	_, err = c.Open(t.Context(), "alice", "acme", events[0].Payload)
 	require.ErrorIs(t, err, encryption.ErrKeyDestroyed)
 	plain, err := c.Open(t.Context(), "bob", "acme", events[1].Payload)
@@ -303,6 +306,11 @@ func TestShredding(t *testing.T) {
 	ids, err := encryption.DestroyKeys(path, "acme", "", time.Now())
 	require.NoError(t, err)
 	require.Len(t, ids, 1)
+	// A running Keyring sees the file change within a second (or at once on Reload).
+	require.Eventually(t, func() bool {
+		_, err := c.Open(t.Context(), "s1", "acme", stored[0].Payload)
+		return errors.Is(err, encryption.ErrKeyDestroyed)
+	}, 3*time.Second, 50*time.Millisecond)
 
 	_, _, err = p.process(t, core.InboxMessageOf(&stored[0], time.Time{}, ""))
 	require.ErrorIs(t, err, encryption.ErrKeyDestroyed)

@@ -2,6 +2,7 @@ package encryption
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -40,15 +41,20 @@ type TenantKeyring struct {
 
 // Keyring is the KeyProvider of a local keyring file (KeyringFile): for tests and small
 // deployments. Each data key is wrapped with AES-256-GCM under the named key, the tenant and
-// key ID authenticated with it. It reads the file again whenever its modification time, size
-// or inode changed (checked on each call), so that a key destroyed or added by `outboxkit keys`
+// key ID authenticated with it. It reads the file again when its modification time, size
+// or inode changed (compared at most once a second, and on Reload), so that a key destroyed or added by `outboxkit keys`
 // is seen by running producers and consumers without a restart.
 type Keyring struct {
-	path string
-	mu   sync.Mutex
-	fi   os.FileInfo // of the file f was read from
-	f    *KeyringFile
+	path    string
+	mu      sync.Mutex
+	fi      os.FileInfo // of the file f was read from
+	checked time.Time   // when fi was last compared with the file
+	f       *KeyringFile
+	aeads   map[[2]string]cipher.AEAD // of f's keys, by tenant and key ID
 }
+
+// keyringCheckInterval is how often a Keyring compares the file with the one it read.
+const keyringCheckInterval = time.Second
 
 var _ KeyProvider = (*Keyring)(nil)
 
@@ -56,10 +62,19 @@ var _ KeyProvider = (*Keyring)(nil)
 // returns ErrKeyringExposed.
 func OpenKeyring(path string) (*Keyring, error) {
 	k := &Keyring{path: path}
-	if _, err := k.load(); err != nil {
+	if err := k.Reload(); err != nil {
 		return nil, err
 	}
 	return k, nil
+}
+
+// Reload compares the file with the one read now, and reads it again when it changed.
+func (k *Keyring) Reload() error {
+	k.mu.Lock()
+	k.checked = time.Time{}
+	k.mu.Unlock()
+	_, err := k.load()
+	return err
 }
 
 // ReadKeyringFile reads and checks the keyring file at path.
@@ -118,32 +133,47 @@ func (f *KeyringFile) check() error {
 func (k *Keyring) load() (*KeyringFile, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	now := time.Now()
+	if k.f != nil && now.Sub(k.checked) < keyringCheckInterval {
+		return k.f, nil
+	}
 	fi, err := os.Stat(k.path)
 	if err != nil {
 		return nil, fmt.Errorf("encryption: keyring: %w", err)
 	}
 	if k.f != nil && os.SameFile(fi, k.fi) && fi.ModTime().Equal(k.fi.ModTime()) && fi.Size() == k.fi.Size() {
+		k.checked = now
 		return k.f, nil
 	}
 	f, fi, err := ReadKeyringFile(k.path)
 	if err != nil {
 		return nil, err
 	}
-	k.f, k.fi = f, fi
+	aeads := map[[2]string]cipher.AEAD{}
+	for tenant, t := range f.Tenants {
+		for id, key := range t.Keys {
+			if aeads[[2]string{tenant, id}], err = newAEAD(key); err != nil {
+				return nil, err
+			}
+		}
+	}
+	k.f, k.fi, k.checked, k.aeads = f, fi, now, aeads
 	return f, nil
 }
 
-// key returns tenant's key id.
-func (k *Keyring) key(tenant, keyID string) ([]byte, error) {
+// key returns the AEAD of tenant's key keyID.
+func (k *Keyring) key(tenant, keyID string) (cipher.AEAD, error) {
 	f, err := k.load()
 	if err != nil {
 		return nil, err
 	}
-	t := f.Tenants[tenant]
-	if t != nil {
-		if key, ok := t.Keys[keyID]; ok {
-			return key, nil
-		}
+	k.mu.Lock()
+	aead, ok := k.aeads[[2]string{tenant, keyID}]
+	k.mu.Unlock()
+	if ok {
+		return aead, nil
+	}
+	if t := f.Tenants[tenant]; t != nil {
 		if at, ok := t.Destroyed[keyID]; ok {
 			return nil, fmt.Errorf("%w (at %s)", ErrKeyDestroyed, at.UTC().Format(time.RFC3339))
 		}
@@ -170,11 +200,7 @@ func wrapAAD(tenant, keyID string) []byte {
 
 // WrapKey encrypts dataKey with tenant's key keyID: nonce (12 bytes), then the ciphertext and tag.
 func (k *Keyring) WrapKey(_ context.Context, tenant, keyID string, dataKey []byte) ([]byte, error) {
-	key, err := k.key(tenant, keyID)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := newAEAD(key)
+	aead, err := k.key(tenant, keyID)
 	if err != nil {
 		return nil, err
 	}
@@ -185,11 +211,7 @@ func (k *Keyring) WrapKey(_ context.Context, tenant, keyID string, dataKey []byt
 
 // UnwrapKey decrypts a data key that WrapKey wrapped.
 func (k *Keyring) UnwrapKey(_ context.Context, tenant, keyID string, wrapped []byte) ([]byte, error) {
-	key, err := k.key(tenant, keyID)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := newAEAD(key)
+	aead, err := k.key(tenant, keyID)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,7 @@ func TestProcessorDecryptsAndDeadLettersShredded(t *testing.T) {
 	// Shredded: poison, nothing recorded, the handler not run.
 	_, err = encryption.DestroyKeys(path, "acme", "", time.Now())
 	require.NoError(t, err)
+	require.NoError(t, kr.Reload()) // a running Keyring sees it within a second
 	d3 := &sealedDelivery{Event: events[2]}
 	_, err = proc.Process(ctx, d3, consume.Message(&d3.Event, time.Time{}, nil, "q/3"))
 	require.ErrorIs(t, err, encryption.ErrKeyDestroyed)
