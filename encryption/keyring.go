@@ -236,6 +236,8 @@ func NewKeyID(now time.Time) string {
 // RotateKey adds a new random key to tenant in the keyring file at path (created, mode 0600,
 // when missing) and makes it current; the old keys stay, so that their payloads still
 // decrypt. The file is replaced atomically (WriteKeyringFile). It returns the new key ID.
+// RotateKey and DestroyKeys read the file, change it and replace it: run one at a time on a
+// file (one operator), or a concurrent change is lost.
 func RotateKey(path, tenant string, now time.Time) (string, error) {
 	f, err := readOrNew(path)
 	if err != nil {
