@@ -180,12 +180,13 @@ func TestMovedCiphertextFails(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrUndecryptable)
 	require.True(t, core.IsPermanent(err))
 
-	// Another tenant with a key of the same ID cannot exist here, but the tenant is checked:
-	// the same bytes under tenant "other" fail (its key does not know the wrapped key).
+	// Moved to tenant "other": its keyring holds no such key, and the key is acme's: tampered
+	// (permanent), not unknown (retried).
 	other := core.InboxMessageOf(&stored[0], time.Time{}, "")
 	other.Tenant = "other"
 	_, _, err = p.process(t, other)
-	require.Error(t, err)
+	require.ErrorIs(t, err, encryption.ErrTampered)
+	require.True(t, core.IsPermanent(err))
 	require.EqualValues(t, 0, p.store.Counter("applied"), "nothing applied")
 
 	// And the real one still applies: nothing was recorded for m2 or m1.
@@ -451,4 +452,32 @@ func TestEnvelopeLayout(t *testing.T) {
 	wl := int(binary.BigEndian.Uint16(b[7+kl:]))
 	require.Equal(t, 12+32+16, wl, "keyring: nonce, data key, tag")
 	require.Len(t, b, 5+2+kl+2+wl+12+len("hello")+16)
+}
+
+// staticKeys is a KeyProvider that binds nothing to the tenant: one key for all, the data
+// key "wrapped" as is. With it only the envelope's own authenticated data can refuse a
+// ciphertext moved to another tenant.
+type staticKeys struct{}
+
+func (staticKeys) CurrentKey(context.Context, string) (string, error) { return "static", nil }
+func (staticKeys) WrapKey(_ context.Context, _, _ string, dk []byte) ([]byte, error) {
+	return bytes.Clone(dk), nil
+}
+func (staticKeys) UnwrapKey(_ context.Context, _, _ string, w []byte) ([]byte, error) {
+	return bytes.Clone(w), nil
+}
+
+func TestTenantAuthenticatedByTheEnvelope(t *testing.T) {
+	t.Parallel()
+	c, err := encryption.New(encryption.Options{Keys: staticKeys{}})
+	require.NoError(t, err)
+	events := []core.Event{ev("t1", "acme", "acme's")}
+	require.NoError(t, c.EncryptPayloads(t.Context(), events))
+	plain, err := c.Open(t.Context(), "t1", "acme", events[0].Payload)
+	require.NoError(t, err)
+	require.Equal(t, "acme's", string(plain))
+	_, err = c.Open(t.Context(), "t1", "beta", events[0].Payload)
+	require.ErrorIs(t, err, encryption.ErrTampered)
+	_, err = c.Open(t.Context(), "t2", "acme", events[0].Payload)
+	require.ErrorIs(t, err, encryption.ErrTampered)
 }

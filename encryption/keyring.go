@@ -178,6 +178,13 @@ func (k *Keyring) key(tenant, keyID string) (cipher.AEAD, error) {
 			return nil, fmt.Errorf("%w (at %s)", ErrKeyDestroyed, at.UTC().Format(time.RFC3339))
 		}
 	}
+	for other, t := range f.Tenants { // a key of another tenant: moved there, not unknown
+		_, has := t.Keys[keyID]
+		_, had := t.Destroyed[keyID]
+		if other != tenant && (has || had) {
+			return nil, fmt.Errorf("%w: key %q is another tenant's", ErrTampered, keyID)
+		}
+	}
 	return nil, ErrUnknownKey
 }
 
