@@ -8,6 +8,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -41,13 +43,47 @@ type Options struct {
 	// while a consumer reads events written before encryption was turned on. Default false:
 	// such a payload fails with ErrMalformed (permanent).
 	AllowClear bool
+	// ReuseDataKeys, when positive, lets a data key serve the Write calls of that long (of one
+	// tenant and key, up to 1<<20 events) and keeps the unwrapped data keys of decrypted
+	// payloads that long (up to 4096 of them): one KeyProvider call (a KMS round trip) per
+	// interval instead of per Write call on producers and per message on consumers. The
+	// price: a destroyed key still decrypts the payloads whose data keys are kept, and a
+	// selected (SelectKey) destroyed key still encrypts, until the interval is over. Default
+	// 0: a fresh data key per Write call, unwrapped again for each message. Must not be
+	// negative.
+	ReuseDataKeys time.Duration
 }
 
 // Cipher encrypts payloads for core.Outbox (OutboxOptions.Encrypter) and decrypts them for
 // core.Inbox (InboxOptions.Decrypter). It is safe for concurrent use.
 type Cipher struct {
-	o Options
+	o  Options
+	mu sync.Mutex
+	// Of ReuseDataKeys: the sealers of recent Write calls by tenant and key, and the AEADs of
+	// recently unwrapped data keys by tenant, key and wrapped key.
+	sealers map[[2]string]*sealer
+	openers map[string]opener
 }
+
+// sealer encrypts with one data key.
+type sealer struct {
+	aead    cipher.AEAD
+	keyID   string
+	wrapped []byte
+	until   time.Time // ReuseDataKeys
+	uses    int
+}
+
+type opener struct {
+	aead  cipher.AEAD
+	until time.Time
+}
+
+// Bounds of ReuseDataKeys.
+const (
+	maxSealerUses = 1 << 20 // events per reused data key (random 96-bit nonces)
+	maxOpeners    = 4096
+)
 
 var (
 	_ core.PayloadEncrypter = (*Cipher)(nil)
@@ -59,7 +95,10 @@ func New(opts Options) (*Cipher, error) {
 	if opts.Keys == nil {
 		return nil, &core.OptionError{Field: "Keys", Reason: "required: a KeyProvider (encryption.OpenKeyring, encryption.NewKMS)"}
 	}
-	return &Cipher{o: opts}, nil
+	if opts.ReuseDataKeys < 0 {
+		return nil, &core.OptionError{Field: "ReuseDataKeys", Reason: "must not be negative (0: a fresh data key per Write call)"}
+	}
+	return &Cipher{o: opts, sealers: map[[2]string]*sealer{}, openers: map[string]opener{}}, nil
 }
 
 // The envelope, version 1 (see the package documentation).
@@ -78,12 +117,7 @@ const (
 // Write call, not per event); each event has its own random nonce, and its ID and Tenant
 // are authenticated with the ciphertext.
 func (c *Cipher) EncryptPayloads(ctx context.Context, events []core.Event) error {
-	type group struct{ tenant, keyID string }
-	type sealer struct {
-		aead    cipher.AEAD
-		keyID   string
-		wrapped []byte
-	}
+	type group = [2]string // tenant, key ID
 	sealers := map[group]*sealer{}
 	current := map[string]string{}
 	for i := range events {
@@ -113,6 +147,9 @@ func (c *Cipher) EncryptPayloads(ctx context.Context, events []core.Event) error
 		g := group{ev.Tenant, keyID}
 		s := sealers[g]
 		if s == nil {
+			s = c.reused(g)
+		}
+		if s == nil {
 			dk := make([]byte, dataKeyLen)
 			rand.Read(dk) // never returns an error (crypto/rand)
 			wrapped, err := c.o.Keys.WrapKey(ctx, ev.Tenant, keyID, dk)
@@ -128,11 +165,38 @@ func (c *Cipher) EncryptPayloads(ctx context.Context, events []core.Event) error
 				return err
 			}
 			s = &sealer{aead: aead, keyID: keyID, wrapped: wrapped}
-			sealers[g] = s
+			if c.o.ReuseDataKeys > 0 {
+				s.until = time.Now().Add(c.o.ReuseDataKeys)
+				c.mu.Lock()
+				c.sealers[g] = s
+				c.mu.Unlock()
+			}
+		}
+		sealers[g] = s
+		if c.o.ReuseDataKeys > 0 {
+			c.mu.Lock()
+			s.uses++
+			c.mu.Unlock()
 		}
 		ev.Payload = seal(s.aead, s.keyID, s.wrapped, ev.ID, ev.Tenant, ev.Payload)
 	}
 	return nil
+}
+
+// reused returns the kept sealer of g (ReuseDataKeys), nil when there is none in its time and
+// uses.
+func (c *Cipher) reused(g [2]string) *sealer {
+	if c.o.ReuseDataKeys <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sealers[g]
+	if s == nil || !time.Now().Before(s.until) || s.uses >= maxSealerUses {
+		delete(c.sealers, g)
+		return nil
+	}
+	return s
 }
 
 // seal returns the envelope of plaintext.
@@ -231,21 +295,9 @@ func (c *Cipher) Open(ctx context.Context, eventID, tenant string, payload []byt
 	if err != nil {
 		return nil, err
 	}
-	dk, err := c.o.Keys.UnwrapKey(ctx, tenant, env.KeyID, env.WrappedKey)
+	aead, err := c.opener(ctx, tenant, env)
 	if err != nil {
-		err = fmt.Errorf("encryption: event %s: key %q of tenant %q: %w", eventID, env.KeyID, tenant, err)
-		if isUndecryptable(err) {
-			err = core.Permanent(err)
-		}
-		return nil, err
-	}
-	if len(dk) != dataKeyLen {
-		return nil, core.Permanent(fmt.Errorf("encryption: event %s: %w: data key of %d bytes", eventID, ErrTampered, len(dk)))
-	}
-	aead, err := newAEAD(dk)
-	clear(dk)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encryption: event %s: %w", eventID, err)
 	}
 	nonce := env.header[len(env.header)-nonceSize:]
 	plain, err := aead.Open(nil, nonce, env.ciphertext, aad(env.header, eventID, tenant))
@@ -253,6 +305,46 @@ func (c *Cipher) Open(ctx context.Context, eventID, tenant string, payload []byt
 		return nil, core.Permanent(fmt.Errorf("encryption: event %s: %w", eventID, ErrTampered))
 	}
 	return plain, nil
+}
+
+// opener returns the AEAD of env's data key: unwrapped by the provider, or kept
+// (ReuseDataKeys).
+func (c *Cipher) opener(ctx context.Context, tenant string, env Envelope) (cipher.AEAD, error) {
+	var id string
+	if c.o.ReuseDataKeys > 0 {
+		id = tenant + "\x00" + env.KeyID + "\x00" + string(env.WrappedKey)
+		c.mu.Lock()
+		o, ok := c.openers[id]
+		c.mu.Unlock()
+		if ok && time.Now().Before(o.until) {
+			return o.aead, nil
+		}
+	}
+	dk, err := c.o.Keys.UnwrapKey(ctx, tenant, env.KeyID, env.WrappedKey)
+	if err != nil {
+		err = fmt.Errorf("key %q of tenant %q: %w", env.KeyID, tenant, err)
+		if isUndecryptable(err) {
+			err = core.Permanent(err)
+		}
+		return nil, err
+	}
+	if len(dk) != dataKeyLen {
+		return nil, core.Permanent(fmt.Errorf("%w: data key of %d bytes", ErrTampered, len(dk)))
+	}
+	aead, err := newAEAD(dk)
+	clear(dk)
+	if err != nil {
+		return nil, err
+	}
+	if c.o.ReuseDataKeys > 0 {
+		c.mu.Lock()
+		if len(c.openers) >= maxOpeners {
+			clear(c.openers)
+		}
+		c.openers[id] = opener{aead: aead, until: time.Now().Add(c.o.ReuseDataKeys)}
+		c.mu.Unlock()
+	}
+	return aead, nil
 }
 
 // DecryptPayload replaces msg.Payload by its plaintext, authenticated with msg.EventID and

@@ -34,7 +34,9 @@
 // One fresh random data key per tenant and key per Write call (a batch), wrapped once; each
 // event has its own random 96-bit nonce. Per call rather than per event because wrapping
 // is a KMS round trip inside the producer's transaction; nothing is lost for shredding,
-// which destroys the wrapping key, and a data key never serves two calls.
+// which destroys the wrapping key, and a data key never serves two calls. Options.ReuseDataKeys
+// trades this for cost: a data key serves the calls of an interval, and consumers keep
+// unwrapped data keys that long (a destroyed key then takes up to the interval to bite).
 //
 // # Envelope (version 1)
 //

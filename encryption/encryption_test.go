@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -480,4 +481,39 @@ func TestTenantAuthenticatedByTheEnvelope(t *testing.T) {
 	require.ErrorIs(t, err, encryption.ErrTampered)
 	_, err = c.Open(t.Context(), "t2", "acme", events[0].Payload)
 	require.ErrorIs(t, err, encryption.ErrTampered)
+}
+
+// ReuseDataKeys: one kms:Encrypt for several Write calls and one kms:Decrypt for their
+// messages, within the interval; without it, one per call and one per message.
+func TestReuseDataKeys(t *testing.T) {
+	t.Parallel()
+	for _, reuse := range []time.Duration{0, time.Hour} {
+		fake := &fakeKMS{keys: map[string][]byte{"k": bytes.Repeat([]byte{7}, 32)}, deleted: map[string]bool{}}
+		k, err := encryption.NewKMS(encryption.KMSOptions{Client: fake, Keys: map[string]string{"": "k"}})
+		require.NoError(t, err)
+		c, err := encryption.New(encryption.Options{Keys: k, ReuseDataKeys: reuse})
+		require.NoError(t, err)
+		var sealed [][]byte
+		for i := range 3 {
+			events := []core.Event{ev("u"+strconv.Itoa(i), "", "p")}
+			require.NoError(t, c.EncryptPayloads(t.Context(), events))
+			sealed = append(sealed, events[0].Payload)
+		}
+		wantCalls := map[time.Duration]int{0: 3, time.Hour: 1}[reuse]
+		require.Equal(t, wantCalls, fake.calls, "kms:Encrypt calls, reuse %v", reuse)
+		fake.calls = 0
+		for i, b := range sealed {
+			plain, err := c.Open(t.Context(), "u"+strconv.Itoa(i), "", b)
+			require.NoError(t, err)
+			require.Equal(t, "p", string(plain))
+		}
+		require.Equal(t, wantCalls, fake.calls, "kms:Decrypt calls, reuse %v", reuse)
+		// A kept data key still checks the event ID.
+		_, err = c.Open(t.Context(), "u1", "", sealed[0])
+		require.ErrorIs(t, err, encryption.ErrTampered)
+	}
+	_, err := encryption.New(encryption.Options{Keys: staticKeys{}, ReuseDataKeys: -1})
+	var oe *core.OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "ReuseDataKeys", oe.Field)
 }
