@@ -36,6 +36,9 @@ type InboxMessage struct {
 	// Type and SchemaID are the event's, for InboxOptions.Schemas (InboxMessageOf sets them);
 	// the inbox neither checks nor records them otherwise.
 	Type, SchemaID string
+	// Tenant is the event's (InboxMessageOf sets it), for InboxOptions.Decrypter, which
+	// authenticates it with the payload; the inbox neither checks nor records it otherwise.
+	Tenant string
 }
 
 // InboxMessageOf is the one mapping of a delivered event to the InboxMessage that
@@ -49,7 +52,7 @@ type InboxMessage struct {
 func InboxMessageOf(ev *Event, createdAt time.Time, position string) InboxMessage {
 	entity, version := EventEntity(ev)
 	return InboxMessage{EventID: ev.ID, Payload: ev.Payload, Entity: entity, Version: version,
-		OccurredAt: createdAt, SourcePosition: position, Type: ev.Type, SchemaID: ev.SchemaID}
+		OccurredAt: createdAt, SourcePosition: position, Type: ev.Type, SchemaID: ev.SchemaID, Tenant: ev.Tenant}
 }
 
 // EventEntity is an event's inbox version gate: the entity AggregateType + "/" + AggregateID
@@ -99,6 +102,39 @@ type InboxOptions struct {
 	// not run. A message without a SchemaID is checked too; the validator decides. Default
 	// nil: payloads are not checked.
 	Schemas SchemaValidator
+	// Decrypter, when set, replaces every message's payload by its plaintext before anything
+	// else (the schema check, the digest, the handler): the digest recorded is the
+	// plaintext's. A message that cannot be decrypted fails with the Decrypter's error
+	// (package encryption: ErrUndecryptable and permanent for a destroyed key, a tampered or
+	// moved ciphertext), nothing is recorded and the handler does not run. Default nil:
+	// payloads are handed over as delivered. Package encryption implements it.
+	Decrypter PayloadDecrypter
+}
+
+// PayloadDecrypter decrypts a delivered message's payload in place, for the Inbox (the
+// counterpart of PayloadEncrypter). Package encryption implements it.
+type PayloadDecrypter interface {
+	DecryptPayload(ctx context.Context, msg *InboxMessage) error
+}
+
+// ErrUndecryptable marks a payload that no attempt can decrypt: its key was destroyed, or it
+// was tampered with or moved to another event or tenant (InboxOptions.Decrypter). The
+// consumers of package sinks dead-letter it.
+var ErrUndecryptable = errors.New("outbox: payload cannot be decrypted")
+
+// decrypt returns msgs with their payloads decrypted (InboxOptions.Decrypter), the caller's
+// slice unchanged; the error of message i is a *BatchError.
+func (in *Inbox[TTx]) decrypt(ctx context.Context, msgs []InboxMessage) ([]InboxMessage, error) {
+	if in.o.Decrypter == nil {
+		return msgs, nil
+	}
+	out := slices.Clone(msgs)
+	for i := range out {
+		if err := in.o.Decrypter.DecryptPayload(ctx, &out[i]); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+	}
+	return out, nil
 }
 
 // check validates msg as Process takes it.
@@ -201,9 +237,12 @@ func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMes
 		in.inst.processed(ctx, consumer, res[0], err)
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	err = checkSchemas(ctx, in.o.Schemas, []InboxMessage{msg})
+	msgs, err := in.decrypt(ctx, []InboxMessage{msg})
 	if err == nil {
-		err = in.run(ctx, consumer, []InboxMessage{msg}, handlers[TTx]{each: func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
+		err = checkSchemas(ctx, in.o.Schemas, msgs)
+	}
+	if err == nil {
+		err = in.run(ctx, consumer, msgs, handlers[TTx]{each: func(ctx context.Context, tx TTx, _ int, msg InboxMessage) error {
 			return handler(ctx, tx, msg)
 		}}, res)
 	}
@@ -298,8 +337,10 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		}
 		in.inst.recordTx(ctx, consumer, time.Since(began))
 	}()
-	if err = checkSchemas(ctx, in.o.Schemas, msgs); err == nil {
-		err = in.run(ctx, consumer, msgs, handler, res)
+	if msgs, err = in.decrypt(ctx, msgs); err == nil {
+		if err = checkSchemas(ctx, in.o.Schemas, msgs); err == nil {
+			err = in.run(ctx, consumer, msgs, handler, res)
+		}
 	}
 	returned = true
 	if err != nil {

@@ -26,6 +26,19 @@ type OutboxOptions struct {
 	// event without a SchemaID is checked too; the validator decides whether it passes.
 	// Default nil: payloads are not checked.
 	Schemas SchemaValidator
+	// Encrypter, when set, replaces every event's payload by its ciphertext after validation
+	// and the schema check (which see the plaintext), before anything is written: the outbox
+	// row, every broker copy and claim-check object then hold only ciphertext. An error writes
+	// nothing of the call. Limits.MaxPayloadBytes bounds the plaintext. Default nil: payloads
+	// are stored and sent as given. Package encryption implements it (envelope encryption,
+	// AES-256-GCM).
+	Encrypter PayloadEncrypter
+}
+
+// PayloadEncrypter encrypts the payloads of events, in place, for Outbox.Write; the events
+// are normalised (ID assigned) and belong to one Write call. Package encryption implements it.
+type PayloadEncrypter interface {
+	EncryptPayloads(ctx context.Context, events []Event) error
 }
 
 // Outbox appends events inside the caller's own transaction. TTx is the caller's transaction
@@ -36,6 +49,7 @@ type Outbox[TTx any] struct {
 	limits  Limits
 	prop    propagation.TextMapPropagator
 	schemas SchemaValidator
+	enc     PayloadEncrypter
 }
 
 // NewOutbox reads the lane count recorded at migration and returns an Outbox writing to store.
@@ -58,7 +72,7 @@ func NewOutbox[TTx any](ctx context.Context, store driver.OutboxStore[TTx], opts
 	if lanes < 1 || lanes > MaxLanes {
 		return nil, fmt.Errorf("%w: lane count %d out of range", ErrSchemaMismatch, lanes)
 	}
-	ob := &Outbox[TTx]{store: store, limits: o.Limits.WithDefaults(), prop: o.Propagator, schemas: o.Schemas}
+	ob := &Outbox[TTx]{store: store, limits: o.Limits.WithDefaults(), prop: o.Propagator, schemas: o.Schemas, enc: o.Encrypter}
 	ob.lanes.Store(int64(lanes))
 	return ob, nil
 }
@@ -69,7 +83,8 @@ func NewOutbox[TTx any](ctx context.Context, store driver.OutboxStore[TTx], opts
 // a database error writes nothing of this call either. The events become visible to relays when tx commits, and never if it rolls back. When ctx carries a span, its
 // trace context is added to each event's Headers (OutboxOptions.Propagator), and every event
 // carries its transaction group (HeaderTxID, HeaderTxIndex, HeaderTxCount; see WithTxGroup); the
-// caller's maps are not modified.
+// caller's maps are not modified. With OutboxOptions.Encrypter the events returned and stored
+// carry the ciphertext.
 //
 // When the store is a LaneInserter (PostgreSQL, MySQL/MariaDB, SQLite), the insert is checked
 // against the lane count the lanes were computed with; after a LaneResizer.ResizeLanes it is
@@ -101,6 +116,11 @@ func (o *Outbox[TTx]) Write(ctx context.Context, tx TTx, events ...Event) ([]Eve
 	}
 	if err := stampTxGroup(ctx, out); err != nil {
 		return nil, err
+	}
+	if o.enc != nil {
+		if err := o.enc.EncryptPayloads(ctx, out); err != nil {
+			return nil, fmt.Errorf("outbox: encrypt payloads: %w", err)
+		}
 	}
 	lanes := int(o.lanes.Load())
 	checked, _ := o.store.(driver.LaneInserter[TTx])

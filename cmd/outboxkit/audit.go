@@ -123,7 +123,7 @@ func auditCommand() *cobra.Command {
 	var sinceFlag string
 	var since time.Time
 	var limit int
-	cmd, _ := opCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset, lanes resize and inbox prune (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
+	cmd, _ := opCommand("audit --db URL [--since T] [--limit N]", "list the audit rows of replay, unpark, cleanup, cdc release, backfill, lanes reset, lanes resize, inbox prune and keys destroy (the latest --limit, oldest first; \"none\" when there are none)", cobra.NoArgs,
 		func(cmd *cobra.Command, f *dbFlags, _ *opendb.DB, op *core.Operator, _ []string) error {
 			entries, err := op.AuditLog(cmd.Context(), driver.AuditListParams{Since: since, Limit: limit})
 			if err != nil {

@@ -59,6 +59,7 @@ func newRoot() *cobra.Command {
 	)
 	root.AddCommand(statusCommand(), parkedCommand(), unparkCommand(), replayCommand(), cleanupCommand(), cdcCommand(), backfillCommand(), auditCommand(), migrateCommand(), versionCommand())
 	root.AddCommand(lanesCommand(), inboxCommand())
+	root.AddCommand(keysCommand())
 	root.AddCommand(consoleCommand())
 	// A bad flag is one line naming it, and exit status 2.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -98,13 +99,15 @@ func Decide(ctx context.Context, err error) Action {
 // is not an outbox message (an error marked with Poison), the inbox refuses it
 // (core.ErrInvalidMessage), its event ID was recorded with another payload
 // (core.ErrDigestMismatch), it is older than the consumer's retention horizon
-// (core.ErrBeyondRetention), or its payload is rejected by the inbox's schema check
-// (core.ErrSchemaRejected, core.InboxOptions.Schemas).
+// (core.ErrBeyondRetention), its payload is rejected by the inbox's schema check
+// (core.ErrSchemaRejected, core.InboxOptions.Schemas), or it cannot be decrypted (a
+// destroyed key, a tampered or moved ciphertext: core.ErrUndecryptable,
+// core.InboxOptions.Decrypter).
 func IsPoison(err error) bool {
 	var p *poison
 	return errors.As(err, &p) || errors.Is(err, core.ErrInvalidMessage) ||
 		errors.Is(err, core.ErrDigestMismatch) || errors.Is(err, core.ErrBeyondRetention) ||
-		errors.Is(err, core.ErrSchemaRejected)
+		errors.Is(err, core.ErrSchemaRejected) || errors.Is(err, core.ErrUndecryptable)
 }
 
 // Poison marks err, the failure to decode a message, as one that no attempt can get past.
@@ -156,7 +159,8 @@ func NewProcessor[TTx, D any](inbox *core.Inbox[TTx], consumer string, handler H
 // handler on d in the inbox's transaction. A nil error means the transaction committed; the
 // result's outcome is Applied, Duplicate or Stale. Decide says what to do next.
 func (p *Processor[TTx, D]) Process(ctx context.Context, d *D, msg core.InboxMessage) (core.InboxResult, error) {
-	return p.inbox.Process(ctx, p.consumer, msg, func(ctx context.Context, tx TTx, _ core.InboxMessage) error {
+	return p.inbox.Process(ctx, p.consumer, msg, func(ctx context.Context, tx TTx, m core.InboxMessage) error {
+		decrypted(d, msg.Payload, m.Payload)
 		return p.handle(ctx, tx, d)
 	})
 }
@@ -165,9 +169,27 @@ func (p *Processor[TTx, D]) Process(ctx context.Context, d *D, msg core.InboxMes
 // (core.Inbox.ProcessBatch), the handler on ds[i] for each Applied message. A failure of one
 // message is a *core.BatchError naming it; nothing of the batch was recorded then.
 func (p *Processor[TTx, D]) ProcessBatch(ctx context.Context, ds []*D, msgs []core.InboxMessage) ([]core.InboxResult, error) {
-	return p.inbox.ProcessBatch(ctx, p.consumer, msgs, func(ctx context.Context, tx TTx, i int, _ core.InboxMessage) error {
+	return p.inbox.ProcessBatch(ctx, p.consumer, msgs, func(ctx context.Context, tx TTx, i int, m core.InboxMessage) error {
+		decrypted(ds[i], msgs[i].Payload, m.Payload)
 		return p.handle(ctx, tx, ds[i])
 	})
+}
+
+// decrypted hands the handler the plaintext that the inbox decrypted
+// (core.InboxOptions.Decrypter): when the inbox's payload is not the delivered one, it is
+// set as the Payload of d's field Event (of type core.Event, as every consumer's Delivery
+// has), so that handlers read plaintext without a change.
+func decrypted[D any](d *D, delivered, payload []byte) {
+	if len(payload) == len(delivered) && (len(payload) == 0 || &payload[0] == &delivered[0]) {
+		return // as delivered: no Decrypter
+	}
+	v := reflect.ValueOf(d).Elem()
+	if v.Kind() != reflect.Struct {
+		return
+	}
+	if f := v.FieldByName("Event"); f.IsValid() && f.Type() == reflect.TypeFor[core.Event]() && f.CanSet() {
+		f.Addr().Interface().(*core.Event).Payload = payload
+	}
 }
 
 // handle runs the handler on d; a panic fails the attempt like an error (the inbox
