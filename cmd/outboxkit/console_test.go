@@ -251,3 +251,44 @@ func TestConsoleSecretsNeverShown(t *testing.T) {
 	require.Contains(t, stderr.String(), "console_login_failed user=[REDACTED]")
 	require.NotContains(t, stdout.String()+stderr.String(), token)
 }
+
+// The issue's first check: `outboxkit console --db sqlite:DIR/producer.db` after `outboxkit demo
+// --dir DIR` shows the demo's outbox: every event it wrote, published; its relays' publisher
+// and lanes; no parked key.
+func TestConsoleAfterDemo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.dir = dir
+	ok, out := runDemoForTest(t, cfg)
+	require.True(t, ok, out)
+	m := verdictOK.FindStringSubmatch(lastLine(out))
+	require.NotNil(t, m, "last line: %s", lastLine(out))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var stdout, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"console", "--db", "sqlite:" + filepath.Join(dir, "producer.db"), "--listen", "127.0.0.1:0"}, &stdout, &errb)
+	}()
+	u := consoleAddr(t, &stdout)
+	defer func() {
+		cancel()
+		require.Equal(t, 0, <-done, errb.String())
+	}()
+	for _, c := range []struct{ path, page, want string }{
+		{"/", "overview", `<dd id="stat-pending">0</dd>`},
+		{"/", "overview", `<dd id="pub-kind">polling</dd>`},
+		{"/lanes", "lanes", "<table"},
+		{"/parked", "parked", "No parked"},
+	} {
+		res, err := http.Get(u + c.path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, c.path)
+		require.Contains(t, string(body), `data-page="`+c.page+`"`, c.path)
+		require.Contains(t, string(body), c.want, c.path)
+	}
+}
