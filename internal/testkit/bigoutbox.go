@@ -7,8 +7,9 @@ import (
 
 // BigOutboxSQL returns the statements that fill a freshly migrated outbox (the default lane
 // count, 64) with rows events in one INSERT ... SELECT each, the first rows-pending published,
-// the next one parked, the rest pending (~200-byte payloads, 10,000 keys), then analyse the
-// table: the large outbox of the operator benchmarks (BenchmarkStatus in cmd/outboxkit,
+// the next one parked, the rest pending (~200-byte payloads, 10,000 keys), then vacuum
+// (PostgreSQL: as autovacuum would soon, so that it does not run during the measurement) and
+// analyse the table: the large outbox of the operator benchmarks (BenchmarkStatus in cmd/outboxkit,
 // BenchmarkPages in internal/console). driverName is "postgres" (table qualified by schema;
 // generate_series) or "mysql" (MariaDB: its seq_1_to_N sequence table); run each statement in
 // order on the outbox's database.
@@ -28,7 +29,7 @@ func BigOutboxSQL(driverName, schema, table string, rows, pending int) ([]string
 					convert_to(repeat('x', 200), 'UTF8'), CASE WHEN g <= ` + published + ` THEN now() END,
 					CASE WHEN g = ` + parked + ` THEN now() END, 0
 				FROM generate_series(1, ` + strconv.Itoa(rows) + `) AS g`,
-			`ANALYZE ` + t}, nil
+			`VACUUM ANALYZE ` + t, `VACUUM ANALYZE "` + schema + `"."` + table + `_pending"`}, nil
 	case "mysql":
 		t := "`" + table + "`"
 		return []string{`INSERT INTO ` + t + ` (id, aggregate_type, aggregate_id, type, partition_key, payload, headers, lane, created_at, published_at, parked_at)
