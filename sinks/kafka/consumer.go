@@ -178,7 +178,7 @@ func NewConsumer[TTx any](group string, topics []string, inbox *core.Inbox[TTx],
 	case len(topics) == 0:
 		return nil, &core.OptionError{Field: "topics", Reason: "required"}
 	}
-	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	proc, err := consume.NewProcessor(inbox, consumer, handler, deliveryEvent, ErrHandlerPanic)
 	if err != nil {
 		return nil, err
 	}
@@ -715,3 +715,6 @@ func (c *Consumer[TTx]) deadLetter(ctx context.Context, cl *kgo.Client, r *kgo.R
 		"dead_letter_topic", dlt.Topic, "attempts", attempts, "error", cause)
 	return true
 }
+
+// deliveryEvent is the event a delivery carries (consume.NewProcessor).
+func deliveryEvent(d *Delivery) *core.Event { return &d.Event }

@@ -162,7 +162,7 @@ func NewConsumer[TTx any](js jetstream.JetStream, stream, durable string, inbox 
 	case durable == "":
 		return nil, &core.OptionError{Field: "durable", Reason: "required"}
 	}
-	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	proc, err := consume.NewProcessor(inbox, consumer, handler, deliveryEvent, ErrHandlerPanic)
 	if err != nil {
 		return nil, err
 	}
@@ -507,3 +507,6 @@ func headerValue(s string) string {
 	}
 	return string(b)
 }
+
+// deliveryEvent is the event a delivery carries (consume.NewProcessor).
+func deliveryEvent(d *Delivery) *core.Event { return &d.Event }

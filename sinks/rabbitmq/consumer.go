@@ -153,7 +153,7 @@ func NewConsumer[TTx any](url, queue string, inbox *core.Inbox[TTx], consumer st
 	if queue == "" {
 		return nil, &core.OptionError{Field: "queue", Reason: "required"}
 	}
-	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	proc, err := consume.NewProcessor(inbox, consumer, handler, deliveryEvent, ErrHandlerPanic)
 	if err != nil {
 		return nil, err
 	}
@@ -523,3 +523,6 @@ func DeclareQueue(ch *amqp.Channel, queue string, args amqp.Table) error {
 	}
 	return nil
 }
+
+// deliveryEvent is the event a delivery carries (consume.NewProcessor).
+func deliveryEvent(d *Delivery) *core.Event { return &d.Event }

@@ -161,7 +161,7 @@ func NewConsumer[TTx any](client goredis.UniversalClient, stream, group string, 
 	case group == "":
 		return nil, &core.OptionError{Field: "group", Reason: "required"}
 	}
-	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	proc, err := consume.NewProcessor(inbox, consumer, handler, deliveryEvent, ErrHandlerPanic)
 	if err != nil {
 		return nil, err
 	}
@@ -592,3 +592,6 @@ func (c *Consumer[TTx]) deadLetter(ctx context.Context, e *goredis.XMessage, del
 	c.ack(ctx, e.ID)
 	return true
 }
+
+// deliveryEvent is the event a delivery carries (consume.NewProcessor).
+func deliveryEvent(d *Delivery) *core.Event { return &d.Event }

@@ -170,7 +170,7 @@ func NewConsumer[TTx any](client *awssqs.Client, queueURL string, inbox *core.In
 	case queueURL == "":
 		return nil, &core.OptionError{Field: "queueURL", Reason: "required"}
 	}
-	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	proc, err := consume.NewProcessor(inbox, consumer, handler, deliveryEvent, ErrHandlerPanic)
 	if err != nil {
 		return nil, err
 	}
@@ -591,3 +591,6 @@ func queueName(url string) string {
 	}
 	return url
 }
+
+// deliveryEvent is the event a delivery carries (consume.NewProcessor).
+func deliveryEvent(d *Delivery) *core.Event { return &d.Event }

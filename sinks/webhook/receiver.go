@@ -105,7 +105,7 @@ type Receiver[TTx any] struct {
 // A nil inbox or handler, a consumer name that driver.CheckConsumer refuses, or bad options
 // are a *core.OptionError.
 func NewHandler[TTx any](inbox *core.Inbox[TTx], consumer string, handler Handler[TTx], opts *HandlerOptions) (*Receiver[TTx], error) {
-	proc, err := consume.NewProcessor(inbox, consumer, handler, ErrHandlerPanic)
+	proc, err := consume.NewProcessor(inbox, consumer, handler, deliveryEvent, ErrHandlerPanic)
 	if err != nil {
 		return nil, err
 	}
@@ -265,3 +265,6 @@ func decodeRequest(h http.Header, body []byte) (core.Event, time.Time, error) {
 	}
 	return d.Event("", body)
 }
+
+// deliveryEvent is the event a delivery carries (consume.NewProcessor).
+func deliveryEvent(d *Delivery) *core.Event { return &d.Event }

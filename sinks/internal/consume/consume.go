@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -130,15 +129,18 @@ type Processor[TTx, D any] struct {
 	inbox    *core.Inbox[TTx]
 	consumer string
 	handler  Handler[TTx, D]
+	event    func(d *D) *core.Event
 	panicErr error
 }
 
 // NewProcessor returns the processor of consumer (the inbox's consumer name) on inbox with
-// handler. panicErr is the broker's ErrHandlerPanic: a panicking handler fails its attempt with
-// an error wrapping it. A nil inbox or handler, or a consumer name that driver.CheckConsumer
-// refuses (Inbox.Process would refuse every message), is a *core.OptionError naming the
-// argument: "inbox", "consumer" or "handler".
-func NewProcessor[TTx, D any](inbox *core.Inbox[TTx], consumer string, handler Handler[TTx, D], panicErr error) (*Processor[TTx, D], error) {
+// handler. event gives the core.Event a delivery carries (the Delivery's Event field): the
+// handler reads the inbox's payload there, which is the plaintext when the inbox decrypts
+// (core.InboxOptions.Decrypter). panicErr is the broker's ErrHandlerPanic: a panicking handler
+// fails its attempt with an error wrapping it. A nil inbox, handler or event, or a consumer
+// name that driver.CheckConsumer refuses (Inbox.Process would refuse every message), is a
+// *core.OptionError naming the argument: "inbox", "consumer", "handler" or "event".
+func NewProcessor[TTx, D any](inbox *core.Inbox[TTx], consumer string, handler Handler[TTx, D], event func(d *D) *core.Event, panicErr error) (*Processor[TTx, D], error) {
 	switch {
 	case inbox == nil:
 		return nil, &core.OptionError{Field: "inbox", Reason: "must not be nil"}
@@ -151,8 +153,10 @@ func NewProcessor[TTx, D any](inbox *core.Inbox[TTx], consumer string, handler H
 		return nil, &core.OptionError{Field: "consumer", Reason: reason}
 	case handler == nil:
 		return nil, &core.OptionError{Field: "handler", Reason: "must not be nil"}
+	case event == nil:
+		return nil, &core.OptionError{Field: "event", Reason: "must not be nil"}
 	}
-	return &Processor[TTx, D]{inbox: inbox, consumer: consumer, handler: handler, panicErr: panicErr}, nil
+	return &Processor[TTx, D]{inbox: inbox, consumer: consumer, handler: handler, event: event, panicErr: panicErr}, nil
 }
 
 // Process runs msg, the inbox message of d, through the inbox (core.Inbox.Process) with the
@@ -160,7 +164,7 @@ func NewProcessor[TTx, D any](inbox *core.Inbox[TTx], consumer string, handler H
 // result's outcome is Applied, Duplicate or Stale. Decide says what to do next.
 func (p *Processor[TTx, D]) Process(ctx context.Context, d *D, msg core.InboxMessage) (core.InboxResult, error) {
 	return p.inbox.Process(ctx, p.consumer, msg, func(ctx context.Context, tx TTx, m core.InboxMessage) error {
-		decrypted(d, msg.Payload, m.Payload)
+		p.decrypted(d, msg.Payload, m.Payload)
 		return p.handle(ctx, tx, d)
 	})
 }
@@ -170,26 +174,19 @@ func (p *Processor[TTx, D]) Process(ctx context.Context, d *D, msg core.InboxMes
 // message is a *core.BatchError naming it; nothing of the batch was recorded then.
 func (p *Processor[TTx, D]) ProcessBatch(ctx context.Context, ds []*D, msgs []core.InboxMessage) ([]core.InboxResult, error) {
 	return p.inbox.ProcessBatch(ctx, p.consumer, msgs, func(ctx context.Context, tx TTx, i int, m core.InboxMessage) error {
-		decrypted(ds[i], msgs[i].Payload, m.Payload)
+		p.decrypted(ds[i], msgs[i].Payload, m.Payload)
 		return p.handle(ctx, tx, ds[i])
 	})
 }
 
 // decrypted hands the handler the plaintext that the inbox decrypted
-// (core.InboxOptions.Decrypter): when the inbox's payload is not the delivered one, it is
-// set as the Payload of d's field Event (of type core.Event, as every consumer's Delivery
-// has), so that handlers read plaintext without a change.
-func decrypted[D any](d *D, delivered, payload []byte) {
+// (core.InboxOptions.Decrypter): when the inbox's payload is not the delivered one, it becomes
+// the Payload of d's event, so that handlers read plaintext without a change.
+func (p *Processor[TTx, D]) decrypted(d *D, delivered, payload []byte) {
 	if len(payload) == len(delivered) && (len(payload) == 0 || &payload[0] == &delivered[0]) {
 		return // as delivered: no Decrypter
 	}
-	v := reflect.ValueOf(d).Elem()
-	if v.Kind() != reflect.Struct {
-		return
-	}
-	if f := v.FieldByName("Event"); f.IsValid() && f.Type() == reflect.TypeFor[core.Event]() && f.CanSet() {
-		f.Addr().Interface().(*core.Event).Payload = payload
-	}
+	p.event(d).Payload = payload
 }
 
 // handle runs the handler on d; a panic fails the attempt like an error (the inbox

@@ -18,6 +18,8 @@ import (
 
 type delivery struct{ ev core.Event }
 
+func deliveryEvent(d *delivery) *core.Event { return &d.ev }
+
 var errPanic = errors.New("test: handler panicked")
 
 func TestDecide(t *testing.T) {
@@ -89,10 +91,14 @@ func TestNewProcessorRefusesWhatTheInboxWould(t *testing.T) {
 	_, inbox := newInbox(t)
 	h := func(context.Context, *memory.Tx, *delivery) error { return nil }
 	for field, build := range map[string]func() error{
-		"inbox":    func() error { _, err := consume.NewProcessor(nil, "c", h, errPanic); return err },
-		"consumer": func() error { _, err := consume.NewProcessor(inbox, "a\nb", h, errPanic); return err },
+		"inbox":    func() error { _, err := consume.NewProcessor(nil, "c", h, deliveryEvent, errPanic); return err },
+		"consumer": func() error { _, err := consume.NewProcessor(inbox, "a\nb", h, deliveryEvent, errPanic); return err },
 		"handler": func() error {
-			_, err := consume.NewProcessor[*memory.Tx, delivery](inbox, "c", nil, errPanic)
+			_, err := consume.NewProcessor[*memory.Tx, delivery](inbox, "c", nil, deliveryEvent, errPanic)
+			return err
+		},
+		"event": func() error {
+			_, err := consume.NewProcessor[*memory.Tx, delivery](inbox, "c", h, nil, errPanic)
 			return err
 		},
 	} {
@@ -100,7 +106,7 @@ func TestNewProcessorRefusesWhatTheInboxWould(t *testing.T) {
 		require.ErrorAs(t, build(), &oe, field)
 		require.Equal(t, field, oe.Field)
 	}
-	_, err := consume.NewProcessor(inbox, strings.Repeat("n", 300), h, errPanic)
+	_, err := consume.NewProcessor(inbox, strings.Repeat("n", 300), h, deliveryEvent, errPanic)
 	require.ErrorContains(t, err, "longer than")
 }
 
@@ -116,7 +122,7 @@ func TestProcessorTurnsAPanicIntoARetry(t *testing.T) {
 			panic("handler bug")
 		}
 		return tx.Incr(d.ev.ID)
-	}, errPanic)
+	}, deliveryEvent, errPanic)
 	require.NoError(t, err)
 	d := &delivery{ev: core.Event{ID: "e1", AggregateType: "a", AggregateID: "1", Payload: []byte("x")}}
 	msg := consume.Message(&d.ev, time.Time{}, nil, "test")
@@ -154,7 +160,7 @@ func TestProcessBatchHandsEachMessageItsDelivery(t *testing.T) {
 	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
 		seen = append(seen, d.ev.ID)
 		return tx.Incr(d.ev.ID)
-	}, errPanic)
+	}, deliveryEvent, errPanic)
 	require.NoError(t, err)
 	var ds []*delivery
 	var msgs []core.InboxMessage
@@ -185,7 +191,7 @@ func TestProcessorDeadLettersASchemaRejection(t *testing.T) {
 	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
 		calls++
 		return tx.Incr(d.ev.ID)
-	}, errPanic)
+	}, deliveryEvent, errPanic)
 	require.NoError(t, err)
 	ev := func(id, payload string) *delivery {
 		return &delivery{ev: core.Event{ID: id, AggregateType: "order", AggregateID: "1", Type: "order.created", SchemaID: "v1", Payload: []byte(payload)}}

@@ -48,7 +48,7 @@ func TestProcessorDecryptsAndDeadLettersShredded(t *testing.T) {
 	proc, err := consume.NewProcessor(inbox, "c", func(_ context.Context, tx *memory.Tx, d *sealedDelivery) error {
 		seen = append(seen, string(d.Event.Payload))
 		return tx.Incr("applied")
-	}, errPanic)
+	}, func(d *sealedDelivery) *core.Event { return &d.Event }, errPanic)
 	require.NoError(t, err)
 
 	d := &sealedDelivery{Event: events[0]}
