@@ -156,7 +156,7 @@ func planWaves(items []Item, send []int, o Options) []Batch {
 		for k, b := range p.batches {
 			b.deps = nil
 			for _, i := range b.Items {
-				if l, ok := where[items[i].Group]; ok && !contains(b.deps, l) {
+				if l, ok := where[items[i].Group]; ok && !slices.Contains(b.deps, l) {
 					b.deps = append(b.deps, l)
 				}
 			}
@@ -216,21 +216,12 @@ func (p *planner) open(dest string) int {
 // add puts item i into batch k, which then waits for the batch of the group's previous item.
 func (p *planner) add(items []Item, k, i int) {
 	g := items[i].Group
-	if l, ok := p.last[g]; ok && l != k && !contains(p.batches[k].deps, l) {
+	if l, ok := p.last[g]; ok && l != k && !slices.Contains(p.batches[k].deps, l) {
 		p.batches[k].deps = append(p.batches[k].deps, l)
 	}
 	p.batches[k].Items = append(p.batches[k].Items, i)
 	p.size[k] += items[i].Size
 	p.last[g] = k
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // SendFunc sends one request: the items (indexes into the slice given to Run, in order) to
