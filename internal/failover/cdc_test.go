@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/adapters/postgres"
 	"github.com/outboxkit/outbox/adapters/postgres/logical"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -45,22 +44,7 @@ func runCDC(t *testing.T, r *rig, permanent bool) {
 	if permanent {
 		name = "cdc-permanent-slot"
 	}
-	schema := randomName("okfo_")
-	admin := newPool(t, r.dsn, "public", 2)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	store, err := postgres.New(newPool(t, r.dsn, schema, 8), &postgres.Options{Schema: schema, Lanes: 8, Logger: logger(name + "/store")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ob, err := core.NewOutbox(ctx, store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	schema, admin, store, ob := newOutbox(t, r, name)
 	pub := schema + "_pub"
 	slot := schema
 	if permanent {

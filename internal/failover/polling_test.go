@@ -130,6 +130,30 @@ func (s *timedSink) has(ids map[string]bool) bool {
 	return true
 }
 
+// newOutbox creates a fresh schema in the rig's database with a migrated store of 8 lanes
+// (its logger named name) and the store's outbox; admin is a pool on the public schema, for
+// the checks.
+func newOutbox(t *testing.T, r *rig, name string) (schema string, admin *pgxpool.Pool, store *postgres.Store[pgx.Tx], ob *core.Outbox[pgx.Tx]) {
+	ctx := t.Context()
+	schema = randomName("okfo_")
+	admin = newPool(t, r.dsn, "public", 2)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	store, err := postgres.New(newPool(t, r.dsn, schema, 8), &postgres.Options{Schema: schema, Lanes: 8, Logger: logger(name + "/store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ob, err = core.NewOutbox(ctx, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return schema, admin, store, ob
+}
+
 func newPool(t *testing.T, dsn, schema string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn + "&connect_timeout=2")
@@ -196,23 +220,7 @@ func produce(ctx context.Context, pool *pgxpool.Pool, ob *core.Outbox[pgx.Tx], l
 // then stops the producers, waits until every committed event was delivered and checks.
 func runPolling(t *testing.T, r *rig, name string, event func(t *testing.T)) {
 	ctx := t.Context()
-	schema := randomName("okfo_")
-	admin := newPool(t, r.dsn, "public", 2)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	opts := &postgres.Options{Schema: schema, Lanes: 8, Logger: logger(name + "/store")}
-	store, err := postgres.New(newPool(t, r.dsn, schema, 8), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ob, err := core.NewOutbox(ctx, store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	schema, admin, _, ob := newOutbox(t, r, name)
 
 	sink := &timedSink{first: map[string]time.Time{}}
 	type relay struct {

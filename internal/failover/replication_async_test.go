@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/adapters/postgres"
-	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/reconcile"
 )
 
@@ -52,22 +50,7 @@ func TestCrashAsyncReplication(t *testing.T) {
 	}
 	t.Logf("asynchronous: leader %s, replica %s", leader.Name, standby.Name)
 
-	schema := randomName("okfo_")
-	admin := newPool(t, r.dsn, "public", 2)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	store, err := postgres.New(newPool(t, r.dsn, schema, 8), &postgres.Options{Schema: schema, Lanes: 8, Logger: logger("async/store")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ob, err := core.NewOutbox(ctx, store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	schema, admin, store, ob := newOutbox(t, r, "async")
 	l := &ledger{byKey: map[string][]string{}, ambiguous: map[string]bool{}, committed: map[string]time.Time{}}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
