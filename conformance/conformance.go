@@ -18,11 +18,13 @@
 // library only).
 //
 // The suite proves itself: its own tests run it against the in-memory reference adapter (which
-// must pass) and, in child processes, against variants of it (internal/testhook) that break one
-// guarantee each — an unfenced Settle, a Settle that checks its leases and applies in two steps,
-// non-exclusive lanes, a Fetch without per-key blocking, an inbox without its unique key, a
-// cleanup that deletes unpublished rows, a horizon read from a snapshot older than the insert while PruneInbox does not wait — each of
-// which must fail in the subtests that check that guarantee.
+// must pass) and, in child processes, against test-only wrappers of it (faulty_test.go) that
+// break one guarantee each through the adapter's exported API — an unfenced Settle, a Settle
+// that checks its leases and applies in two steps, non-exclusive lanes, a Fetch without per-key
+// blocking, an inbox without its unique key, a cleanup that deletes unpublished rows, a stale
+// horizon, an unfenced publisher generation, a change stream that resumes past a lost position
+// or reports positions one transaction ahead — each of which must fail in the subtests that
+// check that guarantee.
 //
 // Sink, the recording and fault-injecting core.Sink the suite uses, is exported for tests of
 // relays and sinks elsewhere, and so is CrashStore, the store of a relay process that can die at

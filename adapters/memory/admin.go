@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // minUnpublished returns the lowest Seq of an unpublished row, 0 when none. Caller holds s.mu.
@@ -43,13 +42,6 @@ func (s *Store) prune(p driver.PruneParams) []*driver.Record {
 		}
 		if p.BelowSeq > 0 && r.Seq >= p.BelowSeq {
 			break
-		}
-		if s.fault == testhook.FaultPruneUnpublished {
-			if r.PublishedAt.IsZero() || r.PublishedAt.Before(p.PublishedBefore) {
-				r.Seq = -r.Seq
-				gone = append(gone, r)
-			}
-			continue
 		}
 		if low > 0 && r.Seq >= low {
 			break

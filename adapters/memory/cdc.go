@@ -8,7 +8,6 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // changeLog is the Store's change log: every committed transaction, in commit order, reduced to
@@ -97,12 +96,9 @@ func (c *changeSource) Resume(ctx context.Context, position string) (driver.Chan
 		return nil, fmt.Errorf("memory: resume: position %d is past the head %d", p, head)
 	}
 	if p < purged {
-		if c.s.fault != testhook.FaultResumeAtHead {
-			id, _ := c.Identity(ctx)
-			return nil, &core.PositionLostError{Source: id, Checkpoint: position,
-				Available: strconv.FormatInt(purged, 10), Reason: "the log was purged"}
-		}
-		p = purged
+		id, _ := c.Identity(ctx)
+		return nil, &core.PositionLostError{Source: id, Checkpoint: position,
+			Available: strconv.FormatInt(purged, 10), Reason: "the log was purged"}
 	}
 	return c.open(p), nil
 }
@@ -176,11 +172,7 @@ func (st *changeStream) Next(ctx context.Context) (driver.ChangeTx, error) {
 				recs[j] = cloneRecord(&l.txs[i][j])
 			}
 			st.next++
-			pos := st.next
-			if st.src.s.fault == testhook.FaultPositionAhead && i+1 < int64(len(l.txs)) {
-				pos++
-			}
-			return driver.ChangeTx{Records: recs, Position: strconv.FormatInt(pos, 10)}, nil
+			return driver.ChangeTx{Records: recs, Position: strconv.FormatInt(st.next, 10)}, nil
 		}
 		l.cond.Wait()
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // Interface checks.
@@ -16,9 +15,6 @@ var _ driver.InboxBatchStore[*Tx] = (*Store)(nil)
 func (s *Store) Horizon(ctx context.Context, tx *Tx, consumer string) (time.Time, error) {
 	if err := tx.check(ctx, s); err != nil {
 		return time.Time{}, fmt.Errorf("memory: horizon: %w", err)
-	}
-	if tx.horizons != nil {
-		return tx.horizons[consumer], nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -37,16 +33,14 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec driver.InboxRecord
 // insertRecord is InsertRecord in the checked tx.
 func (s *Store) insertRecord(tx *Tx, rec driver.InboxRecord) (driver.InboxRecord, bool) {
 	k := inboxKey{rec.Consumer, rec.EventID}
-	if s.fault != testhook.FaultNoInboxKey {
-		if ex, ok := tx.inbox[k]; ok {
-			return ex, false
-		}
-		s.mu.Lock()
-		ex, ok := s.inbox[k]
-		s.mu.Unlock()
-		if ok {
-			return ex, false
-		}
+	if ex, ok := tx.inbox[k]; ok {
+		return ex, false
+	}
+	s.mu.Lock()
+	ex, ok := s.inbox[k]
+	s.mu.Unlock()
+	if ok {
+		return ex, false
 	}
 	rec.ProcessedAt = clock(time.Time{})
 	if !rec.OccurredAt.IsZero() {
@@ -141,14 +135,10 @@ func (s *Store) SetVersions(ctx context.Context, tx *Tx, consumer string, versio
 // PruneInbox implements driver.InboxStore. It takes the writer lock, so it waits for open
 // transactions (which may have read the horizon) to end.
 func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
-	if s.fault != testhook.FaultStaleHorizon {
-		if err := s.lockWriter(ctx); err != nil {
-			return 0, fmt.Errorf("memory: prune inbox: %w", err)
-		}
-		defer s.unlockWriter()
-	} else if err := ctx.Err(); err != nil {
+	if err := s.lockWriter(ctx); err != nil {
 		return 0, fmt.Errorf("memory: prune inbox: %w", err)
 	}
+	defer s.unlockWriter()
 	limit = driver.PruneLimit(limit)
 	before = before.UTC().Truncate(time.Microsecond)
 	s.mu.Lock()

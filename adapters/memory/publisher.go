@@ -6,7 +6,6 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // AcquireGeneration implements driver.RelayStore.
@@ -39,7 +38,7 @@ func (s *Store) Generation(ctx context.Context) (driver.Publisher, error) {
 // fenced returns an error wrapping core.ErrFenced unless gen is the current generation.
 // s.mu must be held.
 func (s *Store) fenced(what string, gen int64) error {
-	if gen != s.publisher.Generation && s.fault != testhook.FaultUnfencedGeneration {
+	if gen != s.publisher.Generation {
 		return fmt.Errorf("memory: %s: generation %d, current %d: %w", what, gen, s.publisher.Generation, core.ErrFenced)
 	}
 	return nil

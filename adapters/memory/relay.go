@@ -3,13 +3,11 @@ package memory
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // Heartbeat implements driver.RelayStore.
@@ -61,7 +59,7 @@ func (s *Store) ClaimLanes(ctx context.Context, p driver.ClaimParams) ([]driver.
 	var out []driver.Lease
 	for lane := 0; lane < s.lanes && len(out) < p.Max; lane++ {
 		st := &s.leases[lane]
-		if st.owner != "" && st.until.After(now) && s.fault != testhook.FaultSharedLanes {
+		if st.owner != "" && st.until.After(now) {
 			continue
 		}
 		takenOver := st.owner != ""
@@ -145,9 +143,7 @@ func (s *Store) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Recor
 				continue
 			}
 			if !r.ParkedAt.IsZero() || r.NextAttemptAt.After(now) {
-				if s.fault != testhook.FaultNoKeyBlocking {
-					blocked[r.PartitionKey] = true
-				}
+				blocked[r.PartitionKey] = true
 				continue
 			}
 			picked = append(picked, r)
@@ -184,7 +180,7 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := driver.CheckLeases(p.Leases, func(l driver.Lease) bool {
-		return s.fault == testhook.FaultUnfencedSettle || s.held(l, now)
+		return s.held(l, now)
 	}); err != nil {
 		return err
 	}
@@ -192,17 +188,12 @@ func (s *Store) Settle(ctx context.Context, p driver.SettleParams) error {
 	for _, l := range p.Leases {
 		leased[l.Lane] = true
 	}
-	if s.fault == testhook.FaultRacySettle {
-		s.mu.Unlock()
-		runtime.Gosched()
-		s.mu.Lock()
-	}
 	settle := func(seq int64) *driver.Record {
 		r := s.bySeq(seq)
 		if r == nil || !r.PublishedAt.IsZero() {
 			return nil
 		}
-		if !leased[r.Lane] && s.fault != testhook.FaultUnfencedSettle {
+		if !leased[r.Lane] {
 			return nil
 		}
 		return r

@@ -11,7 +11,6 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/testhook"
 )
 
 // Store is an in-memory outbox, lane table, worker table, inbox and a tiny domain table of
@@ -21,7 +20,6 @@ type Store struct {
 
 	lanes int
 	log   *slog.Logger
-	fault testhook.Fault // broken on purpose by the conformance self-test only
 
 	wlock chan struct{} // the single writer lock, held for a whole transaction
 
@@ -80,10 +78,6 @@ func New(opts *Options) (*Store, error) {
 	}, nil
 }
 
-func init() {
-	testhook.BreakMemory = func(store any, f testhook.Fault) { store.(*Store).fault = f }
-}
-
 // Interface checks.
 var (
 	_ driver.OutboxStore[*Tx] = (*Store)(nil)
@@ -136,7 +130,6 @@ type Tx struct {
 	counters map[string]int // deltas
 	inbox    map[inboxKey]driver.InboxRecord
 	versions map[inboxKey]int64
-	horizons map[string]time.Time // FaultStaleHorizon: the horizons when tx began
 }
 
 // InTx runs fn in a transaction: it waits for the global writer lock (or ctx), runs fn, and
@@ -149,11 +142,6 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx *Tx) e
 	}
 	defer s.unlockWriter()
 	tx := &Tx{s: s}
-	if s.fault == testhook.FaultStaleHorizon {
-		s.mu.Lock()
-		tx.horizons = maps.Clone(s.horizons)
-		s.mu.Unlock()
-	}
 	defer func() { tx.done = true }()
 	if err := fn(ctx, tx); err != nil {
 		return err
