@@ -34,10 +34,25 @@ type opsDB struct {
 	cfg    opendb.Config
 	// tables lists the tables the database holds (to check that a failed command created none).
 	tables func(t testing.TB) []string
-	// exec runs a whole SQL script on the database.
+	// exec runs a whole SQL script on the database (in one transaction where the driver can).
 	exec func(t testing.TB, script string)
+	// execAlone, where set, runs one statement outside any explicit transaction (PostgreSQL's
+	// VACUUM refuses one); see execEach.
+	execAlone func(t testing.TB, stmt string)
 	// meta returns the rows of the outbox's bookkeeping table (name=value, sorted).
 	meta func(t testing.TB, table string) []string
+}
+
+// execEach runs statements one by one, each outside an explicit transaction where the driver
+// needs that (execAlone), else with exec.
+func (d opsDB) execEach(t testing.TB, stmts []string) {
+	for _, stmt := range stmts {
+		if d.execAlone != nil {
+			d.execAlone(t, stmt)
+		} else {
+			d.exec(t, stmt)
+		}
+	}
 }
 
 func opsPostgres(t testing.TB) opsDB {
@@ -76,6 +91,10 @@ func opsPostgres(t testing.TB) opsDB {
 			_, err = tx.Exec(t.Context(), script)
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit(t.Context()))
+		},
+		execAlone: func(t testing.TB, stmt string) {
+			_, err := admin.Exec(t.Context(), stmt)
+			require.NoError(t, err)
 		},
 	}
 }
