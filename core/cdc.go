@@ -28,6 +28,8 @@ type CDCOptions struct {
 	RenewInterval time.Duration
 	// BatchSize is the most records sent at once. The relay sends what the log has delivered
 	// as soon as it has it; it never waits to fill a batch. Default DefaultBatchSize (1000); at most MaxBatchSize.
+	// Marks and checkpoints are written behind the sends: the relay goes on sending until four
+	// batches' worth of sent records wait for their marks.
 	BatchSize int
 	// Retry decides the backoff of failed sends and when an event is parked. A CDC relay
 	// retries in place: the log is one ordered stream, so later events wait. Default: as

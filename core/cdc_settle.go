@@ -3,10 +3,13 @@ package core
 import (
 	"context"
 	"fmt"
-	"github.com/outboxkit/outbox/core/driver"
 	"log/slog"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // settler applies a CDC relay's marks and checkpoints off the send path, in order: the relay
@@ -14,6 +17,12 @@ import (
 // waiting behind a busy database are merged into one Settle and one checkpoint write (the
 // latest position), so a slow commit costs fewer commits rather than more latency. A checkpoint
 // is written only after the marks of every batch before it.
+//
+// The sender waits only while settleBacklog batches' worth of records are sent and not yet
+// settled (room), not per item: a stream of one-record transactions makes two items per record
+// (its marks, its position), and a bound of a few items made the sender wait for nearly every
+// commit of the settler behind a durable database (MariaDB's CDC latency p99 went from ~2 ms to
+// ~30 ms at 1,000 events/s).
 type settler struct {
 	r    *CDCRelay
 	base context.Context // of the store calls: outlives the session, ends with a hard Shutdown
@@ -21,6 +30,8 @@ type settler struct {
 	id   string
 	log  *slog.Logger
 	q    chan *settleItem
+	room *semaphore.Weighted // records the queue may still take
+	max  int64               // room's size
 	done chan struct{}
 
 	mu  sync.Mutex
@@ -39,13 +50,24 @@ type settleItem struct {
 	done   chan struct{} // closed once applied or failed (flush markers)
 }
 
+// settleBacklog is how many batches' worth of sent records may wait for their marks before the
+// sender waits (what a crash could resend beyond the batch in flight).
+const settleBacklog = 4
+
+// settleQueueItems bounds the queue's items: a position item per batch and per
+// CheckpointInterval, a marks item per send round; enough that room, not the queue, is what
+// the sender waits on.
+const settleQueueItems = 1024
+
 // opTimeout bounds one store call of the settler; its context does not end with the session so
 // that a stopping relay still marks what the sink acknowledged (only a Shutdown past its
 // deadline ends it).
 const opTimeout = 30 * time.Second
 
 func (r *CDCRelay) newSettler(base context.Context, id string, log *slog.Logger, fail func(error)) *settler {
-	s := &settler{r: r, base: base, fail: fail, id: id, log: log, q: make(chan *settleItem, 8), done: make(chan struct{})}
+	limit := int64(settleBacklog * r.o.BatchSize)
+	s := &settler{r: r, base: base, fail: fail, id: id, log: log, q: make(chan *settleItem, settleQueueItems),
+		room: semaphore.NewWeighted(limit), max: limit, done: make(chan struct{})}
 	go s.run()
 	return s
 }
@@ -57,17 +79,32 @@ func (s *settler) failed() error {
 	return s.err
 }
 
-// submit queues an item; it blocks while 8 are waiting (back-pressure on the sender).
+// submit queues an item; it blocks while the queue holds settleBacklog batches' worth of
+// records (back-pressure on the sender).
 func (s *settler) submit(ctx context.Context, it *settleItem) error {
 	if err := s.failed(); err != nil {
 		return err
+	}
+	if n := it.records(s.max); n > 0 {
+		if err := s.room.Acquire(ctx, n); err != nil {
+			return err
+		}
 	}
 	select {
 	case s.q <- it:
 		return nil
 	case <-ctx.Done():
+		s.room.Release(it.records(s.max))
 		return ctx.Err()
 	}
+}
+
+// records is how much of the settler's room the item takes: its marks, at most limit.
+func (it *settleItem) records(limit int64) int64 {
+	if it.p == nil {
+		return 0
+	}
+	return min(int64(len(it.p.Published)+len(it.p.Failed)), limit)
 }
 
 // flush waits until everything submitted before it was applied, and returns the settler's error.
@@ -124,6 +161,7 @@ func (s *settler) run() {
 			}
 		}
 		for _, b := range batch {
+			s.room.Release(b.records(s.max))
 			if b.done != nil {
 				close(b.done)
 			}
