@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -31,6 +32,7 @@ const runbookDir = "../../docs/runbooks"
 var runbookPages = []string{
 	"relay-outage.md", "broker-ambiguity.md", "database-overload.md", "stuck-claims.md", "cdc-log-loss.md",
 	"schema-rejection.md", "duplicate-storm.md", "cleanup-watermark.md", "replay-beyond-retention.md",
+	"failover.md",
 }
 
 // shellWords splits a command line into words: double quotes group, nothing else is special.
@@ -65,15 +67,18 @@ func pageCommands(t *testing.T, page string) [][]string {
 	b, err := os.ReadFile(filepath.Join(runbookDir, page))
 	require.NoError(t, err)
 	var out [][]string
-	in := false
+	in, line := false, ""
 	for l := range strings.SplitSeq(string(b), "\n") {
 		switch t := strings.TrimSpace(l); {
 		case t == "```sh":
 			in = true
 		case t == "```":
 			in = false
-		case in && t != "":
-			out = append(out, shellWords(t))
+		case in && strings.HasSuffix(t, "\\"): // continued on the next line
+			line += strings.TrimSuffix(t, "\\")
+		case in && line+t != "":
+			out = append(out, shellWords(line+t))
+			line = ""
 		}
 	}
 	return out
@@ -111,6 +116,9 @@ func pageCmd(t *testing.T, page, path string, nth int, vars map[string]string, d
 	return nil
 }
 
+// yamlBlockRE matches a page's ```yaml blocks.
+var yamlBlockRE = regexp.MustCompile("(?s)```yaml\n.*?\n```")
+
 // sampleVars are values of the pages' variables (docs/runbooks/README.md names them).
 var sampleVars = map[string]string{"$DB": "sqlite:outbox.db", "$KEY": "order-1", "$IDS": "id-1,id-2", "$RETENTION": "24h", "$OWNER": "host-1-a"}
 
@@ -135,9 +143,11 @@ func TestRunbookCommands(t *testing.T) {
 		require.Contains(t, string(index), "("+page+")", "the index links %s", page)
 		text, err := os.ReadFile(filepath.Join(runbookDir, page))
 		require.NoError(t, err)
-		for _, loc := range metricRE.FindAllIndex(text, -1) {
-			name := string(text[loc[0]:loc[1]])
-			if loc[1] < len(text) && text[loc[1]] == '=' { // a label (outboxkit_outcome="...")
+		// Names in YAML blocks are configuration (failover.md's slot outboxkit_public_outbox).
+		prose := yamlBlockRE.ReplaceAll(text, nil)
+		for _, loc := range metricRE.FindAllIndex(prose, -1) {
+			name := string(prose[loc[0]:loc[1]])
+			if loc[1] < len(prose) && prose[loc[1]] == '=' { // a label (outboxkit_outcome="...")
 				continue
 			}
 			require.True(t, known[name], "%s: metric %s is not in docs/metrics.md", page, name)
@@ -557,26 +567,7 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			if b.name == "postgres" {
 				// A real slot at the head of the log, as a CDC relay leaves it.
 				slot := src.(slotNamer).Slot()
-				admin, err := pgx.Connect(ctx, testkit.Need(t, testkit.PostgresDSN))
-				require.NoError(t, err)
-				t.Cleanup(func() {
-					// The daemon's slot turns inactive shortly after its connection closed.
-					bg := context.Background()
-					for range 50 {
-						var left int
-						if admin.QueryRow(bg, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&left) != nil || left == 0 {
-							break
-						}
-						_, _ = admin.Exec(bg, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
-						time.Sleep(100 * time.Millisecond)
-					}
-					_ = admin.Close(bg)
-				})
-				slots = func() int {
-					var n int
-					require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n))
-					return n
-				}
+				slots = slotCounter(t, slot)
 				stream, pos, err := src.Start(ctx)
 				require.NoError(t, err)
 				require.NoError(t, stream.Close())
@@ -678,6 +669,127 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 				require.Equal(t, 1, slots(), "the backfill replaced the slot")
 			}
 		})
+	}
+}
+
+// TestRunbookFailover rehearses failover.md's CDC step and its checks on one PostgreSQL server:
+// the new primary that lacks the relay's slot is played by dropping the slot while the relay is
+// stopped (the Patroni failovers themselves are ./scripts/failover's). The page's relay then
+// stops by itself with the position-lost error naming the slot, exit 1; the page's backfill and
+// relay deliver what was written meanwhile; the page's status shows pending 0 and its reconcile
+// says ok, and lists an event the outbox never got (as asynchronous replication loses one) as
+// missing, exit 1.
+func TestRunbookFailover(t *testing.T) {
+	const page = "failover.md"
+	t.Parallel()
+	d := newRunbookDB(t, opsPostgres, 2)
+	ctx := t.Context()
+	src, err := d.db.ChangeSource()
+	require.NoError(t, err)
+	slot := src.(slotNamer).Slot()
+	slots := slotCounter(t, slot)
+	admin, err := pgx.Connect(ctx, d.cfg.DSN)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	// The domain's record of the events it expects (the page's --expected-sql reads it).
+	_, err = admin.Exec(ctx, "CREATE TABLE "+d.cfg.Schema+".order_events (event_id text, order_id text, version int)")
+	require.NoError(t, err)
+	write := func(keys ...string) {
+		for _, id := range writeEvents(t, d.store, keys...) {
+			_, err := admin.Exec(ctx, "INSERT INTO "+d.cfg.Schema+".order_events VALUES ($1, $1, 1)", id)
+			require.NoError(t, err)
+		}
+	}
+
+	config := runbookRelay(t, d, "cdc")
+	relay := startPageRelay(t, page, config)
+	write("a", "b")
+	var text string
+	require.Eventually(t, func() bool {
+		text = d.run(t, page, "status", 0, nil)
+		return strings.Contains(text, "pending    0\n") && strings.Contains(text, "checkpoint position ")
+	}, 30*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
+	relay.stop(t)
+	require.Equal(t, 1, slots())
+
+	// The failover: the new primary has no slot of that name; events are written meanwhile.
+	require.Eventually(t, func() bool { // inactive shortly after the relay's connection closed
+		_, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
+		return err == nil && slots() == 0
+	}, 10*time.Second, 100*time.Millisecond)
+	write("a", "c")
+
+	// How to see it: the relay stops by itself, exit 1, naming the slot and the backfill.
+	relay = startPageRelay(t, page, config)
+	select {
+	case err := <-relay.done:
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "stderr:\n%s", relay.stderr)
+		require.Equal(t, 1, exit.ExitCode())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the relay did not stop on the lost slot; stderr:\n%s", relay.stderr)
+	}
+	require.Contains(t, relay.stderr.String(), "cdc position lost")
+	require.Contains(t, relay.stderr.String(), "replication slot "+slot+" does not exist (run Backfill)")
+	require.Contains(t, d.run(t, page, "status", 0, nil), "pending    2\n", "nothing lost: the two are still pending")
+
+	// What to do, step 3: the backfill with the relay's configuration, then the relay.
+	args := pageCmd(t, page, "backfill", 0, nil, nil)
+	require.Equal(t, []string{"backfill", "--config", "relay.yaml"}, args)
+	args[2] = config
+	code, out, errs := backfillRun(t, args...)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `^backfilled published=2 checkpoint=\S+ generation=\d+\n$`, out)
+	require.Equal(t, 1, slots(), "the backfill created the slot anew")
+	relay = startPageRelay(t, page, config)
+	write("b", "d")
+	require.Eventually(t, func() bool {
+		text = d.run(t, page, "status", 1, nil)
+		return strings.Contains(text, "pending    0\n")
+	}, 30*time.Second, 100*time.Millisecond, "status:\n%s\nrelay:\n%s", text, relay.stderr)
+	relay.stop(t)
+
+	// How to check it worked: reconcile, its query reading the schema's order_events.
+	vars := map[string]string{"DB": d.cfg.DSN + "&search_path=" + d.cfg.Schema}
+	reconcile := func() (int, string) {
+		code, out, errs := binRun(t, pageCmd(t, page, "reconcile", 0, vars, d.extra)...)
+		require.Contains(t, []int{0, 1}, code, "stdout %q stderr %q", out, errs)
+		return code, out
+	}
+	code, out = reconcile()
+	require.Equal(t, 0, code, out)
+	require.Equal(t, "reconcile: ok expected=6 outbox=6 findings=0\n", out)
+	// A transaction lost with an asynchronous primary: the domain expects an event the outbox
+	// does not have.
+	_, err = admin.Exec(ctx, "INSERT INTO "+d.cfg.Schema+".order_events VALUES ('lost-1', 'lost-1', 1)")
+	require.NoError(t, err)
+	code, out = reconcile()
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "findings=1\nmissing 1: lost-1\n")
+}
+
+// slotCounter returns a count of the PostgreSQL replication slots named slot (0 or 1), and
+// drops the slot when the test ends (the schema's cleanup does not).
+func slotCounter(t *testing.T, slot string) func() int {
+	admin, err := pgx.Connect(t.Context(), testkit.Need(t, testkit.PostgresDSN))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		// The daemon's slot turns inactive shortly after its connection closed.
+		bg := context.Background()
+		for range 50 {
+			var left int
+			if admin.QueryRow(bg, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&left) != nil || left == 0 {
+				break
+			}
+			_, _ = admin.Exec(bg, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = admin.Close(bg)
+	})
+	return func() int {
+		var n int
+		require.NoError(t, admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n))
+		return n
 	}
 }
 
