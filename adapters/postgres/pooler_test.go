@@ -265,13 +265,20 @@ func pooledDrain[TTx any](t *testing.T, s *Store[TTx], begin func(ctx context.Co
 		require.NoError(t, err)
 	}
 	require.Len(t, all, keys*perKey)
+	requireDeliveredSettled(t, s, sink, all, want)
+}
+
+// requireDeliveredSettled waits until sink acknowledged every event of all, checks the order
+// per key against want, and waits until the store has nothing pending or parked.
+func requireDeliveredSettled[TTx any](t *testing.T, s *Store[TTx], sink *conformance.Sink, all []string, want map[string][]string) {
+	t.Helper()
 	require.Eventually(t, func() bool { return sink.AllAcked(all) }, 60*time.Second, 20*time.Millisecond,
 		"every committed event delivered through the pooler")
 	require.Empty(t, sink.CheckOrder(want), "order per key")
 	require.Eventually(t, func() bool {
-		st, err := s.Stats(ctx)
+		st, err := s.Stats(t.Context())
 		return err == nil && st.Pending == 0 && st.Parked == 0
-	}, 10*time.Second, 20*time.Millisecond, "every event settled")
+	}, 20*time.Second, 20*time.Millisecond, "every event settled")
 }
 
 // TestPoolerDrain: producers (Outbox.Write in the application's transaction, with a domain row)
