@@ -187,7 +187,18 @@ type daemonProc struct {
 	cmd    *exec.Cmd
 	addr   string
 	stderr *lockedBuffer
-	done   chan error
+	done   chan error    // receives Wait's result once
+	exited chan struct{} // closed once the process ended (read it, not cmd.ProcessState, which Wait writes)
+}
+
+// running reports whether the daemon's process has not ended yet.
+func (p *daemonProc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc {
@@ -196,15 +207,19 @@ func startDaemon(t *testing.T, config, addr string, extra ...string) *daemonProc
 	cmd := exec.Command(daemonBinary(t), args...)
 	cmd.Env = append(daemonEnv(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION="+e2eRegion,
 		"AWS_EC2_METADATA_DISABLED=true")
-	p := &daemonProc{cmd: cmd, addr: addr, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &daemonProc{cmd: cmd, addr: addr, stderr: &lockedBuffer{}, done: make(chan error, 1), exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
-	go func() { p.done <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		close(p.exited)
+		p.done <- err
+	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		if p.running() {
 			_ = cmd.Process.Kill()
-			<-p.done
 		}
+		<-p.exited
 	})
 	return p
 }

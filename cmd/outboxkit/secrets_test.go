@@ -79,10 +79,10 @@ shutdown_timeout: 5s
 				shown.WriteString(body.String())
 			}
 		}
-		if p.cmd.ProcessState == nil {
+		if p.running() {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			<-p.done
 		}
+		<-p.exited
 		shown.WriteString(p.stderr.String())
 		return p.stderr.String()
 	}
