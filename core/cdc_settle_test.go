@@ -15,23 +15,6 @@ import (
 	"github.com/outboxkit/outbox/core/driver"
 )
 
-// heldSettle is a memory store whose Settle waits until release is closed: a slow database.
-type heldSettle struct {
-	*memory.Store
-	release chan struct{}
-	calls   atomic.Int64
-}
-
-func (h *heldSettle) Settle(ctx context.Context, p driver.SettleParams) error {
-	h.calls.Add(1)
-	select {
-	case <-h.release:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return h.Store.Settle(ctx, p)
-}
-
 // While its marks wait on a slow database, a CDC relay goes on sending one-event transactions
 // as they commit, up to four batches' worth of unmarked records, then waits; released, it marks
 // everything. (A bound of eight queued settle items, two per batch, held the sender after four
@@ -43,7 +26,17 @@ func TestCDCRelaySendsWhileMarksWait(t *testing.T) {
 	require.NoError(t, err)
 	ob, err := core.NewOutbox[*memory.Tx](context.Background(), store, nil)
 	require.NoError(t, err)
-	held := &heldSettle{Store: store, release: make(chan struct{})}
+	release := make(chan struct{})
+	var calls atomic.Int64
+	held := &hookedSettle{Store: store, before: func(ctx context.Context, _ driver.SettleParams) error {
+		calls.Add(1)
+		select {
+		case <-release: // the slow database answers
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
 	var sent atomic.Int64
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
 		sent.Add(int64(len(msgs)))
@@ -62,7 +55,7 @@ func TestCDCRelaySendsWhileMarksWait(t *testing.T) {
 		waitFor(t, 10*time.Second, func() bool { return sent.Load() == int64(i+1) },
 			fmt.Sprintf("event %d sent while the marks wait", i+1))
 	}
-	require.Positive(t, held.calls.Load(), "a Settle is held")
+	require.Positive(t, calls.Load(), "a Settle is held")
 	// The backlog is full: the next event is sent, its marks wait for room, and the sender
 	// with them: what commits next is not sent.
 	writeOne(t, store, ob, "late0")
@@ -75,7 +68,7 @@ func TestCDCRelaySendsWhileMarksWait(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, backlog+3, st.Pending, "nothing marked while Settle is held")
 
-	close(held.release)
+	close(release)
 	waitFor(t, 10*time.Second, func() bool {
 		st, err := store.Stats(context.Background())
 		return err == nil && st.Pending == 0

@@ -145,17 +145,28 @@ func TestCDCRelayShutdownTimeoutIsHardStop(t *testing.T) {
 	require.Zero(t, r.Stats().Published, "the send was abandoned, not marked")
 }
 
-// failingSettle fails every Settle for which fails returns true.
-type failingSettle struct {
+// hookedSettle is a memory store that runs before ahead of every Settle: an error it returns
+// is the Settle's (a failing database); a before that blocks is a slow one.
+type hookedSettle struct {
 	*memory.Store
-	fails func(driver.SettleParams) bool
+	before func(context.Context, driver.SettleParams) error
 }
 
-func (f *failingSettle) Settle(ctx context.Context, p driver.SettleParams) error {
-	if f.fails(p) {
-		return errors.New("database gone")
+func (h *hookedSettle) Settle(ctx context.Context, p driver.SettleParams) error {
+	if err := h.before(ctx, p); err != nil {
+		return err
 	}
-	return f.Store.Settle(ctx, p)
+	return h.Store.Settle(ctx, p)
+}
+
+// failIf is a hookedSettle.before that fails every Settle for which fails returns true.
+func failIf(fails func(driver.SettleParams) bool) func(context.Context, driver.SettleParams) error {
+	return func(_ context.Context, p driver.SettleParams) error {
+		if fails(p) {
+			return errors.New("database gone")
+		}
+		return nil
+	}
 }
 
 // runStreaming runs r until cancel is called and waits until it streams; done receives Run's
@@ -179,7 +190,7 @@ func TestCDCRelayRecoversWhenAMarkFails(t *testing.T) {
 	t.Parallel()
 	b := setupCDCStop(t, 0)
 	var fail atomic.Bool
-	store := &failingSettle{Store: b.store, fails: func(driver.SettleParams) bool { return fail.Load() }}
+	store := &hookedSettle{Store: b.store, before: failIf(func(driver.SettleParams) bool { return fail.Load() })}
 	r, err := core.NewCDCRelay(store, b.store.ChangeSource(), b.sink, core.StaticRouter{Default: "x"},
 		&core.CDCOptions{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -261,9 +272,9 @@ func TestCDCRelayParkIsRetriedAfterAFailedSettle(t *testing.T) {
 	t.Parallel()
 	b := setupCDCStop(t, 0)
 	var failed atomic.Bool // the first settle that parks a record fails
-	store := &failingSettle{Store: b.store, fails: func(p driver.SettleParams) bool {
+	store := &hookedSettle{Store: b.store, before: failIf(func(p driver.SettleParams) bool {
 		return slices.ContainsFunc(p.Failed, func(f driver.Failure) bool { return f.Park }) && failed.CompareAndSwap(false, true)
-	}}
+	})}
 	var sends atomic.Int64
 	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error {
 		out := make([]error, len(msgs))

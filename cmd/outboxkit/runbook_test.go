@@ -567,7 +567,7 @@ func TestRunbookCDCLogLoss(t *testing.T) {
 			if b.name == "postgres" {
 				// A real slot at the head of the log, as a CDC relay leaves it.
 				slot := src.(slotNamer).Slot()
-				slots = slotCounter(t, slot)
+				slots, _ = slotCounter(t, slot)
 				stream, pos, err := src.Start(ctx)
 				require.NoError(t, err)
 				require.NoError(t, stream.Close())
@@ -683,21 +683,18 @@ func TestRunbookFailover(t *testing.T) {
 	const page = "failover.md"
 	t.Parallel()
 	d := newRunbookDB(t, opsPostgres, 2)
-	ctx := t.Context()
 	src, err := d.db.ChangeSource()
 	require.NoError(t, err)
 	slot := src.(slotNamer).Slot()
-	slots := slotCounter(t, slot)
-	admin, err := pgx.Connect(ctx, d.cfg.DSN)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	slots, dropSlot := slotCounter(t, slot)
 	// The domain's record of the events it expects (the page's --expected-sql reads it).
-	_, err = admin.Exec(ctx, "CREATE TABLE "+d.cfg.Schema+".order_events (event_id text, order_id text, version int)")
-	require.NoError(t, err)
+	expect := func(id string) {
+		d.exec(t, "INSERT INTO "+d.cfg.Schema+".order_events VALUES ('"+id+"', '"+id+"', 1)")
+	}
+	d.exec(t, "CREATE TABLE "+d.cfg.Schema+".order_events (event_id text, order_id text, version int)")
 	write := func(keys ...string) {
 		for _, id := range writeEvents(t, d.store, keys...) {
-			_, err := admin.Exec(ctx, "INSERT INTO "+d.cfg.Schema+".order_events VALUES ($1, $1, 1)", id)
-			require.NoError(t, err)
+			expect(id)
 		}
 	}
 
@@ -713,10 +710,7 @@ func TestRunbookFailover(t *testing.T) {
 	require.Equal(t, 1, slots())
 
 	// The failover: the new primary has no slot of that name; events are written meanwhile.
-	require.Eventually(t, func() bool { // inactive shortly after the relay's connection closed
-		_, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
-		return err == nil && slots() == 0
-	}, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return dropSlot() == nil && slots() == 0 }, 10*time.Second, 100*time.Millisecond)
 	write("a", "c")
 
 	// How to see it: the relay stops by itself, exit 1, naming the slot and the backfill.
@@ -761,36 +755,44 @@ func TestRunbookFailover(t *testing.T) {
 	require.Equal(t, "reconcile: ok expected=6 outbox=6 findings=0\n", out)
 	// A transaction lost with an asynchronous primary: the domain expects an event the outbox
 	// does not have.
-	_, err = admin.Exec(ctx, "INSERT INTO "+d.cfg.Schema+".order_events VALUES ('lost-1', 'lost-1', 1)")
-	require.NoError(t, err)
+	expect("lost-1")
 	code, out = reconcile()
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "findings=1\nmissing 1: lost-1\n")
 }
 
-// slotCounter returns a count of the PostgreSQL replication slots named slot (0 or 1), and
-// drops the slot when the test ends (the schema's cleanup does not).
-func slotCounter(t *testing.T, slot string) func() int {
+// slotCounter returns a count of the PostgreSQL replication slots named slot (0 or 1) and a
+// drop of the slot once it is inactive (it turns inactive shortly after its relay's
+// connection closed), and drops it when the test ends (the schema's cleanup does not).
+func slotCounter(t *testing.T, slot string) (count func() int, drop func() error) {
 	admin, err := pgx.Connect(t.Context(), testkit.Need(t, testkit.PostgresDSN))
 	require.NoError(t, err)
+	countIn := func(ctx context.Context) (int, error) {
+		var n int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n)
+		return n, err
+	}
+	dropIn := func(ctx context.Context) error {
+		_, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
+		return err
+	}
 	t.Cleanup(func() {
-		// The daemon's slot turns inactive shortly after its connection closed.
 		bg := context.Background()
 		for range 50 {
-			var left int
-			if admin.QueryRow(bg, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&left) != nil || left == 0 {
+			if left, err := countIn(bg); err != nil || left == 0 {
 				break
 			}
-			_, _ = admin.Exec(bg, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot)
+			_ = dropIn(bg)
 			time.Sleep(100 * time.Millisecond)
 		}
 		_ = admin.Close(bg)
 	})
-	return func() int {
-		var n int
-		require.NoError(t, admin.QueryRow(t.Context(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n))
+	count = func() int {
+		n, err := countIn(t.Context())
+		require.NoError(t, err)
 		return n
 	}
+	return count, func() error { return dropIn(t.Context()) }
 }
 
 // TestRunbookDuplicateStorm: lanes that change hands again and again (two owners whose leases
