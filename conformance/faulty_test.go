@@ -24,6 +24,7 @@ var broken = map[string]func(*memory.Store) conformance.Adapter[*memory.Tx]{
 	"unfenced-settle":     func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &unfencedSettle{s} },
 	"shared-lanes":        func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &sharedLanes{s} },
 	"no-inbox-key":        func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &noInboxKey{s} },
+	"unscoped-inbox-key":  func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &unscopedInboxKey{s} },
 	"prune-unpublished":   func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &pruneUnpublished{s} },
 	"stale-horizon":       func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &staleHorizon{Store: s} },
 	"racy-settle":         func(s *memory.Store) conformance.Adapter[*memory.Tx] { return &racySettle{s} },
@@ -142,6 +143,28 @@ func (w *noInboxKey) InsertRecords(ctx context.Context, tx *memory.Tx, recs []dr
 		inserted[i] = true
 	}
 	return make([]driver.InboxRecord, len(recs)), inserted, nil
+}
+
+// unscopedInboxKey: the inbox key is (consumer, event id), without source and tenant (an
+// adapter that stores neither): one tenant's message with another's event ID is a duplicate
+// or a digest conflict, suppressing its effect.
+type unscopedInboxKey struct{ *memory.Store }
+
+func unscoped(rec driver.InboxRecord) driver.InboxRecord {
+	rec.Source, rec.Tenant = "", ""
+	return rec
+}
+
+func (w *unscopedInboxKey) InsertRecord(ctx context.Context, tx *memory.Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
+	return w.Store.InsertRecord(ctx, tx, unscoped(rec))
+}
+
+func (w *unscopedInboxKey) InsertRecords(ctx context.Context, tx *memory.Tx, recs []driver.InboxRecord) ([]driver.InboxRecord, []bool, error) {
+	out := make([]driver.InboxRecord, len(recs))
+	for i, rec := range recs {
+		out[i] = unscoped(rec)
+	}
+	return w.Store.InsertRecords(ctx, tx, out)
 }
 
 // pruneUnpublished: PruneOutbox deletes rows whether or not they were published: first the

@@ -28,6 +28,7 @@ func inboxCases[TTx any]() []tcase[TTx] {
 		{name: "batch-outcomes", run: testInboxBatchOutcomes[TTx]},
 		{name: "set", run: testInboxSet[TTx]},
 		{name: "prune-beside-delivery", run: testInboxPruneBesideDelivery[TTx]},
+		{name: "tenants", run: testInboxTenants[TTx]},
 	}
 }
 
@@ -634,5 +635,84 @@ func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
 		// does not raise K, so k2 (K version 2) applies.
 		run("unversioned first", in, []core.InboxMessage{msg("u", "payload of u"), msg("v", "p")}, applied, applied)
 		run("redelivered with a version", in, []core.InboxMessage{versioned("u", "K", 3), versioned("k2", "K", 2)}, dupApplied, applied)
+	}
+}
+
+// testInboxTenants: the inbox key is (consumer, source, tenant, event ID). A message of tenant
+// A with tenant B's event ID (and other content) is A's own record: neither B's duplicate nor a
+// digest conflict, whichever comes first; a message from another source likewise; and entity
+// versions are kept per source and tenant (A's version 9 of an entity leaves B's version 1
+// applicable). Redeliveries in each scope stay duplicates. A tenant the inbox does not list is
+// refused (ErrTenantRefused, permanent) and nothing is recorded. A batch holds one event ID of
+// two tenants as two records, on the adapter's batch path and message by message.
+func testInboxTenants[TTx any](e *env[TTx]) {
+	tm := func(tenant, id, payload string) core.InboxMessage {
+		m := msg(id, payload)
+		m.Tenant = tenant
+		return m
+	}
+	tv := func(tenant, id, entity string, v int64) core.InboxMessage {
+		m := versioned(id, entity, v)
+		m.Tenant = tenant
+		return m
+	}
+	f := e.inbox(nil)
+	f.expect("tenant B's event", "ct", tm("B", "t1", "b"), "eff-B", core.Applied, 0)
+	f.expect("tenant A with B's event ID and other content", "ct", tm("A", "t1", "a"), "eff-A", core.Applied, 0)
+	f.expect("no tenant, the same event ID", "ct", tm("", "t1", "none"), "eff-none", core.Applied, 0)
+	f.expect("tenant B's redelivery", "ct", tm("B", "t1", "b"), "eff-B", core.Duplicate, core.Applied)
+	f.expect("tenant A's redelivery", "ct", tm("A", "t1", "a"), "eff-A", core.Duplicate, core.Applied)
+	f.expectErr("tenant A, other content again", "ct", tm("A", "t1", "a2"), "eff-A", core.ErrDigestMismatch)
+	e.expectEffect("eff-B", 1)
+	e.expectEffect("eff-A", 1)
+	e.expectEffect("eff-none", 1)
+
+	f.expect("tenant A's version 9", "ct", tv("A", "v1", "order/1", 9), "eff-vA", core.Applied, 0)
+	f.expect("tenant B's version 1 of the same entity", "ct", tv("B", "v2", "order/1", 1), "eff-vB", core.Applied, 0)
+	f.expect("tenant B's version 1 again, new ID", "ct", tv("B", "v3", "order/1", 1), "eff-vB", core.Stale, 0)
+	f.expect("no tenant, version 1 of the same entity", "ct", tv("", "v4", "order/1", 1), "eff-v", core.Applied, 0)
+	e.expectEffect("eff-vB", 1)
+
+	src := e.inbox(&core.InboxOptions{Source: "queue-2"})
+	src.expect("another source, B's event", "ct", tm("B", "t1", "other source"), "eff-src", core.Applied, 0)
+	src.expect("another source, B's version 1", "ct", tv("B", "v2", "order/1", 1), "eff-src", core.Applied, 0)
+	src.expect("another source, redelivery", "ct", tm("B", "t1", "other source"), "eff-src", core.Duplicate, core.Applied)
+	e.expectEffect("eff-src", 2)
+	f.expect("the first source's record is untouched", "ct", tm("B", "t1", "b"), "eff-B", core.Duplicate, core.Applied)
+
+	only := e.inbox(&core.InboxOptions{Tenants: []string{"A", ""}})
+	calls := only.calls.Load()
+	_, err := only.process("ct", tm("B", "r1", "p"), "eff-r")
+	var te *core.TenantError
+	if !errors.Is(err, core.ErrTenantRefused) || !errors.As(err, &te) || te.Tenant != "B" || !core.IsPermanent(err) {
+		e.fatalf("a tenant the inbox does not list: Process returned %v, want a permanent *core.TenantError (ErrTenantRefused) naming tenant B", err)
+	}
+	if only.calls.Load() != calls {
+		e.fatalf("the handler ran for a refused tenant")
+	}
+	only.expect("a listed tenant", "ct", tm("A", "r1", "p"), "eff-r", core.Applied, 0)
+	only.expect("no tenant, listed as \"\"", "ct", tm("", "r1", "p"), "eff-r", core.Applied, 0)
+	f.expect("the refused message was not recorded", "ct", tm("B", "r1", "other"), "eff-r", core.Applied, 0)
+	e.expectEffect("eff-r", 3)
+
+	for name, store := range map[string]driver.InboxStore[TTx]{"adapter": driver.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}} {
+		in, err := core.NewInbox(e.ctx, store, nil)
+		e.must(err, "NewInbox")
+		c := "ctb-" + name
+		batch := []core.InboxMessage{tm("A", "b1", "a"), tm("B", "b1", "b"), tm("A", "b1", "a"), tv("A", "b2", "E", 5), tv("B", "b3", "E", 1)}
+		res, err := in.ProcessBatch(e.ctx, c, batch, func(ctx context.Context, tx TTx, _ int, m core.InboxMessage) error {
+			return e.h.Effect(ctx, tx, c+"/"+m.Tenant+"/"+m.EventID)
+		})
+		if err != nil {
+			e.fatalf("a batch of two tenants (%s): ProcessBatch: %v", name, err)
+		}
+		applied := core.InboxResult{Outcome: core.Applied}
+		want := []core.InboxResult{applied, applied, {Outcome: core.Duplicate, Prior: core.Applied}, applied, applied}
+		if fmt.Sprint(res) != fmt.Sprint(want) {
+			e.fatalf("a batch of two tenants (%s): results %v, want %v", name, res, want)
+		}
+		for _, k := range []string{"A/b1", "B/b1", "A/b2", "B/b3"} {
+			e.expectEffect(c+"/"+k, 1)
+		}
 	}
 }

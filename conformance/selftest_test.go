@@ -113,6 +113,7 @@ func TestSuiteProvesItself(t *testing.T) {
 		{"unfenced-settle", []string{"fencing/stale-settle", "fencing/expired", "fencing/race"}, ""},
 		{"shared-lanes", []string{"lanes/exclusive"}, ""},
 		{"no-inbox-key", []string{"inbox/concurrent-once"}, ""},
+		{"unscoped-inbox-key", []string{"inbox/tenants"}, ""},
 		{"prune-unpublished", []string{"cleanup/retention"}, ""},
 		// Memory's PruneInbox waits for open transactions, and a wrapper cannot make it not
 		// wait, so the broken horizon is a stale one across transactions: the subtest fails at

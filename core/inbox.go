@@ -36,8 +36,11 @@ type InboxMessage struct {
 	// Type and SchemaID are the event's, for InboxOptions.Schemas (InboxMessageOf sets them);
 	// the inbox neither checks nor records them otherwise.
 	Type, SchemaID string
-	// Tenant is the event's (InboxMessageOf sets it), for InboxOptions.Decrypter, which
-	// authenticates it with the payload; the inbox neither checks nor records it otherwise.
+	// Tenant is the event's tenant (InboxMessageOf sets it). It is part of the message's key
+	// (consumer, InboxOptions.Source, Tenant, EventID), so that one tenant's message cannot
+	// pass for another tenant's message of the same event ID. It must be one that
+	// InboxOptions.Tenants accepts. InboxOptions.Decrypter authenticates it with the payload.
+	// Optional text (driver.CheckText) of at most 255 bytes; "" means no tenant.
 	Tenant string
 }
 
@@ -109,6 +112,67 @@ type InboxOptions struct {
 	// moved ciphertext), nothing is recorded and the handler does not run. Default nil:
 	// payloads are handed over as delivered. Package encryption implements it.
 	Decrypter PayloadDecrypter
+	// Source names where this inbox's messages come from, as the consumer knows it from its
+	// own configuration and credentials (a queue URL, a topic, a subscription), never from a
+	// message. It is part of every record's key, (consumer, Source, tenant, event ID), so
+	// messages that arrive from one source can never suppress another source's effects by
+	// reusing its event IDs. Use one Inbox per source. Text (driver.CheckText) of at most 255
+	// bytes. Default "": a key of consumer, tenant and event ID only, which is also the key
+	// of every record written before Source existed (migrate before setting it; a record
+	// keeps its source for good, so setting or changing Source makes redeliveries of
+	// earlier messages look new).
+	Source string
+	// Tenants, when set, lists the only tenants (InboxMessage.Tenant) this inbox accepts; ""
+	// stands for messages without a tenant. A message of any other tenant fails with a
+	// *TenantError (ErrTenantRefused, permanent: IsPermanent) before anything is recorded.
+	// Default nil: every tenant is accepted, each keyed apart from the others.
+	Tenants []string
+}
+
+// ErrTenantRefused is wrapped by every *TenantError.
+var ErrTenantRefused = errors.New("inbox: tenant refused")
+
+// TenantError is a message whose tenant is not among InboxOptions.Tenants. errors.Is(err,
+// ErrTenantRefused) holds. It is permanent (IsPermanent): the consumers of sinks send the
+// message to their dead-letter path. Nothing was recorded and the handler did not run.
+type TenantError struct {
+	EventID, Tenant string
+	// Source is the inbox's InboxOptions.Source.
+	Source string
+}
+
+func (e *TenantError) Error() string {
+	return fmt.Sprintf("%s: event %s has tenant %q, not one that this inbox (source %q) accepts: add it to InboxOptions.Tenants if that source may carry it",
+		ErrTenantRefused, e.EventID, e.Tenant, e.Source)
+}
+
+// Unwrap makes errors.Is(err, ErrTenantRefused) hold.
+func (e *TenantError) Unwrap() error { return ErrTenantRefused }
+
+// Permanent reports true: IsPermanent(err) holds for a *TenantError.
+func (e *TenantError) Permanent() bool { return true }
+
+// checkTenant refuses msg when its tenant is not one the inbox accepts.
+func (in *Inbox[TTx]) checkTenant(msg *InboxMessage) error {
+	if in.o.Tenants == nil || slices.Contains(in.o.Tenants, msg.Tenant) {
+		return nil
+	}
+	return &TenantError{EventID: msg.EventID, Tenant: msg.Tenant, Source: in.o.Source}
+}
+
+// scopeSep joins a record's source, tenant and entity in an entity key (driver.InboxStore's
+// LockVersion): a control character, which none of them may contain (driver.CheckText), so
+// no message can name another scope's entity.
+const scopeSep = "\x1f"
+
+// entityKey is the version gate key of entity for a message of tenant: entity alone when the
+// inbox has no source and the message no tenant (the key before sources and tenants), else
+// source, tenant and entity joined by scopeSep.
+func (in *Inbox[TTx]) entityKey(tenant, entity string) string {
+	if in.o.Source == "" && tenant == "" {
+		return entity
+	}
+	return in.o.Source + scopeSep + tenant + scopeSep + entity
 }
 
 // PayloadDecrypter decrypts a delivered message's payload in place, for the Inbox (the
@@ -155,6 +219,9 @@ func (msg *InboxMessage) check() error {
 	if r := driver.CheckTextLen(msg.SourcePosition, driver.MaxPositionLen, false); r != "" {
 		return bad("SourcePosition", r)
 	}
+	if r := driver.CheckTextLen(msg.Tenant, driver.MaxNameLen, false); r != "" {
+		return bad("Tenant", r)
+	}
 	if !msg.OccurredAt.IsZero() {
 		if r := driver.CheckTime(msg.OccurredAt); r != "" {
 			return bad("OccurredAt", r)
@@ -198,6 +265,15 @@ func NewInbox[TTx any](ctx context.Context, store driver.InboxStore[TTx], opts *
 	if o.FirstVersion < 0 {
 		return nil, &OptionError{Field: "FirstVersion", Reason: "must not be negative"}
 	}
+	if r := driver.CheckTextLen(o.Source, driver.MaxNameLen, false); r != "" {
+		return nil, &OptionError{Field: "Source", Reason: r}
+	}
+	for i, t := range o.Tenants {
+		if r := driver.CheckTextLen(t, driver.MaxNameLen, false); r != "" {
+			return nil, &OptionError{Field: fmt.Sprintf("Tenants[%d]", i), Reason: r}
+		}
+	}
+	o.Tenants = slices.Clone(o.Tenants)
 	if err := store.CheckInbox(ctx); err != nil {
 		return nil, storeError("inbox: check schema", err)
 	}
@@ -208,24 +284,31 @@ func NewInbox[TTx any](ctx context.Context, store driver.InboxStore[TTx], opts *
 	return &Inbox[TTx]{store: store, o: o, inst: inst}, nil
 }
 
-// Process runs, in ONE transaction: the version check, recording (consumer, event id, payload
-// digest, position, outcome), the retention check, and handler when the outcome is Applied;
-// then it commits. A message older than the consumer's horizon returns ErrBeyondRetention (and
-// records nothing) whether or not its record was pruned yet. A redelivery with the same digest runs nothing and returns
-// Duplicate with the prior outcome. The same ID with another digest returns ErrDigestMismatch.
+// Process runs, in ONE transaction: the version check, recording (consumer, source, tenant,
+// event id, payload digest, position, outcome), the retention check, and handler when the
+// outcome is Applied; then it commits. A message older than the consumer's horizon returns
+// ErrBeyondRetention (and records nothing) whether or not its record was pruned yet. A
+// redelivery with the same digest runs nothing and returns Duplicate with the prior outcome.
+// The same key with another digest returns ErrDigestMismatch. The key is (consumer,
+// InboxOptions.Source, msg.Tenant, msg.EventID): one tenant's (or source's) message never
+// passes for another's, and entity versions are kept per source and tenant alike.
 // A handler error rolls everything back (nothing is recorded) and is returned as is. A handler
 // that panics is treated the same way: the transaction is rolled back (nothing is recorded) and
 // the panic propagates to Process's caller unchanged; recover it there to go on.
 // A message or consumer name that breaks a documented rule returns a *MessageError
-// (ErrInvalidMessage) before anything runs, and a payload that InboxOptions.Schemas rejects a
+// (ErrInvalidMessage) before anything runs, a tenant that InboxOptions.Tenants does not list a
+// *TenantError (ErrTenantRefused, permanent), and a payload that InboxOptions.Schemas rejects a
 // *SchemaError (ErrSchemaRejected, permanent).
-// Concurrent deliveries of one ID apply the effect once: the adapter's unique key on
-// (consumer, event id) makes the later ones wait and then see the record.
+// Concurrent deliveries of one key apply the effect once: the adapter's unique key makes the
+// later ones wait and then see the record.
 func (in *Inbox[TTx]) Process(ctx context.Context, consumer string, msg InboxMessage, handler Handler[TTx]) (_ InboxResult, err error) {
 	if err := driver.CheckConsumer(consumer); err != nil {
 		return InboxResult{}, err
 	}
 	if err := msg.check(); err != nil {
+		return InboxResult{}, err
+	}
+	if err := in.checkTenant(&msg); err != nil {
 		return InboxResult{}, err
 	}
 	if handler == nil {
@@ -313,6 +396,9 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		if err := msgs[i].check(); err != nil {
 			return nil, &BatchError{Index: i, Err: err}
 		}
+		if err := in.checkTenant(&msgs[i]); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
 	}
 	if handler.each == nil && handler.set == nil {
 		return nil, &MessageError{Field: "handler", Reason: "must not be nil"}
@@ -351,7 +437,7 @@ func (in *Inbox[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 
 // run processes msgs in one transaction (applyBatch), on the adapter's InboxBatchStore or,
 // without one, on its InboxStore one call per message; when the records found already
-// recorded were not the ones the outcomes assumed, it runs again, knowing them.
+// recorded were not the ones the outcomes assumed, it runs again, knowing them (by recordKey).
 func (in *Inbox[TTx]) run(ctx context.Context, consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult) error {
 	bs, ok := in.store.(driver.InboxBatchStore[TTx])
 	if !ok {
@@ -373,8 +459,8 @@ func (in *Inbox[TTx]) run(ctx context.Context, consumer string, msgs []InboxMess
 	}
 }
 
-// replayError makes run roll back applyBatch and run it again, knowing which event IDs
-// were recorded.
+// replayError makes run roll back applyBatch and run it again, knowing which records (by
+// recordKey) were recorded.
 type replayError struct{ recorded map[string]bool }
 
 func (*replayError) Error() string { return "inbox: batch outcomes replayed" }
@@ -429,10 +515,15 @@ func (o oneByOne[TTx]) SetVersions(ctx context.Context, tx TTx, consumer string,
 func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBatchStore[TTx], consumer string, msgs []InboxMessage, handler handlers[TTx], res []InboxResult, recorded map[string]bool) error {
 	seen := map[string]bool{}
 	var entities []string
+	keys, ents := make([]string, len(msgs)), make([]string, len(msgs)) // recordKey, entityKey
 	for i := range msgs {
-		if msgs[i].Version > 0 && !seen[msgs[i].Entity] {
-			seen[msgs[i].Entity] = true
-			entities = append(entities, msgs[i].Entity)
+		keys[i] = recordKey(&msgs[i])
+		if msgs[i].Version > 0 {
+			ents[i] = in.entityKey(msgs[i].Tenant, msgs[i].Entity)
+			if !seen[ents[i]] {
+				seen[ents[i]] = true
+				entities = append(entities, ents[i])
+			}
 		}
 	}
 	slices.Sort(entities)
@@ -456,14 +547,14 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBat
 	for i := range msgs {
 		m, p := &msgs[i], &plans[i]
 		p.digest = sha256.Sum256(m.Payload)
-		if j, ok := firsts[m.EventID]; ok {
+		if j, ok := firsts[keys[i]]; ok {
 			p.first, p.rec = j, plans[j].rec
 			continue
 		}
-		firsts[m.EventID] = i
+		firsts[keys[i]] = i
 		p.first, p.rec, p.outcome = i, len(recs), Applied
-		if m.Version > 0 && !recorded[m.EventID] {
-			v, ok := last[m.Entity]
+		if m.Version > 0 && !recorded[keys[i]] {
+			v, ok := last[ents[i]]
 			switch {
 			case ok && m.Version <= v:
 				p.outcome = Stale
@@ -473,10 +564,10 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBat
 				p.gap = true
 			}
 			if p.outcome == Applied && !p.gap {
-				last[m.Entity], p.set = m.Version, true
+				last[ents[i]], p.set = m.Version, true
 			}
 		}
-		recs = append(recs, driver.InboxRecord{Consumer: consumer, EventID: m.EventID, Digest: p.digest,
+		recs = append(recs, driver.InboxRecord{Consumer: consumer, Source: in.o.Source, Tenant: m.Tenant, EventID: m.EventID, Digest: p.digest,
 			SourcePosition: m.SourcePosition, Outcome: p.outcome, OccurredAt: m.OccurredAt})
 	}
 	existing, inserted, err := bs.InsertRecords(ctx, tx, recs)
@@ -487,10 +578,10 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBat
 	for i := range plans {
 		if p := &plans[i]; p.first == i {
 			if !inserted[p.rec] {
-				found[msgs[i].EventID] = true
+				found[keys[i]] = true
 			}
 			// A message taken as recorded that was not changes no outcome unless it has a version.
-			if (p.set && !inserted[p.rec]) || (recorded[msgs[i].EventID] && inserted[p.rec] && msgs[i].Version > 0) {
+			if (p.set && !inserted[p.rec]) || (recorded[keys[i]] && inserted[p.rec] && msgs[i].Version > 0) {
 				replay = true
 			}
 		}
@@ -517,13 +608,13 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBat
 		}
 		if p.first != i || !inserted[p.rec] {
 			if prior.Digest != p.digest {
-				return &BatchError{Index: i, Err: fmt.Errorf("%w: consumer %q event %s", ErrDigestMismatch, consumer, m.EventID)}
+				return &BatchError{Index: i, Err: fmt.Errorf("%w: consumer %q event %s%s", ErrDigestMismatch, consumer, m.EventID, in.scopeText(m.Tenant))}
 			}
 			res[i] = InboxResult{Outcome: Duplicate, Prior: prior.Outcome}
 			continue
 		}
 		if p.gap {
-			return &BatchError{Index: i, Err: fmt.Errorf("%w: consumer %q entity %q version %d", ErrVersionGap, consumer, m.Entity, m.Version)}
+			return &BatchError{Index: i, Err: fmt.Errorf("%w: consumer %q entity %q version %d%s", ErrVersionGap, consumer, m.Entity, m.Version, in.scopeText(m.Tenant))}
 		}
 		res[i] = InboxResult{Outcome: p.outcome}
 		if p.outcome == Stale {
@@ -535,7 +626,7 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBat
 			return &BatchError{Index: i, Err: err}
 		}
 		if m.Version > 0 {
-			versions[m.Entity] = m.Version
+			versions[ents[i]] = m.Version
 		}
 	}
 	if len(applied) > 0 {
@@ -549,6 +640,18 @@ func (in *Inbox[TTx]) applyBatch(ctx context.Context, tx TTx, bs driver.InboxBat
 		}
 	}
 	return nil
+}
+
+// recordKey tells msg's record apart from the others of a batch: its tenant and event ID
+// (the consumer and source are the batch's).
+func recordKey(msg *InboxMessage) string { return msg.Tenant + scopeSep + msg.EventID }
+
+// scopeText names the source and tenant of a message for an error, "" when neither is set.
+func (in *Inbox[TTx]) scopeText(tenant string) string {
+	if in.o.Source == "" && tenant == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (source %q, tenant %q)", in.o.Source, tenant)
 }
 
 // checkHorizon is the retention check of msg against consumer's horizon.

@@ -32,7 +32,7 @@ func (s *Store) InsertRecord(ctx context.Context, tx *Tx, rec driver.InboxRecord
 
 // insertRecord is InsertRecord in the checked tx.
 func (s *Store) insertRecord(tx *Tx, rec driver.InboxRecord) (driver.InboxRecord, bool) {
-	k := inboxKey{rec.Consumer, rec.EventID}
+	k := recordKey{rec.Consumer, rec.Source, rec.Tenant, rec.EventID}
 	if ex, ok := tx.inbox[k]; ok {
 		return ex, false
 	}
@@ -47,7 +47,7 @@ func (s *Store) insertRecord(tx *Tx, rec driver.InboxRecord) (driver.InboxRecord
 		rec.OccurredAt = rec.OccurredAt.UTC().Truncate(time.Microsecond)
 	}
 	if tx.inbox == nil {
-		tx.inbox = map[inboxKey]driver.InboxRecord{}
+		tx.inbox = map[recordKey]driver.InboxRecord{}
 	}
 	tx.inbox[k] = rec
 	return driver.InboxRecord{}, true
@@ -153,7 +153,7 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 		if n >= limit {
 			break
 		}
-		if k.a == consumer && r.OccurredAt.Before(h) {
+		if k.consumer == consumer && r.OccurredAt.Before(h) {
 			delete(s.inbox, k)
 			n++
 		}
@@ -172,10 +172,14 @@ func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]driver.InboxRecord, len(ids))
+	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if r, ok := s.inbox[inboxKey{consumer, id}]; ok {
-			out[id] = r
+		want[id] = true
+	}
+	out := make(map[string]driver.InboxRecord, len(ids))
+	for k, r := range s.inbox {
+		if k.consumer == consumer && want[k.eventID] {
+			out[k.eventID] = r
 		}
 	}
 	return out, nil

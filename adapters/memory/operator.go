@@ -175,7 +175,7 @@ func (s *Store) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxCo
 		return c
 	}
 	for k := range s.inbox {
-		get(k.a).Records++
+		get(k.consumer).Records++
 	}
 	for name, h := range s.horizons {
 		get(name).Horizon = h
@@ -461,7 +461,7 @@ func (t *opTx) PruneInbox(ctx context.Context, consumer string, horizon time.Tim
 		if n >= int64(limit) {
 			break
 		}
-		if k.a == consumer && r.OccurredAt.Before(horizon) {
+		if k.consumer == consumer && r.OccurredAt.Before(horizon) {
 			delete(t.s.inbox, k)
 			t.undo = append(t.undo, func() { t.s.inbox[k] = r })
 			n++

@@ -30,7 +30,7 @@ type Store struct {
 	unpub    [][]*driver.Record        // per lane: unpublished rows, ascending Seq
 	leases   []laneState               // per lane
 	workers  map[string]time.Time      // owner -> expires at
-	inbox    map[inboxKey]driver.InboxRecord
+	inbox    map[recordKey]driver.InboxRecord
 	horizons map[string]time.Time
 	versions map[inboxKey]int64
 	counters map[string]int
@@ -48,7 +48,11 @@ type laneState struct {
 	until      time.Time
 }
 
+// inboxKey is the key of an entity version: (consumer, entity).
 type inboxKey struct{ a, b string }
+
+// recordKey is the key of an inbox record.
+type recordKey struct{ consumer, source, tenant, eventID string }
 
 // New returns an empty Store. opts may be nil.
 func New(opts *Options) (*Store, error) {
@@ -71,7 +75,7 @@ func New(opts *Options) (*Store, error) {
 		unpub:    make([][]*driver.Record, o.Lanes),
 		leases:   make([]laneState, o.Lanes),
 		workers:  map[string]time.Time{},
-		inbox:    map[inboxKey]driver.InboxRecord{},
+		inbox:    map[recordKey]driver.InboxRecord{},
 		horizons: map[string]time.Time{},
 		versions: map[inboxKey]int64{},
 		counters: map[string]int{},
@@ -128,7 +132,7 @@ type Tx struct {
 	inserts  []*driver.Record
 	ids      map[string]bool
 	counters map[string]int // deltas
-	inbox    map[inboxKey]driver.InboxRecord
+	inbox    map[recordKey]driver.InboxRecord
 	versions map[inboxKey]int64
 }
 

@@ -34,6 +34,10 @@ func (o Outcome) String() string {
 // Inbox field bounds.
 const (
 	MaxPositionLen = 1024
+	// MaxEntityKeyLen bounds the entity keys of InboxStore.LockVersion and SetVersion: an
+	// entity (MaxNameLen) behind its inbox's source and tenant (MaxNameLen each) and two
+	// separators.
+	MaxEntityKeyLen = 3*MaxNameLen + 2
 	// MaxClockSkew is how far in the future Inbox.Prune accepts a horizon.
 	MaxClockSkew = time.Minute
 	// MaxPruneLimit bounds Inbox.Prune's limit.

@@ -200,9 +200,14 @@ type RelayStore interface {
 	Settle(ctx context.Context, p SettleParams) error
 }
 
-// InboxRecord is one processed message of one consumer.
+// InboxRecord is one processed message of one consumer. Its key is (Consumer, Source,
+// Tenant, EventID): Source is the origin the consumer declared (core.InboxOptions.Source),
+// Tenant the message's tenant; both are text (CheckText) of at most MaxNameLen bytes, "" when
+// unset, and records written before they existed have "" in both.
 type InboxRecord struct {
 	Consumer       string
+	Source         string
+	Tenant         string
 	EventID        string
 	Digest         [32]byte // SHA-256 of the payload
 	SourcePosition string   // where the message came from (queue, offset, ...), informational
@@ -224,12 +229,15 @@ type InboxStore[TTx any] interface {
 	// because InsertRecord can only insert a pruned record's key again once the deletion
 	// committed, and the deletion comes after the raise.
 	Horizon(ctx context.Context, tx TTx, consumer string) (time.Time, error)
-	// InsertRecord inserts rec unless (Consumer, EventID) exists. When it exists it returns the
-	// existing record and inserted=false; when a concurrent transaction holds the same key it
-	// waits for that transaction to end first.
+	// InsertRecord inserts rec unless its key (Consumer, Source, Tenant, EventID) exists. When
+	// it exists it returns the existing record and inserted=false; when a concurrent
+	// transaction holds the same key it waits for that transaction to end first. Records of
+	// one EventID under another Source or Tenant are other records.
 	InsertRecord(ctx context.Context, tx TTx, rec InboxRecord) (existing InboxRecord, inserted bool, err error)
 	// LockVersion returns the last applied version of (consumer, entity), ok=false when none, and
-	// holds it against concurrent changes until tx ends.
+	// holds it against concurrent changes until tx ends. entity is opaque text of at most
+	// MaxEntityKeyLen bytes: the Inbox prefixes an entity with its source and tenant, joined
+	// by U+001F, when either is set, so it may hold that control character.
 	LockVersion(ctx context.Context, tx TTx, consumer, entity string) (version int64, ok bool, err error)
 	// SetVersion stores the last applied version of (consumer, entity).
 	SetVersion(ctx context.Context, tx TTx, consumer, entity string, version int64) error
@@ -255,7 +263,7 @@ type InboxBatchStore[TTx any] interface {
 	// order): the last applied version of each entity that has one (absent: none), every one of
 	// them held against concurrent changes until tx ends.
 	LockVersions(ctx context.Context, tx TTx, consumer string, entities []string) (map[string]int64, error)
-	// InsertRecords is InsertRecord for each of recs (one consumer, distinct event IDs):
+	// InsertRecords is InsertRecord for each of recs (one consumer and source, distinct keys):
 	// existing[i] and inserted[i] are what InsertRecord would return for recs[i].
 	InsertRecords(ctx context.Context, tx TTx, recs []InboxRecord) (existing []InboxRecord, inserted []bool, err error)
 	// SetVersions is SetVersion for each entity of versions.
