@@ -31,10 +31,11 @@
 //   - Retries: exponential backoff with jitter per record, up to a retry budget; then the record
 //     (and so its key) is parked until Admin.Unpark. Permanent errors park at once. A circuit
 //     breaker pauses fetching while every send fails.
-//   - Inbox: Inbox.Process records (consumer, event id, payload SHA-256), checks the entity
-//     version and applies the handler's effect in one local transaction. A redelivery is a
-//     no-op (Duplicate); the same id with another payload is ErrDigestMismatch; concurrent
-//     deliveries of one id apply the effect once.
+//   - Inbox: Inbox.Process records (consumer, source, tenant, event id, payload SHA-256),
+//     checks the entity version and applies the handler's effect in one local transaction. A
+//     redelivery is a no-op (Duplicate); the same id with another payload is
+//     ErrDigestMismatch; concurrent deliveries of one id apply the effect once. One tenant's
+//     (or source's) message never passes for another's (InboxOptions.Source, Tenants).
 //   - Retention: CleanupOutbox deletes only published rows older than the retention window and
 //     below the lowest unpublished Seq. Inbox.Prune raises a horizon before deleting records;
 //     messages older than the horizon are rejected with ErrBeyondRetention, never reapplied.

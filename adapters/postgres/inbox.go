@@ -39,9 +39,15 @@ func (s *Store[TTx]) InsertRecord(ctx context.Context, tx TTx, rec driver.InboxR
 }
 
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
-// ID (absent IDs omitted), read outside any transaction, in one statement.
+// ID (absent IDs omitted), read outside any transaction, in one statement. Where records of
+// several sources or tenants share an event ID, it returns one of them.
 func (s *Store[TTx]) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
-	out, err := s.readRecords(ctx, s.db, consumer, ids)
+	r, err := s.db.query(ctx, s.q.inboxGetByID, inboxGetByIDParams{Consumer: consumer, EventIDs: ids}.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox records: %w", classify(err))
+	}
+	out := map[string]driver.InboxRecord{}
+	err = scanInbox(r, consumer, func(rec driver.InboxRecord) { out[rec.EventID] = rec })
 	if err != nil {
 		return nil, fmt.Errorf("postgres: inbox records: %w", classify(err))
 	}
@@ -138,34 +144,39 @@ func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.In
 	if len(recs) == 0 {
 		return existing, inserted, nil
 	}
-	consumer := recs[0].Consumer
+	consumer, source := recs[0].Consumer, recs[0].Source
 	todo := make([]int, len(recs))
 	for i := range todo {
 		todo[i] = i
 	}
 	for attempt := 1; len(todo) > 0; attempt++ {
-		ids, digests, positions := make([]string, len(todo)), make([][]byte, len(todo)), make([]string, len(todo))
+		tenants, ids, digests, positions := make([]string, len(todo)), make([]string, len(todo)), make([][]byte, len(todo)), make([]string, len(todo))
 		outcomes, occurred := make([]int16, len(todo)), make([]time.Time, len(todo))
 		for k, i := range todo {
-			ids[k], digests[k], positions[k] = recs[i].EventID, recs[i].Digest[:], recs[i].SourcePosition
+			tenants[k], ids[k], digests[k], positions[k] = recs[i].Tenant, recs[i].EventID, recs[i].Digest[:], recs[i].SourcePosition
 			outcomes[k], occurred[k] = int16(recs[i].Outcome), occurredIn(recs[i].OccurredAt)
 		}
-		got, err := s.insertMany(ctx, q, consumer, ids, digests, positions, outcomes, occurred)
+		got, err := s.insertMany(ctx, q, inboxInsertManyParams{Consumer: consumer, Source: source, Tenants: tenants,
+			EventIDs: ids, Digests: digests, Positions: positions, Outcomes: outcomes, Occurred: occurred})
 		if err != nil {
 			return nil, nil, fmt.Errorf("postgres: insert inbox records: %w", classify(err))
 		}
-		var others []string
+		var otherTenants, others []string
 		for k, i := range todo {
-			if got[ids[k]] {
+			if got[recordKey{tenants[k], ids[k]}] {
 				inserted[i] = true
 			} else {
-				others = append(others, ids[k])
+				otherTenants, others = append(otherTenants, tenants[k]), append(others, ids[k])
 			}
 		}
 		if len(others) == 0 {
 			break
 		}
-		found, err := s.readRecords(ctx, q, consumer, others)
+		found := map[recordKey]driver.InboxRecord{}
+		r, err := q.query(ctx, s.q.inboxGetMany, inboxGetManyParams{Consumer: consumer, Source: source, Tenants: otherTenants, EventIDs: others}.args()...)
+		if err == nil {
+			err = scanInbox(r, consumer, func(rec driver.InboxRecord) { found[recordKey{rec.Tenant, rec.EventID}] = rec })
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("postgres: read inbox records: %w", classify(err))
 		}
@@ -174,7 +185,7 @@ func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.In
 			if inserted[i] {
 				continue
 			}
-			if ex, ok := found[recs[i].EventID]; ok {
+			if ex, ok := found[recordKey{recs[i].Tenant, recs[i].EventID}]; ok {
 				existing[i] = ex
 			} else {
 				next = append(next, i) // pruned between the insert and the read
@@ -188,33 +199,31 @@ func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.In
 	return existing, inserted, nil
 }
 
-func (s *Store[TTx]) insertMany(ctx context.Context, q querier, consumer string, ids []string, digests [][]byte, positions []string, outcomes []int16, occurred []time.Time) (map[string]bool, error) {
-	r, err := q.query(ctx, s.q.inboxInsertMany, inboxInsertManyParams{
-		Consumer: consumer, EventIDs: ids, Digests: digests, Positions: positions, Outcomes: outcomes, Occurred: occurred,
-	}.args()...)
+// recordKey is an inbox record's key within one consumer and source.
+type recordKey struct{ tenant, eventID string }
+
+// insertMany runs InboxInsertMany and returns the keys it inserted.
+func (s *Store[TTx]) insertMany(ctx context.Context, q querier, p inboxInsertManyParams) (map[recordKey]bool, error) {
+	r, err := q.query(ctx, s.q.inboxInsertMany, p.args()...)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	got := make(map[string]bool, len(ids))
+	got := make(map[recordKey]bool, len(p.EventIDs))
 	for r.Next() {
-		var id string
-		if err := r.Scan(&id); err != nil {
+		var k recordKey
+		if err := r.Scan(&k.tenant, &k.eventID); err != nil {
 			return nil, err
 		}
-		got[id] = true
+		got[k] = true
 	}
 	return got, r.Err()
 }
 
-// readRecords reads the records of consumer among ids, by event ID (absent ones omitted).
-func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
-	r, err := q.query(ctx, s.q.inboxGetMany, inboxGetManyParams{Consumer: consumer, EventIDs: ids}.args()...)
-	if err != nil {
-		return nil, err
-	}
+// scanInbox hands each inbox record of r (InboxGetMany's or InboxGetByID's columns) to each,
+// and closes r.
+func scanInbox(r rows, consumer string, each func(driver.InboxRecord)) error {
 	defer r.Close()
-	out := make(map[string]driver.InboxRecord, len(ids))
 	for r.Next() {
 		var (
 			digest              []byte
@@ -222,18 +231,18 @@ func (s *Store[TTx]) readRecords(ctx context.Context, q querier, consumer string
 			occurred, processed time.Time
 		)
 		ex := driver.InboxRecord{Consumer: consumer}
-		if err := r.Scan(&ex.EventID, &digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
-			return nil, err
+		if err := r.Scan(&ex.Source, &ex.Tenant, &ex.EventID, &digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
+			return err
 		}
 		if len(digest) != len(ex.Digest) {
-			return nil, fmt.Errorf("digest of %d bytes", len(digest))
+			return fmt.Errorf("digest of %d bytes", len(digest))
 		}
 		copy(ex.Digest[:], digest)
 		ex.Outcome = core.Outcome(outcome)
 		ex.OccurredAt, ex.ProcessedAt = occurred.UTC(), processed.UTC()
-		out[ex.EventID] = ex
+		each(ex)
 	}
-	return out, r.Err()
+	return r.Err()
 }
 
 // SetVersions implements driver.InboxBatchStore: one upsert for every entity.

@@ -134,31 +134,52 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// inboxMigration is the name prefix (the inbox table follows) of the migration that creates the
-// inbox's tables.
-const inboxMigration = "migration:0002_inbox:"
+// inboxMigration and inboxScopeMigration are the name prefixes (the inbox table follows) of the
+// migrations that create the inbox's tables and that add source and tenant to its key.
+const (
+	inboxMigration      = "migration:0002_inbox:"
+	inboxScopeMigration = "migration:0009_inbox_scope:"
+)
 
 // MigrateInbox creates only the inbox's tables (processed messages, retention horizons, entity
 // versions) and their index, for a consumer-only service: no outbox, lanes, publisher, audit or
 // meta table. Like Migrate it runs in one transaction under Migrate's advisory lock and is
-// idempotent (every statement is CREATE ... IF NOT EXISTS), so it records nothing: the meta
-// table that records migrations is the outbox's. Migrate, run later or earlier on the same
-// schema, creates the inbox in the same way and records it; the inbox's rows stay. On an
-// inbox-only schema core.NewInbox works and core.NewOutbox fails with a *core.NotMigratedError
-// (core.ErrSchemaMismatch).
+// idempotent (the tables are created IF NOT EXISTS, and an inbox of an earlier version gets
+// source and tenant in its key, migration 0009, only when it lacks them), so it records
+// nothing: the meta table that records migrations is the outbox's. Migrate, run later or
+// earlier on the same schema, creates the inbox in the same way and records it; the inbox's
+// rows stay. On an inbox-only schema core.NewInbox works and core.NewOutbox fails with a
+// *core.NotMigratedError (core.ErrSchemaMismatch).
 func (s *Store[TTx]) MigrateInbox(ctx context.Context) error {
-	var sql string
+	var create, scope string
 	for _, m := range s.q.migrations {
-		if strings.HasPrefix(m.name, inboxMigration) {
-			sql = m.sql
+		switch {
+		case strings.HasPrefix(m.name, inboxMigration):
+			create = m.sql
+		case strings.HasPrefix(m.name, inboxScopeMigration):
+			scope = m.sql
 		}
 	}
-	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
+	st, err := s.migrateStatements()
+	if err != nil {
+		return err
+	}
+	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
 		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
 			return err
 		}
-		_, err := q.exec(ctx, sql) // no arguments: simple protocol, many statements
-		return err
+		if _, err := q.exec(ctx, create); err != nil { // no arguments: simple protocol, many statements
+			return err
+		}
+		var scoped int64
+		if err := queryRow(ctx, q, st.Get("InboxScoped"), []any{s.n.inbox}, &scoped); err != nil {
+			return err
+		}
+		if scoped == 0 {
+			_, err := q.exec(ctx, scope)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: migrate inbox: %w", classify(err))
@@ -226,11 +247,13 @@ func MigrationSQL(opts *Options) (string, error) {
 
 // InboxMigrationSQL returns, as one plain SQL script, what MigrateInbox does to an empty schema
 // with opts (opts.Schema must exist): the inbox's tables (processed messages, retention
-// horizons, entity versions) and their index, with the identifiers of opts; no outbox, lanes,
-// publisher, audit or meta table. It is MigrationSQL for a consumer-only service whose schema
-// changes go through its own tool. Every statement is CREATE ... IF NOT EXISTS, so MigrateInbox
-// or Migrate run afterwards on the same schema find the inbox current and keep its rows. Only
-// opts' identifiers are read.
+// horizons, entity versions) and their index, with the identifiers of opts, then source and
+// tenant in the inbox's key (migration 0009); no outbox, lanes, publisher, audit or meta table.
+// It is MigrationSQL for a consumer-only service whose schema changes go through its own tool.
+// Its tables are created IF NOT EXISTS and migration 0009 adds its columns IF NOT EXISTS and
+// rebuilds the primary key, so it also upgrades an inbox of an earlier version, keeping its
+// rows; MigrateInbox or Migrate run afterwards find the inbox current. Only opts' identifiers
+// are read.
 func InboxMigrationSQL(opts *Options) (string, error) {
 	_, n, err := opts.resolve()
 	if err != nil {
@@ -240,12 +263,16 @@ func InboxMigrationSQL(opts *Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, m := range q.migrations {
-		if strings.HasPrefix(m.name, inboxMigration) {
-			return fmt.Sprintf("-- outboxkit PostgreSQL inbox migration: inbox %s, no outbox tables.\n-- Run in one transaction.\n\n%s;\n", n.inbox, strings.TrimRight(strings.TrimSpace(m.sql), ";")), nil
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- outboxkit PostgreSQL inbox migration: inbox %s, no outbox tables.\n-- Run in one transaction.\n", n.inbox)
+	for _, prefix := range []string{inboxMigration, inboxScopeMigration} {
+		for _, m := range q.migrations {
+			if strings.HasPrefix(m.name, prefix) {
+				fmt.Fprintf(&b, "\n%s;\n", strings.TrimRight(strings.TrimSpace(m.sql), ";"))
+			}
 		}
 	}
-	return "", errors.New("postgres: no inbox migration embedded")
+	return b.String(), nil
 }
 
 // sqlLiteral quotes s as a string literal (standard_conforming_strings, the default since 9.1).
@@ -268,8 +295,8 @@ func (s *Store[TTx]) migrateStatements() (*sqlfile.Statements, error) {
 	return st, nil
 }
 
-// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist, otherwise a
-// *core.NotMigratedError (run Migrate or MigrateInbox).
+// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist with the key of
+// this version, otherwise a *core.NotMigratedError (run Migrate or MigrateInbox).
 func (s *Store[TTx]) CheckInbox(ctx context.Context) error {
 	st, err := s.migrateStatements()
 	if err != nil {
@@ -278,6 +305,13 @@ func (s *Store[TTx]) CheckInbox(ctx context.Context) error {
 	var n int64
 	if err := queryRow(ctx, s.db, st.Get("CheckInbox"), nil, &n); err != nil {
 		return fmt.Errorf("postgres: check inbox: %w", classify(err))
+	}
+	if err := queryRow(ctx, s.db, st.Get("InboxScoped"), []any{s.n.inbox}, &n); err != nil {
+		return fmt.Errorf("postgres: check inbox: %w", classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("postgres: check inbox: %w", &core.NotMigratedError{
+			Missing: "inbox " + s.n.inbox + " has no source and tenant in its key (migration 0009)"})
 	}
 	return nil
 }

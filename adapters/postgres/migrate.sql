@@ -8,3 +8,8 @@ SELECT count(*) FROM (
     UNION ALL SELECT 1 FROM {{horizons}} WHERE 1 = 0
     UNION ALL SELECT 1 FROM {{versions}} WHERE 1 = 0
 ) t
+
+-- name: InboxScoped
+-- 1 when the inbox has the tenant column of migration 0009 (its key holds source and tenant),
+-- 0 when it was migrated by an earlier version. $1: the inbox's qualified, quoted name.
+SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'tenant' AND NOT attisdropped

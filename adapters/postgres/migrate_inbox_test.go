@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -53,4 +55,51 @@ func TestMigrateInboxAfterMigrate(t *testing.T) {
 	require.Equal(t, core.Duplicate, testkit.ProcessOnce(t, in, "e1", 1))
 	_, err = core.NewOutbox[pgx.Tx](ctx, s, nil)
 	require.NoError(t, err)
+}
+
+// TestInboxScopeUpgrade: an inbox of an earlier version (migration 0002 alone) holding a
+// processed message and an entity version is refused by core.NewInbox as not migrated; after
+// MigrateInbox (twice: it is idempotent) or Migrate, the message's redelivery is still a
+// Duplicate, the entity's version still gates, and tenant A's message with the same event ID
+// is a record of its own.
+func TestInboxScopeUpgrade(t *testing.T) {
+	for _, how := range []string{"MigrateInbox", "Migrate"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := newTestDB(t, dbOptions{})
+			s, err := New(d.pool, &Options{Schema: d.schema})
+			require.NoError(t, err)
+			var old string
+			for _, m := range s.q.migrations {
+				if strings.HasPrefix(m.name, inboxMigration) {
+					old = m.sql
+				}
+			}
+			_, err = d.pool.Exec(ctx, old, pgx.QueryExecModeSimpleProtocol)
+			require.NoError(t, err)
+			_, err = d.pool.Exec(ctx, `INSERT INTO inbox (consumer, event_id, digest, outcome, occurred_at) VALUES ('c', 'e1', sha256('e1'::bytea), 1, now());
+				INSERT INTO inbox_versions (consumer, entity, version) VALUES ('c', 'a/1', 1)`, pgx.QueryExecModeSimpleProtocol)
+			require.NoError(t, err)
+
+			_, err = core.NewInbox[pgx.Tx](ctx, s, nil)
+			require.ErrorIs(t, err, core.ErrSchemaMismatch)
+			require.ErrorContains(t, err, "migration 0009")
+
+			if how == "Migrate" {
+				require.NoError(t, s.Migrate(ctx))
+			} else {
+				require.NoError(t, s.MigrateInbox(ctx))
+				require.NoError(t, s.MigrateInbox(ctx))
+			}
+			in, err := core.NewInbox[pgx.Tx](ctx, s, nil)
+			require.NoError(t, err)
+			require.Equal(t, core.Duplicate, testkit.ProcessOnce(t, in, "e1", 0))
+			require.Equal(t, core.Stale, testkit.ProcessOnce(t, in, "e2", 1))
+			res, err := in.Process(ctx, "c", core.InboxMessage{EventID: "e1", Payload: []byte("tenant A's"), Tenant: "A", OccurredAt: time.Now()},
+				func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
+			require.NoError(t, err)
+			require.Equal(t, core.Applied, res.Outcome)
+		})
+	}
 }

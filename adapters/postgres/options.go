@@ -122,7 +122,7 @@ type names struct {
 	auditGuard                                string // bare quoted trigger name
 	ids, idsIdx, pubIdx                       string // partitioned outbox: ids qualified, indexes bare
 	seqName                                   string // the serial sequence, qualified
-	inboxIdx                                  string
+	inboxIdx, inboxPkey                       string
 	// The pending layout (migration 0008).
 	pending, settled, pendingFetchFn, pendingSyncFn string // qualified
 	pendingFailIdx, settledAtIdx, settledMinIdx     string // bare
@@ -259,6 +259,7 @@ func (o *Options) resolve() (Options, names, error) {
 		horizons:       s + quote(r.InboxTable+"_horizons"),
 		versions:       s + quote(r.InboxTable+"_versions"),
 		inboxIdx:       quote(r.InboxTable + "_occurred_idx"),
+		inboxPkey:      quote(r.InboxTable + "_pkey"),
 		channel:        quote(r.NotifyChannel),
 		rawSchema:      r.Schema, rawTable: r.Table, rawInbox: r.InboxTable, rawChannel: r.NotifyChannel,
 	}

@@ -348,7 +348,7 @@ func TestMigrationSQLPendingLayout(t *testing.T) {
 	var legacy, pending bool
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_meta WHERE name LIKE 'migration:%'),
 		to_regclass('outbox_pending_idx') IS NOT NULL, to_regclass('outbox_pending') IS NOT NULL`).Scan(&migrations, &legacy, &pending))
-	require.Equal(t, 8, migrations)
+	require.Equal(t, 9, migrations)
 	require.False(t, legacy)
 	require.True(t, pending)
 	ob, err := core.NewOutbox(ctx, s, nil)

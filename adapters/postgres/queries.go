@@ -84,6 +84,7 @@ func (n names) idents() sqlfile.Idents {
 		"horizons":          n.horizons,
 		"versions":          n.versions,
 		"inbox_idx":         n.inboxIdx,
+		"inbox_pkey":        n.inboxPkey,
 		"channel":           n.channel,
 		"pending":           n.pending,
 		"settled":           n.settled,
@@ -134,6 +135,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0006_audit_guard", "0006_audit_guard.sql"},
 		file{"migration:0007_lanes_resize", "0007_lanes_resize.sql"},
 		file{"migration:0008_pending", "0008_pending.sql"},
+		file{inboxScopeMigration + n.rawInbox, "0009_inbox_scope.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

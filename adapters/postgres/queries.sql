@@ -437,26 +437,42 @@ SELECT lane FROM lost ORDER BY lane
 SELECT horizon FROM {{horizons}} WHERE consumer = :consumer
 
 -- name: InboxInsertMany
--- core.InboxBatchStore: InboxInsert for many records of consumer :consumer (distinct event IDs), in
--- event ID order (one lock order for every batch); returns the event IDs inserted.
+-- core.InboxBatchStore: InboxInsert for many records of consumer :consumer and source :source
+-- (distinct tenant and event ID pairs), in key order (one lock order for every batch); returns
+-- the keys inserted.
 -- param: consumer string
+-- param: source string
+-- param: tenants []string
 -- param: event_ids []string
 -- param: digests [][]byte
 -- param: positions []string
 -- param: outcomes []int16
 -- param: occurred []time.Time occurredIn
-INSERT INTO {{inbox}} (consumer, event_id, digest, source_position, outcome, occurred_at)
-SELECT :consumer, event_id, digest, source_position, outcome, occurred_at
-FROM unnest(:event_ids::text[], :digests::bytea[], :positions::text[], :outcomes::smallint[], :occurred::timestamptz[])
-	AS r(event_id, digest, source_position, outcome, occurred_at)
-ORDER BY event_id
-ON CONFLICT (consumer, event_id) DO NOTHING
-RETURNING event_id
+INSERT INTO {{inbox}} (consumer, event_id, source, tenant, digest, source_position, outcome, occurred_at)
+SELECT :consumer, event_id, :source, tenant, digest, source_position, outcome, occurred_at
+FROM unnest(:tenants::text[], :event_ids::text[], :digests::bytea[], :positions::text[], :outcomes::smallint[], :occurred::timestamptz[])
+	AS r(tenant, event_id, digest, source_position, outcome, occurred_at)
+ORDER BY event_id, tenant
+ON CONFLICT (consumer, event_id, source, tenant) DO NOTHING
+RETURNING tenant, event_id
 
 -- name: InboxGetMany
+-- The records of consumer :consumer and source :source among the (tenant, event ID) pairs.
+-- param: consumer string
+-- param: source string
+-- param: tenants []string
+-- param: event_ids []string
+SELECT i.source, i.tenant, i.event_id, i.digest, i.source_position, i.outcome, i.occurred_at, i.processed_at
+FROM {{inbox}} AS i JOIN unnest(:tenants::text[], :event_ids::text[]) AS k(tenant, event_id)
+	ON i.event_id = k.event_id AND i.tenant = k.tenant
+WHERE i.consumer = :consumer AND i.source = :source
+
+-- name: InboxGetByID
+-- reconcile.InboxReader: the records of consumer :consumer among event IDs, of any source and
+-- tenant (the primary key's prefix).
 -- param: consumer string
 -- param: event_ids []string
-SELECT event_id, digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
+SELECT source, tenant, event_id, digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
 WHERE consumer = :consumer AND event_id = ANY(:event_ids::text[])
 
 -- name: VersionLockMany

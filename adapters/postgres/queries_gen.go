@@ -44,6 +44,7 @@ type statements struct {
 	horizonGet               string
 	inboxInsertMany          string
 	inboxGetMany             string
+	inboxGetByID             string
 	versionLockMany          string
 	versionEnsureMany        string
 	versionSetMany           string
@@ -135,6 +136,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		horizonGet:               st.Get("HorizonGet"),
 		inboxInsertMany:          st.Get("InboxInsertMany"),
 		inboxGetMany:             st.Get("InboxGetMany"),
+		inboxGetByID:             st.Get("InboxGetByID"),
 		versionLockMany:          st.Get("VersionLockMany"),
 		versionEnsureMany:        st.Get("VersionEnsureMany"),
 		versionSetMany:           st.Get("VersionSetMany"),
@@ -432,6 +434,8 @@ func (p horizonGetParams) args() []any {
 // inboxInsertManyParams are the parameters of InboxInsertMany.
 type inboxInsertManyParams struct {
 	Consumer  string
+	Source    string
+	Tenants   []string
 	EventIDs  []string
 	Digests   [][]byte
 	Positions []string
@@ -441,17 +445,30 @@ type inboxInsertManyParams struct {
 
 // args are p's arguments in the positional order of InboxInsertMany.
 func (p inboxInsertManyParams) args() []any {
-	return []any{p.Consumer, p.EventIDs, p.Digests, p.Positions, p.Outcomes, p.Occurred}
+	return []any{p.Consumer, p.Source, p.Tenants, p.EventIDs, p.Digests, p.Positions, p.Outcomes, p.Occurred}
 }
 
 // inboxGetManyParams are the parameters of InboxGetMany.
 type inboxGetManyParams struct {
 	Consumer string
+	Source   string
+	Tenants  []string
 	EventIDs []string
 }
 
 // args are p's arguments in the positional order of InboxGetMany.
 func (p inboxGetManyParams) args() []any {
+	return []any{p.Consumer, p.Source, p.Tenants, p.EventIDs}
+}
+
+// inboxGetByIDParams are the parameters of InboxGetByID.
+type inboxGetByIDParams struct {
+	Consumer string
+	EventIDs []string
+}
+
+// args are p's arguments in the positional order of InboxGetByID.
+func (p inboxGetByIDParams) args() []any {
 	return []any{p.Consumer, p.EventIDs}
 }
 
