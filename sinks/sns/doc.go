@@ -27,5 +27,7 @@
 //     (core.Permanent). The sink never retries itself (the AWS SDK's own retryer still runs as
 //     configured on the client).
 //   - Claim check (Options.ClaimCheck): oversize payloads are stored in S3 under their SHA-256
-//     and the message carries the reference; consumers verify the digest.
+//     and the message carries the reference; consumers verify the digest. The objects carry the
+//     digest, content type, event ID, type, schema id and encryption metadata as S3 user
+//     metadata, as package sinks/sqs documents ("Claim check").
 package sns

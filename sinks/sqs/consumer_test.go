@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/encryption"
 	"github.com/outboxkit/outbox/sinks/sqs"
 )
 
@@ -233,6 +236,75 @@ func TestClaimCheckRoundTripAndTamperedObject(t *testing.T) {
 	require.Equal(t, 0, cb.store.Counter("applied:"+victim.ID))
 	require.GreaterOrEqual(t, cb.consumer.Stats().Failed, uint64(2))
 	require.Equal(t, uint64(2), cb.consumer.Stats().Deleted)
+}
+
+// The claim-check object of a clear and of an encrypted payload carries their digest, content
+// type, event ID, type and schema id, and for the envelope its algorithm and key ID, in its S3
+// metadata (issue 34).
+func TestClaimCheckObjectMetadata(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	bucket := e.bucket(t)
+	url := e.queue(t, randName("claimmeta"), nil)
+	sink, err := sqs.New(e.sqs, &sqs.Options{MaxRequestBytes: 4096, ClaimCheck: &sqs.ClaimCheck{Client: e.s3, Bucket: bucket, Prefix: "outbox/"}})
+	require.NoError(t, err)
+
+	path := filepath.Join(t.TempDir(), "keyring.json")
+	_, err = encryption.RotateKey(path, "acme", time.Now())
+	require.NoError(t, err)
+	kr, err := encryption.OpenKeyring(path)
+	require.NoError(t, err)
+	keyID, err := kr.CurrentKey(t.Context(), "acme")
+	require.NoError(t, err)
+	cipher, err := encryption.New(encryption.Options{Keys: kr})
+	require.NoError(t, err)
+
+	plain := event(url, "a", 0, bytes.Repeat([]byte(`{"n":"0123456789"}`), 1000))
+	plain.Headers["content-type"] = "application/json"
+	secret := event(url, "b", 0, bytes.Repeat([]byte(`{"s":"0123456789"}`), 1000))
+	secret.Headers["content-type"] = "application/json"
+	evs := []core.Event{secret.Event}
+	require.NoError(t, cipher.EncryptPayloads(t.Context(), evs))
+	secret.Event = evs[0]
+	require.True(t, encryption.IsEnvelope(secret.Payload))
+	for _, err := range send(t, sink, []core.Message{plain, secret}) {
+		require.NoError(t, err)
+	}
+
+	for _, tc := range []struct {
+		m           core.Message
+		contentType string            // of the S3 object
+		extra       map[string]string // beyond the fields of every object
+	}{
+		{plain, "application/json", nil},
+		{secret, "application/octet-stream", map[string]string{"outboxkit-encryption": "aes-256-gcm/v1", "outboxkit-key-id": keyID}},
+	} {
+		sum := sha256.Sum256(tc.m.Payload)
+		key := "outbox/" + hex.EncodeToString(sum[:])
+		head, err := e.s3.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		require.NoError(t, err)
+		obj, err := e.s3.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		require.NoError(t, err)
+		stored, err := io.ReadAll(obj.Body)
+		require.NoError(t, err)
+		require.NoError(t, obj.Body.Close())
+		require.Equal(t, tc.m.Payload, stored)
+		storedSum := sha256.Sum256(stored)
+
+		want := map[string]string{
+			"outboxkit-sha256":       hex.EncodeToString(storedSum[:]),
+			"outboxkit-content-type": "application/json",
+			"outboxkit-event-id":     tc.m.ID,
+			"outboxkit-type":         "order.updated",
+			"outboxkit-schema-id":    "order.v1",
+		}
+		maps.Copy(want, tc.extra)
+		require.Equal(t, want, head.Metadata, "event %s", tc.m.ID)
+		require.Equal(t, tc.contentType, aws.ToString(head.ContentType))
+	}
+	env, err := encryption.Parse(secret.Payload)
+	require.NoError(t, err)
+	require.Equal(t, keyID, env.KeyID)
 }
 
 func TestConsumerReleasesInFlightMessagesOnShutdown(t *testing.T) {

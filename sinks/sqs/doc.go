@@ -73,6 +73,30 @@
 // rewrites the same object. The sink never deletes objects: expire them with a bucket lifecycle
 // rule longer than any redelivery window.
 //
+// Each object carries S3 user metadata (x-amz-meta-<key>; keys lower-case):
+//
+//	outboxkit-sha256        lowercase hex SHA-256 of the object's bytes (always)
+//	outboxkit-encryption    "aes-256-gcm/v1" when the payload is an envelope of package
+//	                        encryption (version 1, AES-256-GCM); absent for clear payloads
+//	outboxkit-content-type  the event's "content-type" header, else "application/octet-stream"
+//	                        (the type of the plaintext when the payload is encrypted)
+//	outboxkit-event-id      the event ID
+//	outboxkit-type          the event type
+//	outboxkit-schema-id     the event's SchemaID, when set
+//	outboxkit-key-id        the envelope's key ID (encryption.Parse; nothing is decrypted)
+//
+// The object's Content-Type is the content type above, or "application/octet-stream" for an
+// envelope (the object holds ciphertext). A payload that starts with the envelope's magic but
+// does not parse is described as clear. S3 user metadata must be ASCII and at most 2 KB (keys
+// and values together): the fields are added in the order above, and one whose value is not
+// printable ASCII (or has a space at either end), or that would take the total over 2 KB, is
+// left out whole, never truncated. With the core's limits on event fields only a key ID can be
+// left out for size (envelopes allow 2048 bytes; one of up to 952 bytes always fits); the
+// envelope at the start of the object still names it. The metadata is a pure function of the
+// event, so a resend writes the same; but objects are content addressed, so two events with the
+// same clear payload share one object, whose event ID and type are those of the last one sent
+// (an encrypted payload is never shared: each has its own random nonce).
+//
 // # Consumer
 //
 // Claim checks are read only from the buckets listed in ConsumerOptions.ClaimCheckBuckets

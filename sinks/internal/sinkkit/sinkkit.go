@@ -108,9 +108,8 @@ type Entry struct {
 type Sender func(ctx context.Context, dest string, entries []Entry) []error
 
 type prepared struct {
-	enc     wire.Encoded
-	ref     *wire.ClaimCheck // upload needed before sending
-	payload []byte
+	enc wire.Encoded
+	ref *wire.ClaimCheck // upload of the message's payload needed before sending
 }
 
 // Send encodes msgs, plans batches and runs them with sender, keeping the sink contract.
@@ -150,7 +149,7 @@ func Send(ctx context.Context, cfg *Config, msgs []core.Message, sender Sender) 
 				continue
 			}
 			if p := &preps[i]; p.ref != nil {
-				if err := wire.PutClaimCheck(ctx, cfg.S3, p.ref, p.payload); err != nil {
+				if err := wire.PutClaimCheck(ctx, cfg.S3, p.ref, &m.Event); err != nil {
 					res[k] = fmt.Errorf("%s: event %s: %w", cfg.Name, m.ID, err)
 					held[m.GroupID] = true
 					continue
@@ -198,7 +197,7 @@ func (cfg *Config) claimCheck(m *core.Message) (prepared, error) {
 	if enc.Size() > cfg.MaxBytes {
 		return prepared{}, fmt.Errorf("%w: %d bytes even with the payload in S3, limit %d", wire.ErrMessageTooLarge, enc.Size(), cfg.MaxBytes)
 	}
-	return prepared{enc: enc, ref: &ref, payload: m.Payload}, nil
+	return prepared{enc: enc, ref: &ref}, nil
 }
 
 // EntryError is a per-entry failure reported in a batch response.
