@@ -96,15 +96,21 @@
 //     wrapping core.ErrFenced. Settle is fenced by its leases only.
 //   - CDC: the checkpoint is one row of Table+"_cdc", saved under the publisher fence (above).
 //     Package binlog's change source streams the outbox's inserts from the binary log.
-//   - Inbox: the (consumer, event_id) primary key, written with INSERT IGNORE in the effect's
-//     transaction, makes concurrent duplicate deliveries wait and then see the record; the
-//     effect is applied once. Horizon reads the consumer's horizon without a lock (the first
-//     consistent read of Process's transaction, after the insert); PruneInbox raises it in
-//     its own autocommit statement before it deletes, then reads the IDs of the records to
-//     delete without locks and deletes them by primary key, so that a delivery in progress
-//     (its record inserted, its handler still running) never holds a prune up. Entity versions
-//     are locked with INSERT ... ON DUPLICATE KEY UPDATE (an exclusive lock even for a new
-//     entity), so concurrent versions queue.
+//   - Inbox: a record's key is (consumer, source, tenant, event ID) (core.InboxOptions.Source,
+//     InboxMessage.Tenant; both empty when unset, and for the records written before migration
+//     011). The primary key on those columns, in the order (consumer, event_id, source, tenant)
+//     so that lookups by event ID alone (PruneInbox's deletes name whole keys; InboxRecords)
+//     stay ranges of it, written with INSERT IGNORE in the effect's transaction, makes
+//     concurrent duplicate deliveries wait and then see the record; the effect is applied once.
+//     Horizon reads the consumer's horizon without a lock (the first consistent read of
+//     Process's transaction, after the insert); PruneInbox raises it in its own autocommit
+//     statement before it deletes (the records of every source and tenant), then reads the
+//     keys of the records to delete without locks and deletes them by primary key, so that a
+//     delivery in progress (its record inserted, its handler still running) never holds a
+//     prune up. Entity versions are locked with INSERT ... ON DUPLICATE KEY UPDATE (an
+//     exclusive lock even for a new entity), so concurrent versions queue; their keys (up to
+//     driver.MaxEntityKeyLen bytes, the source and tenant before the entity) fit the entity
+//     column, VARBINARY(2048).
 //   - Concurrent duplicate deliveries that all commit cost no deadlock (the later ones wait
 //     for the first and then read its record). When the first delivery rolls back (its handler
 //     failed) while others wait on its key, InnoDB picks deadlock victims among the waiters

@@ -34,6 +34,7 @@ const (
 	errLockDeadlock    = 1213
 	errNoSuchTable     = 1146
 	errBadNull         = 1048 // "Column ... cannot be null"
+	errBadField        = 1054 // "Unknown column ..."
 	// Missing privileges: on the database, a table, a column; a privilege such as SUPER.
 	errDBAccessDenied     = 1044
 	errTableAccessDenied  = 1142

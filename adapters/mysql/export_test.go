@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"maps"
 	"os"
@@ -33,6 +34,15 @@ func (s *Store) PendingDestinationsQuery() string { return s.q.pendingDestinatio
 // MigrateBefore is Migrate with only the migration files named before file (e.g.
 // "migrations/009_binary_text.sql"): a database as an earlier version of the adapter left it.
 func (s *Store) MigrateBefore(ctx context.Context, file string) error { return s.migrate(ctx, file) }
+
+// MigrateInboxBefore is MigrateInbox with only its migration files named before file (e.g.
+// "migrations/011_inbox_scope.sql"): an inbox-only database as an earlier version left it.
+func (s *Store) MigrateInboxBefore(ctx context.Context, file string) error {
+	files := slices.DeleteFunc(slices.Clone(inboxMigrations), func(f string) bool { return f >= file })
+	return s.withMigrateLock(ctx, "migrate inbox", func(conn *sql.Conn) error {
+		return s.apply(ctx, conn, "migrate inbox", files)
+	})
+}
 
 // UseEarlierQueries makes s a Store of the version before the pending layout (migration 010):
 // its writer, relay and cleanup statements become those of testdata/v009/queries.sql (the

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -78,15 +79,18 @@ func (s *Store) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxCo
 	return out, nil
 }
 
-// InsertRecord implements driver.InboxStore with INSERT IGNORE: a concurrent transaction holding
-// the same (consumer, event_id) makes it wait; when the row exists it is read with a shared
-// lock (the latest committed version, whatever tx's snapshot).
+// InsertRecord implements driver.InboxStore with INSERT IGNORE on the primary key (consumer,
+// event_id, source, tenant), the record's key (Consumer, Source, Tenant, EventID): a concurrent
+// transaction holding the same key makes it wait; when the row exists it is read with a shared
+// lock (the latest committed version, whatever tx's snapshot). Records of the event ID under
+// another source or tenant are other rows and neither wait nor are read.
 func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
 	if err := nilTx("insert record", tx); err != nil {
 		return driver.InboxRecord{}, false, err
 	}
-	res, err := tx.ExecContext(ctx, s.q.insertRecord, insertRecordParams{Consumer: rec.Consumer, EventID: rec.EventID,
-		Digest: rec.Digest[:], SourcePosition: rec.SourcePosition, Outcome: int(rec.Outcome), OccurredAt: timeArg(rec.OccurredAt)}.args()...)
+	res, err := tx.ExecContext(ctx, s.q.insertRecord, insertRecordParams{Consumer: rec.Consumer, Source: rec.Source, Tenant: rec.Tenant,
+		EventID: rec.EventID, Digest: rec.Digest[:], SourcePosition: rec.SourcePosition, Outcome: int(rec.Outcome),
+		OccurredAt: timeArg(rec.OccurredAt)}.args()...)
 	if err != nil {
 		return driver.InboxRecord{}, false, wrap("insert record", err)
 	}
@@ -97,9 +101,11 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRe
 	if n == 1 {
 		return driver.InboxRecord{}, true, nil
 	}
-	ex, err := s.readRecord(ctx, tx, rec.Consumer, rec.EventID)
+	ex, err := s.readRecord(ctx, tx, rec.Consumer, rec.EventID, s.q.readRecord, readRecordParams{Consumer: rec.Consumer, Source: rec.Source,
+		Tenant: rec.Tenant, EventID: rec.EventID}.args())
 	if errors.Is(err, sql.ErrNoRows) {
-		return driver.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q event %s", rec.Consumer, rec.EventID)
+		return driver.InboxRecord{}, false, fmt.Errorf("mysql: insert record: ignored, yet no row for consumer %q source %q tenant %q event %s",
+			rec.Consumer, rec.Source, rec.Tenant, rec.EventID)
 	}
 	if err != nil {
 		return driver.InboxRecord{}, false, wrap("insert record", err)
@@ -107,16 +113,17 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRe
 	return ex, false, nil
 }
 
-// readRecord reads the inbox record of (consumer, eventID) through q (a transaction or the
-// pool); sql.ErrNoRows when there is none.
+// readRecord reads an inbox record of consumer and eventID through q (a transaction or the pool) with
+// query and args, ReadRecord (one key) or ReadRecordByID (an event ID of any source and
+// tenant); sql.ErrNoRows when there is none.
 func (s *Store) readRecord(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, consumer, eventID string) (driver.InboxRecord, error) {
+}, consumer, eventID, query string, args []any) (driver.InboxRecord, error) {
 	ex := driver.InboxRecord{Consumer: consumer, EventID: eventID}
 	var digest []byte
 	var outcome int
 	var occurred sql.NullTime
-	if err := q.QueryRowContext(ctx, s.q.readRecord, readRecordParams{Consumer: consumer, EventID: eventID}.args()...).Scan(&digest, &ex.SourcePosition,
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&ex.Source, &ex.Tenant, &digest, &ex.SourcePosition,
 		&outcome, &occurred, &ex.ProcessedAt); err != nil {
 		return driver.InboxRecord{}, err
 	}
@@ -131,11 +138,14 @@ func (s *Store) readRecord(ctx context.Context, q interface {
 }
 
 // InboxRecords implements reconcile.InboxReader: the records of consumer among ids, by event
-// ID (absent IDs omitted), read outside any transaction, one ID at a time.
+// ID (absent IDs omitted), read outside any transaction, one ID at a time. The key of a record
+// also holds its source and tenant: when records of several sources or tenants share an event
+// ID, the one returned for it is any one of them (the one without source and tenant when there
+// is one, else the first by source and tenant), with its Source and Tenant set.
 func (s *Store) InboxRecords(ctx context.Context, consumer string, ids []string) (map[string]driver.InboxRecord, error) {
 	out := make(map[string]driver.InboxRecord, len(ids))
 	for _, id := range ids {
-		rec, err := s.readRecord(ctx, s.db, consumer, id)
+		rec, err := s.readRecord(ctx, s.db, consumer, id, s.q.readRecordByID, readRecordByIDParams{Consumer: consumer, EventID: id}.args())
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -203,24 +213,35 @@ func (s *Store) PruneInbox(ctx context.Context, consumer string, before time.Tim
 // pruneIDChunk is how many records one DELETE of pruneRecords names.
 const pruneIDChunk = 5000
 
-// pruneRecords deletes, with q, up to limit of consumer's records that occurred before horizon
-// and returns how many it deleted. It reads their IDs first without locks and then deletes
-// them by primary key, so that it locks only the records it deletes: never the record a
-// delivery in progress has inserted and not yet committed.
+// pruneRecords deletes, with q, up to limit of consumer's records (of every source and tenant)
+// that occurred before horizon and returns how many it deleted. It reads their keys first
+// without locks and then deletes them by their whole primary key, so that it locks only the
+// records it deletes: never the record a delivery in progress has inserted and not yet
+// committed, not even one of another source or tenant with the same event ID.
 func (s *Store) pruneRecords(ctx context.Context, q interface {
 	querier
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }, consumer string, horizon time.Time, limit int) (int64, error) {
-	ids, err := queryStrings(ctx, q, s.q.pruneInboxIDs, pruneInboxIDsParams{Consumer: consumer, Horizon: timeArg(horizon), Limit: limit}.args()...)
+	keys, err := s.pruneKeys(ctx, q, consumer, horizon, limit)
 	if err != nil {
 		return 0, err
 	}
 	var total int64
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), pruneIDChunk)]
-		ids = ids[len(chunk):]
-		query, args := pruneInboxParams{Consumer: consumer, EventIDs: chunk, Horizon: timeArg(horizon)}.query(s.q.pruneInbox)
-		res, err := q.ExecContext(ctx, query, args...)
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), pruneIDChunk)]
+		keys = keys[len(chunk):]
+		var b strings.Builder
+		b.WriteString(s.q.pruneInbox)
+		args := pruneInboxParams{Consumer: consumer, Horizon: timeArg(horizon)}.args()
+		for i, k := range chunk {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(s.q.pruneInboxKey)
+			args = append(args, k.args()...)
+		}
+		b.WriteByte(')')
+		res, err := q.ExecContext(ctx, b.String(), args...)
 		if err != nil {
 			return total, err
 		}
@@ -231,4 +252,23 @@ func (s *Store) pruneRecords(ctx context.Context, q interface {
 		total += n
 	}
 	return total, nil
+}
+
+// pruneKeys reads, without locks, the keys of up to limit of consumer's records that occurred
+// before horizon (PruneInboxIDs).
+func (s *Store) pruneKeys(ctx context.Context, q querier, consumer string, horizon time.Time, limit int) ([]pruneInboxKeyParams, error) {
+	rows, err := q.QueryContext(ctx, s.q.pruneInboxIDs, pruneInboxIDsParams{Consumer: consumer, Horizon: timeArg(horizon), Limit: limit}.args()...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []pruneInboxKeyParams
+	for rows.Next() {
+		var k pruneInboxKeyParams
+		if err := rows.Scan(&k.EventID, &k.Source, &k.Tenant); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }

@@ -27,8 +27,13 @@ const (
 	binaryTextInboxMigration = "migrations/009_binary_text_inbox.sql"
 )
 
+// inboxScopeMigration adds source and tenant to the inbox's records and to their primary key:
+// Migrate and MigrateInbox run it only while the key lacks one of them (its ALTER rebuilds the
+// table, and adding a column twice fails).
+const inboxScopeMigration = "migrations/011_inbox_scope.sql"
+
 // inboxMigrations are the files MigrateInbox runs, in order.
-var inboxMigrations = []string{"migrations/002_inbox.sql", binaryTextInboxMigration}
+var inboxMigrations = []string{"migrations/002_inbox.sql", binaryTextInboxMigration, inboxScopeMigration}
 
 // pendingMigration creates the pending layout and copies the unpublished records' status into
 // it, once: Migrate runs it only while the meta row pendingMarker (which the file writes in the
@@ -51,7 +56,10 @@ const resizeMigration = "migrations/008_lanes_resize.sql"
 // changed). On a database migrated by an earlier version, migration 009 converts the compared
 // text columns to binary ones (trailing spaces then count), which needs the ALTER privilege:
 // each of its ALTER TABLEs rebuilds its table, blocking writes to it meanwhile, once. Stores of
-// the earlier version keep working on the converted tables.
+// the earlier version keep working on the converted tables. On an inbox migrated by an earlier
+// version, migration 011 adds the records' source and tenant (core.InboxOptions.Source,
+// InboxMessage.Tenant) to their primary key, both empty for the existing records (their key as
+// it was): ALTER privilege and one rebuild of the inbox table, blocking writes to it, once.
 func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, "") }
 
 // migrate is Migrate with the migration files before until only ("": all of them), so that tests
@@ -80,7 +88,8 @@ func (s *Store) migrate(ctx context.Context, until string) error {
 // inbox current and keeps its rows. On an inbox-only database core.NewInbox works and
 // core.NewOutbox fails with a *core.NotMigratedError (core.ErrSchemaMismatch). On an inbox
 // migrated by an earlier version it converts the inbox's compared text to binary, as Migrate
-// does (migration 009: ALTER privilege, a rebuild of each inbox table, once).
+// does (migration 009: ALTER privilege, a rebuild of each inbox table, once), and adds the
+// records' source and tenant to their key (migration 011: a rebuild of the inbox table, once).
 func (s *Store) MigrateInbox(ctx context.Context) error {
 	return s.withMigrateLock(ctx, "migrate inbox", func(conn *sql.Conn) error {
 		return s.apply(ctx, conn, "migrate inbox", inboxMigrations)
@@ -129,6 +138,17 @@ func (s *Store) apply(ctx context.Context, conn *sql.Conn, op string, files []st
 				return wrap(op+": "+f, err)
 			}
 			if pending == 0 {
+				continue
+			}
+		}
+		if f == inboxScopeMigration {
+			// Only while the inbox's primary key lacks source or tenant: one ALTER adds both
+			// columns and the key, so a key with both means the file ran.
+			var have int
+			if err := conn.QueryRowContext(ctx, s.q.inboxScopeKeyColumns, inboxScopeKeyColumnsParams{Table: n.inbox}.args()...).Scan(&have); err != nil {
+				return wrap(op+": "+f, err)
+			}
+			if have == 2 {
 				continue
 			}
 		}
@@ -379,15 +399,24 @@ func (s *Store) migrateStatements() (*sqlfile.Statements, error) {
 	return st, nil
 }
 
-// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist, otherwise a
-// *core.NotMigratedError (run Migrate or MigrateInbox).
+// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist and its records
+// have a source and a tenant (migration 011), otherwise a *core.NotMigratedError (run Migrate or
+// MigrateInbox), so that this version fails at core.NewInbox on an inbox an earlier version
+// migrated, not at its first message.
 func (s *Store) CheckInbox(ctx context.Context) error {
 	st, err := s.migrateStatements()
 	if err != nil {
 		return err
 	}
 	var n int64
-	if err := s.db.QueryRowContext(ctx, st.Get("CheckInbox")).Scan(&n); err != nil {
+	err = s.db.QueryRowContext(ctx, st.Get("CheckInbox")).Scan(&n)
+	if errNumber(err) == errBadField {
+		return fmt.Errorf("mysql: check inbox: %w", &core.NotMigratedError{
+			Missing: "source and tenant of inbox " + s.names.inbox + ", migration 011_inbox_scope; MigrateInbox applies it too",
+			Err:     err,
+		})
+	}
+	if err != nil {
 		return wrap("check inbox", err)
 	}
 	return nil

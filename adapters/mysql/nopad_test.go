@@ -229,13 +229,10 @@ func TestMigrateBinaryTextOnExistingDatabase(t *testing.T) {
 	require.NoError(t, s.MigrateBefore(ctx, "migrations/009_binary_text.sql"))
 	require.Contains(t, textColumns(t, db), "inbox.consumer varchar utf8mb4", "the old schema")
 
-	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
-	require.NoError(t, err)
-	nop := func(context.Context, *sql.Tx, core.InboxMessage) error { return nil }
+	// This version's inbox needs migration 011 (CheckInbox refuses the old schema): the record
+	// and the version are written as the earlier version's Process wrote them.
 	msg := core.InboxMessage{EventID: "e1", Entity: "x", Version: 5}
-	res, err := in.Process(ctx, "c", msg, nop)
-	require.NoError(t, err)
-	require.Equal(t, core.Applied, res.Outcome)
+	writeEarlierRecord(t, db, "c", "e1", "", "x", 5)
 	ob, err := core.NewOutbox(ctx, driver.OutboxStore[*sql.Tx](s), nil)
 	require.NoError(t, err)
 	write := func(id string) error {
@@ -258,7 +255,10 @@ func TestMigrateBinaryTextOnExistingDatabase(t *testing.T) {
 	require.Equal(t, "a", recs[0].Tenant)
 	require.Equal(t, "a", recs[0].Headers["h"])
 
-	res, err = in.Process(ctx, "c", msg, nop)
+	in, err := core.NewInbox[*sql.Tx](ctx, s, nil)
+	require.NoError(t, err)
+	nop := func(context.Context, *sql.Tx, core.InboxMessage) error { return nil }
+	res, err := in.Process(ctx, "c", msg, nop)
 	require.NoError(t, err)
 	require.Equal(t, core.Duplicate, res.Outcome, "the record survives")
 	res, err = in.Process(ctx, "c ", msg, nop)

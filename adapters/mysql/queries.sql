@@ -381,41 +381,76 @@ INSERT INTO {{horizons}} (consumer, horizon) VALUES (:consumer, CAST(:horizon AS
 	ON DUPLICATE KEY UPDATE horizon = GREATEST(COALESCE(horizon, VALUES(horizon)), VALUES(horizon))
 
 -- name: PruneInboxIDs
--- A prune's first step, a consistent read without locks: the event IDs of up to :limit records that
--- occurred before the horizon. A locking scan of ix_occurred (a DELETE with this WHERE) would
--- lock the first record past the range, which may be a delivery's uncommitted insert, and
--- wait for that delivery's handler to finish.
+-- A prune's first step, a consistent read without locks: the keys (event ID, source, tenant) of
+-- up to :limit records, of every source and tenant, that occurred before the horizon. A locking
+-- scan of ix_occurred (a DELETE with this WHERE) would lock the first record past the range,
+-- which may be a delivery's uncommitted insert, and wait for that delivery's handler to finish.
 -- param: consumer string
 -- param: horizon any (timeArg)
 -- param: limit int
-SELECT event_id FROM {{inbox}} FORCE INDEX (ix_occurred)
+SELECT event_id, source, tenant FROM {{inbox}} FORCE INDEX (ix_occurred)
 	WHERE consumer = :consumer AND (occurred_at IS NULL OR occurred_at < CAST(:horizon AS DATETIME(6))) LIMIT :limit
 
 -- name: PruneInbox
--- The second step: those records by primary key (record locks only; without the hint the
--- optimizer scans the table when the list covers most of it), the horizon checked again.
+-- The second step: those records by their whole primary key (record locks only, no other
+-- record read: a record of another source or tenant with the same event ID may be a delivery's
+-- uncommitted insert; without the hint the optimizer scans the table when the list covers most
+-- of it), the horizon checked again. Followed by PruneInboxKey per record, joined with commas,
+-- and ")" (the row constructor IN is a range of the primary key on MySQL and MariaDB).
 -- param: consumer string
--- param: event_ids []string the records read by PruneInboxIDs
 -- param: horizon any (timeArg)
-DELETE i FROM {{inbox}} AS i FORCE INDEX (PRIMARY) WHERE i.consumer = :consumer AND i.event_id IN (:event_ids)
+DELETE i FROM {{inbox}} AS i FORCE INDEX (PRIMARY) WHERE i.consumer = :consumer
 	AND (i.occurred_at IS NULL OR i.occurred_at < CAST(:horizon AS DATETIME(6)))
+	AND (i.event_id, i.source, i.tenant) IN (
+
+-- name: PruneInboxKey
+-- param: event_id string
+-- param: source string
+-- param: tenant string
+(:event_id, :source, :tenant)
 
 -- name: InsertRecord
+-- The record's key is (consumer, source, tenant, event_id): the primary key (migration 011).
 -- param: consumer string
+-- param: source string '' when the inbox has none
+-- param: tenant string '' when the message has none
 -- param: event_id string
 -- param: digest []byte
 -- param: source_position string
 -- param: outcome int
 -- param: occurred_at any (timeArg), NULL when unknown
 INSERT IGNORE INTO {{inbox}}
-	(consumer, event_id, digest, source_position, outcome, occurred_at, processed_at)
-	VALUES (:consumer, :event_id, :digest, :source_position, :outcome, CAST(:occurred_at AS DATETIME(6)), UTC_TIMESTAMP(6))
+	(consumer, source, tenant, event_id, digest, source_position, outcome, occurred_at, processed_at)
+	VALUES (:consumer, :source, :tenant, :event_id, :digest, :source_position, :outcome, CAST(:occurred_at AS DATETIME(6)), UTC_TIMESTAMP(6))
 
 -- name: ReadRecord
+-- The record of one key, read with a shared lock (the latest committed version).
+-- param: consumer string
+-- param: source string
+-- param: tenant string
+-- param: event_id string
+SELECT source, tenant, digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
+	WHERE consumer = :consumer AND event_id = :event_id AND source = :source AND tenant = :tenant
+	LOCK IN SHARE MODE
+
+-- name: ReadRecordByID
+-- A record of the consumer with the event ID, of any source and tenant (InboxRecords): the one
+-- without source and tenant when there is one, else the first by source and tenant (a range of
+-- the primary key's (consumer, event_id) prefix, read in its order), with a shared lock as
+-- ReadRecord.
 -- param: consumer string
 -- param: event_id string
-SELECT digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
-	WHERE consumer = :consumer AND event_id = :event_id LOCK IN SHARE MODE
+SELECT source, tenant, digest, source_position, outcome, occurred_at, processed_at FROM {{inbox}}
+	WHERE consumer = :consumer AND event_id = :event_id ORDER BY source, tenant LIMIT 1
+	LOCK IN SHARE MODE
+
+-- name: InboxScopeKeyColumns
+-- Whether migration 011 (inbox scope) is still to run: how many of source and tenant the
+-- inbox's primary key holds (2 once it ran). :table is the bare table name.
+-- param: table string
+SELECT COUNT(*) FROM information_schema.STATISTICS
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table AND INDEX_NAME = 'PRIMARY'
+	  AND COLUMN_NAME IN ('source', 'tenant')
 
 -- name: VersionEnsure
 -- param: consumer string

@@ -61,8 +61,11 @@ type statements struct {
 	raiseHorizon               string
 	pruneInboxIDs              string
 	pruneInbox                 string
+	pruneInboxKey              string
 	insertRecord               string
 	readRecord                 string
+	readRecordByID             string
+	inboxScopeKeyColumns       string
 	versionEnsure              string
 	versionRead                string
 	versionSet                 string
@@ -169,8 +172,11 @@ func loadStatements(st *sqlfile.Statements) statements {
 		raiseHorizon:               st.Get("RaiseHorizon"),
 		pruneInboxIDs:              st.Get("PruneInboxIDs"),
 		pruneInbox:                 st.Get("PruneInbox"),
+		pruneInboxKey:              st.Get("PruneInboxKey"),
 		insertRecord:               st.Get("InsertRecord"),
 		readRecord:                 st.Get("ReadRecord"),
+		readRecordByID:             st.Get("ReadRecordByID"),
+		inboxScopeKeyColumns:       st.Get("InboxScopeKeyColumns"),
 		versionEnsure:              st.Get("VersionEnsure"),
 		versionRead:                st.Get("VersionRead"),
 		versionSet:                 st.Get("VersionSet"),
@@ -706,23 +712,31 @@ func (p pruneInboxIDsParams) args() []any {
 // pruneInboxParams are the parameters of PruneInbox.
 type pruneInboxParams struct {
 	Consumer string
-	EventIDs []string // the records read by PruneInboxIDs
-	Horizon  any      // (timeArg)
+	Horizon  any // (timeArg)
 }
 
-// query returns the text of PruneInbox (stmt, as loaded) with its lists expanded, and p's arguments
-// in its positional order.
-func (p pruneInboxParams) query(stmt string) (string, []any) {
-	args := make([]any, 0, 2+len(p.EventIDs))
-	args = append(args, p.Consumer)
-	args = sqlfile.AppendList(args, p.EventIDs)
-	args = append(args, p.Horizon)
-	return sqlfile.ExpandLists(stmt, len(p.EventIDs)), args
+// args are p's arguments in the positional order of PruneInbox.
+func (p pruneInboxParams) args() []any {
+	return []any{p.Consumer, p.Horizon}
+}
+
+// pruneInboxKeyParams are the parameters of PruneInboxKey.
+type pruneInboxKeyParams struct {
+	EventID string
+	Source  string
+	Tenant  string
+}
+
+// args are p's arguments in the positional order of PruneInboxKey.
+func (p pruneInboxKeyParams) args() []any {
+	return []any{p.EventID, p.Source, p.Tenant}
 }
 
 // insertRecordParams are the parameters of InsertRecord.
 type insertRecordParams struct {
 	Consumer       string
+	Source         string // '' when the inbox has none
+	Tenant         string // '' when the message has none
 	EventID        string
 	Digest         []byte
 	SourcePosition string
@@ -732,18 +746,41 @@ type insertRecordParams struct {
 
 // args are p's arguments in the positional order of InsertRecord.
 func (p insertRecordParams) args() []any {
-	return []any{p.Consumer, p.EventID, p.Digest, p.SourcePosition, p.Outcome, p.OccurredAt}
+	return []any{p.Consumer, p.Source, p.Tenant, p.EventID, p.Digest, p.SourcePosition, p.Outcome, p.OccurredAt}
 }
 
 // readRecordParams are the parameters of ReadRecord.
 type readRecordParams struct {
 	Consumer string
+	Source   string
+	Tenant   string
 	EventID  string
 }
 
 // args are p's arguments in the positional order of ReadRecord.
 func (p readRecordParams) args() []any {
+	return []any{p.Consumer, p.EventID, p.Source, p.Tenant}
+}
+
+// readRecordByIDParams are the parameters of ReadRecordByID.
+type readRecordByIDParams struct {
+	Consumer string
+	EventID  string
+}
+
+// args are p's arguments in the positional order of ReadRecordByID.
+func (p readRecordByIDParams) args() []any {
 	return []any{p.Consumer, p.EventID}
+}
+
+// inboxScopeKeyColumnsParams are the parameters of InboxScopeKeyColumns.
+type inboxScopeKeyColumnsParams struct {
+	Table string
+}
+
+// args are p's arguments in the positional order of InboxScopeKeyColumns.
+func (p inboxScopeKeyColumnsParams) args() []any {
+	return []any{p.Table}
 }
 
 // versionEnsureParams are the parameters of VersionEnsure.
