@@ -643,8 +643,9 @@ func testInboxBatchOutcomes[TTx any](e *env[TTx]) {
 // digest conflict, whichever comes first; a message from another source likewise; and entity
 // versions are kept per source and tenant (A's version 9 of an entity leaves B's version 1
 // applicable). Redeliveries in each scope stay duplicates. A tenant the inbox does not list is
-// refused (ErrTenantRefused, permanent) and nothing is recorded. A batch holds one event ID of
-// two tenants as two records, on the adapter's batch path and message by message.
+// refused (ErrTenantRefused, permanent) and nothing is recorded. Prune deletes a record, not
+// every record of its event ID. A batch holds one event ID of two tenants as two records, on
+// the adapter's batch path and message by message.
 func testInboxTenants[TTx any](e *env[TTx]) {
 	tm := func(tenant, id, payload string) core.InboxMessage {
 		m := msg(id, payload)
@@ -694,6 +695,21 @@ func testInboxTenants[TTx any](e *env[TTx]) {
 	only.expect("no tenant, listed as \"\"", "ct", tm("", "r1", "p"), "eff-r", core.Applied, 0)
 	f.expect("the refused message was not recorded", "ct", tm("B", "r1", "other"), "eff-r", core.Applied, 0)
 	e.expectEffect("eff-r", 3)
+
+	// Prune deletes records, not event IDs: tenant A's old record goes, tenant B's newer record
+	// of the same event ID stays, so B's redelivery is still a Duplicate.
+	oldA := tm("A", "p1", "a")
+	oldA.OccurredAt = i0.Add(-time.Hour)
+	f.expect("tenant A's old message", "ctp", oldA, "eff-p", core.Applied, 0)
+	f.expect("tenant B's newer message, same event ID", "ctp", tm("B", "p1", "b"), "eff-p", core.Applied, 0)
+	n, err := f.in.Prune(e.ctx, "ctp", i0.Add(-time.Minute), 1)
+	e.must(err, "Inbox.Prune")
+	if n != 1 {
+		e.fatalf("Prune below tenant A's message deleted %d records, want 1 (A's, not B's of the same event ID)", n)
+	}
+	f.expect("tenant B's redelivery after the prune", "ctp", tm("B", "p1", "b"), "eff-p", core.Duplicate, core.Applied)
+	f.expectErr("tenant A's redelivery after the prune", "ctp", oldA, "eff-p", core.ErrBeyondRetention)
+	e.expectEffect("eff-p", 2)
 
 	for name, store := range map[string]driver.InboxStore[TTx]{"adapter": driver.InboxStore[TTx](e.a), "message-by-message": messageByMessage[TTx]{e.a}} {
 		in, err := core.NewInbox(e.ctx, store, nil)

@@ -508,10 +508,13 @@ RETURNING horizon
 -- param: consumer string
 -- param: horizon time.Time as RaiseHorizon returned
 -- param: limit int
-DELETE FROM {{inbox}} WHERE consumer = :consumer AND event_id = ANY(ARRAY(
-	SELECT event_id FROM {{inbox}}
+-- By whole keys: records of other sources or tenants that share an event ID stay.
+DELETE FROM {{inbox}} AS i USING (
+	SELECT event_id, source, tenant FROM {{inbox}}
 	WHERE consumer = :consumer AND occurred_at < :horizon::timestamptz
-	ORDER BY occurred_at LIMIT :limit))
+	ORDER BY occurred_at LIMIT :limit) AS d
+WHERE i.consumer = :consumer AND i.event_id = d.event_id AND i.source = d.source AND i.tenant = d.tenant
+	AND i.occurred_at < :horizon::timestamptz
 
 -- name: PruneLock
 -- PruneOutbox's first statement, in its transaction: a shared advisory lock that Replay takes
