@@ -33,6 +33,16 @@
 //     process a Store queues its own write transactions in Go before asking SQLite, so they
 //     do not spin in SQLite's sleep-and-retry busy handler; across processes busy_timeout
 //     decides.
+//   - An inbox record's key is (consumer, source, tenant, event ID) (core.InboxOptions.Source,
+//     core.InboxMessage.Tenant, "" when unset), the primary key of the inbox table since inbox
+//     migration 0002: one source's or tenant's record never suppresses another's message of
+//     the same event ID. An inbox migrated by an earlier version (key (consumer, event ID)) is
+//     refused by CheckInbox, and so by core.NewInbox, as not migrated until Migrate or
+//     MigrateInbox applies 0002, which rebuilds the table in its transaction (it copies every
+//     record, holding the write lock meanwhile) and gives every existing record source "" and
+//     tenant "", the key it had: redeliveries of earlier messages stay duplicates. Consumers of
+//     the earlier version cannot insert into the rebuilt table (their statements name the
+//     earlier key and fail), so stop them before migrating.
 //   - Publisher generations live in one row of <Table>_publisher (created by Migrate, also
 //     when it upgrades an outbox migrated by an earlier version; it starts at generation 0).
 //     AcquireGeneration reads and increments it in one write transaction, so concurrent

@@ -92,14 +92,18 @@ func (s *Store) InboxConsumers(ctx context.Context, limit int) ([]driver.InboxCo
 	return out, nil
 }
 
-// InsertRecord implements driver.InboxStore.
+// InsertRecord implements driver.InboxStore. The record's key is (Consumer, Source, Tenant,
+// EventID), the inbox table's primary key (inbox migration 0002): the same event ID under
+// another source or tenant is another record. Inside InTx the write lock makes a concurrent
+// delivery of the same key wait and then find the record.
 func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRecord) (driver.InboxRecord, bool, error) {
 	if err := checkInboxTx(tx); err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", err)
 	}
 	res, err := s.exec(ctx, tx, s.q.insertInbox, insertInboxParams{
-		Consumer: rec.Consumer, EventID: rec.EventID, Digest: rec.Digest[:], SourcePosition: rec.SourcePosition,
-		Outcome: int(rec.Outcome), OccurredAt: nullMicros(rec.OccurredAt), ProcessedAt: nowMicros(time.Time{}),
+		Consumer: rec.Consumer, Source: rec.Source, Tenant: rec.Tenant, EventID: rec.EventID, Digest: rec.Digest[:],
+		SourcePosition: rec.SourcePosition, Outcome: int(rec.Outcome), OccurredAt: nullMicros(rec.OccurredAt),
+		ProcessedAt: nowMicros(time.Time{}),
 	}.args()...)
 	if err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: insert inbox record: %w", classify(err))
@@ -111,30 +115,33 @@ func (s *Store) InsertRecord(ctx context.Context, tx *sql.Tx, rec driver.InboxRe
 	if n == 1 {
 		return driver.InboxRecord{}, true, nil
 	}
-	ex, err := scanInbox(s.queryRow(ctx, tx, s.q.selectInbox, selectInboxParams{Consumer: rec.Consumer, EventID: rec.EventID}.args()...), rec.Consumer, rec.EventID)
+	ex := driver.InboxRecord{Consumer: rec.Consumer, Source: rec.Source, Tenant: rec.Tenant, EventID: rec.EventID}
+	err = scanInbox(s.queryRow(ctx, tx, s.q.selectInbox, selectInboxParams{
+		Consumer: rec.Consumer, Source: rec.Source, Tenant: rec.Tenant, EventID: rec.EventID,
+	}.args()...), &ex)
 	if err != nil {
 		return driver.InboxRecord{}, false, fmt.Errorf("sqlite: read inbox record: %w", classify(err))
 	}
 	return ex, false, nil
 }
 
-// scanInbox reads a row of the SelectInbox query.
-func scanInbox(row *sql.Row, consumer, eventID string) (driver.InboxRecord, error) {
-	ex := driver.InboxRecord{Consumer: consumer, EventID: eventID}
+// scanInbox reads a row of the SelectInbox query (or the columns of SelectInboxByIDs after
+// the key's, the row given as *sql.Rows) into ex, whose key the caller set.
+func scanInbox(row interface{ Scan(...any) error }, ex *driver.InboxRecord, key ...any) error {
 	var (
 		digest    []byte
 		outcome   int
 		occurred  sql.NullInt64
 		processed int64
 	)
-	if err := row.Scan(&digest, &ex.SourcePosition, &outcome, &occurred, &processed); err != nil {
-		return driver.InboxRecord{}, err
+	if err := row.Scan(append(key, &digest, &ex.SourcePosition, &outcome, &occurred, &processed)...); err != nil {
+		return err
 	}
 	copy(ex.Digest[:], digest)
 	ex.Outcome = core.Outcome(outcome)
 	ex.OccurredAt = fromNullMicros(occurred)
 	ex.ProcessedAt = fromMicros(processed)
-	return ex, nil
+	return nil
 }
 
 // LockVersion implements driver.InboxStore. Inside InTx the write lock holds the version.

@@ -302,8 +302,12 @@ func (s *Store) migrateStatements() (*sqlfile.Statements, error) {
 	return st, nil
 }
 
-// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist, otherwise a
-// *core.NotMigratedError (run Migrate or MigrateInbox).
+// CheckInbox implements driver.InboxStore: nil when the inbox's tables exist and
+// <InboxTable>_migrations records every inbox migration of this adapter, otherwise a
+// *core.NotMigratedError (run Migrate or MigrateInbox). An inbox migrated by an earlier
+// version (before migration 0002, which keys records by source and tenant too) is refused here,
+// at core.NewInbox, rather than at its first message. A later version than this adapter's is
+// accepted (Migrate refuses it).
 func (s *Store) CheckInbox(ctx context.Context) error {
 	st, err := s.migrateStatements()
 	if err != nil {
@@ -312,6 +316,19 @@ func (s *Store) CheckInbox(ctx context.Context) error {
 	var n int64
 	if err := s.db.QueryRowContext(ctx, st.Get("CheckInbox")).Scan(&n); err != nil {
 		return fmt.Errorf("sqlite: check inbox: %w", classify(err))
+	}
+	const inbox = 1 // migrationSets
+	migs, err := loadMigrations(migrationSets[inbox])
+	if err != nil {
+		return fmt.Errorf("sqlite: check inbox: %w", err)
+	}
+	var version int
+	if err := s.db.QueryRowContext(ctx, s.q.appliedVersion[inbox]).Scan(&version); err != nil {
+		return fmt.Errorf("sqlite: check inbox: %w", classify(err))
+	}
+	if version < len(migs) {
+		return fmt.Errorf("sqlite: check inbox: %w", &core.NotMigratedError{Missing: fmt.Sprintf(
+			"inbox %s is at migration %d of %d, without %s; Migrate or MigrateInbox applies it", s.n.inbox, version, len(migs), migs[version].name)})
 	}
 	return nil
 }

@@ -20,7 +20,9 @@ type Options struct {
 	// (case-insensitively); New refuses them with a *core.OptionError. Default "outbox".
 	Table string
 	// InboxTable is the inbox table; <InboxTable>_horizons, <InboxTable>_versions,
-	// <InboxTable>_migrations and <InboxTable>_occurred derive from it. Same rules as Table.
+	// <InboxTable>_migrations and <InboxTable>_occurred derive from it, and <InboxTable>_new,
+	// the name an inbox migration gives the rebuilt table until it takes InboxTable's (it
+	// exists only inside that migration's transaction). Same rules as Table.
 	// Several inboxes (different InboxTable) may share one outbox. Default "inbox".
 	InboxTable string
 	// Lanes is the lane count Migrate records the first time it runs (Store.ResizeLanes changes
@@ -51,6 +53,7 @@ type names struct {
 	queueMark, queueUnmark, queueStatus, queueDelete   string
 	inbox, inboxHorizons, inboxVersions, inboxOccurred string
 	inboxMigrations                                    string
+	inboxNew                                           string // inbox migration 0002's rebuilt table, before its rename
 }
 
 func quote(id string) string { return `"` + id + `"` }
@@ -99,6 +102,7 @@ func buildNames(table, inbox string) (names, error) {
 		{&n.inboxVersions, "InboxTable", inbox + "_versions"},
 		{&n.inboxOccurred, "InboxTable", inbox + "_occurred"},
 		{&n.inboxMigrations, "InboxTable", inbox + "_migrations"},
+		{&n.inboxNew, "InboxTable", inbox + "_new"},
 	} {
 		if *f.dst, err = check(f.field, f.ident); err != nil {
 			return names{}, err

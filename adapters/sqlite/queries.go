@@ -77,6 +77,7 @@ func (n names) idents() sqlfile.Idents {
 		"inbox_versions":           n.inboxVersions,
 		"inbox_occurred":           n.inboxOccurred,
 		"inbox_migrations":         n.inboxMigrations,
+		"inbox_new":                n.inboxNew,
 		"cols":                     recordColumns,
 		"insert_cols":              insertColumns,
 		"version":                  "{{version}}",

@@ -60,6 +60,7 @@ type statements struct {
 	horizon                   string
 	insertInbox               string
 	selectInbox               string
+	selectInboxByIDs          string
 	lockVersion               string
 	setVersion                string
 	raiseHorizon              string
@@ -141,6 +142,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		horizon:                   st.Get("Horizon"),
 		insertInbox:               st.Get("InsertInbox"),
 		selectInbox:               st.Get("SelectInbox"),
+		selectInboxByIDs:          st.Get("SelectInboxByIDs"),
 		lockVersion:               st.Get("LockVersion"),
 		setVersion:                st.Get("SetVersion"),
 		raiseHorizon:              st.Get("RaiseHorizon"),
@@ -417,6 +419,8 @@ func (p horizonParams) args() []any {
 // insertInboxParams are the parameters of InsertInbox.
 type insertInboxParams struct {
 	Consumer       string
+	Source         string // "" when unset
+	Tenant         string // "" when unset
 	EventID        string
 	Digest         []byte
 	SourcePosition string
@@ -427,18 +431,31 @@ type insertInboxParams struct {
 
 // args are p's arguments in the positional order of InsertInbox.
 func (p insertInboxParams) args() []any {
-	return []any{p.Consumer, p.EventID, p.Digest, p.SourcePosition, p.Outcome, p.OccurredAt, p.ProcessedAt}
+	return []any{p.Consumer, p.Source, p.Tenant, p.EventID, p.Digest, p.SourcePosition, p.Outcome, p.OccurredAt, p.ProcessedAt}
 }
 
 // selectInboxParams are the parameters of SelectInbox.
 type selectInboxParams struct {
 	Consumer string
+	Source   string
+	Tenant   string
 	EventID  string
 }
 
 // args are p's arguments in the positional order of SelectInbox.
 func (p selectInboxParams) args() []any {
-	return []any{p.Consumer, p.EventID}
+	return []any{p.Consumer, p.Source, p.Tenant, p.EventID}
+}
+
+// selectInboxByIDsParams are the parameters of SelectInboxByIDs.
+type selectInboxByIDsParams struct {
+	Consumer string
+	IDs      string // JSON array of event IDs
+}
+
+// args are p's arguments in the positional order of SelectInboxByIDs.
+func (p selectInboxByIDsParams) args() []any {
+	return []any{p.Consumer, p.IDs}
 }
 
 // lockVersionParams are the parameters of LockVersion.

@@ -75,8 +75,8 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM outbox_migrations`).Scan(&versions))
 	require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM inbox_migrations`).Scan(&inboxVersions))
 	require.Equal(t, 8, lanes)
-	require.Equal(t, 7, versions) // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize, 0007_pending
-	require.Equal(t, 1, inboxVersions)
+	require.Equal(t, 7, versions)      // 0001_init, 0002_publisher, 0003_immutable, 0004_audit, 0005_audit_guard, 0006_lanes_resize, 0007_pending
+	require.Equal(t, 2, inboxVersions) // 0001_init, 0002_scope
 
 	// A second Store on the same database migrates concurrently without error.
 	var wg sync.WaitGroup
@@ -210,6 +210,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"inbox space", sqlite.Options{InboxTable: "in box"}, "InboxTable"},
 		{"same table", sqlite.Options{Table: "t", InboxTable: "T"}, "InboxTable"},
 		{"collision", sqlite.Options{Table: "x", InboxTable: "x_lanes"}, "InboxTable"},
+		{"collision with the inbox rebuild", sqlite.Options{Table: "inbox_new"}, "InboxTable"},
 		{"negative lanes", sqlite.Options{Lanes: -1}, "Lanes"},
 		{"too many lanes", sqlite.Options{Lanes: core.MaxLanes + 1}, "Lanes"},
 	} {
