@@ -35,7 +35,9 @@ import (
 //     gap-reject, retention, consumers, horizon-after-insert, batch, batch-outcomes (through the
 //     adapter's driver.InboxBatchStore when declared, and message by message), set,
 //     prune-beside-delivery (without driver.SingleWriter: Inbox.Prune returns while a delivery's
-//     transaction is open)
+//     transaction is open), tenants (the key (consumer, source, tenant, event ID): one tenant's
+//     or source's message is never another's duplicate, versions per scope, a refused tenant,
+//     a prune that deletes one record of a shared event ID)
 //   - publisher: join-and-bump, stale-claim-and-renew, concurrent-acquire, checkpoint-fenced
 //     (with driver.CheckpointStore, which Harness.CDC requires), polling-relay-fenced
 //   - chain: handler-emits, handler-emits-rollback (an inbox handler writes outbox events in its

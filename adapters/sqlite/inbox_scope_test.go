@@ -150,7 +150,7 @@ func testInboxScopeMigration(t *testing.T, full bool, migrate func(*Store, conte
 	}
 
 	// The rebuilt table: the four-part key, the index, no leftover, the record as it was.
-	require.Equal(t, []string{"consumer 1", "source 2", "tenant 3", "event_id 4", "digest 0", "source_position 0",
+	require.Equal(t, []string{"consumer 1", "source 3", "tenant 4", "event_id 2", "digest 0", "source_position 0",
 		"outcome 0", "occurred_at 0", "processed_at 0"},
 		testkit.Strings(t, db, `SELECT name || ' ' || pk FROM pragma_table_info('inbox') ORDER BY cid`))
 	require.Equal(t, []string{"consumer", "occurred_at"}, testkit.Strings(t, db, `SELECT name FROM pragma_index_info('inbox_occurred') ORDER BY seqno`))
@@ -283,7 +283,7 @@ func TestInboxMigrationScripts(t *testing.T) {
 			ctx := context.Background()
 			text, err := script(nil)
 			require.NoError(t, err)
-			require.Contains(t, text, "PRIMARY KEY (consumer, source, tenant, event_id)")
+			require.Contains(t, text, "PRIMARY KEY (consumer, event_id, source, tenant)")
 			require.Contains(t, text, "'inbox/0002_scope.sql'")
 			db, err := OpenDB(ctx, filepath.Join(t.TempDir(), "script.db"))
 			require.NoError(t, err)
@@ -298,7 +298,7 @@ func TestInboxMigrationScripts(t *testing.T) {
 			require.NoError(t, s.CheckInbox(ctx))
 			require.NoError(t, s.MigrateInbox(ctx))
 			require.Equal(t, []string{"1", "2"}, testkit.Strings(t, db, `SELECT CAST(version AS TEXT) FROM inbox_migrations ORDER BY version`))
-			require.Equal(t, []string{"consumer", "source", "tenant", "event_id"},
+			require.Equal(t, []string{"consumer", "event_id", "source", "tenant"},
 				testkit.Strings(t, db, `SELECT name FROM pragma_table_info('inbox') WHERE pk > 0 ORDER BY pk`))
 			require.False(t, strings.Contains(strings.Join(schemaNames(t, db), " "), "inbox_new"))
 		})

@@ -361,30 +361,13 @@ FROM {{inbox}} WHERE consumer = :consumer AND source = :source AND tenant = :ten
 
 -- name: SelectInboxByIDs
 -- The consumer's records of the event IDs in :ids (a JSON array), whatever their source and
--- tenant: one row per record, so an ID recorded under several scopes has several. The
--- recursive part lists the consumer's (source, tenant) scopes with primary-key seeks (the next
--- scope after the last one found: the next tenant of its source, else the first scope of the
--- next source; two subqueries, as SQLite seeks a row value (source, tenant) > (?, ?) on source
--- only and would read every record of the source), and every ID is then looked up in each
--- scope by its full key: no scan of the consumer's records.
+-- tenant: one row per record, so an ID recorded under several scopes has several. Each ID is a
+-- seek on the primary key's prefix (consumer, event_id).
 -- param: consumer string
 -- param: ids string JSON array of event IDs
-WITH RECURSIVE scope(source, tenant) AS (
-    SELECT source, tenant FROM (
-        SELECT source, tenant FROM {{inbox}} WHERE consumer = :consumer
-        ORDER BY source, tenant LIMIT 1)
-    UNION ALL
-    SELECT i.source, i.tenant FROM scope AS s JOIN {{inbox}} AS i ON i.rowid = coalesce(
-        (SELECT n.rowid FROM {{inbox}} AS n
-         WHERE n.consumer = :consumer AND n.source = s.source AND n.tenant > s.tenant
-         ORDER BY n.tenant LIMIT 1),
-        (SELECT n.rowid FROM {{inbox}} AS n
-         WHERE n.consumer = :consumer AND n.source > s.source
-         ORDER BY n.source, n.tenant LIMIT 1))
-)
 SELECT r.event_id, r.source, r.tenant, r.digest, r.source_position, r.outcome, r.occurred_at, r.processed_at
-FROM scope AS s CROSS JOIN json_each(:ids) AS j CROSS JOIN {{inbox}} AS r
-WHERE r.consumer = :consumer AND r.source = s.source AND r.tenant = s.tenant AND r.event_id = j.value
+FROM json_each(:ids) AS j CROSS JOIN {{inbox}} AS r
+WHERE r.consumer = :consumer AND r.event_id = j.value
 
 -- name: LockVersion
 -- param: consumer string
