@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // The inbox key is (consumer, source, tenant, event ID) since migration 011. These tests check
@@ -53,18 +54,8 @@ func requireNotMigratedScope(t *testing.T, s *mysql.Store) {
 // inboxKey returns the inbox table's primary key columns in order.
 func inboxKey(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()
+	return testkit.Strings(t, db, `SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()
 		AND TABLE_NAME = 'inbox' AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var c string
-		require.NoError(t, rows.Scan(&c))
-		out = append(out, c)
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // requireScopedInbox checks, on an inbox migrated from the earlier version's with writeEarlierRecord

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxkit/outbox/adapters/mysql"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // Text that differs only in trailing spaces is different text, as on every other adapter: the
@@ -188,21 +189,11 @@ func TestOwnerTrailingSpace(t *testing.T) {
 // default options, with its data type and character set.
 func textColumns(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME, ' ', DATA_TYPE, ' ', CHARACTER_SET_NAME)
+	return testkit.Strings(t, db, `SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME, ' ', DATA_TYPE, ' ', CHARACTER_SET_NAME)
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND CHARACTER_SET_NAME IS NOT NULL
 		AND TABLE_NAME IN ('outbox', 'outbox_lanes', 'outbox_workers', 'outbox_meta', 'outbox_pub', 'outbox_cdc',
 			'outbox_audit', 'inbox', 'inbox_horizons', 'inbox_versions')
 		ORDER BY TABLE_NAME, ORDINAL_POSITION`)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var c string
-		require.NoError(t, rows.Scan(&c))
-		out = append(out, c)
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // After migration 009 the only text columns left are identifiers (ascii, which the API refuses
