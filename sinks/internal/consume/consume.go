@@ -99,14 +99,16 @@ func Decide(ctx context.Context, err error) Action {
 // (core.ErrInvalidMessage), its event ID was recorded with another payload
 // (core.ErrDigestMismatch), it is older than the consumer's retention horizon
 // (core.ErrBeyondRetention), its payload is rejected by the inbox's schema check
-// (core.ErrSchemaRejected, core.InboxOptions.Schemas), or it cannot be decrypted (a
+// (core.ErrSchemaRejected, core.InboxOptions.Schemas), its tenant is not one the inbox
+// accepts (core.ErrTenantRefused, core.InboxOptions.Tenants), or it cannot be decrypted (a
 // destroyed key, a tampered or moved ciphertext: core.ErrUndecryptable,
 // core.InboxOptions.Decrypter).
 func IsPoison(err error) bool {
 	var p *poison
 	return errors.As(err, &p) || errors.Is(err, core.ErrInvalidMessage) ||
 		errors.Is(err, core.ErrDigestMismatch) || errors.Is(err, core.ErrBeyondRetention) ||
-		errors.Is(err, core.ErrSchemaRejected) || errors.Is(err, core.ErrUndecryptable)
+		errors.Is(err, core.ErrSchemaRejected) || errors.Is(err, core.ErrTenantRefused) ||
+		errors.Is(err, core.ErrUndecryptable)
 }
 
 // Poison marks err, the failure to decode a message, as one that no attempt can get past.

@@ -220,3 +220,39 @@ func TestProcessorDeadLettersASchemaRejection(t *testing.T) {
 	require.Equal(t, consume.Ack, consume.Decide(ctx, err))
 	require.Equal(t, 1, store.Counter("good"))
 }
+
+// A message of a tenant the inbox does not accept (core.InboxOptions.Tenants) is dead-lettered
+// at once, nothing recorded, the handler not run; a listed tenant's message is applied.
+func TestProcessorDeadLettersARefusedTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	inbox, err := core.NewInbox[*memory.Tx](ctx, store, &core.InboxOptions{Source: "queue-a", Tenants: []string{"acme"}})
+	require.NoError(t, err)
+	calls := 0
+	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
+		calls++
+		return tx.Incr(d.ev.ID)
+	}, deliveryEvent, errPanic)
+	require.NoError(t, err)
+	other := &delivery{ev: core.Event{ID: "e1", Tenant: "globex", Payload: []byte("p")}}
+	_, err = p.Process(ctx, other, consume.Message(&other.ev, time.Time{}, nil, "q/1"))
+	var te *core.TenantError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, "globex", te.Tenant)
+	require.Equal(t, consume.DeadLetter, consume.Decide(ctx, err))
+	require.Zero(t, calls)
+	recs, err := store.InboxRecords(ctx, "c", []string{"e1"})
+	require.NoError(t, err)
+	require.Empty(t, recs)
+
+	mine := &delivery{ev: core.Event{ID: "e1", Tenant: "acme", Payload: []byte("p")}}
+	res, err := p.Process(ctx, mine, consume.Message(&mine.ev, time.Time{}, nil, "q/2"))
+	require.NoError(t, err)
+	require.Equal(t, core.Applied, res.Outcome)
+	recs, err = store.InboxRecords(ctx, "c", []string{"e1"})
+	require.NoError(t, err)
+	require.Equal(t, "acme", recs["e1"].Tenant)
+	require.Equal(t, "queue-a", recs["e1"].Source)
+}
