@@ -52,6 +52,20 @@ type RelayOptions struct {
 	// (BENCHMARKS.md "Capacity model"). A Shutdown during the wait does not send the batch.
 	// Default 0: no limit.
 	MaxRate int
+	// AdaptiveRate lets the relay find its own rate during a catch-up, so that the producers
+	// writing meanwhile keep theirs without a MaxRate set by hand: while the database takes
+	// more than twice as long to settle a full batch (BatchSize records) as the fastest such
+	// settle lately, the relay cuts its rate to 0.7 of what it achieved (at most once a
+	// second, never below one batch per second), and lets it grow again once settles are
+	// back near that time. The signal is the relay's own commit on the outbox's database,
+	// the path the producers' commits take: a slow broker lengthens sends, not settles, and
+	// is never taken for a busy database. MaxRate, when set, stays the ceiling.
+	// RelayStats.RateLimit and RateCuts show what it did. A relay that fetches less than a
+	// full batch has no backlog and is never held back. Failure modes: a database slowed by
+	// something else than the relay and its producers (a vacuum, a backup, a neighbour) also
+	// slows the drain, and a relay that alone makes the database slower than twice its best
+	// time drains at the rate that keeps it there. Default false.
+	AdaptiveRate bool
 	// Retry decides backoff and parking of failed events. NewRelay refuses a policy that
 	// RetryPolicy.Check refuses.
 	Retry RetryPolicy
@@ -123,9 +137,14 @@ type RelayStats struct {
 	// can exceed the time the relay ran). Divide by Fetches (or Sends) for the time per batch.
 	Fetches                         uint64
 	FetchTime, SendTime, SettleTime time.Duration
-	// PaceTime is the time the loops waited for RelayOptions.MaxRate's budget, summed over
-	// every loop: a PaceTime that grows with the run says the limit holds the relay back.
+	// PaceTime is the time the loops waited for RelayOptions.MaxRate's budget (or
+	// AdaptiveRate's), summed over every loop: a PaceTime that grows with the run says the
+	// limit holds the relay back.
 	PaceTime time.Duration
+	// RateLimit is the records per second that RelayOptions.AdaptiveRate allows now (0: no
+	// limit of its own, MaxRate's if set), and RateCuts how many times it cut the rate.
+	RateLimit float64
+	RateCuts  uint64
 }
 
 // Relay delivers committed outbox events to a sink, at least once, in order per partition key.
@@ -156,7 +175,8 @@ type Relay struct {
 	openLoops atomic.Int32 // loops whose breaker is open; the relay's breaker is open when > 0
 
 	inst  *relayInstruments
-	pace  *rate.Limiter // MaxRate's budget; nil without a MaxRate
+	pace  *rate.Limiter // MaxRate's (and AdaptiveRate's) budget; nil without either
+	ctl   *rateControl  // AdaptiveRate's law; nil without it
 	stats struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
@@ -227,8 +247,15 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 	if o.MaxRate > 0 {
 		pace = rate.NewLimiter(rate.Limit(o.MaxRate), o.BatchSize)
 	}
+	var ctl *rateControl
+	if o.AdaptiveRate {
+		if pace == nil {
+			pace = rate.NewLimiter(rate.Inf, o.BatchSize)
+		}
+		ctl = newRateControl(pace, o.MaxRate, o.BatchSize)
+	}
 	return &Relay{
-		store: store, sink: sink, router: router, o: o, inst: inst, pace: pace,
+		store: store, sink: sink, router: router, o: o, inst: inst, pace: pace, ctl: ctl,
 		k:      leaseKeeper{store: store, owner: o.Owner, ttl: o.LeaseTTL, clock: o.now, inst: inst},
 		log:    o.Logger.With("owner", o.Owner),
 		leases: map[int]driver.Lease{},
@@ -254,6 +281,13 @@ func (r *Relay) Stats() RelayStats {
 	r.mu.Lock()
 	n := len(r.leases)
 	r.mu.Unlock()
+	var (
+		limit float64
+		cuts  uint64
+	)
+	if r.ctl != nil {
+		limit, cuts = r.ctl.state()
+	}
 	return RelayStats{
 		Sends: r.stats.sends.Load(), Published: r.stats.published.Load(),
 		Failures: r.stats.failures.Load(), Parked: r.stats.parked.Load(),
@@ -261,7 +295,8 @@ func (r *Relay) Stats() RelayStats {
 		Resent: r.stats.moves.resent.Load(), LaneMoves: r.stats.moves.claimed.Load(), LeaseExpiries: r.stats.moves.expired.Load(),
 		Fetches: r.stats.fetches.Load(), FetchTime: time.Duration(r.stats.fetchNs.Load()),
 		SendTime: time.Duration(r.stats.sendNs.Load()), SettleTime: time.Duration(r.stats.settleNs.Load()),
-		PaceTime: time.Duration(r.stats.paceNs.Load()),
+		PaceTime:  time.Duration(r.stats.paceNs.Load()),
+		RateLimit: limit, RateCuts: cuts,
 	}
 }
 
@@ -802,6 +837,9 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	began := time.Now()
 	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
 	r.stats.sendNs.Add(int64(time.Since(began)))
+	if r.ctl != nil {
+		r.ctl.sent(time.Now(), len(recs))
+	}
 	if sent {
 		r.inst.sent(ctx, time.Since(began), len(recs))
 		r.inst.acked(ctx, time.Now(), recs, outcome)
@@ -843,7 +881,11 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	}
 	settleBegan := time.Now()
 	err = r.settle(ctx, leases, decisions)
-	r.stats.settleNs.Add(int64(time.Since(settleBegan)))
+	settleTime := time.Since(settleBegan)
+	r.stats.settleNs.Add(int64(settleTime))
+	if r.ctl != nil && err == nil {
+		r.ctl.settled(time.Now(), len(recs), settleTime)
+	}
 	if err != nil {
 		return len(recs), allFailed, err
 	}
