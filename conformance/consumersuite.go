@@ -432,8 +432,8 @@ func testConsumerApplyAndAck[TTx any](e *consumerEnv[TTx]) {
 			e.fatalf("event %s: %d handler calls; want 1", m.ID, len(calls))
 		}
 		e.checkEvent(&calls[0], &m.Event)
-		// The consumer recorded it under its event ID and payload digest.
-		res, err := e.inbox.Process(e.ctx, consumerName, core.InboxMessage{EventID: m.ID, Payload: m.Payload},
+		// The consumer recorded it under its tenant, event ID and payload digest.
+		res, err := e.inbox.Process(e.ctx, consumerName, core.InboxMessage{EventID: m.ID, Tenant: m.Tenant, Payload: m.Payload},
 			func(context.Context, TTx, core.InboxMessage) error { return errors.New("the handler ran again") })
 		if err != nil || res.Outcome != core.Duplicate || res.Prior != core.Applied {
 			e.fatalf("event %s processed again: %+v, %v; want Duplicate of Applied", m.ID, res, err)

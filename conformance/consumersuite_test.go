@@ -239,10 +239,7 @@ func (c *refConsumer) process(ctx context.Context, rm *refMessage) error {
 		return errRefUndecodable
 	}
 	ev := rm.m.Event
-	msg := core.InboxMessage{EventID: ev.ID, Payload: ev.Payload, OccurredAt: rm.m.CreatedAt, SourcePosition: "ref-queue"}
-	if ev.AggregateVersion > 0 {
-		msg.Entity, msg.Version = ev.AggregateType+"/"+ev.AggregateID, ev.AggregateVersion
-	}
+	msg := core.InboxMessageOf(&ev, rm.m.CreatedAt, "ref-queue")
 	_, err := c.inbox.Process(ctx, c.name, msg, func(ctx context.Context, tx *memory.Tx, _ core.InboxMessage) error {
 		return c.handler(ctx, tx, &ev)
 	})

@@ -144,7 +144,7 @@ func TestConsumerBatchPoisonAlone(t *testing.T) {
 	msgs := []core.Message{message(f.subject, "a", 0), message(f.subject, "b", 0), message(f.subject, "c", 0), message(f.subject, "d", 0)}
 	poison := msgs[1]
 	ctx := context.Background()
-	_, err := f.inbox.Process(ctx, "billing", core.InboxMessage{EventID: poison.ID, Payload: []byte("another payload")},
+	_, err := f.inbox.Process(ctx, "billing", core.InboxMessage{EventID: poison.ID, Tenant: poison.Tenant, Payload: []byte("another payload")},
 		func(context.Context, *memory.Tx, core.InboxMessage) error { return nil })
 	require.NoError(t, err)
 

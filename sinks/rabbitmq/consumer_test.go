@@ -139,7 +139,7 @@ func TestConsumerBatchWithAPoisonMessage(t *testing.T) {
 	poison := msgs[3]
 	inbox, err := core.NewInbox[*memory.Tx](context.Background(), store, nil)
 	require.NoError(t, err)
-	_, err = inbox.Process(context.Background(), "tests", core.InboxMessage{EventID: poison.ID, Payload: []byte("another payload")},
+	_, err = inbox.Process(context.Background(), "tests", core.InboxMessage{EventID: poison.ID, Tenant: poison.Tenant, Payload: []byte("another payload")},
 		func(context.Context, *memory.Tx, core.InboxMessage) error { return nil })
 	require.NoError(t, err)
 

@@ -85,7 +85,7 @@ func TestBatchWithPoisonEntry(t *testing.T) {
 	stream, group := newStream(t), "g"
 	first, poison, last := message(stream, "a", 0), message(stream, "b", 0), message(stream, "c", 0)
 	store, inbox := newInbox(t)
-	_, err := inbox.Process(context.Background(), "svc", core.InboxMessage{EventID: poison.ID, Payload: []byte("another payload")},
+	_, err := inbox.Process(context.Background(), "svc", core.InboxMessage{EventID: poison.ID, Tenant: poison.Tenant, Payload: []byte("another payload")},
 		func(context.Context, *memory.Tx, core.InboxMessage) error { return nil })
 	require.NoError(t, err)
 	publish(t, cl, first, poison, last)
