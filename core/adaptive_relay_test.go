@@ -2,7 +2,6 @@ package core_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,8 +10,10 @@ import (
 	"github.com/outboxkit/outbox/core/driver"
 )
 
-// The relay applies the law: on a store whose settles become slow the relay cuts its rate and
-// sends fewer records per second than before; the same relay without AdaptiveRate does not.
+// The relay applies the law: on a store whose every settle takes 10 ms, a relay that only waits
+// for its database (a sink that answers at once, one loop) keeps it busy nearly all the time;
+// with AdaptiveRate it cuts its rate until it takes about 0.4 s of database time per second,
+// pacing its loop; without, it is never limited.
 func TestRelayAdaptiveRate(t *testing.T) {
 	for _, adaptive := range []bool{true, false} {
 		ctx, cancel := context.WithCancel(t.Context())
@@ -20,21 +21,15 @@ func TestRelayAdaptiveRate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var slow atomic.Bool
-		hooked := &hookedSettle{Store: store, before: func(_ context.Context, p driver.SettleParams) error {
-			if slow.Load() && len(p.Published) >= 100 {
-				time.Sleep(20 * time.Millisecond)
-			} else {
-				time.Sleep(2 * time.Millisecond)
-			}
+		hooked := &hookedSettle{Store: store, before: func(context.Context, driver.SettleParams) error {
+			time.Sleep(10 * time.Millisecond)
 			return nil
 		}}
 		ob, err := core.NewOutbox(ctx, driver.OutboxStore[*memory.Tx](store), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		const n = 60000
-		for i := 0; i < n; i += 1000 {
+		for i := 0; i < 60000; i += 1000 {
 			evs := make([]core.Event, 1000)
 			for j := range evs {
 				evs[j] = core.Event{AggregateType: "order", AggregateID: "1", Type: "t", Payload: []byte("p"), PartitionKey: string(rune('a' + (i+j)%26))}
@@ -50,19 +45,21 @@ func TestRelayAdaptiveRate(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
-		time.Sleep(1500 * time.Millisecond) // the baseline: fast settles
-		slow.Store(true)
-		time.Sleep(4 * time.Second)
-		st := r.Stats()
+		time.Sleep(2 * time.Second)
+		st0, t0 := r.Stats(), time.Now()
+		time.Sleep(3 * time.Second)
+		st, el := r.Stats(), time.Since(t0)
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if adaptive && (st.RateCuts == 0 || st.RateLimit == 0 || st.PaceTime == 0) {
-			t.Fatalf("AdaptiveRate with settles 10x slower: %+v; want cuts, a limit and paced loops", st)
+		occ := (st.SettleTime + st.FetchTime - st0.SettleTime - st0.FetchTime).Seconds() / el.Seconds()
+		if adaptive && (st.RateCuts == 0 || st.RateLimit == 0 || st.PaceTime == 0 || occ > 0.6) {
+			t.Fatalf("AdaptiveRate, a relay that only waits for its database: %.2f s of database time per second, %+v; want cuts, a limit, paced loops and at most 0.6", occ, st)
 		}
-		if !adaptive && (st.RateCuts != 0 || st.RateLimit != 0 || st.PaceTime != 0) {
-			t.Fatalf("without AdaptiveRate: %+v; want no limit", st)
+		if !adaptive && (st.RateCuts != 0 || st.RateLimit != 0 || st.PaceTime != 0 || occ < 0.7) {
+			t.Fatalf("without AdaptiveRate: %.2f s of database time per second, %+v; want no limit and at least 0.7", occ, st)
 		}
+		t.Logf("adaptive=%v: %.2f s of database time per second, %d cuts, limit %.0f/s", adaptive, occ, st.RateCuts, st.RateLimit)
 	}
 }

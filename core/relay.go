@@ -53,18 +53,18 @@ type RelayOptions struct {
 	// Default 0: no limit.
 	MaxRate int
 	// AdaptiveRate lets the relay find its own rate during a catch-up, so that the producers
-	// writing meanwhile keep theirs without a MaxRate set by hand: while the database takes
-	// more than twice as long to settle a full batch (BatchSize records) as the fastest such
-	// settle lately, the relay cuts its rate to 0.7 of what it achieved (at most once a
-	// second, never below one batch per second), and lets it grow again once settles are
-	// back near that time. The signal is the relay's own commit on the outbox's database,
-	// the path the producers' commits take: a slow broker lengthens sends, not settles, and
-	// is never taken for a busy database. MaxRate, when set, stays the ceiling.
-	// RelayStats.RateLimit and RateCuts show what it did. A relay that fetches less than a
-	// full batch has no backlog and is never held back. Failure modes: a database slowed by
-	// something else than the relay and its producers (a vacuum, a backup, a neighbour) also
-	// slows the drain, and a relay that alone makes the database slower than twice its best
-	// time drains at the rate that keeps it there. Default false.
+	// writing meanwhile keep theirs without a MaxRate set by hand: it holds the database time
+	// the relay takes (its Store.Fetch and Store.Settle calls, waits included, summed over
+	// its loops) to 0.4 s per second. Every second in which the relay took more, its rate
+	// becomes what it achieved times 0.4 / the time taken (never below one batch per second);
+	// below 0.3 a limit grows again by a fifth plus a batch, up to MaxRate (the ceiling when
+	// set) or unlimited. That time grows with the relay's rate and with how long the
+	// database makes each statement wait, which the producers share; a slow broker lengthens
+	// sends, which do not count, and is never taken for a busy database.
+	// RelayStats.RateLimit and RateCuts show what it did. Failure modes: a database made
+	// slow by something else (a vacuum, a backup, a neighbour) also slows the drain, and a
+	// database so large that 40% of one connection's time drains slower than the producers
+	// write needs a MaxRate instead. Default false.
 	AdaptiveRate bool
 	// Retry decides backoff and parking of failed events. NewRelay refuses a policy that
 	// RetryPolicy.Check refuses.
@@ -818,6 +818,9 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	}
 	fetchBegan := time.Now()
 	recs, err := r.store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
+	if r.ctl != nil {
+		r.ctl.db(time.Now(), time.Since(fetchBegan))
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("fetch: %w", err)
 	}
@@ -883,8 +886,8 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	err = r.settle(ctx, leases, decisions)
 	settleTime := time.Since(settleBegan)
 	r.stats.settleNs.Add(int64(settleTime))
-	if r.ctl != nil && err == nil {
-		r.ctl.settled(time.Now(), len(recs), settleTime)
+	if r.ctl != nil {
+		r.ctl.db(time.Now(), settleTime)
 	}
 	if err != nil {
 		return len(recs), allFailed, err

@@ -625,6 +625,10 @@ func (h *harness) catchupPhase() map[string]float64 {
 	if h.cfg.adaptive {
 		h.b.Logf("catchup: adaptive rate: %d cuts, limit now %.0f events/s (0: none), paced %s", rs.RateCuts, rs.RateLimit, rs.PaceTime)
 	}
+	if rs.Fetches > 0 {
+		h.b.Logf("catchup: per batch: fetch %s, send %s, settle %s (%d batches)", rs.FetchTime/time.Duration(rs.Fetches),
+			rs.SendTime/time.Duration(rs.Fetches), rs.SettleTime/time.Duration(rs.Fetches), rs.Fetches)
+	}
 	stopRelay()
 	require.NoError(h.b, <-done)
 	sink.mu.Lock()

@@ -81,7 +81,7 @@ type Relay struct {
 	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000"`
 	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes"`
 	MaxRate         int      `yaml:"max_rate" help:"most events per second each polling relay sends (default 0: no limit)"`
-	AdaptiveRate    bool     `yaml:"adaptive_rate" help:"cut the rate while the database settles full batches slowly (a catch-up beside producers)"`
+	AdaptiveRate    bool     `yaml:"adaptive_rate" help:"hold each polling relay's database time to 0.4 s per second (a catch-up beside producers)"`
 	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime"`
 	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found"`
 	DeleteOnPublish bool     `yaml:"delete_on_publish" help:"delete rows once acknowledged instead of marking them"`
