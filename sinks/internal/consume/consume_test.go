@@ -181,27 +181,18 @@ func TestProcessBatchHandsEachMessageItsDelivery(t *testing.T) {
 func TestProcessorDeadLettersASchemaRejection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, err := memory.New(nil)
-	require.NoError(t, err)
 	reg := jsonschema.New(nil)
 	require.NoError(t, reg.Add("order.created", "v1", []byte(`{"type": "object", "required": ["order"]}`)))
-	inbox, err := core.NewInbox[*memory.Tx](ctx, store, &core.InboxOptions{Schemas: reg})
-	require.NoError(t, err)
-	calls := 0
-	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
-		calls++
-		return tx.Incr(d.ev.ID)
-	}, deliveryEvent, errPanic)
-	require.NoError(t, err)
+	store, p, calls := countingProcessor(t, &core.InboxOptions{Schemas: reg})
 	ev := func(id, payload string) *delivery {
 		return &delivery{ev: core.Event{ID: id, AggregateType: "order", AggregateID: "1", Type: "order.created", SchemaID: "v1", Payload: []byte(payload)}}
 	}
 	bad, good := ev("bad", `{}`), ev("good", `{"order": "1"}`)
-	_, err = p.Process(ctx, bad, consume.Message(&bad.ev, time.Time{}, nil, "q/1"))
+	_, err := p.Process(ctx, bad, consume.Message(&bad.ev, time.Time{}, nil, "q/1"))
 	require.ErrorIs(t, err, core.ErrSchemaRejected)
 	require.ErrorIs(t, err, jsonschema.ErrInvalidPayload)
 	require.Equal(t, consume.DeadLetter, consume.Decide(ctx, err))
-	require.Zero(t, calls)
+	require.Zero(t, *calls)
 	recs, err := store.InboxRecords(ctx, "c", []string{"bad"})
 	require.NoError(t, err)
 	require.Empty(t, recs)
@@ -212,7 +203,7 @@ func TestProcessorDeadLettersASchemaRejection(t *testing.T) {
 	require.ErrorAs(t, err, &be)
 	require.Equal(t, 1, be.Index)
 	require.Equal(t, consume.DeadLetter, consume.Decide(ctx, err))
-	require.Zero(t, calls)
+	require.Zero(t, *calls)
 
 	res, err := p.Process(ctx, good, consume.Message(&good.ev, time.Time{}, nil, "q/2"))
 	require.NoError(t, err)
@@ -226,23 +217,14 @@ func TestProcessorDeadLettersASchemaRejection(t *testing.T) {
 func TestProcessorDeadLettersARefusedTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, err := memory.New(nil)
-	require.NoError(t, err)
-	inbox, err := core.NewInbox[*memory.Tx](ctx, store, &core.InboxOptions{Source: "queue-a", Tenants: []string{"acme"}})
-	require.NoError(t, err)
-	calls := 0
-	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
-		calls++
-		return tx.Incr(d.ev.ID)
-	}, deliveryEvent, errPanic)
-	require.NoError(t, err)
+	store, p, calls := countingProcessor(t, &core.InboxOptions{Source: "queue-a", Tenants: []string{"acme"}})
 	other := &delivery{ev: core.Event{ID: "e1", Tenant: "globex", Payload: []byte("p")}}
-	_, err = p.Process(ctx, other, consume.Message(&other.ev, time.Time{}, nil, "q/1"))
+	_, err := p.Process(ctx, other, consume.Message(&other.ev, time.Time{}, nil, "q/1"))
 	var te *core.TenantError
 	require.ErrorAs(t, err, &te)
 	require.Equal(t, "globex", te.Tenant)
 	require.Equal(t, consume.DeadLetter, consume.Decide(ctx, err))
-	require.Zero(t, calls)
+	require.Zero(t, *calls)
 	recs, err := store.InboxRecords(ctx, "c", []string{"e1"})
 	require.NoError(t, err)
 	require.Empty(t, recs)
@@ -255,4 +237,21 @@ func TestProcessorDeadLettersARefusedTenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "acme", recs["e1"].Tenant)
 	require.Equal(t, "queue-a", recs["e1"].Source)
+}
+
+// countingProcessor is a Processor of consumer "c" on a memory inbox with opts whose handler
+// counts its calls in *calls and increments the event ID's counter.
+func countingProcessor(t *testing.T, opts *core.InboxOptions) (*memory.Store, *consume.Processor[*memory.Tx, delivery], *int) {
+	t.Helper()
+	store, err := memory.New(nil)
+	require.NoError(t, err)
+	inbox, err := core.NewInbox[*memory.Tx](context.Background(), store, opts)
+	require.NoError(t, err)
+	calls := new(int)
+	p, err := consume.NewProcessor(inbox, "c", func(ctx context.Context, tx *memory.Tx, d *delivery) error {
+		*calls++
+		return tx.Incr(d.ev.ID)
+	}, deliveryEvent, errPanic)
+	require.NoError(t, err)
+	return store, p, calls
 }
