@@ -345,7 +345,7 @@ type BatchHandler[TTx any] func(ctx context.Context, tx TTx, i int, msg InboxMes
 // ProcessBatch processes msgs in order, each exactly as Process does (the version check, the
 // record, the retention check and, when Applied, handler), all in ONE transaction that commits
 // once: it is all or nothing. It returns one result per message. When a message fails (a
-// *MessageError or *SchemaError before anything runs, ErrDigestMismatch, ErrBeyondRetention,
+// *MessageError, *TenantError or *SchemaError before anything runs, ErrDigestMismatch, ErrBeyondRetention,
 // ErrVersionGap, a handler error or panic), the whole transaction rolls back, nothing of the
 // batch is recorded,
 // and the error is a *BatchError naming the message's index that wraps the error Process
