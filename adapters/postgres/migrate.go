@@ -87,7 +87,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 			if !errors.Is(err, errNoRows) {
 				return err
 			}
-			if _, err := q.exec(ctx, m.sql); err != nil { // no arguments: simple protocol, many statements
+			if err := s.runMigration(ctx, q, m); err != nil {
 				return fmt.Errorf("%s: %w", m.name, err)
 			}
 			if _, err := q.exec(ctx, s.q.metaPut, metaPutParams{Name: m.name, Value: "applied"}.args()...); err != nil {
@@ -151,33 +151,16 @@ const (
 // rows stay. On an inbox-only schema core.NewInbox works and core.NewOutbox fails with a
 // *core.NotMigratedError (core.ErrSchemaMismatch).
 func (s *Store[TTx]) MigrateInbox(ctx context.Context) error {
-	var create, scope string
-	for _, m := range s.q.migrations {
-		switch {
-		case strings.HasPrefix(m.name, inboxMigration):
-			create = m.sql
-		case strings.HasPrefix(m.name, inboxScopeMigration):
-			scope = m.sql
-		}
-	}
-	st, err := s.migrateStatements()
-	if err != nil {
-		return err
-	}
-	err = s.withTx(ctx, func(ctx context.Context, q querier) error {
+	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
 			return err
 		}
-		if _, err := q.exec(ctx, create); err != nil { // no arguments: simple protocol, many statements
-			return err
-		}
-		var scoped int64
-		if err := queryRow(ctx, q, st.Get("InboxScoped"), []any{s.n.inbox}, &scoped); err != nil {
-			return err
-		}
-		if scoped == 0 {
-			_, err := q.exec(ctx, scope)
-			return err
+		for _, m := range s.q.migrations {
+			if strings.HasPrefix(m.name, inboxMigration) || strings.HasPrefix(m.name, inboxScopeMigration) {
+				if err := s.runMigration(ctx, q, m); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
@@ -185,6 +168,31 @@ func (s *Store[TTx]) MigrateInbox(ctx context.Context) error {
 		return fmt.Errorf("postgres: migrate inbox: %w", classify(err))
 	}
 	return nil
+}
+
+// runMigration runs m in q (no arguments: simple protocol, many statements), except migration
+// 0009 on an inbox whose key holds source and tenant already (MigrateInbox, which records
+// nothing, or InboxMigrationSQL scoped it): the inbox's primary key is rebuilt once, not at
+// every Migrate or MigrateInbox.
+func (s *Store[TTx]) runMigration(ctx context.Context, q querier, m migration) error {
+	if strings.HasPrefix(m.name, inboxScopeMigration) {
+		if scoped, err := s.inboxScoped(ctx, q); err != nil || scoped {
+			return err
+		}
+	}
+	_, err := q.exec(ctx, m.sql)
+	return err
+}
+
+// inboxScoped reports whether the inbox has the columns of migration 0009.
+func (s *Store[TTx]) inboxScoped(ctx context.Context, q querier) (bool, error) {
+	st, err := s.migrateStatements()
+	if err != nil {
+		return false, err
+	}
+	var n int64
+	err = queryRow(ctx, q, st.Get("InboxScoped"), []any{s.n.inbox}, &n)
+	return n > 0, err
 }
 
 // MigrationSQL returns, as one plain SQL script, what Migrate does to an empty schema with opts
@@ -306,10 +314,11 @@ func (s *Store[TTx]) CheckInbox(ctx context.Context) error {
 	if err := queryRow(ctx, s.db, st.Get("CheckInbox"), nil, &n); err != nil {
 		return fmt.Errorf("postgres: check inbox: %w", classify(err))
 	}
-	if err := queryRow(ctx, s.db, st.Get("InboxScoped"), []any{s.n.inbox}, &n); err != nil {
+	scoped, err := s.inboxScoped(ctx, s.db)
+	if err != nil {
 		return fmt.Errorf("postgres: check inbox: %w", classify(err))
 	}
-	if n == 0 {
+	if !scoped {
 		return fmt.Errorf("postgres: check inbox: %w", &core.NotMigratedError{
 			Missing: "inbox " + s.n.inbox + " has no source and tenant in its key (migration 0009)"})
 	}

@@ -59,7 +59,7 @@ func TestMigrateInboxAfterMigrate(t *testing.T) {
 
 // TestInboxScopeUpgrade: an inbox of an earlier version (migration 0002 alone) holding a
 // processed message and an entity version is refused by core.NewInbox as not migrated; after
-// MigrateInbox (twice: it is idempotent) or Migrate, the message's redelivery is still a
+// MigrateInbox (then again, and Migrate: neither rebuilds the key a second time) or Migrate, the message's redelivery is still a
 // Duplicate, the entity's version still gates, and tenant A's message with the same event ID
 // is a record of its own.
 func TestInboxScopeUpgrade(t *testing.T) {
@@ -90,7 +90,14 @@ func TestInboxScopeUpgrade(t *testing.T) {
 				require.NoError(t, s.Migrate(ctx))
 			} else {
 				require.NoError(t, s.MigrateInbox(ctx))
+				pkey := func() (oid uint32) {
+					require.NoError(t, d.pool.QueryRow(ctx, `SELECT conindid FROM pg_constraint WHERE conrelid = 'inbox'::regclass AND contype = 'p'`).Scan(&oid))
+					return oid
+				}
+				before := pkey()
 				require.NoError(t, s.MigrateInbox(ctx))
+				require.NoError(t, s.Migrate(ctx))
+				require.Equal(t, before, pkey(), "MigrateInbox and Migrate after it leave the scoped key as it is (no second rebuild)")
 			}
 			in, err := core.NewInbox[pgx.Tx](ctx, s, nil)
 			require.NoError(t, err)
