@@ -141,8 +141,9 @@ type RelayStats struct {
 	// AdaptiveRate's), summed over every loop: a PaceTime that grows with the run says the
 	// limit holds the relay back.
 	PaceTime time.Duration
-	// RateLimit is the records per second that RelayOptions.AdaptiveRate allows now (0: no
-	// limit of its own, MaxRate's if set), and RateCuts how many times it cut the rate.
+	// RateLimit is the records per second that RelayOptions.AdaptiveRate allows now: MaxRate
+	// while it has not cut below it, 0 without a MaxRate and no cut in force (and always 0
+	// without AdaptiveRate). RateCuts is how many times it cut the rate.
 	RateLimit float64
 	RateCuts  uint64
 }
