@@ -63,3 +63,26 @@ func TestRelayAdaptiveRate(t *testing.T) {
 		t.Logf("adaptive=%v: %.2f s of database time per second, %d cuts, limit %.0f/s", adaptive, occ, st.RateCuts, st.RateLimit)
 	}
 }
+
+// RateLimit before any cut: MaxRate with AdaptiveRate and a MaxRate, 0 without a MaxRate, and
+// 0 without AdaptiveRate whatever MaxRate is.
+func TestRelayRateLimitBeforeACut(t *testing.T) {
+	store, err := memory.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := core.SinkFunc(func(_ context.Context, msgs []core.Message) []error { return make([]error, len(msgs)) })
+	for _, c := range []struct {
+		adaptive bool
+		maxRate  int
+		want     float64
+	}{{true, 5000, 5000}, {true, 0, 0}, {false, 5000, 0}} {
+		r, err := core.NewRelay(store, sink, core.StaticRouter{Default: "d"}, &core.RelayOptions{AdaptiveRate: c.adaptive, MaxRate: c.maxRate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := r.Stats(); st.RateLimit != c.want || st.RateCuts != 0 {
+			t.Fatalf("AdaptiveRate %v, MaxRate %d: RateLimit %v, RateCuts %d; want %v, 0", c.adaptive, c.maxRate, st.RateLimit, st.RateCuts, c.want)
+		}
+	}
+}
