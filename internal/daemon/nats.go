@@ -22,6 +22,7 @@ type NATS struct {
 	CredsFile   string   `yaml:"creds_file" help:"NATS credentials file (user JWT and NKey seed); not with token"`
 	Concurrency int      `yaml:"concurrency" help:"publish rounds of one send in flight at once, each at most one message per partition key (default 4)"`
 	AckTimeout  Duration `yaml:"ack_timeout" help:"wait for a message's PubAck before its outcome is retryable (default 5s)"`
+	AtomicBatch bool     `yaml:"atomic_batch" help:"publish a send's messages of one subject as atomic batches of up to 1000 where the stream allows them (nats-server 2.12+, allow_atomic); elsewhere one message per partition key at a time (default false)"`
 	TLS         NATSTLS  `yaml:"tls"`
 }
 
@@ -116,7 +117,8 @@ func newNATSSink(n NATS, log *slog.Logger) (*natssink.Sink, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("sinks.nats: connect: %w", err)
 	}
-	sink, err := natssink.New(nc, &natssink.Options{Concurrency: n.Concurrency, AckTimeout: n.AckTimeout.D(), Logger: log})
+	sink, err := natssink.New(nc, &natssink.Options{Concurrency: n.Concurrency, AckTimeout: n.AckTimeout.D(),
+		AtomicBatch: n.AtomicBatch, Logger: log})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

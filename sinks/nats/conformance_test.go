@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -24,13 +25,28 @@ import (
 // max_payload, from the connection.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	nc := connect(t)
-	conformance.RunSink(t, conformance.SinkHarness{
+	conformance.RunSink(t, sinkHarness(connect(t), false))
+}
+
+// TestConformanceAtomic runs the sink suite with Options.AtomicBatch against a nats-server
+// of this module's version (2.12 or later: atomic batches) running in the test binary, on
+// streams created with AllowAtomicPublish: the full stream refuses the whole batch, whose
+// messages the sink then publishes one per key (retryable); the subject no stream covers has
+// no stream to allow atomic publishes (ErrNoStream, permanent).
+func TestConformanceAtomic(t *testing.T) {
+	t.Parallel()
+	conformance.RunSink(t, sinkHarness(connectAtomic(t), true))
+}
+
+// sinkHarness is the suite's harness on the server of nc, with Options.AtomicBatch = atomic
+// and streams that allow atomic publishes when it is set.
+func sinkHarness(nc *nats.Conn, atomic bool) conformance.SinkHarness {
+	return conformance.SinkHarness{
 		New: func(t *testing.T) conformance.SinkFixture {
 			js := newJS(t, nc)
 			subject := unique("s") + ".events"
-			stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}})
-			sink, err := natssink.New(nc, &natssink.Options{Logger: slog.New(slog.DiscardHandler)})
+			stream := newStream(t, js, jetstream.StreamConfig{Subjects: []string{subject}, AllowAtomicPublish: atomic})
+			sink, err := natssink.New(nc, &natssink.Options{Logger: slog.New(slog.DiscardHandler), AtomicBatch: atomic})
 			require.NoError(t, err)
 			var got []conformance.ReceivedMessage
 			var full sync.Once
@@ -57,7 +73,8 @@ func TestConformance(t *testing.T) {
 				RejectPermanent: func(m *core.Message) { m.Destination = "nostream." + subject },
 				RejectRetryable: func(m *core.Message) {
 					full.Do(func() {
-						newStream(t, js, jetstream.StreamConfig{Subjects: []string{fullSubject}, MaxMsgs: 1, Discard: jetstream.DiscardNew})
+						newStream(t, js, jetstream.StreamConfig{Subjects: []string{fullSubject}, MaxMsgs: 1, Discard: jetstream.DiscardNew,
+							AllowAtomicPublish: atomic})
 						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 						defer cancel()
 						_, err := js.Publish(ctx, fullSubject, []byte("fills the stream"))
@@ -71,5 +88,5 @@ func TestConformance(t *testing.T) {
 		DedupID:         true,
 		MaxMessageBytes: int(nc.MaxPayload()),
 		ErrTooLarge:     natssink.ErrMessageTooLarge,
-	})
+	}
 }

@@ -30,6 +30,14 @@
 //     the later messages of its key in the same Send are not published and are reported
 //     core.ErrNotAcknowledged (the per-key prefix rule of core.Sink), so a failed message is
 //     never overtaken by the next one of its key.
+//   - Atomic batches (Options.AtomicBatch, nats-server 2.12 or later, a stream that allows
+//     atomic publishes): a Send's messages of one subject go out as atomic batches of up to
+//     MaxAtomicBatch, whole keys together, each stored whole, in order, or not at all; one
+//     PubAck (the commit's) acknowledges every message of a batch. A batch the server
+//     refused stored nothing: its messages are then published in rounds as above, each with
+//     its own outcome (a message the refused batch held that the stream had stored already
+//     gets a Duplicate PubAck). Subjects whose stream does not allow atomic publishes are
+//     always published in rounds.
 //   - Size: a message whose payload plus header block is larger than the server's
 //     max_payload (the connection's MaxPayload, default 1 MiB) is not sent: permanent
 //     ErrMessageTooLarge, and the later messages of its key are not sent. A stream refusing

@@ -52,7 +52,27 @@ const relayBenchLatency = 12 * time.Millisecond
 //
 //	go test -run '^$' -bench 'RelayToNATS$' -benchtime 2x -count 3 ./sinks/nats/
 func BenchmarkRelayToNATS(b *testing.B) {
-	benchRelayToNATS(b, testkit.Need(b, testkit.NATSURL))
+	benchRelayToNATS(b, testkit.Need(b, testkit.NATSURL), false)
+}
+
+// BenchmarkRelayToNATSAtomic is BenchmarkRelayToNATS with the sink's Options.AtomicBatch, on
+// streams created with AllowAtomicPublish, against the nats-server of this module's version
+// in the test binary (atomic batches need 2.12 or later; every way, bare included, runs
+// against that server): a Send's messages go out as atomic batches of whole keys, one round
+// trip each, instead of rounds of one message per key.
+//
+//	go test -run '^$' -bench 'RelayToNATSAtomic' -benchtime 2x -count 3 ./sinks/nats/
+func BenchmarkRelayToNATSAtomic(b *testing.B) {
+	benchRelayToNATS(b, atomicURL(b), true)
+}
+
+// BenchmarkRelayToNATSAtomicLatency is BenchmarkRelayToNATSAtomic behind the 12 ms latency
+// proxy of BenchmarkRelayToNATSLatency.
+func BenchmarkRelayToNATSAtomicLatency(b *testing.B) {
+	u, err := url.Parse(atomicURL(b))
+	require.NoError(b, err)
+	u.Host = pgtest.LatencyProxy(b, "nats-atomic-bench", u.Host, relayBenchLatency)
+	benchRelayToNATS(b, u.String(), true)
 }
 
 // BenchmarkRelayToNATSLatency is BenchmarkRelayToNATS with every connection (the sink's and
@@ -69,17 +89,18 @@ func BenchmarkRelayToNATSLatency(b *testing.B) {
 	require.NoError(b, err)
 	listen := pgtest.LatencyProxy(b, "nats-bench", u.Host, relayBenchLatency)
 	u.Host = listen
-	benchRelayToNATS(b, u.String())
+	benchRelayToNATS(b, u.String(), false)
 }
 
-// benchRelayToNATS runs the ways of BenchmarkRelayToNATS against the server at addr.
-func benchRelayToNATS(b *testing.B, addr string) {
+// benchRelayToNATS runs the ways of BenchmarkRelayToNATS against the server at addr, with
+// Options.AtomicBatch and streams that allow it when atomic is set.
+func benchRelayToNATS(b *testing.B, addr string, atomic bool) {
 	ctx := context.Background()
 	pg := pgtest.New(b, "nats_")
 	nc, err := nats.Connect(addr, nats.Name(b.Name()), nats.DontRandomize(), nats.IgnoreDiscoveredServers())
 	require.NoError(b, err)
 	b.Cleanup(nc.Close)
-	sink, err := natssink.New(nc, &natssink.Options{Logger: slog.New(slog.DiscardHandler)})
+	sink, err := natssink.New(nc, &natssink.Options{Logger: slog.New(slog.DiscardHandler), AtomicBatch: atomic})
 	require.NoError(b, err)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4*core.DefaultBatchSize))
 	require.NoError(b, err)
@@ -105,7 +126,7 @@ func benchRelayToNATS(b *testing.B, addr string) {
 	dest := func() (string, func()) {
 		subject := unique("relaybench") + ".events"
 		name := unique("RB")
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}})
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, AllowAtomicPublish: atomic})
 		require.NoError(b, err)
 		return subject, func() {
 			s, err := js.Stream(ctx, name)

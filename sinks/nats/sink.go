@@ -42,6 +42,21 @@ type Options struct {
 	AckTimeout time.Duration
 	// Domain is the JetStream domain to publish to. Default "": the account's own JetStream.
 	Domain string
+	// AtomicBatch publishes the messages of a Send that share a subject as JetStream atomic
+	// batches where the subject's stream allows them (nats-server 2.12 or later, a stream
+	// created with AllowAtomicPublish): the server stores a batch of up to MaxAtomicBatch
+	// messages whole, in order, or not at all, so the messages of a partition key no longer
+	// wait for each other's PubAck: one round trip per batch instead of one per message of a
+	// key. The batches of one Send go out Concurrency at a time, whole keys together (package
+	// sinks/batcher). The messages of a subject whose stream does not allow atomic publishes
+	// (or whose stream the sink may not look up: it reads the stream's configuration, cached
+	// for a minute, and logs nats_atomic_unavailable once per subject), and those of a batch
+	// the server refused (one of them already stored within the duplicate window, as after a
+	// lost acknowledgement; a full stream; a message over the stream's max_msg_size; no answer
+	// within AckTimeout), are published as without AtomicBatch, one message per key at a time,
+	// each with its own outcome. Stored messages carry the server's Nats-Batch-Id and
+	// Nats-Batch-Sequence headers besides this package's. Default false.
+	AtomicBatch bool
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -49,10 +64,11 @@ type Options struct {
 // Sink publishes messages to JetStream: core.Message.Destination is the subject, which a
 // stream must cover.
 type Sink struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	o   Options
-	log *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	o      Options
+	log    *slog.Logger
+	atomic atomicStreams // AtomicBatch's view of the streams
 }
 
 var _ core.Sink = (*Sink)(nil)
@@ -107,14 +123,16 @@ func New(nc *nats.Conn, opts *Options) (*Sink, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Sink{nc: nc, js: js, o: o, log: log}, nil
+	return &Sink{nc: nc, js: js, o: o, log: log, atomic: atomicStreams{m: map[string]atomicStream{}}}, nil
 }
 
 // Send implements core.Sink. It publishes every message to its subject with the event ID as
-// Nats-Msg-Id and waits for the stream's PubAck of each. Per partition key, one message is
-// in flight at a time: a round publishes at most one message of each key at once (package
-// sinks/batcher, rounds of one subject), and a key's next message waits for the PubAck of
-// its previous one; once one fails, the key's later messages are not published.
+// Nats-Msg-Id and waits for the stream's PubAck of each (of each batch with
+// Options.AtomicBatch). Per partition key, one message is in flight at a time: a round
+// publishes at most one message of each key at once (package sinks/batcher, rounds of one
+// subject), and a key's next message waits for the PubAck of its previous one; once one
+// fails, the key's later messages are not published. With Options.AtomicBatch, where the
+// stream allows it, a key's messages go in one atomic batch instead (see Options).
 func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 	if len(msgs) == 0 {
 		return nil
@@ -136,12 +154,44 @@ func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 		}
 		out[i] = msg
 	}
-	return batcher.Run(ctx, items, batcher.Options{Concurrency: s.o.Concurrency, MaxEntries: s.o.MaxInFlight, OnePerGroup: true},
-		func(ctx context.Context, subject string, idx []int) []error {
-			res := s.round(ctx, msgs, out, idx)
-			for k, err := range res {
+	if s.o.AtomicBatch {
+		return batcher.Run(ctx, items, batcher.Options{Concurrency: s.o.Concurrency, MaxEntries: MaxAtomicBatch},
+			func(ctx context.Context, subject string, idx []int) []error {
+				if res, ok := s.publishAtomic(ctx, subject, msgs, out, idx); ok {
+					return res
+				}
+				return s.perKey(ctx, msgs, out, items, idx)
+			})
+	}
+	return s.perKey(ctx, msgs, out, items, nil)
+}
+
+// perKey publishes the messages idx (all of them when idx is nil) in rounds of at most one
+// message per key, a key's next message waiting for the PubAck of its previous one.
+func (s *Sink) perKey(ctx context.Context, msgs []core.Message, out []*nats.Msg, items []batcher.Item, idx []int) []error {
+	sub := items
+	if idx != nil {
+		sub = make([]batcher.Item, len(idx))
+		for k, i := range idx {
+			sub[k] = items[i]
+		}
+	}
+	at := func(k int) int {
+		if idx == nil {
+			return k
+		}
+		return idx[k]
+	}
+	return batcher.Run(ctx, sub, batcher.Options{Concurrency: s.o.Concurrency, MaxEntries: s.o.MaxInFlight, OnePerGroup: true},
+		func(ctx context.Context, subject string, ks []int) []error {
+			round := make([]int, len(ks))
+			for j, k := range ks {
+				round[j] = at(k)
+			}
+			res := s.round(ctx, msgs, out, round)
+			for j, err := range res {
 				if err != nil {
-					s.log.Warn("nats_publish_failed", "subject", subject, "messages", len(idx), "event_id", msgs[idx[k]].ID,
+					s.log.Warn("nats_publish_failed", "subject", subject, "messages", len(round), "event_id", msgs[round[j]].ID,
 						"permanent", core.IsPermanent(err), "error", err)
 					break
 				}
