@@ -34,9 +34,10 @@ type Options struct {
 	MaxBatchEntries int
 	// Concurrency is the most requests one Send call has in flight (batches of different
 	// groups; one group never has two, unless UnorderedStandard). Default 64
-	// (DefaultConcurrency): the 50 requests of a default relay batch (500 records, 10 per
-	// request) go out at once, so a Send waits for about one broker round trip, not several in
-	// sequence. A relay has RelayOptions.InFlight Sends at once: give the client's HTTP
+	// (DefaultConcurrency): the 100 requests of a default relay batch (1,000 records, 10 per
+	// request) go out in two waves, so a Send waits for about two broker round trips, not
+	// dozens in sequence (100, one wave, measured no faster under BENCHMARKS.md's capacity
+	// model: the slowest answers set a Send's time either way). A relay has RelayOptions.InFlight Sends at once: give the client's HTTP
 	// transport that many times Concurrency idle connections per host (aws-sdk-go-v2 keeps
 	// 10), or the requests beyond them open a new connection each time.
 	Concurrency int
