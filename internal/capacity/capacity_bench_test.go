@@ -85,21 +85,8 @@ import (
 // OUTBOXKIT_CAPACITY_UPSTREAM, when set (e.g. to the SQS emulator's endpoint), makes the
 // endpoint forward requests there after the delay instead of answering them itself.
 func BenchmarkCapacity(b *testing.B) {
-	dsn := testkit.Need(b, testkit.PostgresDSN)
 	cfg := loadConfig()
-	ep := capacity.StartChild(b, capacity.Model, cfg.upstream)
-	client := awssqs.NewFromConfig(aws.Config{Region: "us-east-1",
-		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", ""),
-		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-			t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 1024
-		})}, func(o *awssqs.Options) { o.BaseEndpoint = aws.String(ep) })
-	h := &harness{b: b, cfg: cfg, dsn: dsn, client: client, queue: ep + "/000000000000/capacity"}
-	h.admin = h.pool(2)
-	if cfg.upstream != "" {
-		out, err := client.CreateQueue(context.Background(), &awssqs.CreateQueueInput{QueueName: aws.String("capacity-" + randHex())})
-		require.NoError(b, err)
-		h.queue = aws.ToString(out.QueueUrl)
-	}
+	h := newHarness(b, cfg)
 
 	res := map[string][]float64{}
 	add := func(m map[string]float64) {
@@ -209,6 +196,26 @@ type harness struct {
 	admin  *pgxpool.Pool
 	client *awssqs.Client
 	queue  string
+}
+
+// newHarness starts the capacity model's endpoint (a child process; it forwards to
+// cfg.upstream when set) and connects to the durable PostgreSQL of OUTBOXKIT_POSTGRES_DSN.
+func newHarness(b *testing.B, cfg benchConfig) *harness {
+	dsn := testkit.Need(b, testkit.PostgresDSN)
+	ep := capacity.StartChild(b, capacity.Model, cfg.upstream)
+	client := awssqs.NewFromConfig(aws.Config{Region: "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", ""),
+		HTTPClient: awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 1024
+		})}, func(o *awssqs.Options) { o.BaseEndpoint = aws.String(ep) })
+	h := &harness{b: b, cfg: cfg, dsn: dsn, client: client, queue: ep + "/000000000000/capacity"}
+	h.admin = h.pool(2)
+	if cfg.upstream != "" {
+		out, err := client.CreateQueue(context.Background(), &awssqs.CreateQueueInput{QueueName: aws.String("capacity-" + randHex())})
+		require.NoError(b, err)
+		h.queue = aws.ToString(out.QueueUrl)
+	}
+	return h
 }
 
 func (h *harness) pool(maxConns int32) *pgxpool.Pool {
