@@ -136,6 +136,7 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 		file{"migration:0007_lanes_resize", "0007_lanes_resize.sql"},
 		file{"migration:0008_pending", "0008_pending.sql"},
 		file{inboxScopeMigration + n.rawInbox, "0009_inbox_scope.sql"},
+		file{"migration:0010_fetch_jit", "0010_fetch_jit.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFetchRunsWithoutJIT: the fetch functions run with jit = off (migration 0010). A SQL
+// function with SET clauses plans its statement for parameters it cannot see, so behind a
+// large backlog the estimated cost passes the JIT thresholds and every fetch compiles its
+// plan first (0.7 s a fetch at 5M pending events: BENCHMARKS.md, outage accumulation). Here
+// the thresholds are set to 0 so that any estimate passes them, and auto_explain sends the
+// plan of every statement inside the function to this session: the fetch function's plan
+// has no JIT section, and the same statement in a function without the setting (its
+// definition copied, the control) has one, so the check fails without the migration.
+func TestFetchRunsWithoutJIT(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, nil)
+	var jitAvailable bool
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&jitAvailable))
+	require.True(t, jitAvailable, "this server has no JIT provider: the check below would prove nothing")
+
+	cfg, err := pgx.ParseConfig(testDSN(t))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var plans []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		plans = append(plans, n.Message)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, set := range []string{
+		"SET search_path = " + d.schema, "LOAD 'auto_explain'",
+		"SET auto_explain.log_min_duration = 0", "SET auto_explain.log_nested_statements = on",
+		"SET auto_explain.log_level = 'notice'", "SET client_min_messages = 'notice'",
+		"SET jit = on", "SET jit_above_cost = 0", "SET jit_inline_above_cost = 0", "SET jit_optimize_above_cost = 0",
+	} {
+		_, err := conn.Exec(ctx, set)
+		require.NoError(t, err, set)
+	}
+	// The control: the pending layout's fetch function as migration 0008 created it, without
+	// migration 0010's setting.
+	var def string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT pg_get_functiondef($1::regproc)`, s.n.pendingFetchFn).Scan(&def))
+	control := d.schema + ".fetch_control"
+	head, body, ok := strings.Cut(def, "(")
+	require.True(t, ok, def)
+	require.Contains(t, head, "CREATE OR REPLACE FUNCTION ")
+	def = "CREATE OR REPLACE FUNCTION " + control + "(" + body
+	def = strings.Replace(def, " SET jit TO 'off'\n", "", 1)
+	_, err = conn.Exec(ctx, def)
+	require.NoError(t, err)
+
+	fetch := func(fn string) string {
+		mu.Lock()
+		plans = nil
+		mu.Unlock()
+		_, err := conn.Exec(ctx, `SELECT count(*) FROM `+fn+`('{0,1,2,3}', NULL, 1000)`)
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range plans {
+			if !strings.Contains(p, "SELECT count(*) FROM") { // the function's inner statement
+				return p
+			}
+		}
+		t.Fatalf("auto_explain sent no plan of the statement inside %s: %q", fn, plans)
+		return ""
+	}
+	require.Contains(t, fetch(control), "JIT:", "the control compiles its plan")
+	require.NotContains(t, fetch(s.n.pendingFetchFn), "JIT:", "the fetch function compiles its plan")
+	require.NotContains(t, fetch(s.n.fetchFn), "JIT:", "the earlier layout's fetch function compiles its plan")
+}
