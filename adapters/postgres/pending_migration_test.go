@@ -34,7 +34,7 @@ func earlierStore(t *testing.T, d *testDB, opts Options) *Store[pgx.Tx] {
 	s.q.fetch, s.q.settleMark, s.q.settleDelete = st.Get("Fetch"), st.Get("SettleMark"), st.Get("SettleDelete")
 	s.q.pruneOutbox = st.Get("PruneOutbox")
 	s.q.dropLegacy = "SELECT 1" // the earlier Migrate kept every index
-	var ms []migration // the earlier version's: without 0008 and the migrations after it on the outbox
+	var ms []migration          // the earlier version's: without 0008 and the migrations after it on the outbox
 	for _, m := range s.q.migrations {
 		if m.name != "migration:0008_pending" && m.name != "migration:0010_fetch_jit" {
 			ms = append(ms, m)
