@@ -30,7 +30,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
-	golang.org/x/time v0.12.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )
 
 replace github.com/outboxkit/outbox => ../
