@@ -505,6 +505,13 @@ func latencyRun(b *testing.B, workers int, poll time.Duration, wake, async bool,
 // analyses and checkpoints.
 func seedSeries(b *testing.B, d *testDB, n int) {
 	b.Helper()
+	seedSeriesAt(b, d, n, nil)
+}
+
+// seedSeriesAt is seedSeries with every event created at *at and published a minute later
+// (published_at set: no pending row), or, when at is nil, created now and unpublished.
+func seedSeriesAt(b *testing.B, d *testDB, n int, at *time.Time) {
+	b.Helper()
 	ctx := context.Background()
 	payload := make([]byte, 1024)
 	_, _ = rand.Read(payload)
@@ -512,9 +519,10 @@ func seedSeries(b *testing.B, d *testDB, n int) {
 	for i := range lanes {
 		lanes[i] = int32(driver.LaneOf("order/"+strconv.Itoa(i), core.DefaultLanes))
 	}
-	_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, lane)
-		SELECT 'ev-' || g, 'order', (g % $3)::text, 'order.created', 'order/' || (g % $3), $1::bytea, ($2::int[])[g % $3 + 1]
-		FROM generate_series(0, $4::int - 1) AS g`, payload, lanes, benchKeys, n)
+	_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, lane, created_at, published_at)
+		SELECT 'ev-' || g, 'order', (g % $3)::text, 'order.created', 'order/' || (g % $3), $1::bytea, ($2::int[])[g % $3 + 1],
+			coalesce($5::timestamptz, now()), $5::timestamptz + interval '1 minute'
+		FROM generate_series(0, $4::int - 1) AS g`, payload, lanes, benchKeys, n, at)
 	require.NoError(b, err)
 	vacuumSeeded(ctx, b, d)
 }

@@ -86,15 +86,23 @@ func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier) error {
 	p := s.partitionAt(now)
 	for range s.o.Partitioning.Ahead + 1 {
 		if !have[p.name] {
-			sql, err := sqlfile.Idents{"partition": p.qualified(s.n.schema), "from": tsLiteral(p.lo), "to": tsLiteral(p.hi)}.Expand(s.q.createPartition)
-			if err != nil {
+			if err := s.createPartition(ctx, q, p); err != nil {
 				return err
-			}
-			if _, err := q.exec(ctx, sql); err != nil {
-				return fmt.Errorf("create partition %s: %w", p.name, err)
 			}
 		}
 		p = s.partitionAt(p.hi)
+	}
+	return nil
+}
+
+// createPartition creates partition p of the outbox.
+func (s *Store[TTx]) createPartition(ctx context.Context, q querier, p partition) error {
+	sql, err := sqlfile.Idents{"partition": p.qualified(s.n.schema), "from": tsLiteral(p.lo), "to": tsLiteral(p.hi)}.Expand(s.q.createPartition)
+	if err != nil {
+		return err
+	}
+	if _, err := q.exec(ctx, sql); err != nil {
+		return fmt.Errorf("create partition %s: %w", p.name, err)
 	}
 	return nil
 }

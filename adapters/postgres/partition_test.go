@@ -74,8 +74,7 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 	// A partition three days ago, with four rows, one of them unpublished. Each step below leaves
 	// exactly one reason to keep it.
 	old := s.partitionAt(now.Add(-72 * time.Hour))
-	_, err := d.pool.Exec(ctx, `CREATE TABLE `+old.qualified(s.n.schema)+` PARTITION OF outbox
-		FOR VALUES FROM (`+tsLiteral(old.lo)+`) TO (`+tsLiteral(old.hi)+`)`)
+	err := s.createPartition(ctx, s.db, old)
 	require.NoError(t, err)
 	at := old.lo.Add(time.Hour)
 	for i, id := range []string{"old-1", "old-2", "old-3", "old-4"} {
@@ -131,8 +130,7 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 	_, err = d.pool.Exec(ctx, `DELETE FROM outbox_settled WHERE at > $1`, at.Add(time.Minute))
 	require.NoError(t, err)
 	late := s.partitionAt(now.Add(-48 * time.Hour))
-	_, err = d.pool.Exec(ctx, `CREATE TABLE `+late.qualified(s.n.schema)+` PARTITION OF outbox
-		FOR VALUES FROM (`+tsLiteral(late.lo)+`) TO (`+tsLiteral(late.hi)+`)`)
+	err = s.createPartition(ctx, s.db, late)
 	require.NoError(t, err)
 	_, err = d.pool.Exec(ctx, `INSERT INTO outbox (seq, id, aggregate_type, aggregate_id, type, partition_key, lane, created_at)
 		VALUES ($1, 'late-1', 'order', 'l', 'order.created', 'l', 0, $2)`, maxOld-1, late.lo.Add(time.Hour))

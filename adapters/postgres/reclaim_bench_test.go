@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
 	"os"
 	"strconv"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/core/driver"
 )
 
 // BenchmarkReclaim compares how core.CleanupOutbox reclaims OUTBOXKIT_BENCH_RECLAIM (default
@@ -48,26 +46,13 @@ func BenchmarkReclaim(b *testing.B) {
 				at := now.Add(-72 * time.Hour)
 				if partitioned {
 					old := s.partitionAt(at)
-					_, err := d.pool.Exec(ctx, `CREATE TABLE `+old.qualified(s.n.schema)+` PARTITION OF outbox
-						FOR VALUES FROM (`+tsLiteral(old.lo)+`) TO (`+tsLiteral(old.hi)+`)`)
-					require.NoError(b, err)
+					require.NoError(b, s.createPartition(ctx, s.db, old))
 					at = old.lo.Add(time.Hour)
-					_, err = d.pool.Exec(ctx, `INSERT INTO outbox_ids (id, created_at)
+					_, err := d.pool.Exec(ctx, `INSERT INTO outbox_ids (id, created_at)
 						SELECT 'ev-' || g, $1::timestamptz FROM generate_series(0, $2::int - 1) AS g`, at, n)
 					require.NoError(b, err)
 				}
-				payload := make([]byte, 1024)
-				_, _ = rand.Read(payload)
-				lanes := make([]int32, benchKeys)
-				for i := range lanes {
-					lanes[i] = int32(driver.LaneOf("order/"+strconv.Itoa(i), core.DefaultLanes))
-				}
-				_, err := d.pool.Exec(ctx, `INSERT INTO outbox (id, aggregate_type, aggregate_id, type, partition_key, payload, lane, created_at, published_at)
-					SELECT 'ev-' || g, 'order', (g % $3)::text, 'order.created', 'order/' || (g % $3), $1::bytea, ($2::int[])[g % $3 + 1],
-						$5::timestamptz, $5::timestamptz + interval '1 minute'
-					FROM generate_series(0, $4::int - 1) AS g`, payload, lanes, benchKeys, n, at)
-				require.NoError(b, err)
-				vacuumSeeded(ctx, b, d)
+				seedSeriesAt(b, d, n, &at)
 				size := func() int64 {
 					var v int64
 					require.NoError(b, d.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint

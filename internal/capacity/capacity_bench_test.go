@@ -150,13 +150,15 @@ type benchConfig struct {
 	phases              map[string]bool // OUTBOXKIT_CAPACITY_PHASES, else the default phases
 }
 
-func loadConfig() benchConfig {
-	num := func(name string, def float64) float64 {
-		if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v > 0 {
-			return v
-		}
-		return def
+// num is the positive number in the environment variable name, else def.
+func num(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v > 0 {
+		return v
 	}
+	return def
+}
+
+func loadConfig() benchConfig {
 	return benchConfig{
 		events:     int(num("OUTBOXKIT_BENCH_EVENTS", 200000)),
 		rounds:     int(num("OUTBOXKIT_BENCH_ROUNDS", 3)),

@@ -51,12 +51,6 @@ import (
 //	go test -c -o /tmp/cap.test ./internal/capacity && cd internal/capacity
 //	/tmp/cap.test -test.run '^$' -test.bench Outage -test.benchtime 1x -test.timeout 3h -test.v
 func BenchmarkOutage(b *testing.B) {
-	num := func(name string, def float64) float64 {
-		if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v > 0 {
-			return v
-		}
-		return def
-	}
 	cfg := outageConfig{
 		pending:  int64(num("OUTBOXKIT_OUTAGE_PENDING", 5_000_000)),
 		rate:     num("OUTBOXKIT_OUTAGE_RATE", 5000),
@@ -119,6 +113,12 @@ func (h *harness) footprint(ctx context.Context, schema, walStart string) footpr
 		FROM pg_stat_user_tables WHERE schemaname = $1`, schema).Scan(&f.dead, &f.autovacuums)
 	require.NoError(h.b, err)
 	return f
+}
+
+// raise keeps, field by field, the larger of f's and g's sizes and dead tuples.
+func (f *footprint) raise(g footprint) {
+	f.tables, f.indexes, f.pending = max(f.tables, g.tables), max(f.indexes, g.indexes), max(f.pending, g.pending)
+	f.dead = max(f.dead, g.dead)
 }
 
 func (f footprint) add(m map[string]float64, at string) {
@@ -271,8 +271,7 @@ func (h *harness) outage(cfg outageConfig, layout string) map[string]float64 {
 		if time.Since(lastSample) >= sample {
 			lastSample = time.Now()
 			f := h.footprint(ctx, schema, walStart)
-			peak.tables, peak.indexes, peak.pending = max(peak.tables, f.tables), max(peak.indexes, f.indexes), max(peak.pending, f.pending)
-			peak.dead = max(peak.dead, f.dead)
+			peak.raise(f)
 			if time.Since(lastLog) >= 30*time.Second {
 				lastLog = time.Now()
 				h.b.Logf("outage %s: catch-up %s: %d pending, published %d, rss %d MiB, dead tuples %d, autovacuums %d",
@@ -299,8 +298,8 @@ func (h *harness) outage(cfg outageConfig, layout string) map[string]float64 {
 	wg.Wait()
 	check()
 	after := h.footprint(ctx, schema, walStart)
-	peak.tables, peak.indexes, peak.pending = max(peak.tables, after.tables), max(peak.indexes, after.indexes), max(peak.pending, after.pending)
-	peak.dead, peak.wal, peak.autovacuums = max(peak.dead, after.dead), after.wal, after.autovacuums
+	peak.raise(after)
+	peak.wal, peak.autovacuums = after.wal, after.autovacuums
 	peak.add(m, "2_catchup_peak")
 	after.add(m, "3_catchup_end")
 	m["catchup_caught_up"] = caughtUp

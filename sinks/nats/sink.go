@@ -163,30 +163,25 @@ func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 				return s.perKey(ctx, msgs, out, items, idx)
 			})
 	}
-	return s.perKey(ctx, msgs, out, items, nil)
+	all := make([]int, len(msgs))
+	for i := range all {
+		all[i] = i
+	}
+	return s.perKey(ctx, msgs, out, items, all)
 }
 
-// perKey publishes the messages idx (all of them when idx is nil) in rounds of at most one
-// message per key, a key's next message waiting for the PubAck of its previous one.
+// perKey publishes the messages idx in rounds of at most one message per key, a key's next
+// message waiting for the PubAck of its previous one.
 func (s *Sink) perKey(ctx context.Context, msgs []core.Message, out []*nats.Msg, items []batcher.Item, idx []int) []error {
-	sub := items
-	if idx != nil {
-		sub = make([]batcher.Item, len(idx))
-		for k, i := range idx {
-			sub[k] = items[i]
-		}
-	}
-	at := func(k int) int {
-		if idx == nil {
-			return k
-		}
-		return idx[k]
+	sub := make([]batcher.Item, len(idx))
+	for k, i := range idx {
+		sub[k] = items[i]
 	}
 	return batcher.Run(ctx, sub, batcher.Options{Concurrency: s.o.Concurrency, MaxEntries: s.o.MaxInFlight, OnePerGroup: true},
 		func(ctx context.Context, subject string, ks []int) []error {
 			round := make([]int, len(ks))
 			for j, k := range ks {
-				round[j] = at(k)
+				round[j] = idx[k]
 			}
 			res := s.round(ctx, msgs, out, round)
 			for j, err := range res {
