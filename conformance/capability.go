@@ -51,8 +51,12 @@ const (
 	// LogReleaser is driver.LogReleaser on the change sources of CDCHarness.Source
 	// (cdc/retention: ReleaseOverCap). Checked there, on the source.
 	LogReleaser
+	// PartitionedInbox is driver.PartitionedInbox: when InboxPartitioned reports true, the
+	// inbox and operator cases that count pruned records accept fewer (records older than the
+	// horizon may stay), and check the retention rule as for every inbox.
+	PartitionedInbox
 
-	lastCapability = LogReleaser
+	lastCapability = PartitionedInbox
 )
 
 var capabilityNames = map[Capability]string{
@@ -71,6 +75,7 @@ var capabilityNames = map[Capability]string{
 	AuditWriter:        "driver.AuditWriter",
 	InboxReader:        "reconcile.InboxReader",
 	LogReleaser:        "driver.LogReleaser",
+	PartitionedInbox:   "driver.PartitionedInbox",
 }
 
 var capabilityConsts = map[Capability]string{
@@ -79,6 +84,7 @@ var capabilityConsts = map[Capability]string{
 	InboxBatchStore: "InboxBatchStore", PartitionPruner: "PartitionPruner",
 	CheckpointStore: "CheckpointStore", Liveness: "Liveness", CheckpointReleaser: "CheckpointReleaser",
 	AuditWriter: "AuditWriter", InboxReader: "InboxReader", LogReleaser: "LogReleaser",
+	PartitionedInbox: "PartitionedInbox",
 }
 
 // Has reports whether every capability of x is in c.
@@ -163,6 +169,8 @@ func implemented[TTx any](a Adapter[TTx]) Capability {
 	set(AuditWriter, ok)
 	_, ok = v.(reconcile.InboxReader)
 	set(InboxReader, ok)
+	_, ok = v.(driver.PartitionedInbox)
+	set(PartitionedInbox, ok)
 	return c
 }
 

@@ -112,7 +112,7 @@ func testInboxPruneBesideDelivery[TTx any](e *env[TTx]) {
 	case <-ctx.Done():
 		e.fatalf("Prune waits for the delivery in progress: the horizon check locks what the prune changes")
 	}
-	if p.err != nil || p.n != old {
+	if p.err != nil || !e.prunedOK(p.n, old) {
 		e.fatalf("Prune beside the held delivery = %d, %v; want %d: every record older than the horizon", p.n, p.err, old)
 	}
 
@@ -343,7 +343,7 @@ func testInboxRetention[TTx any](e *env[TTx]) {
 	}
 	n, err := f.in.Prune(e.ctx, "c1", i0.Add(time.Hour), 2)
 	e.must(err, "Inbox.Prune")
-	if n != 6 {
+	if !e.prunedOK(n, 6) {
 		e.fatalf("Prune deleted %d records, want 6 (m1 and o0-o4)", n)
 	}
 	f.expectErr("pruned message redelivered", "c1", at("m1", 0), "eff", core.ErrBeyondRetention)
@@ -424,7 +424,7 @@ func testInboxHorizonAfterInsert[TTx any](e *env[TTx]) {
 		case <-e.ctx.Done():
 			e.fatalf("%s: PruneInbox did not complete", consumer)
 		}
-		if n != 1 {
+		if !e.prunedOK(n, 1) {
 			e.fatalf("%s: PruneInbox deleted %d records, want 1", consumer, n)
 		}
 		f.expectErr("redelivery after the prune", consumer, msg("m", "p"), "eff-"+consumer, core.ErrBeyondRetention)
@@ -704,7 +704,7 @@ func testInboxTenants[TTx any](e *env[TTx]) {
 	f.expect("tenant B's newer message, same event ID", "ctp", tm("B", "p1", "b"), "eff-p", core.Applied, 0)
 	n, err := f.in.Prune(e.ctx, "ctp", i0.Add(-time.Minute), 1)
 	e.must(err, "Inbox.Prune")
-	if n != 1 {
+	if !e.prunedOK(n, 1) {
 		e.fatalf("Prune below tenant A's message deleted %d records, want 1 (A's, not B's of the same event ID)", n)
 	}
 	f.expect("tenant B's redelivery after the prune", "ctp", tm("B", "p1", "b"), "eff-p", core.Duplicate, core.Applied)

@@ -177,6 +177,16 @@ func capable[C any, TTx any](e *env[TTx], c Capability) C {
 	return v
 }
 
+// prunedOK reports whether n records pruned, where want were older than the horizon, is
+// right: exactly want, or at most want when the adapter declares driver.PartitionedInbox and
+// its inbox is partitioned (records go a whole partition at a time).
+func (e *env[TTx]) prunedOK(n, want int) bool {
+	if pi, ok := any(e.a).(driver.PartitionedInbox); ok && e.h.Capabilities.Has(PartitionedInbox) && pi.InboxPartitioned() {
+		return n >= 0 && n <= want
+	}
+	return n == want
+}
+
 func (e *env[TTx]) must(err error, what string) {
 	e.t.Helper()
 	if err != nil {

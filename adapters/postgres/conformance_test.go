@@ -32,7 +32,7 @@ const capabilities = conformance.Notifier | conformance.Waker | conformance.Flus
 	conformance.OperatorStore | conformance.LaneResizer | conformance.LaneInserter |
 	conformance.InboxBatchStore | conformance.PartitionPruner | conformance.CheckpointStore |
 	conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
-	conformance.InboxReader
+	conformance.InboxReader | conformance.PartitionedInbox
 
 // pools maps each store a harness's New returned to its pool or *sql.DB (Harness.Reopen).
 var pools sync.Map
@@ -63,23 +63,24 @@ func TestConformance(t *testing.T) {
 		strategy ClaimStrategy
 		async    bool
 		part     *Partitioning
-		dsn      string // default testDSN
+		inbox    *Partitioning // Options.InboxPartitioning
+		dsn      string        // default testDSN
 	}{
-		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil, ""},
-		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock, false, nil, ""},
-		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked, false, nil, ""},
-		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock, false, nil, ""},
-		{"pgx/cache_statement/skip_locked/async_settle", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, true, nil, ""},
-		{"pgx/cache_statement/skip_locked/partitioned", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, &Partitioning{}, ""},
+		{"pgx/cache_statement/skip_locked", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil, nil, ""},
+		{"pgx/cache_statement/advisory_lock", pgx.QueryExecModeCacheStatement, ClaimAdvisoryLock, false, nil, nil, ""},
+		{"pgx/simple_protocol/skip_locked", pgx.QueryExecModeSimpleProtocol, ClaimSkipLocked, false, nil, nil, ""},
+		{"pgx/simple_protocol/advisory_lock", pgx.QueryExecModeSimpleProtocol, ClaimAdvisoryLock, false, nil, nil, ""},
+		{"pgx/cache_statement/skip_locked/async_settle", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, true, nil, nil, ""},
+		{"pgx/cache_statement/skip_locked/partitioned", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, &Partitioning{}, &Partitioning{}, ""},
 		// Every connection with TLS, the server's certificate and name verified (TestTLS).
-		{"pgx/cache_statement/skip_locked/tls_verify_full", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil, tls},
+		{"pgx/cache_statement/skip_locked/tls_verify_full", pgx.QueryExecModeCacheStatement, ClaimSkipLocked, false, nil, nil, tls},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			// The "cdc" area runs in package logical's TestConformance.
 			conformance.Run(t, conformance.Harness[pgx.Tx]{
 				New: func(t *testing.T, lanes int) conformance.Adapter[pgx.Tx] {
-					s, d := migratedStore(t, dbOptions{mode: c.mode, dsn: c.dsn}, &Options{Lanes: lanes, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part})
+					s, d := migratedStore(t, dbOptions{mode: c.mode, dsn: c.dsn}, &Options{Lanes: lanes, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part, InboxPartitioning: c.inbox})
 					_, err := d.pool.Exec(context.Background(), counterTable)
 					require.NoError(t, err)
 					pools.Store(s, d.pool)
@@ -87,7 +88,7 @@ func TestConformance(t *testing.T) {
 				},
 				NewUnmigrated: func(t *testing.T) conformance.Adapter[pgx.Tx] {
 					d := newTestDB(t, dbOptions{mode: c.mode, dsn: c.dsn})
-					s, err := New(d.pool, &Options{Schema: d.schema, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part})
+					s, err := New(d.pool, &Options{Schema: d.schema, ClaimStrategy: c.strategy, AsyncSettle: c.async, Partitioning: c.part, InboxPartitioning: c.inbox})
 					require.NoError(t, err)
 					return s
 				},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
+	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // Horizon returns the consumer's retention horizon (zero when never pruned). It takes no lock:
@@ -79,16 +81,127 @@ func (s *Store[TTx]) SetVersion(ctx context.Context, tx TTx, consumer, entity st
 // second one. It waits for no inbox transaction: those that read the old horizon are safe
 // because a deleted record's key can be inserted again only after the deletion committed, and
 // their Horizon read comes after that insert (see driver.InboxStore).
+//
+// On a partitioned inbox (Options.InboxPartitioning) it deletes no record: after the raise it
+// drops the partitions whose records all occurred before their consumers' horizons
+// (dropInboxPartitions), whatever limit, and returns how many records of consumer they held.
 func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before time.Time, limit int) (int, error) {
 	var h time.Time
 	if err := queryRow(ctx, s.db, s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: occurredIn(before)}.args(), &h); err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: raise horizon: %w", classify(err))
+	}
+	if s.o.InboxPartitioning != nil {
+		n, err := s.dropInboxPartitions(ctx, s.db, consumer, s.withTx)
+		if err != nil {
+			return int(n), fmt.Errorf("postgres: prune inbox: %w", classify(err))
+		}
+		return int(n), nil
 	}
 	n, err := s.db.exec(ctx, s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: h, Limit: driver.PruneLimit(limit)}.args()...)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: %w", classify(err))
 	}
 	return int(n), nil
+}
+
+// InboxPartitioned implements driver.PartitionedInbox: whether the inbox is partitioned
+// (Options.InboxPartitioning), so that PruneInbox removes records a whole partition at a time.
+func (s *Store[TTx]) InboxPartitioned() bool { return s.o.InboxPartitioning != nil }
+
+// dropInboxPartitions is the deletion of PruneInbox on a partitioned inbox, after the raise of
+// consumer's horizon. It drops, oldest first, every sealed partition (its range ends before
+// the database's current time, so a transaction that begins now writes elsewhere) all of whose
+// records occurred before their consumers' horizons (InboxPartitionCheck: what PruneInbox of
+// each consumer would delete), and returns how many records of consumer they held. A
+// partition is checked and counted in q without a lock, then, in a transaction of inTx,
+// checked again while holding an ACCESS EXCLUSIVE lock on the inbox (taken with a 5 s lock
+// timeout; it waits for every transaction that read or wrote the inbox, and inbox transactions
+// wait for the drop), and dropped. A partition whose lock timed out (an inbox transaction
+// lasted the whole timeout) is left for a later prune, so that no delivery in progress can
+// make a prune fail. Then, in another transaction of inTx, it creates partitions
+// ahead (EnsurePartitions). Records older than the horizon in a partition that is kept stay:
+// Horizon refuses their messages all the same.
+func (s *Store[TTx]) dropInboxPartitions(ctx context.Context, q querier, consumer string, inTx func(context.Context, func(context.Context, querier) error) error) (int64, error) {
+	r, _ := s.inboxRanges()
+	parts, err := s.listPartitions(ctx, q, r)
+	if err != nil {
+		return 0, err
+	}
+	var now time.Time
+	if err := queryRow(ctx, q, s.q.now, nil, &now); err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, part := range parts {
+		if part.hi.After(now) {
+			break // sorted by lower bound: the rest are not sealed either
+		}
+		id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
+		check, err := id.Expand(s.q.inboxPartitionCheck)
+		if err != nil {
+			return total, err
+		}
+		count, err := id.Expand(s.q.inboxPartitionCount)
+		if err != nil {
+			return total, err
+		}
+		drop, err := id.Expand(s.q.partitionDrop)
+		if err != nil {
+			return total, err
+		}
+		var ok bool
+		if err := queryRow(ctx, q, check, nil, &ok); err != nil {
+			return total, fmt.Errorf("check %s: %w", part.name, err)
+		}
+		if !ok {
+			continue
+		}
+		var rows int64
+		if err := queryRow(ctx, q, count, inboxPartitionCountParams{Consumer: consumer}.args(), &rows); err != nil {
+			return total, fmt.Errorf("count %s: %w", part.name, err)
+		}
+		dropped := false
+		err = inTx(ctx, func(ctx context.Context, q querier) error {
+			dropped = false
+			if _, err := q.exec(ctx, s.q.partitionLockTimeout); err != nil {
+				return err
+			}
+			if _, err := q.exec(ctx, s.q.inboxLockTable); err != nil {
+				return err
+			}
+			var ok bool
+			if err := queryRow(ctx, q, check, nil, &ok); err != nil || !ok {
+				return err
+			}
+			if _, err := q.exec(ctx, drop); err != nil {
+				return err
+			}
+			dropped = true
+			return nil
+		})
+		if pg := pgError(err); pg != nil && pg.Code == "55P03" { // lock_not_available: the lock timeout
+			s.log.Info("postgres_inbox_partition_busy", "partition", part.name, "consumer", consumer,
+				"reason", "an inbox transaction held the inbox for the whole lock timeout; a later prune drops it")
+			continue
+		}
+		if err != nil {
+			return total, fmt.Errorf("drop %s: %w", part.name, err)
+		}
+		if dropped {
+			total += rows
+			s.log.Info("postgres_inbox_partition_dropped", "partition", part.name, "consumer", consumer, "consumer_records", rows)
+		}
+	}
+	err = inTx(ctx, func(ctx context.Context, q querier) error {
+		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
+			return err
+		}
+		return s.ensurePartitions(ctx, q, r)
+	})
+	if err != nil {
+		return total, fmt.Errorf("ensure partitions: %w", err)
+	}
+	return total, nil
 }
 
 // LockVersions implements driver.InboxBatchStore: the rows of entities locked FOR UPDATE in
@@ -138,10 +251,20 @@ func (s *Store[TTx]) lockVersions(ctx context.Context, q querier, consumer strin
 // gone by the time it is read (a concurrent prune deleted it) is inserted again: its key is
 // free now, and the inbox's horizon check after the insert refuses a message older than the
 // horizon the prune raised.
+//
+// On a partitioned inbox (Options.InboxPartitioning) it locks the keys first (InboxLockKeys),
+// then reads the records that exist in any partition, then inserts the others: see
+// insertPartitioned.
 func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.InboxRecord) ([]driver.InboxRecord, []bool, error) {
 	q := s.txq(tx)
 	existing, inserted := make([]driver.InboxRecord, len(recs)), make([]bool, len(recs))
 	if len(recs) == 0 {
+		return existing, inserted, nil
+	}
+	if s.o.InboxPartitioning != nil {
+		if err := s.insertPartitioned(ctx, q, recs, existing, inserted); err != nil {
+			return nil, nil, fmt.Errorf("postgres: insert inbox records: %w", classify(err))
+		}
 		return existing, inserted, nil
 	}
 	consumer, source := recs[0].Consumer, recs[0].Source
@@ -197,6 +320,59 @@ func (s *Store[TTx]) InsertRecords(ctx context.Context, tx TTx, recs []driver.In
 		}
 	}
 	return existing, inserted, nil
+}
+
+// insertPartitioned is InsertRecords on a partitioned inbox, whose primary key holds
+// processed_at (a unique index of a partitioned table must hold its partition key), so that
+// the index alone would let a key be recorded again in a later partition. It takes a
+// transaction-level advisory lock on the hash of every key (sorted: one lock order for every
+// batch; two keys of one hash share a lock, which costs only a wait), so that a concurrent
+// transaction with one of the keys waits for this one to end, as on the plain inbox's unique
+// index; then reads the records of the keys in every partition, and inserts those it did not
+// find into the current partition. A partition dropped by PruneInbox meanwhile (it waits for
+// this transaction's table lock, or this transaction for its drop) held only records older
+// than their consumers' horizons, raised before the drop: Horizon refuses their messages.
+func (s *Store[TTx]) insertPartitioned(ctx context.Context, q querier, recs []driver.InboxRecord, existing []driver.InboxRecord, inserted []bool) error {
+	consumer, source := recs[0].Consumer, recs[0].Source
+	hashes := make([]int32, len(recs))
+	tenants, ids := make([]string, len(recs)), make([]string, len(recs))
+	for i, r := range recs {
+		h := fnv.New32a()
+		for _, part := range []string{consumer, source, r.Tenant, r.EventID} {
+			h.Write([]byte(part))
+			h.Write([]byte{0})
+		}
+		hashes[i] = int32(h.Sum32())
+		tenants[i], ids[i] = r.Tenant, r.EventID
+	}
+	slices.Sort(hashes)
+	if _, err := q.exec(ctx, s.q.inboxLockKeys, inboxLockKeysParams{Class: s.n.inboxKey, Keys: slices.Compact(hashes)}.args()...); err != nil {
+		return err
+	}
+	found := map[recordKey]driver.InboxRecord{}
+	r, err := q.query(ctx, s.q.inboxGetMany, inboxGetManyParams{Consumer: consumer, Source: source, Tenants: tenants, EventIDs: ids}.args()...)
+	if err == nil {
+		err = scanInbox(r, consumer, func(rec driver.InboxRecord) { found[recordKey{rec.Tenant, rec.EventID}] = rec })
+	}
+	if err != nil {
+		return err
+	}
+	var p inboxInsertPartitionedParams
+	p.Consumer, p.Source = consumer, source
+	for i, rec := range recs {
+		if ex, ok := found[recordKey{rec.Tenant, rec.EventID}]; ok {
+			existing[i] = ex
+			continue
+		}
+		inserted[i] = true
+		p.Tenants, p.EventIDs, p.Digests = append(p.Tenants, rec.Tenant), append(p.EventIDs, rec.EventID), append(p.Digests, rec.Digest[:])
+		p.Positions, p.Outcomes, p.Occurred = append(p.Positions, rec.SourcePosition), append(p.Outcomes, int16(rec.Outcome)), append(p.Occurred, occurredIn(rec.OccurredAt))
+	}
+	if len(p.EventIDs) == 0 {
+		return nil
+	}
+	_, err = q.exec(ctx, s.q.inboxInsertPartitioned, p.args()...)
+	return err
 }
 
 // recordKey is an inbox record's key within one consumer and source.

@@ -77,6 +77,10 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 			return fmt.Errorf("%w: outbox %s was migrated with partitioning %q, options ask for %q",
 				core.ErrSchemaMismatch, s.n.outbox, recorded, want)
 		}
+		inboxExists, err := s.checkInboxLayout(ctx, q)
+		if err != nil {
+			return err
+		}
 		created := false // the outbox is new: created by this migration
 		for _, m := range s.q.migrations {
 			var done string
@@ -122,10 +126,7 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 				}
 			}
 		}
-		if s.o.Partitioning != nil {
-			return s.ensurePartitions(ctx, q)
-		}
-		return nil
+		return s.afterInboxMigration(ctx, q, inboxExists, s.partitioned())
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", classify(err))
@@ -134,11 +135,13 @@ func (s *Store[TTx]) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// inboxMigration and inboxScopeMigration are the name prefixes (the inbox table follows) of the
-// migrations that create the inbox's tables and that add source and tenant to its key.
+// inboxPartitionedMigration, inboxMigration and inboxScopeMigration are the name prefixes (the
+// inbox table follows) of the migrations that create a partitioned inbox, that create the
+// inbox's tables and that add source and tenant to its key.
 const (
-	inboxMigration      = "migration:0002_inbox:"
-	inboxScopeMigration = "migration:0009_inbox_scope:"
+	inboxPartitionedMigration = "migration:0002_inbox_partitioned:"
+	inboxMigration            = "migration:0002_inbox:"
+	inboxScopeMigration       = "migration:0009_inbox_scope:"
 )
 
 // MigrateInbox creates only the inbox's tables (processed messages, retention horizons, entity
@@ -155,17 +158,97 @@ func (s *Store[TTx]) MigrateInbox(ctx context.Context) error {
 		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
 			return err
 		}
+		exists, err := s.checkInboxLayout(ctx, q)
+		if err != nil {
+			return err
+		}
 		for _, m := range s.q.migrations {
-			if strings.HasPrefix(m.name, inboxMigration) || strings.HasPrefix(m.name, inboxScopeMigration) {
+			if isInboxMigration(m.name) {
 				if err := s.runMigration(ctx, q, m); err != nil {
 					return err
 				}
 			}
 		}
-		return nil
+		var parts []ranges
+		if r, ok := s.inboxRanges(); ok {
+			parts = append(parts, r)
+		}
+		return s.afterInboxMigration(ctx, q, exists, parts)
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: migrate inbox: %w", classify(err))
+	}
+	return nil
+}
+
+// isInboxMigration reports whether the migration named name is one of MigrateInbox's.
+func isInboxMigration(name string) bool {
+	for _, prefix := range []string{inboxPartitionedMigration, inboxMigration, inboxScopeMigration} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// inboxLayout is what a partitioned inbox records in its table's comment ("" for a plain one).
+func (s *Store[TTx]) inboxLayout() string {
+	if s.o.InboxPartitioning == nil {
+		return ""
+	}
+	return "outboxkit: partitioned by processed_at, interval " + s.o.InboxPartitioning.Interval.String()
+}
+
+// checkInboxLayout reports whether the inbox exists, and returns an error wrapping
+// core.ErrSchemaMismatch when it exists with another layout than the options ask for
+// (Options.InboxPartitioning).
+func (s *Store[TTx]) checkInboxLayout(ctx context.Context, q querier) (bool, error) {
+	st, err := s.migrateStatements()
+	if err != nil {
+		return false, err
+	}
+	var kind, comment string
+	err = queryRow(ctx, q, st.Get("InboxLayout"), []any{s.n.inbox}, &kind, &comment)
+	if errors.Is(err, errNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	switch want := s.inboxLayout(); {
+	case kind == "p" && want == "":
+		return true, fmt.Errorf("%w: inbox %s is partitioned (%s), options ask for a plain table: set Options.InboxPartitioning as it was migrated",
+			core.ErrSchemaMismatch, s.n.inbox, comment)
+	case kind != "p" && want != "":
+		return true, fmt.Errorf("%w: inbox %s is a plain table, options ask for Options.InboxPartitioning: an inbox is partitioned when it is first migrated (use another InboxTable, or leave InboxPartitioning nil)",
+			core.ErrSchemaMismatch, s.n.inbox)
+	case want != "" && comment != want:
+		return true, fmt.Errorf("%w: inbox %s was migrated as %q, options ask for %q",
+			core.ErrSchemaMismatch, s.n.inbox, comment, want)
+	}
+	return true, nil
+}
+
+// afterInboxMigration records the layout of a partitioned inbox the migration created
+// (existed: it was there before) and creates the partitions of parts ahead.
+func (s *Store[TTx]) afterInboxMigration(ctx context.Context, q querier, existed bool, parts []ranges) error {
+	if layout := s.inboxLayout(); layout != "" && !existed {
+		st, err := s.migrateStatements()
+		if err != nil {
+			return err
+		}
+		stmt, err := sqlfile.Idents{"value": sqlLiteral(layout)}.Expand(st.Get("InboxComment"))
+		if err != nil {
+			return err
+		}
+		if _, err := q.exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	for _, r := range parts {
+		if err := s.ensurePartitions(ctx, q, r); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -211,7 +294,10 @@ func MigrationSQL(opts *Options) (string, error) {
 	if o.Partitioning != nil {
 		return "", &core.OptionError{Field: "Partitioning", Reason: "MigrationSQL does not create partitions; use Migrate"}
 	}
-	q, err := buildQueries(n, false)
+	if o.InboxPartitioning != nil {
+		return "", &core.OptionError{Field: "InboxPartitioning", Reason: "MigrationSQL does not create partitions; use Migrate"}
+	}
+	q, err := buildQueries(n, false, false)
 	if err != nil {
 		return "", err
 	}
@@ -263,11 +349,14 @@ func MigrationSQL(opts *Options) (string, error) {
 // rows; MigrateInbox or Migrate run afterwards find the inbox current. Only opts' identifiers
 // are read.
 func InboxMigrationSQL(opts *Options) (string, error) {
-	_, n, err := opts.resolve()
+	o, n, err := opts.resolve()
 	if err != nil {
 		return "", err
 	}
-	q, err := buildQueries(n, false)
+	if o.InboxPartitioning != nil {
+		return "", &core.OptionError{Field: "InboxPartitioning", Reason: "InboxMigrationSQL does not create partitions; use MigrateInbox"}
+	}
+	q, err := buildQueries(n, false, false)
 	if err != nil {
 		return "", err
 	}
@@ -316,6 +405,9 @@ func (s *Store[TTx]) CheckInbox(ctx context.Context) error {
 	}
 	scoped, err := s.inboxScoped(ctx, s.db)
 	if err != nil {
+		return fmt.Errorf("postgres: check inbox: %w", classify(err))
+	}
+	if _, err := s.checkInboxLayout(ctx, s.db); err != nil {
 		return fmt.Errorf("postgres: check inbox: %w", classify(err))
 	}
 	if !scoped {

@@ -13,3 +13,13 @@ SELECT count(*) FROM (
 -- 1 when the inbox has the tenant column of migration 0009 (its key holds source and tenant),
 -- 0 when it was migrated by an earlier version. $1: the inbox's qualified, quoted name.
 SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'tenant' AND NOT attisdropped
+
+-- name: InboxLayout
+-- The inbox's kind ('r' a plain table, 'p' partitioned) and its comment (a partitioned inbox's
+-- records its layout there, see inboxLayout); no row when it does not exist. $1: the inbox's
+-- qualified, quoted name.
+SELECT c.relkind::text, coalesce(obj_description(c.oid, 'pg_class'), '') FROM pg_class AS c WHERE c.oid = to_regclass($1)
+
+-- name: InboxComment
+-- Records a new partitioned inbox's layout: {{value}} is a literal the adapter quotes.
+COMMENT ON TABLE {{inbox}} IS {{value}}

@@ -255,10 +255,31 @@ func (t opTx[TTx]) RaiseHorizon(ctx context.Context, consumer string, before tim
 	return h, stepErr("raise horizon", err)
 }
 
-// PruneInbox implements driver.OperatorTx.
+// PruneInbox implements driver.OperatorTx; on a partitioned inbox it drops partitions as
+// Store.PruneInbox does, in this transaction.
 func (t opTx[TTx]) PruneInbox(ctx context.Context, consumer string, horizon time.Time, limit int) (int64, error) {
+	if t.s.o.InboxPartitioning != nil {
+		n, err := t.s.dropInboxPartitions(ctx, t.q, consumer, t.savepoint)
+		return n, stepErr("prune inbox", err)
+	}
 	n, err := t.q.exec(ctx, t.s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: horizon, Limit: limit}.args()...)
 	return n, stepErr("prune inbox", err)
+}
+
+// savepoint runs fn in a savepoint of the operator transaction: an error of fn (a lock timeout)
+// rolls back fn alone, and the transaction goes on.
+func (t opTx[TTx]) savepoint(ctx context.Context, fn func(context.Context, querier) error) error {
+	if _, err := t.q.exec(ctx, t.s.q.savepoint); err != nil {
+		return err
+	}
+	if err := fn(ctx, t.q); err != nil {
+		if _, rerr := t.q.exec(ctx, t.s.q.rollbackToSavepoint); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	_, err := t.q.exec(ctx, t.s.q.releaseSavepoint)
+	return err
 }
 
 // WriteAudit implements driver.OperatorTx.

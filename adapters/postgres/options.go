@@ -73,6 +73,13 @@ type Options struct {
 	// outbox with another choice (or another Interval) fails with core.ErrSchemaMismatch. It
 	// cannot be combined with UniqueAggregateVersion. Default nil: one plain table.
 	Partitioning *Partitioning
+	// InboxPartitioning, when set, makes Migrate and MigrateInbox create the inbox partitioned
+	// by the time its records were written (processed_at, the database clock), so that Inbox.Prune
+	// drops whole partitions instead of deleting records (see "Partitioned inbox" in the package
+	// documentation). It is decided when the inbox is first migrated: migrating, or
+	// core.NewInbox on, an existing inbox with another choice (or another Interval) fails with
+	// core.ErrSchemaMismatch. Default nil: one plain table.
+	InboxPartitioning *Partitioning
 	// NotifyChannel is the LISTEN/NOTIFY channel of Notify and Wakeups. Default
 	// Schema+"."+Table (cut to 63 bytes).
 	NotifyChannel string
@@ -86,19 +93,23 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Partitioning configures an outbox partitioned by time ranges of created_at. Partitions are
-// named Table+"_p"+YYYYMMDDHH (their lower bound, UTC); ranges are aligned to multiples of
-// Interval since the Unix epoch. Migrate and EnsurePartitions create the current partition and
-// Ahead more; CleanupOutbox (through DropPartitions) drops whole partitions instead of deleting
-// rows, and creates partitions ahead on the way.
+// Partitioning configures a table partitioned by time ranges: the outbox by created_at
+// (Options.Partitioning) or the inbox by processed_at (Options.InboxPartitioning). Partitions
+// are named Table+"_p"+YYYYMMDDHH (InboxTable+"_p"+YYYYMMDDHH; their lower bound, UTC); ranges
+// are aligned to multiples of Interval since the Unix epoch. Migrate (MigrateInbox) and
+// EnsurePartitions create the current partition and Ahead more; CleanupOutbox (through
+// DropPartitions) and Inbox.Prune drop whole partitions instead of deleting rows, and create
+// partitions ahead on the way.
 //
-// Trade-offs: event IDs stay unique through a side table (Table+"_ids": one narrow row and
-// index entry per event, removed with its partition, so an ID is refused again for as long as
-// the partition of its first event exists); rows published before migration 0008 get an index
-// on published_at, so that a drop checks a partition with index lookups (later ones, the
-// pending table and the settle log's indexes); statements that find rows by seq (Settle)
-// probe every partition; and an insert fails when no partition covers its created_at, so
-// EnsurePartitions (or CleanupOutbox) must run at least once every Ahead intervals.
+// Trade-offs of the outbox: event IDs stay unique through a side table (Table+"_ids": one
+// narrow row and index entry per event, removed with its partition, so an ID is refused again
+// for as long as the partition of its first event exists); rows published before migration
+// 0008 get an index on published_at, so that a drop checks a partition with index lookups
+// (later ones, the pending table and the settle log's indexes); statements that find rows by
+// seq (Settle) probe every partition. Of the inbox: see "Partitioned inbox" in the package
+// documentation. Of both: an insert fails when no partition covers its time, so
+// EnsurePartitions (or CleanupOutbox, or Inbox.Prune) must run at least once every Ahead
+// intervals.
 type Partitioning struct {
 	// Interval is the time range of one partition: a whole number of hours, at most 31 days.
 	// Default 24h (daily partitions starting at midnight UTC).
@@ -123,6 +134,7 @@ type names struct {
 	ids, idsIdx, pubIdx                       string // partitioned outbox: ids qualified, indexes bare
 	seqName                                   string // the serial sequence, qualified
 	inboxIdx, inboxPkey                       string
+	inboxKey                                  int32 // advisory lock class of a partitioned inbox's keys
 	// The pending layout (migration 0008).
 	pending, settled, pendingFetchFn, pendingSyncFn string // qualified
 	pendingFailIdx, settledAtIdx, settledMinIdx     string // bare
@@ -143,7 +155,7 @@ var (
 	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
 		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard", "_lane_count",
 		"_pending", "_settled", "_pending_fail", "_settled_at", "_settled_min", "_fetch_pending", "_pending_sync"}
-	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx"}
+	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx", "_p2006010215"}
 )
 
 func (o *Options) resolve() (Options, names, error) {
@@ -170,24 +182,14 @@ func (o *Options) resolve() (Options, names, error) {
 	if r.Lanes, err = driver.LanesOption(r.Lanes); err != nil {
 		return Options{}, names{}, err
 	}
-	if r.Partitioning != nil {
-		p := *r.Partitioning
-		if p.Interval == 0 {
-			p.Interval = 24 * time.Hour
-		}
-		if p.Ahead == 0 {
-			p.Ahead = 7
-		}
-		if p.Interval < time.Hour || p.Interval > 31*24*time.Hour || p.Interval%time.Hour != 0 {
-			return bad("Partitioning.Interval", "must be a whole number of hours between 1h and 744h")
-		}
-		if p.Ahead < 1 || p.Ahead > 1000 {
-			return bad("Partitioning.Ahead", "must be between 1 and 1000")
-		}
-		if r.UniqueAggregateVersion {
-			return bad("Partitioning", "cannot be combined with UniqueAggregateVersion (a unique index of a partitioned table must contain created_at)")
-		}
-		r.Partitioning = &p
+	if r.Partitioning, err = resolvePartitioning("Partitioning", r.Partitioning); err != nil {
+		return Options{}, names{}, err
+	}
+	if r.Partitioning != nil && r.UniqueAggregateVersion {
+		return bad("Partitioning", "cannot be combined with UniqueAggregateVersion (a unique index of a partitioned table must contain created_at)")
+	}
+	if r.InboxPartitioning, err = resolvePartitioning("InboxPartitioning", r.InboxPartitioning); err != nil {
+		return Options{}, names{}, err
 	}
 	if r.ClaimStrategy != ClaimSkipLocked && r.ClaimStrategy != ClaimAdvisoryLock {
 		return bad("ClaimStrategy", "unknown claim strategy")
@@ -269,5 +271,29 @@ func (o *Options) resolve() (Options, names, error) {
 	n.lockKey = int32(uint32(sum))
 	n.liveKey = int32(uint32(sum>>32) & 0x7fffffff)
 	n.migrateKey = int64(sum >> 1)
+	h.Reset()
+	h.Write([]byte("inbox:" + r.Schema + "." + r.InboxTable))
+	n.inboxKey = int32(uint32(h.Sum64()))
 	return r, n, nil
+}
+
+// resolvePartitioning returns a copy of p with its defaults, or a *core.OptionError naming field.
+func resolvePartitioning(field string, p *Partitioning) (*Partitioning, error) {
+	if p == nil {
+		return nil, nil
+	}
+	r := *p
+	if r.Interval == 0 {
+		r.Interval = 24 * time.Hour
+	}
+	if r.Ahead == 0 {
+		r.Ahead = 7
+	}
+	if r.Interval < time.Hour || r.Interval > 31*24*time.Hour || r.Interval%time.Hour != 0 {
+		return nil, &core.OptionError{Field: field + ".Interval", Reason: "must be a whole number of hours between 1h and 744h"}
+	}
+	if r.Ahead < 1 || r.Ahead > 1000 {
+		return nil, &core.OptionError{Field: field + ".Ahead", Reason: "must be between 1 and 1000"}
+	}
+	return &r, nil
 }

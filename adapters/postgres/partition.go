@@ -15,15 +15,39 @@ import (
 // partitionLayout is the time part of a partition name: its lower bound, UTC, to the hour.
 const partitionLayout = bridge.PartitionLayout
 
-// partition is one time range of a partitioned outbox.
+// partition is one time range of a partitioned table.
 type partition struct {
 	name   string // bare
+	parent string // the partitioned table, qualified
 	lo, hi time.Time
 }
 
-func (s *Store[TTx]) partitionNamed(name string) (partition, bool) {
-	prefix := s.n.rawTable + "_p"
-	rest, ok := strings.CutPrefix(name, prefix)
+// ranges is a table partitioned by time: the outbox (by created_at) or the inbox (by
+// processed_at).
+type ranges struct {
+	parent string // qualified
+	raw    string // bare: partitions are raw+"_p"+partitionLayout
+	Partitioning
+}
+
+// outboxRanges and inboxRanges are the store's partitioned tables; ok is false when the table
+// is not partitioned.
+func (s *Store[TTx]) outboxRanges() (ranges, bool) {
+	if s.o.Partitioning == nil {
+		return ranges{}, false
+	}
+	return ranges{parent: s.n.outbox, raw: s.n.rawTable, Partitioning: *s.o.Partitioning}, true
+}
+
+func (s *Store[TTx]) inboxRanges() (ranges, bool) {
+	if s.o.InboxPartitioning == nil {
+		return ranges{}, false
+	}
+	return ranges{parent: s.n.inbox, raw: s.n.rawInbox, Partitioning: *s.o.InboxPartitioning}, true
+}
+
+func (r ranges) named(name string) (partition, bool) {
+	rest, ok := strings.CutPrefix(name, r.raw+"_p")
 	if !ok || len(rest) != len(partitionLayout) {
 		return partition{}, false
 	}
@@ -31,37 +55,49 @@ func (s *Store[TTx]) partitionNamed(name string) (partition, bool) {
 	if err != nil {
 		return partition{}, false
 	}
-	return partition{name: name, lo: lo, hi: lo.Add(s.o.Partitioning.Interval)}, true
+	return partition{name: name, parent: r.parent, lo: lo, hi: lo.Add(r.Interval)}, true
 }
 
-func (s *Store[TTx]) partitionAt(t time.Time) partition {
-	iv := s.o.Partitioning.Interval
-	lo := time.Unix(0, 0).UTC().Add(t.UTC().Sub(time.Unix(0, 0)).Truncate(iv))
+// at returns the partition that holds time t.
+func (r ranges) at(t time.Time) partition {
+	lo := time.Unix(0, 0).UTC().Add(t.UTC().Sub(time.Unix(0, 0)).Truncate(r.Interval))
 	if lo.After(t) {
-		lo = lo.Add(-iv)
+		lo = lo.Add(-r.Interval)
 	}
-	return partition{name: s.n.rawTable + "_p" + lo.Format(partitionLayout), lo: lo, hi: lo.Add(iv)}
+	return partition{name: r.raw + "_p" + lo.Format(partitionLayout), parent: r.parent, lo: lo, hi: lo.Add(r.Interval)}
+}
+
+// partitionAt is the outbox's partition that holds t (the outbox must be partitioned).
+func (s *Store[TTx]) partitionAt(t time.Time) partition {
+	r, _ := s.outboxRanges()
+	return r.at(t)
 }
 
 func (p partition) qualified(schema string) string { return schema + "." + quote(p.name) }
 
 func tsLiteral(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:04:05") + "+00'" }
 
-// EnsurePartitions creates, when the outbox is partitioned (Options.Partitioning), the
-// partition holding the database's current time and the Ahead partitions after it, unless they
-// exist. Migrate and DropPartitions (hence core.CleanupOutbox) call it; run one of them at least
+// EnsurePartitions creates, for each partitioned table (Options.Partitioning,
+// Options.InboxPartitioning), the partition holding the database's current time and the Ahead
+// partitions after it, unless they exist. Migrate, MigrateInbox, DropPartitions (hence
+// core.CleanupOutbox) and the partitioned inbox's PruneInbox call it; run one of them at least
 // once every Ahead intervals, or inserts fail once time passes the last partition. Creating a
-// partition briefly locks the outbox table exclusively (once per interval). It does nothing on
-// a plain outbox.
+// partition briefly locks its table exclusively (once per interval). It does nothing when no
+// table is partitioned.
 func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
-	if s.o.Partitioning == nil {
+	if s.o.Partitioning == nil && s.o.InboxPartitioning == nil {
 		return nil
 	}
 	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
 		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
 			return err
 		}
-		return s.ensurePartitions(ctx, q)
+		for _, r := range s.partitioned() {
+			if err := s.ensurePartitions(ctx, q, r); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: ensure partitions: %w", classify(err))
@@ -69,9 +105,21 @@ func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
 	return nil
 }
 
+// partitioned returns the store's partitioned tables.
+func (s *Store[TTx]) partitioned() []ranges {
+	var out []ranges
+	if r, ok := s.outboxRanges(); ok {
+		out = append(out, r)
+	}
+	if r, ok := s.inboxRanges(); ok {
+		out = append(out, r)
+	}
+	return out
+}
+
 // ensurePartitions runs in a transaction that holds the migration lock.
-func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier) error {
-	existing, err := s.listPartitions(ctx, q)
+func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier, r ranges) error {
+	existing, err := s.listPartitions(ctx, q, r)
 	if err != nil {
 		return err
 	}
@@ -83,21 +131,21 @@ func (s *Store[TTx]) ensurePartitions(ctx context.Context, q querier) error {
 	if err := queryRow(ctx, q, s.q.now, nil, &now); err != nil {
 		return err
 	}
-	p := s.partitionAt(now)
-	for range s.o.Partitioning.Ahead + 1 {
+	p := r.at(now)
+	for range r.Ahead + 1 {
 		if !have[p.name] {
 			if err := s.createPartition(ctx, q, p); err != nil {
 				return err
 			}
 		}
-		p = s.partitionAt(p.hi)
+		p = r.at(p.hi)
 	}
 	return nil
 }
 
-// createPartition creates partition p of the outbox.
+// createPartition creates partition p of its table.
 func (s *Store[TTx]) createPartition(ctx context.Context, q querier, p partition) error {
-	sql, err := sqlfile.Idents{"partition": p.qualified(s.n.schema), "from": tsLiteral(p.lo), "to": tsLiteral(p.hi)}.Expand(s.q.createPartition)
+	sql, err := sqlfile.Idents{"partition": p.qualified(s.n.schema), "parent": p.parent, "from": tsLiteral(p.lo), "to": tsLiteral(p.hi)}.Expand(s.q.createPartition)
 	if err != nil {
 		return err
 	}
@@ -107,24 +155,25 @@ func (s *Store[TTx]) createPartition(ctx context.Context, q querier, p partition
 	return nil
 }
 
-func (s *Store[TTx]) listPartitions(ctx context.Context, q querier) ([]partition, error) {
-	r, err := q.query(ctx, s.q.partitions, partitionsParams{Outbox: s.n.outbox}.args()...)
+// listPartitions returns r's partitions by lower bound.
+func (s *Store[TTx]) listPartitions(ctx context.Context, q querier, r ranges) ([]partition, error) {
+	rs, err := q.query(ctx, s.q.partitions, partitionsParams{Parent: r.parent}.args()...)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
+	defer rs.Close()
 	var out []partition
-	for r.Next() {
+	for rs.Next() {
 		var name string
-		if err := r.Scan(&name); err != nil {
+		if err := rs.Scan(&name); err != nil {
 			return nil, err
 		}
-		if p, ok := s.partitionNamed(name); ok {
+		if p, ok := r.named(name); ok {
 			out = append(out, p)
 		}
 	}
-	r.Close()
-	return out, r.Err()
+	rs.Close()
+	return out, rs.Err()
 }
 
 // DropPartitions implements driver.PartitionPruner (core.CleanupOutbox calls it before
@@ -142,10 +191,11 @@ func (s *Store[TTx]) listPartitions(ctx context.Context, q querier) ([]partition
 // every transaction that wrote the outbox, so a late insert into the partition is either seen
 // by the check or fails for want of a partition; never silently dropped.
 func (s *Store[TTx]) DropPartitions(ctx context.Context, p driver.PruneParams) (int, error) {
-	if s.o.Partitioning == nil {
+	r, ok := s.outboxRanges()
+	if !ok {
 		return 0, nil
 	}
-	parts, err := s.listPartitions(ctx, s.db)
+	parts, err := s.listPartitions(ctx, s.db, r)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
 	}

@@ -38,7 +38,7 @@ func TestPartitioningMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, d := migratedStore(t, dbOptions{}, &Options{Partitioning: &Partitioning{Interval: 6 * time.Hour, Ahead: 2}})
-	parts, err := s.listPartitions(ctx, s.db)
+	parts, err := s.listPartitions(ctx, s.db, s.mustRanges(t))
 	require.NoError(t, err)
 	require.Len(t, parts, 3, "the current partition and 2 ahead")
 	for i := 1; i < len(parts); i++ {
@@ -94,7 +94,7 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 		return err
 	}))
 	partitions := func() int {
-		parts, err := s.listPartitions(ctx, s.db)
+		parts, err := s.listPartitions(ctx, s.db, s.mustRanges(t))
 		require.NoError(t, err)
 		return len(parts)
 	}
@@ -162,4 +162,11 @@ func TestPartitioningDropKeepsUnpublished(t *testing.T) {
 		return err
 	})
 	require.ErrorIs(t, err, core.ErrDuplicateEvent)
+}
+
+// mustRanges is the store's partitioned outbox.
+func (s *Store[TTx]) mustRanges(t testing.TB) ranges {
+	r, ok := s.outboxRanges()
+	require.True(t, ok, "the outbox is not partitioned")
+	return r
 }

@@ -98,6 +98,7 @@ func (n names) idents() sqlfile.Idents {
 		"pcols":             pendingCols(n.settled),
 		"cols":              recordCols,
 		"partition":         "{{partition}}",
+		"parent":            "{{parent}}",
 		"from":              "{{from}}",
 		"to":                "{{to}}",
 		"key":               "{{key}}",
@@ -105,7 +106,9 @@ func (n names) idents() sqlfile.Idents {
 	}
 }
 
-func buildQueries(n names, partitioned bool) (*queries, error) {
+// buildQueries loads the statements and migrations with n's identifiers; partitioned and
+// inboxPartitioned choose the layouts (Options.Partitioning, Options.InboxPartitioning).
+func buildQueries(n names, partitioned, inboxPartitioned bool) (*queries, error) {
 	id := n.idents()
 	st, err := sqlfile.Load(sqlFS, "queries.sql", id)
 	if err != nil {
@@ -126,8 +129,11 @@ func buildQueries(n names, partitioned bool) (*queries, error) {
 	if partitioned {
 		files = append(files, file{"migration:0000_outbox_partitioned", "0000_outbox_partitioned.sql"})
 	}
+	files = append(files, file{"migration:0001_outbox", "0001_outbox.sql"})
+	if inboxPartitioned {
+		files = append(files, file{inboxPartitionedMigration + n.rawInbox, "0002_inbox_partitioned.sql"})
+	}
 	files = append(files,
-		file{"migration:0001_outbox", "0001_outbox.sql"},
 		file{inboxMigration + n.rawInbox, "0002_inbox.sql"},
 		file{"migration:0003_publisher", "0003_publisher.sql"},
 		file{"migration:0004_liveness", "0004_liveness.sql"},

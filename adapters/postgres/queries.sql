@@ -456,6 +456,33 @@ ORDER BY event_id, tenant
 ON CONFLICT (consumer, event_id, source, tenant) DO NOTHING
 RETURNING tenant, event_id
 
+-- name: InboxLockKeys
+-- Partitioned inbox: a transaction-level advisory lock on the hash of each record's key, taken
+-- in the order of :keys (sorted and distinct: one lock order for every batch), so that two
+-- transactions never record one key in two partitions (a unique index of a partitioned table
+-- must hold the partition key). unnest returns the keys in order, and count takes them in
+-- that order.
+-- param: class int32 the inbox's lock class
+-- param: keys []int32 sorted, distinct
+SELECT count(pg_advisory_xact_lock(:class::int4, k)) FROM unnest(:keys::int4[]) AS k
+
+-- name: InboxInsertPartitioned
+-- InboxInsertMany on a partitioned inbox, for records that InboxGetMany found in no partition
+-- while their keys were locked (InboxLockKeys): no conflict can arise, and one would fail.
+-- param: consumer string
+-- param: source string
+-- param: tenants []string
+-- param: event_ids []string
+-- param: digests [][]byte
+-- param: positions []string
+-- param: outcomes []int16
+-- param: occurred []time.Time occurredIn
+INSERT INTO {{inbox}} (consumer, event_id, source, tenant, digest, source_position, outcome, occurred_at)
+SELECT :consumer, event_id, :source, tenant, digest, source_position, outcome, occurred_at
+FROM unnest(:tenants::text[], :event_ids::text[], :digests::bytea[], :positions::text[], :outcomes::smallint[], :occurred::timestamptz[])
+	AS r(tenant, event_id, digest, source_position, outcome, occurred_at)
+ORDER BY event_id, tenant
+
 -- name: InboxGetMany
 -- The records of consumer :consumer and source :source among the (tenant, event ID) pairs.
 -- param: consumer string
@@ -688,10 +715,10 @@ BEGIN; SET LOCAL synchronous_commit = off; NOTIFY {{channel}}; COMMIT
 LISTEN {{channel}}
 
 -- name: Partitions
--- Partitioned outbox.
--- param: outbox string the outbox (regclass text)
+-- The partitions of a partitioned outbox or inbox, by name (so by lower bound).
+-- param: parent string the partitioned table (regclass text)
 SELECT c.relname::text FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-WHERE i.inhparent = :outbox::regclass ORDER BY c.relname
+WHERE i.inhparent = :parent::regclass ORDER BY c.relname
 
 -- name: PartitionCheck
 -- Whether {{partition}} holds only rows PruneOutbox would delete: every seq below :below, below the
@@ -714,9 +741,9 @@ SELECT NOT EXISTS (SELECT 1 FROM {{partition}} WHERE published_at IS NOT NULL AN
 DELETE FROM {{ids}} WHERE created_at >= :from::timestamptz AND created_at < :to::timestamptz
 
 -- name: CreatePartition
--- The partition of the outbox for [{{from}}, {{to}}): DDL takes no parameters, so the bounds are
--- timestamp literals the adapter formats.
-CREATE TABLE IF NOT EXISTS {{partition}} PARTITION OF {{outbox}} FOR VALUES FROM ({{from}}) TO ({{to}})
+-- The partition of the outbox or inbox {{parent}} for [{{from}}, {{to}}): DDL takes no
+-- parameters, so the bounds are timestamp literals the adapter formats.
+CREATE TABLE IF NOT EXISTS {{partition}} PARTITION OF {{parent}} FOR VALUES FROM ({{from}}) TO ({{to}})
 
 -- name: Now
 SELECT now()
@@ -733,6 +760,41 @@ LOCK TABLE {{outbox}} IN ACCESS EXCLUSIVE MODE
 
 -- name: PartitionDrop
 DROP TABLE {{partition}}
+
+-- name: InboxPartitionCheck
+-- Partitioned inbox: whether every record of {{partition}} occurred before its consumer's
+-- horizon, so that PruneInbox would delete each of them. Per consumer (a loose scan of the
+-- (consumer, occurred_at) index: one probe per consumer) its latest occurred_at against its
+-- horizon; a consumer without one (never pruned) keeps the partition. Index lookups only, so
+-- that it is cheap under the table lock.
+WITH RECURSIVE c(consumer) AS (
+	(SELECT consumer FROM {{partition}} ORDER BY consumer LIMIT 1)
+	UNION ALL
+	SELECT (SELECT p.consumer FROM {{partition}} AS p WHERE p.consumer > c.consumer ORDER BY p.consumer LIMIT 1)
+	FROM c WHERE c.consumer IS NOT NULL
+)
+SELECT NOT EXISTS (
+	SELECT 1 FROM c WHERE c.consumer IS NOT NULL
+	AND (SELECT max(p.occurred_at) FROM {{partition}} AS p WHERE p.consumer = c.consumer)
+		>= coalesce((SELECT h.horizon FROM {{horizons}} AS h WHERE h.consumer = c.consumer), '-infinity'::timestamptz))
+
+-- name: InboxPartitionCount
+-- The records of one consumer in {{partition}}.
+-- param: consumer string
+SELECT count(*) FROM {{partition}} WHERE consumer = :consumer
+
+-- name: InboxLockTable
+LOCK TABLE {{inbox}} IN ACCESS EXCLUSIVE MODE
+
+-- name: Savepoint
+-- An operator transaction's inbox partition drop (a lock timeout rolls back to it).
+SAVEPOINT outboxkit_drop
+
+-- name: RollbackToSavepoint
+ROLLBACK TO SAVEPOINT outboxkit_drop
+
+-- name: ReleaseSavepoint
+RELEASE SAVEPOINT outboxkit_drop
 
 -- name: ReplayByIDs
 -- Replay's selection by ID, locked so that a concurrent cleanup cannot delete it meanwhile;

@@ -43,6 +43,8 @@ type statements struct {
 	settleDelete             string
 	horizonGet               string
 	inboxInsertMany          string
+	inboxLockKeys            string
+	inboxInsertPartitioned   string
 	inboxGetMany             string
 	inboxGetByID             string
 	versionLockMany          string
@@ -76,6 +78,12 @@ type statements struct {
 	partitionLockTimeout     string
 	partitionLockOutbox      string
 	partitionDrop            string
+	inboxPartitionCheck      string
+	inboxPartitionCount      string
+	inboxLockTable           string
+	savepoint                string
+	rollbackToSavepoint      string
+	releaseSavepoint         string
 	replayByIDs              string
 	replayByKey              string
 	keyUnpublished           string
@@ -135,6 +143,8 @@ func loadStatements(st *sqlfile.Statements) statements {
 		settleDelete:             st.Get("SettleDelete"),
 		horizonGet:               st.Get("HorizonGet"),
 		inboxInsertMany:          st.Get("InboxInsertMany"),
+		inboxLockKeys:            st.Get("InboxLockKeys"),
+		inboxInsertPartitioned:   st.Get("InboxInsertPartitioned"),
 		inboxGetMany:             st.Get("InboxGetMany"),
 		inboxGetByID:             st.Get("InboxGetByID"),
 		versionLockMany:          st.Get("VersionLockMany"),
@@ -168,6 +178,12 @@ func loadStatements(st *sqlfile.Statements) statements {
 		partitionLockTimeout:     st.Get("PartitionLockTimeout"),
 		partitionLockOutbox:      st.Get("PartitionLockOutbox"),
 		partitionDrop:            st.Get("PartitionDrop"),
+		inboxPartitionCheck:      st.Get("InboxPartitionCheck"),
+		inboxPartitionCount:      st.Get("InboxPartitionCount"),
+		inboxLockTable:           st.Get("InboxLockTable"),
+		savepoint:                st.Get("Savepoint"),
+		rollbackToSavepoint:      st.Get("RollbackToSavepoint"),
+		releaseSavepoint:         st.Get("ReleaseSavepoint"),
 		replayByIDs:              st.Get("ReplayByIDs"),
 		replayByKey:              st.Get("ReplayByKey"),
 		keyUnpublished:           st.Get("KeyUnpublished"),
@@ -448,6 +464,34 @@ func (p inboxInsertManyParams) args() []any {
 	return []any{p.Consumer, p.Source, p.Tenants, p.EventIDs, p.Digests, p.Positions, p.Outcomes, p.Occurred}
 }
 
+// inboxLockKeysParams are the parameters of InboxLockKeys.
+type inboxLockKeysParams struct {
+	Class int32   // the inbox's lock class
+	Keys  []int32 // sorted, distinct
+}
+
+// args are p's arguments in the positional order of InboxLockKeys.
+func (p inboxLockKeysParams) args() []any {
+	return []any{p.Class, p.Keys}
+}
+
+// inboxInsertPartitionedParams are the parameters of InboxInsertPartitioned.
+type inboxInsertPartitionedParams struct {
+	Consumer  string
+	Source    string
+	Tenants   []string
+	EventIDs  []string
+	Digests   [][]byte
+	Positions []string
+	Outcomes  []int16
+	Occurred  []time.Time // occurredIn
+}
+
+// args are p's arguments in the positional order of InboxInsertPartitioned.
+func (p inboxInsertPartitionedParams) args() []any {
+	return []any{p.Consumer, p.Source, p.Tenants, p.EventIDs, p.Digests, p.Positions, p.Outcomes, p.Occurred}
+}
+
 // inboxGetManyParams are the parameters of InboxGetMany.
 type inboxGetManyParams struct {
 	Consumer string
@@ -594,12 +638,12 @@ func (p unparkParams) args() []any {
 
 // partitionsParams are the parameters of Partitions.
 type partitionsParams struct {
-	Outbox string // the outbox (regclass text)
+	Parent string // the partitioned table (regclass text)
 }
 
 // args are p's arguments in the positional order of Partitions.
 func (p partitionsParams) args() []any {
-	return []any{p.Outbox}
+	return []any{p.Parent}
 }
 
 // partitionCheckParams are the parameters of PartitionCheck.
@@ -622,6 +666,16 @@ type partitionIDsParams struct {
 // args are p's arguments in the positional order of PartitionIDs.
 func (p partitionIDsParams) args() []any {
 	return []any{p.From, p.To}
+}
+
+// inboxPartitionCountParams are the parameters of InboxPartitionCount.
+type inboxPartitionCountParams struct {
+	Consumer string
+}
+
+// args are p's arguments in the positional order of InboxPartitionCount.
+func (p inboxPartitionCountParams) args() []any {
+	return []any{p.Consumer}
 }
 
 // replayByIDsParams are the parameters of ReplayByIDs.

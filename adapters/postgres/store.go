@@ -193,7 +193,7 @@ func newStore[TTx any](opts *Options) (*Store[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := buildQueries(n, o.Partitioning != nil)
+	q, err := buildQueries(n, o.Partitioning != nil, o.InboxPartitioning != nil)
 	if err != nil {
 		return nil, err
 	}

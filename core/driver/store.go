@@ -320,6 +320,19 @@ type PartitionPruner interface {
 	DropPartitions(ctx context.Context, p PruneParams) (int, error)
 }
 
+// PartitionedInbox is an optional InboxStore capability of inboxes partitioned by time, whose
+// records go a whole partition at a time instead of one by one.
+type PartitionedInbox interface {
+	// InboxPartitioned reports whether PruneInbox (and OperatorTx.PruneInbox) removes records
+	// only a whole partition at a time. Each still raises the horizon first, as
+	// InboxStore.PruneInbox says, so the retention rule is unchanged; it then removes only
+	// partitions all of whose records occurred before their consumers' horizons, whatever its
+	// limit, and returns how many records of the consumer they held. Records older than the
+	// horizon may stay until their partition goes (Inbox.Process refuses their messages all the
+	// same), so it may return fewer than there were, and 0 until a partition can go.
+	InboxPartitioned() bool
+}
+
 // ListParams selects records for operators.
 type ListParams struct {
 	AfterSeq int64
