@@ -29,7 +29,7 @@ const (
 // that hold replication slots (slotSem: the test server has few).
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	testDSN(t)
+	pgtest.DSN(t)
 	conformance.Run(t, conformance.Harness[pgx.Tx]{
 		CDC: cdcHarness(),
 		New: func(t *testing.T, lanes int) conformance.Adapter[pgx.Tx] {
@@ -47,7 +47,7 @@ func TestConformance(t *testing.T) {
 			err := bridge.Of(a).QueryRow(ctx, counterGet, []any{key}, &n)
 			return n, err
 		},
-		Diagnose: func(ctx context.Context) string { return pgtest.ServerState(ctx, admin(t)) },
+		Diagnose: func(ctx context.Context) string { return pgtest.ServerState(ctx, pgtest.Admin(t)) },
 		// The store's capabilities, and the slot release of the change source.
 		Capabilities: conformance.Notifier | conformance.Waker | conformance.Flusher |
 			conformance.OperatorStore | conformance.LaneResizer | conformance.LaneInserter |

@@ -2,7 +2,6 @@ package logical
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,10 +22,10 @@ func TestMain(m *testing.M) { testkit.KillMain(m, killChildEnv, runKillChild) }
 
 // runKillChild runs a CDC relay publishing to a testkit.FileSink until it is killed.
 func runKillChild(spec string) error {
-	parts := strings.SplitN(spec, "|", 3)
-	schema, slot, out := parts[0], parts[1], parts[2]
+	parts := strings.SplitN(spec, "|", 4)
+	dsn, schema, slot, out := parts[0], parts[1], parts[2], parts[3]
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(os.Getenv("OUTBOXKIT_POSTGRES_DSN"))
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return err
 	}
@@ -60,7 +59,7 @@ func TestCDCRelaySurvivesSIGKILL(t *testing.T) {
 	require.NoError(t, err)
 	out := filepath.Join(t.TempDir(), "delivered.txt")
 	testkit.RunKill(t, testkit.KillOptions{
-		ChildEnv: killChildEnv, ChildSpec: d.Schema + "|" + slot + "|" + out, Out: out,
+		ChildEnv: killChildEnv, ChildSpec: testDSN(t) + "|" + d.Schema + "|" + slot + "|" + out, Out: out,
 		Write: testkit.Writer(s, ob, 2, nil),
 		// What a kill can resend: the batches sent and not yet checkpointed, 20 records each:
 		// the one being sent, 8 queued for the settler and up to 9 merged in the settle that

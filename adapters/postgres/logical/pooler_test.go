@@ -21,7 +21,7 @@ func TestPoolerReplicationRefused(t *testing.T) {
 	ctx := t.Context()
 	d := newTestDB(t, dbOptions{})
 	for _, env := range []string{testkit.PgBouncerTxDSN, testkit.PgBouncerSessionDSN} {
-		cfg, err := pgxpool.ParseConfig(testkit.Need(t, env))
+		cfg, err := pgxpool.ParseConfig(inTestDB(t, testkit.Need(t, env)))
 		require.NoError(t, err)
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/outbox/adapters/postgres"
+	"github.com/outboxkit/outbox/adapters/postgres/internal/pgtest"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -89,7 +90,7 @@ func benchSource(b *testing.B, s *postgres.Store[pgx.Tx]) *ChangeSource {
 }
 
 func BenchmarkCDCDrain(b *testing.B) {
-	testDSN(b)
+	pgtest.DSN(b)
 	n := benchEvents()
 	testkit.CompareDrains(b, benchRounds(), func(b *testing.B, mode testkit.DrainMode) (float64, float64) {
 		s, d := migratedStore(b, dbOptions{MaxConns: 8}, &postgres.Options{})
@@ -106,7 +107,7 @@ func BenchmarkCDCDrain(b *testing.B) {
 }
 
 func BenchmarkCDCLatency(b *testing.B) {
-	testDSN(b)
+	pgtest.DSN(b)
 	ctx := context.Background()
 	for range b.N {
 		s, _ := migratedStore(b, dbOptions{MaxConns: 16}, &postgres.Options{})
