@@ -90,8 +90,8 @@ func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before tim
 	if err := queryRow(ctx, s.db, s.q.raiseHorizon, raiseHorizonParams{Consumer: consumer, Before: occurredIn(before)}.args(), &h); err != nil {
 		return 0, fmt.Errorf("postgres: prune inbox: raise horizon: %w", classify(err))
 	}
-	if s.o.InboxPartitioning != nil {
-		n, err := s.dropInboxPartitions(ctx, s.db, consumer, s.withTx)
+	if r, ok := s.inboxRanges(); ok {
+		n, err := s.dropInboxPartitions(ctx, s.db, r, consumer, s.withTx)
 		if err != nil {
 			return int(n), fmt.Errorf("postgres: prune inbox: %w", classify(err))
 		}
@@ -108,8 +108,8 @@ func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before tim
 // (Options.InboxPartitioning), so that PruneInbox removes records a whole partition at a time.
 func (s *Store[TTx]) InboxPartitioned() bool { return s.o.InboxPartitioning != nil }
 
-// dropInboxPartitions is the deletion of PruneInbox on a partitioned inbox, after the raise of
-// consumer's horizon. It drops, oldest first, every sealed partition (its range ends before
+// dropInboxPartitions is the deletion of PruneInbox on the partitioned inbox r, after the raise
+// of consumer's horizon. It drops, oldest first, every sealed partition (its range ends before
 // the database's current time, so a transaction that begins now writes elsewhere) all of whose
 // records occurred before their consumers' horizons (InboxPartitionCheck: what PruneInbox of
 // each consumer would delete), and returns how many records of consumer they held. A
@@ -121,8 +121,7 @@ func (s *Store[TTx]) InboxPartitioned() bool { return s.o.InboxPartitioning != n
 // make a prune fail. Then, in another transaction of inTx, it creates partitions
 // ahead (EnsurePartitions). Records older than the horizon in a partition that is kept stay:
 // Horizon refuses their messages all the same.
-func (s *Store[TTx]) dropInboxPartitions(ctx context.Context, q querier, consumer string, inTx func(context.Context, func(context.Context, querier) error) error) (int64, error) {
-	r, _ := s.inboxRanges()
+func (s *Store[TTx]) dropInboxPartitions(ctx context.Context, q querier, r ranges, consumer string, inTx func(context.Context, func(context.Context, querier) error) error) (int64, error) {
 	parts, err := s.listPartitions(ctx, q, r)
 	if err != nil {
 		return 0, err

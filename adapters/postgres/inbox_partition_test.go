@@ -121,7 +121,7 @@ func TestInboxPartitioningMigrate(t *testing.T) {
 func TestInboxPartitionDrop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := migratedStore(t, dbOptions{}, &Options{InboxPartitioning: &Partitioning{Interval: time.Hour, Ahead: 1}})
+	s, d := migratedStore(t, dbOptions{}, &Options{InboxPartitioning: &Partitioning{Interval: time.Hour, Ahead: 1}})
 	r := s.inboxParts(t)
 	var now time.Time
 	require.NoError(t, queryRow(ctx, s.db, s.q.now, nil, &now))
@@ -187,8 +187,11 @@ func TestInboxPartitionDrop(t *testing.T) {
 	}
 	require.Equal(t, 1, effects, "only a-new applied")
 
-	// The operator's prune drops partitions too, and audits how many records of its consumer.
-	op, err := core.NewOperator(s, nil)
+	// The operator's prune drops partitions too, and audits how many records of its consumer,
+	// even through a store built without InboxPartitioning (as `outboxkit inbox prune` builds it).
+	cli, err := New(d.pool, &Options{Schema: d.schema})
+	require.NoError(t, err)
+	op, err := core.NewOperator(cli, nil)
 	require.NoError(t, err)
 	n, err = op.PruneInbox(ctx, "c", horizon, 0, core.AuditEntry{Actor: "t", Command: "inbox prune"})
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/sqlfile"
@@ -191,12 +192,47 @@ func isInboxMigration(name string) bool {
 	return false
 }
 
+// inboxLayoutPrefix starts what a partitioned inbox records in its table's comment; its
+// partitions' Interval follows.
+const inboxLayoutPrefix = "outboxkit: partitioned by processed_at, interval "
+
 // inboxLayout is what a partitioned inbox records in its table's comment ("" for a plain one).
 func (s *Store[TTx]) inboxLayout() string {
 	if s.o.InboxPartitioning == nil {
 		return ""
 	}
-	return "outboxkit: partitioned by processed_at, interval " + s.o.InboxPartitioning.Interval.String()
+	return inboxLayoutPrefix + s.o.InboxPartitioning.Interval.String()
+}
+
+// migratedInboxRanges returns the inbox's partitioning as it was migrated (its kind and
+// comment), whatever the options say: ok is false for a plain inbox. Ahead is the default.
+func (s *Store[TTx]) migratedInboxRanges(ctx context.Context, q querier) (ranges, bool, error) {
+	if r, ok := s.inboxRanges(); ok {
+		return r, true, nil
+	}
+	st, err := s.migrateStatements()
+	if err != nil {
+		return ranges{}, false, err
+	}
+	var kind, comment string
+	err = queryRow(ctx, q, st.Get("InboxLayout"), []any{s.n.inbox}, &kind, &comment)
+	if errors.Is(err, errNoRows) || (err == nil && kind != "p") {
+		return ranges{}, false, nil
+	}
+	if err != nil {
+		return ranges{}, false, err
+	}
+	rest, ok := strings.CutPrefix(comment, inboxLayoutPrefix)
+	iv, perr := time.ParseDuration(rest)
+	if !ok || perr != nil {
+		return ranges{}, false, fmt.Errorf("%w: inbox %s is partitioned but its comment %q does not say how (it was not migrated by outboxkit)",
+			core.ErrSchemaMismatch, s.n.inbox, comment)
+	}
+	p, err := resolvePartitioning("InboxPartitioning", &Partitioning{Interval: iv})
+	if err != nil {
+		return ranges{}, false, err
+	}
+	return ranges{parent: s.n.inbox, raw: s.n.rawInbox, Partitioning: *p}, true, nil
 }
 
 // checkInboxLayout reports whether the inbox exists, and returns an error wrapping

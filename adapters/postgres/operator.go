@@ -255,11 +255,16 @@ func (t opTx[TTx]) RaiseHorizon(ctx context.Context, consumer string, before tim
 	return h, stepErr("raise horizon", err)
 }
 
-// PruneInbox implements driver.OperatorTx; on a partitioned inbox it drops partitions as
-// Store.PruneInbox does, in this transaction.
+// PruneInbox implements driver.OperatorTx. On a partitioned inbox it drops partitions as
+// Store.PruneInbox does, in this transaction, whether or not the store's options say
+// InboxPartitioning (it reads how the inbox was migrated): so does `outboxkit inbox prune`.
 func (t opTx[TTx]) PruneInbox(ctx context.Context, consumer string, horizon time.Time, limit int) (int64, error) {
-	if t.s.o.InboxPartitioning != nil {
-		n, err := t.s.dropInboxPartitions(ctx, t.q, consumer, t.savepoint)
+	r, partitioned, err := t.s.migratedInboxRanges(ctx, t.q)
+	if err != nil {
+		return 0, stepErr("prune inbox", err)
+	}
+	if partitioned {
+		n, err := t.s.dropInboxPartitions(ctx, t.q, r, consumer, t.savepoint)
 		return n, stepErr("prune inbox", err)
 	}
 	n, err := t.q.exec(ctx, t.s.q.pruneInbox, pruneInboxParams{Consumer: consumer, Horizon: horizon, Limit: limit}.args()...)
