@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"log"
 	"testing"
+	"time"
 
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -151,3 +152,21 @@ func TestConformance(t *testing.T) {
 }
 
 // readme:end
+
+// partitionedInbox is docs/postgres.md's "Partitioned inbox" block.
+//
+//lint:ignore U1000 compiled for the docs' Go block, never called
+func partitionedInbox(ctx context.Context, pool *pgxpool.Pool) (*core.Inbox[pgx.Tx], error) {
+	// readme:begin docs/postgres.md
+	store, err := postgres.New(pool, &postgres.Options{
+		InboxPartitioning: &postgres.Partitioning{Interval: 7 * 24 * time.Hour, Ahead: 2},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.MigrateInbox(ctx); err != nil { // or Migrate
+		return nil, err
+	}
+	return core.NewInbox[pgx.Tx](ctx, store, nil)
+	// readme:end
+}
