@@ -367,6 +367,25 @@ func TestNotifyCoalesces(t *testing.T) {
 	require.ErrorIs(t, blocked.Notify(cctx), context.Canceled)
 }
 
+// Notify sends at most one NOTIFY per notifySpacing, however fast producers call it: a steady
+// stream of calls costs the server at most 500 NOTIFY transactions a second per Store.
+func TestNotifySpaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := migratedStore(t, dbOptions{}, nil)
+	began := time.Now()
+	for time.Since(began) < 200*time.Millisecond {
+		require.NoError(t, s.Notify(ctx))
+		time.Sleep(100 * time.Microsecond)
+	}
+	require.NoError(t, s.Flush(ctx))
+	elapsed := time.Since(began)
+	most := int64(elapsed/notifySpacing) + 2
+	sent := s.notifySent.Load()
+	require.LessOrEqual(t, sent, most, "%d NOTIFYs in %v", sent, elapsed)
+	require.GreaterOrEqual(t, sent, int64(10), "a steady stream of calls still notifies")
+}
+
 func drain(ch <-chan struct{}) {
 	for {
 		select {

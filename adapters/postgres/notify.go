@@ -10,8 +10,9 @@ import (
 // transaction committed. It returns at once: a background sender issues the NOTIFY from its own
 // small transaction (synchronous_commit off, one round trip), never inside a producer's
 // transaction, which would serialise producer commits. Calls that arrive while a NOTIFY is in
-// flight are merged into one more NOTIFY after it, so producers never wait for notifications
-// and the server sees at most one at a time per Store, whatever the commit rate. A failed
+// flight, or within notifySpacing (2 ms) of its start, are merged into one more NOTIFY after
+// it, so producers never wait for notifications and the server sees at most one at a time, and
+// at most 500 a second, per Store, whatever the commit rate. A failed
 // NOTIFY is logged; a lost notification only delays delivery until the relay's next poll. It
 // returns an error only when ctx is already done.
 func (s *Store[TTx]) Notify(ctx context.Context) error {
@@ -41,10 +42,22 @@ func (s *Store[TTx]) Flush(ctx context.Context) error {
 	return nil
 }
 
-// notifyLoop sends NOTIFY while notifications are pending, then exits.
+// notifySpacing is the least time between the starts of two NOTIFYs of one Store: calls that
+// arrive meanwhile are merged into the next. Back to back, a NOTIFY transaction per producer
+// commit took a fifth to a third of the producers' rate on 2 cores (BENCHMARKS.md, "Producer
+// overhead"); spaced, a wake-up waits at most this much longer.
+const notifySpacing = 2 * time.Millisecond
+
+// notifyLoop sends NOTIFY while notifications are pending, at most one per notifySpacing, then
+// exits.
 func (s *Store[TTx]) notifyLoop() {
 	for {
-		for s.notifyPending.Swap(false) {
+		for s.notifyPending.Load() {
+			if wait := notifySpacing - time.Duration(time.Now().UnixNano()-s.notifyLast.Load()); wait > 0 {
+				time.Sleep(wait)
+			}
+			s.notifyPending.Store(false)
+			s.notifyLast.Store(time.Now().UnixNano())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if _, err := s.db.exec(ctx, s.q.notify); err != nil {
 				s.log.Warn("postgres_notify_failed", "channel", s.n.rawChannel, "error", err)
@@ -54,7 +67,7 @@ func (s *Store[TTx]) notifyLoop() {
 			cancel()
 		}
 		s.notifyRunning.Store(false)
-		// A Notify between the last Swap and the Store above found a sender running and left
+		// A Notify between the last Load and the Store above found a sender running and left
 		// its notification pending: take over unless another sender already did.
 		if !s.notifyPending.Load() || !s.notifyRunning.CompareAndSwap(false, true) {
 			return

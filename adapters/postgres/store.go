@@ -42,6 +42,7 @@ type Store[TTx any] struct {
 
 	notifyPending, notifyRunning atomic.Bool
 	notifySent                   atomic.Int64 // NOTIFY statements sent (tests)
+	notifyLast                   atomic.Int64 // when the last NOTIFY began, Unix nanoseconds (notifySpacing)
 }
 
 // Interface checks.
