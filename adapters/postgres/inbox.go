@@ -13,7 +13,6 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/core/driver"
-	"github.com/outboxkit/outbox/internal/sqlfile"
 )
 
 // Horizon returns the consumer's retention horizon (zero when never pruned). It takes no lock:
@@ -135,16 +134,7 @@ func (s *Store[TTx]) dropInboxPartitions(ctx context.Context, q querier, r range
 		if part.hi.After(now) {
 			break // sorted by lower bound: the rest are not sealed either
 		}
-		id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
-		check, err := id.Expand(s.q.inboxPartitionCheck)
-		if err != nil {
-			return total, err
-		}
-		count, err := id.Expand(s.q.inboxPartitionCount)
-		if err != nil {
-			return total, err
-		}
-		drop, err := id.Expand(s.q.partitionDrop)
+		check, count, drop, err := s.partitionSQL(part, s.q.inboxPartitionCheck, s.q.inboxPartitionCount)
 		if err != nil {
 			return total, err
 		}

@@ -155,6 +155,20 @@ func (s *Store[TTx]) createPartition(ctx context.Context, q querier, p partition
 	return nil
 }
 
+// partitionSQL returns the check and count statements given and the drop statement, each for
+// partition part.
+func (s *Store[TTx]) partitionSQL(part partition, check, count string) (string, string, string, error) {
+	id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
+	var out [3]string
+	for i, sql := range []string{check, count, s.q.partitionDrop} {
+		var err error
+		if out[i], err = id.Expand(sql); err != nil {
+			return "", "", "", err
+		}
+	}
+	return out[0], out[1], out[2], nil
+}
+
 // listPartitions returns r's partitions by lower bound.
 func (s *Store[TTx]) listPartitions(ctx context.Context, q querier, r ranges) ([]partition, error) {
 	rs, err := q.query(ctx, s.q.partitions, partitionsParams{Parent: r.parent}.args()...)
@@ -213,16 +227,7 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p driver.PruneParams) (
 		if part.hi.After(now) || part.hi.After(p.PublishedBefore) {
 			break // partitions are sorted by lower bound: the rest are not sealed either
 		}
-		id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
-		check, err := id.Expand(s.q.partitionCheck)
-		if err != nil {
-			return total, err
-		}
-		count, err := id.Expand(s.q.partitionCount)
-		if err != nil {
-			return total, err
-		}
-		drop, err := id.Expand(s.q.partitionDrop)
+		check, count, drop, err := s.partitionSQL(part, s.q.partitionCheck, s.q.partitionCount)
 		if err != nil {
 			return total, err
 		}

@@ -158,40 +158,17 @@ func admin(tb testing.TB) *pgxpool.Pool {
 	return testDatabase(tb).pool
 }
 
-// newTestDB creates a schema in tb's own database, dropped when tb ends, and a pool on it.
+// newTestDB creates a schema in tb's own database, dropped when tb ends, and a pool on it
+// (o.DSN, a test server's address, is pointed at that database).
 func newTestDB(tb testing.TB, o dbOptions) *testDB {
 	tb.Helper()
-	ctx := context.Background()
-	a := admin(tb)
-	schema := randomName("okt_")
-	_, err := a.Exec(ctx, "CREATE SCHEMA "+quote(schema))
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		if _, err := a.Exec(context.Background(), "DROP SCHEMA "+quote(schema)+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	dsn := testDSN(tb)
-	if o.DSN != "" {
-		dsn = inTestDB(tb, o.DSN)
+	o.Admin = admin(tb)
+	if o.DSN == "" {
+		o.DSN = testDSN(tb)
+	} else {
+		o.DSN = inTestDB(tb, o.DSN)
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(tb, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = quote(schema)
-	if o.SyncCommit {
-		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-	}
-	if o.Mode != 0 {
-		cfg.ConnConfig.DefaultQueryExecMode = o.Mode
-	}
-	cfg.MaxConns = 8
-	if o.MaxConns > 0 {
-		cfg.MaxConns = o.MaxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(tb, err)
-	tb.Cleanup(pool.Close)
-	return &testDB{Schema: schema, Pool: pool}
+	return pgtest.NewDB(tb, o)
 }
 
 // migratedStore builds and migrates a pgx Store in a fresh schema.

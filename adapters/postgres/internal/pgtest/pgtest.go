@@ -71,7 +71,10 @@ type DB struct {
 
 // DBOptions configures NewDB's pool.
 type DBOptions struct {
-	DSN      string            // the pool's; default the test server's (DSN)
+	DSN string // the pool's; default the test server's (DSN)
+	// Admin creates and drops the schema, in its database (which DSN must name too); default
+	// Admin(tb), on the server's default database.
+	Admin    *pgxpool.Pool
 	Mode     pgx.QueryExecMode // default QueryExecModeCacheStatement
 	MaxConns int32             // default 8
 	// SyncCommit runs the connections with synchronous_commit on: the test server runs with it
@@ -84,7 +87,10 @@ type DBOptions struct {
 func NewDB(tb testing.TB, o DBOptions) *DB {
 	tb.Helper()
 	ctx := context.Background()
-	a := Admin(tb)
+	a := o.Admin
+	if a == nil {
+		a = Admin(tb)
+	}
 	schema := RandomName("okt_")
 	_, err := a.Exec(ctx, "CREATE SCHEMA "+Quote(schema))
 	require.NoError(tb, err)
