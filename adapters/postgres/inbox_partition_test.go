@@ -294,3 +294,34 @@ func TestInboxPartitionBusy(t *testing.T) {
 	_, err = in.Process(ctx, "c", inboxMsg("m", "p", t0), func(context.Context, pgx.Tx, core.InboxMessage) error { return nil })
 	require.ErrorIs(t, err, core.ErrBeyondRetention)
 }
+
+// TestInboxPartitionedLaterTransaction: a record committed by a transaction that began after
+// this one (so its processed_at is later than this transaction's now()) is still found: a
+// look-up that skipped the partitions after this transaction's start would miss it (shown
+// with such a look-up), and would apply a redelivery twice.
+func TestInboxPartitionedLaterTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := migratedStore(t, dbOptions{}, &Options{InboxPartitioning: &Partitioning{}})
+	rec := driver.InboxRecord{Consumer: "c", EventID: "k", Digest: [32]byte{1}, Outcome: core.Applied, OccurredAt: time.Now()}
+	err := s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		time.Sleep(20 * time.Millisecond)
+		if err := s.InTx(ctx, func(ctx context.Context, later pgx.Tx) error {
+			_, _, err := s.InsertRecord(ctx, later, rec)
+			return err
+		}); err != nil {
+			return err
+		}
+		var mine, theirs time.Time
+		if err := tx.QueryRow(ctx, `SELECT now(), (SELECT processed_at FROM `+s.n.inbox+` WHERE event_id = 'k')`).Scan(&mine, &theirs); err != nil {
+			return err
+		}
+		require.True(t, theirs.After(mine), "the record's processed_at %v is after this transaction's start %v", theirs, mine)
+		ex, inserted, err := s.InsertRecord(ctx, tx, rec)
+		require.NoError(t, err)
+		require.False(t, inserted, "the record of a later transaction was not found")
+		require.Equal(t, rec.Digest, ex.Digest)
+		return nil
+	})
+	require.NoError(t, err)
+}
