@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -324,4 +325,41 @@ func TestInboxPartitionedLaterTransaction(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// TestInboxLookupPlan: the look-up of a batch's records (InboxGetMany) probes the primary key
+// once per key in its generic plan (the one a prepared statement keeps after five runs), on a
+// plain and on a partitioned inbox whose records were never analysed: never a plan that reads
+// every record of the consumer at each call.
+func TestInboxLookupPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, part := range map[string]*Partitioning{"plain": nil, "partitioned": {}} {
+		s, d := migratedStore(t, dbOptions{}, &Options{InboxPartitioning: part})
+		_, err := d.pool.Exec(ctx, `INSERT INTO `+s.n.inbox+` (consumer, event_id, digest, outcome, occurred_at)
+			SELECT 'c', 'evt-' || g, sha256(g::text::bytea), 1, now() FROM generate_series(1, 20000) AS g`)
+		require.NoError(t, err)
+		conn, err := d.pool.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "PREPARE lookup(text, text, text[], text[]) AS "+s.q.inboxGetMany)
+		require.NoError(t, err)
+		const run = `EXECUTE lookup('c', '', '{"", ""}', '{evt-1, x}')`
+		for range 6 {
+			_, err = conn.Exec(ctx, run)
+			require.NoError(t, err)
+		}
+		var plan []string
+		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+run)
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan = append(plan, line)
+		}
+		require.NoError(t, rows.Err())
+		conn.Release()
+		text := strings.Join(plan, "\n")
+		require.NotContains(t, text, "Hash", "%s: %s", name, text)
+		require.Contains(t, text, "event_id = k.event_id", "%s: every key is an index condition\n%s", name, text)
+	}
 }

@@ -484,15 +484,21 @@ FROM unnest(:tenants::text[], :event_ids::text[], :digests::bytea[], :positions:
 ORDER BY event_id, tenant
 
 -- name: InboxGetMany
--- The records of consumer :consumer and source :source among the (tenant, event ID) pairs.
+-- The records of consumer :consumer and source :source among the (tenant, event ID) pairs: one
+-- primary key look-up per pair (in every partition of a partitioned inbox). The LATERAL
+-- subquery with its LIMIT keeps that shape in the generic plan, whatever the statistics: as a
+-- join, a plan made while the table (or the current partition) was small or not yet analysed
+-- hashed the pairs and read every record of the consumer, at each call.
 -- param: consumer string
 -- param: source string
 -- param: tenants []string
 -- param: event_ids []string
 SELECT i.source, i.tenant, i.event_id, i.digest, i.source_position, i.outcome, i.occurred_at, i.processed_at
-FROM {{inbox}} AS i JOIN unnest(:tenants::text[], :event_ids::text[]) AS k(tenant, event_id)
-	ON i.event_id = k.event_id AND i.tenant = k.tenant
-WHERE i.consumer = :consumer AND i.source = :source
+FROM unnest(:tenants::text[], :event_ids::text[]) AS k(tenant, event_id)
+CROSS JOIN LATERAL (
+	SELECT * FROM {{inbox}} AS i
+	WHERE i.consumer = :consumer AND i.event_id = k.event_id AND i.source = :source AND i.tenant = k.tenant
+	LIMIT 1) AS i
 
 -- name: InboxGetByID
 -- reconcile.InboxReader: the records of consumer :consumer among event IDs, of any source and
