@@ -108,89 +108,15 @@ func (s *Store[TTx]) PruneInbox(ctx context.Context, consumer string, before tim
 func (s *Store[TTx]) InboxPartitioned() bool { return s.o.InboxPartitioning != nil }
 
 // dropInboxPartitions is the deletion of PruneInbox on the partitioned inbox r, after the raise
-// of consumer's horizon. It drops, oldest first, every sealed partition (its range ends before
-// the database's current time, so a transaction that begins now writes elsewhere) all of whose
-// records occurred before their consumers' horizons (InboxPartitionCheck: what PruneInbox of
-// each consumer would delete), and returns how many records of consumer they held. A
-// partition is checked and counted in q without a lock, then, in a transaction of inTx,
-// checked again while holding an ACCESS EXCLUSIVE lock on the inbox (taken with a 5 s lock
-// timeout; it waits for every transaction that read or wrote the inbox, and inbox transactions
-// wait for the drop), and dropped. A partition whose lock timed out (an inbox transaction
-// lasted the whole timeout) is left for a later prune, so that no delivery in progress can
-// make a prune fail. Then, in another transaction of inTx, it creates partitions
-// ahead (EnsurePartitions). Records older than the horizon in a partition that is kept stay:
-// Horizon refuses their messages all the same.
+// of consumer's horizon: dropSealed of every partition all of whose records occurred before
+// their consumers' horizons (InboxPartitionCheck: what PruneInbox of each consumer would
+// delete), under the inbox's lock, counting the records of consumer. A partition whose lock
+// timed out (an inbox transaction lasted the whole timeout) is left for a later prune, so that
+// no delivery in progress can make a prune fail. Records older than the horizon in a partition
+// that is kept stay: Horizon refuses their messages all the same.
 func (s *Store[TTx]) dropInboxPartitions(ctx context.Context, q querier, r ranges, consumer string, inTx func(context.Context, func(context.Context, querier) error) error) (int64, error) {
-	parts, err := s.listPartitions(ctx, q, r)
-	if err != nil {
-		return 0, err
-	}
-	var now time.Time
-	if err := queryRow(ctx, q, s.q.now, nil, &now); err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, part := range parts {
-		if part.hi.After(now) {
-			break // sorted by lower bound: the rest are not sealed either
-		}
-		check, count, drop, err := s.partitionSQL(part, s.q.inboxPartitionCheck, s.q.inboxPartitionCount)
-		if err != nil {
-			return total, err
-		}
-		var ok bool
-		if err := queryRow(ctx, q, check, nil, &ok); err != nil {
-			return total, fmt.Errorf("check %s: %w", part.name, err)
-		}
-		if !ok {
-			continue
-		}
-		var rows int64
-		if err := queryRow(ctx, q, count, inboxPartitionCountParams{Consumer: consumer}.args(), &rows); err != nil {
-			return total, fmt.Errorf("count %s: %w", part.name, err)
-		}
-		dropped := false
-		err = inTx(ctx, func(ctx context.Context, q querier) error {
-			dropped = false
-			if _, err := q.exec(ctx, s.q.partitionLockTimeout); err != nil {
-				return err
-			}
-			if _, err := q.exec(ctx, s.q.inboxLockTable); err != nil {
-				return err
-			}
-			var ok bool
-			if err := queryRow(ctx, q, check, nil, &ok); err != nil || !ok {
-				return err
-			}
-			if _, err := q.exec(ctx, drop); err != nil {
-				return err
-			}
-			dropped = true
-			return nil
-		})
-		if pg := pgError(err); pg != nil && pg.Code == "55P03" { // lock_not_available: the lock timeout
-			s.log.Info("postgres_inbox_partition_busy", "partition", part.name, "consumer", consumer,
-				"reason", "an inbox transaction held the inbox for the whole lock timeout; a later prune drops it")
-			continue
-		}
-		if err != nil {
-			return total, fmt.Errorf("drop %s: %w", part.name, err)
-		}
-		if dropped {
-			total += rows
-			s.log.Info("postgres_inbox_partition_dropped", "partition", part.name, "consumer", consumer, "consumer_records", rows)
-		}
-	}
-	err = inTx(ctx, func(ctx context.Context, q querier) error {
-		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
-			return err
-		}
-		return s.ensurePartitions(ctx, q, r)
-	})
-	if err != nil {
-		return total, fmt.Errorf("ensure partitions: %w", err)
-	}
-	return total, nil
+	return s.dropSealed(ctx, q, sealedDrop{r: r, check: s.q.inboxPartitionCheck, count: s.q.inboxPartitionCount,
+		countArgs: inboxPartitionCountParams{Consumer: consumer}.args(), lock: s.q.inboxLockTable, skipBusy: true}, inTx)
 }
 
 // LockVersions implements driver.InboxBatchStore: the rows of entities locked FOR UPDATE in

@@ -204,32 +204,42 @@ func (s *Store[TTx]) inboxLayout() string {
 	return inboxLayoutPrefix + s.o.InboxPartitioning.Interval.String()
 }
 
-// migratedInboxRanges returns the inbox's partitioning as it was migrated (its kind and
-// comment), whatever the options say: ok is false for a plain inbox. Ahead is the default.
-func (s *Store[TTx]) migratedInboxRanges(ctx context.Context, q querier) (ranges, bool, error) {
-	if r, ok := s.inboxRanges(); ok {
-		return r, true, nil
-	}
+// inboxMigrated reads how the inbox was migrated (its kind and comment): whether it exists, and
+// its partitioning (nil for a plain inbox; Ahead is the default). A partitioned inbox whose
+// comment does not say how is an error wrapping core.ErrSchemaMismatch.
+func (s *Store[TTx]) inboxMigrated(ctx context.Context, q querier) (bool, *Partitioning, error) {
 	st, err := s.migrateStatements()
 	if err != nil {
-		return ranges{}, false, err
+		return false, nil, err
 	}
 	var kind, comment string
 	err = queryRow(ctx, q, st.Get("InboxLayout"), []any{s.n.inbox}, &kind, &comment)
-	if errors.Is(err, errNoRows) || (err == nil && kind != "p") {
-		return ranges{}, false, nil
-	}
-	if err != nil {
-		return ranges{}, false, err
+	switch {
+	case errors.Is(err, errNoRows):
+		return false, nil, nil
+	case err != nil:
+		return false, nil, err
+	case kind != "p":
+		return true, nil, nil
 	}
 	rest, ok := strings.CutPrefix(comment, inboxLayoutPrefix)
 	iv, perr := time.ParseDuration(rest)
 	if !ok || perr != nil {
-		return ranges{}, false, fmt.Errorf("%w: inbox %s is partitioned but its comment %q does not say how (it was not migrated by outboxkit)",
+		return true, nil, fmt.Errorf("%w: inbox %s is partitioned but its comment %q does not say how (it was not migrated by outboxkit)",
 			core.ErrSchemaMismatch, s.n.inbox, comment)
 	}
 	p, err := resolvePartitioning("InboxPartitioning", &Partitioning{Interval: iv})
-	if err != nil {
+	return true, p, err
+}
+
+// migratedInboxRanges returns the inbox's partitions: the options', or else as the inbox was
+// migrated (inboxMigrated); ok is false for a plain inbox.
+func (s *Store[TTx]) migratedInboxRanges(ctx context.Context, q querier) (ranges, bool, error) {
+	if r, ok := s.inboxRanges(); ok {
+		return r, true, nil
+	}
+	_, p, err := s.inboxMigrated(ctx, q)
+	if err != nil || p == nil {
 		return ranges{}, false, err
 	}
 	return ranges{parent: s.n.inbox, raw: s.n.rawInbox, Partitioning: *p}, true, nil
@@ -239,28 +249,21 @@ func (s *Store[TTx]) migratedInboxRanges(ctx context.Context, q querier) (ranges
 // core.ErrSchemaMismatch when it exists with another layout than the options ask for
 // (Options.InboxPartitioning).
 func (s *Store[TTx]) checkInboxLayout(ctx context.Context, q querier) (bool, error) {
-	st, err := s.migrateStatements()
-	if err != nil {
-		return false, err
+	exists, p, err := s.inboxMigrated(ctx, q)
+	if err != nil || !exists {
+		return exists, err
 	}
-	var kind, comment string
-	err = queryRow(ctx, q, st.Get("InboxLayout"), []any{s.n.inbox}, &kind, &comment)
-	if errors.Is(err, errNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	switch want := s.inboxLayout(); {
-	case kind == "p" && want == "":
-		return true, fmt.Errorf("%w: inbox %s is partitioned (%s), options ask for a plain table: set Options.InboxPartitioning as it was migrated",
-			core.ErrSchemaMismatch, s.n.inbox, comment)
-	case kind != "p" && want != "":
+	want := s.o.InboxPartitioning
+	switch {
+	case p != nil && want == nil:
+		return true, fmt.Errorf("%w: inbox %s is partitioned (interval %s), options ask for a plain table: set Options.InboxPartitioning as it was migrated",
+			core.ErrSchemaMismatch, s.n.inbox, p.Interval)
+	case p == nil && want != nil:
 		return true, fmt.Errorf("%w: inbox %s is a plain table, options ask for Options.InboxPartitioning: an inbox is partitioned when it is first migrated (use another InboxTable, or leave InboxPartitioning nil)",
 			core.ErrSchemaMismatch, s.n.inbox)
-	case want != "" && comment != want:
-		return true, fmt.Errorf("%w: inbox %s was migrated as %q, options ask for %q",
-			core.ErrSchemaMismatch, s.n.inbox, comment, want)
+	case p != nil && p.Interval != want.Interval:
+		return true, fmt.Errorf("%w: inbox %s was migrated with partitions of %s, options ask for %s",
+			core.ErrSchemaMismatch, s.n.inbox, p.Interval, want.Interval)
 	}
 	return true, nil
 }

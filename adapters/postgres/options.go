@@ -108,8 +108,8 @@ type Options struct {
 // (later ones, the pending table and the settle log's indexes); statements that find rows by
 // seq (Settle) probe every partition. Of the inbox: see "Partitioned inbox" in the package
 // documentation. Of both: an insert fails when no partition covers its time, so
-// EnsurePartitions (or CleanupOutbox, or Inbox.Prune) must run at least once every Ahead
-// intervals.
+// EnsurePartitions (or CleanupOutbox for the outbox, Inbox.Prune for the inbox) must run at
+// least once every Ahead intervals.
 type Partitioning struct {
 	// Interval is the time range of one partition: a whole number of hours, at most 31 days.
 	// Default 24h (daily partitions starting at midnight UTC).

@@ -79,28 +79,33 @@ func tsLiteral(t time.Time) string { return "'" + t.UTC().Format("2006-01-02 15:
 
 // EnsurePartitions creates, for each partitioned table (Options.Partitioning,
 // Options.InboxPartitioning), the partition holding the database's current time and the Ahead
-// partitions after it, unless they exist. Migrate, MigrateInbox, DropPartitions (hence
-// core.CleanupOutbox) and the partitioned inbox's PruneInbox call it; run one of them at least
-// once every Ahead intervals, or inserts fail once time passes the last partition. Creating a
+// partitions after it, unless they exist. Migrate does it for both tables, MigrateInbox and the
+// partitioned inbox's PruneInbox (hence Inbox.Prune) for the inbox, DropPartitions (hence
+// core.CleanupOutbox) for the outbox; run one of them for each table at least once every Ahead
+// intervals, or inserts fail once time passes its last partition. Creating a
 // partition briefly locks its table exclusively (once per interval). It does nothing when no
 // table is partitioned.
 func (s *Store[TTx]) EnsurePartitions(ctx context.Context) error {
-	if s.o.Partitioning == nil && s.o.InboxPartitioning == nil {
+	parts := s.partitioned()
+	if len(parts) == 0 {
 		return nil
 	}
-	err := s.withTx(ctx, func(ctx context.Context, q querier) error {
-		if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
+	if err := s.withTx(ctx, func(ctx context.Context, q querier) error { return s.ensureLocked(ctx, q, parts...) }); err != nil {
+		return fmt.Errorf("postgres: ensure partitions: %w", classify(err))
+	}
+	return nil
+}
+
+// ensureLocked takes Migrate's lock in q's transaction and creates the partitions ahead of each
+// of parts.
+func (s *Store[TTx]) ensureLocked(ctx context.Context, q querier, parts ...ranges) error {
+	if _, err := q.exec(ctx, s.q.migrateLock, migrateLockParams{Key: s.n.migrateKey}.args()...); err != nil {
+		return err
+	}
+	for _, r := range parts {
+		if err := s.ensurePartitions(ctx, q, r); err != nil {
 			return err
 		}
-		for _, r := range s.partitioned() {
-			if err := s.ensurePartitions(ctx, q, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("postgres: ensure partitions: %w", classify(err))
 	}
 	return nil
 }
@@ -155,20 +160,6 @@ func (s *Store[TTx]) createPartition(ctx context.Context, q querier, p partition
 	return nil
 }
 
-// partitionSQL returns the check and count statements given and the drop statement, each for
-// partition part.
-func (s *Store[TTx]) partitionSQL(part partition, check, count string) (string, string, string, error) {
-	id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
-	var out [3]string
-	for i, sql := range []string{check, count, s.q.partitionDrop} {
-		var err error
-		if out[i], err = id.Expand(sql); err != nil {
-			return "", "", "", err
-		}
-	}
-	return out[0], out[1], out[2], nil
-}
-
 // listPartitions returns r's partitions by lower bound.
 func (s *Store[TTx]) listPartitions(ctx context.Context, q querier, r ranges) ([]partition, error) {
 	rs, err := q.query(ctx, s.q.partitions, partitionsParams{Parent: r.parent}.args()...)
@@ -209,71 +200,122 @@ func (s *Store[TTx]) DropPartitions(ctx context.Context, p driver.PruneParams) (
 	if !ok {
 		return 0, nil
 	}
-	parts, err := s.listPartitions(ctx, s.db, r)
-	if err != nil {
-		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
-	}
-	var now time.Time
-	if err := queryRow(ctx, s.db, s.q.now, nil, &now); err != nil {
-		return 0, fmt.Errorf("postgres: drop partitions: %w", classify(err))
-	}
 	below := p.BelowSeq
 	if below <= 0 {
 		below = math.MaxInt64
 	}
-	cut := occurredIn(p.PublishedBefore)
-	total := 0
+	args := partitionCheckParams{Before: occurredIn(p.PublishedBefore), Below: below}.args()
+	n, err := s.dropSealed(ctx, s.db, sealedDrop{r: r, until: p.PublishedBefore, check: s.q.partitionCheck, checkArgs: args,
+		count: s.q.partitionCount, lock: s.q.partitionLockOutbox,
+		afterDrop: func(ctx context.Context, q querier, part partition) error {
+			_, err := q.exec(ctx, s.q.partitionIDs, partitionIDsParams{From: part.lo, To: part.hi}.args()...)
+			return err
+		}}, s.withTx)
+	if err != nil {
+		return int(n), fmt.Errorf("postgres: drop partitions: %w", classify(err))
+	}
+	return int(n), nil
+}
+
+// sealedDrop is what dropSealed needs to know of one partitioned table.
+type sealedDrop struct {
+	r     ranges
+	until time.Time // zero, or only partitions that end by then
+	// check (with checkArgs) tells whether a partition ({{partition}}) holds only rows that
+	// may go, with index lookups only; count (with countArgs) counts the rows reported.
+	check, count         string
+	checkArgs, countArgs []any
+	lock                 string // locks the partitioned table in ACCESS EXCLUSIVE mode
+	// afterDrop, when set, runs in the dropping transaction after the drop.
+	afterDrop func(ctx context.Context, q querier, part partition) error
+	// skipBusy leaves a partition whose lock timed out for a later call instead of failing.
+	skipBusy bool
+}
+
+// dropSealed drops, oldest first, every sealed partition of d.r (its range ends by the
+// database's current time, and by d.until when set, so no new transaction writes to it) whose
+// check holds, and returns the rows count found in the dropped ones. Each partition is checked
+// and counted in q without a lock, then, in a transaction of inTx, checked again while holding
+// d.lock (taken with a 5 s lock timeout: it waits for every transaction that wrote the table,
+// so a late row is either seen by the check or fails for want of a partition; writers wait for
+// the drop), and dropped. Then, in another transaction of inTx, it creates partitions ahead.
+func (s *Store[TTx]) dropSealed(ctx context.Context, q querier, d sealedDrop, inTx func(context.Context, func(context.Context, querier) error) error) (int64, error) {
+	parts, err := s.listPartitions(ctx, q, d.r)
+	if err != nil {
+		return 0, err
+	}
+	var now time.Time
+	if err := queryRow(ctx, q, s.q.now, nil, &now); err != nil {
+		return 0, err
+	}
+	var total int64
 	for _, part := range parts {
-		if part.hi.After(now) || part.hi.After(p.PublishedBefore) {
+		if part.hi.After(now) || (!d.until.IsZero() && part.hi.After(d.until)) {
 			break // partitions are sorted by lower bound: the rest are not sealed either
 		}
-		check, count, drop, err := s.partitionSQL(part, s.q.partitionCheck, s.q.partitionCount)
+		id := sqlfile.Idents{"partition": part.qualified(s.n.schema)}
+		check, err := id.Expand(d.check)
+		if err != nil {
+			return total, err
+		}
+		count, err := id.Expand(d.count)
+		if err != nil {
+			return total, err
+		}
+		drop, err := id.Expand(s.q.partitionDrop)
 		if err != nil {
 			return total, err
 		}
 		var ok bool
-		if err := queryRow(ctx, s.db, check, partitionCheckParams{Before: cut, Below: below}.args(), &ok); err != nil {
-			return total, fmt.Errorf("postgres: drop partitions: check %s: %w", part.name, err)
+		if err := queryRow(ctx, q, check, d.checkArgs, &ok); err != nil {
+			return total, fmt.Errorf("check %s: %w", part.name, err)
 		}
 		if !ok {
 			continue
 		}
 		var rows int64
-		if err := queryRow(ctx, s.db, count, nil, &rows); err != nil {
-			return total, fmt.Errorf("postgres: drop partitions: count %s: %w", part.name, err)
+		if err := queryRow(ctx, q, count, d.countArgs, &rows); err != nil {
+			return total, fmt.Errorf("count %s: %w", part.name, err)
 		}
 		dropped := false
-		err = s.withTx(ctx, func(ctx context.Context, q querier) error {
+		err = inTx(ctx, func(ctx context.Context, q querier) error {
 			dropped = false
 			if _, err := q.exec(ctx, s.q.partitionLockTimeout); err != nil {
 				return err
 			}
-			if _, err := q.exec(ctx, s.q.partitionLockOutbox); err != nil {
+			if _, err := q.exec(ctx, d.lock); err != nil {
 				return err
 			}
 			var ok bool
-			if err := queryRow(ctx, q, check, partitionCheckParams{Before: cut, Below: below}.args(), &ok); err != nil || !ok {
+			if err := queryRow(ctx, q, check, d.checkArgs, &ok); err != nil || !ok {
 				return err
 			}
 			if _, err := q.exec(ctx, drop); err != nil {
 				return err
 			}
-			if _, err := q.exec(ctx, s.q.partitionIDs, partitionIDsParams{From: part.lo, To: part.hi}.args()...); err != nil {
-				return err
+			if d.afterDrop != nil {
+				if err := d.afterDrop(ctx, q, part); err != nil {
+					return err
+				}
 			}
 			dropped = true
 			return nil
 		})
+		if pg := pgError(err); d.skipBusy && pg != nil && pg.Code == "55P03" { // lock_not_available: the lock timeout
+			s.log.Info("postgres_partition_busy", "partition", part.name,
+				"reason", "a transaction held the table for the whole lock timeout; a later prune drops it")
+			continue
+		}
 		if err != nil {
-			return total, fmt.Errorf("postgres: drop partitions: %s: %w", part.name, err)
+			return total, fmt.Errorf("drop %s: %w", part.name, err)
 		}
 		if dropped {
-			total += int(rows)
+			total += rows
 			s.log.Info("postgres_partition_dropped", "partition", part.name, "rows", rows)
 		}
 	}
-	if err := s.EnsurePartitions(ctx); err != nil {
-		return total, fmt.Errorf("postgres: drop partitions: %w", classify(err))
+	if err := inTx(ctx, func(ctx context.Context, q querier) error { return s.ensureLocked(ctx, q, d.r) }); err != nil {
+		return total, fmt.Errorf("ensure partitions: %w", err)
 	}
 	return total, nil
 }
