@@ -55,8 +55,11 @@ const (
 	// inbox and operator cases that count pruned records accept fewer (records older than the
 	// horizon may stay), and check the retention rule as for every inbox.
 	PartitionedInbox
+	// IngressCounter is driver.IngressCounter (delivery/ingress): the count grows with every
+	// record committed, and the relay's marks do not lower it.
+	IngressCounter
 
-	lastCapability = PartitionedInbox
+	lastCapability = IngressCounter
 )
 
 var capabilityNames = map[Capability]string{
@@ -76,6 +79,7 @@ var capabilityNames = map[Capability]string{
 	InboxReader:        "reconcile.InboxReader",
 	LogReleaser:        "driver.LogReleaser",
 	PartitionedInbox:   "driver.PartitionedInbox",
+	IngressCounter:     "driver.IngressCounter",
 }
 
 var capabilityConsts = map[Capability]string{
@@ -84,7 +88,7 @@ var capabilityConsts = map[Capability]string{
 	InboxBatchStore: "InboxBatchStore", PartitionPruner: "PartitionPruner",
 	CheckpointStore: "CheckpointStore", Liveness: "Liveness", CheckpointReleaser: "CheckpointReleaser",
 	AuditWriter: "AuditWriter", InboxReader: "InboxReader", LogReleaser: "LogReleaser",
-	PartitionedInbox: "PartitionedInbox",
+	PartitionedInbox: "PartitionedInbox", IngressCounter: "IngressCounter",
 }
 
 // Has reports whether every capability of x is in c.
@@ -171,6 +175,8 @@ func implemented[TTx any](a Adapter[TTx]) Capability {
 	set(InboxReader, ok)
 	_, ok = v.(driver.PartitionedInbox)
 	set(PartitionedInbox, ok)
+	_, ok = v.(driver.IngressCounter)
+	set(IngressCounter, ok)
 	return c
 }
 

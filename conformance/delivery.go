@@ -21,6 +21,7 @@ func deliveryCases[TTx any]() []tcase[TTx] {
 		{name: "crash-restart", lanes: 4, run: testDeliveryCrash[TTx]},
 		{name: "delete-on-publish", lanes: 4, run: testDeliveryDelete[TTx]},
 		{name: "wakeup", lanes: 4, run: testDeliveryWakeup[TTx]},
+		{name: "ingress", lanes: 4, run: testDeliveryIngress[TTx]},
 	}
 }
 
@@ -341,4 +342,52 @@ func (e *env[TTx]) writeKeys(prefix string, keys, perKey int) (map[string][]stri
 		}
 	}
 	return want, all
+}
+
+// testDeliveryIngress: driver.IngressCounter, the producers' count the relay's adaptive drain
+// reads, grows by at least the records of each committed transaction, and the relay's marks
+// do not lower it.
+func testDeliveryIngress[TTx any](e *env[TTx]) {
+	if !e.h.Capabilities.Has(IngressCounter) {
+		e.notOffered("driver.IngressCounter (Harness.Capabilities): the relay's adaptive drain never limits its rate")
+		return
+	}
+	ic := capable[driver.IngressCounter](e, IngressCounter)
+	read := func() uint64 {
+		e.t.Helper()
+		n, err := ic.Ingress(e.ctx)
+		e.must(err, "Ingress")
+		return n
+	}
+	n0 := read()
+	var evs []core.Event
+	for i := range 5 {
+		evs = append(evs, event(fmt.Sprintf("in-%d", i%2), i))
+	}
+	e.write(evs...)
+	n1 := read()
+	if n1 < n0+5 {
+		e.fatalf("Ingress: %d before a committed transaction of 5 records, %d after; want at least %d", n0, n1, n0+5)
+	}
+	err := e.a.InTx(e.ctx, func(ctx context.Context, tx TTx) error {
+		if _, err := e.ob.Write(ctx, tx, event("in-rolled", 0)); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		e.fatalf("a rolled-back write: %v", err)
+	}
+	e.write(event("in-0", 5), event("in-1", 6))
+	n2 := read()
+	if n2 < n1+2 {
+		e.fatalf("Ingress: %d, then %d after a rolled-back and a committed transaction of 2 records; want at least %d", n1, n2, n1+2)
+	}
+	sink := NewSink()
+	r := e.startRelay(e.a, sink, nil)
+	e.waitSettled()
+	e.must(r.stop(), "stop the relay")
+	if n3 := read(); n3 < n2 {
+		e.fatalf("Ingress: %d before the relay marked every record published, %d after; marks must not lower it", n2, n3)
+	}
 }

@@ -18,7 +18,8 @@ import (
 //   - delivery: at-least-once, order, rolled-back, crash-restart, delete-on-publish, wakeup
 //     (with driver.Waker and driver.Notifier: Outbox.Notify wakes a relay that polls once an
 //     hour, and with driver.Flusher Outbox.Flush returns nil; without both: Notify returns nil
-//     and a relay delivers by polling)
+//     and a relay delivers by polling), ingress (with driver.IngressCounter: the count grows
+//     by the records of each committed transaction, and marks do not lower it)
 //   - retry: fetch-blocking, holds-key, park-unpark, permanent, prefix-violation, sink-down
 //   - cleanup: retention, below-seq, batches
 //   - operator (core.Operator on a driver.OperatorStore): replay (Replay in seq order and its

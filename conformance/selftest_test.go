@@ -56,7 +56,7 @@ func TestSuite(t *testing.T) {
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
 	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader |
-	conformance.CheckpointReleaser | conformance.AuditWriter
+	conformance.CheckpointReleaser | conformance.AuditWriter | conformance.IngressCounter
 
 // harness is the memory adapter's harness; wrap, when not nil, wraps each store New returns
 // as one of the broken variants.

@@ -50,22 +50,27 @@ type RelayOptions struct {
 	// period t the relay sends at most BatchSize + MaxRate × t records. A catch-up then drains
 	// a backlog at that pace and leaves the database's time to the producers writing meanwhile
 	// (BENCHMARKS.md "Capacity model"). A Shutdown during the wait does not send the batch.
-	// Default 0: no limit.
+	// Default 0: no cap (the adaptive drain, FixedRate, still limits a catch-up while producers
+	// write).
 	MaxRate int
-	// AdaptiveRate lets the relay find its own rate during a catch-up, so that the producers
-	// writing meanwhile keep theirs without a MaxRate set by hand: it holds the database time
-	// the relay takes (its Store.Fetch and Store.Settle calls, waits included, summed over
-	// its loops) to 0.4 s per second. Every second in which the relay took more, its rate
-	// becomes what it achieved times 0.4 / the time taken (never below one batch per second);
-	// below 0.3 a limit grows again by a fifth plus a batch, up to MaxRate (the ceiling when
-	// set) or unlimited. That time grows with the relay's rate and with how long the
-	// database makes each statement wait, which the producers share; a slow broker lengthens
-	// sends, which do not count, and is never taken for a busy database.
-	// RelayStats.RateLimit and RateCuts show what it did. Failure modes: a database made
-	// slow by something else (a vacuum, a backup, a neighbour) also slows the drain, and a
-	// database so large that 40% of one connection's time drains slower than the producers
-	// write needs a MaxRate instead. Default false.
-	AdaptiveRate bool
+	// FixedRate turns the adaptive drain off: the relay then sends as fast as the store and
+	// the sink allow, up to MaxRate. By default, while producers write to the outbox, a
+	// catch-up leaves them the database: the relay holds the database time it takes (its
+	// Store.Fetch and Store.Settle calls, waits included, summed over its loops) to 0.4 s per
+	// second. Every second in which it took more, its rate becomes what it achieved times
+	// 0.4 / the time taken, but never below 3 times the producers' rate (so the backlog
+	// drains while they write) nor one batch per second; below 0.3 a limit grows again by a
+	// fifth plus a batch, up to MaxRate (the ceiling when set) or unlimited. While nobody
+	// writes, nothing is limited: a drain alone takes the database. The producers' rate is
+	// read once a second from the store (driver.IngressCounter, which every adapter of this
+	// module implements); a store without it is never limited. The database time grows with
+	// the relay's rate and with how long the database makes each statement wait, which the
+	// producers share; a slow broker lengthens sends, which do not count, and is never taken
+	// for a busy database. RelayStats.RateLimit and RateCuts show what it did. Failure modes: a
+	// database made slow by something else (a vacuum, a backup, a neighbour) also slows the
+	// drain while producers write, and a drain at 3 times their rate may still take more than
+	// 0.4 s per second (the producers then share the database with it). Default false.
+	FixedRate bool
 	// Retry decides backoff and parking of failed events. NewRelay refuses a policy that
 	// RetryPolicy.Check refuses.
 	Retry RetryPolicy
@@ -137,13 +142,13 @@ type RelayStats struct {
 	// can exceed the time the relay ran). Divide by Fetches (or Sends) for the time per batch.
 	Fetches                         uint64
 	FetchTime, SendTime, SettleTime time.Duration
-	// PaceTime is the time the loops waited for RelayOptions.MaxRate's budget (or
-	// AdaptiveRate's), summed over every loop: a PaceTime that grows with the run says the
+	// PaceTime is the time the loops waited for RelayOptions.MaxRate's budget (or the
+	// adaptive drain's), summed over every loop: a PaceTime that grows with the run says the
 	// limit holds the relay back.
 	PaceTime time.Duration
-	// RateLimit is the records per second that RelayOptions.AdaptiveRate allows now: MaxRate
-	// while it has not cut below it, 0 without a MaxRate and no cut in force (and always 0
-	// without AdaptiveRate). RateCuts is how many times it cut the rate.
+	// RateLimit is the records per second that the adaptive drain (RelayOptions.FixedRate)
+	// allows now: MaxRate while it has not cut below it, 0 without a MaxRate and no limit in
+	// force (and always 0 with FixedRate). RateCuts is how many times it cut the rate.
 	RateLimit float64
 	RateCuts  uint64
 }
@@ -176,8 +181,8 @@ type Relay struct {
 	openLoops atomic.Int32 // loops whose breaker is open; the relay's breaker is open when > 0
 
 	inst  *relayInstruments
-	pace  *rate.Limiter // MaxRate's (and AdaptiveRate's) budget; nil without either
-	ctl   *rateControl  // AdaptiveRate's law; nil without it
+	pace  *rate.Limiter // MaxRate's and the adaptive drain's budget; nil with neither
+	ctl   *rateControl  // the adaptive drain's law; nil with FixedRate
 	stats struct {
 		settleCounters
 		sends, claimLost atomic.Uint64
@@ -249,7 +254,7 @@ func NewRelay(store driver.RelayStore, sink Sink, router Router, opts *RelayOpti
 		pace = rate.NewLimiter(rate.Limit(o.MaxRate), o.BatchSize)
 	}
 	var ctl *rateControl
-	if o.AdaptiveRate {
+	if !o.FixedRate {
 		if pace == nil {
 			pace = rate.NewLimiter(rate.Inf, o.BatchSize)
 		}
@@ -383,6 +388,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		})
 	}
+	if ic, ok := r.store.(driver.IngressCounter); ok && r.ctl != nil {
+		wg.Go(func() { r.readIngress(ctx, quit, ic) })
+	}
 	defer func() {
 		close(quit)
 		wg.Wait()
@@ -405,6 +413,35 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.log.Info("relay_drained")
 	}
 	return nil
+}
+
+// readIngress gives the adaptive drain the producers' rate: it reads ic once per window until
+// ctx ends or quit closes. A failed reading counts as none (nothing is limited until readings
+// succeed again); it is logged once until one succeeds.
+func (r *Relay) readIngress(ctx context.Context, quit <-chan struct{}, ic driver.IngressCounter) {
+	t := time.NewTicker(adaptiveWindow)
+	defer t.Stop()
+	failing := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, adaptiveWindow)
+		n, err := ic.Ingress(rctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		r.ctl.ingress(time.Now(), n, err == nil)
+		if err != nil && !failing {
+			r.log.Warn("relay_ingress_unavailable", "error", err)
+		}
+		failing = err != nil
+		select {
+		case <-ctx.Done():
+			return
+		case <-quit:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // loop is one of the relay's InFlight delivery loops: it delivers the held lanes l with

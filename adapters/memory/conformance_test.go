@@ -19,7 +19,7 @@ var _ reconcile.InboxReader = (*memory.Store)(nil)
 const memoryCapabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore | conformance.LaneResizer |
 	conformance.SingleWriter | conformance.LaneInserter | conformance.CheckpointStore |
 	conformance.LogReleaser | conformance.InboxBatchStore | conformance.InboxReader |
-	conformance.CheckpointReleaser | conformance.AuditWriter
+	conformance.CheckpointReleaser | conformance.AuditWriter | conformance.IngressCounter
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness[*memory.Tx]{

@@ -280,3 +280,14 @@ func abs(v int64) int64 {
 	}
 	return v
 }
+
+// Ingress implements driver.IngressCounter: the highest seq given to a record (its
+// transaction may not have committed yet).
+func (s *Store) Ingress(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memory: ingress: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return uint64(s.seq), nil
+}

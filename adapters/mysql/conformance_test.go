@@ -20,7 +20,7 @@ var _ reconcile.InboxReader = (*mysql.Store)(nil)
 const capabilities = conformance.Notifier | conformance.Waker | conformance.OperatorStore |
 	conformance.LaneResizer | conformance.LaneInserter | conformance.CheckpointStore |
 	conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
-	conformance.InboxReader
+	conformance.InboxReader | conformance.IngressCounter
 
 func harness(strategy mysql.ClaimStrategy) conformance.Harness[*sql.Tx] {
 	return conformance.Harness[*sql.Tx]{

@@ -27,6 +27,11 @@ INSERT INTO {{meta}} (name, value) VALUES (:name, :value) ON DUPLICATE KEY UPDAT
 -- name: LaneCount
 SELECT value FROM {{meta}} WHERE name = 'lanes'
 
+-- name: Ingress
+-- The relay's reading of the producers' rate (driver.IngressCounter): the highest seq committed,
+-- the last entry of the primary key.
+SELECT coalesce(max(seq), 0) FROM {{outbox}}
+
 -- name: LaneInsert
 -- Followed by LaneRow per lane, joined with commas.
 INSERT IGNORE INTO {{lanes}} (lane) VALUES

@@ -12,6 +12,7 @@ type statements struct {
 	metaGet                    string
 	metaPut                    string
 	laneCount                  string
+	ingress                    string
 	laneInsert                 string
 	laneRow                    string
 	insertPrefix               string
@@ -123,6 +124,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		metaGet:                    st.Get("MetaGet"),
 		metaPut:                    st.Get("MetaPut"),
 		laneCount:                  st.Get("LaneCount"),
+		ingress:                    st.Get("Ingress"),
 		laneInsert:                 st.Get("LaneInsert"),
 		laneRow:                    st.Get("LaneRow"),
 		insertPrefix:               st.Get("InsertPrefix"),

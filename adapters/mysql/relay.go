@@ -455,3 +455,13 @@ func queryInt64s(ctx context.Context, q querier, query string, args ...any) ([]i
 	}
 	return out, rows.Err()
 }
+
+// Ingress implements driver.IngressCounter: the highest seq committed to the outbox (0 when
+// it is empty), the last entry of its primary key.
+func (s *Store) Ingress(ctx context.Context) (uint64, error) {
+	var v int64
+	if err := s.db.QueryRowContext(ctx, s.q.ingress).Scan(&v); err != nil {
+		return 0, wrap("ingress", err)
+	}
+	return uint64(v), nil
+}

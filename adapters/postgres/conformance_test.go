@@ -32,7 +32,7 @@ const capabilities = conformance.Notifier | conformance.Waker | conformance.Flus
 	conformance.OperatorStore | conformance.LaneResizer | conformance.LaneInserter |
 	conformance.InboxBatchStore | conformance.PartitionPruner | conformance.CheckpointStore |
 	conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
-	conformance.InboxReader | conformance.PartitionedInbox
+	conformance.InboxReader | conformance.PartitionedInbox | conformance.IngressCounter
 
 // pools maps each store a harness's New returned to its pool or *sql.DB (Harness.Reopen).
 var pools sync.Map

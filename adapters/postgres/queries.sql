@@ -77,6 +77,11 @@ INSERT INTO {{lanes}} (lane) SELECT g FROM generate_series(0, {{value}} - 1) AS 
 -- name: LaneCount
 SELECT count(*) FROM {{lanes}}
 
+-- name: Ingress
+-- The relay's reading of the producers' rate (driver.IngressCounter): the highest seq committed,
+-- the last entry of the primary key.
+SELECT coalesce(max(seq), 0) FROM {{outbox}}
+
 -- name: DropLegacy
 -- A new outbox (migrations 0001 and 0008 applied by the same Migrate): the outbox's partial
 -- indexes on published_at IS NULL serve only relays of versions before the pending layout, which

@@ -22,6 +22,7 @@ type statements struct {
 	scriptMetaPut            string
 	scriptLanesFill          string
 	laneCount                string
+	ingress                  string
 	dropLegacy               string
 	aggverIndex              string
 	insert                   string
@@ -122,6 +123,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		scriptMetaPut:            st.Get("ScriptMetaPut"),
 		scriptLanesFill:          st.Get("ScriptLanesFill"),
 		laneCount:                st.Get("LaneCount"),
+		ingress:                  st.Get("Ingress"),
 		dropLegacy:               st.Get("DropLegacy"),
 		aggverIndex:              st.Get("AggverIndex"),
 		insert:                   st.Get("Insert"),

@@ -293,3 +293,13 @@ var (
 	_ driver.Liveness = (*Store[pgx.Tx])(nil)
 	_ driver.Liveness = (*Store[*sql.Tx])(nil)
 )
+
+// Ingress implements driver.IngressCounter: the highest seq committed to the outbox (0 when
+// it is empty), read from the end of its primary key (of each partition when partitioned).
+func (s *Store[TTx]) Ingress(ctx context.Context) (uint64, error) {
+	var v int64
+	if err := queryRow(ctx, s.db, s.q.ingress, nil, &v); err != nil {
+		return 0, fmt.Errorf("postgres: ingress: %w", classify(err))
+	}
+	return uint64(v), nil
+}

@@ -102,6 +102,6 @@ func TestConformance(t *testing.T) {
 		},
 		Capabilities: conformance.Notifier | conformance.Waker | conformance.OperatorStore |
 			conformance.SingleWriter | conformance.LaneResizer | conformance.LaneInserter |
-			conformance.InboxReader,
+			conformance.InboxReader | conformance.IngressCounter,
 	})
 }

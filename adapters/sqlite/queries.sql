@@ -43,6 +43,11 @@ INSERT INTO {{inbox_migrations}} (version, name, applied_at) VALUES (:version, :
 -- name: GetLanes
 SELECT value FROM {{meta}} WHERE name = 'lanes'
 
+-- name: Ingress
+-- The relay's reading of the producers' rate (driver.IngressCounter): the highest seq committed,
+-- the last entry of the primary key.
+SELECT coalesce(max(seq), 0) FROM {{outbox}}
+
 -- name: SetLanes
 -- param: lanes int the lane count
 INSERT INTO {{meta}} (name, value) VALUES ('lanes', :lanes)

@@ -15,6 +15,7 @@ type statements struct {
 	recordVersionOutbox       string
 	recordVersionInbox        string
 	getLanes                  string
+	ingress                   string
 	setLanes                  string
 	seedLanes                 string
 	scriptRecordVersionOutbox string
@@ -97,6 +98,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		recordVersionOutbox:       st.Get("RecordVersionOutbox"),
 		recordVersionInbox:        st.Get("RecordVersionInbox"),
 		getLanes:                  st.Get("GetLanes"),
+		ingress:                   st.Get("Ingress"),
 		setLanes:                  st.Get("SetLanes"),
 		seedLanes:                 st.Get("SeedLanes"),
 		scriptRecordVersionOutbox: st.Get("ScriptRecordVersionOutbox"),

@@ -340,3 +340,13 @@ func scanRecords(rows *sql.Rows, capHint int) ([]driver.Record, error) {
 	}
 	return out, rows.Err()
 }
+
+// Ingress implements driver.IngressCounter: the highest seq committed to the outbox (0 when
+// it is empty), the last entry of its primary key.
+func (s *Store) Ingress(ctx context.Context) (uint64, error) {
+	var v int64
+	if err := s.db.QueryRowContext(ctx, s.q.ingress).Scan(&v); err != nil {
+		return 0, fmt.Errorf("sqlite: ingress: %w", classify(err))
+	}
+	return uint64(v), nil
+}

@@ -411,6 +411,19 @@ type Flusher interface {
 	Flush(ctx context.Context) error
 }
 
+// IngressCounter is an optional RelayStore capability: core.Relay's adaptive drain reads it
+// once a second to learn whether producers are writing to the outbox, and how fast (see
+// core.RelayOptions.FixedRate). Without it the relay cannot tell a catch-up beside producers
+// from a drain alone, and never limits its rate by itself.
+type IngressCounter interface {
+	// Ingress returns a count that grows by at least one for each record committed to the
+	// outbox since the previous call, and by little more: the highest Seq committed (gaps of
+	// rolled-back inserts are fine). It is read outside any transaction and must be cheap (an
+	// index's last entry, a counter). It may fall, or be 0, when the outbox was emptied (rows
+	// deleted on publish): the relay takes no rate from a reading below or just after such a one.
+	Ingress(ctx context.Context) (uint64, error)
+}
+
 // Waker is an optional RelayStore capability: Wakeups returns a channel that receives when new
 // events may have been committed. It stops receiving when ctx ends.
 type Waker interface {

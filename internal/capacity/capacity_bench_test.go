@@ -71,8 +71,8 @@ import (
 //     produced during the catch-up. OUTBOXKIT_CAPACITY_DRAIN_LIMIT (events/s) paces the
 //     catch-up's sink, as a slower broker would, to see what a bounded drain leaves the
 //     producers; OUTBOXKIT_CAPACITY_MAX_RATE (events/s) sets the relay's own limit instead
-//     (RelayOptions.MaxRate), and OUTBOXKIT_CAPACITY_ADAPTIVE=1 lets it find its own
-//     (RelayOptions.AdaptiveRate; its cuts and last limit are logged).
+//     (RelayOptions.MaxRate). The relay's adaptive drain (on by default; its cuts and last
+//     limit are logged) is turned off with OUTBOXKIT_CAPACITY_FIXED=1 (RelayOptions.FixedRate).
 //     OUTBOXKIT_CAPACITY_NO_CATCHUP=1 leaves this phase out;
 //     OUTBOXKIT_CAPACITY_PHASES (comma-separated names, e.g. "bare4,catchup") runs only those.
 //
@@ -145,7 +145,7 @@ type benchConfig struct {
 	catchupCap, produce time.Duration
 	drainLimit          float64 // OUTBOXKIT_CAPACITY_DRAIN_LIMIT: events/s, 0 for none
 	maxRate             int     // OUTBOXKIT_CAPACITY_MAX_RATE: the catch-up relay's RelayOptions.MaxRate
-	adaptive            bool    // OUTBOXKIT_CAPACITY_ADAPTIVE=1: the catch-up relay's RelayOptions.AdaptiveRate
+	fixed               bool    // OUTBOXKIT_CAPACITY_FIXED=1: the catch-up relay's RelayOptions.FixedRate
 	upstream            string
 	phases              map[string]bool // OUTBOXKIT_CAPACITY_PHASES, else the default phases
 }
@@ -166,7 +166,7 @@ func loadConfig() benchConfig {
 		catchupCap: time.Duration(num("OUTBOXKIT_BENCH_SECONDS", 300) * float64(time.Second)),
 		drainLimit: num("OUTBOXKIT_CAPACITY_DRAIN_LIMIT", 0),
 		maxRate:    int(num("OUTBOXKIT_CAPACITY_MAX_RATE", 0)),
-		adaptive:   os.Getenv("OUTBOXKIT_CAPACITY_ADAPTIVE") == "1",
+		fixed:      os.Getenv("OUTBOXKIT_CAPACITY_FIXED") == "1",
 		produce:    time.Duration(num("OUTBOXKIT_CAPACITY_PRODUCE_SECONDS", 15) * float64(time.Second)),
 		phases:     phaseSet(os.Getenv("OUTBOXKIT_CAPACITY_PHASES"), os.Getenv("OUTBOXKIT_CAPACITY_NO_CATCHUP") == "1"),
 		upstream:   os.Getenv("OUTBOXKIT_CAPACITY_UPSTREAM"),
@@ -555,7 +555,7 @@ func (h *harness) catchupPhase() map[string]float64 {
 	if h.cfg.drainLimit > 0 {
 		sink.per = time.Duration(float64(time.Second) / h.cfg.drainLimit)
 	}
-	r := h.newRelay(o, sink, core.RelayOptions{MaxRate: h.cfg.maxRate, AdaptiveRate: h.cfg.adaptive})
+	r := h.newRelay(o, sink, core.RelayOptions{MaxRate: h.cfg.maxRate, FixedRate: h.cfg.fixed})
 
 	pctx, stopProducers := context.WithCancel(ctx)
 	defer stopProducers()
@@ -631,7 +631,7 @@ func (h *harness) catchupPhase() map[string]float64 {
 	}
 	rs := r.Stats()
 	published := rs.Published
-	if h.cfg.adaptive {
+	if !h.cfg.fixed {
 		h.b.Logf("catchup: adaptive rate: %d cuts, limit now %.0f events/s (0: none), paced %s", rs.RateCuts, rs.RateLimit, rs.PaceTime)
 	}
 	if rs.Fetches > 0 {

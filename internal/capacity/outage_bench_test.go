@@ -29,8 +29,8 @@ import (
 // PostgreSQL, producers write at a steady OUTBOXKIT_OUTAGE_RATE events/s (default 5,000; 16
 // goroutines, OUTBOXKIT_OUTAGE_PER_TX events per Outbox.Write transaction, default 10; 1 KiB
 // payloads over 10,000 keys) while no relay runs, until OUTBOXKIT_OUTAGE_PENDING events
-// (default 5,000,000) are pending; then one relay with default options (AdaptiveRate with
-// OUTBOXKIT_OUTAGE_ADAPTIVE=1) starts, sending through the SQS sink to the capacity model's
+// (default 5,000,000) are pending; then one relay with default options (FixedRate with
+// OUTBOXKIT_OUTAGE_FIXED=1) starts, sending through the SQS sink to the capacity model's
 // 12/80 ms endpoint, while the producers go on at the same rate, until less than 500 events
 // are pending (at most OUTBOXKIT_OUTAGE_CATCHUP_SECONDS, default 3,600). Then the producers
 // stop and core.CleanupOutbox (retention 1 ms) removes the published rows, followed by a
@@ -52,11 +52,11 @@ import (
 //	/tmp/cap.test -test.run '^$' -test.bench Outage -test.benchtime 1x -test.timeout 3h -test.v
 func BenchmarkOutage(b *testing.B) {
 	cfg := outageConfig{
-		pending:  int64(num("OUTBOXKIT_OUTAGE_PENDING", 5_000_000)),
-		rate:     num("OUTBOXKIT_OUTAGE_RATE", 5000),
-		perTx:    int(num("OUTBOXKIT_OUTAGE_PER_TX", 10)),
-		cap:      time.Duration(num("OUTBOXKIT_OUTAGE_CATCHUP_SECONDS", 3600) * float64(time.Second)),
-		adaptive: os.Getenv("OUTBOXKIT_OUTAGE_ADAPTIVE") == "1",
+		pending: int64(num("OUTBOXKIT_OUTAGE_PENDING", 5_000_000)),
+		rate:    num("OUTBOXKIT_OUTAGE_RATE", 5000),
+		perTx:   int(num("OUTBOXKIT_OUTAGE_PER_TX", 10)),
+		cap:     time.Duration(num("OUTBOXKIT_OUTAGE_CATCHUP_SECONDS", 3600) * float64(time.Second)),
+		fixed:   os.Getenv("OUTBOXKIT_OUTAGE_FIXED") == "1",
 	}
 	layouts := os.Getenv("OUTBOXKIT_OUTAGE_LAYOUTS")
 	if layouts == "" {
@@ -86,11 +86,11 @@ func BenchmarkOutage(b *testing.B) {
 }
 
 type outageConfig struct {
-	pending  int64
-	rate     float64
-	perTx    int
-	cap      time.Duration
-	adaptive bool
+	pending int64
+	rate    float64
+	perTx   int
+	cap     time.Duration
+	fixed   bool
 }
 
 // footprint is what the database holds for one schema at one moment.
@@ -245,7 +245,7 @@ func (h *harness) outage(cfg outageConfig, layout string) map[string]float64 {
 	var since time.Time
 	require.NoError(h.b, h.admin.QueryRow(ctx, "SELECT now()").Scan(&since))
 	sink.since.Store(&since)
-	r := h.newRelay(&outbox{schema: schema, db: db, store: store}, sink, core.RelayOptions{AdaptiveRate: cfg.adaptive})
+	r := h.newRelay(&outbox{schema: schema, db: db, store: store}, sink, core.RelayOptions{FixedRate: cfg.fixed})
 	rctx, stopRelay := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	catchStart := time.Now()

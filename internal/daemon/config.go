@@ -81,7 +81,7 @@ type Relay struct {
 	BatchSize       int      `yaml:"batch_size" help:"most records fetched and sent at once, at most 100000"`
 	InFlight        int      `yaml:"in_flight" help:"batches each polling relay keeps in flight, over disjoint lanes"`
 	MaxRate         int      `yaml:"max_rate" help:"most events per second each polling relay sends (default 0: no limit)"`
-	AdaptiveRate    bool     `yaml:"adaptive_rate" help:"hold each polling relay's database time to 0.4 s per second (a catch-up beside producers)"`
+	FixedRate       bool     `yaml:"fixed_rate" help:"turn the adaptive drain off: each polling relay sends as fast as it can, up to max_rate"`
 	LeaseTTL        Duration `yaml:"lease_ttl" help:"lane lease lifetime"`
 	PollInterval    Duration `yaml:"poll_interval" help:"sleep when nothing was found"`
 	DeleteOnPublish bool     `yaml:"delete_on_publish" help:"delete rows once acknowledged instead of marking them"`
@@ -300,6 +300,11 @@ func setString(v reflect.Value, s string) error {
 	return nil
 }
 
+// removedKeys are keys of earlier versions, with what to do instead.
+var removedKeys = map[string]string{
+	"relay.adaptive_rate": "the adaptive drain is now the default; delete the key (relay.fixed_rate: true turns it off)",
+}
+
 // decodeNode sets v from a YAML node, recording one problem per bad key.
 func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) {
 	bad := func(format string, args ...any) {
@@ -331,6 +336,10 @@ func decodeNode(n *yaml.Node, v reflect.Value, path string, problems *[]string) 
 			seen[key] = n.Content[i].Line
 			fv, ok := field(v, key)
 			if !ok {
+				if why, gone := removedKeys[sub]; gone {
+					*problems = append(*problems, fmt.Sprintf("%s: removed (line %d): %s", sub, n.Content[i].Line, why))
+					continue
+				}
 				*problems = append(*problems, fmt.Sprintf("%s: unknown key (line %d)", sub, n.Content[i].Line))
 				continue
 			}

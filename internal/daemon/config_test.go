@@ -74,7 +74,8 @@ func TestLoadGoodConfig(t *testing.T) {
 	require.False(t, cfg.Sinks.SNS.UnorderedStandard, "default kept")
 }
 
-// Every bad key is reported on its own line with its path, unknown keys included.
+// Every bad key is reported on its own line with its path, unknown keys included, and a key
+// of an earlier version with what to do instead.
 func TestLoadReportsEveryBadKey(t *testing.T) {
 	t.Parallel()
 	_, err := Load(writeConfig(t, `
@@ -84,6 +85,7 @@ database:
 relay:
   batch_size: lots
   lease_ttl: 5 minutes
+  adaptive_rate: true
 sinks:
   sqs:
     queue: https://x
@@ -100,9 +102,10 @@ log:
 		`database.driver: "oracle" is not one of postgres, mysql, sqlite`,
 		`database.dsn: required`,
 		`log.format: "xml" is not one of json, text`,
+		`relay.adaptive_rate: removed (line 8): the adaptive drain is now the default; delete the key (relay.fixed_rate: true turns it off)`,
 		`relay.batch_size: not an integer: "lots" (line 6)`,
 		`relay.lease_ttl: not a duration: "5 minutes" (line 7)`,
-		`sinks.sqs.queue: unknown key (line 10)`,
+		`sinks.sqs.queue: unknown key (line 11)`,
 	}, err.(*ConfigError).Problems)
 }
 

@@ -255,7 +255,7 @@ func router(cfg Config) core.StaticRouter {
 func relayOptions(cfg Config, log *slog.Logger, mp metric.MeterProvider) *core.RelayOptions {
 	return &core.RelayOptions{
 		LeaseTTL: cfg.Relay.LeaseTTL.D(), PollInterval: cfg.Relay.PollInterval.D(), BatchSize: cfg.Relay.BatchSize,
-		InFlight: cfg.Relay.InFlight, MaxRate: cfg.Relay.MaxRate, AdaptiveRate: cfg.Relay.AdaptiveRate, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
+		InFlight: cfg.Relay.InFlight, MaxRate: cfg.Relay.MaxRate, FixedRate: cfg.Relay.FixedRate, Retry: retryPolicy(cfg), DeleteOnPublish: cfg.Relay.DeleteOnPublish, Logger: log,
 		MeterProvider: mp,
 	}
 }
@@ -278,7 +278,7 @@ type (
 
 // optionKeys are the configuration keys of core's relay options.
 var optionKeys = map[string]string{"BatchSize": "relay.batch_size", "LeaseTTL": "relay.lease_ttl", "RenewInterval": "relay.lease_ttl",
-	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRate": "relay.max_rate", "AdaptiveRate": "relay.adaptive_rate", "MaxRetainedBytes": "cdc.max_retained_bytes",
+	"PollInterval": "relay.poll_interval", "InFlight": "relay.in_flight", "MaxRate": "relay.max_rate", "FixedRate": "relay.fixed_rate", "MaxRetainedBytes": "cdc.max_retained_bytes",
 	"Retry.Initial": "relay.retry.initial", "Retry.Max": "relay.retry.max", "Retry.Multiplier": "relay.retry.multiplier",
 	"Retry.Jitter": "relay.retry.jitter", "Retry.Deadline": "relay.retry.deadline"}
 

@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 		Capabilities: conformance.Notifier | conformance.Waker | conformance.OperatorStore |
 			conformance.LaneResizer | conformance.LaneInserter | conformance.CheckpointStore |
 			conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
-			conformance.InboxReader,
+			conformance.InboxReader | conformance.IngressCounter,
 	})
 }
 

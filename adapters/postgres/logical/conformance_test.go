@@ -53,7 +53,8 @@ func TestConformance(t *testing.T) {
 			conformance.OperatorStore | conformance.LaneResizer | conformance.LaneInserter |
 			conformance.InboxBatchStore | conformance.PartitionPruner | conformance.CheckpointStore |
 			conformance.Liveness | conformance.CheckpointReleaser | conformance.AuditWriter |
-			conformance.InboxReader | conformance.LogReleaser | conformance.PartitionedInbox,
+			conformance.InboxReader | conformance.LogReleaser | conformance.PartitionedInbox |
+			conformance.IngressCounter,
 	})
 }
 
