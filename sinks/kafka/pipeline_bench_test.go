@@ -38,7 +38,9 @@ import (
 //   - events/s: events applied / time from the first commit to the last effect,
 //   - produced/s: the producers' achieved rate,
 //   - p50_ms, p99_ms: commit → effect, from COMMIT returning to the consumer's handler call
-//     for the event (inside its inbox transaction, whose commit follows),
+//     for the event (inside its inbox transaction, whose commit follows), and its three parts:
+//     pickup_ (COMMIT returning → the relay's Sink.Send call with the event), send_ (that call
+//     → its return: the brokers' acknowledgement) and consume_ (→ the handler call),
 //   - cpu_us/event: the process's user+system CPU per event (producers, relay, consumer and the
 //     broker all run in this process; PostgreSQL's CPU is not counted), and max_rss_MB: the
 //     process's peak resident set.
@@ -85,12 +87,23 @@ func benchPipeline(b *testing.B, rate int) {
 	sink, err := kafka.New(cl, nil)
 	require.NoError(b, err)
 	quiet := slog.New(slog.DiscardHandler)
-	relay, err := core.NewRelay(producer, sink, core.StaticRouter{Default: topic}, &core.RelayOptions{Logger: quiet})
+	// stamps: when the relay handed each event to the sink, and when the sink returned.
+	var stamps sync.Map // event id -> [2]time.Time
+	timed := core.SinkFunc(func(ctx context.Context, msgs []core.Message) []error {
+		began := time.Now()
+		errs := sink.Send(ctx, msgs)
+		acked := time.Now()
+		for _, m := range msgs {
+			stamps.Store(m.ID, [2]time.Time{began, acked})
+		}
+		return errs
+	})
+	relay, err := core.NewRelay(producer, timed, core.StaticRouter{Default: topic}, &core.RelayOptions{Logger: quiet})
 	require.NoError(b, err)
 
 	var committed sync.Map // event id -> time COMMIT returned
 	var mu sync.Mutex
-	var latencies []time.Duration
+	var latencies, pickup, send, consume []time.Duration
 	var applied atomic.Int64
 	effects := pgx.Identifier{inboxSchema, "effects"}.Sanitize()
 	consumer, err := kafka.NewConsumer(topic+"-g", []string{topic}, inbox, "pipeline",
@@ -100,8 +113,15 @@ func benchPipeline(b *testing.B, rate int) {
 				return err
 			}
 			if t, ok := committed.Load(d.Event.ID); ok {
+				now := time.Now()
 				mu.Lock()
-				latencies = append(latencies, time.Since(t.(time.Time)))
+				latencies = append(latencies, now.Sub(t.(time.Time)))
+				if st, ok := stamps.Load(d.Event.ID); ok {
+					st := st.([2]time.Time)
+					pickup = append(pickup, st[0].Sub(t.(time.Time)))
+					send = append(send, st[1].Sub(st[0]))
+					consume = append(consume, now.Sub(st[1]))
+				}
 				mu.Unlock()
 			}
 			applied.Add(1)
@@ -183,17 +203,24 @@ func benchPipeline(b *testing.B, rate int) {
 	require.Positive(b, delayed.Load())
 
 	mu.Lock()
-	slices.Sort(latencies)
-	q := func(f float64) float64 {
-		if len(latencies) == 0 {
+	q := func(ds []time.Duration, f float64) float64 {
+		if len(ds) == 0 {
 			return 0
 		}
-		return float64(latencies[int(f*float64(len(latencies)-1))].Microseconds()) / 1000
+		slices.Sort(ds)
+		return float64(ds[int(f*float64(len(ds)-1))].Microseconds()) / 1000
 	}
 	b.ReportMetric(float64(applied.Load())/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(want)/produceTime.Seconds(), "produced/s")
-	b.ReportMetric(q(0.50), "p50_ms")
-	b.ReportMetric(q(0.99), "p99_ms")
+	b.ReportMetric(q(latencies, 0.50), "p50_ms")
+	b.ReportMetric(q(latencies, 0.99), "p99_ms")
+	for _, part := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"pickup", pickup}, {"send", send}, {"consume", consume}} {
+		b.ReportMetric(q(part.ds, 0.50), part.name+"_p50_ms")
+		b.ReportMetric(q(part.ds, 0.99), part.name+"_p99_ms")
+	}
 	mu.Unlock()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(want), "cpu_us/event")
 	b.ReportMetric(maxRSSMB(), "max_rss_MB")

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -40,6 +43,7 @@ type Sink struct {
 	o        Options
 	maxBytes int
 	log      *slog.Logger
+	rounds   rounds
 }
 
 var _ core.Sink = (*Sink)(nil)
@@ -80,11 +84,15 @@ func New(client *kgo.Client, opts *Options) (*Sink, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Sink{client: client, o: o, maxBytes: int(maxBytes), log: log}, nil
+	return &Sink{client: client, o: o, maxBytes: int(maxBytes), log: log, rounds: rounds{client: client}}, nil
 }
 
 // Send implements core.Sink. It produces every message as one record (key = the partition key,
 // so one key stays in one partition) and waits for the broker's acknowledgement of each.
+// Concurrent Sends (a relay's InFlight loops) share produce requests: while one round of
+// requests is at the brokers, the records of the Sends that arrive meanwhile go out together
+// in the next one (a broker answers a connection's requests in order, so separate requests
+// would wait behind each other there).
 // A record in flight is not given up when ctx ends (the idempotent producer cannot, without
 // risking a duplicate): while the brokers are silent with their sockets open, Send waits. The
 // client deadlines each produce request (kgo.ProduceRequestTimeout + kgo.RequestTimeoutOverhead,
@@ -118,8 +126,6 @@ func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 	// One request per topic: every record of it is produced at once and the producer keeps
 	// the order of each partition; the batcher keeps the prefix rule per key.
 	return batcher.Run(ctx, items, batcher.Options{Concurrency: s.o.Concurrency}, func(ctx context.Context, topic string, idx []int) []error {
-		// ProduceSync, not Produce: it stops the client's linger for these partitions, since
-		// the relay waits for the outcome anyway.
 		batch := make([]*kgo.Record, len(idx))
 		pos := make(map[*kgo.Record]int, len(idx))
 		for k, i := range idx {
@@ -127,7 +133,7 @@ func (s *Sink) Send(ctx context.Context, msgs []core.Message) []error {
 			pos[recs[i]] = k
 		}
 		res := core.Outcomes(len(idx), core.ErrNotAcknowledged)
-		for _, pr := range s.client.ProduceSync(ctx, batch...) {
+		for _, pr := range s.rounds.produce(ctx, batch) {
 			if k, ok := pos[pr.Record]; ok {
 				res[k] = nil
 				if pr.Err != nil {
@@ -161,4 +167,130 @@ func classify(id string, err error) error {
 		return core.Permanent(err)
 	}
 	return err
+}
+
+// rounds produces the records of concurrent Sends together, one round at a time: a round is
+// one ProduceSync (which stops the client's linger, since the relay waits for the outcome
+// anyway) of every record queued since the round before began. A broker answers the requests
+// of a connection in order, one after the other, so rounds in flight at once would wait for
+// each other there: a relay's InFlight loops sending at once paid up to InFlight broker round
+// trips per send (BENCHMARKS.md, "The whole pipeline"). Each record's outcome is that of its
+// own ProduceSync, so per-partition order and errors are as if each Send produced alone.
+type rounds struct {
+	client  *kgo.Client
+	mu      sync.Mutex
+	queue   []*produceCall
+	running bool
+}
+
+// produceCall is one Send's records (of one topic) waiting for a round.
+type produceCall struct {
+	ctx  context.Context
+	recs []*kgo.Record
+	res  kgo.ProduceResults
+	done chan struct{}
+}
+
+// produce queues recs for the next round, starts the rounds when none is running, and
+// returns their results (a record without one was not acknowledged). When ctx ends while recs
+// are still queued they are given up (each fails with ctx's error); once in a round, their
+// outcome is awaited, as ProduceSync awaits a record the client holds.
+func (r *rounds) produce(ctx context.Context, recs []*kgo.Record) kgo.ProduceResults {
+	c := &produceCall{ctx: ctx, recs: recs, done: make(chan struct{})}
+	r.mu.Lock()
+	r.queue = append(r.queue, c)
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start {
+		go r.run()
+	}
+	select {
+	case <-c.done:
+		return c.res
+	case <-ctx.Done():
+	}
+	// Still queued: its records never reached the client, so they can be given up.
+	r.mu.Lock()
+	i := slices.Index(r.queue, c)
+	if i >= 0 {
+		r.queue = slices.Delete(r.queue, i, i+1)
+	}
+	r.mu.Unlock()
+	if i < 0 {
+		<-c.done // in a round: wait for its outcome
+		return c.res
+	}
+	return failed(c.recs, ctx.Err())
+}
+
+// failed is the results of records that were not produced, each with err.
+func failed(recs []*kgo.Record, err error) kgo.ProduceResults {
+	res := make(kgo.ProduceResults, len(recs))
+	for i, rec := range recs {
+		res[i] = kgo.ProduceResult{Record: rec, Err: err}
+	}
+	return res
+}
+
+// run produces round after round until the queue is empty.
+func (r *rounds) run() {
+	for {
+		r.mu.Lock()
+		calls := r.queue
+		r.queue = nil
+		if len(calls) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		r.round(calls)
+	}
+}
+
+// round produces the records of calls in one ProduceSync, on a context that ends when every
+// call's context has ended (a call whose context ended first produces nothing), and gives
+// each call its records' results.
+func (r *rounds) round(calls []*produceCall) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var live []*produceCall
+	var all []*kgo.Record
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.res = failed(c.recs, err)
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+		all = append(all, c.recs...)
+	}
+	if len(live) == 0 {
+		return
+	}
+	var left atomic.Int64
+	left.Store(int64(len(live)))
+	for _, c := range live {
+		stop := context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	res := r.client.ProduceSync(ctx, all...)
+	by := make(map[*kgo.Record]kgo.ProduceResult, len(res))
+	for _, pr := range res {
+		by[pr.Record] = pr
+	}
+	for _, c := range live {
+		c.res = make(kgo.ProduceResults, 0, len(c.recs))
+		for _, rec := range c.recs {
+			if pr, ok := by[rec]; ok {
+				c.res = append(c.res, pr)
+			}
+		}
+		close(c.done)
+	}
 }

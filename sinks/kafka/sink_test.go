@@ -4,12 +4,18 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/sinks/kafka"
@@ -91,4 +97,87 @@ func TestSinkBrokerTooLargeIsRetryable(t *testing.T) {
 	require.False(t, core.IsPermanent(out[0]))
 	require.Error(t, out[1])
 	require.False(t, core.IsPermanent(out[1]))
+}
+
+// Concurrent Sends (a relay's InFlight loops) share produce requests: while one round of
+// requests is at the brokers, the Sends that arrive meanwhile wait and go out together in the
+// next round, instead of queueing one request each behind it on the brokers' connections,
+// which answer in order. 8 Sends started 5 ms apart against a broker that answers each produce
+// request after 60 ms: at most 2 rounds, so at most 2 produce requests (one partition, one
+// leader), and every record acknowledged in order.
+func TestSinkConcurrentSendsShareRounds(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	var produces atomic.Int64
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		produces.Add(1)
+		c.SleepControl(func() { time.Sleep(60 * time.Millisecond) })
+		return nil, nil, false
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	sink, err := kafka.New(cl, nil)
+	require.NoError(t, err)
+	const topic = "sink-rounds"
+	_, err = kadm.NewClient(cl).CreateTopic(t.Context(), 1, 1, nil, topic)
+	require.NoError(t, err)
+	require.Empty(t, sink.Send(t.Context(), []core.Message{message(topic, "warm", 0)})[0]) // metadata, producer id
+	produces.Store(0)
+
+	var wg sync.WaitGroup
+	outs := make([][]error, 8)
+	for i := range outs {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+			outs[i] = sink.Send(t.Context(), []core.Message{message(topic, fmt.Sprint("k", i), 0), message(topic, fmt.Sprint("k", i), 1)})
+		})
+	}
+	wg.Wait()
+	for i, out := range outs {
+		require.Len(t, out, 2)
+		for j, err := range out {
+			require.NoError(t, err, "send %d, message %d", i, j)
+		}
+	}
+	require.LessOrEqual(t, produces.Load(), int64(2), "produce requests for 8 concurrent Sends")
+}
+
+// A Send whose context ends while its records wait for the round in flight gives them up at
+// once (retryable errors), without waiting for that round.
+func TestSinkQueuedSendGivesUpOnCancel(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	const topic = "sink-queued"
+	_, err = kadm.NewClient(cl).CreateTopic(t.Context(), 1, 1, nil, topic)
+	require.NoError(t, err)
+	sink, err := kafka.New(cl, nil)
+	require.NoError(t, err)
+	require.Empty(t, sink.Send(t.Context(), []core.Message{message(topic, "warm", 0)})[0])
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
+		return nil, nil, false
+	})
+
+	first := make(chan []error, 1)
+	go func() { first <- sink.Send(t.Context(), []core.Message{message(topic, "a", 0)}) }()
+	time.Sleep(50 * time.Millisecond) // the first round is at the broker
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	out := sink.Send(ctx, []core.Message{message(topic, "b", 0)})
+	require.Less(t, time.Since(began), 300*time.Millisecond, "a queued Send returned only after the round in flight")
+	require.Len(t, out, 1)
+	require.ErrorIs(t, out[0], context.DeadlineExceeded)
+	require.False(t, core.IsPermanent(out[0]))
+	require.NoError(t, (<-first)[0])
 }
