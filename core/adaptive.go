@@ -74,20 +74,21 @@ func newRateControl(lim *rate.Limiter, maxRate, batch int) *rateControl {
 	return c
 }
 
-// sent counts n records sent at now.
-func (c *rateControl) sent(now time.Time, n int) {
+// sent counts n records sent at now. It reports whether the law cut the rate then.
+func (c *rateControl) sent(now time.Time, n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.winSent += n
-	c.step(now)
+	return c.step(now)
 }
 
-// db counts d of database time (a fetch or a settle) ending at now.
-func (c *rateControl) db(now time.Time, d time.Duration) {
+// db counts d of database time (a fetch or a settle) ending at now. It reports whether the
+// law cut the rate then.
+func (c *rateControl) db(now time.Time, d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.winDB += d
-	c.step(now)
+	return c.step(now)
 }
 
 // ingress records a reading of driver.IngressCounter taken at now; ok false: the reading
@@ -107,15 +108,16 @@ func (c *rateControl) ingress(now time.Time, count uint64, ok bool) {
 	}
 }
 
-// step applies the law when a window has passed (caller holds mu).
-func (c *rateControl) step(now time.Time) {
+// step applies the law when a window has passed (caller holds mu), and reports whether it
+// cut the rate.
+func (c *rateControl) step(now time.Time) (cut bool) {
 	if c.winStart.IsZero() {
 		c.winStart = now
-		return
+		return false
 	}
 	el := now.Sub(c.winStart)
 	if el < adaptiveWindow {
-		return
+		return false
 	}
 	occ, achieved := c.winDB.Seconds()/el.Seconds(), float64(c.winSent)/el.Seconds()
 	c.winStart, c.winSent, c.winDB = now, 0, 0
@@ -127,12 +129,13 @@ func (c *rateControl) step(now time.Time) {
 	switch {
 	case !writing:
 		if c.limit == c.max {
-			return
+			return false
 		}
 		c.limit = c.max // nobody to leave the database to
 	case occ > adaptiveBudget && achieved > 0:
 		c.limit = math.Min(c.max, math.Max(floor, math.Min(c.limit, achieved*adaptiveBudget/occ)))
 		c.cuts++
+		cut = true
 	case c.limit < floor:
 		c.limit = math.Min(c.max, floor) // the producers write faster: keep draining ahead of them
 	case occ < adaptiveRecover*adaptiveBudget && !math.IsInf(c.limit, 1):
@@ -144,13 +147,14 @@ func (c *rateControl) step(now time.Time) {
 			c.limit = math.Inf(1) // far above what the relay achieves: no longer a limit
 		}
 	default:
-		return
+		return false
 	}
 	if math.IsInf(c.limit, 1) {
 		c.lim.SetLimitAt(now, rate.Inf)
 	} else {
 		c.lim.SetLimitAt(now, rate.Limit(c.limit))
 	}
+	return cut
 }
 
 // state returns the current limit (0: unlimited) and how many times the law cut it.

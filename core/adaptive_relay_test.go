@@ -3,8 +3,12 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/outboxkit/outbox/adapters/memory"
 	"github.com/outboxkit/outbox/core"
@@ -58,8 +62,10 @@ func TestRelayAdaptiveRate(t *testing.T) {
 					}
 				}()
 			}
+			reader := sdkmetric.NewManualReader()
 			r, err := core.NewRelay(hooked, core.SinkFunc(func(_ context.Context, msgs []core.Message) []error { return make([]error, len(msgs)) }),
-				core.StaticRouter{Default: "d"}, &core.RelayOptions{BatchSize: 100, InFlight: 1, FixedRate: c.fixed, PollInterval: time.Millisecond})
+				core.StaticRouter{Default: "d"}, &core.RelayOptions{BatchSize: 100, InFlight: 1, FixedRate: c.fixed, PollInterval: time.Millisecond,
+					MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,6 +87,30 @@ func TestRelayAdaptiveRate(t *testing.T) {
 			}
 			if !c.limited && (st.RateCuts != 0 || st.RateLimit != 0 || st.PaceTime != 0 || occ < 0.7) {
 				t.Fatalf("%s: %.2f s of database time per second, %+v; want no limit and at least 0.7", c.name, occ, st)
+			}
+			// The metrics say the same: outboxkit.relay.rate.cuts and outboxkit.relay.pace.wait.
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			var cuts int64
+			var wait float64
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					switch d := m.Data.(type) {
+					case metricdata.Sum[int64]:
+						if m.Name == "outboxkit.relay.rate.cuts" {
+							cuts = d.DataPoints[0].Value
+						}
+					case metricdata.Sum[float64]:
+						if m.Name == "outboxkit.relay.pace.wait" {
+							wait = d.DataPoints[0].Value
+						}
+					}
+				}
+			}
+			if fin := r.Stats(); uint64(cuts) != fin.RateCuts || math.Abs(wait-fin.PaceTime.Seconds()) > 0.001 {
+				t.Fatalf("metrics: %d cuts and %.3f s paced; RelayStats after the run: %d and %s", cuts, wait, fin.RateCuts, fin.PaceTime)
 			}
 		})
 	}

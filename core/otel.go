@@ -119,7 +119,9 @@ type relayInstruments struct {
 	laneMoves, leaseExpiries  metric.Int64Counter
 	resent                    metric.Int64Counter
 	sendErrors                metric.Int64Counter
-	streamRestarts            metric.Int64Counter // CDC relays only
+	streamRestarts            metric.Int64Counter   // CDC relays only
+	rateCuts                  metric.Int64Counter   // polling relays only
+	paceWait                  metric.Float64Counter // polling relays only
 	kind                      metric.MeasurementOption
 	published, failed, parked metric.MeasurementOption
 	errorTypes                map[string]metric.MeasurementOption // by error.type, built once
@@ -194,6 +196,12 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 	i.streamRestarts, e = m.Int64Counter("outboxkit.relay.cdc.stream.restarts", metric.WithUnit("{stream}"),
 		metric.WithDescription("Change streams a CDC relay replaced after they failed, by outboxkit.cause: stalled (nothing received within the source's liveness bound), broken (the log connection failed or could not be opened), database (a mark or checkpoint failed). Each resumed from the checkpoint."))
 	err = errors.Join(err, e)
+	i.rateCuts, e = m.Int64Counter("outboxkit.relay.rate.cuts", metric.WithUnit("{cut}"),
+		metric.WithDescription("Times the adaptive drain cut a polling relay's rate: it took more than its share of the database's time while producers wrote (RelayOptions.FixedRate)."))
+	err = errors.Join(err, e)
+	i.paceWait, e = m.Float64Counter("outboxkit.relay.pace.wait", metric.WithUnit("s"),
+		metric.WithDescription("Time a polling relay's loops waited before a send for its rate budget (RelayOptions.MaxRate or the adaptive drain), summed over its loops."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay instruments: %w", err)
 	}
@@ -224,12 +232,26 @@ func newRelayInstruments(mp metric.MeterProvider, kind string) (*relayInstrument
 			i.streamRestarts.Add(ctx, 0, i.restartCauses[c])
 		}
 	}
+	if kind == "polling" {
+		i.rateCuts.Add(ctx, 0, i.kind)
+		i.paceWait.Add(ctx, 0, i.kind)
+	}
 	return i, nil
 }
 
 // streamRestarted counts a CDC relay's change stream replaced after it failed, by cause.
 func (i *relayInstruments) streamRestarted(ctx context.Context, cause string) {
 	i.streamRestarts.Add(ctx, 1, i.restartCauses[cause])
+}
+
+// rateCut counts a cut of the adaptive drain.
+func (i *relayInstruments) rateCut(ctx context.Context) {
+	i.rateCuts.Add(ctx, 1, i.kind)
+}
+
+// paced records d that a loop waited for the rate budget.
+func (i *relayInstruments) paced(ctx context.Context, d time.Duration) {
+	i.paceWait.Add(ctx, d.Seconds(), i.kind)
 }
 
 // durationBuckets are the bucket boundaries (s) of the relay's fetch, send and settle durations.

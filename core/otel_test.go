@@ -85,7 +85,7 @@ func TestRelayMetricsHaveBoundedAttributes(t *testing.T) {
 	for _, name := range []string{"outboxkit.relay.send.duration", "outboxkit.relay.fetch.duration", "outboxkit.relay.settle.duration",
 		"outboxkit.relay.batch.size", "outboxkit.relay.settled",
 		"outboxkit.relay.publish.latency", "outboxkit.relay.send.errors", "outboxkit.relay.lane.moves",
-		"outboxkit.relay.lease.expiries", "outboxkit.relay.resent"} {
+		"outboxkit.relay.lease.expiries", "outboxkit.relay.resent", "outboxkit.relay.rate.cuts", "outboxkit.relay.pace.wait"} {
 		require.True(t, seen[name], name)
 	}
 }

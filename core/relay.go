@@ -526,7 +526,11 @@ func (r *Relay) paced(ctx context.Context, n int) bool {
 		return true
 	}
 	began := time.Now()
-	defer func() { r.stats.paceNs.Add(int64(time.Since(began))) }()
+	defer func() {
+		waited := time.Since(began)
+		r.stats.paceNs.Add(int64(waited))
+		r.inst.paced(ctx, waited)
+	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -837,6 +841,22 @@ func (r *Relay) dropLanes(lanes []int) {
 	}
 }
 
+// dbTime gives the adaptive drain d of database time (a fetch or a settle) that just ended.
+func (r *Relay) dbTime(ctx context.Context, d time.Duration) {
+	if r.ctl != nil && r.ctl.db(time.Now(), d) {
+		r.rateCut(ctx)
+	}
+}
+
+// rateCut records a cut of the adaptive drain.
+func (r *Relay) rateCut(ctx context.Context) {
+	r.inst.rateCut(ctx)
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		limit, _ := r.ctl.state()
+		r.log.Debug("relay_rate_cut", "limit_per_second", limit)
+	}
+}
+
 // cycle fetches one batch from the held lanes of loop k, sends it and settles the outcomes.
 // It returns how many records it fetched, and whether every send attempt of the batch failed
 // with a retryable error (a reason to open the loop's breaker).
@@ -856,9 +876,7 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	}
 	fetchBegan := time.Now()
 	recs, err := r.store.Fetch(ctx, driver.FetchParams{Leases: leases, Limit: r.o.BatchSize, Now: r.now()})
-	if r.ctl != nil {
-		r.ctl.db(time.Now(), time.Since(fetchBegan))
-	}
+	r.dbTime(ctx, time.Since(fetchBegan))
 	if err != nil {
 		return 0, false, fmt.Errorf("fetch: %w", err)
 	}
@@ -878,8 +896,8 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	began := time.Now()
 	outcome, sent := send(sctx, r.sink, r.router, recs, r.log)
 	r.stats.sendNs.Add(int64(time.Since(began)))
-	if r.ctl != nil {
-		r.ctl.sent(time.Now(), len(recs))
+	if r.ctl != nil && r.ctl.sent(time.Now(), len(recs)) {
+		r.rateCut(ctx)
 	}
 	if sent {
 		r.inst.sent(ctx, time.Since(began), len(recs))
@@ -924,9 +942,7 @@ func (r *Relay) cycle(ctx context.Context, k int) (int, bool, error) {
 	err = r.settle(ctx, leases, decisions)
 	settleTime := time.Since(settleBegan)
 	r.stats.settleNs.Add(int64(settleTime))
-	if r.ctl != nil {
-		r.ctl.db(time.Now(), settleTime)
-	}
+	r.dbTime(ctx, settleTime)
 	if err != nil {
 		return len(recs), allFailed, err
 	}
