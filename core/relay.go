@@ -415,13 +415,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// ingressWarnAfter is how many readings of the producers' count in a row must fail before the
+// relay logs it at WARN (a busy pool may delay one; each failure is logged at DEBUG).
+const ingressWarnAfter = 10
+
 // readIngress gives the adaptive drain the producers' rate: it reads ic once per window until
 // ctx ends or quit closes. A failed reading counts as none (nothing is limited until readings
-// succeed again); it is logged once until one succeeds.
+// succeed again).
 func (r *Relay) readIngress(ctx context.Context, quit <-chan struct{}, ic driver.IngressCounter) {
 	t := time.NewTicker(adaptiveWindow)
 	defer t.Stop()
-	failing := false
+	failed := 0 // readings in a row that failed
 	for {
 		rctx, cancel := context.WithTimeout(ctx, adaptiveWindow)
 		n, err := ic.Ingress(rctx)
@@ -430,10 +434,17 @@ func (r *Relay) readIngress(ctx context.Context, quit <-chan struct{}, ic driver
 			return
 		}
 		r.ctl.ingress(time.Now(), n, err == nil)
-		if err != nil && !failing {
-			r.log.Warn("relay_ingress_unavailable", "error", err)
+		switch {
+		case err == nil:
+			failed = 0
+		case failed+1 == ingressWarnAfter:
+			r.log.Warn("relay_ingress_unavailable", "error", err, "failed_readings", ingressWarnAfter,
+				"effect", "the adaptive drain limits nothing until the producers' count can be read")
+			failed++
+		default:
+			r.log.Debug("relay_ingress_failed", "error", err)
+			failed++
 		}
-		failing = err != nil
 		select {
 		case <-ctx.Done():
 			return
