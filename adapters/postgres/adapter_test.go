@@ -97,7 +97,7 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_lanes`).Scan(&lanes))
 	require.Equal(t, 8, lanes)
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_meta WHERE name LIKE 'migration:%'`).Scan(&migrations))
-	require.Equal(t, 10, migrations) // 0001 to 0010
+	require.Equal(t, 11, migrations) // 0001 to 0011
 	var pubRows int
 	require.NoError(t, d.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_publisher`).Scan(&pubRows))
 	require.Equal(t, 1, pubRows, "one publisher row however often Migrate runs")

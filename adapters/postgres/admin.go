@@ -39,7 +39,8 @@ func (s *Store[TTx]) List(ctx context.Context, p driver.ListParams) ([]driver.Re
 	if p.State < driver.StateAll || p.State > driver.StatePublished {
 		return nil, fmt.Errorf("postgres: list: unknown state %d", p.State)
 	}
-	recs, err := scanRecords(s.db.query(ctx, s.q.list[p.State], listAllParams{After: p.AfterSeq, Limit: p.PageSize()}.args()...))
+	r, err := s.db.query(ctx, s.q.list[p.State], listAllParams{After: p.AfterSeq, Limit: p.PageSize()}.args()...)
+	recs, err := scanRecords(r, err, p.PageSize())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list: %w", classify(err))
 	}

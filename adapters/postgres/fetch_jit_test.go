@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/core/driver"
 )
 
 // TestFetchRunsWithoutJIT: the fetch functions run with jit = off (migration 0010). A SQL
@@ -80,4 +84,54 @@ func TestFetchRunsWithoutJIT(t *testing.T) {
 	require.Contains(t, fetch(control), "JIT:", "the control compiles its plan")
 	require.NotContains(t, fetch(s.n.pendingFetchFn), "JIT:", "the fetch function compiles its plan")
 	require.NotContains(t, fetch(s.n.fetchFn), "JIT:", "the earlier layout's fetch function compiles its plan")
+	require.NotContains(t, fetch(s.n.pendingWalkFn), "JIT:", "the walk function compiles its plan")
+
+	// The fetch statement around the walk function (migration 0011) is planned with the
+	// session's settings: its estimate (the function's 1,000 rows, one primary-key lookup each)
+	// stays below the server's default thresholds for any batch size, and the same statement
+	// with the thresholds at 0 (the control) compiles.
+	explain := func() string {
+		var plan strings.Builder
+		rows, err := conn.Query(ctx, "EXPLAIN "+s.q.fetch, []int32{0, 1, 2, 3}, nil, 100_000)
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err())
+		return plan.String()
+	}
+	require.Contains(t, explain(), "JIT:", "the control: the fetch statement with the thresholds at 0")
+	for _, set := range []string{"RESET jit_above_cost", "RESET jit_inline_above_cost", "RESET jit_optimize_above_cost"} {
+		_, err := conn.Exec(ctx, set)
+		require.NoError(t, err, set)
+	}
+	require.NotContains(t, explain(), "JIT:", "the fetch statement compiles its plan at the default thresholds")
+}
+
+// TestFetchReturnsSeqOrder: Fetch returns the records in seq order even when its statement
+// returns them in another order (its rows come in the walk's order through a nested loop, which
+// SQL does not promise), here reversed.
+func TestFetchReturnsSeqOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := migratedStore(t, dbOptions{}, &Options{Lanes: 1})
+	ob, err := core.NewOutbox(ctx, s, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		for i := range 5 {
+			if _, err := ob.Write(ctx, tx, core.Event{AggregateType: "a", AggregateID: strconv.Itoa(i), Type: "t"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	s.q.fetch = "SELECT * FROM (" + s.q.fetch + ") AS f ORDER BY seq DESC"
+	recs, err := s.Fetch(ctx, driver.FetchParams{Leases: []driver.Lease{{Lane: 0}}, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, recs, 5)
+	for i := 1; i < len(recs); i++ {
+		require.Less(t, recs[i-1].Seq, recs[i].Seq, "record %d", i)
+	}
 }

@@ -82,6 +82,7 @@ GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch(integer[], timestamptz, integer
 GRANT SELECT, UPDATE, DELETE ON :"schema".outbox_pending TO :"relay_role";
 GRANT SELECT, INSERT, DELETE ON :"schema".outbox_settled TO :"relay_role";
 GRANT EXECUTE ON FUNCTION :"schema".outbox_fetch_pending(integer[], timestamptz, integer) TO :"relay_role";
+GRANT EXECUTE ON FUNCTION :"schema".outbox_walk_pending(integer[], timestamptz, integer) TO :"relay_role";
 GRANT SELECT, UPDATE ON :"schema".outbox_publisher TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON :"schema".outbox_cdc_checkpoint TO :"relay_role";
 

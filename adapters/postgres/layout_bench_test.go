@@ -119,14 +119,12 @@ func BenchmarkLayoutPrototype(b *testing.B) {
 		got, empty := 0, 0
 		for g := 0; empty < len(groups); g = (g + 1) % len(groups) {
 			rows, err := d.pool.Query(ctx, l.fetch, groups[g])
+			recs, err := scanRecords(rows, err, 1000)
 			require.NoError(b, err)
 			var seqs []int64
-			for rows.Next() {
-				r, err := scanRecord(rows)
-				require.NoError(b, err)
+			for _, r := range recs {
 				seqs = append(seqs, r.Seq)
 			}
-			require.NoError(b, rows.Err())
 			if len(seqs) == 0 {
 				empty++ // every group empty in a row: drained
 				continue

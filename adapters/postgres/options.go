@@ -138,6 +138,7 @@ type names struct {
 	// The pending layout (migration 0008).
 	pending, settled, pendingFetchFn, pendingSyncFn string // qualified
 	pendingFailIdx, settledAtIdx, settledMinIdx     string // bare
+	pendingWalkFn                                   string // qualified (migration 0011)
 	pendingSync                                     string // bare trigger name
 	channel                                         string // quoted identifier
 	rawSchema, rawTable, rawInbox, rawChannel       string
@@ -154,7 +155,8 @@ func quote(s string) string { return `"` + s + `"` }
 var (
 	tableSuffixes = []string{"", "_lanes", "_workers", "_meta", "_immutable", "_fetch", "_pending_idx", "_failed_idx", "_aggver_key", "_seq_seq",
 		"_pub_idx", "_ids", "_ids_idx", "_p2006010215", "_publisher", "_cdc_checkpoint", "_audit", "_audit_id_seq", "_audit_guard", "_lane_count",
-		"_pending", "_settled", "_pending_fail", "_settled_at", "_settled_min", "_fetch_pending", "_pending_sync"}
+		"_pending", "_settled", "_pending_fail", "_settled_at", "_settled_min", "_fetch_pending", "_pending_sync",
+		"_walk_pending"}
 	inboxSuffixes = []string{"", "_horizons", "_versions", "_occurred_idx", "_p2006010215"}
 )
 
@@ -252,6 +254,7 @@ func (o *Options) resolve() (Options, names, error) {
 		pending:        s + quote(r.Table+"_pending"),
 		settled:        s + quote(r.Table+"_settled"),
 		pendingFetchFn: s + quote(r.Table+"_fetch_pending"),
+		pendingWalkFn:  s + quote(r.Table+"_walk_pending"),
 		pendingSyncFn:  s + quote(r.Table+"_pending_sync"),
 		pendingFailIdx: quote(r.Table + "_pending_fail"),
 		settledAtIdx:   quote(r.Table + "_settled_at"),

@@ -89,6 +89,7 @@ func (n names) idents() sqlfile.Idents {
 		"pending":           n.pending,
 		"settled":           n.settled,
 		"pending_fetch_fn":  n.pendingFetchFn,
+		"pending_walk_fn":   n.pendingWalkFn,
 		"pending_sync_fn":   n.pendingSyncFn,
 		"pending_sync":      n.pendingSync,
 		"pending_sync_name": strings.Trim(n.pendingSync, `"`),
@@ -120,6 +121,7 @@ func buildQueries(n names, partitioned, inboxPartitioned bool) (*queries, error)
 		// insertOne, insertOneChecked empty: insert and insertChecked serve every call.
 		q.insert, q.insertChecked = q.insertPartitioned, q.insertPartitionedChecked
 		q.insertOne, q.insertOneChecked = "", ""
+		q.fetch = q.fetchPartitioned
 	}
 	if err := st.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -143,6 +145,7 @@ func buildQueries(n names, partitioned, inboxPartitioned bool) (*queries, error)
 		file{"migration:0008_pending", "0008_pending.sql"},
 		file{inboxScopeMigration + n.rawInbox, "0009_inbox_scope.sql"},
 		file{"migration:0010_fetch_jit", "0010_fetch_jit.sql"},
+		file{"migration:0011_fetch_walk", "0011_fetch_walk.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)

@@ -344,12 +344,27 @@ WHERE l.lane = w.lane AND l.owner = w.owner AND l.generation = w.generation
   AND l.lane = ANY(ARRAY(SELECT lane FROM {{lanes}} WHERE lane = ANY(:lanes::int[]) ORDER BY lane FOR UPDATE))
 
 -- name: Fetch
--- The fetch function (migration 0008) walks the pending table in seq
--- order and joins the outbox; a record is skipped when an earlier pending record of its key is
--- parked or not yet due (the pending table's failed index).
+-- The walk function (migration 0011) returns the deliverable pending rows of the lanes in seq
+-- order; a record is skipped when an earlier pending record of its key is parked or not yet due
+-- (the pending table's failed index). Each is looked up in the outbox by its primary key, one
+-- lookup per row in the walk's order (LATERAL ... OFFSET 0), so the rows come in seq order
+-- without a sort (Store.Fetch checks).
 -- param: lanes []int32
 -- param: now any the caller's time (tsIn), NULL: the database clock
 -- param: limit int
+SELECT o.seq, o.id, o.aggregate_type, o.aggregate_id, o.aggregate_version, o.type, o.schema_id,
+	o.partition_key, o.destination, o.payload, o.headers::text, o.tenant, o.causation_id,
+	o.correlation_id, w.lane, o.created_at, NULL::timestamptz, w.attempts, w.next_attempt_at,
+	w.last_error, w.parked_at
+FROM {{pending_walk_fn}}(:lanes::int[], :now::timestamptz, :limit::int) AS w
+CROSS JOIN LATERAL (SELECT * FROM {{outbox}} AS r WHERE r.seq = w.seq OFFSET 0) AS o
+
+-- name: FetchPartitioned
+-- Fetch on a partitioned outbox: the fetch function of migration 0008 walks the pending table
+-- and looks each record up in its partition (created_at prunes the others at run time) inside
+-- the function, with jit = off. As a statement, that lookup is priced over every partition,
+-- which can pass the JIT thresholds on every fetch.
+-- params: Fetch
 SELECT {{cols}} FROM {{pending_fetch_fn}}(:lanes::int[], :now::timestamptz, :limit::int) ORDER BY seq
 
 -- name: SettleMark

@@ -40,6 +40,7 @@ type statements struct {
 	checkpointPut            string
 	release                  string
 	fetch                    string
+	fetchPartitioned         string
 	settleMark               string
 	settleDelete             string
 	horizonGet               string
@@ -141,6 +142,7 @@ func loadStatements(st *sqlfile.Statements) statements {
 		checkpointPut:            st.Get("CheckpointPut"),
 		release:                  st.Get("Release"),
 		fetch:                    st.Get("Fetch"),
+		fetchPartitioned:         st.Get("FetchPartitioned"),
 		settleMark:               st.Get("SettleMark"),
 		settleDelete:             st.Get("SettleDelete"),
 		horizonGet:               st.Get("HorizonGet"),
@@ -408,7 +410,7 @@ func (p releaseParams) args() []any {
 	return []any{p.Lanes, p.Owners, p.Generations}
 }
 
-// fetchParams are the parameters of Fetch.
+// fetchParams are the parameters of Fetch (and FetchPartitioned).
 type fetchParams struct {
 	Lanes []int32
 	Now   any // the caller's time (tsIn), NULL: the database clock

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -137,18 +138,28 @@ func leaseArrays(leases []driver.Lease) (lanes []int32, owners []string, gens []
 }
 
 // Fetch returns up to p.Limit deliverable records of the leased lanes in seq order. One
-// statement on the pending index.
+// statement: the pending table's walk and a lookup of each record.
 func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.Record, error) {
 	if len(p.Leases) == 0 || p.Limit <= 0 {
 		return nil, nil
 	}
 	lanes, _, _ := leaseArrays(p.Leases)
-	recs, err := scanRecords(s.db.query(ctx, s.q.fetch, fetchParams{Lanes: lanes, Now: tsIn(p.Now), Limit: p.Limit}.args()...))
+	r, err := s.db.query(ctx, s.q.fetch, fetchParams{Lanes: lanes, Now: tsIn(p.Now), Limit: p.Limit}.args()...)
+	recs, err := scanRecords(r, err, min(p.Limit, maxFetchPrealloc))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: fetch: %w", classify(err))
 	}
+	// The statement returns them in the walk's order (a nested loop keeps its outer side's
+	// order), which SQL does not promise: sort them should a plan ever differ.
+	bySeq := func(a, b driver.Record) int { return cmp.Compare(a.Seq, b.Seq) }
+	if !slices.IsSortedFunc(recs, bySeq) {
+		slices.SortFunc(recs, bySeq)
+	}
 	return recs, nil
 }
+
+// maxFetchPrealloc bounds the records Fetch allocates room for before it reads them.
+const maxFetchPrealloc = 10_000
 
 // Settle checks every lease and records the outcomes in one statement (one round trip, one
 // transaction). A lease not held returns *driver.LanesLostError and changes nothing.

@@ -1,0 +1,35 @@
+-- The relay's fetch without copying records twice (issue 36). The fetch function of migration
+-- 0008 returns whole outbox rows: PostgreSQL collects a set-returning function's rows in a
+-- tuplestore before the calling statement reads them, and the statement then sorted them again
+-- (ORDER BY seq), so each ~1 KiB record was copied twice in the server on its way to the relay:
+-- a fifth of the server's time in a drain. This function walks the pending table as that one
+-- does, with the same pinned plan (the pending table's primary key in seq order, no sort, no
+-- bitmap scan, no JIT: migration 0010), and returns only the narrow pending rows; the fetch
+-- statement looks each record up in the outbox by its primary key (LATERAL ... OFFSET 0: one
+-- lookup per row, in the walk's order). A partitioned outbox keeps the fetch of migration 0008,
+-- whose lookups run inside the function (with jit = off): the same join in a statement is
+-- priced over every partition and could pass the JIT thresholds.
+--
+-- {{pending_fetch_fn}} stays for relays of the earlier versions during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {{pending_walk_fn}}(p_lanes integer[], p_now timestamptz, p_limit integer)
+RETURNS TABLE (seq bigint, lane integer, created_at timestamptz, attempts integer,
+    next_attempt_at timestamptz, last_error text, parked_at timestamptz)
+LANGUAGE sql STABLE ROWS 1000
+SET enable_sort = off SET enable_bitmapscan = off SET jit = off
+AS $fn$
+    WITH blocked AS MATERIALIZED (
+        SELECT DISTINCT ON (b.partition_key) b.partition_key, b.seq FROM {{pending}} AS b
+        WHERE (b.parked_at IS NOT NULL OR b.next_attempt_at IS NOT NULL)
+          AND (b.parked_at IS NOT NULL OR b.next_attempt_at > coalesce(p_now, now()))
+          AND b.lane = ANY(p_lanes)
+        ORDER BY b.partition_key, b.seq
+    )
+    SELECT p.seq, p.lane, p.created_at, p.attempts, p.next_attempt_at, p.last_error, p.parked_at
+    FROM {{pending}} AS p
+    WHERE p.lane = ANY(p_lanes)
+      AND p.parked_at IS NULL
+      AND (p.next_attempt_at IS NULL OR p.next_attempt_at <= coalesce(p_now, now()))
+      AND NOT EXISTS (SELECT 1 FROM blocked WHERE blocked.partition_key = p.partition_key AND blocked.seq < p.seq)
+    ORDER BY p.seq
+    LIMIT p_limit
+$fn$;
