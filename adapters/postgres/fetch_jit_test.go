@@ -135,3 +135,21 @@ func TestFetchReturnsSeqOrder(t *testing.T) {
 		require.Less(t, recs[i-1].Seq, recs[i].Seq, "record %d", i)
 	}
 }
+
+// TestSettleLogCompression: migration 0011 compresses the settle log's seq lists with lz4 (this
+// project's servers have it) instead of pglz, and settles then write lz4 lists.
+func TestSettleLogCompression(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := migratedStore(t, dbOptions{}, &Options{Lanes: 1})
+	var method string
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT attcompression::text FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = 'seqs'`, s.n.settled).Scan(&method))
+	require.Equal(t, "l", method, "the settle log's seqs column compresses with lz4")
+	// A list long enough to be compressed, as a settle of 1,000 records writes it.
+	_, err := d.pool.Exec(ctx, `INSERT INTO `+s.n.settled+` (at, min_seq, max_seq, seqs)
+		SELECT now(), 1, 4000, array_agg(g) FROM generate_series(1, 4000, 4) AS g`)
+	require.NoError(t, err)
+	require.NoError(t, d.pool.QueryRow(ctx, `SELECT pg_column_compression(seqs) FROM `+s.n.settled).Scan(&method))
+	require.Equal(t, "lz4", method)
+}

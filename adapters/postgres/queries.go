@@ -145,7 +145,7 @@ func buildQueries(n names, partitioned, inboxPartitioned bool) (*queries, error)
 		file{"migration:0008_pending", "0008_pending.sql"},
 		file{inboxScopeMigration + n.rawInbox, "0009_inbox_scope.sql"},
 		file{"migration:0010_fetch_jit", "0010_fetch_jit.sql"},
-		file{"migration:0011_fetch_walk", "0011_fetch_walk.sql"},
+		file{"migration:0011_drain_cost", "0011_drain_cost.sql"},
 	)
 	for _, f := range files {
 		src, err := sqlFS.ReadFile("migrations/" + f.file)
