@@ -6,8 +6,10 @@
 -- (ORDER BY seq), so each ~1 KiB record was copied twice in the server on its way to the relay:
 -- a fifth of the server's time in a drain. This function walks the pending table as that one
 -- does, with the same pinned plan (the pending table's primary key in seq order, no sort, no
--- bitmap scan, no JIT: migration 0010), and returns only the narrow pending rows (in PL/pgSQL, so that the
--- session keeps its plan: a SQL function with SET clauses is planned again on every call); the fetch
+-- bitmap scan, no JIT: migration 0010), and returns only the narrow pending rows (in PL/pgSQL with
+-- a generic plan, so that a session plans it once: a SQL function with SET clauses is planned
+-- again on every call, and PL/pgSQL would plan it for each call's parameters, whose estimates
+-- cannot change the plan these settings pin); the fetch
 -- statement looks each record up in the outbox by its primary key (LATERAL ... OFFSET 0: one
 -- lookup per row, in the walk's order). A partitioned outbox keeps the fetch of migration 0008,
 -- whose lookups run inside the function (with jit = off): the same join in a statement is
@@ -18,7 +20,7 @@ CREATE OR REPLACE FUNCTION {{pending_walk_fn}}(p_lanes integer[], p_now timestam
 RETURNS TABLE (seq bigint, lane integer, created_at timestamptz, attempts integer,
     next_attempt_at timestamptz, last_error text, parked_at timestamptz)
 LANGUAGE plpgsql STABLE ROWS 1000
-SET enable_sort = off SET enable_bitmapscan = off SET jit = off
+SET enable_sort = off SET enable_bitmapscan = off SET jit = off SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 BEGIN
