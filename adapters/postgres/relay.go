@@ -145,7 +145,7 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.
 	}
 	lanes, _, _ := leaseArrays(p.Leases)
 	r, err := s.db.query(ctx, s.q.fetch, fetchParams{Lanes: lanes, Now: tsIn(p.Now), Limit: p.Limit}.args()...)
-	recs, err := scanRecords(r, err, min(p.Limit, maxFetchPrealloc))
+	recs, err := scanRecords(r, err, min(p.Limit, fetchPrealloc))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: fetch: %w", classify(err))
 	}
@@ -158,8 +158,11 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.
 	return recs, nil
 }
 
-// maxFetchPrealloc bounds the records Fetch allocates room for before it reads them.
-const maxFetchPrealloc = 10_000
+// fetchPrealloc bounds the records Fetch allocates room for before it reads them: room for a
+// whole batch made each wake-up's fetch of one record allocate ~400 KiB (garbage collection
+// then raised the commit-to-publish p99 by ~1.5 ms, BENCHMARKS.md "Commit-to-publish
+// latency"), and appending past it copies a full batch's records only ~4 times.
+const fetchPrealloc = 64
 
 // Settle checks every lease and records the outcomes in one statement (one round trip, one
 // transaction). A lease not held returns *driver.LanesLostError and changes nothing.
