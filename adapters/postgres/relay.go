@@ -145,7 +145,7 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.
 	}
 	lanes, _, _ := leaseArrays(p.Leases)
 	r, err := s.db.query(ctx, s.q.fetch, fetchParams{Lanes: lanes, Now: tsIn(p.Now), Limit: p.Limit}.args()...)
-	recs, err := scanRecords(r, err, min(p.Limit, fetchPrealloc))
+	recs, err := scanRecords(r, err, min(p.Limit, max(fetchPrealloc, int(s.fetched.Load()))))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: fetch: %w", classify(err))
 	}
@@ -155,13 +155,15 @@ func (s *Store[TTx]) Fetch(ctx context.Context, p driver.FetchParams) ([]driver.
 	if !slices.IsSortedFunc(recs, bySeq) {
 		slices.SortFunc(recs, bySeq)
 	}
+	s.fetched.Store(int64(len(recs)))
 	return recs, nil
 }
 
-// fetchPrealloc bounds the records Fetch allocates room for before it reads them: room for a
-// whole batch made each wake-up's fetch of one record allocate ~400 KiB (garbage collection
-// then raised the commit-to-publish p99 by ~1.5 ms, BENCHMARKS.md "Commit-to-publish
-// latency"), and appending past it copies a full batch's records only ~4 times.
+// fetchPrealloc is the least room for records Fetch allocates before it reads them; it
+// allocates room for as many as the last fetch returned when that was more (a drain's full
+// batches then fill their slice without copying it). Room for a whole batch on every fetch made
+// each wake-up's fetch of one record allocate ~400 KiB: garbage collection then raised the
+// commit-to-publish p99 by ~1.5 ms (BENCHMARKS.md, "Commit-to-publish latency").
 const fetchPrealloc = 64
 
 // Settle checks every lease and records the outcomes in one statement (one round trip, one

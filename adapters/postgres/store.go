@@ -43,6 +43,8 @@ type Store[TTx any] struct {
 	notifyPending, notifyRunning atomic.Bool
 	notifySent                   atomic.Int64 // NOTIFY statements sent (tests)
 	notifyLast                   atomic.Int64 // when the last NOTIFY began, Unix nanoseconds (notifySpacing)
+
+	fetched atomic.Int64 // records the last Fetch returned: the room the next one allocates
 }
 
 // Interface checks.
