@@ -40,7 +40,7 @@ func (s *Store[TTx]) List(ctx context.Context, p driver.ListParams) ([]driver.Re
 		return nil, fmt.Errorf("postgres: list: unknown state %d", p.State)
 	}
 	r, err := s.db.query(ctx, s.q.list[p.State], listAllParams{After: p.AfterSeq, Limit: p.PageSize()}.args()...)
-	recs, err := scanRecords(r, err, p.PageSize())
+	recs, err := scanRecords(r, err, 0)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list: %w", classify(err))
 	}
